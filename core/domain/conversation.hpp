@@ -1,0 +1,57 @@
+#pragma once
+// The messages of a ReAct conversation and what one model call returned, in the
+// provider-neutral form the loop works on; codec/ maps them to and from provider JSON.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/domain/task.hpp"
+
+namespace agentfleet {
+
+inline constexpr std::string_view kFinishTool = "finish";
+
+enum class Role { kSystem, kUser, kAssistant, kTool };
+std::string_view to_string(Role role);
+
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text of an object ("{}" when the provider sent nothing)
+};
+
+struct Message {
+  Role role = Role::kUser;
+  std::string content;
+  std::vector<ToolCall> tool_calls;  // assistant messages only
+  std::string tool_call_id;          // tool messages only
+  std::string name;                  // tool messages: the tool's name
+};
+
+// The arguments of a `finish` call, already parsed by the codec. `problem` is set when
+// they were not a valid declaration; the loop then tells the model what was wrong.
+struct FinishCall {
+  TaskResult result;
+  std::string problem;
+};
+
+struct ModelReply {
+  std::string content;
+  std::string reasoning;  // reasoning_content and the like; traced, never sent back
+  std::vector<ToolCall> tool_calls;
+  std::optional<FinishCall> finish;  // present when one of the tool calls was `finish`
+  std::string finish_reason;         // "stop", "tool_calls", "length", "content_filter", ...
+  TokenUsage usage;
+  std::string provider_model;  // the model the provider says answered
+};
+
+// The outcome of one tool call as the model will read it.
+struct ToolObservation {
+  std::string call_id;
+  std::string tool;
+  bool ok = false;
+  std::string content;  // the tool's JSON result, or {"error": {...}} when !ok
+};
+
+}  // namespace agentfleet

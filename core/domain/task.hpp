@@ -1,0 +1,80 @@
+#pragma once
+// A task as the whole system knows it: what was asked (TaskSpec), how it ended
+// (TaskStatus, TaskResult) and what it cost (TokenUsage). Plain values, no I/O.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace agentfleet {
+
+enum class TaskStatus {
+  kQueued,
+  kDispatched,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kTimedOut,
+  kCancelled
+};
+enum class ResultType { kActionCompleted, kNeedClarification, kError };
+enum class Priority { kInteractive, kBatch };
+
+std::string_view to_string(TaskStatus status);
+std::string_view to_string(ResultType type);
+std::string_view to_string(Priority priority);
+std::optional<TaskStatus> parse_task_status(std::string_view text);
+std::optional<ResultType> parse_result_type(std::string_view text);
+std::optional<Priority> parse_priority(std::string_view text);
+bool is_terminal(TaskStatus status);
+
+struct TaskMetadata {
+  std::string device_id;
+  std::string time_zone;  // IANA name, e.g. "Asia/Shanghai"
+  std::string locale;     // e.g. "zh-CN"
+};
+
+// Everything the worker needs to run a task; the dispatch message carries it.
+struct TaskSpec {
+  std::string task_id;
+  std::string user_id;
+  std::string text;
+  std::string model;
+  std::optional<std::vector<std::string>> tools;  // allow-list; nullopt = every tool
+  int timeout_s = 30;
+  int schedule_timeout_s = 3600;
+  int max_steps = 10;
+  Priority priority = Priority::kInteractive;
+  std::string idempotency_key;
+  std::string batch_id;
+  TaskMetadata metadata;
+};
+
+// What the model declared (through `finish`) or what its plain-text answer was classed as.
+struct TaskResult {
+  ResultType type = ResultType::kError;
+  std::string message;
+  std::vector<std::string> options;  // need_clarification: the choices, at most 5
+};
+
+// Provider token counts, normalised: `input` includes `cached_input`, `output` includes
+// `reasoning` (as providers report them). Billing charges cached input at its own price
+// and the rest of input at the input price, so nothing is counted twice.
+struct TokenUsage {
+  std::int64_t input = 0;
+  std::int64_t cached_input = 0;
+  std::int64_t output = 0;
+  std::int64_t reasoning = 0;
+
+  TokenUsage& operator+=(const TokenUsage& other) {
+    input += other.input;
+    cached_input += other.cached_input;
+    output += other.output;
+    reasoning += other.reasoning;
+    return *this;
+  }
+};
+
+}  // namespace agentfleet

@@ -1,0 +1,35 @@
+#pragma once
+// Port: one model call. Adapters (adapters/http model client) implement it; tests fake it.
+
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "core/domain/conversation.hpp"
+#include "core/domain/error.hpp"
+
+namespace agentfleet::ports {
+
+struct ToolSchema {
+  std::string name;
+  std::string description;
+  std::string parameters;  // JSON Schema text
+};
+
+struct ModelRequest {
+  std::string model;  // the configured model name
+  const std::vector<Message>* messages = nullptr;
+  const std::vector<ToolSchema>* tools = nullptr;
+  std::chrono::steady_clock::time_point deadline;  // of this call, already min(call, task)
+  std::string traceparent;
+};
+
+class ModelClient {
+ public:
+  virtual ~ModelClient() = default;
+  virtual boost::asio::awaitable<Result<ModelReply>> complete(ModelRequest request) = 0;
+};
+
+}  // namespace agentfleet::ports

@@ -1,0 +1,169 @@
+#include "core/react/react_loop.hpp"
+
+#include <algorithm>
+
+namespace agentfleet::react {
+
+std::string_view to_string(FailReason reason) {
+  switch (reason) {
+    case FailReason::kMaxSteps:
+      return "max_steps";
+    case FailReason::kTruncated:
+      return "truncated";
+    case FailReason::kContentFilter:
+      return "content_filter";
+    case FailReason::kEmptyReply:
+      return "empty_reply";
+  }
+  return "unknown";
+}
+
+namespace {
+void append_json_string(std::string& out, std::string_view text) {
+  out.push_back('"');
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          static constexpr char kHex[] = "0123456789abcdef";
+          out += "\\u00";
+          out.push_back(kHex[c >> 4]);
+          out.push_back(kHex[c & 0xf]);
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+bool contains_any(const std::string& text, const std::vector<std::string>& markers) {
+  return std::any_of(markers.begin(), markers.end(), [&](const std::string& marker) {
+    return !marker.empty() && text.find(marker) != std::string::npos;
+  });
+}
+}  // namespace
+
+std::string tool_error_json(std::string_view code, std::string_view message) {
+  std::string out = "{\"error\":{\"code\":";
+  append_json_string(out, code);
+  out += ",\"message\":";
+  append_json_string(out, message);
+  out += "}}";
+  return out;
+}
+
+ReactLoop::ReactLoop(Limits limits, ResultMarkers markers, std::set<std::string> allowed_tools)
+    : limits_(limits), markers_(std::move(markers)), allowed_tools_(std::move(allowed_tools)) {}
+
+ReactState ReactLoop::start(std::string system_prompt, std::string user_text) const {
+  ReactState state;
+  state.messages.push_back(Message{Role::kSystem, std::move(system_prompt), {}, {}, {}});
+  state.messages.push_back(Message{Role::kUser, std::move(user_text), {}, {}, {}});
+  return state;
+}
+
+TaskResult ReactLoop::classify_text(const std::string& text) const {
+  TaskResult result;
+  result.message = text;
+  // Order matters: a refusal or a question outranks a success marker in the same text.
+  if (contains_any(text, markers_.error)) {
+    result.type = ResultType::kError;
+  } else if (contains_any(text, markers_.need_clarification)) {
+    result.type = ResultType::kNeedClarification;
+  } else if (contains_any(text, markers_.action_completed)) {
+    result.type = ResultType::kActionCompleted;
+  } else {
+    result.type = markers_.fallback;
+  }
+  return result;
+}
+
+Step ReactLoop::on_model_reply(ReactState& state, const ModelReply& reply) const {
+  ++state.model_calls;
+  state.usage += reply.usage;
+  Message assistant{Role::kAssistant, reply.content, reply.tool_calls, {}, {}};
+  state.messages.push_back(std::move(assistant));
+
+  if (reply.finish && reply.finish->problem.empty())
+    return Finish{reply.finish->result};
+
+  if (reply.tool_calls.empty()) {
+    if (reply.finish_reason == "length") {
+      return Fail{FailReason::kTruncated, "the model's output was cut off at its token limit"};
+    }
+    if (reply.finish_reason == "content_filter") {
+      return Fail{FailReason::kContentFilter, "the provider's content filter stopped the answer"};
+    }
+    if (reply.content.empty()) {
+      return Fail{FailReason::kEmptyReply, "the model returned neither text nor tool calls"};
+    }
+    return Finish{classify_text(reply.content)};
+  }
+
+  // The model wants tools. If it may not be called again, their results would reach no
+  // one, so side effects would happen without a result to show for them: stop instead.
+  if (state.model_calls >= limits_.max_steps) {
+    return Fail{FailReason::kMaxSteps, "reached max_steps (" + std::to_string(limits_.max_steps) +
+                                           ") before the model finished"};
+  }
+
+  CallTools step;
+  for (const ToolCall& call : reply.tool_calls) {
+    if (call.name == kFinishTool) {
+      // Only reachable when the finish arguments were invalid: say why, let it retry.
+      step.refused.push_back(ToolObservation{
+          call.id, call.name, false,
+          tool_error_json("invalid_finish",
+                          reply.finish ? reply.finish->problem : "finish arguments are invalid")});
+    } else if (!allowed_tools_.count(call.name)) {
+      step.refused.push_back(ToolObservation{
+          call.id, call.name, false,
+          tool_error_json("tool_not_allowed",
+                          "tool '" + call.name + "' is not available for this task")});
+    } else {
+      step.calls.push_back(call);
+    }
+  }
+  return step;
+}
+
+Step ReactLoop::on_tool_results(ReactState& state, const CallTools& step,
+                                std::vector<ToolObservation> results) const {
+  // Answer every call of the assistant message in the order it made them; providers
+  // require one tool message per tool_call id.
+  const Message& assistant = state.messages.back();
+  std::vector<ToolObservation> all = std::move(results);
+  all.insert(all.end(), step.refused.begin(), step.refused.end());
+  for (const ToolCall& call : assistant.tool_calls) {
+    auto it = std::find_if(all.begin(), all.end(),
+                           [&](const ToolObservation& o) { return o.call_id == call.id; });
+    Message tool{Role::kTool, {}, {}, call.id, call.name};
+    if (it != all.end()) {
+      tool.content = it->content;
+      all.erase(it);
+    } else {
+      tool.content = tool_error_json("no_result", "the tool call produced no result");
+    }
+    state.messages.push_back(std::move(tool));
+  }
+  state.tool_calls += static_cast<int>(step.calls.size());
+  return CallModel{};
+}
+
+}  // namespace agentfleet::react

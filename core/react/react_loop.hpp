@@ -1,0 +1,82 @@
+#pragma once
+// The ReAct loop as a pure state machine: no I/O, no clock. The runner (worker/) asks
+// `start` for the first step, performs what each step says (call the model, run tools),
+// and feeds the outcome back through `on_model_reply` / `on_tool_results` until a
+// Finish or Fail step. Because it only sees values, a whole run can be replayed from
+// canned model replies in a unit test, and a resumed task can be rebuilt by feeding the
+// checkpointed replies and observations again.
+//
+// Deadlines and cancellation are the runner's business: it simply stops asking.
+// Thread-compatible: one ReactState per task, used by one strand at a time.
+
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/domain/conversation.hpp"
+
+namespace agentfleet::react {
+
+struct Limits {
+  int max_steps = 10;  // model calls per task
+};
+
+// How a plain-text final answer (no `finish` call) is classified.
+struct ResultMarkers {
+  std::vector<std::string> action_completed = {"✅"};
+  std::vector<std::string> need_clarification = {"⚠️"};
+  std::vector<std::string> error = {"❌"};
+  ResultType fallback = ResultType::kActionCompleted;
+};
+
+struct ReactState {
+  std::vector<Message> messages;  // the conversation sent to the model
+  int model_calls = 0;
+  int tool_calls = 0;
+  TokenUsage usage;
+};
+
+// Steps the runner performs.
+struct CallModel {};
+struct CallTools {
+  std::vector<ToolCall> calls;           // to execute, in order
+  std::vector<ToolObservation> refused;  // answered without a call (not allowed, ...)
+};
+struct Finish {
+  TaskResult result;
+};
+enum class FailReason { kMaxSteps, kTruncated, kContentFilter, kEmptyReply };
+struct Fail {
+  FailReason reason;
+  std::string message;
+};
+using Step = std::variant<CallModel, CallTools, Finish, Fail>;
+
+std::string_view to_string(FailReason reason);
+
+class ReactLoop {
+ public:
+  // `allowed_tools`: the tools this task may call (its allow-list intersected with the
+  // registry and the user's permission). Anything else the model asks for is refused and
+  // the refusal is fed back to it.
+  ReactLoop(Limits limits, ResultMarkers markers, std::set<std::string> allowed_tools);
+
+  ReactState start(std::string system_prompt, std::string user_text) const;
+  Step on_model_reply(ReactState& state, const ModelReply& reply) const;
+  Step on_tool_results(ReactState& state, const CallTools& step,
+                       std::vector<ToolObservation> results) const;
+
+  // Classifies a plain-text answer by the configured markers.
+  TaskResult classify_text(const std::string& text) const;
+
+ private:
+  Limits limits_;
+  ResultMarkers markers_;
+  std::set<std::string> allowed_tools_;
+};
+
+// The JSON a refused or failed tool call shows the model: {"error":{"code","message"}}.
+std::string tool_error_json(std::string_view code, std::string_view message);
+
+}  // namespace agentfleet::react
