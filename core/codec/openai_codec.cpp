@@ -1,0 +1,287 @@
+#include "core/codec/openai_codec.hpp"
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <set>
+
+namespace agentfleet::codec {
+
+namespace {
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void write_string(Writer& w, std::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
+
+std::string serialize(const rapidjson::Value& value) {
+  rapidjson::StringBuffer buffer;
+  Writer writer(buffer);
+  value.Accept(writer);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+std::int64_t int_member(const rapidjson::Value& object, const char* name) {
+  if (!object.IsObject())
+    return 0;
+  auto it = object.FindMember(name);
+  if (it == object.MemberEnd() || !it->value.IsNumber())
+    return 0;
+  if (it->value.IsInt64())
+    return std::max<std::int64_t>(0, it->value.GetInt64());
+  return std::max<std::int64_t>(0, static_cast<std::int64_t>(it->value.GetDouble()));
+}
+
+std::string string_member(const rapidjson::Value& object, const char* name) {
+  if (!object.IsObject())
+    return {};
+  auto it = object.FindMember(name);
+  if (it == object.MemberEnd() || !it->value.IsString())
+    return {};
+  return std::string(it->value.GetString(), it->value.GetStringLength());
+}
+
+// content may be a string, null, or an array of parts ({"type":"text","text":...}).
+std::string content_text(const rapidjson::Value& message) {
+  auto it = message.FindMember("content");
+  if (it == message.MemberEnd())
+    return {};
+  if (it->value.IsString())
+    return std::string(it->value.GetString(), it->value.GetStringLength());
+  std::string text;
+  if (it->value.IsArray()) {
+    for (const auto& part : it->value.GetArray()) {
+      if (part.IsString())
+        text += part.GetString();
+      if (part.IsObject())
+        text += string_member(part, "text");
+    }
+  }
+  return text;
+}
+
+std::string arguments_text(const rapidjson::Value& function) {
+  auto it = function.FindMember("arguments");
+  if (it == function.MemberEnd() || it->value.IsNull())
+    return "{}";
+  if (it->value.IsString()) {
+    std::string text(it->value.GetString(), it->value.GetStringLength());
+    const bool blank = text.find_first_not_of(" \t\r\n") == std::string::npos;
+    return blank ? "{}" : text;
+  }
+  return serialize(it->value);  // an object (or anything else) sent as JSON
+}
+}  // namespace
+
+const ports::ToolSchema& finish_tool_schema() {
+  static const ports::ToolSchema kSchema{
+      std::string(kFinishTool),
+      "Declare the final result of the task and stop. Call it exactly once, as the last "
+      "action. type: action_completed when the action was performed (message says what "
+      "was done); need_clarification when several indistinguishable matches were found "
+      "after searching (list at most 5 in options, say how to re-ask); error when it "
+      "cannot be done (message says why, no suggestions).",
+      R"({"type":"object","properties":{"type":{"type":"string","enum":["action_completed","need_clarification","error"]},"message":{"type":"string"},"options":{"type":"array","items":{"type":"string"},"maxItems":5}},"required":["type","message"],"additionalProperties":false})"};
+  return kSchema;
+}
+
+std::string build_chat_request(const ChatRequestOptions& options,
+                               const std::vector<Message>& messages,
+                               const std::vector<ports::ToolSchema>& tools) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("model");
+  write_string(w, options.provider_model);
+  w.Key("temperature");
+  w.Double(options.temperature);
+  w.Key("max_tokens");
+  w.Int(options.max_tokens);
+  w.Key("messages");
+  w.StartArray();
+  for (const Message& m : messages) {
+    w.StartObject();
+    w.Key("role");
+    write_string(w, to_string(m.role));
+    w.Key("content");
+    if (m.role == Role::kAssistant && m.content.empty() && !m.tool_calls.empty()) {
+      w.Null();
+    } else {
+      write_string(w, m.content);
+    }
+    if (!m.tool_calls.empty()) {
+      w.Key("tool_calls");
+      w.StartArray();
+      for (const ToolCall& call : m.tool_calls) {
+        w.StartObject();
+        w.Key("id");
+        write_string(w, call.id);
+        w.Key("type");
+        w.String("function");
+        w.Key("function");
+        w.StartObject();
+        w.Key("name");
+        write_string(w, call.name);
+        w.Key("arguments");
+        write_string(w, call.arguments);
+        w.EndObject();
+        w.EndObject();
+      }
+      w.EndArray();
+    }
+    if (m.role == Role::kTool) {
+      w.Key("tool_call_id");
+      write_string(w, m.tool_call_id);
+      if (!m.name.empty()) {
+        w.Key("name");
+        write_string(w, m.name);
+      }
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  if (!tools.empty()) {
+    w.Key("tools");
+    w.StartArray();
+    for (const auto& tool : tools) {
+      w.StartObject();
+      w.Key("type");
+      w.String("function");
+      w.Key("function");
+      w.StartObject();
+      w.Key("name");
+      write_string(w, tool.name);
+      w.Key("description");
+      write_string(w, tool.description);
+      w.Key("parameters");
+      w.RawValue(tool.parameters.data(), tool.parameters.size(), rapidjson::kObjectType);
+      w.EndObject();
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("tool_choice");
+    w.String("auto");
+  }
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+FinishCall parse_finish_arguments(std::string_view arguments_json) {
+  FinishCall finish;
+  rapidjson::Document doc;
+  doc.Parse(arguments_json.data(), arguments_json.size());
+  if (doc.HasParseError() || !doc.IsObject()) {
+    finish.problem = "finish arguments must be a JSON object";
+    return finish;
+  }
+  const std::string type = string_member(doc, "type").empty() ? string_member(doc, "result_type")
+                                                              : string_member(doc, "type");
+  auto parsed = parse_result_type(type);
+  if (!parsed) {
+    finish.problem = "finish.type must be action_completed, need_clarification or error";
+    return finish;
+  }
+  finish.result.type = *parsed;
+  auto message = doc.FindMember("message");
+  if (message == doc.MemberEnd() || !message->value.IsString()) {
+    finish.problem = "finish.message must be a string";
+    return finish;
+  }
+  finish.result.message = message->value.GetString();
+  auto options = doc.FindMember("options");
+  if (options != doc.MemberEnd() && options->value.IsArray()) {
+    for (const auto& option : options->value.GetArray()) {
+      if (finish.result.options.size() == 5)
+        break;  // at most five choices are shown
+      if (option.IsString())
+        finish.result.options.emplace_back(option.GetString());
+    }
+  }
+  return finish;
+}
+
+Result<ModelReply> parse_chat_response(std::string_view body) {
+  rapidjson::Document doc;
+  doc.Parse(body.data(), body.size());
+  if (doc.HasParseError() || !doc.IsObject()) {
+    return Error{ErrorKind::kInvalid, "model response is not a JSON object"};
+  }
+  auto choices = doc.FindMember("choices");
+  if (choices == doc.MemberEnd() || !choices->value.IsArray() || choices->value.Empty() ||
+      !choices->value[0].IsObject()) {
+    return Error{ErrorKind::kInvalid, "model response has no choices"};
+  }
+  const rapidjson::Value& choice = choices->value[0];
+  auto message_it = choice.FindMember("message");
+  if (message_it == choice.MemberEnd() || !message_it->value.IsObject()) {
+    return Error{ErrorKind::kInvalid, "model response choice has no message"};
+  }
+  const rapidjson::Value& message = message_it->value;
+
+  ModelReply reply;
+  reply.content = content_text(message);
+  reply.reasoning = string_member(message, "reasoning_content");
+  if (reply.reasoning.empty())
+    reply.reasoning = string_member(message, "reasoning");
+  reply.finish_reason = string_member(choice, "finish_reason");
+  reply.provider_model = string_member(doc, "model");
+
+  std::set<std::string> seen_ids;
+  auto add_call = [&](const rapidjson::Value& function, std::string id) {
+    ToolCall call;
+    call.name = string_member(function, "name");
+    call.arguments = arguments_text(function);
+    // Providers omit or repeat ids; every call needs its own so each result finds it.
+    if (id.empty() || seen_ids.count(id)) {
+      id = "call_" + std::to_string(reply.tool_calls.size());
+      while (seen_ids.count(id))
+        id += "_";
+    }
+    seen_ids.insert(id);
+    call.id = std::move(id);
+    reply.tool_calls.push_back(std::move(call));
+  };
+  auto tool_calls = message.FindMember("tool_calls");
+  if (tool_calls != message.MemberEnd() && tool_calls->value.IsArray()) {
+    for (const auto& entry : tool_calls->value.GetArray()) {
+      if (!entry.IsObject())
+        continue;
+      auto function = entry.FindMember("function");
+      if (function == entry.MemberEnd() || !function->value.IsObject())
+        continue;
+      add_call(function->value, string_member(entry, "id"));
+    }
+  }
+  auto legacy = message.FindMember("function_call");
+  if (reply.tool_calls.empty() && legacy != message.MemberEnd() && legacy->value.IsObject()) {
+    add_call(legacy->value, {});
+  }
+  for (const ToolCall& call : reply.tool_calls) {
+    if (call.name == kFinishTool) {
+      reply.finish = parse_finish_arguments(call.arguments);
+      break;
+    }
+  }
+
+  auto usage_it = doc.FindMember("usage");
+  if (usage_it != doc.MemberEnd() && usage_it->value.IsObject()) {
+    const auto& usage = usage_it->value;
+    reply.usage.input = int_member(usage, "prompt_tokens");
+    reply.usage.output = int_member(usage, "completion_tokens");
+    auto details = usage.FindMember("prompt_tokens_details");
+    if (details != usage.MemberEnd())
+      reply.usage.cached_input = int_member(details->value, "cached_tokens");
+    if (reply.usage.cached_input == 0) {
+      reply.usage.cached_input = int_member(usage, "prompt_cache_hit_tokens");  // DeepSeek
+    }
+    auto completion = usage.FindMember("completion_tokens_details");
+    if (completion != usage.MemberEnd()) {
+      reply.usage.reasoning = int_member(completion->value, "reasoning_tokens");
+    }
+    reply.usage.cached_input = std::min(reply.usage.cached_input, reply.usage.input);
+  }
+  return reply;
+}
+
+}  // namespace agentfleet::codec

@@ -1,0 +1,229 @@
+#include "core/codec/task_codec.hpp"
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <cstdio>
+
+namespace agentfleet::codec {
+
+namespace {
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void write_string(Writer& w, std::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
+
+void key_string(Writer& w, const char* key, std::string_view value) {
+  w.Key(key);
+  write_string(w, value);
+}
+
+std::string get_string(const rapidjson::Value& object, const char* name) {
+  auto it = object.FindMember(name);
+  if (it == object.MemberEnd() || !it->value.IsString())
+    return {};
+  return std::string(it->value.GetString(), it->value.GetStringLength());
+}
+
+int get_int(const rapidjson::Value& object, const char* name, int fallback) {
+  auto it = object.FindMember(name);
+  return it != object.MemberEnd() && it->value.IsInt() ? it->value.GetInt() : fallback;
+}
+}  // namespace
+
+std::size_t count_code_points(std::string_view utf8) {
+  std::size_t count = 0;
+  for (unsigned char c : utf8) {
+    if ((c & 0xC0) != 0x80)
+      ++count;
+  }
+  return count;
+}
+
+std::string format_rfc3339(std::chrono::system_clock::time_point t) {
+  using namespace std::chrono;
+  const auto ms = time_point_cast<milliseconds>(t);
+  const auto day = floor<days>(ms);
+  const year_month_day ymd{day};
+  const hh_mm_ss hms{ms - day};
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%04d-%02u-%02uT%02ld:%02ld:%02ld.%03ldZ",
+                static_cast<int>(ymd.year()), static_cast<unsigned>(ymd.month()),
+                static_cast<unsigned>(ymd.day()), static_cast<long>(hms.hours().count()),
+                static_cast<long>(hms.minutes().count()), static_cast<long>(hms.seconds().count()),
+                static_cast<long>(hms.subseconds().count()));
+  return buf;
+}
+
+std::variant<Submission, SchemaViolation> parse_submission(std::string_view json,
+                                                           const SubmissionDefaults& defaults) {
+  rapidjson::Document doc;
+  if (auto violation = validate_json_text(json, "task_submission.schema.json", &doc)) {
+    return *violation;
+  }
+  Submission submission;
+  TaskSpec& spec = submission.spec;
+  spec.user_id = get_string(doc, "user_id");
+  spec.text = get_string(doc, "text");
+  if (count_code_points(spec.text) > defaults.max_text_chars) {
+    return SchemaViolation{
+        "/text", "text is longer than " + std::to_string(defaults.max_text_chars) + " characters"};
+  }
+  spec.model = get_string(doc, "model");
+  if (spec.model.empty())
+    spec.model = defaults.model;
+  if (auto tools = doc.FindMember("tools"); tools != doc.MemberEnd()) {
+    spec.tools.emplace();
+    for (const auto& tool : tools->value.GetArray())
+      spec.tools->emplace_back(tool.GetString());
+  }
+  spec.timeout_s = get_int(doc, "timeout_s", defaults.timeout_s);
+  spec.schedule_timeout_s = get_int(doc, "schedule_timeout_s", defaults.schedule_timeout_s);
+  spec.max_steps = get_int(doc, "max_steps", defaults.max_steps);
+  const std::string priority = get_string(doc, "priority");
+  spec.priority = priority.empty() ? defaults.priority : *parse_priority(priority);
+  spec.idempotency_key = get_string(doc, "idempotency_key");
+  spec.batch_id = get_string(doc, "batch_id");
+  spec.metadata.time_zone = defaults.time_zone;
+  spec.metadata.locale = defaults.locale;
+  if (auto metadata = doc.FindMember("metadata"); metadata != doc.MemberEnd()) {
+    spec.metadata.device_id = get_string(metadata->value, "device_id");
+    if (auto tz = get_string(metadata->value, "time_zone"); !tz.empty())
+      spec.metadata.time_zone = tz;
+    if (auto locale = get_string(metadata->value, "locale"); !locale.empty()) {
+      spec.metadata.locale = locale;
+    }
+  }
+  // Canonical form: the effective request, so "default model" and "model: <default>" agree.
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  key_string(w, "user_id", spec.user_id);
+  key_string(w, "text", spec.text);
+  key_string(w, "model", spec.model);
+  w.Key("tools");
+  if (spec.tools) {
+    w.StartArray();
+    for (const auto& tool : *spec.tools)
+      write_string(w, tool);
+    w.EndArray();
+  } else {
+    w.Null();
+  }
+  w.Key("timeout_s");
+  w.Int(spec.timeout_s);
+  w.Key("schedule_timeout_s");
+  w.Int(spec.schedule_timeout_s);
+  w.Key("max_steps");
+  w.Int(spec.max_steps);
+  key_string(w, "priority", to_string(spec.priority));
+  key_string(w, "batch_id", spec.batch_id);
+  key_string(w, "device_id", spec.metadata.device_id);
+  key_string(w, "time_zone", spec.metadata.time_zone);
+  key_string(w, "locale", spec.metadata.locale);
+  w.EndObject();
+  submission.canonical.assign(buffer.GetString(), buffer.GetSize());
+  return submission;
+}
+
+std::string dispatch_message_json(const DispatchMessage& message) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("version");
+  w.Int(1);
+  key_string(w, "task_id", message.task_id);
+  key_string(w, "user_id", message.user_id);
+  key_string(w, "priority", to_string(message.priority));
+  key_string(w, "dispatched_at", message.dispatched_at);
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+std::variant<DispatchMessage, SchemaViolation> parse_dispatch_message(std::string_view json) {
+  rapidjson::Document doc;
+  if (auto violation = validate_json_text(json, "dispatch_message.schema.json", &doc)) {
+    return *violation;
+  }
+  DispatchMessage message;
+  message.task_id = get_string(doc, "task_id");
+  message.user_id = get_string(doc, "user_id");
+  message.priority = *parse_priority(get_string(doc, "priority"));
+  message.dispatched_at = get_string(doc, "dispatched_at");
+  return message;
+}
+
+std::string result_event_json(const ResultEvent& event) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("version");
+  w.Int(1);
+  key_string(w, "task_id", event.task_id);
+  key_string(w, "user_id", event.user_id);
+  if (!event.batch_id.empty())
+    key_string(w, "batch_id", event.batch_id);
+  key_string(w, "status", to_string(event.status));
+  if (event.result) {
+    w.Key("result");
+    w.StartObject();
+    key_string(w, "type", to_string(event.result->type));
+    key_string(w, "message", event.result->message);
+    w.Key("options");
+    w.StartArray();
+    for (const auto& option : event.result->options)
+      write_string(w, option);
+    w.EndArray();
+    w.EndObject();
+  }
+  if (!event.error.empty())
+    key_string(w, "error", event.error);
+  w.Key("attempt");
+  w.Int(event.attempt);
+  w.Key("steps");
+  w.Int(event.steps);
+  w.Key("tool_calls");
+  w.Int(event.tool_calls);
+  w.Key("usage");
+  w.StartObject();
+  w.Key("input_tokens");
+  w.Int64(event.usage.input);
+  w.Key("cached_input_tokens");
+  w.Int64(event.usage.cached_input);
+  w.Key("output_tokens");
+  w.Int64(event.usage.output);
+  w.EndObject();
+  key_string(w, "cost", event.cost);
+  key_string(w, "currency", event.currency);
+  key_string(w, "finished_at", event.finished_at);
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+std::string progress_event_json(const ProgressEvent& event) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("version");
+  w.Int(1);
+  key_string(w, "task_id", event.task_id);
+  key_string(w, "user_id", event.user_id);
+  w.Key("seq");
+  w.Int(event.seq);
+  w.Key("attempt");
+  w.Int(event.attempt);
+  key_string(w, "event", event.event);
+  w.Key("step");
+  w.Int(event.step);
+  if (!event.tool.empty())
+    key_string(w, "tool", event.tool);
+  w.Key("data");
+  w.RawValue(event.data_json.data(), event.data_json.size(), rapidjson::kObjectType);
+  key_string(w, "at", event.at);
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+}  // namespace agentfleet::codec

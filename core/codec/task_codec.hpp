@@ -1,0 +1,81 @@
+#pragma once
+// JSON <-> task values for the submission (HTTP body and submit topic), the dispatch
+// message and the result event. Parsing validates against the schemas in schemas/ first,
+// so every error names the JSON path of the problem. Pure functions.
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "core/codec/json_schema.hpp"
+#include "core/domain/task.hpp"
+
+namespace agentfleet::codec {
+
+struct SubmissionDefaults {
+  std::string model;
+  int timeout_s = 30;
+  int schedule_timeout_s = 3600;
+  int max_steps = 10;
+  Priority priority = Priority::kInteractive;
+  std::string time_zone = "Asia/Shanghai";
+  std::string locale = "zh-CN";
+  std::size_t max_text_chars = 5000;  // Unicode code points
+};
+
+// A submission as parsed: the spec (without task_id) and a canonical form of the body for
+// idempotency comparisons (same key + same canonical body = the same request).
+struct Submission {
+  TaskSpec spec;
+  std::string canonical;
+};
+
+std::variant<Submission, SchemaViolation> parse_submission(std::string_view json,
+                                                           const SubmissionDefaults& defaults);
+
+struct DispatchMessage {
+  std::string task_id;
+  std::string user_id;
+  Priority priority = Priority::kInteractive;
+  std::string dispatched_at;
+};
+std::string dispatch_message_json(const DispatchMessage& message);
+std::variant<DispatchMessage, SchemaViolation> parse_dispatch_message(std::string_view json);
+
+struct ResultEvent {
+  std::string task_id;
+  std::string user_id;
+  std::string batch_id;
+  TaskStatus status = TaskStatus::kFailed;
+  std::optional<TaskResult> result;
+  std::string error;
+  int attempt = 0;
+  int steps = 0;
+  int tool_calls = 0;
+  TokenUsage usage;
+  std::string cost;  // "0.001234"
+  std::string currency;
+  std::string finished_at;
+};
+std::string result_event_json(const ResultEvent& event);
+
+struct ProgressEvent {
+  std::string task_id;
+  std::string user_id;
+  int seq = 0;
+  int attempt = 0;
+  std::string event;  // action | execution | delta | done | error
+  int step = 0;
+  std::string tool;
+  std::string data_json = "{}";  // an object
+  std::string at;
+};
+std::string progress_event_json(const ProgressEvent& event);
+
+// Unicode code points of UTF-8 text (invalid bytes count one each).
+std::size_t count_code_points(std::string_view utf8);
+// RFC 3339 UTC with milliseconds: "2026-11-22T03:04:05.123Z".
+std::string format_rfc3339(std::chrono::system_clock::time_point t);
+
+}  // namespace agentfleet::codec

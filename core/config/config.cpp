@@ -1,0 +1,848 @@
+#include "core/config/config.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <utility>
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <yaml-cpp/yaml.h>
+
+#include "core/codec/json_schema.hpp"
+
+namespace agentfleet::config {
+namespace {
+
+using rapidjson::SizeType;
+using rapidjson::Value;
+using Allocator = rapidjson::Document::AllocatorType;
+
+constexpr std::string_view kSchemaFile = "config.schema.json";
+constexpr int kMaxYamlDepth = 64;
+
+// A problem found while converting or reading the document: a JSON pointer and what is
+// wrong there. load_config_text adds the source name and the YAML line.
+struct Problem : std::runtime_error {
+  Problem(std::string where, const std::string& what)
+      : std::runtime_error(what), path(std::move(where)) {}
+  std::string path;
+};
+
+std::string escape_token(std::string_view token) {
+  std::string out;
+  for (char c : token) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// ---- Interpolation ----
+
+bool is_name_start(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+
+bool is_name_char(char c) {
+  return is_name_start(c) || (c >= '0' && c <= '9');
+}
+
+// ---- YAML -> JSON ----
+
+// Line (1-based) of the YAML node behind each JSON pointer, for error messages.
+using LineMap = std::map<std::string, int>;
+
+bool all_digits(std::string_view s, bool (*pred)(char)) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), pred);
+}
+
+bool is_dec(char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_oct(char c) {
+  return c >= '0' && c <= '7';
+}
+bool is_hex(char c) {
+  return is_dec(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+std::optional<std::int64_t> parse_int(std::string_view s, int base) {
+  std::int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, base);
+  if (ec != std::errc() || end != s.data() + s.size()) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+// YAML 1.2 core schema float: [-+]? ( \. [0-9]+ | [0-9]+ ( \. [0-9]* )? ) ( [eE] [-+]? [0-9]+ )?
+bool looks_like_float(std::string_view s) {
+  std::size_t i = 0;
+  if (i < s.size() && (s[i] == '-' || s[i] == '+')) {
+    ++i;
+  }
+  std::size_t int_digits = 0;
+  while (i < s.size() && is_dec(s[i])) {
+    ++i;
+    ++int_digits;
+  }
+  std::size_t frac_digits = 0;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    while (i < s.size() && is_dec(s[i])) {
+      ++i;
+      ++frac_digits;
+    }
+  }
+  if (int_digits == 0 && frac_digits == 0) {
+    return false;
+  }
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) {
+      ++i;
+    }
+    std::size_t exp_digits = 0;
+    while (i < s.size() && is_dec(s[i])) {
+      ++i;
+      ++exp_digits;
+    }
+    if (exp_digits == 0) {
+      return false;
+    }
+  }
+  return i == s.size();
+}
+
+// Plain scalars follow the YAML 1.2 core schema; quoted and block scalars (tag "!") and
+// explicit !!str stay strings, so "8080" and "2.00" are strings and 8080 is an integer.
+void scalar_to_json(const YAML::Node& node, Value& out, Allocator& alloc) {
+  const std::string& text = node.Scalar();
+  const std::string& tag = node.Tag();
+  if (tag == "!" || tag == "tag:yaml.org,2002:str") {
+    out.SetString(text.c_str(), static_cast<SizeType>(text.size()), alloc);
+    return;
+  }
+  std::string_view s = text;
+  if (s == "null" || s == "Null" || s == "NULL" || s == "~" || s.empty()) {
+    out.SetNull();
+    return;
+  }
+  if (s == "true" || s == "True" || s == "TRUE") {
+    out.SetBool(true);
+    return;
+  }
+  if (s == "false" || s == "False" || s == "FALSE") {
+    out.SetBool(false);
+    return;
+  }
+  std::optional<std::int64_t> integer;
+  if (s.size() > 2 && s.substr(0, 2) == "0x" && all_digits(s.substr(2), is_hex)) {
+    integer = parse_int(s.substr(2), 16);
+  } else if (s.size() > 2 && s.substr(0, 2) == "0o" && all_digits(s.substr(2), is_oct)) {
+    integer = parse_int(s.substr(2), 8);
+  } else {
+    std::string_view digits = s;
+    bool negative = false;
+    if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) {
+      negative = digits[0] == '-';
+      digits.remove_prefix(1);
+    }
+    if (all_digits(digits, is_dec)) {
+      integer = parse_int(negative ? s : digits, 10);
+    }
+  }
+  if (integer) {
+    out.SetInt64(*integer);
+    return;
+  }
+  if (looks_like_float(s)) {
+    double d = 0;
+    std::string_view digits = s[0] == '+' ? s.substr(1) : s;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), d);
+    if (ec == std::errc() && end == digits.data() + digits.size()) {
+      out.SetDouble(d);
+      return;
+    }
+  }
+  // Out-of-range numbers, .inf, .nan and everything else: a string (which the schema
+  // then refuses where a number is expected).
+  out.SetString(text.c_str(), static_cast<SizeType>(text.size()), alloc);
+}
+
+void yaml_to_json(const YAML::Node& node, Value& out, Allocator& alloc, const std::string& path,
+                  LineMap& lines, int depth) {
+  if (depth > kMaxYamlDepth) {
+    throw Problem(path, "nested too deeply");
+  }
+  switch (node.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      out.SetNull();
+      return;
+    case YAML::NodeType::Scalar:
+      scalar_to_json(node, out, alloc);
+      return;
+    case YAML::NodeType::Sequence: {
+      out.SetArray();
+      std::size_t index = 0;
+      for (const auto& item : node) {
+        std::string item_path = path + "/" + std::to_string(index++);
+        if (!item.Mark().is_null()) {
+          lines.emplace(item_path, item.Mark().line + 1);
+        }
+        Value v;
+        yaml_to_json(item, v, alloc, item_path, lines, depth + 1);
+        out.PushBack(v, alloc);
+      }
+      return;
+    }
+    case YAML::NodeType::Map: {
+      out.SetObject();
+      std::set<std::string> seen;
+      for (const auto& entry : node) {
+        const YAML::Node& key = entry.first;
+        if (!key.IsScalar()) {
+          throw Problem(path, "mapping keys must be plain strings");
+        }
+        const std::string& name = key.Scalar();
+        std::string key_path = path + "/" + escape_token(name);
+        if (!key.Mark().is_null()) {
+          lines.emplace(key_path, key.Mark().line + 1);
+        }
+        if (!seen.insert(name).second) {
+          throw Problem(key_path, "duplicate key '" + name + "'");
+        }
+        Value k(name.c_str(), static_cast<SizeType>(name.size()), alloc);
+        Value v;
+        yaml_to_json(entry.second, v, alloc, key_path, lines, depth + 1);
+        out.AddMember(k, v, alloc);
+      }
+      return;
+    }
+  }
+}
+
+// ---- Reading the validated document into the structs ----
+
+// A view of one JSON object of the document with its path; absent members keep the
+// defaults. The schema has already checked the types; a mismatch here means the schema and
+// this code disagree, which is reported like any other problem.
+class Section {
+ public:
+  Section(const Value* value, std::string where) : value_(value), path_(std::move(where)) {}
+
+  const std::string& path() const { return path_; }
+  std::string path(std::string_view key) const { return path_ + "/" + escape_token(key); }
+
+  const Value* get(const char* key) const {
+    if (value_ == nullptr || !value_->IsObject()) {
+      return nullptr;
+    }
+    auto it = value_->FindMember(key);
+    if (it == value_->MemberEnd() || it->value.IsNull()) {
+      return nullptr;
+    }
+    return &it->value;
+  }
+
+  Section child(const char* key) const { return Section(get(key), path(key)); }
+
+  void read(const char* key, std::string& out) const {
+    if (const Value* v = get(key)) {
+      if (!v->IsString()) {
+        throw Problem(path(key), "expected string");
+      }
+      out.assign(v->GetString(), v->GetStringLength());
+    }
+  }
+
+  void read(const char* key, int& out) const {
+    if (const Value* v = get(key)) {
+      if (!v->IsInt()) {
+        throw Problem(path(key), "expected an integer that fits in 32 bits");
+      }
+      out = v->GetInt();
+    }
+  }
+
+  void read(const char* key, std::int64_t& out) const {
+    if (const Value* v = get(key)) {
+      if (!v->IsInt64()) {
+        throw Problem(path(key), "expected integer");
+      }
+      out = v->GetInt64();
+    }
+  }
+
+  void read(const char* key, bool& out) const {
+    if (const Value* v = get(key)) {
+      if (!v->IsBool()) {
+        throw Problem(path(key), "expected boolean");
+      }
+      out = v->GetBool();
+    }
+  }
+
+  void read(const char* key, std::vector<std::string>& out) const {
+    if (const Value* v = get(key)) {
+      if (!v->IsArray()) {
+        throw Problem(path(key), "expected array");
+      }
+      out.clear();
+      for (SizeType i = 0; i < v->Size(); ++i) {
+        if (!(*v)[i].IsString()) {
+          throw Problem(path(key) + "/" + std::to_string(i), "expected string");
+        }
+        out.emplace_back((*v)[i].GetString(), (*v)[i].GetStringLength());
+      }
+    }
+  }
+
+  // Calls `fn(Section item)` for every element of the array `key`.
+  template <typename Fn>
+  void each(const char* key, Fn&& fn) const {
+    const Value* v = get(key);
+    if (v == nullptr) {
+      return;
+    }
+    if (!v->IsArray()) {
+      throw Problem(path(key), "expected array");
+    }
+    for (SizeType i = 0; i < v->Size(); ++i) {
+      fn(Section(&(*v)[i], path(key) + "/" + std::to_string(i)));
+    }
+  }
+
+ private:
+  const Value* value_;
+  std::string path_;
+};
+
+std::string json_text(const Value& v) {
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(sb);
+  v.Accept(writer);
+  return std::string(sb.GetString(), sb.GetSize());
+}
+
+bool valid_date(std::string_view s) {
+  if (s.size() != 10 || s[4] != '-' || s[7] != '-') {
+    return false;
+  }
+  auto year = parse_int(s.substr(0, 4), 10);
+  auto month = parse_int(s.substr(5, 2), 10);
+  auto day = parse_int(s.substr(8, 2), 10);
+  if (!year || !month || !day || *month < 1 || *month > 12 || *day < 1) {
+    return false;
+  }
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  bool leap = (*year % 4 == 0 && *year % 100 != 0) || *year % 400 == 0;
+  int max_day = kDays[*month - 1] + ((*month == 2 && leap) ? 1 : 0);
+  return *day <= max_day;
+}
+
+// Minutes since midnight of "HH:MM" (24:00 allowed as the end of the day).
+std::optional<int> minutes_of(std::string_view s) {
+  if (s.size() != 5 || s[2] != ':') {
+    return std::nullopt;
+  }
+  auto h = parse_int(s.substr(0, 2), 10);
+  auto m = parse_int(s.substr(3, 2), 10);
+  if (!h || !m || *h < 0 || *m < 0 || *m > 59 || *h > 24 || (*h == 24 && *m != 0)) {
+    return std::nullopt;
+  }
+  return static_cast<int>(*h * 60 + *m);
+}
+
+void read_postgres(const Section& s, PostgresConfig& out) {
+  s.read("url", out.url);
+  s.read("pool_size", out.pool_size);
+  s.read("statement_timeout_ms", out.statement_timeout_ms);
+  s.read("connect_timeout_s", out.connect_timeout_s);
+}
+
+void read_kafka(const Section& s, KafkaConfig& out) {
+  s.read("bootstrap_servers", out.bootstrap_servers);
+  s.read("client_id", out.client_id);
+  s.read("worker_group", out.worker_group);
+  s.read("dispatcher_group", out.dispatcher_group);
+  Section topics = s.child("topics");
+  topics.read("submit", out.topics.submit);
+  topics.read("dispatch", out.topics.dispatch);
+  topics.read("results", out.topics.results);
+  topics.read("events", out.topics.events);
+  topics.read("dlq", out.topics.dlq);
+  s.read("delivery_timeout_ms", out.delivery_timeout_ms);
+  if (const Value* props = s.get("properties")) {
+    if (!props->IsObject()) {
+      throw Problem(s.path("properties"), "expected object");
+    }
+    for (const auto& m : props->GetObject()) {
+      std::string key(m.name.GetString(), m.name.GetStringLength());
+      const Value& v = m.value;
+      if (v.IsString()) {
+        out.properties[key].assign(v.GetString(), v.GetStringLength());
+      } else if (v.IsBool()) {
+        out.properties[key] = v.GetBool() ? "true" : "false";
+      } else if (v.IsInt64()) {
+        out.properties[key] = std::to_string(v.GetInt64());
+      } else {
+        throw Problem(s.path("properties") + "/" + escape_token(key),
+                      "expected string, integer or boolean");
+      }
+    }
+  }
+  std::vector<std::pair<std::string, const std::string*>> names = {
+      {"submit", &out.topics.submit},
+      {"dispatch", &out.topics.dispatch},
+      {"results", &out.topics.results},
+      {"events", &out.topics.events},
+      {"dlq", &out.topics.dlq}};
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (*names[i].second == *names[j].second) {
+        throw Problem(s.path("topics") + "/" + names[i].first,
+                      "topic '" + *names[i].second + "' is also the " + names[j].first +
+                          " topic; each topic needs its own name");
+      }
+    }
+  }
+}
+
+void read_dispatcher(const Section& s, DispatcherConfig& out) {
+  Section http = s.child("http");
+  http.read("host", out.http.host);
+  http.read("port", out.http.port);
+  s.read("scheduler_interval_ms", out.scheduler_interval_ms);
+  s.read("scheduler_batch", out.scheduler_batch);
+  s.read("relay_interval_ms", out.relay_interval_ms);
+  s.read("relay_batch", out.relay_batch);
+  s.read("max_text_chars", out.max_text_chars);
+}
+
+void read_worker(const Section& s, WorkerConfig& out) {
+  s.read("id", out.id);
+  s.read("max_in_flight", out.max_in_flight);
+  s.read("lease_s", out.lease_s);
+  s.read("heartbeat_s", out.heartbeat_s);
+  s.read("db_threads", out.db_threads);
+  s.read("max_tool_calls_per_step", out.max_tool_calls_per_step);
+  s.read("trace_result_chars", out.trace_result_chars);
+  s.read("shutdown_grace_s", out.shutdown_grace_s);
+  if (out.heartbeat_s >= out.lease_s) {
+    throw Problem(s.path("heartbeat_s"), "must be less than lease_s (" +
+                                             std::to_string(out.lease_s) +
+                                             ") so a live worker keeps its leases");
+  }
+}
+
+void read_task_defaults(const Section& s, TaskDefaults& out) {
+  s.read("model", out.model);
+  s.read("timeout_s", out.timeout_s);
+  s.read("schedule_timeout_s", out.schedule_timeout_s);
+  s.read("max_steps", out.max_steps);
+  s.read("priority", out.priority);
+  s.read("time_zone", out.time_zone);
+  s.read("locale", out.locale);
+}
+
+void read_models(const Section& root, std::vector<ModelConfig>& out) {
+  root.each("models", [&](const Section& s) {
+    ModelConfig m;
+    s.read("name", m.name);
+    s.read("provider_model", m.provider_model);
+    s.read("protocol", m.protocol);
+    s.each("endpoints", [&](const Section& e) {
+      ModelEndpoint endpoint;
+      e.read("url", endpoint.url);
+      e.read("api_key", endpoint.api_key);
+      m.endpoints.push_back(std::move(endpoint));
+    });
+    s.read("call_timeout_s", m.call_timeout_s);
+    s.read("max_retries", m.max_retries);
+    s.read("context_window_tokens", m.context_window_tokens);
+    s.read("max_output_tokens", m.max_output_tokens);
+    if (m.endpoints.empty()) {
+      throw Problem(s.path("endpoints"), "a model needs at least one endpoint");
+    }
+    if (m.provider_model.empty()) {
+      m.provider_model = m.name;
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (out[i].name == m.name) {
+        throw Problem(s.path("name"), "duplicate model name '" + m.name + "' (also /models/" +
+                                          std::to_string(i) + ")");
+      }
+    }
+    out.push_back(std::move(m));
+  });
+  if (out.empty()) {
+    throw Problem("/models", "at least one model is required");
+  }
+}
+
+void read_tools(const Section& root, std::vector<ToolConfig>& out) {
+  root.each("tools", [&](const Section& s) {
+    ToolConfig t;
+    s.read("name", t.name);
+    s.read("description", t.description);
+    s.read("category", t.category);
+    s.read("url", t.url);
+    s.read("timeout_s", t.timeout_s);
+    s.read("idempotent", t.idempotent);
+    std::string permission = to_string(t.permission);
+    s.read("permission", permission);
+    auto parsed = parse_permission(permission);
+    if (!parsed) {
+      throw Problem(s.path("permission"),
+                    "must be one of read, write, execute, admin (got '" + permission + "')");
+    }
+    t.permission = *parsed;
+    const Value* params = s.get("parameters");
+    if (params == nullptr || !params->IsObject()) {
+      throw Problem(s.path("parameters"), "must be a JSON Schema object");
+    }
+    try {
+      codec::CompiledSchema compiled(*params);
+    } catch (const std::invalid_argument& e) {
+      throw Problem(s.path("parameters"), e.what());
+    }
+    t.parameters_schema = json_text(*params);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (out[i].name == t.name) {
+        throw Problem(s.path("name"), "duplicate tool name '" + t.name + "' (also /tools/" +
+                                          std::to_string(i) + ")");
+      }
+    }
+    out.push_back(std::move(t));
+  });
+}
+
+void read_billing(const Section& s, const std::vector<ModelConfig>& models, BillingConfig& out) {
+  s.read("time_zone", out.time_zone);
+  s.each("prices", [&](const Section& p) {
+    PriceConfig price;
+    p.read("model", price.model);
+    p.read("currency", price.currency);
+    p.read("effective_from", price.effective_from);
+    p.read("input_per_million", price.input_per_million);
+    p.read("cached_input_per_million", price.cached_input_per_million);
+    p.read("output_per_million", price.output_per_million);
+    p.each("windows", [&](const Section& w) {
+      PriceWindow window;
+      w.read("from", window.from);
+      w.read("to", window.to);
+      w.read("multiplier", window.multiplier);
+      auto from = minutes_of(window.from);
+      auto to = minutes_of(window.to);
+      if (!from || *from == 24 * 60) {
+        throw Problem(w.path("from"), "expected HH:MM between 00:00 and 23:59");
+      }
+      if (!to) {
+        throw Problem(w.path("to"), "expected HH:MM between 00:00 and 24:00");
+      }
+      if (*from == *to % (24 * 60)) {
+        throw Problem(w.path("to"), "a window must not be empty (from equals to)");
+      }
+      price.windows.push_back(std::move(window));
+    });
+    if (std::none_of(models.begin(), models.end(),
+                     [&](const ModelConfig& m) { return m.name == price.model; })) {
+      throw Problem(p.path("model"), "unknown model '" + price.model + "' (not in models)");
+    }
+    if (!valid_date(price.effective_from)) {
+      throw Problem(p.path("effective_from"),
+                    "'" + price.effective_from + "' is not a valid YYYY-MM-DD date");
+    }
+    for (const PriceConfig& other : out.prices) {
+      if (other.model == price.model && other.effective_from == price.effective_from) {
+        throw Problem(p.path("effective_from"), "model '" + price.model +
+                                                    "' already has a price effective from " +
+                                                    price.effective_from);
+      }
+    }
+    out.prices.push_back(std::move(price));
+  });
+}
+
+void read_react(const Section& s, ReactConfig& out) {
+  s.read("system_prompt", out.system_prompt);
+  Section markers = s.child("markers");
+  markers.read("action_completed", out.markers.action_completed);
+  markers.read("need_clarification", out.markers.need_clarification);
+  markers.read("error", out.markers.error);
+  markers.read("fallback", out.markers.fallback);
+}
+
+void read_tiers(const Section& root, std::vector<UserTierLimits>& out) {
+  root.each("tiers", [&](const Section& s) {
+    UserTierLimits t;
+    s.read("tier", t.tier);
+    s.read("max_concurrency", t.max_concurrency);
+    s.read("requests_per_minute", t.requests_per_minute);
+    s.read("tokens_per_minute", t.tokens_per_minute);
+    s.read("max_queued", t.max_queued);
+    s.read("monthly_budget", t.monthly_budget);
+    for (const UserTierLimits& other : out) {
+      if (other.tier == t.tier) {
+        throw Problem(s.path("tier"), "duplicate tier '" + t.tier + "'");
+      }
+    }
+    out.push_back(std::move(t));
+  });
+}
+
+Config read_config(const Value& doc) {
+  Config c;
+  Section root(&doc, "");
+  read_postgres(root.child("postgres"), c.postgres);
+  read_kafka(root.child("kafka"), c.kafka);
+  read_dispatcher(root.child("dispatcher"), c.dispatcher);
+  read_worker(root.child("worker"), c.worker);
+  read_task_defaults(root.child("task_defaults"), c.task_defaults);
+  read_models(root, c.models);
+  read_tools(root, c.tools);
+  read_billing(root.child("billing"), c.models, c.billing);
+  read_react(root.child("react"), c.react);
+  read_tiers(root, c.tiers);
+  Section metrics = root.child("metrics");
+  metrics.read("host", c.metrics.host);
+  metrics.read("port", c.metrics.port);
+
+  if (c.task_defaults.model.empty()) {
+    c.task_defaults.model = c.models.front().name;
+  } else if (c.find_model(c.task_defaults.model) == nullptr) {
+    throw Problem("/task_defaults/model",
+                  "unknown model '" + c.task_defaults.model + "' (not in models)");
+  }
+  return c;
+}
+
+// " (line N)" for the nearest node at or above `path` that has a known line.
+std::string line_suffix(const LineMap& lines, std::string path) {
+  while (!path.empty()) {
+    if (auto it = lines.find(path); it != lines.end()) {
+      return " (line " + std::to_string(it->second) + ")";
+    }
+    path.erase(path.rfind('/'));
+  }
+  return "";
+}
+
+[[noreturn]] void fail(const std::string& source, const std::string& path,
+                       const std::string& message, const LineMap& lines) {
+  throw ConfigError(source + ": " + (path.empty() ? "(root)" : path) + ": " + message +
+                    line_suffix(lines, path));
+}
+
+}  // namespace
+
+const ModelConfig* Config::find_model(const std::string& name) const {
+  for (const ModelConfig& m : models) {
+    if (m.name == name) {
+      return &m;
+    }
+  }
+  return nullptr;
+}
+
+const ToolConfig* Config::find_tool(const std::string& name) const {
+  for (const ToolConfig& t : tools) {
+    if (t.name == name) {
+      return &t;
+    }
+  }
+  return nullptr;
+}
+
+std::optional<std::string> process_environment(const std::string& name) {
+  if (const char* value = std::getenv(name.c_str())) {
+    return std::string(value);
+  }
+  return std::nullopt;
+}
+
+std::string interpolate(const std::string& text, EnvLookup lookup) {
+  if (lookup == nullptr) {
+    lookup = process_environment;
+  }
+  std::string out;
+  out.reserve(text.size());
+  int line = 1;
+  bool line_start = true;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    // A whole-line comment is copied as it is, so documentation such as "set ${FOO}" in a
+    // comment never needs FOO.
+    if (line_start) {
+      line_start = false;
+      std::size_t first = text.find_first_not_of(" \t", i);
+      if (first != std::string::npos && text[first] == '#') {
+        std::size_t end = text.find('\n', first);
+        end = end == std::string::npos ? text.size() : end;
+        out.append(text, i, end - i);
+        i = end;
+        continue;
+      }
+    }
+    char c = text[i];
+    if (c == '\n') {
+      out += c;
+      ++line;
+      line_start = true;
+      ++i;
+      continue;
+    }
+    if (c == '$' && text.compare(i, 3, "$${") == 0) {
+      out += "${";
+      i += 3;
+      continue;
+    }
+    if (c != '$' || text.compare(i, 2, "${") != 0) {
+      out += c;
+      ++i;
+      continue;
+    }
+    std::size_t close = text.find('}', i + 2);
+    std::size_t newline = text.find('\n', i + 2);
+    if (close == std::string::npos || (newline != std::string::npos && newline < close)) {
+      throw ConfigError("unterminated '${' at line " + std::to_string(line));
+    }
+    std::string_view body(text.data() + i + 2, close - i - 2);
+    std::size_t n = 0;
+    while (n < body.size() && is_name_char(body[n])) {
+      ++n;
+    }
+    std::string name(body.substr(0, n));
+    std::optional<std::string> fallback;
+    if (n < body.size() && body.substr(n, 2) == ":-") {
+      fallback = std::string(body.substr(n + 2));
+    } else if (n != body.size()) {
+      name.clear();
+    }
+    if (name.empty() || !is_name_start(name[0])) {
+      throw ConfigError("invalid reference '${" + std::string(body) + "}' at line " +
+                        std::to_string(line) +
+                        " (expected ${NAME} or ${NAME:-default}; write $${ for a literal ${)");
+    }
+    std::optional<std::string> value = lookup(name);
+    if (fallback && (!value || value->empty())) {
+      value = fallback;
+    }
+    if (!value) {
+      throw ConfigError("environment variable " + name + " is not set (used at line " +
+                        std::to_string(line) + ")");
+    }
+    out += *value;
+    i = close + 1;
+  }
+  return out;
+}
+
+Config load_config_text(const std::string& yaml_text, const std::string& source_name,
+                        EnvLookup lookup) {
+  std::string text;
+  try {
+    text = interpolate(yaml_text, lookup);
+  } catch (const ConfigError& e) {
+    throw ConfigError(source_name + ": " + e.what());
+  }
+
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    std::string where = e.mark.is_null() ? ""
+                                         : "line " + std::to_string(e.mark.line + 1) + ", column " +
+                                               std::to_string(e.mark.column + 1) + ": ";
+    throw ConfigError(source_name + ": invalid YAML: " + where + e.msg);
+  }
+
+  LineMap lines;
+  rapidjson::Document doc;
+  try {
+    yaml_to_json(root, doc, doc.GetAllocator(), "", lines, 0);
+  } catch (const Problem& p) {
+    fail(source_name, p.path, p.what(), lines);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(source_name + ": invalid YAML: " + e.msg);
+  }
+
+  std::optional<codec::SchemaViolation> violation;
+  try {
+    violation = codec::validate(doc, kSchemaFile);
+  } catch (const std::invalid_argument& e) {
+    // A broken embedded schema: a build problem, but still reported as a startup error.
+    throw ConfigError(source_name + ": cannot validate: " + e.what());
+  }
+  if (violation) {
+    fail(source_name, violation->path, violation->message, lines);
+  }
+
+  try {
+    Config config = read_config(doc);
+    config.source = source_name;
+    return config;
+  } catch (const Problem& p) {
+    fail(source_name, p.path, p.what(), lines);
+  }
+}
+
+Config load_config_file(const std::string& path, EnvLookup lookup) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ConfigError(path + ": cannot open: " + std::strerror(errno));
+  }
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) {
+    throw ConfigError(path + ": cannot read: " + std::strerror(errno));
+  }
+  return load_config_text(buffer.str(), path, lookup);
+}
+
+std::string to_string(Permission p) {
+  switch (p) {
+    case Permission::kRead:
+      return "read";
+    case Permission::kWrite:
+      return "write";
+    case Permission::kExecute:
+      return "execute";
+    case Permission::kAdmin:
+      return "admin";
+  }
+  return "read";
+}
+
+std::optional<Permission> parse_permission(const std::string& text) {
+  if (text == "read") {
+    return Permission::kRead;
+  }
+  if (text == "write") {
+    return Permission::kWrite;
+  }
+  if (text == "execute") {
+    return Permission::kExecute;
+  }
+  if (text == "admin") {
+    return Permission::kAdmin;
+  }
+  return std::nullopt;
+}
+
+}  // namespace agentfleet::config

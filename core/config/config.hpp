@@ -1,0 +1,194 @@
+#pragma once
+// The configuration both binaries read: one YAML file, `${VAR}` / `${VAR:-default}`
+// interpolated, converted to JSON, validated against schemas/config.schema.json, then
+// turned into these plain structs with their defaults. Everything below the loader takes
+// these structs and never sees YAML. Immutable once loaded; safe to share across threads.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace agentfleet::config {
+
+// Thrown by the loader; `what()` names the file and the JSON path of the problem
+// (for example "config/agentfleet.yaml: /kafka/topics/results: expected string").
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct PostgresConfig {
+  std::string url;    // libpq connection string or URI
+  int pool_size = 8;  // connections (and threads) per process
+  int statement_timeout_ms = 5000;
+  int connect_timeout_s = 5;
+};
+
+struct KafkaTopics {
+  std::string submit = "agent.tasks.submit";
+  std::string dispatch = "agent.tasks.dispatch";
+  std::string results = "agent.tasks.results";
+  std::string events = "agent.tasks.events";
+  std::string dlq = "agent.tasks.dlq";
+};
+
+struct KafkaConfig {
+  std::string bootstrap_servers;
+  std::string client_id = "agentfleet";
+  std::string worker_group = "agentfleet-workers";
+  std::string dispatcher_group = "agentfleet-dispatchers";
+  KafkaTopics topics;
+  int delivery_timeout_ms = 30000;
+  // Extra librdkafka properties passed through verbatim (security.protocol, sasl.*, ...).
+  std::map<std::string, std::string> properties;
+};
+
+struct HttpListen {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+};
+
+struct DispatcherConfig {
+  HttpListen http;
+  int scheduler_interval_ms = 50;
+  int scheduler_batch = 200;
+  int relay_interval_ms = 50;
+  int relay_batch = 500;
+  int max_text_chars = 5000;
+};
+
+struct WorkerConfig {
+  std::string id;  // defaults to "<hostname>-<pid>" when empty
+  int max_in_flight = 2000;
+  int lease_s = 30;
+  int heartbeat_s = 10;
+  int db_threads = 4;
+  int max_tool_calls_per_step = 5;
+  int trace_result_chars = 500;
+  int shutdown_grace_s = 30;
+};
+
+struct TaskDefaults {
+  std::string model;  // the first model when empty
+  int timeout_s = 30;
+  int schedule_timeout_s = 3600;
+  int max_steps = 10;
+  std::string priority = "interactive";
+  std::string time_zone = "Asia/Shanghai";
+  std::string locale = "zh-CN";
+};
+
+struct ModelEndpoint {
+  std::string url;      // full URL of the chat completions endpoint
+  std::string api_key;  // empty: no Authorization header
+};
+
+struct ModelConfig {
+  std::string name;                           // what tasks ask for
+  std::string provider_model;                 // the "model" sent to the endpoint; name when empty
+  std::string protocol = "function_calling";  // or "react_json"
+  std::vector<ModelEndpoint> endpoints;       // at least one
+  int call_timeout_s = 60;
+  int max_retries = 3;
+  int context_window_tokens = 32000;
+  int max_output_tokens = 1024;
+};
+
+enum class Permission { kRead, kWrite, kExecute, kAdmin };
+
+struct ToolConfig {
+  std::string name;
+  std::string description;
+  std::string category;
+  std::string url;  // POST target; the arguments are the JSON body
+  int timeout_s = 60;
+  bool idempotent = false;
+  Permission permission = Permission::kRead;
+  std::string parameters_schema;  // JSON Schema of the arguments, serialized JSON text
+};
+
+struct PriceWindow {
+  std::string from;              // "HH:MM" local time of the price table's zone
+  std::string to;                // "HH:MM", exclusive; may wrap past midnight
+  std::string multiplier = "1";  // decimal string, e.g. "0.5" for off-peak half price
+};
+
+struct PriceConfig {
+  std::string model;
+  std::string currency = "CNY";
+  std::string effective_from;  // "YYYY-MM-DD" (start of day in the price table's zone)
+  // Decimal strings per million tokens; parsed exactly by billing, never as double.
+  std::string input_per_million = "0";
+  std::string cached_input_per_million = "0";
+  std::string output_per_million = "0";
+  std::vector<PriceWindow> windows;
+};
+
+struct BillingConfig {
+  std::string time_zone = "Asia/Shanghai";  // zone of effective_from dates and windows
+  std::vector<PriceConfig> prices;
+};
+
+struct ResultMarkers {
+  std::vector<std::string> action_completed = {"✅"};
+  std::vector<std::string> need_clarification = {"⚠️"};
+  std::vector<std::string> error = {"❌"};
+  std::string fallback = "action_completed";  // result type when no marker matches
+};
+
+struct ReactConfig {
+  std::string system_prompt;  // template; empty selects the built-in prompt
+  ResultMarkers markers;
+};
+
+struct UserTierLimits {
+  std::string tier;
+  int max_concurrency = 5;
+  int requests_per_minute = 100;
+  std::int64_t tokens_per_minute = 200000;
+  int max_queued = 10000;
+  std::string monthly_budget = "0";  // decimal; "0" means unlimited
+};
+
+struct MetricsConfig {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: no metrics listener
+};
+
+struct Config {
+  std::string source;  // path the configuration was read from
+  PostgresConfig postgres;
+  KafkaConfig kafka;
+  DispatcherConfig dispatcher;
+  WorkerConfig worker;
+  TaskDefaults task_defaults;
+  std::vector<ModelConfig> models;
+  std::vector<ToolConfig> tools;
+  BillingConfig billing;
+  ReactConfig react;
+  std::vector<UserTierLimits> tiers;
+  MetricsConfig metrics;
+
+  const ModelConfig* find_model(const std::string& name) const;
+  const ToolConfig* find_tool(const std::string& name) const;
+};
+
+// Replaces `${VAR}` and `${VAR:-default}` in `text` from `lookup` (the environment by
+// default). `$${` is a literal `${`. An unset variable without a default is an error
+// naming the variable.
+using EnvLookup = std::optional<std::string> (*)(const std::string& name);
+std::optional<std::string> process_environment(const std::string& name);
+std::string interpolate(const std::string& text, EnvLookup lookup = process_environment);
+
+// Reads, interpolates, validates and converts. Throws ConfigError.
+Config load_config_file(const std::string& path, EnvLookup lookup = process_environment);
+Config load_config_text(const std::string& yaml_text, const std::string& source_name,
+                        EnvLookup lookup = process_environment);
+
+std::string to_string(Permission p);
+std::optional<Permission> parse_permission(const std::string& text);
+
+}  // namespace agentfleet::config

@@ -1,0 +1,529 @@
+#include "core/config/config.hpp"
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+namespace agentfleet::config {
+namespace {
+
+const std::string kDefaultFile = std::string(AGENTFLEET_SOURCE_DIR) + "/config/agentfleet.yaml";
+const std::string kProductionFile =
+    std::string(AGENTFLEET_SOURCE_DIR) + "/config/production.example.yaml";
+
+// EnvLookup is a plain function pointer, so the fake environment is a static map that each
+// test sets up through the fixture.
+std::map<std::string, std::string>& fake_env() {
+  static std::map<std::string, std::string> env;
+  return env;
+}
+
+std::optional<std::string> fake_lookup(const std::string& name) {
+  auto it = fake_env().find(name);
+  if (it == fake_env().end()) {
+    return std::nullopt;
+  }
+  return it->second;
+}
+
+// The smallest valid configuration; tests append to it or replace parts of it.
+const std::string kMinimal = R"(
+postgres:
+  url: postgresql://localhost/agentfleet
+kafka:
+  bootstrap_servers: 127.0.0.1:9092
+models:
+  - name: m1
+    endpoints:
+      - url: http://127.0.0.1:8090/v1/chat/completions
+)";
+
+const std::string kTool = R"(
+  - name: t1
+    description: A tool.
+    url: http://127.0.0.1:8091/tools/t1
+    parameters:
+      type: object
+      properties: {}
+)";
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override { fake_env().clear(); }
+  void TearDown() override { fake_env().clear(); }
+
+  static Config load(const std::string& yaml) {
+    return load_config_text(yaml, "test.yaml", fake_lookup);
+  }
+
+  // The message of the ConfigError that loading `yaml` throws.
+  static std::string error_of(const std::string& yaml) {
+    try {
+      load(yaml);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "expected a ConfigError for:\n" << yaml;
+    return "";
+  }
+};
+
+#define EXPECT_CONTAINS(haystack, needle)                          \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
+      << "expected to find \"" << (needle) << "\" in \"" << (haystack) << "\""
+
+TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
+  Config c = load_config_file(kDefaultFile, fake_lookup);
+  EXPECT_EQ(c.source, kDefaultFile);
+  EXPECT_EQ(c.postgres.url, "postgresql://postgres@127.0.0.1:5432/agentfleet");
+  EXPECT_EQ(c.postgres.pool_size, 8);
+  EXPECT_EQ(c.kafka.bootstrap_servers, "127.0.0.1:9092");
+  EXPECT_EQ(c.kafka.topics.dispatch, "agent.tasks.dispatch");
+  EXPECT_TRUE(c.kafka.properties.empty());
+  EXPECT_EQ(c.dispatcher.http.port, 8080);
+  EXPECT_EQ(c.dispatcher.max_text_chars, 5000);
+  EXPECT_EQ(c.worker.id, "");
+  EXPECT_EQ(c.worker.max_tool_calls_per_step, 5);
+  EXPECT_EQ(c.worker.trace_result_chars, 500);
+  EXPECT_EQ(c.metrics.port, 0);
+
+  EXPECT_EQ(c.task_defaults.model, "sim-model");
+  EXPECT_EQ(c.task_defaults.timeout_s, 30);
+  EXPECT_EQ(c.task_defaults.max_steps, 10);
+
+  ASSERT_EQ(c.models.size(), 1u);
+  const ModelConfig* model = c.find_model("sim-model");
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->protocol, "function_calling");
+  EXPECT_EQ(model->call_timeout_s, 60);
+  ASSERT_EQ(model->endpoints.size(), 1u);
+  EXPECT_EQ(model->endpoints[0].url, "http://127.0.0.1:8090/v1/chat/completions");
+  EXPECT_EQ(model->endpoints[0].api_key, "");
+  EXPECT_EQ(c.find_model("nope"), nullptr);
+
+  ASSERT_EQ(c.billing.prices.size(), 1u);
+  const PriceConfig& price = c.billing.prices[0];
+  EXPECT_EQ(price.model, "sim-model");
+  EXPECT_EQ(price.currency, "CNY");
+  EXPECT_EQ(price.effective_from, "2026-01-01");
+  EXPECT_EQ(price.input_per_million, "2.00");
+  EXPECT_EQ(price.cached_input_per_million, "0.50");
+  EXPECT_EQ(price.output_per_million, "8.00");
+  ASSERT_EQ(price.windows.size(), 1u);
+  EXPECT_EQ(price.windows[0].from, "00:30");
+  EXPECT_EQ(price.windows[0].to, "08:30");
+  EXPECT_EQ(price.windows[0].multiplier, "0.5");
+
+  ASSERT_EQ(c.tiers.size(), 3u);
+  EXPECT_EQ(c.tiers[0].tier, "free");
+  EXPECT_EQ(c.tiers[0].max_concurrency, 2);
+  EXPECT_EQ(c.tiers[0].requests_per_minute, 20);
+  EXPECT_EQ(c.tiers[1].tier, "standard");
+  EXPECT_EQ(c.tiers[1].max_concurrency, 5);
+  EXPECT_EQ(c.tiers[1].requests_per_minute, 100);
+  EXPECT_EQ(c.tiers[2].tier, "batch");
+  EXPECT_EQ(c.tiers[2].max_concurrency, 10);
+  EXPECT_EQ(c.tiers[2].requests_per_minute, 600);
+  EXPECT_EQ(c.tiers[2].tokens_per_minute, 200000);  // default
+  EXPECT_EQ(c.tiers[2].monthly_budget, "0");
+
+  ASSERT_EQ(c.tools.size(), 6u);
+  const char* const names[] = {"search_items", "create_item",   "update_item",
+                               "delete_item",  "complete_todo", "get_event_groups"};
+  for (const char* name : names) {
+    const ToolConfig* tool = c.find_tool(name);
+    ASSERT_NE(tool, nullptr) << name;
+    EXPECT_EQ(tool->url, std::string("http://127.0.0.1:8091/tools/") + name);
+    EXPECT_EQ(tool->timeout_s, 60);
+    rapidjson::Document params;
+    params.Parse(tool->parameters_schema.c_str());
+    ASSERT_FALSE(params.HasParseError()) << name;
+    EXPECT_STREQ(params["type"].GetString(), "object") << name;
+  }
+  const ToolConfig* search = c.find_tool("search_items");
+  EXPECT_EQ(search->permission, Permission::kRead);
+  EXPECT_TRUE(search->idempotent);
+  const ToolConfig* create = c.find_tool("create_item");
+  EXPECT_EQ(create->permission, Permission::kWrite);
+  EXPECT_FALSE(create->idempotent);
+  rapidjson::Document create_params;
+  create_params.Parse(create->parameters_schema.c_str());
+  ASSERT_TRUE(create_params["required"].IsArray());
+  EXPECT_EQ(create_params["required"].Size(), 3u);
+  EXPECT_EQ(create_params["properties"]["time_segment"]["enum"].Size(), 7u);
+  EXPECT_EQ(c.find_tool("nope"), nullptr);
+
+  EXPECT_EQ(c.react.markers.fallback, "action_completed");
+  EXPECT_EQ(c.react.markers.action_completed, std::vector<std::string>{"✅"});
+}
+
+TEST_F(ConfigTest, DefaultFileTakesOverridesFromTheEnvironment) {
+  fake_env() = {{"AGENTFLEET_DISPATCHER_PORT", "18080"},
+                {"AGENTFLEET_WORKER_ID", "worker-7"},
+                {"LLM_SIM_PORT", "19090"},
+                {"LLM_API_KEY", "sk-test"},
+                {"TOOL_SIM_URL", "http://tools:9000"},
+                {"AGENTFLEET_METRICS_PORT", "9464"}};
+  Config c = load_config_file(kDefaultFile, fake_lookup);
+  EXPECT_EQ(c.dispatcher.http.port, 18080);
+  EXPECT_EQ(c.worker.id, "worker-7");
+  EXPECT_EQ(c.models[0].endpoints[0].url, "http://127.0.0.1:19090/v1/chat/completions");
+  EXPECT_EQ(c.models[0].endpoints[0].api_key, "sk-test");
+  EXPECT_EQ(c.find_tool("delete_item")->url, "http://tools:9000/tools/delete_item");
+  EXPECT_EQ(c.metrics.port, 9464);
+}
+
+TEST_F(ConfigTest, ProductionExampleLoadsWithItsEnvironment) {
+  fake_env() = {{"AGENTFLEET_PG_URL", "postgresql://agentfleet@pg:5432/agentfleet"},
+                {"KAFKA_BOOTSTRAP_SERVERS", "b1:9093,b2:9093"},
+                {"KAFKA_USERNAME", "svc-agentfleet"},
+                {"KAFKA_PASSWORD", "s3cret: with # odd chars"},
+                {"DEEPSEEK_API_KEY", "sk-deepseek"},
+                {"LLM_GATEWAY_URL", "https://llm-gw.internal"},
+                {"LLM_GATEWAY_API_KEY", "sk-gateway"},
+                {"TOOLS_BASE_URL", "https://tools.internal"}};
+  Config c = load_config_file(kProductionFile, fake_lookup);
+  EXPECT_EQ(c.postgres.url, "postgresql://agentfleet@pg:5432/agentfleet");
+  EXPECT_EQ(c.kafka.bootstrap_servers, "b1:9093,b2:9093");
+  EXPECT_EQ(c.kafka.properties.at("security.protocol"), "SASL_SSL");
+  EXPECT_EQ(c.kafka.properties.at("sasl.username"), "svc-agentfleet");
+  EXPECT_EQ(c.kafka.properties.at("sasl.password"), "s3cret: with # odd chars");
+  EXPECT_EQ(c.kafka.properties.at("enable.idempotence"), "true");
+  EXPECT_EQ(c.worker.id, "");
+  ASSERT_EQ(c.models.size(), 2u);
+  EXPECT_EQ(c.task_defaults.model, "deepseek-chat");
+  const ModelConfig* deepseek = c.find_model("deepseek-chat");
+  ASSERT_NE(deepseek, nullptr);
+  ASSERT_EQ(deepseek->endpoints.size(), 2u);
+  EXPECT_EQ(deepseek->endpoints[0].url, "https://api.deepseek.com/chat/completions");
+  EXPECT_EQ(deepseek->endpoints[0].api_key, "sk-deepseek");
+  EXPECT_EQ(deepseek->endpoints[1].url, "https://llm-gw.internal/v1/chat/completions");
+  EXPECT_EQ(deepseek->endpoints[1].api_key, "sk-gateway");
+  const ModelConfig* mini = c.find_model("gpt-4o-mini");
+  ASSERT_NE(mini, nullptr);
+  EXPECT_EQ(mini->provider_model, "gpt-4o-mini");  // the name when not given
+  EXPECT_EQ(c.billing.prices.size(), 2u);
+  EXPECT_EQ(c.billing.prices[1].currency, "USD");
+  EXPECT_EQ(c.tools.size(), 6u);
+  EXPECT_EQ(c.find_tool("create_item")->url, "https://tools.internal/tools/create_item");
+  EXPECT_EQ(c.metrics.port, 9464);
+
+  // Without its environment it names the first missing variable.
+  fake_env().erase("KAFKA_PASSWORD");
+  try {
+    load_config_file(kProductionFile, fake_lookup);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_CONTAINS(e.what(), "environment variable KAFKA_PASSWORD is not set (used at line");
+    EXPECT_CONTAINS(e.what(), kProductionFile);
+  }
+}
+
+TEST_F(ConfigTest, MinimalConfigGetsTheDefaults) {
+  Config c = load(kMinimal);
+  EXPECT_EQ(c.source, "test.yaml");
+  EXPECT_EQ(c.postgres.pool_size, 8);
+  EXPECT_EQ(c.kafka.client_id, "agentfleet");
+  EXPECT_EQ(c.kafka.topics.results, "agent.tasks.results");
+  EXPECT_EQ(c.kafka.delivery_timeout_ms, 30000);
+  EXPECT_EQ(c.dispatcher.http.host, "127.0.0.1");
+  EXPECT_EQ(c.dispatcher.http.port, 8080);
+  EXPECT_EQ(c.worker.lease_s, 30);
+  EXPECT_EQ(c.task_defaults.model, "m1");  // the first model
+  EXPECT_EQ(c.task_defaults.priority, "interactive");
+  EXPECT_EQ(c.models[0].provider_model, "m1");
+  EXPECT_EQ(c.models[0].max_retries, 3);
+  EXPECT_TRUE(c.tools.empty());
+  EXPECT_TRUE(c.tiers.empty());
+  EXPECT_EQ(c.billing.time_zone, "Asia/Shanghai");
+  EXPECT_EQ(c.react.markers.error, std::vector<std::string>{"❌"});
+  EXPECT_EQ(c.metrics.port, 0);
+}
+
+TEST_F(ConfigTest, UnknownKeyIsRefusedWithItsPath) {
+  std::string msg = error_of(R"(
+postgres: {url: x}
+kafka:
+  bootstrap_servers: b
+  topicz:
+    results: r
+models: [{name: m, endpoints: [{url: "http://h/x"}]}]
+)");
+  EXPECT_CONTAINS(msg, "test.yaml: /kafka/topicz: unknown key 'topicz'");
+  EXPECT_CONTAINS(msg, "(line 5)");
+}
+
+TEST_F(ConfigTest, UnknownKeyInsideAToolIsRefusedWithItsPath) {
+  std::string msg = error_of(kMinimal + "tools:" + kTool + kTool + "    timeoutt: 5\n");
+  // The duplicate name would also be wrong, but the schema runs first.
+  EXPECT_CONTAINS(msg, "/tools/1/timeoutt: unknown key 'timeoutt'");
+}
+
+TEST_F(ConfigTest, WrongTypeIsRefusedWithItsPath) {
+  std::string msg = error_of(R"(
+postgres: {url: x, pool_size: many}
+kafka: {bootstrap_servers: b}
+models: [{name: m, endpoints: [{url: "http://h/x"}]}]
+)");
+  EXPECT_CONTAINS(msg, "test.yaml: /postgres/pool_size: expected integer, got string");
+
+  msg = error_of(kMinimal + "dispatcher:\n  http:\n    port: \"8080\"\n");
+  EXPECT_CONTAINS(msg, "/dispatcher/http/port: expected integer, got string");
+
+  msg = error_of(kMinimal + "dispatcher:\n  http:\n    port: 70000\n");
+  EXPECT_CONTAINS(msg, "/dispatcher/http/port: must be <= 65535");
+}
+
+TEST_F(ConfigTest, MissingRequiredKeyIsNamed) {
+  std::string msg = error_of(R"(
+postgres: {url: x}
+kafka: {client_id: c}
+models: [{name: m, endpoints: [{url: "http://h/x"}]}]
+)");
+  EXPECT_CONTAINS(msg, "test.yaml: /kafka: missing required key 'bootstrap_servers'");
+}
+
+TEST_F(ConfigTest, UnsetVariableIsAnErrorNamingIt) {
+  try {
+    interpolate("a: 1\nb: ${NOT_SET_ANYWHERE}\n", fake_lookup);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "environment variable NOT_SET_ANYWHERE is not set (used at line 2)");
+  }
+  std::string msg = error_of(kMinimal + "metrics:\n  host: ${METRICS_HOST}\n");
+  EXPECT_CONTAINS(msg, "test.yaml: environment variable METRICS_HOST is not set (used at line");
+}
+
+TEST_F(ConfigTest, InterpolationDefaultsAndLiterals) {
+  fake_env() = {{"SET", "value"}, {"EMPTY", ""}};
+  EXPECT_EQ(interpolate("${SET} ${SET:-other}", fake_lookup), "value value");
+  EXPECT_EQ(interpolate("${UNSET:-fallback} ${EMPTY:-fallback}", fake_lookup), "fallback fallback");
+  EXPECT_EQ(interpolate("[${UNSET:-}]", fake_lookup), "[]");
+  EXPECT_EQ(interpolate("[${EMPTY}]", fake_lookup), "[]");
+  EXPECT_EQ(interpolate("url: http://h:${UNSET:-80}/x", fake_lookup), "url: http://h:80/x");
+  EXPECT_EQ(interpolate("a: $${SET} and $$ and $x", fake_lookup), "a: ${SET} and $$ and $x");
+  EXPECT_EQ(interpolate("# a comment may mention ${UNSET}\nx: ${SET}", fake_lookup),
+            "# a comment may mention ${UNSET}\nx: value");
+  EXPECT_THROW(interpolate("x: ${UNTERMINATED", fake_lookup), ConfigError);
+  EXPECT_THROW(interpolate("x: ${BAD-NAME}", fake_lookup), ConfigError);
+  EXPECT_THROW(interpolate("x: ${}", fake_lookup), ConfigError);
+}
+
+TEST_F(ConfigTest, LiteralDollarBraceSurvivesIntoValues) {
+  Config c = load(kMinimal + "react:\n  system_prompt: \"Use $${name} here\"\n");
+  EXPECT_EQ(c.react.system_prompt, "Use ${name} here");
+}
+
+TEST_F(ConfigTest, InterpolatedIntegerIsAnInteger) {
+  fake_env() = {{"PORT", "9999"}};
+  Config c = load(kMinimal +
+                  "dispatcher:\n  http:\n    port: ${PORT}\n"
+                  "metrics:\n  port: ${METRICS_PORT:-9100}\n");
+  EXPECT_EQ(c.dispatcher.http.port, 9999);
+  EXPECT_EQ(c.metrics.port, 9100);
+
+  fake_env() = {{"PORT", "eighty"}};
+  EXPECT_CONTAINS(error_of(kMinimal + "dispatcher:\n  http:\n    port: ${PORT}\n"),
+                  "/dispatcher/http/port: expected integer, got string");
+}
+
+TEST_F(ConfigTest, ScalarsFollowTheYamlCoreSchema) {
+  // Unquoted true is a boolean, so a string field refuses it; quoted it is a string.
+  EXPECT_CONTAINS(error_of(kMinimal + "worker:\n  id: true\n"),
+                  "/worker/id: expected string, got boolean");
+  EXPECT_EQ(load(kMinimal + "worker:\n  id: \"true\"\n").worker.id, "true");
+  EXPECT_EQ(load(kMinimal + "worker:\n  id: 'w-1'\n").worker.id, "w-1");
+  // yes/no are plain strings in YAML 1.2.
+  EXPECT_EQ(load(kMinimal + "worker:\n  id: yes\n").worker.id, "yes");
+  // A number where a string is expected is refused rather than silently converted.
+  EXPECT_CONTAINS(error_of(kMinimal + "worker:\n  id: 12345\n"),
+                  "/worker/id: expected string, got integer");
+  EXPECT_EQ(load(kMinimal + "worker:\n  id: \"12345\"\n").worker.id, "12345");
+  // A float where an integer is expected.
+  EXPECT_CONTAINS(error_of(kMinimal + "worker:\n  lease_s: 1.5\n"),
+                  "/worker/lease_s: expected integer, got number");
+  // Hex integers are integers.
+  EXPECT_EQ(load(kMinimal + "worker:\n  lease_s: 0x40\n").worker.lease_s, 64);
+  // An empty value is null, which a string field refuses.
+  EXPECT_CONTAINS(error_of(kMinimal + "worker:\n  id:\n"), "/worker/id: expected string, got null");
+}
+
+TEST_F(ConfigTest, PricesMustBeQuotedDecimalStrings) {
+  const std::string price = R"(
+billing:
+  prices:
+    - model: m1
+      effective_from: "2026-01-01"
+      input_per_million: )";
+  EXPECT_CONTAINS(error_of(kMinimal + price + "2.00\n"),
+                  "/billing/prices/0/input_per_million: expected string, got number");
+  EXPECT_CONTAINS(error_of(kMinimal + price + "\"2,00\"\n"),
+                  "/billing/prices/0/input_per_million: \"2,00\" does not match the pattern");
+  EXPECT_EQ(load(kMinimal + price + "\"2.00\"\n").billing.prices[0].input_per_million, "2.00");
+}
+
+TEST_F(ConfigTest, SemanticChecksOnPrices) {
+  EXPECT_CONTAINS(error_of(kMinimal + R"(
+billing:
+  prices:
+    - {model: other, effective_from: "2026-01-01"}
+)"),
+                  "/billing/prices/0/model: unknown model 'other'");
+  EXPECT_CONTAINS(error_of(kMinimal + R"(
+billing:
+  prices:
+    - {model: m1, effective_from: "2026-02-30"}
+)"),
+                  "/billing/prices/0/effective_from: '2026-02-30' is not a valid YYYY-MM-DD date");
+  EXPECT_CONTAINS(error_of(kMinimal + R"(
+billing:
+  prices:
+    - {model: m1, effective_from: "2026-01-01"}
+    - {model: m1, effective_from: "2026-01-01"}
+)"),
+                  "/billing/prices/1/effective_from: model 'm1' already has a price");
+  EXPECT_CONTAINS(error_of(kMinimal + R"(
+billing:
+  prices:
+    - model: m1
+      effective_from: "2026-01-01"
+      windows: [{from: "25:00", to: "08:00", multiplier: "0.5"}]
+)"),
+                  "/billing/prices/0/windows/0/from: \"25:00\" does not match the pattern");
+  EXPECT_CONTAINS(error_of(kMinimal + R"(
+billing:
+  prices:
+    - model: m1
+      effective_from: "2026-01-01"
+      windows: [{from: "08:00", to: "08:00", multiplier: "0.5"}]
+)"),
+                  "/billing/prices/0/windows/0/to: a window must not be empty");
+  Config c = load(kMinimal + R"(
+billing:
+  prices:
+    - model: m1
+      effective_from: "2024-02-29"
+      windows: [{from: "22:00", to: "24:00", multiplier: "0.8"}, {from: "23:00", to: "07:00", multiplier: "0.5"}]
+)");
+  EXPECT_EQ(c.billing.prices[0].windows.size(), 2u);
+  EXPECT_EQ(c.billing.prices[0].currency, "CNY");
+}
+
+TEST_F(ConfigTest, ToolParametersMustBeAnObjectSchema) {
+  std::string bad = R"(
+tools:
+  - name: t1
+    description: A tool.
+    url: http://127.0.0.1:8091/tools/t1
+    parameters: [a, b]
+)";
+  EXPECT_CONTAINS(error_of(kMinimal + bad), "/tools/0/parameters: expected object, got array");
+
+  std::string no_type = R"(
+tools:
+  - name: t1
+    description: A tool.
+    url: http://127.0.0.1:8091/tools/t1
+    parameters: {properties: {}}
+)";
+  EXPECT_CONTAINS(error_of(kMinimal + no_type), "/tools/0/parameters: missing required key 'type'");
+
+  std::string bad_pattern = R"(
+tools:
+  - name: t1
+    description: A tool.
+    url: http://127.0.0.1:8091/tools/t1
+    parameters:
+      type: object
+      properties:
+        d: {type: string, pattern: '^(\d+$'}
+)";
+  std::string msg = error_of(kMinimal + bad_pattern);
+  EXPECT_CONTAINS(msg, "/tools/0/parameters: ");
+  EXPECT_CONTAINS(msg, "/properties/d");
+  EXPECT_CONTAINS(msg, "is not a valid regular expression");
+}
+
+TEST_F(ConfigTest, DuplicateNamesAreRefused) {
+  EXPECT_CONTAINS(error_of(kMinimal + "tools:" + kTool + kTool),
+                  "/tools/1/name: duplicate tool name 't1' (also /tools/0)");
+  EXPECT_CONTAINS(error_of(kMinimal + "  - name: m1\n    endpoints: [{url: \"http://h/y\"}]\n"),
+                  "/models/1/name: duplicate model name 'm1' (also /models/0)");
+  EXPECT_CONTAINS(error_of(kMinimal + "tiers: [{tier: free}, {tier: free}]\n"),
+                  "/tiers/1/tier: duplicate tier 'free'");
+  EXPECT_CONTAINS(error_of(kMinimal + "worker:\n  id: a\n  id: b\n"),
+                  "/worker/id: duplicate key 'id'");
+}
+
+TEST_F(ConfigTest, ModelNeedsAnEndpoint) {
+  std::string msg = error_of(R"(
+postgres: {url: x}
+kafka: {bootstrap_servers: b}
+models:
+  - name: m
+    endpoints: []
+)");
+  EXPECT_CONTAINS(msg, "test.yaml: /models/0/endpoints: must not be empty");
+
+  msg = error_of(R"(
+postgres: {url: x}
+kafka: {bootstrap_servers: b}
+models: []
+)");
+  EXPECT_CONTAINS(msg, "/models: must not be empty");
+}
+
+TEST_F(ConfigTest, DefaultModelMustExist) {
+  EXPECT_CONTAINS(error_of(kMinimal + "task_defaults: {model: gpt-9}\n"),
+                  "/task_defaults/model: unknown model 'gpt-9'");
+}
+
+TEST_F(ConfigTest, HeartbeatMustBeShorterThanTheLease) {
+  EXPECT_CONTAINS(error_of(kMinimal + "worker: {lease_s: 10, heartbeat_s: 10}\n"),
+                  "/worker/heartbeat_s: must be less than lease_s");
+}
+
+TEST_F(ConfigTest, TopicsMustBeDistinct) {
+  EXPECT_CONTAINS(error_of(R"(
+postgres: {url: x}
+kafka: {bootstrap_servers: b, topics: {results: same, events: same}}
+models: [{name: m, endpoints: [{url: "http://h/x"}]}]
+)"),
+                  "/kafka/topics/events: topic 'same' is also the results topic");
+}
+
+TEST_F(ConfigTest, PermissionParsing) {
+  EXPECT_EQ(parse_permission("read"), Permission::kRead);
+  EXPECT_EQ(parse_permission("write"), Permission::kWrite);
+  EXPECT_EQ(parse_permission("execute"), Permission::kExecute);
+  EXPECT_EQ(parse_permission("admin"), Permission::kAdmin);
+  EXPECT_EQ(parse_permission("Admin"), std::nullopt);
+  EXPECT_EQ(parse_permission(""), std::nullopt);
+  for (Permission p :
+       {Permission::kRead, Permission::kWrite, Permission::kExecute, Permission::kAdmin}) {
+    EXPECT_EQ(parse_permission(to_string(p)), p);
+  }
+  Config c = load(kMinimal + "tools:" + kTool + "    permission: execute\n");
+  EXPECT_EQ(c.tools[0].permission, Permission::kExecute);
+  EXPECT_EQ(load(kMinimal + "tools:" + kTool).tools[0].permission, Permission::kRead);
+  EXPECT_CONTAINS(
+      error_of(kMinimal + "tools:" + kTool + "    permission: sudo\n"),
+      "/tools/0/permission: must be one of \"read\", \"write\", \"execute\", \"admin\"");
+}
+
+TEST_F(ConfigTest, BadYamlAndMissingFilesAreConfigErrors) {
+  EXPECT_CONTAINS(error_of("postgres: [unclosed\n"), "test.yaml: invalid YAML: line");
+  EXPECT_CONTAINS(error_of(""), "test.yaml: (root): expected object, got null");
+  try {
+    load_config_file("/nonexistent/agentfleet.yaml", fake_lookup);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_CONTAINS(e.what(), "/nonexistent/agentfleet.yaml: cannot open");
+  }
+}
+
+}  // namespace
+}  // namespace agentfleet::config
