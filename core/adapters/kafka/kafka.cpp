@@ -1,0 +1,326 @@
+#include "core/adapters/kafka/kafka.hpp"
+
+#include <librdkafka/rdkafka.h>
+
+#include "core/adapters/log.hpp"
+
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+
+namespace agentfleet::kafka {
+
+Error map_kafka_error(int code, const std::string& context) {
+  const auto err = static_cast<rd_kafka_resp_err_t>(code);
+  std::string message = context + ": " + rd_kafka_err2str(err);
+  switch (err) {
+    case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+    case RD_KAFKA_RESP_ERR__TIMED_OUT:
+    case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+      return Error{ErrorKind::kTimeout, message};
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+      return Error{ErrorKind::kInvalid, message};
+    case RD_KAFKA_RESP_ERR__FATAL:
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+      return Error{ErrorKind::kFatal, message};
+    default:
+      return Error{ErrorKind::kTransient, message};
+  }
+}
+
+namespace {
+void set_or_throw(rd_kafka_conf_t* conf, const std::string& name, const std::string& value) {
+  char errstr[512];
+  if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), errstr, sizeof(errstr)) !=
+      RD_KAFKA_CONF_OK) {
+    rd_kafka_conf_destroy(conf);
+    throw config::ConfigError("kafka property " + name + ": " + errstr);
+  }
+}
+
+rd_kafka_conf_t* base_conf(const config::KafkaConfig& config) {
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  set_or_throw(conf, "bootstrap.servers", config.bootstrap_servers);
+  set_or_throw(conf, "client.id", config.client_id);
+  for (const auto& [name, value] : config.properties)
+    set_or_throw(conf, name, value);
+  return conf;
+}
+
+rd_kafka_headers_t* make_headers(const Headers& headers) {
+  if (headers.empty())
+    return nullptr;
+  rd_kafka_headers_t* out = rd_kafka_headers_new(headers.size());
+  for (const auto& [name, value] : headers) {
+    rd_kafka_header_add(out, name.data(), static_cast<ssize_t>(name.size()), value.data(),
+                        static_cast<ssize_t>(value.size()));
+  }
+  return out;
+}
+
+struct Delivery {
+  Producer::DeliveryCallback callback;
+};
+
+void delivery_report(rd_kafka_t*, const rd_kafka_message_t* message, void*) {
+  std::unique_ptr<Delivery> delivery(static_cast<Delivery*>(message->_private));
+  if (!delivery)
+    return;
+  Status status = message->err ? Status(map_kafka_error(message->err, "delivery")) : ok_status();
+  try {
+    delivery->callback(std::move(status));
+  } catch (...) {
+    // A callback must not throw into librdkafka; there is nobody left to tell.
+  }
+}
+
+void log_cb(const rd_kafka_t*, int level, const char* facility, const char* buf) {
+  if (level <= 4)
+    log::warn("kafka", buf, {{"facility", facility}});
+}
+}  // namespace
+
+Producer::Producer(const config::KafkaConfig& config) {
+  rd_kafka_conf_t* conf = base_conf(config);
+  set_or_throw(conf, "acks", "all");
+  set_or_throw(conf, "enable.idempotence", "true");
+  set_or_throw(conf, "linger.ms", "2");
+  set_or_throw(conf, "message.timeout.ms", std::to_string(config.delivery_timeout_ms));
+  rd_kafka_conf_set_dr_msg_cb(conf, delivery_report);
+  rd_kafka_conf_set_log_cb(conf, log_cb);
+  char errstr[512];
+  rk_ = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+  if (!rk_) {
+    rd_kafka_conf_destroy(conf);
+    throw config::ConfigError(std::string("kafka producer: ") + errstr);
+  }
+  poller_ = std::thread([this] { poll_loop(); });
+}
+
+Producer::~Producer() {
+  flush(std::chrono::seconds(5));
+  stop_ = true;
+  if (poller_.joinable())
+    poller_.join();
+  // Reports still pending are delivered (as failures) by rd_kafka_destroy's purge.
+  rd_kafka_purge(rk_, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+  rd_kafka_poll(rk_, 0);
+  rd_kafka_destroy(rk_);
+}
+
+void Producer::poll_loop() {
+  while (!stop_)
+    rd_kafka_poll(rk_, 100);
+}
+
+void Producer::produce(OutMessage message, DeliveryCallback on_delivery) {
+  auto delivery = std::make_unique<Delivery>(Delivery{std::move(on_delivery)});
+  rd_kafka_headers_t* headers = make_headers(message.headers);
+  const rd_kafka_resp_err_t err =
+      rd_kafka_producev(rk_, RD_KAFKA_V_TOPIC(message.topic.c_str()),
+                        RD_KAFKA_V_KEY(message.key.data(), message.key.size()),
+                        RD_KAFKA_V_VALUE(message.value.data(), message.value.size()),
+                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(headers),
+                        RD_KAFKA_V_OPAQUE(delivery.get()), RD_KAFKA_V_END);
+  if (err) {
+    if (headers)
+      rd_kafka_headers_destroy(headers);
+    delivery->callback(map_kafka_error(err, "produce to " + message.topic));
+    return;
+  }
+  delivery.release();  // owned by the delivery report now
+}
+
+std::vector<Status> Producer::produce_and_wait(std::vector<OutMessage> messages,
+                                               std::chrono::milliseconds timeout) {
+  struct Wait {
+    std::mutex mutex;
+    std::condition_variable done;
+    std::vector<std::optional<Status>> results;
+    std::size_t pending = 0;
+  };
+  auto wait = std::make_shared<Wait>();
+  wait->results.resize(messages.size());
+  wait->pending = messages.size();
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    produce(std::move(messages[i]), [wait, i](Status status) {
+      std::lock_guard lock(wait->mutex);
+      wait->results[i] = std::move(status);
+      if (--wait->pending == 0)
+        wait->done.notify_all();
+    });
+  }
+  std::unique_lock lock(wait->mutex);
+  wait->done.wait_for(lock, timeout, [&] { return wait->pending == 0; });
+  std::vector<Status> out;
+  out.reserve(wait->results.size());
+  for (auto& result : wait->results) {
+    out.push_back(result ? *result
+                         : Status(Error{ErrorKind::kTimeout, "delivery not confirmed in time"}));
+  }
+  return out;
+}
+
+bool Producer::flush(std::chrono::milliseconds timeout) {
+  return rd_kafka_flush(rk_, static_cast<int>(timeout.count())) == RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+void consumer_rebalance_cb(rd_kafka_t* rk, int err, void* partitions_ptr, void* opaque) {
+  auto* self = static_cast<Consumer*>(opaque);
+  auto* partitions = static_cast<rd_kafka_topic_partition_list_t*>(partitions_ptr);
+  std::vector<std::pair<std::string, int>> list;
+  for (int i = 0; i < partitions->cnt; ++i) {
+    list.emplace_back(partitions->elems[i].topic, partitions->elems[i].partition);
+  }
+  const bool assigned = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+  if (assigned) {
+    rd_kafka_assign(rk, partitions);
+    if (self->paused_)
+      rd_kafka_pause_partitions(rk, partitions);
+  } else {
+    rd_kafka_assign(rk, nullptr);
+  }
+  if (self->on_rebalance_) {
+    try {
+      self->on_rebalance_(assigned, list);
+    } catch (...) {
+    }
+  }
+}
+
+namespace {
+void rebalance_trampoline(rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                          rd_kafka_topic_partition_list_t* partitions, void* opaque) {
+  consumer_rebalance_cb(rk, err, partitions, opaque);
+}
+}  // namespace
+
+Consumer::Consumer(const config::KafkaConfig& config, std::string group_id,
+                   std::vector<std::string> topics, MessageHandler on_message,
+                   RebalanceHandler on_rebalance)
+    : topics_(std::move(topics)),
+      on_message_(std::move(on_message)),
+      on_rebalance_(std::move(on_rebalance)) {
+  rd_kafka_conf_t* conf = base_conf(config);
+  set_or_throw(conf, "group.id", group_id);
+  set_or_throw(conf, "enable.auto.commit", "false");
+  set_or_throw(conf, "enable.auto.offset.store", "false");
+  set_or_throw(conf, "auto.offset.reset", "earliest");
+  set_or_throw(conf, "enable.partition.eof", "false");
+  rd_kafka_conf_set_rebalance_cb(conf, rebalance_trampoline);
+  rd_kafka_conf_set_opaque(conf, this);
+  rd_kafka_conf_set_log_cb(conf, log_cb);
+  char errstr[512];
+  rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+  if (!rk_) {
+    rd_kafka_conf_destroy(conf);
+    throw config::ConfigError(std::string("kafka consumer: ") + errstr);
+  }
+  rd_kafka_poll_set_consumer(rk_);
+}
+
+Consumer::~Consumer() {
+  stop();
+  rd_kafka_destroy(rk_);
+}
+
+void Consumer::start() {
+  rd_kafka_topic_partition_list_t* subscription =
+      rd_kafka_topic_partition_list_new(static_cast<int>(topics_.size()));
+  for (const auto& topic : topics_) {
+    rd_kafka_topic_partition_list_add(subscription, topic.c_str(), RD_KAFKA_PARTITION_UA);
+  }
+  const rd_kafka_resp_err_t err = rd_kafka_subscribe(rk_, subscription);
+  rd_kafka_topic_partition_list_destroy(subscription);
+  if (err)
+    throw config::ConfigError(std::string("kafka subscribe: ") + rd_kafka_err2str(err));
+  poller_ = std::thread([this] { poll_loop(); });
+}
+
+void Consumer::stop() {
+  if (stop_.exchange(true))
+    return;
+  if (poller_.joinable())
+    poller_.join();
+  rd_kafka_consumer_close(rk_);
+}
+
+void Consumer::poll_loop() {
+  while (!stop_) {
+    // Pausing and resuming happen here, on the poll thread, where the assignment is known.
+    const bool want = want_pause_;
+    if (want != paused_) {
+      rd_kafka_topic_partition_list_t* assigned = nullptr;
+      if (rd_kafka_assignment(rk_, &assigned) == RD_KAFKA_RESP_ERR_NO_ERROR && assigned) {
+        if (want) {
+          rd_kafka_pause_partitions(rk_, assigned);
+        } else {
+          rd_kafka_resume_partitions(rk_, assigned);
+        }
+        rd_kafka_topic_partition_list_destroy(assigned);
+      }
+      paused_ = want;
+    }
+    rd_kafka_message_t* message = rd_kafka_consumer_poll(rk_, 100);
+    if (!message)
+      continue;
+    if (message->err) {
+      // Transport errors are retried inside librdkafka; they are reported, not fatal.
+      if (message->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        log_cb(rk_, 4, "consume", rd_kafka_message_errstr(message));
+      }
+      rd_kafka_message_destroy(message);
+      continue;
+    }
+    InMessage in;
+    in.topic = rd_kafka_topic_name(message->rkt);
+    in.partition = message->partition;
+    in.offset = message->offset;
+    if (message->key)
+      in.key.assign(static_cast<const char*>(message->key), message->key_len);
+    if (message->payload) {
+      in.value.assign(static_cast<const char*>(message->payload), message->len);
+    }
+    rd_kafka_headers_t* headers = nullptr;
+    if (rd_kafka_message_headers(message, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR && headers) {
+      const char* name = nullptr;
+      const void* value = nullptr;
+      size_t size = 0;
+      for (size_t i = 0;
+           rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+           ++i) {
+        in.headers.emplace_back(
+            name, value ? std::string(static_cast<const char*>(value), size) : std::string());
+      }
+    }
+    rd_kafka_message_destroy(message);
+    try {
+      on_message_(std::move(in));
+    } catch (...) {
+      // The handler owns its errors; nothing may unwind through the poll loop.
+    }
+  }
+}
+
+void Consumer::commit(const std::string& topic, std::int32_t partition, std::int64_t next_offset) {
+  rd_kafka_topic_partition_list_t* offsets = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(offsets, topic.c_str(), partition)->offset = next_offset;
+  rd_kafka_commit(rk_, offsets, 1);
+  rd_kafka_topic_partition_list_destroy(offsets);
+}
+
+void Consumer::pause() {
+  want_pause_ = true;
+}
+void Consumer::resume() {
+  want_pause_ = false;
+}
+
+}  // namespace agentfleet::kafka

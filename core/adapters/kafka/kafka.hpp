@@ -1,0 +1,133 @@
+#pragma once
+// librdkafka behind RAII holders. A Producer with delivery reports as callbacks, a
+// blocking batch wait, or a coroutine; a Consumer polled on its own thread that hands
+// each message to a callback and commits offsets only when told to. librdkafka's error
+// codes are mapped to Error values in one function; no exception crosses a librdkafka
+// callback.
+//
+// Thread-safety: every public member may be called from any thread. Callbacks run on
+// the object's own poll thread and must be quick (post work elsewhere).
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/config/config.hpp"
+#include "core/domain/error.hpp"
+
+struct rd_kafka_s;
+struct rd_kafka_conf_s;
+
+namespace agentfleet::kafka {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+struct OutMessage {
+  std::string topic;
+  std::string key;
+  std::string value;
+  Headers headers;
+};
+
+struct InMessage {
+  std::string topic;
+  std::int32_t partition = 0;
+  std::int64_t offset = 0;
+  std::string key;
+  std::string value;
+  Headers headers;
+};
+
+Error map_kafka_error(int rd_kafka_resp_err, const std::string& context);
+
+// Configuration shared by producers and consumers: bootstrap servers, client id and the
+// pass-through properties. Throws config::ConfigError naming a property librdkafka refused.
+struct ConfHolder;
+
+class Producer {
+ public:
+  using DeliveryCallback = std::function<void(Status)>;
+
+  explicit Producer(const config::KafkaConfig& config);
+  ~Producer();  // flushes for up to 5 s, then stops
+  Producer(const Producer&) = delete;
+  Producer& operator=(const Producer&) = delete;
+
+  // Enqueues; `on_delivery` runs exactly once on the poll thread with the outcome.
+  void produce(OutMessage message, DeliveryCallback on_delivery);
+  // Enqueues all and waits for every report or the timeout (then kTimeout for the rest).
+  std::vector<Status> produce_and_wait(std::vector<OutMessage> messages,
+                                       std::chrono::milliseconds timeout);
+  // Coroutine form; resumes on the awaiting coroutine's executor.
+  template <typename CompletionToken = boost::asio::use_awaitable_t<>>
+  auto publish(OutMessage message, CompletionToken&& token = {}) {
+    return boost::asio::async_initiate<CompletionToken, void(Status)>(
+        [this](auto handler, OutMessage m) {
+          auto executor = boost::asio::get_associated_executor(handler);
+          auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+          produce(std::move(m), [executor, shared](Status status) {
+            boost::asio::post(executor, [shared, status = std::move(status)]() mutable {
+              (*shared)(std::move(status));
+            });
+          });
+        },
+        token, std::move(message));
+  }
+  bool flush(std::chrono::milliseconds timeout);
+
+ private:
+  void poll_loop();
+  rd_kafka_s* rk_ = nullptr;
+  std::atomic<bool> stop_{false};
+  std::thread poller_;
+};
+
+class Consumer {
+ public:
+  using MessageHandler = std::function<void(InMessage)>;
+  // Partitions (topic, partition) assigned or revoked by a rebalance.
+  using RebalanceHandler =
+      std::function<void(bool assigned, const std::vector<std::pair<std::string, int>>&)>;
+
+  Consumer(const config::KafkaConfig& config, std::string group_id, std::vector<std::string> topics,
+           MessageHandler on_message, RebalanceHandler on_rebalance = {});
+  ~Consumer();
+  Consumer(const Consumer&) = delete;
+  Consumer& operator=(const Consumer&) = delete;
+
+  void start();
+  // Stops polling and leaves the group (commits nothing more).
+  void stop();
+  // Commits `next_offset` (the offset of the next message to read) asynchronously.
+  void commit(const std::string& topic, std::int32_t partition, std::int64_t next_offset);
+  // Stops or restarts fetching on every assigned partition without leaving the group.
+  void pause();
+  void resume();
+
+ private:
+  void poll_loop();
+  friend void consumer_rebalance_cb(rd_kafka_s*, int, void*, void*);
+  rd_kafka_s* rk_ = nullptr;
+  std::vector<std::string> topics_;
+  MessageHandler on_message_;
+  RebalanceHandler on_rebalance_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> paused_{false};
+  std::atomic<bool> want_pause_{false};
+  std::thread poller_;
+};
+
+}  // namespace agentfleet::kafka

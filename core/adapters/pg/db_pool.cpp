@@ -1,0 +1,82 @@
+#include "core/adapters/pg/db_pool.hpp"
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+namespace agentfleet::pg {
+
+namespace {
+// Each pool thread belongs to exactly one DbPool, so one slot per thread is enough; the
+// non-pool callers of run_blocking get their own slot too.
+thread_local std::unique_ptr<pqxx::connection> tls_connection;
+}  // namespace
+
+Error map_pg_error(const std::exception& e) {
+  if (dynamic_cast<const pqxx::broken_connection*>(&e)) {
+    return Error{ErrorKind::kTransient, std::string("postgres connection: ") + e.what()};
+  }
+  if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) {
+    const std::string state = sql->sqlstate();
+    // 40001 serialization_failure, 40P01 deadlock, 57014 query_canceled (statement
+    // timeout), 55P03 lock_not_available, 08xxx connection, 53xxx resources, 57P0x shutdown.
+    if (state == "40001" || state == "40P01" || state == "55P03" || state.rfind("08", 0) == 0 ||
+        state.rfind("53", 0) == 0 || state.rfind("57P", 0) == 0) {
+      return Error{ErrorKind::kTransient, std::string("postgres: ") + e.what()};
+    }
+    if (state == "57014")
+      return Error{ErrorKind::kTimeout, std::string("postgres: ") + e.what()};
+    if (state == "23505")
+      return Error{ErrorKind::kConflict, std::string("postgres: ") + e.what()};
+    if (state.rfind("22", 0) == 0 || state.rfind("23", 0) == 0) {
+      return Error{ErrorKind::kInvalid, std::string("postgres: ") + e.what()};
+    }
+  }
+  if (dynamic_cast<const pqxx::in_doubt_error*>(&e)) {
+    return Error{ErrorKind::kTransient, std::string("postgres commit in doubt: ") + e.what()};
+  }
+  return Error{ErrorKind::kFatal, std::string("postgres: ") + e.what()};
+}
+
+DbPool::DbPool(std::string url, int threads, int statement_timeout_ms, int connect_timeout_s)
+    : url_(std::move(url)),
+      statement_timeout_ms_(statement_timeout_ms),
+      connect_timeout_s_(connect_timeout_s),
+      pool_(static_cast<std::size_t>(threads)) {}
+
+DbPool::~DbPool() {
+  pool_.join();
+}
+
+pqxx::connection& DbPool::connection() {
+  if (!tls_connection || !tls_connection->is_open()) {
+    // connect_timeout bounds the TCP/handshake part; statement_timeout every statement.
+    std::string options = url_;
+    const bool uri = options.rfind("postgres", 0) == 0 && options.find("://") != std::string::npos;
+    const std::string extra = "connect_timeout=" + std::to_string(connect_timeout_s_);
+    if (uri) {
+      options += (options.find('?') == std::string::npos ? "?" : "&") + extra;
+    } else {
+      options += " " + extra;
+    }
+    tls_connection = std::make_unique<pqxx::connection>(options);
+    pqxx::nontransaction tx(*tls_connection);
+    tx.exec0("SET statement_timeout = " + std::to_string(statement_timeout_ms_));
+    tx.exec0("SET lock_timeout = " + std::to_string(statement_timeout_ms_));
+  }
+  return *tls_connection;
+}
+
+void DbPool::drop_connection() {
+  tls_connection.reset();
+}
+
+bool DbPool::is_broken() {
+  return tls_connection && !tls_connection->is_open();
+}
+
+void DbPool::backoff(int attempt) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(50 << std::min(attempt, 4)));
+}
+
+}  // namespace agentfleet::pg

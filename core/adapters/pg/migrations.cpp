@@ -1,0 +1,89 @@
+#include "core/adapters/pg/migrations.hpp"
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <stdexcept>
+#include <string_view>
+#include <thread>
+
+namespace agentfleet::embedded {
+const std::vector<std::pair<std::string_view, std::string_view>>& migrations();
+}
+
+namespace agentfleet::pg {
+
+namespace {
+// "agentfleet" in ASCII; any constant shared by every migrating process works.
+constexpr long long kMigrationLock = 0x6167656e74666c74LL;
+
+std::string checksum(std::string_view text) {
+  // FNV-1a 64: detects an edited migration; not a security boundary.
+  std::uint64_t hash = 1469598103934665603ULL;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(hash));
+  return buf;
+}
+}  // namespace
+
+MigrationReport migrate(const std::string& connection_url, int lock_timeout_s) {
+  pqxx::connection connection(connection_url);
+  {
+    pqxx::nontransaction tx(connection);
+    tx.exec0("SET lock_timeout = '" + std::to_string(lock_timeout_s) + "s'");
+    // pg_advisory_lock waits without a deadline, so poll the try-variant within the bound.
+    bool locked = false;
+    for (int waited_ms = 0; waited_ms <= lock_timeout_s * 1000; waited_ms += 100) {
+      locked = tx.exec_params1("SELECT pg_try_advisory_lock($1)", kMigrationLock)[0].as<bool>();
+      if (locked)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!locked)
+      throw std::runtime_error("another process holds the migration lock");
+    tx.exec0(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version text PRIMARY KEY, checksum text NOT NULL,"
+        " applied_at timestamptz NOT NULL DEFAULT now())");
+  }
+
+  auto files = embedded::migrations();
+  std::sort(files.begin(), files.end());
+  MigrationReport report;
+  for (const auto& [name, sql] : files) {
+    const std::string version(name);
+    const std::string sum = checksum(sql);
+    pqxx::work tx(connection);
+    auto existing =
+        tx.exec_params("SELECT checksum FROM schema_migrations WHERE version = $1", version);
+    if (!existing.empty()) {
+      if (existing[0][0].as<std::string>() != sum) {
+        throw std::runtime_error("migration " + version +
+                                 " was changed after it was applied; add a new migration instead");
+      }
+      report.already.push_back(version);
+      continue;
+    }
+    try {
+      tx.exec0(std::string(sql));
+    } catch (const std::exception& e) {
+      throw std::runtime_error("migration " + version + " failed: " + e.what());
+    }
+    tx.exec_params0("INSERT INTO schema_migrations (version, checksum) VALUES ($1, $2)", version,
+                    sum);
+    tx.commit();
+    report.applied.push_back(version);
+  }
+  pqxx::nontransaction unlock(connection);
+  unlock.exec_params("SELECT pg_advisory_unlock($1)", kMigrationLock);
+  return report;
+}
+
+}  // namespace agentfleet::pg

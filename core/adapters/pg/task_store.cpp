@@ -1,0 +1,338 @@
+#include "core/adapters/pg/task_store.hpp"
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+namespace agentfleet::pg {
+
+namespace {
+std::string json_string_array(const std::vector<std::string>& items) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartArray();
+  for (const auto& item : items)
+    w.String(item.data(), static_cast<rapidjson::SizeType>(item.size()));
+  w.EndArray();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+std::string metadata_json(const TaskMetadata& m) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  w.Key("device_id");
+  w.String(m.device_id.c_str());
+  w.Key("time_zone");
+  w.String(m.time_zone.c_str());
+  w.Key("locale");
+  w.String(m.locale.c_str());
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+// The statement text of the task's public JSON, shared by the API reads.
+constexpr const char* kTaskJson = R"SQL(
+SELECT jsonb_build_object(
+  'task_id', t.task_id, 'user_id', t.user_id, 'text', t.text, 'model', t.model,
+  'tools', to_jsonb(t.tools), 'priority', t.priority, 'status', t.status,
+  'timeout_s', t.timeout_s, 'schedule_timeout_s', t.schedule_timeout_s,
+  'max_steps', t.max_steps, 'idempotency_key', t.idempotency_key, 'batch_id', t.batch_id,
+  'metadata', t.metadata,
+  'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
+      'type', t.result_type, 'message', t.result_message,
+      'options', coalesce(t.result_options, '[]'::jsonb)) END,
+  'error', t.error, 'attempt', t.attempt, 'steps', t.steps, 'tool_calls', t.tool_calls,
+  'usage', jsonb_build_object('input_tokens', t.input_tokens,
+      'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
+  'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
+  'created_at', t.created_at, 'dispatched_at', t.dispatched_at, 'started_at', t.started_at,
+  'finished_at', t.finished_at,
+  'trace', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+      'step', s.step, 'attempt', s.attempt,
+      'content', s.model_reply->'content', 'reasoning', s.model_reply->'reasoning',
+      'tool_calls', coalesce(s.trace, '[]'::jsonb), 'usage', s.model_reply->'usage',
+      'model_latency_ms', s.model_latency_ms, 'at', s.created_at) ORDER BY s.step), '[]'::jsonb)
+    FROM task_steps s WHERE s.task_id = t.task_id))::text
+FROM tasks t WHERE t.task_id = $1::uuid
+)SQL";
+}  // namespace
+
+InsertResult insert_task(pqxx::connection& c, const NewTask& task) {
+  const TaskSpec& s = task.spec;
+  pqxx::work tx(c);
+  const std::optional<std::string> tools =
+      s.tools ? std::optional<std::string>(json_string_array(*s.tools)) : std::nullopt;
+  auto inserted = tx.exec_params(
+      R"SQL(
+INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
+                   max_steps, priority, idempotency_key, request_canonical, batch_id,
+                   metadata, traceparent)
+VALUES ($1::uuid, $2, $3, $4,
+        CASE WHEN $5::jsonb IS NULL THEN NULL
+             ELSE ARRAY(SELECT jsonb_array_elements_text($5::jsonb)) END,
+        $6, $7, $8, $9, NULLIF($10, ''), $11, NULLIF($12, ''), $13::jsonb, NULLIF($14, ''))
+ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING task_id::text)SQL",
+      s.task_id, s.user_id, s.text, s.model, tools, s.timeout_s, s.schedule_timeout_s, s.max_steps,
+      std::string(to_string(s.priority)), s.idempotency_key, task.canonical, s.batch_id,
+      metadata_json(s.metadata), task.traceparent);
+  InsertResult result;
+  if (!inserted.empty()) {
+    tx.commit();
+    result.outcome = InsertOutcome::kCreated;
+    result.task_id = inserted[0][0].as<std::string>();
+    return result;
+  }
+  auto existing = tx.exec_params1(
+      "SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND "
+      "idempotency_key = $2",
+      s.user_id, s.idempotency_key);
+  tx.commit();
+  result.task_id = existing[0].as<std::string>();
+  result.outcome = existing[1].as<std::string>() == task.canonical ? InsertOutcome::kExisting
+                                                                   : InsertOutcome::kConflict;
+  return result;
+}
+
+std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id) {
+  pqxx::read_transaction tx(c);
+  auto rows = tx.exec_params(kTaskJson, task_id);
+  if (rows.empty())
+    return std::nullopt;
+  return rows[0][0].as<std::string>();
+}
+
+int schedule_queued(pqxx::connection& c, const std::string& dispatch_topic, int limit) {
+  pqxx::work tx(c);
+  // One scheduler at a time across dispatcher replicas; the lock ends with the transaction.
+  if (!tx.exec1("SELECT pg_try_advisory_xact_lock(7311001)")[0].as<bool>())
+    return -1;
+  // Interactive before batch, oldest first. Fairness and limits arrive with the scheduler
+  // proper; the shape (lock, pick, mark, outbox, one transaction) stays.
+  auto rows = tx.exec_params(R"SQL(
+WITH picked AS (
+  SELECT task_id FROM tasks
+  WHERE status = 'queued'
+  ORDER BY (priority = 'batch'), created_at
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+), marked AS (
+  UPDATE tasks t SET status = 'dispatched', dispatched_at = now()
+  FROM picked WHERE t.task_id = picked.task_id
+  RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at
+)
+INSERT INTO outbox (topic, message_key, payload, traceparent)
+SELECT $2, m.user_id,
+       jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
+                          'priority', m.priority,
+                          'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
+                                                   'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
+       m.traceparent
+FROM marked m
+RETURNING id)SQL",
+                             limit, dispatch_topic);
+  tx.commit();
+  return static_cast<int>(rows.size());
+}
+
+std::optional<ClaimedTask> claim_task(pqxx::connection& c, const std::string& task_id,
+                                      const std::string& worker_id, int lease_s) {
+  pqxx::work tx(c);
+  auto rows = tx.exec_params(R"SQL(
+UPDATE tasks SET status = 'running', attempt = attempt + 1, worker_id = $2,
+       lease_until = now() + make_interval(secs => $3),
+       started_at = coalesce(started_at, now()),
+       deadline_at = coalesce(deadline_at, now() + make_interval(secs => timeout_s))
+WHERE task_id = $1::uuid
+  AND (status = 'dispatched' OR (status = 'running' AND lease_until < now()))
+RETURNING user_id, text, model, array_to_json(tools)::text, timeout_s, schedule_timeout_s,
+          max_steps, priority, coalesce(idempotency_key, ''), coalesce(batch_id, ''),
+          metadata->>'device_id', metadata->>'time_zone', metadata->>'locale', attempt,
+          (extract(epoch FROM deadline_at - now()) * 1000)::bigint, cancel_requested,
+          (attempt = 1 AND now() - created_at > make_interval(secs => schedule_timeout_s))
+)SQL",
+                             task_id, worker_id, lease_s);
+  if (rows.empty()) {
+    tx.commit();
+    return std::nullopt;
+  }
+  const auto& r = rows[0];
+  ClaimedTask claimed;
+  TaskSpec& s = claimed.spec;
+  s.task_id = task_id;
+  s.user_id = r[0].as<std::string>();
+  s.text = r[1].as<std::string>();
+  s.model = r[2].as<std::string>();
+  if (!r[3].is_null()) {
+    rapidjson::Document tools;
+    tools.Parse(r[3].c_str());
+    s.tools.emplace();
+    if (tools.IsArray()) {
+      for (const auto& t : tools.GetArray())
+        s.tools->emplace_back(t.GetString());
+    }
+  }
+  s.timeout_s = r[4].as<int>();
+  s.schedule_timeout_s = r[5].as<int>();
+  s.max_steps = r[6].as<int>();
+  s.priority = parse_priority(r[7].as<std::string>()).value_or(Priority::kInteractive);
+  s.idempotency_key = r[8].as<std::string>();
+  s.batch_id = r[9].as<std::string>();
+  s.metadata.device_id = r[10].is_null() ? "" : r[10].as<std::string>();
+  s.metadata.time_zone = r[11].is_null() ? "" : r[11].as<std::string>();
+  s.metadata.locale = r[12].is_null() ? "" : r[12].as<std::string>();
+  claimed.attempt = r[13].as<int>();
+  claimed.remaining_ms = r[14].as<std::int64_t>();
+  claimed.cancel_requested = r[15].as<bool>();
+  claimed.schedule_expired = !r[16].is_null() && r[16].as<bool>();
+  auto steps = tx.exec_params(
+      "SELECT step, model_reply::text, coalesce(observations::text, '') FROM task_steps "
+      "WHERE task_id = $1::uuid ORDER BY step",
+      task_id);
+  for (const auto& row : steps) {
+    claimed.steps.push_back(
+        StepRecord{row[0].as<int>(), row[1].as<std::string>(), row[2].as<std::string>()});
+  }
+  tx.commit();
+  return claimed;
+}
+
+namespace {
+// The fence every worker write goes through: the row must still be ours.
+bool still_ours(pqxx::work& tx, const std::string& task_id, int attempt) {
+  auto rows = tx.exec_params(
+      "SELECT 1 FROM tasks WHERE task_id = $1::uuid AND attempt = $2 AND status = 'running' "
+      "FOR UPDATE",
+      task_id, attempt);
+  return !rows.empty();
+}
+
+Error lease_lost(const std::string& task_id) {
+  return Error{ErrorKind::kLeaseLost, "task " + task_id + " is owned by a newer attempt"};
+}
+}  // namespace
+
+Status save_model_step(pqxx::connection& c, const std::string& task_id, int attempt, int step,
+                       const std::string& model_reply_json, int latency_ms,
+                       const LedgerRow& ledger) {
+  pqxx::work tx(c);
+  if (!still_ours(tx, task_id, attempt))
+    return lease_lost(task_id);
+  tx.exec_params0(
+      "INSERT INTO task_steps (task_id, step, attempt, model_reply, model_latency_ms) "
+      "VALUES ($1::uuid, $2, $3, $4::jsonb, $5)",
+      task_id, step, attempt, model_reply_json, latency_ms);
+  tx.exec_params0(R"SQL(
+INSERT INTO usage_ledger (task_id, step, user_id, batch_id, model, input_tokens,
+                          cached_input_tokens, output_tokens, reasoning_tokens, cost, currency)
+VALUES ($1::uuid, $2, $3, NULLIF($4, ''), $5, $6, $7, $8, $9, $10::numeric, $11))SQL",
+                  task_id, step, ledger.user_id, ledger.batch_id, ledger.model, ledger.usage.input,
+                  ledger.usage.cached_input, ledger.usage.output, ledger.usage.reasoning,
+                  ledger.cost, ledger.currency);
+  tx.exec_params0(R"SQL(
+UPDATE tasks SET steps = $2 + 1, input_tokens = input_tokens + $3,
+       cached_input_tokens = cached_input_tokens + $4, output_tokens = output_tokens + $5,
+       cost = cost + $6::numeric, currency = $7
+WHERE task_id = $1::uuid)SQL",
+                  task_id, step, ledger.usage.input, ledger.usage.cached_input, ledger.usage.output,
+                  ledger.cost, ledger.currency);
+  tx.commit();
+  return ok_status();
+}
+
+Status save_tool_results(pqxx::connection& c, const std::string& task_id, int attempt, int step,
+                         const std::string& observations_json, const std::string& trace_json) {
+  pqxx::work tx(c);
+  if (!still_ours(tx, task_id, attempt))
+    return lease_lost(task_id);
+  auto updated = tx.exec_params(
+      "UPDATE task_steps SET observations = $3::jsonb, trace = $4::jsonb, attempt = $5, "
+      "tools_done_at = now() WHERE task_id = $1::uuid AND step = $2 RETURNING "
+      "jsonb_array_length($4::jsonb)",
+      task_id, step, observations_json, trace_json, attempt);
+  if (!updated.empty()) {
+    tx.exec_params0("UPDATE tasks SET tool_calls = tool_calls + $2 WHERE task_id = $1::uuid",
+                    task_id, updated[0][0].as<int>());
+  }
+  tx.commit();
+  return ok_status();
+}
+
+Result<std::int64_t> finish_task(pqxx::connection& c, const FinishRecord& record) {
+  pqxx::work tx(c);
+  if (!still_ours(tx, record.task_id, record.attempt))
+    return lease_lost(record.task_id);
+  std::optional<std::string> result_type, message, options;
+  if (record.result) {
+    result_type = std::string(to_string(record.result->type));
+    message = record.result->message;
+    options = json_string_array(record.result->options);
+  }
+  tx.exec_params0(R"SQL(
+UPDATE tasks SET status = $2, result_type = $3, result_message = $4,
+       result_options = $5::jsonb, error = NULLIF($6, ''), finished_at = now(),
+       lease_until = NULL
+WHERE task_id = $1::uuid)SQL",
+                  record.task_id, std::string(to_string(record.status)), result_type, message,
+                  options, record.error);
+  auto id = tx.exec_params1(
+      "INSERT INTO outbox (topic, message_key, payload, traceparent, publish_after) "
+      "VALUES ($1, $2, $3, NULLIF($4, ''), now() + make_interval(secs => $5)) RETURNING id",
+      record.results_topic, record.user_id, record.result_event_json, record.traceparent,
+      record.relay_delay_s);
+  tx.commit();
+  return id[0].as<std::int64_t>();
+}
+
+TaskTotals task_totals(pqxx::connection& c, const std::string& task_id) {
+  pqxx::read_transaction tx(c);
+  auto r = tx.exec_params1(
+      "SELECT input_tokens, cached_input_tokens, output_tokens, "
+      "to_char(cost, 'FM999999999999990.000000'), coalesce(currency, '') "
+      "FROM tasks WHERE task_id = $1::uuid",
+      task_id);
+  TaskTotals totals;
+  totals.usage.input = r[0].as<std::int64_t>();
+  totals.usage.cached_input = r[1].as<std::int64_t>();
+  totals.usage.output = r[2].as<std::int64_t>();
+  totals.cost = r[3].as<std::string>();
+  totals.currency = r[4].as<std::string>();
+  return totals;
+}
+
+void delete_outbox_row(pqxx::connection& c, std::int64_t id) {
+  pqxx::work tx(c);
+  tx.exec_params0("DELETE FROM outbox WHERE id = $1", id);
+  tx.commit();
+}
+
+int extend_leases(pqxx::connection& c, const std::string& worker_id,
+                  const std::vector<std::pair<std::string, int>>& tasks, int lease_s) {
+  if (tasks.empty())
+    return 0;
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartArray();
+  for (const auto& [task_id, attempt] : tasks) {
+    w.StartObject();
+    w.Key("task_id");
+    w.String(task_id.c_str());
+    w.Key("attempt");
+    w.Int(attempt);
+    w.EndObject();
+  }
+  w.EndArray();
+  pqxx::work tx(c);
+  auto rows = tx.exec_params(R"SQL(
+UPDATE tasks t SET lease_until = now() + make_interval(secs => $3)
+FROM jsonb_to_recordset($2::jsonb) AS held(task_id uuid, attempt integer)
+WHERE t.task_id = held.task_id AND t.attempt = held.attempt AND t.worker_id = $1
+  AND t.status = 'running'
+RETURNING t.task_id)SQL",
+                             worker_id, std::string(buffer.GetString(), buffer.GetSize()), lease_s);
+  tx.commit();
+  return static_cast<int>(rows.size());
+}
+
+}  // namespace agentfleet::pg

@@ -1,0 +1,124 @@
+#pragma once
+// Every SQL statement on tasks, steps, the ledger and the outbox, as functions of a
+// pqxx::connection (run them through DbPool). The worker's writes are fenced by
+// (task_id, attempt, status = 'running'): a worker whose lease was taken over writes
+// nothing and learns it from ErrorKind::kLeaseLost.
+
+#include <pqxx/pqxx>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/domain/error.hpp"
+#include "core/domain/task.hpp"
+
+namespace agentfleet::pg {
+
+// ---- dispatcher -------------------------------------------------------------------
+
+struct NewTask {
+  TaskSpec spec;  // task_id set by the caller
+  std::string canonical;
+  std::string traceparent;
+};
+
+enum class InsertOutcome { kCreated, kExisting, kConflict };
+struct InsertResult {
+  InsertOutcome outcome = InsertOutcome::kCreated;
+  std::string task_id;  // the new task, or the one the idempotency key already names
+};
+InsertResult insert_task(pqxx::connection& c, const NewTask& task);
+
+// The task as the API shows it (JSON text), or nullopt.
+std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id);
+
+// Admits up to `limit` queued tasks: marks them dispatched and writes their dispatch
+// messages to the outbox, in one transaction. Only one scheduler runs it at a time
+// (transaction-scoped advisory lock); returns -1 when another holds it.
+int schedule_queued(pqxx::connection& c, const std::string& dispatch_topic, int limit);
+
+struct OutboxRow {
+  std::int64_t id = 0;
+  std::string topic;
+  std::string key;
+  std::string payload;
+  std::string traceparent;
+};
+
+// ---- worker -----------------------------------------------------------------------
+
+struct StepRecord {
+  int step = 0;
+  std::string model_reply;   // JSON
+  std::string observations;  // JSON array, empty when the tools have not finished
+};
+
+struct ClaimedTask {
+  TaskSpec spec;
+  int attempt = 0;
+  std::int64_t remaining_ms = 0;  // until the deadline (may be <= 0)
+  bool cancel_requested = false;
+  bool schedule_expired = false;  // waited longer than schedule_timeout_s before running
+  std::vector<StepRecord> steps;  // checkpoints of earlier attempts, in order
+};
+
+// Claims a dispatched task, or one whose lease expired: status running, attempt + 1,
+// lease, worker id; the deadline is fixed by the first claim. nullopt when the task is
+// terminal, leased by another worker, or unknown.
+std::optional<ClaimedTask> claim_task(pqxx::connection& c, const std::string& task_id,
+                                      const std::string& worker_id, int lease_s);
+
+struct LedgerRow {
+  std::string user_id;
+  std::string batch_id;
+  std::string model;
+  TokenUsage usage;
+  std::string cost;  // decimal text
+  std::string currency;
+};
+
+// Checkpoint of one model call: the reply and its ledger row, one transaction.
+Status save_model_step(pqxx::connection& c, const std::string& task_id, int attempt, int step,
+                       const std::string& model_reply_json, int latency_ms,
+                       const LedgerRow& ledger);
+
+// The tool results of a step (what the model sees, and the trace).
+Status save_tool_results(pqxx::connection& c, const std::string& task_id, int attempt, int step,
+                         const std::string& observations_json, const std::string& trace_json);
+
+struct FinishRecord {
+  std::string task_id;
+  int attempt = 0;
+  TaskStatus status = TaskStatus::kFailed;
+  std::optional<TaskResult> result;
+  std::string error;
+  int steps = 0;
+  int tool_calls = 0;
+  std::string results_topic;
+  std::string user_id;
+  std::string result_event_json;
+  std::string traceparent;
+  int relay_delay_s = 10;  // the relay publishes it if the worker has not by then
+};
+
+// Task row (status, result, totals from the ledger) and the result announcement in the
+// outbox, one transaction. Returns the outbox row id.
+Result<std::int64_t> finish_task(pqxx::connection& c, const FinishRecord& record);
+
+// Totals over the ledger, for the result event.
+struct TaskTotals {
+  TokenUsage usage;
+  std::string cost = "0.000000";
+  std::string currency;
+};
+TaskTotals task_totals(pqxx::connection& c, const std::string& task_id);
+
+void delete_outbox_row(pqxx::connection& c, std::int64_t id);
+
+// Extends the leases of the given (task_id, attempt) pairs held by this worker.
+int extend_leases(pqxx::connection& c, const std::string& worker_id,
+                  const std::vector<std::pair<std::string, int>>& tasks, int lease_s);
+
+}  // namespace agentfleet::pg
