@@ -1,0 +1,104 @@
+#pragma once
+// llm-sim's scripted scenarios: the plain types a scenario file becomes, and the loader
+// that reads and validates one. The YAML syntax is described in tools/llm_sim/README.md.
+//
+// Lifecycle: loaded once at start-up (a bad file throws ScenarioError and the server does
+// not start); immutable afterwards and safe to read from any thread.
+
+#include <cstdint>
+#include <optional>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tools/llm_sim/templating.hpp"
+
+namespace agentfleet::llm_sim {
+
+// A bad scenario file. `what()` is "FILE:LINE:COLUMN: /json/pointer: problem", e.g.
+// "config/llm-sim-scenarios.yaml:14:9: /scenarios/0/steps/1/finish/type: unknown finish
+// type 'done' (expected action_completed, need_clarification or error)".
+class ScenarioError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A tool call's `arguments`: a JSON tree whose strings are templates.
+struct ArgumentNode {
+  enum class Kind { kNull, kBool, kInt, kDouble, kText, kArray, kObject };
+  Kind kind = Kind::kNull;
+  bool boolean = false;
+  std::int64_t integer = 0;
+  double number = 0;
+  Template text;
+  std::vector<ArgumentNode> elements;                         // kArray
+  std::vector<std::pair<std::string, ArgumentNode>> members;  // kObject, in file order
+};
+
+struct ToolCallSpec {
+  std::string tool;
+  ArgumentNode arguments;          // always an object
+  std::optional<Template> repeat;  // how many identical calls; empty text means 1
+};
+
+enum class FinishType { kActionCompleted, kNeedClarification, kError };
+std::string_view finish_type_name(FinishType type);
+
+struct OptionsFrom {
+  std::string path;  // an array in the scenario context, e.g. "r.items"
+  Template format;   // rendered per element; paths relative to the element first
+  std::int64_t limit = 5;
+};
+
+struct FinishSpec {
+  FinishType type = FinishType::kError;
+  Template message;
+  std::vector<Template> options;
+  std::optional<OptionsFrom> options_from;
+};
+
+// What the model answers at one step: tool calls or a finish, with optional thought text.
+struct Action {
+  std::optional<Template> content;
+  std::vector<ToolCallSpec> calls;  // empty when `finish` is set
+  std::optional<FinishSpec> finish;
+};
+
+struct Branch {
+  std::vector<Condition> when;  // all must hold; empty = always
+  Action action;
+};
+
+struct Step {
+  std::optional<Template> repeat;  // the step fills this many consecutive step indexes
+  std::optional<Action> action;    // exactly one of action / branches
+  std::vector<Branch> branches;
+};
+
+struct Scenario {
+  std::string name;
+  std::string pattern;  // empty for the default scenario
+  std::regex regex;
+  std::optional<std::int64_t> latency_ms;
+  std::vector<Step> steps;
+};
+
+struct ScenarioSet {
+  std::string source;               // file name, for messages
+  std::vector<Scenario> scenarios;  // matched in this order
+  Scenario fallback;                // the file's `default` scenario, or the built-in one
+};
+
+// Reads and validates a scenario file; throws ScenarioError naming the file and the place.
+ScenarioSet load_scenario_file(const std::string& path);
+// The same from text; `source` names it in messages.
+ScenarioSet parse_scenarios(std::string_view yaml, const std::string& source);
+
+// The scenario used when nothing matches and the file has no `default`:
+// one step, finish error "无法理解该指令".
+Scenario builtin_default_scenario();
+
+}  // namespace agentfleet::llm_sim

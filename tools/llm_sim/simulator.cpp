@@ -1,0 +1,622 @@
+#include "tools/llm_sim/simulator.hpp"
+
+#include <charconv>
+#include <cstdio>
+#include <set>
+#include <vector>
+
+#include <rapidjson/error/en.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+namespace agentfleet::llm_sim {
+
+namespace {
+
+using rapidjson::Value;
+using Allocator = rapidjson::Document::AllocatorType;
+
+constexpr std::int64_t kMaxRepeat = 1000;
+
+std::string_view string_of(const Value& value) {
+  return value.IsString() ? std::string_view(value.GetString(), value.GetStringLength())
+                          : std::string_view();
+}
+
+const Value* member(const Value& object, const char* name) {
+  if (!object.IsObject()) {
+    return nullptr;
+  }
+  const auto it = object.FindMember(name);
+  return it == object.MemberEnd() ? nullptr : &it->value;
+}
+
+std::string_view role_of(const Value& message) {
+  const Value* role = member(message, "role");
+  return role == nullptr ? std::string_view() : string_of(*role);
+}
+
+// The text of a message's content: a string, or the `text` of each part of an array.
+std::string content_text(const Value& message) {
+  const Value* content = member(message, "content");
+  if (content == nullptr) {
+    return {};
+  }
+  if (content->IsString()) {
+    return std::string(string_of(*content));
+  }
+  std::string text;
+  if (content->IsArray()) {
+    for (const auto& part : content->GetArray()) {
+      if (const Value* part_text = member(part, "text")) {
+        text += string_of(*part_text);
+      }
+    }
+  }
+  return text;
+}
+
+std::string compact_json(const Value& value) {
+  rapidjson::StringBuffer out;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(out);
+  value.Accept(writer);
+  return std::string(out.GetString(), out.GetSize());
+}
+
+Value string_value(std::string_view text, Allocator& allocator) {
+  return Value(text.data(), static_cast<rapidjson::SizeType>(text.size()), allocator);
+}
+
+std::string format_date(std::chrono::year_month_day date) {
+  char buffer[16];
+  std::snprintf(buffer, sizeof buffer, "%04d-%02u-%02u", static_cast<int>(date.year()),
+                static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()));
+  return buffer;
+}
+
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+// The first valid YYYY-MM-DD in `text` that is not part of a longer run of digits.
+std::optional<std::chrono::year_month_day> first_date(std::string_view text) {
+  for (std::size_t i = 0; i + 10 <= text.size(); ++i) {
+    if (i > 0 && is_digit(text[i - 1])) {
+      continue;
+    }
+    const std::string_view candidate = text.substr(i, 10);
+    bool shape = candidate[4] == '-' && candidate[7] == '-';
+    for (std::size_t j : {0, 1, 2, 3, 5, 6, 8, 9}) {
+      shape = shape && is_digit(candidate[j]);
+    }
+    if (!shape || (i + 10 < text.size() && is_digit(text[i + 10]))) {
+      continue;
+    }
+    int year = 0;
+    unsigned month = 0;
+    unsigned day = 0;
+    std::from_chars(candidate.data(), candidate.data() + 4, year);
+    std::from_chars(candidate.data() + 5, candidate.data() + 7, month);
+    std::from_chars(candidate.data() + 8, candidate.data() + 10, day);
+    const std::chrono::year_month_day date{std::chrono::year{year}, std::chrono::month{month},
+                                           std::chrono::day{day}};
+    if (date.ok()) {
+      return date;
+    }
+  }
+  return std::nullopt;
+}
+
+// Cuts `text` to at most `limit` bytes without splitting a UTF-8 sequence.
+std::string_view utf8_prefix(std::string_view text, std::size_t limit) {
+  if (text.size() <= limit) {
+    return text;
+  }
+  std::size_t end = limit;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80)
+    --end;
+  return text.substr(0, end);
+}
+
+struct FinishOutcome {
+  FinishType type = FinishType::kError;
+  std::string message;
+  std::vector<std::string> options;
+};
+
+struct RenderedCall {
+  std::string tool;
+  std::string arguments;  // JSON text
+};
+
+// What a step resolved to: tool calls, or a finish (scripted or synthesized by llm-sim).
+struct StepOutcome {
+  std::optional<std::string> content;
+  std::vector<RenderedCall> calls;
+  std::optional<FinishOutcome> finish;
+};
+
+StepOutcome simulator_error(std::string message) {
+  StepOutcome outcome;
+  outcome.finish = FinishOutcome{FinishType::kError, std::move(message), {}};
+  return outcome;
+}
+
+// A repeat count: empty text means 1; otherwise an integer from 0 to kMaxRepeat.
+std::optional<std::int64_t> repeat_count(const std::optional<Template>& repeat,
+                                         const Scope& scope) {
+  if (!repeat) {
+    return 1;
+  }
+  const std::string text = repeat->render(scope);
+  if (text.empty()) {
+    return 1;
+  }
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0 || value > kMaxRepeat) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+Value render_argument(const ArgumentNode& node, const Scope& scope, Allocator& allocator) {
+  switch (node.kind) {
+    case ArgumentNode::Kind::kNull:
+      return Value(rapidjson::kNullType);
+    case ArgumentNode::Kind::kBool:
+      return Value(node.boolean);
+    case ArgumentNode::Kind::kInt:
+      return Value(node.integer);
+    case ArgumentNode::Kind::kDouble:
+      return Value(node.number);
+    case ArgumentNode::Kind::kText:
+      return node.text.render_value(scope, allocator);
+    case ArgumentNode::Kind::kArray: {
+      Value array(rapidjson::kArrayType);
+      for (const auto& element : node.elements) {
+        array.PushBack(render_argument(element, scope, allocator), allocator);
+      }
+      return array;
+    }
+    case ArgumentNode::Kind::kObject: {
+      Value object(rapidjson::kObjectType);
+      for (const auto& [key, value] : node.members) {
+        object.AddMember(string_value(key, allocator), render_argument(value, scope, allocator),
+                         allocator);
+      }
+      return object;
+    }
+  }
+  return Value(rapidjson::kNullType);
+}
+
+FinishOutcome render_finish(const FinishSpec& spec, const Value& context) {
+  const Scope scope{&context, nullptr};
+  FinishOutcome outcome{spec.type, spec.message.render(scope), {}};
+  for (const auto& option : spec.options) {
+    outcome.options.push_back(option.render(scope));
+  }
+  if (spec.options_from) {
+    const Value* list = resolve_path(context, spec.options_from->path);
+    if (list != nullptr && list->IsArray()) {
+      for (const auto& element : list->GetArray()) {
+        if (static_cast<std::int64_t>(outcome.options.size()) >= spec.options_from->limit) {
+          break;
+        }
+        outcome.options.push_back(spec.options_from->format.render(Scope{&element, &context}));
+      }
+    }
+  }
+  return outcome;
+}
+
+// The conversation as llm-sim reads it from the request.
+struct Conversation {
+  std::string user_text;
+  std::optional<std::chrono::year_month_day> system_date;
+  std::size_t step = 0;  // assistant messages so far
+  std::set<std::string, std::less<>> offered_tools;
+};
+
+// Reads the tool results of every earlier step into `steps` (an array of arrays, one per
+// assistant message). A result goes to the call whose id its `tool_call_id` names, else to
+// the first call still without one, so results also line up when ids are missing.
+void collect_results(const Value& messages, Value& steps, Allocator& allocator) {
+  struct Calls {
+    std::vector<std::string> ids;
+    std::vector<bool> answered;
+  };
+  std::vector<Calls> history;
+  for (const auto& message : messages.GetArray()) {
+    const std::string_view role = role_of(message);
+    if (role == "assistant") {
+      Calls calls;
+      if (const Value* list = member(message, "tool_calls"); list && list->IsArray()) {
+        for (const auto& call : list->GetArray()) {
+          const Value* id = member(call, "id");
+          calls.ids.emplace_back(id ? string_of(*id) : std::string_view());
+        }
+      }
+      calls.answered.assign(calls.ids.size(), false);
+      Value results(rapidjson::kArrayType);
+      for (std::size_t i = 0; i < calls.ids.size(); ++i) {
+        results.PushBack(Value(), allocator);
+      }
+      steps.PushBack(results, allocator);
+      history.push_back(std::move(calls));
+      continue;
+    }
+    if (role != "tool" || history.empty()) {
+      continue;
+    }
+
+    Value result;  // null when there is no content
+    const std::string text = content_text(message);
+    if (!text.empty()) {
+      rapidjson::Document parsed;
+      parsed.Parse(text.data(), text.size());
+      if (parsed.HasParseError()) {
+        result = string_value(text, allocator);  // a non-JSON tool answer stays text
+      } else {
+        result.CopyFrom(parsed, allocator);
+      }
+    }
+    Calls& calls = history.back();
+    const Value* id_value = member(message, "tool_call_id");
+    const std::string_view id = id_value ? string_of(*id_value) : std::string_view();
+    std::size_t slot = calls.ids.size();
+    for (std::size_t i = 0; i < calls.ids.size() && slot == calls.ids.size(); ++i) {
+      if (!calls.answered[i] && !id.empty() && calls.ids[i] == id) {
+        slot = i;
+      }
+    }
+    for (std::size_t i = 0; i < calls.ids.size() && slot == calls.ids.size(); ++i) {
+      if (!calls.answered[i]) {
+        slot = i;
+      }
+    }
+    Value& results = steps[steps.Size() - 1];
+    if (slot == calls.ids.size()) {  // more results than calls: keep them, in order
+      calls.ids.emplace_back(id);
+      calls.answered.push_back(false);
+      results.PushBack(Value(), allocator);
+    }
+    calls.answered[slot] = true;
+    results[static_cast<rapidjson::SizeType>(slot)] = result;
+  }
+}
+
+std::optional<RequestError> validate_request(const rapidjson::Document& request) {
+  if (!request.IsObject()) {
+    return RequestError{"the request body must be a JSON object", ""};
+  }
+  const Value* messages = member(request, "messages");
+  if (messages == nullptr) {
+    return RequestError{"'messages' is a required property", "messages"};
+  }
+  if (!messages->IsArray()) {
+    return RequestError{"'messages' must be an array", "messages"};
+  }
+  if (messages->Empty()) {
+    return RequestError{"'messages' must not be empty", "messages"};
+  }
+  for (rapidjson::SizeType i = 0; i < messages->Size(); ++i) {
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    const Value& message = (*messages)[i];
+    if (!message.IsObject()) {
+      return RequestError{param + " must be an object", param};
+    }
+    const Value* role = member(message, "role");
+    if (role == nullptr || !role->IsString()) {
+      return RequestError{param + ".role must be a string", param + ".role"};
+    }
+  }
+  if (const Value* stream = member(request, "stream"); stream && stream->IsTrue()) {
+    return RequestError{"llm-sim does not support stream=true", "stream"};
+  }
+  return std::nullopt;
+}
+
+Conversation read_conversation(const Value& request) {
+  Conversation conversation;
+  for (const auto& message : member(request, "messages")->GetArray()) {
+    const std::string_view role = role_of(message);
+    if (role == "assistant") {
+      ++conversation.step;
+    } else if (role == "user") {
+      conversation.user_text = content_text(message);
+    } else if (role == "system" && !conversation.system_date) {
+      conversation.system_date = first_date(content_text(message));
+    }
+  }
+  if (const Value* tools = member(request, "tools"); tools && tools->IsArray()) {
+    for (const auto& tool : tools->GetArray()) {
+      const Value* function = member(tool, "function");
+      const Value* name = function ? member(*function, "name") : nullptr;
+      if (name != nullptr && name->IsString()) {
+        conversation.offered_tools.emplace(string_of(*name));
+      }
+    }
+  }
+  return conversation;
+}
+
+// Resolves the step at `conversation.step` of `scenario` against `context`.
+StepOutcome run_step(const Scenario& scenario, const Conversation& conversation,
+                     const Value& context, Allocator& allocator) {
+  const Scope scope{&context, nullptr};
+  std::size_t remaining = conversation.step;
+  const Step* current = nullptr;
+  for (std::size_t i = 0; i < scenario.steps.size(); ++i) {
+    const Step& step = scenario.steps[i];
+    const auto count = repeat_count(step.repeat, scope);
+    if (!count) {
+      return simulator_error("场景「" + scenario.name + "」第 " + std::to_string(i) +
+                             " 步的 repeat 不是 0 到 1000 的整数：" + step.repeat->render(scope));
+    }
+    if (remaining < static_cast<std::size_t>(*count)) {
+      current = &step;
+      break;
+    }
+    remaining -= static_cast<std::size_t>(*count);
+  }
+  if (current == nullptr) {
+    return simulator_error("场景已结束");
+  }
+
+  const Action* action = current->action ? &*current->action : nullptr;
+  for (const auto& branch : current->branches) {
+    bool holds = true;
+    for (const auto& condition : branch.when) {
+      holds = holds && condition.holds(context);
+    }
+    if (holds) {
+      action = &branch.action;
+      break;
+    }
+  }
+  if (action == nullptr) {
+    return simulator_error("场景「" + scenario.name + "」第 " + std::to_string(conversation.step) +
+                           " 步没有符合条件的分支");
+  }
+
+  StepOutcome outcome;
+  if (action->content) {
+    outcome.content = action->content->render(scope);
+  }
+  if (action->finish) {
+    outcome.finish = render_finish(*action->finish, context);
+    return outcome;
+  }
+  for (const auto& call : action->calls) {
+    if (conversation.offered_tools.find(call.tool) == conversation.offered_tools.end()) {
+      // A real model cannot call a tool it was not given.
+      StepOutcome refused = simulator_error("工具「" + call.tool + "」不可用，无法完成该操作");
+      refused.content = outcome.content;
+      return refused;
+    }
+    const auto count = repeat_count(call.repeat, scope);
+    if (!count) {
+      return simulator_error("场景「" + scenario.name + "」调用 " + call.tool +
+                             " 的 repeat 不是 0 到 1000 的整数：" + call.repeat->render(scope));
+    }
+    const std::string arguments = compact_json(render_argument(call.arguments, scope, allocator));
+    for (std::int64_t i = 0; i < *count; ++i) {
+      outcome.calls.push_back({call.tool, arguments});
+    }
+  }
+  if (outcome.calls.empty()) {
+    return simulator_error("场景「" + scenario.name + "」第 " + std::to_string(conversation.step) +
+                           " 步没有工具调用（repeat 为 0）");
+  }
+  return outcome;
+}
+
+std::string finish_arguments(const FinishOutcome& finish) {
+  rapidjson::StringBuffer out;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(out);
+  writer.StartObject();
+  writer.Key("type");
+  const std::string_view type = finish_type_name(finish.type);
+  writer.String(type.data(), static_cast<rapidjson::SizeType>(type.size()));
+  writer.Key("message");
+  writer.String(finish.message.data(), static_cast<rapidjson::SizeType>(finish.message.size()));
+  writer.Key("options");
+  writer.StartArray();
+  for (const auto& option : finish.options) {
+    writer.String(option.data(), static_cast<rapidjson::SizeType>(option.size()));
+  }
+  writer.EndArray();
+  writer.EndObject();
+  return std::string(out.GetString(), out.GetSize());
+}
+
+// The final answer as plain text, for a request that offers no `finish` function.
+std::string finish_text(const FinishOutcome& finish) {
+  std::string text;
+  switch (finish.type) {
+    case FinishType::kActionCompleted:
+      text = "✅ ";
+      break;
+    case FinishType::kNeedClarification:
+      text = "⚠️ ";
+      break;
+    case FinishType::kError:
+      text = "❌ ";
+      break;
+  }
+  text += finish.message;
+  for (std::size_t i = 0; i < finish.options.size(); ++i) {
+    text += "\n" + std::to_string(i + 1) + ". " + finish.options[i];
+  }
+  return text;
+}
+
+Value tool_call_value(std::size_t step, std::size_t index, std::string_view name,
+                      std::string_view arguments, Allocator& allocator) {
+  Value function(rapidjson::kObjectType);
+  function.AddMember("name", string_value(name, allocator), allocator);
+  function.AddMember("arguments", string_value(arguments, allocator), allocator);
+  Value call(rapidjson::kObjectType);
+  const std::string id = "call_" + std::to_string(step) + "_" + std::to_string(index);
+  call.AddMember("id", string_value(id, allocator), allocator);
+  call.AddMember("type", "function", allocator);
+  call.AddMember("function", function, allocator);
+  return call;
+}
+
+}  // namespace
+
+Simulator::Simulator(ScenarioSet scenarios) : set_(std::move(scenarios)) {}
+
+std::variant<Completion, RequestError> Simulator::complete(
+    std::string_view body, std::chrono::system_clock::time_point now,
+    std::uint64_t sequence) const {
+  rapidjson::Document request;
+  request.Parse(body.data(), body.size());
+  if (request.HasParseError()) {
+    return RequestError{std::string("the request body is not valid JSON: ") +
+                            rapidjson::GetParseError_En(request.GetParseError()) + " (at byte " +
+                            std::to_string(request.GetErrorOffset()) + ")",
+                        ""};
+  }
+  if (auto error = validate_request(request)) {
+    return *error;
+  }
+  const Conversation conversation = read_conversation(request);
+
+  // Choose the scenario: first `match` that finds the user text, else the default.
+  const Scenario* scenario = &set_.fallback;
+  std::vector<std::string> captures{conversation.user_text};
+  const std::string_view match_text = utf8_prefix(conversation.user_text, kMatchTextLimit);
+  for (const auto& candidate : set_.scenarios) {
+    std::cmatch match;
+    if (std::regex_search(match_text.data(), match_text.data() + match_text.size(), match,
+                          candidate.regex)) {
+      scenario = &candidate;
+      captures.clear();
+      for (const auto& group : match) {
+        captures.emplace_back(group.matched ? group.str() : "");
+      }
+      break;
+    }
+  }
+
+  // The context every template and condition reads.
+  const auto today = conversation.system_date.value_or(
+      std::chrono::year_month_day{std::chrono::floor<std::chrono::days>(now)});
+  const auto tomorrow =
+      std::chrono::year_month_day{std::chrono::sys_days{today} + std::chrono::days{1}};
+  rapidjson::Document context(rapidjson::kObjectType);
+  Allocator& allocator = context.GetAllocator();
+  context.AddMember("today", string_value(format_date(today), allocator), allocator);
+  context.AddMember("tomorrow", string_value(format_date(tomorrow), allocator), allocator);
+  context.AddMember("year", string_value(format_date(today).substr(0, 4), allocator), allocator);
+  context.AddMember("text", string_value(conversation.user_text, allocator), allocator);
+  context.AddMember("step", Value(static_cast<std::uint64_t>(conversation.step)), allocator);
+  Value match_array(rapidjson::kArrayType);
+  for (const auto& capture : captures) {
+    match_array.PushBack(string_value(capture, allocator), allocator);
+  }
+  context.AddMember("match", match_array, allocator);
+  Value steps(rapidjson::kArrayType);
+  collect_results(*member(request, "messages"), steps, allocator);
+  Value previous(rapidjson::kArrayType);
+  if (!steps.Empty()) {
+    previous.CopyFrom(steps[steps.Size() - 1], allocator);
+  }
+  Value first;
+  if (!previous.Empty()) {
+    first.CopyFrom(previous[0], allocator);
+  }
+  context.AddMember("r", first, allocator);
+  context.AddMember("results", previous, allocator);
+  context.AddMember("steps", steps, allocator);
+
+  StepOutcome outcome = run_step(*scenario, conversation, context, allocator);
+
+  // The assistant message.
+  rapidjson::Document response(rapidjson::kObjectType);
+  Allocator& out = response.GetAllocator();
+  Value message(rapidjson::kObjectType);
+  message.AddMember("role", "assistant", out);
+  Value tool_calls(rapidjson::kArrayType);
+  std::string finish_reason = "tool_calls";
+  std::string summary;
+  if (outcome.finish) {
+    summary = "finish " + std::string(finish_type_name(outcome.finish->type));
+    if (conversation.offered_tools.count("finish") != 0) {
+      tool_calls.PushBack(
+          tool_call_value(conversation.step, 0, "finish", finish_arguments(*outcome.finish), out),
+          out);
+    } else {
+      outcome.content = finish_text(*outcome.finish);
+      finish_reason = "stop";
+      summary += " (text)";
+    }
+  } else {
+    summary = "tool_calls";
+    for (std::size_t i = 0; i < outcome.calls.size(); ++i) {
+      tool_calls.PushBack(tool_call_value(conversation.step, i, outcome.calls[i].tool,
+                                          outcome.calls[i].arguments, out),
+                          out);
+      summary += " " + outcome.calls[i].tool;
+    }
+  }
+  if (outcome.content) {
+    message.AddMember("content", string_value(*outcome.content, out), out);
+  } else {
+    message.AddMember("content", Value(rapidjson::kNullType), out);
+  }
+  if (!tool_calls.Empty()) {
+    message.AddMember("tool_calls", tool_calls, out);
+  }
+
+  Completion completion;
+  count_prompt(request, completion.usage);
+  completion.usage.completion_tokens = count_completion(message);
+  completion.scenario = scenario->name;
+  completion.step = conversation.step;
+  completion.latency_ms = scenario->latency_ms;
+  completion.summary = std::move(summary);
+
+  const Value* model = member(request, "model");
+  const std::string model_name =
+      model != nullptr && model->IsString() ? std::string(string_of(*model)) : "llm-sim";
+  const auto created =
+      std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
+  const std::string id = "chatcmpl-sim-" + std::to_string(created) + "-" + std::to_string(sequence);
+
+  Value choice(rapidjson::kObjectType);
+  choice.AddMember("index", 0, out);
+  choice.AddMember("message", message, out);
+  choice.AddMember("logprobs", Value(rapidjson::kNullType), out);
+  choice.AddMember("finish_reason", string_value(finish_reason, out), out);
+  Value choices(rapidjson::kArrayType);
+  choices.PushBack(choice, out);
+
+  const Usage& usage = completion.usage;
+  Value prompt_details(rapidjson::kObjectType);
+  prompt_details.AddMember("cached_tokens", usage.cached_tokens, out);
+  Value completion_details(rapidjson::kObjectType);
+  completion_details.AddMember("reasoning_tokens", 0, out);
+  Value usage_value(rapidjson::kObjectType);
+  usage_value.AddMember("prompt_tokens", usage.prompt_tokens, out);
+  usage_value.AddMember("completion_tokens", usage.completion_tokens, out);
+  usage_value.AddMember("total_tokens", usage.total_tokens(), out);
+  usage_value.AddMember("prompt_tokens_details", prompt_details, out);
+  usage_value.AddMember("completion_tokens_details", completion_details, out);
+
+  response.AddMember("id", string_value(id, out), out);
+  response.AddMember("object", "chat.completion", out);
+  response.AddMember("created", static_cast<std::int64_t>(created), out);
+  response.AddMember("model", string_value(model_name, out), out);
+  response.AddMember("system_fingerprint", "llm-sim", out);
+  response.AddMember("choices", choices, out);
+  response.AddMember("usage", usage_value, out);
+  completion.body = compact_json(response);
+  return completion;
+}
+
+}  // namespace agentfleet::llm_sim
