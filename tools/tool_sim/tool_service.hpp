@@ -1,0 +1,135 @@
+#pragma once
+// tool-sim's whole behaviour without sockets: one tool call in (tool name, the caller's
+// user id from the X-User-Id header, the Idempotency-Key header, the JSON arguments), one
+// HTTP status and JSON body out; plus the read-only views served by /stats, /records and
+// /items, and the reset behind /admin/reset. main.cpp only maps HTTP onto these calls.
+//
+// Idempotency: the first call with a given (user, key) executes and its response (status
+// and body, errors included) is stored; later calls with the same (user, key) get the
+// stored response back without executing, counted as duplicates, and additionally as key
+// conflicts when their tool or arguments differ from the first call's. Keys of different
+// users never collide. At most `max_keys` keys are kept; the oldest are forgotten first
+// (counted in stats as keys_evicted).
+//
+// Time: "now" comes from the injected clock and is read at the configured fixed UTC offset
+// (timestamps, the seed's {{today}}). Tests pass a fixed clock.
+//
+// Thread-safety: every public member takes one internal mutex, so a ToolService may be
+// shared by the threads of an io_context; calls are serialized, which also makes two
+// concurrent calls with the same key execute once.
+
+#include "tools/tool_sim/item_store.hpp"
+#include "tools/tool_sim/seed.hpp"
+#include "tools/tool_sim/time_model.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace agentfleet::tool_sim {
+
+using Clock = std::function<std::chrono::system_clock::time_point()>;
+
+struct ToolServiceOptions {
+  int utc_offset_minutes = 8 * 60;  // +08:00
+  std::size_t max_records = 100000;
+  std::size_t max_keys = 1000000;
+  Clock clock;  // empty: std::chrono::system_clock::now
+};
+
+struct ToolCall {
+  std::string_view tool;             // the {name} of POST /tools/{name}
+  std::string_view user_id;          // X-User-Id; empty when the header is missing
+  std::string_view idempotency_key;  // Idempotency-Key; empty when absent
+  std::string_view body;             // the JSON arguments; empty means {}
+};
+
+struct ToolResponse {
+  int status = 200;
+  std::string body;       // a JSON object
+  bool replayed = false;  // served from the idempotency store
+};
+
+class ToolService {
+ public:
+  explicit ToolService(ToolServiceOptions options = {});
+
+  // Replaces every user's items and groups with the seed's (empty text: no items) and
+  // clears counters, idempotency keys and records; item ids restart at 1, so a seed gives
+  // the same ids every time. Throws SeedError, leaving the state untouched, when the seed
+  // is malformed or one of its items fails create_item's validation.
+  void reset(std::string_view seed_yaml);
+
+  ToolResponse call(const ToolCall& call);
+
+  // {"calls","executed","duplicates","key_conflicts","side_effects","keys_evicted",
+  //  "by_tool": {tool: {"calls","executed","duplicates","errors"}}}
+  std::string stats_json() const;
+  // [{"user_id","tool","idempotency_key","status","side_effect","at"}] of executed calls,
+  // oldest first; all users when user_id is nullopt.
+  std::string records_json(const std::optional<std::string>& user_id) const;
+  // {"items": [...], "count": N} in display order.
+  std::string items_json(const std::string& user_id) const;
+
+  CivilDate today() const;
+  static const std::vector<std::string_view>& tool_names();
+
+ private:
+  struct Executed {
+    int status = 200;
+    std::string body;
+    bool side_effect = false;
+  };
+  struct StoredResponse {
+    std::string fingerprint;  // tool + canonical arguments of the first call
+    int status = 200;
+    std::string body;
+  };
+  struct ToolCounters {
+    std::uint64_t calls = 0;
+    std::uint64_t executed = 0;
+    std::uint64_t duplicates = 0;
+    std::uint64_t errors = 0;
+  };
+  struct Record {
+    std::string user_id;
+    std::string tool;
+    std::optional<std::string> idempotency_key;
+    int status = 200;
+    bool side_effect = false;
+    std::string at;
+  };
+
+  Executed execute(std::string_view tool, const std::string& user_id, std::string_view body);
+  std::string now_timestamp() const;
+  void remember(std::string key, StoredResponse response);
+
+  ToolServiceOptions options_;
+  mutable std::mutex mutex_;
+  ItemStore store_;
+  std::uint64_t calls_ = 0;
+  std::uint64_t executed_ = 0;
+  std::uint64_t duplicates_ = 0;
+  std::uint64_t key_conflicts_ = 0;
+  std::uint64_t side_effects_ = 0;
+  std::uint64_t keys_evicted_ = 0;
+  std::map<std::string, ToolCounters, std::less<>> by_tool_;
+  std::unordered_map<std::string, StoredResponse> responses_;  // user '\0' key -> response
+  std::deque<std::string> key_order_;                          // oldest first, for eviction
+  std::deque<Record> records_;
+};
+
+// Builds a store from a parsed seed through create_item's rules (exposed for tests).
+// Throws SeedError naming the item's path.
+ItemStore build_store(const Seed& seed, const std::string& now);
+
+}  // namespace agentfleet::tool_sim
