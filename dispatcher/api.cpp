@@ -1,0 +1,177 @@
+#include "dispatcher/api.hpp"
+
+#include <random>
+
+#include "core/adapters/pg/task_store.hpp"
+
+namespace agentfleet::dispatcher {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+
+namespace {
+std::string random_hex(std::size_t bytes) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < bytes; ++i) {
+    const auto byte = static_cast<unsigned>(rng() & 0xff);
+    out.push_back(kHex[byte >> 4]);
+    out.push_back(kHex[byte & 0xf]);
+  }
+  return out;
+}
+
+bool is_uuid(std::string_view text) {
+  if (text.size() != 36)
+    return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (i == 8 || i == 13 || i == 18 || i == 23) {
+      if (c != '-')
+        return false;
+    } else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+http::Response store_unavailable(const http::Request& request, const Error& error) {
+  auto response = http::make_error(request, http::Status::service_unavailable, "unavailable",
+                                   "the task store is unavailable: " + error.message);
+  response.set(bhttp::field::retry_after, "1");
+  return response;
+}
+}  // namespace
+
+std::string new_task_id() {
+  std::string hex = random_hex(16);
+  hex[12] = '4';                                              // version 4
+  hex[16] = "89ab"[static_cast<unsigned char>(hex[16]) % 4];  // RFC 4122 variant
+  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
+         hex.substr(16, 4) + "-" + hex.substr(20);
+}
+
+std::string traceparent_for(std::string_view incoming) {
+  // version "00", 32 hex trace id, 16 hex parent id, 2 hex flags.
+  if (incoming.size() == 55 && incoming.substr(0, 3) == "00-" && incoming[35] == '-' &&
+      incoming[52] == '-') {
+    return std::string(incoming);
+  }
+  return "00-" + random_hex(16) + "-" + random_hex(8) + "-01";
+}
+
+Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler)
+    : config_(config), db_(db), wake_scheduler_(std::move(wake_scheduler)) {
+  defaults_.model = config.task_defaults.model;
+  defaults_.timeout_s = config.task_defaults.timeout_s;
+  defaults_.schedule_timeout_s = config.task_defaults.schedule_timeout_s;
+  defaults_.max_steps = config.task_defaults.max_steps;
+  defaults_.priority =
+      parse_priority(config.task_defaults.priority).value_or(Priority::kInteractive);
+  defaults_.time_zone = config.task_defaults.time_zone;
+  defaults_.locale = config.task_defaults.locale;
+  defaults_.max_text_chars = static_cast<std::size_t>(config.dispatcher.max_text_chars);
+}
+
+asio::awaitable<http::Response> Api::handle(http::Request& request) {
+  const std::string target(request.target());
+  const std::string path(http::target_path(target));
+  if (path == "/healthz") {
+    co_return http::make_response(request, http::Status::ok, R"({"status":"ok"})");
+  }
+  if (path == "/readyz")
+    co_return co_await ready(request);
+  if (path == "/v1/tasks") {
+    if (request.method() == bhttp::verb::post)
+      co_return co_await submit(request);
+    co_return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
+                               "use POST to submit a task");
+  }
+  constexpr std::string_view kTaskPrefix = "/v1/tasks/";
+  if (path.rfind(kTaskPrefix, 0) == 0 && path.find('/', kTaskPrefix.size()) == std::string::npos) {
+    if (request.method() != bhttp::verb::get) {
+      co_return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
+                                 "use GET to read a task");
+    }
+    co_return co_await get_task(request, path.substr(kTaskPrefix.size()));
+  }
+  co_return http::make_error(request, http::Status::not_found, "not_found",
+                             "no route for " + std::string(request.method_string()) + " " + path);
+}
+
+asio::awaitable<http::Response> Api::submit(http::Request& request) {
+  auto parsed = codec::parse_submission(request.body(), defaults_);
+  if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               violation->message, violation->path.empty() ? "/" : violation->path);
+  }
+  auto& submission = std::get<codec::Submission>(parsed);
+  if (!config_.find_model(submission.spec.model)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               "unknown model '" + submission.spec.model + "'", "/model");
+  }
+  if (submission.spec.tools) {
+    for (std::size_t i = 0; i < submission.spec.tools->size(); ++i) {
+      const std::string& name = (*submission.spec.tools)[i];
+      if (!config_.find_tool(name)) {
+        co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                                   "unknown tool '" + name + "'", "/tools/" + std::to_string(i));
+      }
+    }
+  }
+  pg::NewTask task{submission.spec, submission.canonical,
+                   traceparent_for(std::string(request["traceparent"]))};
+  task.spec.task_id = new_task_id();
+  auto inserted = co_await db_.run([&](pqxx::connection& c) { return pg::insert_task(c, task); });
+  if (!inserted.ok())
+    co_return store_unavailable(request, inserted.error());
+  const pg::InsertResult& result = inserted.value();
+  if (result.outcome == pg::InsertOutcome::kConflict) {
+    co_return http::make_error(
+        request, http::Status::conflict, "idempotency_conflict",
+        "idempotency_key was used with a different request for task " + result.task_id,
+        "/idempotency_key");
+  }
+  if (result.outcome == pg::InsertOutcome::kCreated)
+    wake_scheduler_();
+  auto body =
+      co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, result.task_id); });
+  if (!body.ok() || !body.value()) {
+    co_return store_unavailable(
+        request, body.ok() ? Error{ErrorKind::kTransient, "task vanished"} : body.error());
+  }
+  auto response = http::make_response(
+      request,
+      result.outcome == pg::InsertOutcome::kCreated ? http::Status::created : http::Status::ok,
+      *body.value());
+  response.set(bhttp::field::location, "/v1/tasks/" + result.task_id);
+  co_return response;
+}
+
+asio::awaitable<http::Response> Api::get_task(http::Request& request, std::string task_id) {
+  if (!is_uuid(task_id)) {
+    co_return http::make_error(request, http::Status::not_found, "not_found", "no task " + task_id);
+  }
+  auto body = co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, task_id); });
+  if (!body.ok())
+    co_return store_unavailable(request, body.error());
+  if (!body.value()) {
+    co_return http::make_error(request, http::Status::not_found, "not_found", "no task " + task_id);
+  }
+  co_return http::make_response(request, http::Status::ok, *body.value());
+}
+
+asio::awaitable<http::Response> Api::ready(http::Request& request) {
+  auto ping = co_await db_.run([](pqxx::connection& c) {
+    pqxx::nontransaction tx(c);
+    tx.exec1("SELECT 1");
+    return true;
+  });
+  if (!ping.ok())
+    co_return store_unavailable(request, ping.error());
+  co_return http::make_response(request, http::Status::ok, R"({"status":"ready"})");
+}
+
+}  // namespace agentfleet::dispatcher

@@ -1,0 +1,55 @@
+// agentfleet-dispatcher: `serve` (default) runs the API, scheduler and relay; `migrate`
+// applies the database migrations; `--check-config` validates the configuration.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/adapters/pg/migrations.hpp"
+#include "core/config/config.hpp"
+#include "dispatcher/dispatcher_service.hpp"
+
+int main(int argc, char** argv) {
+  std::string path = std::getenv("AGENTFLEET_CONFIG") ? std::getenv("AGENTFLEET_CONFIG")
+                                                      : "config/agentfleet.yaml";
+  std::string command = "serve";
+  bool check_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) {
+      path = argv[++i];
+    } else if (arg == "--check-config") {
+      check_only = true;
+    } else if (arg == "serve" || arg == "migrate") {
+      command = arg;
+    } else if (arg == "--help" || arg == "-h") {
+      std::printf(
+          "usage: agentfleet-dispatcher [--config FILE] [--check-config] [serve|migrate]\n"
+          "  serve    run the HTTP API, the scheduler and the outbox relay (default)\n"
+          "  migrate  apply the database migrations and exit\n");
+      return 0;
+    } else {
+      std::fprintf(stderr, "agentfleet-dispatcher: unknown argument '%s' (see --help)\n",
+                   arg.c_str());
+      return 2;
+    }
+  }
+  try {
+    const auto config = agentfleet::config::load_config_file(path);
+    if (check_only) {
+      std::printf("%s: ok\n", path.c_str());
+      return 0;
+    }
+    if (command == "migrate") {
+      const auto report = agentfleet::pg::migrate(config.postgres.url);
+      for (const auto& name : report.applied)
+        std::printf("applied %s\n", name.c_str());
+      std::printf("migrations: %zu applied, %zu already present\n", report.applied.size(),
+                  report.already.size());
+      return 0;
+    }
+    return agentfleet::dispatcher::run_dispatcher(config);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "agentfleet-dispatcher: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,108 @@
+# shellcheck shell=bash
+# Starts and stops the embedded fleet: a private Postgres, the dev broker, llm-sim,
+# tool-sim, the dispatcher and N workers, all on loopback, all under one run folder.
+# Used by tools/quickstart and the integration tests. Source it after common.sh.
+#
+#   fleet_start RUN_DIR BUILD_DIR [WORKERS]   exports AGENTFLEET_* for the config file
+#   fleet_stop RUN_DIR                        stops everything fleet_start started
+#
+# Every process's pid is recorded in RUN_DIR/pids and its output in RUN_DIR/logs/, so
+# fleet_stop (and a trap) can clean up whatever state a failed start left behind.
+
+AF_ROOT="${AF_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+
+# _fleet_spawn RUN_DIR NAME CMD...: starts CMD in the background, logging to logs/NAME.log.
+_fleet_spawn() {
+  local run_dir=$1 name=$2
+  shift 2
+  "$@" >"$run_dir/logs/$name.log" 2>&1 &
+  echo "$! $name" >>"$run_dir/pids"
+}
+
+# _fleet_port_from RUN_DIR FILE NAME: waits for a port file written by a simulator.
+_fleet_wait_file() {
+  local path=$1 name=$2 run_dir=$3
+  if ! af_wait_file "$path" 30; then
+    af_log "$name did not start; last lines of its log:"
+    tail -n 20 "$run_dir/logs/$name.log" >&2 || true
+    return 1
+  fi
+}
+
+fleet_start() {
+  local run_dir=$1 build_dir=$2 workers=${3:-2}
+  mkdir -p "$run_dir/logs"
+  : >"$run_dir/pids"
+  local bin_broker="$build_dir/tools/dev_broker/agentfleet-dev-broker"
+  local bin_llm="$build_dir/tools/llm_sim/agentfleet-llm-sim"
+  local bin_tool="$build_dir/tools/tool_sim/agentfleet-tool-sim"
+  local bin_dispatcher="$build_dir/dispatcher/agentfleet-dispatcher"
+  local bin_worker="$build_dir/worker/agentfleet-worker"
+
+  af_log "starting Postgres under $run_dir/pg"
+  AGENTFLEET_PG_URL=$("$AF_ROOT/tools/devpg" start "$run_dir/pg" | tail -n 1)
+  export AGENTFLEET_PG_URL
+
+  af_log "starting the dev broker"
+  rm -f "$run_dir/kafka.bootstrap"
+  _fleet_spawn "$run_dir" dev-broker "$bin_broker" --bootstrap-file "$run_dir/kafka.bootstrap"
+  _fleet_wait_file "$run_dir/kafka.bootstrap" dev-broker "$run_dir"
+  AGENTFLEET_KAFKA_BOOTSTRAP=$(cat "$run_dir/kafka.bootstrap")
+  export AGENTFLEET_KAFKA_BOOTSTRAP
+
+  af_log "starting llm-sim and tool-sim"
+  rm -f "$run_dir/llm-sim.port" "$run_dir/tool-sim.port"
+  _fleet_spawn "$run_dir" llm-sim "$bin_llm" --scenarios "$AF_ROOT/config/llm-sim-scenarios.yaml" \
+    --port-file "$run_dir/llm-sim.port" ${LLM_SIM_LATENCY_MS:+--latency-ms "$LLM_SIM_LATENCY_MS"}
+  _fleet_spawn "$run_dir" tool-sim "$bin_tool" --seed "$AF_ROOT/config/tool-sim-seed.yaml" \
+    --port-file "$run_dir/tool-sim.port"
+  _fleet_wait_file "$run_dir/llm-sim.port" llm-sim "$run_dir"
+  _fleet_wait_file "$run_dir/tool-sim.port" tool-sim "$run_dir"
+  LLM_SIM_PORT=$(cat "$run_dir/llm-sim.port")
+  TOOL_SIM_URL="http://127.0.0.1:$(cat "$run_dir/tool-sim.port")"
+  export LLM_SIM_PORT TOOL_SIM_URL
+
+  AGENTFLEET_DISPATCHER_PORT=$(af_free_port)
+  export AGENTFLEET_DISPATCHER_PORT
+  export AGENTFLEET_CONFIG="$AF_ROOT/config/agentfleet.yaml"
+
+  af_log "applying migrations"
+  "$bin_dispatcher" migrate >"$run_dir/logs/migrate.log" 2>&1 || {
+    cat "$run_dir/logs/migrate.log" >&2
+    return 1
+  }
+
+  af_log "starting the dispatcher on port $AGENTFLEET_DISPATCHER_PORT and $workers workers"
+  _fleet_spawn "$run_dir" dispatcher "$bin_dispatcher" serve
+  local i
+  for ((i = 1; i <= workers; i++)); do
+    AGENTFLEET_WORKER_ID="worker-$i" _fleet_spawn "$run_dir" "worker-$i" "$bin_worker"
+  done
+  if ! af_wait_port 127.0.0.1 "$AGENTFLEET_DISPATCHER_PORT" 30; then
+    af_log "the dispatcher did not start; last lines of its log:"
+    tail -n 20 "$run_dir/logs/dispatcher.log" >&2 || true
+    return 1
+  fi
+  export AGENTFLEET_URL="http://127.0.0.1:$AGENTFLEET_DISPATCHER_PORT"
+}
+
+fleet_stop() {
+  local run_dir=$1
+  if [[ -f "$run_dir/pids" ]]; then
+    local pid name
+    # Workers and the dispatcher first (they drain), then the services they use.
+    tac "$run_dir/pids" | while read -r pid name; do
+      kill -TERM "$pid" 2>/dev/null || true
+    done
+    local deadline=$(($(af_now_ms) + 15000))
+    while read -r pid name; do
+      while kill -0 "$pid" 2>/dev/null && (($(af_now_ms) < deadline)); do sleep 0.1; done
+      if kill -0 "$pid" 2>/dev/null; then
+        af_log "$name ($pid) did not stop in time; killing it"
+        kill -KILL "$pid" 2>/dev/null || true
+      fi
+    done <"$run_dir/pids"
+    : >"$run_dir/pids"
+  fi
+  "$AF_ROOT/tools/devpg" stop "$run_dir/pg" >/dev/null 2>&1 || true
+}

@@ -1,0 +1,40 @@
+// agentfleet-worker: runs dispatched tasks. `--config FILE` (default config/agentfleet.yaml
+// or $AGENTFLEET_CONFIG); `--check-config` validates and exits.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/config/config.hpp"
+#include "worker/worker_service.hpp"
+
+int main(int argc, char** argv) {
+  std::string path = std::getenv("AGENTFLEET_CONFIG") ? std::getenv("AGENTFLEET_CONFIG")
+                                                      : "config/agentfleet.yaml";
+  bool check_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) {
+      path = argv[++i];
+    } else if (arg == "--check-config") {
+      check_only = true;
+    } else if (arg == "--help" || arg == "-h") {
+      std::printf("usage: agentfleet-worker [--config FILE] [--check-config]\n");
+      return 0;
+    } else {
+      std::fprintf(stderr, "agentfleet-worker: unknown argument '%s' (see --help)\n", arg.c_str());
+      return 2;
+    }
+  }
+  try {
+    const auto config = agentfleet::config::load_config_file(path);
+    if (check_only) {
+      std::printf("%s: ok\n", path.c_str());
+      return 0;
+    }
+    return agentfleet::worker::run_worker(config);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "agentfleet-worker: %s\n", e.what());
+    return 1;
+  }
+}

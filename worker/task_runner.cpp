@@ -1,0 +1,538 @@
+#include "worker/task_runner.hpp"
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <cstdio>
+#include <set>
+
+#include "core/adapters/log.hpp"
+#include "core/adapters/pg/task_store.hpp"
+#include "core/codec/checkpoint_codec.hpp"
+#include "core/codec/openai_codec.hpp"
+#include "core/codec/task_codec.hpp"
+#include "core/config/time_zone_loader.hpp"
+#include "core/react/prompt.hpp"
+
+namespace agentfleet::worker {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+std::string_view to_string(RunOutcome outcome) {
+  switch (outcome) {
+    case RunOutcome::kFinished:
+      return "finished";
+    case RunOutcome::kSkipped:
+      return "skipped";
+    case RunOutcome::kLeaseLost:
+      return "lease_lost";
+    case RunOutcome::kStoreUnavailable:
+      return "store_unavailable";
+  }
+  return "unknown";
+}
+
+billing::PriceTable make_price_table(const config::BillingConfig& billing) {
+  std::vector<billing::Price> prices;
+  for (const auto& p : billing.prices) {
+    billing::Price price;
+    price.model = p.model;
+    price.currency = p.currency;
+    if (std::sscanf(p.effective_from.c_str(), "%d-%d-%d", &price.effective_year,
+                    &price.effective_month, &price.effective_day) != 3) {
+      throw config::ConfigError("billing price for " + p.model + ": bad effective_from '" +
+                                p.effective_from + "'");
+    }
+    auto parse = [&](const std::string& text, const char* what) {
+      auto micros = billing::parse_decimal_micros(text);
+      if (!micros || *micros < 0) {
+        throw config::ConfigError("billing price for " + p.model + ": bad " + what + " '" + text +
+                                  "'");
+      }
+      return *micros;
+    };
+    price.input_per_million_micros = parse(p.input_per_million, "input_per_million");
+    price.cached_input_per_million_micros =
+        parse(p.cached_input_per_million, "cached_input_per_million");
+    price.output_per_million_micros = parse(p.output_per_million, "output_per_million");
+    for (const auto& w : p.windows) {
+      auto from = billing::parse_clock_minutes(w.from);
+      auto to = billing::parse_clock_minutes(w.to);
+      if (!from || !to) {
+        throw config::ConfigError("billing window for " + p.model + ": bad time " + w.from + "-" +
+                                  w.to);
+      }
+      price.windows.push_back(billing::PriceWindow{*from, *to, parse(w.multiplier, "multiplier")});
+    }
+    prices.push_back(std::move(price));
+  }
+  return billing::PriceTable(config::load_time_zone(billing.time_zone).zone, std::move(prices));
+}
+
+namespace {
+react::ResultMarkers make_markers(const config::ResultMarkers& m) {
+  react::ResultMarkers markers;
+  markers.action_completed = m.action_completed;
+  markers.need_clarification = m.need_clarification;
+  markers.error = m.error;
+  markers.fallback = parse_result_type(m.fallback).value_or(ResultType::kActionCompleted);
+  return markers;
+}
+
+// First `limit` code points of `text`, for the trace.
+std::string truncate_chars(const std::string& text, int limit) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+      if (count == static_cast<std::size_t>(limit))
+        return text.substr(0, i) + "…";
+      ++count;
+    }
+  }
+  return text;
+}
+
+void log_line(const char* level, const std::string& task_id, const std::string& user_id,
+              int attempt, const std::string& message) {
+  const std::string attempt_text = std::to_string(attempt);
+  log::write(level, "worker", message,
+             {{"task_id", task_id}, {"user_id", user_id}, {"attempt", attempt_text}});
+}
+}  // namespace
+
+TaskRunner::TaskRunner(const config::Config& config, std::string worker_id,
+                       ports::ModelClient& model, ports::ToolClient& tools, pg::DbPool& db,
+                       kafka::Producer& producer)
+    : config_(config),
+      worker_id_(std::move(worker_id)),
+      model_(model),
+      tools_(tools),
+      db_(db),
+      producer_(producer),
+      prices_(make_price_table(config.billing)),
+      markers_(make_markers(config.react.markers)) {
+  for (const auto& tool : config.tools) {
+    rapidjson::Document schema;
+    schema.Parse(tool.parameters_schema.c_str());
+    argument_schemas_.emplace(tool.name, std::make_shared<codec::CompiledSchema>(schema));
+  }
+}
+
+std::vector<std::pair<std::string, int>> TaskRunner::held_leases() const {
+  std::lock_guard lock(leases_mutex_);
+  return {leases_.begin(), leases_.end()};
+}
+
+struct TaskRunner::Run {
+  std::string task_id;
+  std::string traceparent;
+  pg::ClaimedTask claimed;
+  Clock::time_point deadline;
+  int progress_seq = 0;
+  int steps = 0;
+  int tool_calls = 0;
+};
+
+asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string traceparent) {
+  Run run;
+  run.task_id = std::move(task_id);
+  run.traceparent = std::move(traceparent);
+  auto claimed = co_await db_.run([&](pqxx::connection& c) {
+    return pg::claim_task(c, run.task_id, worker_id_, config_.worker.lease_s);
+  });
+  if (!claimed.ok()) {
+    log_line("error", run.task_id, "", 0, "claim failed: " + claimed.error().message);
+    co_return RunOutcome::kStoreUnavailable;
+  }
+  if (!claimed.value())
+    co_return RunOutcome::kSkipped;  // terminal, or leased elsewhere
+  run.claimed = std::move(*claimed.value());
+  run.deadline = Clock::now() + std::chrono::milliseconds(run.claimed.remaining_ms);
+  {
+    std::lock_guard lock(leases_mutex_);
+    leases_[run.task_id] = run.claimed.attempt;
+  }
+  RunOutcome outcome = RunOutcome::kFinished;
+  std::string internal_error;
+  try {
+    outcome = co_await execute(run);
+  } catch (const std::exception& e) {
+    internal_error = e.what();
+  }
+  if (!internal_error.empty()) {
+    // The last backstop: record the failure instead of losing the task or the process.
+    log_line("error", run.task_id, run.claimed.spec.user_id, run.claimed.attempt,
+             "task runner failed: " + internal_error);
+    outcome = co_await finish(run, TaskStatus::kFailed, std::nullopt,
+                              "internal error: " + internal_error);
+  }
+  {
+    std::lock_guard lock(leases_mutex_);
+    leases_.erase(run.task_id);
+  }
+  co_return outcome;
+}
+
+asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
+  const TaskSpec& spec = run.claimed.spec;
+  if (run.claimed.cancel_requested) {
+    co_return co_await finish(run, TaskStatus::kCancelled, std::nullopt, "cancelled before it ran");
+  }
+  if (run.claimed.schedule_expired) {
+    co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt,
+                              "waited in the queue longer than schedule_timeout_s (" +
+                                  std::to_string(spec.schedule_timeout_s) + ")");
+  }
+  if (!config_.find_model(spec.model)) {
+    co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
+                              "unknown model '" + spec.model + "'");
+  }
+
+  // The tools this task may use: its allow-list within the registry, plus `finish`.
+  std::set<std::string> allowed;
+  std::vector<ports::ToolSchema> schemas;
+  for (const auto& tool : config_.tools) {
+    if (spec.tools &&
+        std::find(spec.tools->begin(), spec.tools->end(), tool.name) == spec.tools->end()) {
+      continue;
+    }
+    allowed.insert(tool.name);
+    schemas.push_back(ports::ToolSchema{tool.name, tool.description, tool.parameters_schema});
+  }
+  schemas.push_back(codec::finish_tool_schema());
+
+  const react::ReactLoop loop(react::Limits{spec.max_steps}, markers_, allowed);
+  const std::string zone_name =
+      spec.metadata.time_zone.empty() ? config_.task_defaults.time_zone : spec.metadata.time_zone;
+  const auto zone = config::load_time_zone(zone_name);
+  react::PromptValues values{to_local(zone.zone, std::chrono::system_clock::now()),
+                             zone.found ? zone_name : "UTC", spec.metadata.locale};
+  react::ReactState state =
+      loop.start(react::render_system_prompt(config_.react.system_prompt, values), spec.text);
+
+  // Replay the checkpoints of earlier attempts: no model call and no bill for them.
+  react::Step next = react::CallModel{};
+  int step = 0;
+  for (const pg::StepRecord& record : run.claimed.steps) {
+    auto reply = codec::parse_model_reply_json(record.model_reply);
+    if (!reply.ok()) {
+      co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
+                                "unreadable checkpoint: " + reply.error().message);
+    }
+    next = loop.on_model_reply(state, reply.value());
+    step = record.step + 1;
+    if (!record.observations.empty()) {
+      if (auto* calls = std::get_if<react::CallTools>(&next)) {
+        auto observations = codec::parse_observations_json(record.observations);
+        if (!observations.ok()) {
+          co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
+                                    "unreadable checkpoint: " + observations.error().message);
+        }
+        next = loop.on_tool_results(state, *calls, std::move(observations.value()));
+      }
+    }
+  }
+  run.steps = step;
+  run.tool_calls = state.tool_calls;
+
+  const config::ModelConfig& model = *config_.find_model(spec.model);
+  for (;;) {
+    if (auto* finished = std::get_if<react::Finish>(&next)) {
+      co_return co_await finish(run, TaskStatus::kSucceeded, finished->result, {});
+    }
+    if (auto* failed = std::get_if<react::Fail>(&next)) {
+      co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, failed->message);
+    }
+    if (Clock::now() >= run.deadline) {
+      co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt,
+                                "deadline of " + std::to_string(spec.timeout_s) + " s passed");
+    }
+    if (auto* calls = std::get_if<react::CallTools>(&next)) {
+      // A step whose tools ran before a crash but were not checkpointed runs them again
+      // with the same idempotency keys, so their side effects happen once.
+      std::string trace;
+      auto observations = co_await run_tools(run, step - 1, *calls, &trace);
+      const std::string obs_json = codec::observations_json(observations);
+      auto saved = co_await db_.run([&](pqxx::connection& c) {
+        return pg::save_tool_results(c, run.task_id, run.claimed.attempt, step - 1, obs_json,
+                                     trace);
+      });
+      if (!saved.ok())
+        co_return RunOutcome::kStoreUnavailable;
+      if (!saved.value().ok())
+        co_return RunOutcome::kLeaseLost;
+      next = loop.on_tool_results(state, *calls, std::move(observations));
+      run.tool_calls = state.tool_calls;
+      continue;
+    }
+    // CallModel.
+    const auto call_deadline =
+        std::min(run.deadline, Clock::now() + std::chrono::seconds(model.call_timeout_s));
+    const auto started = Clock::now();
+    // A named request, moved: GCC 12 destroys brace-initialized temporaries passed to a
+    // coroutine twice.
+    ports::ModelRequest request{spec.model, &state.messages, &schemas, call_deadline,
+                                run.traceparent};
+    auto reply = co_await model_.complete(std::move(request));
+    const int latency_ms = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count());
+    if (!reply.ok()) {
+      if (Clock::now() >= run.deadline) {
+        co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt,
+                                  "deadline passed during a model call: " + reply.error().message);
+      }
+      co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
+                                "model call failed: " + reply.error().message);
+    }
+    const auto now = std::chrono::system_clock::now();
+    const billing::Money cost = prices_.cost(spec.model, reply.value().usage, now);
+    pg::LedgerRow ledger{spec.user_id,
+                         spec.batch_id,
+                         spec.model,
+                         reply.value().usage,
+                         billing::format_micros(cost.micros),
+                         cost.currency};
+    const std::string reply_json = codec::model_reply_json(reply.value());
+    auto saved = co_await db_.run([&](pqxx::connection& c) {
+      return pg::save_model_step(c, run.task_id, run.claimed.attempt, step, reply_json, latency_ms,
+                                 ledger);
+    });
+    if (!saved.ok())
+      co_return RunOutcome::kStoreUnavailable;
+    if (!saved.value().ok())
+      co_return RunOutcome::kLeaseLost;
+    ++step;
+    run.steps = step;
+    next = loop.on_model_reply(state, reply.value());
+  }
+}
+
+asio::awaitable<std::vector<ToolObservation>> TaskRunner::run_tools(Run& run, int step,
+                                                                    const react::CallTools& calls,
+                                                                    std::string* trace_json) {
+  const TaskSpec& spec = run.claimed.spec;
+  auto executor = co_await asio::this_coro::executor;
+  struct Slot {
+    ToolCall call;
+    int index = 0;  // position among the assistant's tool calls: part of the idempotency key
+    ports::ToolOutcome outcome;
+    std::chrono::system_clock::time_point at;
+  };
+  std::vector<Slot> slots;
+  int index = 0;
+  for (const ToolCall& call : calls.calls)
+    slots.push_back(Slot{call, index++, {}, {}});
+
+  // Arguments are checked before anything is sent; a bad call is the model's to fix.
+  std::vector<Slot*> to_call;
+  for (Slot& slot : slots) {
+    slot.at = std::chrono::system_clock::now();
+    slot.outcome.observation.call_id = slot.call.id;
+    slot.outcome.observation.tool = slot.call.name;
+    rapidjson::Document args;
+    args.Parse(slot.call.arguments.c_str());
+    if (args.HasParseError() || !args.IsObject()) {
+      slot.outcome.observation.content =
+          react::tool_error_json("invalid_arguments", "arguments must be a JSON object");
+      continue;
+    }
+    auto schema = argument_schemas_.find(slot.call.name);
+    if (schema != argument_schemas_.end()) {
+      if (auto violation = schema->second->validate(args)) {
+        slot.outcome.observation.content = react::tool_error_json(
+            "invalid_arguments",
+            (violation->path.empty() ? std::string("arguments") : violation->path) + ": " +
+                violation->message);
+        continue;
+      }
+    }
+    to_call.push_back(&slot);
+  }
+
+  // At most max_tool_calls_per_step calls of one step run at once.
+  const std::size_t window =
+      static_cast<std::size_t>(std::max(1, config_.worker.max_tool_calls_per_step));
+  for (std::size_t begin = 0; begin < to_call.size(); begin += window) {
+    const std::size_t end = std::min(to_call.size(), begin + window);
+    std::size_t pending = end - begin;
+    asio::steady_timer all_done(executor, Clock::time_point::max());
+    for (std::size_t i = begin; i < end; ++i) {
+      Slot* slot = to_call[i];
+      emit_progress(run, "action", step, slot->call.name, slot->call.arguments);
+      ports::ToolInvocation invocation{
+          spec.user_id,
+          slot->call.name,
+          slot->call.arguments,
+          run.task_id + ":" + std::to_string(step) + ":" + std::to_string(slot->index),
+          run.deadline,
+          run.traceparent};
+      asio::co_spawn(executor, tools_.call(std::move(invocation)),
+                     [slot, &pending, &all_done](std::exception_ptr error, ports::ToolOutcome out) {
+                       if (error) {
+                         out.observation.ok = false;
+                         out.observation.content =
+                             react::tool_error_json("internal", "tool call failed");
+                       }
+                       const std::string call_id = slot->call.id;
+                       slot->outcome = std::move(out);
+                       slot->outcome.observation.call_id = call_id;
+                       if (--pending == 0)
+                         all_done.cancel();
+                     });
+    }
+    while (pending > 0) {
+      boost::system::error_code ec;
+      co_await all_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+  }
+
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartArray();
+  std::vector<ToolObservation> observations;
+  for (Slot& slot : slots) {
+    const ToolObservation& o = slot.outcome.observation;
+    emit_progress(run, "execution", step, slot.call.name,
+                  std::string("{\"ok\":") + (o.ok ? "true" : "false") + "}");
+    w.StartObject();
+    w.Key("call_id");
+    w.String(slot.call.id.c_str());
+    w.Key("tool");
+    w.String(slot.call.name.c_str());
+    w.Key("arguments");
+    w.String(slot.call.arguments.c_str());
+    w.Key("status");
+    w.String(o.ok ? "ok" : "error");
+    w.Key("http_status");
+    w.Int(slot.outcome.http_status);
+    w.Key("result");
+    const std::string shown = truncate_chars(o.content, config_.worker.trace_result_chars);
+    w.String(shown.c_str());
+    w.Key("latency_ms");
+    w.Int64(slot.outcome.latency.count());
+    w.Key("at");
+    const std::string at = codec::format_rfc3339(slot.at);
+    w.String(at.c_str());
+    w.EndObject();
+    observations.push_back(o);
+  }
+  for (const ToolObservation& refused : calls.refused) {
+    w.StartObject();
+    w.Key("call_id");
+    w.String(refused.call_id.c_str());
+    w.Key("tool");
+    w.String(refused.tool.c_str());
+    w.Key("status");
+    w.String("refused");
+    w.Key("result");
+    w.String(refused.content.c_str());
+    w.EndObject();
+  }
+  w.EndArray();
+  *trace_json = std::string(buffer.GetString(), buffer.GetSize());
+  co_return observations;
+}
+
+asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
+                                               std::optional<TaskResult> result,
+                                               std::string error) {
+  const TaskSpec& spec = run.claimed.spec;
+  pg::FinishRecord record;
+  record.task_id = run.task_id;
+  record.attempt = run.claimed.attempt;
+  record.status = status;
+  record.result = result;
+  record.error = error;
+  record.steps = run.steps;
+  record.tool_calls = run.tool_calls;
+  record.results_topic = config_.kafka.topics.results;
+  record.user_id = spec.user_id;
+  record.traceparent = run.traceparent;
+  std::string event_json;
+  auto finished = co_await db_.run([&](pqxx::connection& c) -> Result<std::int64_t> {
+    const pg::TaskTotals totals = pg::task_totals(c, run.task_id);
+    codec::ResultEvent event;
+    event.task_id = run.task_id;
+    event.user_id = spec.user_id;
+    event.batch_id = spec.batch_id;
+    event.status = status;
+    event.result = result;
+    event.error = error;
+    event.attempt = run.claimed.attempt;
+    event.steps = run.steps;
+    event.tool_calls = run.tool_calls;
+    event.usage = totals.usage;
+    event.cost = totals.cost;
+    event.currency = totals.currency.empty() ? "CNY" : totals.currency;
+    event.finished_at = codec::format_rfc3339(std::chrono::system_clock::now());
+    record.result_event_json = codec::result_event_json(event);
+    event_json = record.result_event_json;
+    return pg::finish_task(c, record);
+  });
+  if (!finished.ok())
+    co_return RunOutcome::kStoreUnavailable;
+  if (!finished.value().ok())
+    co_return RunOutcome::kLeaseLost;
+  const std::int64_t outbox_id = finished.value().value();
+  log_line("info", run.task_id, spec.user_id, run.claimed.attempt,
+           std::string("finished ") + std::string(to_string(status)) +
+               (result ? std::string(" ") + std::string(to_string(result->type)) : std::string()));
+  emit_progress(run, "done", run.steps, {}, event_json);
+
+  // Announce now; if this fails the relay publishes the outbox row after its delay.
+  kafka::Headers headers;
+  if (!run.traceparent.empty())
+    headers.emplace_back("traceparent", run.traceparent);
+  kafka::OutMessage announcement{config_.kafka.topics.results, spec.user_id, event_json, headers};
+  Status published = co_await producer_.publish(std::move(announcement));
+  if (published.ok()) {
+    co_await db_.run([outbox_id](pqxx::connection& c) {
+      pg::delete_outbox_row(c, outbox_id);
+      return true;
+    });
+  } else {
+    log_line("warn", run.task_id, spec.user_id, run.claimed.attempt,
+             "result event not published yet (the relay will): " + published.error().message);
+  }
+  co_return RunOutcome::kFinished;
+}
+
+void TaskRunner::emit_progress(Run& run, std::string event, int step, std::string tool,
+                               std::string data_json) {
+  // Progress is best effort (the result event and the row are the truth), so it is
+  // produced without waiting for the broker. Data that is not a JSON object is wrapped.
+  rapidjson::Document data;
+  data.Parse(data_json.c_str());
+  if (data.HasParseError() || !data.IsObject()) {
+    rapidjson::StringBuffer buffer;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+    w.StartObject();
+    w.Key("text");
+    w.String(data_json.c_str());
+    w.EndObject();
+    data_json.assign(buffer.GetString(), buffer.GetSize());
+  }
+  codec::ProgressEvent progress{run.task_id,
+                                run.claimed.spec.user_id,
+                                run.progress_seq++,
+                                run.claimed.attempt,
+                                std::move(event),
+                                step,
+                                std::move(tool),
+                                std::move(data_json),
+                                codec::format_rfc3339(std::chrono::system_clock::now())};
+  producer_.produce(kafka::OutMessage{config_.kafka.topics.events,
+                                      run.claimed.spec.user_id,
+                                      codec::progress_event_json(progress),
+                                      {}},
+                    [](Status) {});
+}
+
+}  // namespace agentfleet::worker

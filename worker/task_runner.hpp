@@ -1,0 +1,72 @@
+#pragma once
+// Runs one dispatched task to its end: claim (lease, attempt fence), replay checkpoints,
+// then the ReAct loop — model call, checkpoint with its ledger row, tool calls with
+// idempotency keys, checkpoint of their results — until finish, failure, max_steps or the
+// deadline; then the task row, totals and result announcement in one transaction, then
+// the result event. The last backstop: nothing thrown inside escapes as a crash.
+//
+// Thread-safety: one run_task coroutine per task; the shared TaskRunner is immutable
+// apart from the lease registry, which is guarded.
+
+#include <boost/asio/awaitable.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/adapters/kafka/kafka.hpp"
+#include "core/adapters/pg/db_pool.hpp"
+#include "core/billing/price_table.hpp"
+#include "core/codec/json_schema.hpp"
+#include "core/config/config.hpp"
+#include "core/ports/model_client.hpp"
+#include "core/ports/tool_client.hpp"
+#include "core/react/react_loop.hpp"
+
+namespace agentfleet::worker {
+
+enum class RunOutcome { kFinished, kSkipped, kLeaseLost, kStoreUnavailable };
+std::string_view to_string(RunOutcome outcome);
+
+class TaskRunner {
+ public:
+  TaskRunner(const config::Config& config, std::string worker_id, ports::ModelClient& model,
+             ports::ToolClient& tools, pg::DbPool& db, kafka::Producer& producer);
+
+  boost::asio::awaitable<RunOutcome> run(std::string task_id, std::string traceparent);
+
+  // (task_id, attempt) of every task this worker is running, for lease heartbeats.
+  std::vector<std::pair<std::string, int>> held_leases() const;
+  const std::string& worker_id() const { return worker_id_; }
+
+ private:
+  struct Run;
+  boost::asio::awaitable<RunOutcome> execute(Run& run);
+  boost::asio::awaitable<std::vector<ToolObservation>> run_tools(Run& run, int step,
+                                                                 const react::CallTools& calls,
+                                                                 std::string* trace_json);
+  boost::asio::awaitable<RunOutcome> finish(Run& run, TaskStatus status,
+                                            std::optional<TaskResult> result, std::string error);
+  void emit_progress(Run& run, std::string event, int step, std::string tool,
+                     std::string data_json);
+
+  const config::Config& config_;
+  std::string worker_id_;
+  ports::ModelClient& model_;
+  ports::ToolClient& tools_;
+  pg::DbPool& db_;
+  kafka::Producer& producer_;
+  billing::PriceTable prices_;
+  react::ResultMarkers markers_;
+  std::map<std::string, std::shared_ptr<codec::CompiledSchema>> argument_schemas_;
+
+  mutable std::mutex leases_mutex_;
+  std::map<std::string, int> leases_;
+};
+
+// Builds the price table from configuration (throws config::ConfigError on bad values).
+billing::PriceTable make_price_table(const config::BillingConfig& billing);
+
+}  // namespace agentfleet::worker

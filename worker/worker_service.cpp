@@ -1,0 +1,175 @@
+#include "worker/worker_service.hpp"
+
+#include <unistd.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <cstdio>
+#include <mutex>
+
+#include "core/adapters/http/model_client.hpp"
+#include "core/adapters/http/tool_client.hpp"
+#include "core/adapters/kafka/kafka.hpp"
+#include "core/adapters/log.hpp"
+#include "core/adapters/pg/db_pool.hpp"
+#include "core/adapters/pg/task_store.hpp"
+#include "core/codec/task_codec.hpp"
+#include "core/domain/offset_tracker.hpp"
+#include "worker/task_runner.hpp"
+
+namespace agentfleet::worker {
+
+namespace asio = boost::asio;
+
+namespace {
+std::string default_worker_id() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return std::string(host) + "-" + std::to_string(getpid());
+}
+
+std::string header_value(const kafka::Headers& headers, const std::string& name) {
+  for (const auto& [key, value] : headers) {
+    if (key == name)
+      return value;
+  }
+  return {};
+}
+}  // namespace
+
+int run_worker(const config::Config& config) {
+  const std::string worker_id = config.worker.id.empty() ? default_worker_id() : config.worker.id;
+  asio::io_context io(1);
+  pg::DbPool db(config.postgres.url, config.worker.db_threads, config.postgres.statement_timeout_ms,
+                config.postgres.connect_timeout_s);
+  kafka::Producer producer(config.kafka);
+  http::OpenAiModelClient model(io.get_executor(), config.models);
+  http::HttpToolClient tools(io.get_executor(), config.tools);
+  TaskRunner runner(config, worker_id, model, tools, db, producer);
+
+  OffsetTracker offsets;  // touched only on the io thread
+  std::size_t in_flight = 0;
+  bool draining = false;
+  std::unique_ptr<kafka::Consumer> consumer;
+
+  auto on_done = [&](const kafka::InMessage& message) {
+    --in_flight;
+    if (auto commit = offsets.finished({message.topic, message.partition}, message.offset)) {
+      consumer->commit(message.topic, message.partition, *commit);
+    }
+    if (!draining && in_flight < static_cast<std::size_t>(config.worker.max_in_flight)) {
+      consumer->resume();
+    }
+  };
+
+  auto handle = [&](kafka::InMessage message) {
+    ++in_flight;
+    offsets.started({message.topic, message.partition}, message.offset);
+    if (in_flight >= static_cast<std::size_t>(config.worker.max_in_flight))
+      consumer->pause();
+    auto parsed = codec::parse_dispatch_message(message.value);
+    if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
+      // Bad input never blocks a partition: it goes to the dead-letter topic with the reason.
+      const std::string reason =
+          "invalid dispatch message at '" + violation->path + "': " + violation->message;
+      log::write("warn", "worker", reason);
+      kafka::Headers headers = message.headers;
+      headers.emplace_back("dlq-reason", reason);
+      headers.emplace_back("dlq-source-topic", message.topic);
+      headers.emplace_back("dlq-source-partition", std::to_string(message.partition));
+      headers.emplace_back("dlq-source-offset", std::to_string(message.offset));
+      asio::co_spawn(
+          io,
+          [&, message, headers]() -> asio::awaitable<void> {
+            kafka::OutMessage dead_letter{config.kafka.topics.dlq, message.key, message.value,
+                                          headers};
+            co_await producer.publish(std::move(dead_letter));
+          },
+          [&, message](std::exception_ptr) { on_done(message); });
+      return;
+    }
+    const auto& dispatch = std::get<codec::DispatchMessage>(parsed);
+    asio::co_spawn(io, runner.run(dispatch.task_id, header_value(message.headers, "traceparent")),
+                   [&, message](std::exception_ptr error, RunOutcome outcome) {
+                     if (error)
+                       outcome = RunOutcome::kStoreUnavailable;
+                     if (outcome == RunOutcome::kStoreUnavailable) {
+                       // The task stays leased (or dispatched); lease recovery runs it again.
+                       log::write("warn", "worker", "task " + message.key + " left for recovery");
+                     }
+                     on_done(message);
+                   });
+  };
+
+  consumer = std::make_unique<kafka::Consumer>(
+      config.kafka, config.kafka.worker_group,
+      std::vector<std::string>{config.kafka.topics.dispatch},
+      [&](kafka::InMessage message) {
+        asio::post(io, [&, m = std::move(message)]() mutable { handle(std::move(m)); });
+      },
+      [&](bool assigned, const std::vector<std::pair<std::string, int>>& partitions) {
+        if (assigned)
+          return;
+        asio::post(io, [&, partitions] {
+          for (const auto& [topic, partition] : partitions)
+            offsets.forget({topic, partition});
+        });
+      });
+
+  // Heartbeats: one statement extends every lease this worker holds.
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        asio::steady_timer timer(io);
+        while (!draining || in_flight > 0) {
+          timer.expires_after(std::chrono::seconds(config.worker.heartbeat_s));
+          boost::system::error_code ec;
+          co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+          auto held = runner.held_leases();
+          if (held.empty())
+            continue;
+          co_await db.run([&](pqxx::connection& c) {
+            return pg::extend_leases(c, worker_id, held, config.worker.lease_s);
+          });
+        }
+      },
+      asio::detached);
+
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (ec)
+      return;
+    draining = true;
+    log::write("info", "worker", "draining: " + std::to_string(in_flight) + " tasks in flight");
+    consumer->pause();
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          asio::steady_timer timer(io);
+          const auto until = std::chrono::steady_clock::now() +
+                             std::chrono::seconds(config.worker.shutdown_grace_s);
+          while (in_flight > 0 && std::chrono::steady_clock::now() < until) {
+            timer.expires_after(std::chrono::milliseconds(50));
+            boost::system::error_code wait_ec;
+            co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, wait_ec));
+          }
+          io.stop();
+        },
+        asio::detached);
+  });
+
+  consumer->start();
+  log::write("info", "worker",
+             "worker " + worker_id + " consuming " + config.kafka.topics.dispatch);
+  io.run();
+  consumer->stop();
+  log::write("info", "worker", "stopped with " + std::to_string(in_flight) + " tasks in flight");
+  return 0;
+}
+
+}  // namespace agentfleet::worker
