@@ -375,6 +375,28 @@ void read_postgres(const Section& s, PostgresConfig& out) {
   s.read("connect_timeout_s", out.connect_timeout_s);
 }
 
+// librdkafka properties: strings, integers and booleans, passed on as text.
+void read_properties(const Section& s, const char* name, std::map<std::string, std::string>& out) {
+  const Value* props = s.get(name);
+  if (!props)
+    return;
+  if (!props->IsObject())
+    throw Problem(s.path(name), "expected object");
+  for (const auto& m : props->GetObject()) {
+    std::string key(m.name.GetString(), m.name.GetStringLength());
+    const Value& v = m.value;
+    if (v.IsString()) {
+      out[key].assign(v.GetString(), v.GetStringLength());
+    } else if (v.IsBool()) {
+      out[key] = v.GetBool() ? "true" : "false";
+    } else if (v.IsInt64()) {
+      out[key] = std::to_string(v.GetInt64());
+    } else {
+      throw Problem(s.path(name) + "/" + escape_token(key), "expected string, integer or boolean");
+    }
+  }
+}
+
 void read_kafka(const Section& s, KafkaConfig& out) {
   s.read("bootstrap_servers", out.bootstrap_servers);
   s.read("client_id", out.client_id);
@@ -387,25 +409,8 @@ void read_kafka(const Section& s, KafkaConfig& out) {
   topics.read("events", out.topics.events);
   topics.read("dlq", out.topics.dlq);
   s.read("delivery_timeout_ms", out.delivery_timeout_ms);
-  if (const Value* props = s.get("properties")) {
-    if (!props->IsObject()) {
-      throw Problem(s.path("properties"), "expected object");
-    }
-    for (const auto& m : props->GetObject()) {
-      std::string key(m.name.GetString(), m.name.GetStringLength());
-      const Value& v = m.value;
-      if (v.IsString()) {
-        out.properties[key].assign(v.GetString(), v.GetStringLength());
-      } else if (v.IsBool()) {
-        out.properties[key] = v.GetBool() ? "true" : "false";
-      } else if (v.IsInt64()) {
-        out.properties[key] = std::to_string(v.GetInt64());
-      } else {
-        throw Problem(s.path("properties") + "/" + escape_token(key),
-                      "expected string, integer or boolean");
-      }
-    }
-  }
+  read_properties(s, "properties", out.properties);
+  read_properties(s, "consumer_properties", out.consumer_properties);
   std::vector<std::pair<std::string, const std::string*>> names = {
       {"submit", &out.topics.submit},
       {"dispatch", &out.topics.dispatch},

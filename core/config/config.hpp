@@ -44,6 +44,8 @@ struct KafkaConfig {
   int delivery_timeout_ms = 30000;
   // Extra librdkafka properties passed through verbatim (security.protocol, sasl.*, ...).
   std::map<std::string, std::string> properties;
+  // Consumers only, applied after `properties` (session.timeout.ms, ...).
+  std::map<std::string, std::string> consumer_properties;
 };
 
 struct HttpListen {

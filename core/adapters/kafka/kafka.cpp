@@ -209,6 +209,7 @@ Consumer::Consumer(const config::KafkaConfig& config, std::string group_id,
       on_message_(std::move(on_message)),
       on_rebalance_(std::move(on_rebalance)) {
   rd_kafka_conf_t* conf = base_conf(config);
+  for (const auto& [name, value] : config.consumer_properties) set_or_throw(conf, name, value);
   set_or_throw(conf, "group.id", group_id);
   set_or_throw(conf, "enable.auto.commit", "false");
   set_or_throw(conf, "enable.auto.offset.store", "false");
