@@ -86,22 +86,33 @@ fleet_start() {
   export AGENTFLEET_URL="http://127.0.0.1:$AGENTFLEET_DISPATCHER_PORT"
 }
 
+# _fleet_stop_matching RUN_DIR REGEX: SIGTERM to the recorded processes whose name matches,
+# then waits up to 20 s for them, then SIGKILL.
+_fleet_stop_matching() {
+  local run_dir=$1 pattern=$2 pid name
+  local -a stopping=()
+  while read -r pid name; do
+    [[ "$name" =~ $pattern ]] || continue
+    kill -TERM "$pid" 2>/dev/null && stopping+=("$pid:$name")
+  done <"$run_dir/pids"
+  local deadline=$(($(af_now_ms) + 20000)) entry
+  for entry in "${stopping[@]}"; do
+    pid=${entry%%:*}
+    name=${entry#*:}
+    while kill -0 "$pid" 2>/dev/null && (($(af_now_ms) < deadline)); do sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      af_log "$name ($pid) did not stop in time; killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+}
+
 fleet_stop() {
   local run_dir=$1
   if [[ -f "$run_dir/pids" ]]; then
-    local pid name
-    # Workers and the dispatcher first (they drain), then the services they use.
-    tac "$run_dir/pids" | while read -r pid name; do
-      kill -TERM "$pid" 2>/dev/null || true
-    done
-    local deadline=$(($(af_now_ms) + 15000))
-    while read -r pid name; do
-      while kill -0 "$pid" 2>/dev/null && (($(af_now_ms) < deadline)); do sleep 0.1; done
-      if kill -0 "$pid" 2>/dev/null; then
-        af_log "$name ($pid) did not stop in time; killing it"
-        kill -KILL "$pid" 2>/dev/null || true
-      fi
-    done <"$run_dir/pids"
+    # The fleet drains first, while the broker and Postgres it drains into are still up.
+    _fleet_stop_matching "$run_dir" '^(dispatcher|worker-.*)$'
+    _fleet_stop_matching "$run_dir" '.'
     : >"$run_dir/pids"
   fi
   "$AF_ROOT/tools/devpg" stop "$run_dir/pg" >/dev/null 2>&1 || true

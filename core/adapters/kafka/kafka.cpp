@@ -250,7 +250,24 @@ void Consumer::stop() {
     return;
   if (poller_.joinable())
     poller_.join();
-  rd_kafka_consumer_close(rk_);
+  // rd_kafka_consumer_close waits for the group leave without a bound, which never comes
+  // when the broker is gone; close through a queue instead and give it ten seconds.
+  rd_kafka_queue_t* queue = rd_kafka_queue_new(rk_);
+  if (rd_kafka_error_t* error = rd_kafka_consumer_close_queue(rk_, queue)) {
+    log::warn("kafka", std::string("consumer close: ") + rd_kafka_error_string(error));
+    rd_kafka_error_destroy(error);
+  } else {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!rd_kafka_consumer_closed(rk_) && std::chrono::steady_clock::now() < until) {
+      if (rd_kafka_event_t* event = rd_kafka_queue_poll(queue, 100)) {
+        if (rd_kafka_event_type(event) == RD_KAFKA_EVENT_REBALANCE) {
+          rd_kafka_assign(rk_, nullptr);
+        }
+        rd_kafka_event_destroy(event);
+      }
+    }
+  }
+  rd_kafka_queue_destroy(queue);
 }
 
 void Consumer::poll_loop() {
