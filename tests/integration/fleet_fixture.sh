@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# ctest fixture for the integration tests:
+#   fleet_fixture.sh start RUN_DIR BUILD_DIR   starts the embedded fleet, writes RUN_DIR/env
+#   fleet_fixture.sh stop RUN_DIR              stops it
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export AF_LOG_TAG=fleet-fixture
+source "$root/tools/lib/common.sh"
+source "$root/tools/lib/fleet.sh"
+command=$1
+run_dir=$2
+case "$command" in
+  start)
+    fleet_stop "$run_dir"
+    rm -rf "$run_dir/pg" "$run_dir/logs"
+    if ! fleet_start "$run_dir" "$3" 2; then
+      fleet_stop "$run_dir"
+      exit 1
+    fi
+    {
+      echo "AGENTFLEET_URL=$AGENTFLEET_URL"
+      echo "AGENTFLEET_PG_URL=$AGENTFLEET_PG_URL"
+      echo "AGENTFLEET_KAFKA_BOOTSTRAP=$AGENTFLEET_KAFKA_BOOTSTRAP"
+      echo "TOOL_SIM_URL=$TOOL_SIM_URL"
+      echo "LLM_SIM_PORT=$LLM_SIM_PORT"
+    } >"$run_dir/env"
+    ;;
+  stop)
+    fleet_stop "$run_dir"
+    # Sanitizer reports in any process of the fleet fail the run.
+    if grep -l "ERROR: AddressSanitizer\|runtime error:" "$run_dir"/logs/*.log 2>/dev/null; then
+      echo "a fleet process reported a sanitizer error (files above)" >&2
+      exit 1
+    fi
+    ;;
+  *)
+    echo "usage: fleet_fixture.sh start RUN_DIR BUILD_DIR | stop RUN_DIR" >&2
+    exit 2
+    ;;
+esac

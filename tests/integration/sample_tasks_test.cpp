@@ -1,0 +1,350 @@
+// The walking skeleton, end to end on the embedded fleet (started by the ctest fixture in
+// fleet_fixture.sh): the six sample tasks of the origin documents are submitted over the
+// HTTP API, run by the workers against llm-sim and tool-sim, and then checked where users
+// look for them: the task rows, steps and ledger in Postgres, exactly one event per task
+// on the results topic, and tool-sim's record of side effects.
+
+#include <gtest/gtest.h>
+#include <librdkafka/rdkafka.h>
+#include <rapidjson/document.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <pqxx/pqxx>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/adapters/http/client.hpp"
+#include "core/codec/json_schema.hpp"
+
+namespace agentfleet {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::map<std::string, std::string> fleet_env() {
+  const char* dir = std::getenv("AGENTFLEET_TEST_RUN_DIR");
+  EXPECT_NE(dir, nullptr) << "run by ctest, which starts the fleet fixture";
+  std::map<std::string, std::string> env;
+  std::ifstream file(std::string(dir ? dir : ".") + "/env");
+  for (std::string line; std::getline(file, line);) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos)
+      env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  EXPECT_FALSE(env.empty()) << "the fleet fixture wrote no env file";
+  return env;
+}
+
+http::ClientResponse call(boost::beast::http::verb method, const std::string& url,
+                          const std::string& body = {},
+                          std::vector<std::pair<std::string, std::string>> headers = {}) {
+  boost::asio::io_context io;
+  http::ClientRequest request;
+  request.method = method;
+  request.url = url;
+  request.body = body;
+  request.headers = std::move(headers);
+  request.deadline = std::chrono::steady_clock::now() + 10s;
+  auto future = boost::asio::co_spawn(io, http::fetch(io.get_executor(), std::move(request)),
+                                      boost::asio::use_future);
+  io.run();
+  return future.get();
+}
+
+rapidjson::Document parse(const std::string& text) {
+  rapidjson::Document doc;
+  doc.Parse(text.c_str());
+  EXPECT_FALSE(doc.HasParseError()) << text;
+  return doc;
+}
+
+std::string submit_json(const std::string& user, const std::string& text, const std::string& key) {
+  return R"({"user_id":")" + user + R"(","text":")" + text + R"(","idempotency_key":")" + key +
+         R"("})";
+}
+
+// Waits (bounded) until the task is terminal; returns its JSON.
+rapidjson::Document wait_terminal(const std::string& base, const std::string& task_id) {
+  const auto until = std::chrono::steady_clock::now() + 90s;
+  for (;;) {
+    auto response = call(boost::beast::http::verb::get, base + "/v1/tasks/" + task_id);
+    EXPECT_EQ(response.status, 200) << response.body;
+    rapidjson::Document doc = parse(response.body);
+    const std::string status = doc["status"].GetString();
+    if (status == "succeeded" || status == "failed" || status == "timed_out" ||
+        status == "cancelled") {
+      return doc;
+    }
+    if (std::chrono::steady_clock::now() > until) {
+      ADD_FAILURE() << "task " << task_id << " still " << status << " after 90 s";
+      return doc;
+    }
+    std::this_thread::sleep_for(100ms);  // polling interval of a bounded wait
+  }
+}
+
+// Every message of `topic` up to the current end of each partition.
+std::vector<std::pair<std::string, std::string>> read_topic(const std::string& bootstrap,
+                                                            const std::string& topic) {
+  char errstr[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), errstr, sizeof(errstr));
+  rd_kafka_conf_set(conf, "group.id", "integration-reader", errstr, sizeof(errstr));
+  rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr, sizeof(errstr));
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+  EXPECT_NE(rk, nullptr) << errstr;
+  std::vector<std::pair<std::string, std::string>> messages;
+  if (!rk)
+    return messages;
+  const rd_kafka_metadata_t* metadata = nullptr;
+  rd_kafka_topic_t* handle = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
+  EXPECT_EQ(rd_kafka_metadata(rk, 0, handle, &metadata, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  rd_kafka_topic_partition_list_t* assignment = rd_kafka_topic_partition_list_new(8);
+  std::map<int, std::int64_t> end;
+  for (int t = 0; metadata && t < metadata->topic_cnt; ++t) {
+    for (int p = 0; p < metadata->topics[t].partition_cnt; ++p) {
+      const int partition = metadata->topics[t].partitions[p].id;
+      std::int64_t low = 0, high = 0;
+      EXPECT_EQ(rd_kafka_query_watermark_offsets(rk, topic.c_str(), partition, &low, &high, 10000),
+                RD_KAFKA_RESP_ERR_NO_ERROR);
+      if (high > low) {
+        end[partition] = high;
+        rd_kafka_topic_partition_list_add(assignment, topic.c_str(), partition)->offset = low;
+      }
+    }
+  }
+  if (metadata)
+    rd_kafka_metadata_destroy(metadata);
+  rd_kafka_topic_destroy(handle);
+  rd_kafka_assign(rk, assignment);
+  rd_kafka_topic_partition_list_destroy(assignment);
+  std::map<int, std::int64_t> next;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  auto done = [&] {
+    for (const auto& [partition, high] : end) {
+      if (next[partition] < high)
+        return false;
+    }
+    return true;
+  };
+  while (!done() && std::chrono::steady_clock::now() < until) {
+    rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 200);
+    if (!m)
+      continue;
+    if (!m->err) {
+      messages.emplace_back(std::string(static_cast<const char*>(m->key), m->key_len),
+                            std::string(static_cast<const char*>(m->payload), m->len));
+      next[m->partition] = m->offset + 1;
+    }
+    rd_kafka_message_destroy(m);
+  }
+  EXPECT_TRUE(done()) << "could not read " << topic << " to its end within 30 s";
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+  return messages;
+}
+
+struct Sample {
+  std::string user;
+  std::string text;
+  std::string result_type;
+  int steps;       // model calls
+  int tool_calls;  // tool calls that ran
+  std::string message_has;
+};
+
+const std::vector<Sample>& samples() {
+  static const std::vector<Sample> kSamples = {
+      {"u1", "2月8日的会议改到晚上8点", "action_completed", 3, 2, "20:00-21:00"},
+      {"u1", "明天下午3点开会，讨论项目进度", "action_completed", 2, 1, "15:00-16:00"},
+      {"u1", "完成报告提交", "action_completed", 3, 2, "提交月度报告"},
+      {"u1", "今天下午去买东西", "action_completed", 2, 1, "去买东西"},
+      {"u2", "2月8日的会议改到晚上8点", "need_clarification", 2, 1, "3"},
+      {"u2", "删除2月30日的日程", "error", 1, 0, "2月30日"},
+  };
+  return kSamples;
+}
+
+TEST(SampleTasks, EachEndsAsExpectedWithItsRowsLedgerAndExactlyOneResultEvent) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < samples().size(); ++i) {
+    const Sample& s = samples()[i];
+    auto response = call(boost::beast::http::verb::post, base + "/v1/tasks",
+                         submit_json(s.user, s.text, "sample-" + std::to_string(i)));
+    ASSERT_EQ(response.status, 201) << response.body;
+    auto doc = parse(response.body);
+    // Accepted and not yet run; the scheduler is woken at once, so it may be dispatched.
+    const std::string status = doc["status"].GetString();
+    EXPECT_TRUE(status == "queued" || status == "dispatched") << status;
+    ids.emplace_back(doc["task_id"].GetString());
+  }
+
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const Sample& s = samples()[i];
+    SCOPED_TRACE(s.user + ": " + s.text);
+    auto task = wait_terminal(base, ids[i]);
+    ASSERT_STREQ(task["status"].GetString(), "succeeded") << task["error"].IsString();
+    ASSERT_TRUE(task["result"].IsObject());
+    EXPECT_EQ(task["result"]["type"].GetString(), s.result_type);
+    EXPECT_NE(std::string(task["result"]["message"].GetString()).find(s.message_has),
+              std::string::npos)
+        << task["result"]["message"].GetString();
+    EXPECT_EQ(task["steps"].GetInt(), s.steps);
+    EXPECT_EQ(task["tool_calls"].GetInt(), s.tool_calls);
+    EXPECT_EQ(task["trace"].GetArray().Size(), static_cast<unsigned>(s.steps));
+    if (s.result_type == "need_clarification") {
+      EXPECT_EQ(task["result"]["options"].GetArray().Size(), 3u);
+    }
+  }
+
+  // Postgres is the truth: one step row and one ledger row per model call, the task's
+  // totals equal the ledger's, and nothing is left in the outbox.
+  pqxx::connection db(env["AGENTFLEET_PG_URL"]);
+  pqxx::work tx(db);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const Sample& s = samples()[i];
+    SCOPED_TRACE(s.user + ": " + s.text);
+    auto row = tx.exec_params1(
+        R"SQL(SELECT t.status, t.result_type, t.steps, t.tool_calls, t.attempt,
+                 (SELECT count(*) FROM task_steps s WHERE s.task_id = t.task_id),
+                 (SELECT count(*) FROM task_steps s WHERE s.task_id = t.task_id
+                                                      AND s.observations IS NOT NULL),
+                 (SELECT count(*) FROM usage_ledger l WHERE l.task_id = t.task_id),
+                 (SELECT count(DISTINCT step) FROM usage_ledger l WHERE l.task_id = t.task_id),
+                 t.cost = (SELECT sum(cost) FROM usage_ledger l WHERE l.task_id = t.task_id),
+                 t.input_tokens = (SELECT sum(input_tokens) FROM usage_ledger l
+                                   WHERE l.task_id = t.task_id),
+                 (SELECT bool_and(l.user_id = t.user_id AND l.cost > 0 AND l.input_tokens > 0)
+                  FROM usage_ledger l WHERE l.task_id = t.task_id)
+          FROM tasks t WHERE t.task_id = $1::uuid)SQL",
+        ids[i]);
+    EXPECT_EQ(row[0].as<std::string>(), "succeeded");
+    EXPECT_EQ(row[1].as<std::string>(), s.result_type);
+    EXPECT_EQ(row[2].as<int>(), s.steps);
+    EXPECT_EQ(row[3].as<int>(), s.tool_calls);
+    EXPECT_EQ(row[4].as<int>(), 1) << "claimed once";
+    EXPECT_EQ(row[5].as<int>(), s.steps) << "step rows";
+    EXPECT_EQ(row[6].as<int>(), s.tool_calls > 0 ? s.steps - 1 : 0) << "steps with tool results";
+    EXPECT_EQ(row[7].as<int>(), s.steps) << "ledger rows";
+    EXPECT_EQ(row[8].as<int>(), s.steps) << "distinct ledger steps";
+    EXPECT_TRUE(row[9].as<bool>()) << "task cost equals the ledger's";
+    EXPECT_TRUE(row[10].as<bool>()) << "task input tokens equal the ledger's";
+    EXPECT_TRUE(row[11].as<bool>()) << "every ledger row billed to the task's user";
+  }
+  tx.commit();
+  // The worker deletes a result's outbox row once the broker has it; wait for that (bounded).
+  const auto outbox_until = std::chrono::steady_clock::now() + 30s;
+  int pending = 0;
+  do {
+    pqxx::work check(db);
+    pending = check.exec1("SELECT count(*) FROM outbox")[0].as<int>();
+    check.commit();
+    if (pending)
+      std::this_thread::sleep_for(100ms);
+  } while (pending && std::chrono::steady_clock::now() < outbox_until);
+  EXPECT_EQ(pending, 0) << "outbox rows still waiting to be published";
+
+  // Exactly one result event per task on the results topic, valid against its schema.
+  std::map<std::string, int> events;
+  for (const auto& [key, value] :
+       read_topic(env["AGENTFLEET_KAFKA_BOOTSTRAP"], "agent.tasks.results")) {
+    rapidjson::Document doc;
+    auto violation = codec::validate_json_text(value, "result_event.schema.json", &doc);
+    EXPECT_FALSE(violation) << violation->path << ": " << violation->message << " in " << value;
+    if (violation)
+      continue;
+    EXPECT_EQ(key, doc["user_id"].GetString()) << "keyed by user_id";
+    ++events[doc["task_id"].GetString()];
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(events[ids[i]], 1) << "result events for " << samples()[i].text;
+  }
+
+  // The side effects happened, once each: u1's meeting moved, no idempotency replays.
+  auto items = call(boost::beast::http::verb::get, env["TOOL_SIM_URL"] + "/items?user_id=u1");
+  EXPECT_NE(items.body.find("20:00"), std::string::npos) << items.body;
+  auto stats = parse(call(boost::beast::http::verb::get, env["TOOL_SIM_URL"] + "/stats").body);
+  EXPECT_EQ(stats["duplicates"].GetInt(), 0);
+  EXPECT_EQ(stats["side_effects"].GetInt(), 4) << "update, create, complete, create";
+}
+
+TEST(TaskApi, RejectsBadInputWithTheJsonPathOfTheProblem) {
+  auto env = fleet_env();
+  const std::string url = env["AGENTFLEET_URL"] + "/v1/tasks";
+  struct Case {
+    std::string body;
+    std::string path;
+  };
+  const std::vector<Case> cases = {
+      {R"({"user_id":"u1"})", "/"},
+      {R"({"user_id":"u1","text":"hi","timeout_s":"30"})", "/timeout_s"},
+      {R"({"user_id":"u1","text":"hi","metadata":{"colour":"red"}})", "/metadata/colour"},
+      {R"({"user_id":"u1","text":"hi","tools":["no_such_tool"]})", "/tools/0"},
+      {R"({"user_id":"u1","text":"hi","model":"no-such-model"})", "/model"},
+      {R"({"user_id":"u1","text":"hi","priority":"urgent"})", "/priority"},
+      {"not json", "/"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.body);
+    auto response = call(boost::beast::http::verb::post, url, c.body);
+    EXPECT_EQ(response.status, 400) << response.body;
+    auto doc = parse(response.body);
+    ASSERT_TRUE(doc.IsObject() && doc.HasMember("error")) << response.body;
+    EXPECT_EQ(doc["error"]["path"].GetString(), c.path) << response.body;
+    EXPECT_FALSE(std::string(doc["error"]["message"].GetString()).empty());
+  }
+  std::string long_text(5001 * 3, '\0');
+  long_text.clear();
+  for (int i = 0; i < 5001; ++i)
+    long_text += "字";
+  auto too_long = call(boost::beast::http::verb::post, url, submit_json("u1", long_text, "long"));
+  EXPECT_EQ(too_long.status, 400);
+  EXPECT_NE(too_long.body.find("/text"), std::string::npos) << too_long.body;
+}
+
+TEST(TaskApi, SameIdempotencyKeyReturnsTheOriginalTaskAndAnotherBodyConflicts) {
+  auto env = fleet_env();
+  const std::string url = env["AGENTFLEET_URL"] + "/v1/tasks";
+  auto first =
+      call(boost::beast::http::verb::post, url, submit_json("u3", "删除2月30日的日程", "k-1"));
+  ASSERT_EQ(first.status, 201) << first.body;
+  auto again =
+      call(boost::beast::http::verb::post, url, submit_json("u3", "删除2月30日的日程", "k-1"));
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_STREQ(parse(first.body)["task_id"].GetString(), parse(again.body)["task_id"].GetString());
+  auto other =
+      call(boost::beast::http::verb::post, url, submit_json("u3", "今天下午去买东西", "k-1"));
+  EXPECT_EQ(other.status, 409) << other.body;
+  EXPECT_NE(other.body.find("/idempotency_key"), std::string::npos);
+  // The key belongs to the user: another user may use the same key.
+  auto other_user =
+      call(boost::beast::http::verb::post, url, submit_json("u4", "删除2月30日的日程", "k-1"));
+  EXPECT_EQ(other_user.status, 201) << other_user.body;
+}
+
+TEST(TaskApi, UnknownTasksAndRoutesAre404) {
+  auto env = fleet_env();
+  EXPECT_EQ(call(boost::beast::http::verb::get,
+                 env["AGENTFLEET_URL"] + "/v1/tasks/00000000-0000-4000-8000-000000000000")
+                .status,
+            404);
+  EXPECT_EQ(
+      call(boost::beast::http::verb::get, env["AGENTFLEET_URL"] + "/v1/tasks/not-a-uuid").status,
+      404);
+  EXPECT_EQ(call(boost::beast::http::verb::get, env["AGENTFLEET_URL"] + "/v1/nothing").status, 404);
+  EXPECT_EQ(call(boost::beast::http::verb::get, env["AGENTFLEET_URL"] + "/readyz").status, 200);
+}
+
+}  // namespace
+}  // namespace agentfleet
