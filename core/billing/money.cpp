@@ -37,6 +37,8 @@ std::optional<std::int64_t> parse_decimal_micros(std::string_view text) {
   for (char c : frac) {
     if (c < '0' || c > '9')
       return std::nullopt;
+    if ((c - '0') * scale > kMax - value)
+      return std::nullopt;
     value += (c - '0') * scale;
     scale /= 10;
   }

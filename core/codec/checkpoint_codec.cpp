@@ -73,6 +73,8 @@ Result<ModelReply> parse_model_reply_json(std::string_view json) {
   if (auto calls = doc.FindMember("tool_calls");
       calls != doc.MemberEnd() && calls->value.IsArray()) {
     for (const auto& c : calls->value.GetArray()) {
+      if (!c.IsObject())
+        return Error{ErrorKind::kInvalid, "checkpointed tool call is not a JSON object"};
       reply.tool_calls.push_back(ToolCall{str(c, "id"), str(c, "name"), str(c, "arguments")});
       if (reply.tool_calls.back().name == kFinishTool && !reply.finish) {
         reply.finish = parse_finish_arguments(reply.tool_calls.back().arguments);
@@ -113,6 +115,8 @@ Result<std::vector<ToolObservation>> parse_observations_json(std::string_view js
   }
   std::vector<ToolObservation> out;
   for (const auto& o : doc.GetArray()) {
+    if (!o.IsObject())
+      return Error{ErrorKind::kInvalid, "checkpointed observation is not a JSON object"};
     auto ok = o.FindMember("ok");
     out.push_back(ToolObservation{str(o, "call_id"), str(o, "tool"),
                                   ok != o.MemberEnd() && ok->value.IsBool() && ok->value.GetBool(),

@@ -32,7 +32,9 @@ std::optional<TimeZone> TimeZone::from_tzif(std::string name, std::string_view d
     if (data.size() < at + 44 || data.substr(at, 4) != "TZif")
       return false;
     const auto count = [&](int i) {
-      return static_cast<std::size_t>(read_be(data, at + 20 + static_cast<std::size_t>(i) * 4, 4));
+      // Counts are unsigned: read as signed, a high bit would wrap the size check below.
+      return static_cast<std::size_t>(
+          static_cast<std::uint32_t>(read_be(data, at + 20 + static_cast<std::size_t>(i) * 4, 4)));
     };
     const std::size_t isutcnt = count(0), isstdcnt = count(1), leapcnt = count(2),
                       timecnt = count(3), typecnt = count(4), charcnt = count(5);

@@ -52,9 +52,27 @@ void append_json_string(std::string& out, std::string_view text) {
   out.push_back('"');
 }
 
+// Emoji come with or without the variation selector U+FE0F: models write "⚠" as often as
+// "⚠️", and both must match the same marker.
+std::string without_variation_selector(std::string_view text) {
+  static constexpr std::string_view kVs16 = "\xEF\xB8\x8F";
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    if (text.substr(i, kVs16.size()) == kVs16) {
+      i += kVs16.size();
+    } else {
+      out.push_back(text[i++]);
+    }
+  }
+  return out;
+}
+
 bool contains_any(const std::string& text, const std::vector<std::string>& markers) {
+  const std::string plain = without_variation_selector(text);
   return std::any_of(markers.begin(), markers.end(), [&](const std::string& marker) {
-    return !marker.empty() && text.find(marker) != std::string::npos;
+    const std::string plain_marker = without_variation_selector(marker);
+    return !plain_marker.empty() && plain.find(plain_marker) != std::string::npos;
   });
 }
 }  // namespace
@@ -100,7 +118,11 @@ Step ReactLoop::on_model_reply(ReactState& state, const ModelReply& reply) const
   Message assistant{Role::kAssistant, reply.content, reply.tool_calls, {}, {}};
   state.messages.push_back(std::move(assistant));
 
-  if (reply.finish && reply.finish->problem.empty())
+  // A finish beside other tool calls would declare a result before those calls ran (and
+  // they never would): refuse it, run the others, and let the model finish after seeing them.
+  const bool acts_too = std::any_of(reply.tool_calls.begin(), reply.tool_calls.end(),
+                                    [](const ToolCall& call) { return call.name != kFinishTool; });
+  if (reply.finish && reply.finish->problem.empty() && !acts_too)
     return Finish{reply.finish->result};
 
   if (reply.tool_calls.empty()) {
@@ -126,11 +148,13 @@ Step ReactLoop::on_model_reply(ReactState& state, const ModelReply& reply) const
   CallTools step;
   for (const ToolCall& call : reply.tool_calls) {
     if (call.name == kFinishTool) {
-      // Only reachable when the finish arguments were invalid: say why, let it retry.
-      step.refused.push_back(ToolObservation{
-          call.id, call.name, false,
-          tool_error_json("invalid_finish",
-                          reply.finish ? reply.finish->problem : "finish arguments are invalid")});
+      // Reachable when the finish arguments were invalid or other calls came with it: say
+      // why, let it retry.
+      std::string problem = reply.finish ? reply.finish->problem : "finish arguments are invalid";
+      if (problem.empty())
+        problem = "call finish alone, after the results of your other tool calls";
+      step.refused.push_back(
+          ToolObservation{call.id, call.name, false, tool_error_json("invalid_finish", problem)});
     } else if (!allowed_tools_.count(call.name)) {
       step.refused.push_back(ToolObservation{
           call.id, call.name, false,
