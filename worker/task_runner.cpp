@@ -326,9 +326,9 @@ asio::awaitable<std::vector<ToolObservation>> TaskRunner::run_tools(Run& run, in
     std::chrono::system_clock::time_point at;
   };
   std::vector<Slot> slots;
-  int index = 0;
-  for (const ToolCall& call : calls.calls)
-    slots.push_back(Slot{call, index++, {}, {}});
+  for (std::size_t i = 0; i < calls.calls.size(); ++i) {
+    slots.push_back(Slot{calls.calls[i], calls.call_indices[i], {}, {}});
+  }
 
   // Arguments are checked before anything is sent; a bad call is the model's to fix.
   std::vector<Slot*> to_call;

@@ -30,7 +30,13 @@ std::int64_t int_member(const rapidjson::Value& object, const char* name) {
     return 0;
   if (it->value.IsInt64())
     return std::max<std::int64_t>(0, it->value.GetInt64());
-  return std::max<std::int64_t>(0, static_cast<std::int64_t>(it->value.GetDouble()));
+  // A provider sending a fractional or absurd count must not overflow the conversion.
+  const double value = it->value.GetDouble();
+  if (!(value > 0))
+    return 0;
+  if (value >= 9.0e18)
+    return static_cast<std::int64_t>(9'000'000'000'000'000'000LL);
+  return static_cast<std::int64_t>(value);
 }
 
 std::string string_member(const rapidjson::Value& object, const char* name) {

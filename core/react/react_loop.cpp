@@ -146,7 +146,9 @@ Step ReactLoop::on_model_reply(ReactState& state, const ModelReply& reply) const
   }
 
   CallTools step;
+  int index = -1;
   for (const ToolCall& call : reply.tool_calls) {
+    ++index;
     if (call.name == kFinishTool) {
       // Reachable when the finish arguments were invalid or other calls came with it: say
       // why, let it retry.
@@ -162,6 +164,7 @@ Step ReactLoop::on_model_reply(ReactState& state, const ModelReply& reply) const
                           "tool '" + call.name + "' is not available for this task")});
     } else {
       step.calls.push_back(call);
+      step.call_indices.push_back(index);
     }
   }
   return step;

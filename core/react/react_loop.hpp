@@ -41,6 +41,7 @@ struct ReactState {
 struct CallModel {};
 struct CallTools {
   std::vector<ToolCall> calls;           // to execute, in order
+  std::vector<int> call_indices;         // each call's position among the reply's tool calls
   std::vector<ToolObservation> refused;  // answered without a call (not allowed, ...)
 };
 struct Finish {

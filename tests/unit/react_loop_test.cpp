@@ -183,6 +183,9 @@ TEST(ReactLoopTest, ToolOutsideAllowListIsRefusedAndFedBackWithItsCallId) {
   ASSERT_EQ(call_tools.calls.size(), 2u);
   EXPECT_EQ(call_tools.calls[0].id, "c1");
   EXPECT_EQ(call_tools.calls[1].id, "c3");
+  // Idempotency keys use the position in the reply, so a refused call between two allowed
+  // ones does not shift the keys (and a resumed step sends the same ones).
+  EXPECT_EQ(call_tools.call_indices, (std::vector<int>{0, 2}));
   ASSERT_EQ(call_tools.refused.size(), 1u);
   EXPECT_EQ(call_tools.refused[0].call_id, "c2");
   EXPECT_EQ(call_tools.refused[0].tool, "delete_item");
