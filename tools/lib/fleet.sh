@@ -29,6 +29,22 @@ _fleet_wait_file() {
   fi
 }
 
+# _fleet_pg_dir RUN_DIR: as root, Postgres runs as the postgres user, which must be able to
+# reach its folder. When RUN_DIR is not reachable (a checkout under /root, say), the cluster
+# lives in a folder of its own under /tmp and RUN_DIR/pg links to it.
+_fleet_pg_dir() {
+  local run_dir=$1
+  ((EUID == 0)) || return 0
+  [[ -e "$run_dir/pg" ]] && return 0
+  if ! runuser -u postgres -- test -x "$run_dir"; then
+    local target
+    target="/tmp/agentfleet-pg-$(printf '%s' "$run_dir" | md5sum | cut -c1-12)"
+    mkdir -p "$target"
+    ln -sfn "$target" "$run_dir/pg"
+    af_log "postgres cannot reach $run_dir; its cluster lives in $target"
+  fi
+}
+
 fleet_start() {
   local run_dir=$1 build_dir=$2 workers=${3:-2}
   mkdir -p "$run_dir/logs"
@@ -39,6 +55,7 @@ fleet_start() {
   local bin_dispatcher="$build_dir/dispatcher/agentfleet-dispatcher"
   local bin_worker="$build_dir/worker/agentfleet-worker"
 
+  _fleet_pg_dir "$run_dir"
   af_log "starting Postgres under $run_dir/pg"
   AGENTFLEET_PG_URL=$("$AF_ROOT/tools/devpg" start "$run_dir/pg" | tail -n 1)
   export AGENTFLEET_PG_URL
