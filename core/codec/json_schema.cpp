@@ -74,20 +74,6 @@ std::string_view as_view(const Value& v) {
   return {v.GetString(), v.GetStringLength()};
 }
 
-std::string escape_token(std::string_view token) {
-  std::string out;
-  for (char c : token) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 bool regex_supported(const Value& pattern) {
   try {
     std::regex re(pattern.GetString(), pattern.GetStringLength(), std::regex_constants::ECMAScript);
@@ -244,7 +230,7 @@ class SchemaRegistry final : public RemoteProvider {
       if (key == "enum" || key == "default" || key == "examples" || key == "const") {
         continue;
       }
-      prescan(unit, m.value, where + "/" + escape_token(key), deps);
+      prescan(unit, m.value, where + "/" + json_pointer_token(key), deps);
     }
   }
 
@@ -631,7 +617,7 @@ void measure(const Value& v, std::size_t depth, std::string& path, Shape& shape)
   if (v.IsObject()) {
     for (const auto& m : v.GetObject()) {
       shape.has_long_string |= m.name.GetStringLength() > kMaxPatternSubjectBytes;
-      path += "/" + escape_token(as_view(m.name));
+      path += "/" + json_pointer_token(as_view(m.name));
       measure(m.value, depth + 1, path, shape);
       if (shape.too_deep) {
         return;
@@ -700,7 +686,7 @@ std::optional<SchemaViolation> long_pattern_subject(const CompiledUnit& unit, co
     auto pattern_props = s.FindMember("patternProperties");
     bool has_pattern_props = pattern_props != s.MemberEnd() && pattern_props->value.IsObject();
     for (const auto& m : v.GetObject()) {
-      std::string member_path = path + "/" + escape_token(as_view(m.name));
+      std::string member_path = path + "/" + json_pointer_token(as_view(m.name));
       if (has_pattern_props && m.name.GetStringLength() > kMaxPatternSubjectBytes) {
         return too_long(member_path, m.name.GetStringLength());
       }
@@ -863,6 +849,20 @@ std::string check_embedded_schemas() {
     }
   }
   return problems;
+}
+
+std::string json_pointer_token(std::string_view token) {
+  std::string out;
+  for (char c : token) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 }  // namespace agentfleet::codec

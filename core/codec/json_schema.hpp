@@ -67,6 +67,9 @@ class CompiledSchema {
   std::unique_ptr<Impl> impl_;
 };
 
+// One reference token of a JSON pointer (RFC 6901): '~' -> "~0", '/' -> "~1".
+std::string json_pointer_token(std::string_view token);
+
 // Lists every embedded schema file that fails to parse or compile, as
 // "file: problem" lines; empty when all are usable. For tests and startup checks.
 std::string check_embedded_schemas();

@@ -36,20 +36,6 @@ struct Problem : std::runtime_error {
   std::string path;
 };
 
-std::string escape_token(std::string_view token) {
-  std::string out;
-  for (char c : token) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 // ---- Interpolation ----
 
 bool is_name_start(char c) {
@@ -219,7 +205,7 @@ void yaml_to_json(const YAML::Node& node, Value& out, Allocator& alloc, const st
           throw Problem(path, "mapping keys must be plain strings");
         }
         const std::string& name = key.Scalar();
-        std::string key_path = path + "/" + escape_token(name);
+        std::string key_path = path + "/" + codec::json_pointer_token(name);
         if (!key.Mark().is_null()) {
           lines.emplace(key_path, key.Mark().line + 1);
         }
@@ -246,7 +232,9 @@ class Section {
   Section(const Value* value, std::string where) : value_(value), path_(std::move(where)) {}
 
   const std::string& path() const { return path_; }
-  std::string path(std::string_view key) const { return path_ + "/" + escape_token(key); }
+  std::string path(std::string_view key) const {
+    return path_ + "/" + codec::json_pointer_token(key);
+  }
 
   const Value* get(const char* key) const {
     if (value_ == nullptr || !value_->IsObject()) {
@@ -392,7 +380,8 @@ void read_properties(const Section& s, const char* name, std::map<std::string, s
     } else if (v.IsInt64()) {
       out[key] = std::to_string(v.GetInt64());
     } else {
-      throw Problem(s.path(name) + "/" + escape_token(key), "expected string, integer or boolean");
+      throw Problem(s.path(name) + "/" + codec::json_pointer_token(key),
+                    "expected string, integer or boolean");
     }
   }
 }

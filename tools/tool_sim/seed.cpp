@@ -1,5 +1,7 @@
 #include "tools/tool_sim/seed.hpp"
 
+#include "core/codec/json_schema.hpp"
+
 #include <yaml-cpp/yaml.h>
 
 namespace agentfleet::tool_sim {
@@ -8,21 +10,6 @@ namespace {
 
 [[noreturn]] void fail(const std::string& path, const std::string& problem) {
   throw SeedError("seed: " + (path.empty() ? std::string("/") : path) + ": " + problem);
-}
-
-// JSON pointer escaping for user ids and keys that contain '~' or '/'.
-std::string pointer_token(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 std::string scalar(const YAML::Node& node, const std::string& path) {
@@ -48,7 +35,7 @@ std::vector<Group> parse_groups(const YAML::Node& node, const std::string& path)
       } else if (key == "name") {
         group.name = scalar(field.second, at + "/name");
       } else {
-        fail(at + "/" + pointer_token(key), "unknown key '" + key + "'");
+        fail(at + "/" + codec::json_pointer_token(key), "unknown key '" + key + "'");
       }
     }
     if (group.id.empty())
@@ -108,7 +95,7 @@ Seed parse_seed(std::string_view yaml, const CivilDate& today) {
   for (const auto& top : root) {
     const std::string key = top.first.as<std::string>();
     if (key != "users")
-      fail("/" + pointer_token(key), "unknown key '" + key + "'");
+      fail("/" + codec::json_pointer_token(key), "unknown key '" + key + "'");
   }
   const YAML::Node users = root["users"];
   if (!users || users.IsNull())
@@ -118,7 +105,7 @@ Seed parse_seed(std::string_view yaml, const CivilDate& today) {
   for (const auto& user_entry : users) {
     SeedUser user;
     user.user_id = user_entry.first.as<std::string>();
-    const std::string user_path = "/users/" + pointer_token(user.user_id);
+    const std::string user_path = "/users/" + codec::json_pointer_token(user.user_id);
     if (user.user_id.empty())
       fail(user_path, "empty user id");
     const YAML::Node body = user_entry.second;
@@ -130,7 +117,7 @@ Seed parse_seed(std::string_view yaml, const CivilDate& today) {
       fail(user_path, "expected {groups, items}");
     for (const auto& field : body) {
       const std::string key = field.first.as<std::string>();
-      const std::string path = user_path + "/" + pointer_token(key);
+      const std::string path = user_path + "/" + codec::json_pointer_token(key);
       if (key == "groups") {
         user.groups = parse_groups(field.second, path);
       } else if (key == "items") {
@@ -146,7 +133,7 @@ Seed parse_seed(std::string_view yaml, const CivilDate& today) {
             fail(item.path, "expected an item mapping");
           for (const auto& item_field : entry) {
             const std::string name = item_field.first.as<std::string>();
-            const std::string at = item.path + "/" + pointer_token(name);
+            const std::string at = item.path + "/" + codec::json_pointer_token(name);
             item.fields.emplace_back(name,
                                      expand_placeholders(scalar(item_field.second, at), today, at));
           }

@@ -1,5 +1,7 @@
 #include "tools/tool_sim/tool_service.hpp"
 
+#include "core/codec/json_schema.hpp"
+
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
 #include <rapidjson/stringbuffer.h>
@@ -104,17 +106,7 @@ ToolError invalid(std::string path, std::string message) {
 }
 
 std::string json_pointer(std::string_view key) {
-  std::string out = "/";
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return "/" + codec::json_pointer_token(key);
 }
 
 // Argument shape checks shared by every tool: unknown keys, types, required keys. A JSON
