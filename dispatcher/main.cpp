@@ -9,8 +9,7 @@
 #include "dispatcher/dispatcher_service.hpp"
 
 int main(int argc, char** argv) {
-  std::string path = std::getenv("AGENTFLEET_CONFIG") ? std::getenv("AGENTFLEET_CONFIG")
-                                                      : "config/agentfleet.yaml";
+  std::string path = agentfleet::config::default_config_path();
   std::string command = "serve";
   bool check_only = false;
   for (int i = 1; i < argc; ++i) {

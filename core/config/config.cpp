@@ -840,3 +840,12 @@ std::optional<Permission> parse_permission(const std::string& text) {
 }
 
 }  // namespace agentfleet::config
+
+namespace agentfleet::config {
+
+std::string default_config_path() {
+  const char* from_env = std::getenv("AGENTFLEET_CONFIG");
+  return from_env && *from_env ? from_env : "config/agentfleet.yaml";
+}
+
+}  // namespace agentfleet::config

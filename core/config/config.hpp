@@ -185,6 +185,10 @@ using EnvLookup = std::optional<std::string> (*)(const std::string& name);
 std::optional<std::string> process_environment(const std::string& name);
 std::string interpolate(const std::string& text, EnvLookup lookup = process_environment);
 
+// $AGENTFLEET_CONFIG when set, else config/agentfleet.yaml (relative to the working
+// directory); `--config FILE` overrides it in both binaries.
+std::string default_config_path();
+
 // Reads, interpolates, validates and converts. Throws ConfigError.
 Config load_config_file(const std::string& path, EnvLookup lookup = process_environment);
 Config load_config_text(const std::string& yaml_text, const std::string& source_name,
