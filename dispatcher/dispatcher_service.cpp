@@ -81,7 +81,8 @@ int run_dispatcher(const config::Config& config) {
         while (!stopping) {
           auto admitted = co_await db.run([&](pqxx::connection& c) {
             return pg::schedule_queued(c, config.kafka.topics.dispatch,
-                                       config.dispatcher.scheduler_batch);
+                                       config.dispatcher.scheduler_batch,
+                                       config.dispatcher.redispatch_after_s);
           });
           if (!admitted.ok())
             log::write("warn", "dispatcher", "scheduler: " + admitted.error().message);

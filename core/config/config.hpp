@@ -57,6 +57,9 @@ struct DispatcherConfig {
   HttpListen http;
   int scheduler_interval_ms = 50;
   int scheduler_batch = 200;
+  // A dispatched task no worker has claimed after this long is published again (its message
+  // may have been lost with a worker); duplicates are harmless, the claim admits one.
+  int redispatch_after_s = 60;
   int relay_interval_ms = 50;
   int relay_batch = 500;
   int max_text_chars = 5000;

@@ -103,22 +103,15 @@ std::optional<std::string> task_json(pqxx::connection& c, const std::string& tas
   return rows[0][0].as<std::string>();
 }
 
-int schedule_queued(pqxx::connection& c, const std::string& dispatch_topic, int limit) {
-  pqxx::work tx(c);
-  // One scheduler at a time across dispatcher replicas; the lock ends with the transaction.
-  if (!tx.exec1("SELECT pg_try_advisory_xact_lock(7311001)")[0].as<bool>())
-    return -1;
-  // Interactive before batch, oldest first. Fairness and limits arrive with the scheduler
-  // proper; the shape (lock, pick, mark, outbox, one transaction) stays.
-  auto rows = tx.exec_params(R"SQL(
-WITH picked AS (
-  SELECT task_id FROM tasks
-  WHERE status = 'queued'
-  ORDER BY (priority = 'batch'), created_at
-  LIMIT $1
-  FOR UPDATE SKIP LOCKED
+namespace {
+// Marks the rows `picked` (a query of task_id) dispatched and writes their dispatch messages.
+std::string dispatch_statement(const std::string& picked, const std::string& extra_set) {
+  return R"SQL(
+WITH picked AS ()SQL" +
+         picked + R"SQL(
 ), marked AS (
-  UPDATE tasks t SET status = 'dispatched', dispatched_at = now()
+  UPDATE tasks t SET status = 'dispatched', dispatched_at = now())SQL" +
+         extra_set + R"SQL(
   FROM picked WHERE t.task_id = picked.task_id
   RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at
 )
@@ -130,10 +123,37 @@ SELECT $2, m.user_id,
                                                    'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
        m.traceparent
 FROM marked m
-RETURNING id)SQL",
-                             limit, dispatch_topic);
+RETURNING id)SQL";
+}
+}  // namespace
+
+int schedule_queued(pqxx::connection& c, const std::string& dispatch_topic, int limit,
+                    int redispatch_after_s) {
+  // Built once: the statement texts do not depend on the arguments.
+  static const std::string kRecover = dispatch_statement(R"SQL(
+  SELECT task_id FROM tasks
+  WHERE (status = 'running' AND lease_until < now())
+     OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3))
+  ORDER BY created_at
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED)SQL",
+                                                         ", lease_until = NULL");
+  // Interactive before batch, oldest first. Fairness and limits arrive with the scheduler
+  // proper; the shape (lock, pick, mark, outbox, one transaction) stays.
+  static const std::string kAdmit = dispatch_statement(R"SQL(
+  SELECT task_id FROM tasks
+  WHERE status = 'queued'
+  ORDER BY (priority = 'batch'), created_at
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED)SQL",
+                                                       "");
+  pqxx::work tx(c);
+  if (!tx.exec1("SELECT pg_try_advisory_xact_lock(7311001)")[0].as<bool>())
+    return -1;
+  auto recovered = tx.exec_params(kRecover, limit, dispatch_topic, redispatch_after_s);
+  auto admitted = tx.exec_params(kAdmit, limit, dispatch_topic);
   tx.commit();
-  return static_cast<int>(rows.size());
+  return static_cast<int>(recovered.size() + admitted.size());
 }
 
 std::optional<ClaimedTask> claim_task(pqxx::connection& c, const std::string& task_id,

@@ -34,10 +34,14 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task);
 // The task as the API shows it (JSON text), or nullopt.
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id);
 
-// Admits up to `limit` queued tasks: marks them dispatched and writes their dispatch
-// messages to the outbox, in one transaction. Only one scheduler runs it at a time
-// (transaction-scoped advisory lock); returns -1 when another holds it.
-int schedule_queued(pqxx::connection& c, const std::string& dispatch_topic, int limit);
+// One scheduler pass, in one transaction, by one scheduler at a time (transaction-scoped
+// advisory lock; returns -1 when another holds it). First recovery: tasks whose worker
+// lease expired, and dispatched tasks unclaimed for `redispatch_after_s`, are dispatched
+// again (they resume from their checkpoints; the attempt fence stops a late old owner).
+// Then up to `limit` queued tasks are admitted. Each gets a dispatch message in the
+// outbox. Returns the number of messages written.
+int schedule_queued(pqxx::connection& c, const std::string& dispatch_topic, int limit,
+                    int redispatch_after_s);
 
 struct OutboxRow {
   std::int64_t id = 0;
