@@ -15,6 +15,7 @@
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "core/codec/checkpoint_codec.hpp"
+#include "core/codec/json_text.hpp"
 #include "core/codec/openai_codec.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/time_zone_loader.hpp"
@@ -337,8 +338,7 @@ asio::awaitable<std::vector<ToolObservation>> TaskRunner::run_tools(Run& run, in
     slot.outcome.observation.call_id = slot.call.id;
     slot.outcome.observation.tool = slot.call.name;
     rapidjson::Document args;
-    args.Parse(slot.call.arguments.c_str());
-    if (args.HasParseError() || !args.IsObject()) {
+    if (!codec::parse_json(args, slot.call.arguments) || !args.IsObject()) {
       slot.outcome.observation.content =
           react::tool_error_json("invalid_arguments", "arguments must be a JSON object");
       continue;
@@ -444,6 +444,8 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
                                                std::optional<TaskResult> result,
                                                std::string error) {
   const TaskSpec& spec = run.claimed.spec;
+  // Errors quote outside text (response excerpts); keep them storable.
+  error = codec::sanitize_text(error);
   pg::FinishRecord record;
   record.task_id = run.task_id;
   record.attempt = run.claimed.attempt;
@@ -509,8 +511,7 @@ void TaskRunner::emit_progress(Run& run, std::string event, int step, std::strin
   // Progress is best effort (the result event and the row are the truth), so it is
   // produced without waiting for the broker. Data that is not a JSON object is wrapped.
   rapidjson::Document data;
-  data.Parse(data_json.c_str());
-  if (data.HasParseError() || !data.IsObject()) {
+  if (!codec::parse_json(data, data_json) || !data.IsObject()) {
     rapidjson::StringBuffer buffer;
     rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
     w.StartObject();

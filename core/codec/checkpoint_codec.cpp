@@ -4,6 +4,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "core/codec/json_text.hpp"
 #include "core/codec/openai_codec.hpp"
 
 namespace agentfleet::codec {
@@ -61,8 +62,7 @@ std::string model_reply_json(const ModelReply& reply) {
 
 Result<ModelReply> parse_model_reply_json(std::string_view json) {
   rapidjson::Document doc;
-  doc.Parse(json.data(), json.size());
-  if (doc.HasParseError() || !doc.IsObject()) {
+  if (!parse_json(doc, json) || !doc.IsObject()) {
     return Error{ErrorKind::kInvalid, "checkpointed model reply is not a JSON object"};
   }
   ModelReply reply;
@@ -109,8 +109,7 @@ std::string observations_json(const std::vector<ToolObservation>& observations) 
 
 Result<std::vector<ToolObservation>> parse_observations_json(std::string_view json) {
   rapidjson::Document doc;
-  doc.Parse(json.data(), json.size());
-  if (doc.HasParseError() || !doc.IsArray()) {
+  if (!parse_json(doc, json) || !doc.IsArray()) {
     return Error{ErrorKind::kInvalid, "checkpointed observations are not a JSON array"};
   }
   std::vector<ToolObservation> out;

@@ -1,5 +1,7 @@
 #include "core/codec/openai_codec.hpp"
 
+#include "core/codec/json_text.hpp"
+
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -22,20 +24,21 @@ std::string serialize(const rapidjson::Value& value) {
   return std::string(buffer.GetString(), buffer.GetSize());
 }
 
+// No single call has more tokens than this; a larger count is a provider's bug and is
+// capped so that sums over a task stay far from overflow.
+constexpr std::int64_t kMaxTokensPerCall = 1'000'000'000;
+
 std::int64_t int_member(const rapidjson::Value& object, const char* name) {
   if (!object.IsObject())
     return 0;
   auto it = object.FindMember(name);
   if (it == object.MemberEnd() || !it->value.IsNumber())
     return 0;
-  if (it->value.IsInt64())
-    return std::max<std::int64_t>(0, it->value.GetInt64());
-  // A provider sending a fractional or absurd count must not overflow the conversion.
   const double value = it->value.GetDouble();
   if (!(value > 0))
     return 0;
-  if (value >= 9.0e18)
-    return static_cast<std::int64_t>(9'000'000'000'000'000'000LL);
+  if (value >= static_cast<double>(kMaxTokensPerCall))
+    return kMaxTokensPerCall;
   return static_cast<std::int64_t>(value);
 }
 
@@ -176,8 +179,7 @@ std::string build_chat_request(const ChatRequestOptions& options,
 FinishCall parse_finish_arguments(std::string_view arguments_json) {
   FinishCall finish;
   rapidjson::Document doc;
-  doc.Parse(arguments_json.data(), arguments_json.size());
-  if (doc.HasParseError() || !doc.IsObject()) {
+  if (!parse_json(doc, arguments_json) || !doc.IsObject()) {
     finish.problem = "finish arguments must be a JSON object";
     return finish;
   }
@@ -194,14 +196,14 @@ FinishCall parse_finish_arguments(std::string_view arguments_json) {
     finish.problem = "finish.message must be a string";
     return finish;
   }
-  finish.result.message = message->value.GetString();
+  finish.result.message.assign(message->value.GetString(), message->value.GetStringLength());
   auto options = doc.FindMember("options");
   if (options != doc.MemberEnd() && options->value.IsArray()) {
     for (const auto& option : options->value.GetArray()) {
       if (finish.result.options.size() == 5)
         break;  // at most five choices are shown
       if (option.IsString())
-        finish.result.options.emplace_back(option.GetString());
+        finish.result.options.emplace_back(option.GetString(), option.GetStringLength());
     }
   }
   return finish;
@@ -209,8 +211,7 @@ FinishCall parse_finish_arguments(std::string_view arguments_json) {
 
 Result<ModelReply> parse_chat_response(std::string_view body) {
   rapidjson::Document doc;
-  doc.Parse(body.data(), body.size());
-  if (doc.HasParseError() || !doc.IsObject()) {
+  if (!parse_json(doc, body) || !doc.IsObject()) {
     return Error{ErrorKind::kInvalid, "model response is not a JSON object"};
   }
   auto choices = doc.FindMember("choices");
@@ -286,6 +287,18 @@ Result<ModelReply> parse_chat_response(std::string_view body) {
       reply.usage.reasoning = int_member(completion->value, "reasoning_tokens");
     }
     reply.usage.cached_input = std::min(reply.usage.cached_input, reply.usage.input);
+  }
+  // Strings may carry \u0000 escapes; nothing downstream (Postgres, headers) accepts NUL.
+  reply.content = sanitize_text(reply.content);
+  reply.reasoning = sanitize_text(reply.reasoning);
+  for (ToolCall& call : reply.tool_calls) {
+    call.name = sanitize_text(call.name);
+    call.arguments = sanitize_text(call.arguments);
+  }
+  if (reply.finish) {
+    reply.finish->result.message = sanitize_text(reply.finish->result.message);
+    for (auto& option : reply.finish->result.options)
+      option = sanitize_text(option);
   }
   return reply;
 }

@@ -8,6 +8,7 @@
 #include <charconv>
 
 #include "core/adapters/http/client.hpp"
+#include "core/codec/json_text.hpp"
 #include "core/codec/openai_codec.hpp"
 
 namespace agentfleet::http {
@@ -41,7 +42,7 @@ bool retryable_status(int status) {
 }
 
 std::string error_excerpt(const std::string& body) {
-  return body.size() > 300 ? body.substr(0, 300) + "..." : body;
+  return codec::sanitize_text(body.size() > 300 ? body.substr(0, 300) + "..." : body);
 }
 }  // namespace
 

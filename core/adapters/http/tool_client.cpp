@@ -6,6 +6,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "core/adapters/http/client.hpp"
+#include "core/codec/json_text.hpp"
 #include "core/react/react_loop.hpp"
 
 namespace agentfleet::http {
@@ -25,10 +26,10 @@ namespace {
 // is wrapped so the model always sees the same shape.
 std::string error_content(int status, const std::string& body) {
   rapidjson::Document doc;
-  doc.Parse(body.data(), body.size());
-  if (!doc.HasParseError() && doc.IsObject() && doc.HasMember("error"))
-    return body;
-  std::string excerpt = body.size() > 300 ? body.substr(0, 300) : body;
+  if (codec::parse_json(doc, body) && doc.IsObject() && doc.HasMember("error"))
+    return codec::sanitize_text(body);
+  // Cut first, then sanitize: a cut through a multi-byte character becomes U+FFFD.
+  std::string excerpt = codec::sanitize_text(body.size() > 300 ? body.substr(0, 300) : body);
   return react::tool_error_json(
       "http_" + std::to_string(status),
       excerpt.empty() ? "the tool answered HTTP " + std::to_string(status) : excerpt);
@@ -70,7 +71,8 @@ asio::awaitable<ports::ToolOutcome> HttpToolClient::call(ports::ToolInvocation i
       retry = response.error != ClientErrorKind::kTimeout;
     } else if (response.status >= 200 && response.status < 300) {
       outcome.observation.ok = true;
-      outcome.observation.content = response.body.empty() ? "{}" : response.body;
+      outcome.observation.content =
+          response.body.empty() ? "{}" : codec::sanitize_text(response.body);
       co_return outcome;
     } else {
       outcome.observation.ok = false;

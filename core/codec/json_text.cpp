@@ -1,0 +1,97 @@
+#include "core/codec/json_text.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace agentfleet::codec {
+
+namespace {
+// Deepest nesting of arrays and objects in JSON text, counted outside strings, stopping
+// early once past `limit`. Invalid JSON is the parser's to reject.
+int nesting_depth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit)
+        return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// Length of the valid UTF-8 sequence at `p` (1-4), or 0 when it is not one.
+std::size_t utf8_sequence(const unsigned char* p, std::size_t left) {
+  const unsigned char c = p[0];
+  if (c < 0x80)
+    return 1;
+  std::size_t n = 0;
+  std::uint32_t cp = 0;
+  if ((c & 0xE0) == 0xC0) {
+    n = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (left < n)
+    return 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    if ((p[i] & 0xC0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (p[i] & 0x3F);
+  }
+  // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+  static constexpr std::uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  return n;
+}
+}  // namespace
+
+bool parse_json(rapidjson::Document& doc, std::string_view text) {
+  if (nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
+    return false;
+  doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(text.data(),
+                                                                                    text.size());
+  return !doc.HasParseError();
+}
+
+std::string sanitize_text(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t n = utf8_sequence(p + i, text.size() - i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+    } else {
+      if (!(n == 1 && p[i] == 0))
+        out.append(text.data() + i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
+}  // namespace agentfleet::codec

@@ -1,0 +1,59 @@
+#include "core/codec/json_text.hpp"
+
+#include <gtest/gtest.h>
+
+#include "core/codec/openai_codec.hpp"
+
+namespace agentfleet::codec {
+namespace {
+
+TEST(ParseJson, AcceptsOrdinaryDocuments) {
+  rapidjson::Document doc;
+  ASSERT_TRUE(parse_json(doc, R"({"a":[1,{"b":"会议"}],"c":null})"));
+  EXPECT_STREQ(doc["a"][1]["b"].GetString(), "会议");
+}
+
+TEST(ParseJson, RefusesNestingBombsInsteadOfExhaustingTheStack) {
+  rapidjson::Document doc;
+  EXPECT_FALSE(parse_json(doc, std::string(200'000, '[')));
+  std::string deep;
+  for (int i = 0; i < kMaxJsonDepth + 1; ++i)
+    deep += "{\"a\":";
+  deep += "1" + std::string(kMaxJsonDepth + 1, '}');
+  EXPECT_FALSE(parse_json(doc, deep));
+  // Brackets inside strings are text, not nesting.
+  EXPECT_TRUE(parse_json(doc, "{\"s\":\"" + std::string(1000, '[') + "\"}"));
+}
+
+TEST(ParseJson, RefusesInvalidUtf8) {
+  rapidjson::Document doc;
+  EXPECT_FALSE(parse_json(doc, "{\"s\":\"\xff\xfe\"}"));
+}
+
+TEST(ParseChatResponse, ADeepOrGarbledBodyIsAnErrorValue) {
+  EXPECT_FALSE(parse_chat_response(std::string(200'000, '[')).ok());
+  EXPECT_FALSE(parse_chat_response("{\"choices\":\"\xc3\x28\"}").ok());
+}
+
+TEST(ParseChatResponse, NulCharactersAreDroppedFromWhatTheModelWrote) {
+  auto reply = parse_chat_response(
+      R"({"choices":[{"message":{"content":"a\u0000b","tool_calls":[)"
+      R"({"id":"c","function":{"name":"finish","arguments":"{\"type\":\"error\",\"message\":\"x\\u0000y\"}"}}]}}]})");
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply.value().content, "ab");
+  ASSERT_TRUE(reply.value().finish);
+  EXPECT_EQ(reply.value().finish->result.message, "xy");
+}
+
+TEST(SanitizeText, ReplacesInvalidSequencesAndDropsNul) {
+  EXPECT_EQ(sanitize_text("ok 会议"), "ok 会议");
+  EXPECT_EQ(sanitize_text(std::string("a\0b", 3)), "ab");
+  EXPECT_EQ(sanitize_text("\xff"), "\xEF\xBF\xBD");
+  // A multi-byte character cut in half, an overlong '/', a UTF-16 surrogate.
+  EXPECT_EQ(sanitize_text("\xe4\xbc"), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(sanitize_text("\xc0\xaf"), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(sanitize_text("\xed\xa0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace agentfleet::codec
