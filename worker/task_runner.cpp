@@ -175,8 +175,11 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string tra
                               "internal error: " + internal_error);
   }
   {
+    // Only our own attempt: a newer attempt of the same task may run on this worker too.
     std::lock_guard lock(leases_mutex_);
-    leases_.erase(run.task_id);
+    auto held = leases_.find(run.task_id);
+    if (held != leases_.end() && held->second == run.claimed.attempt)
+      leases_.erase(held);
   }
   co_return outcome;
 }
@@ -261,14 +264,13 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
       std::string trace;
       auto observations = co_await run_tools(run, step - 1, *calls, &trace);
       const std::string obs_json = codec::observations_json(observations);
+      const int executed = static_cast<int>(calls->calls.size());
       auto saved = co_await db_.run([&](pqxx::connection& c) {
-        return pg::save_tool_results(c, run.task_id, run.claimed.attempt, step - 1, obs_json,
-                                     trace);
+        return pg::save_tool_results(c, run.task_id, run.claimed.attempt, step - 1, obs_json, trace,
+                                     executed);
       });
-      if (!saved.ok())
-        co_return RunOutcome::kStoreUnavailable;
-      if (!saved.value().ok())
-        co_return RunOutcome::kLeaseLost;
+      if (auto stop = co_await on_store_failure(run, saved, "tool results"))
+        co_return *stop;
       next = loop.on_tool_results(state, *calls, std::move(observations));
       run.tool_calls = state.tool_calls;
       continue;
@@ -305,14 +307,31 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
       return pg::save_model_step(c, run.task_id, run.claimed.attempt, step, reply_json, latency_ms,
                                  ledger);
     });
-    if (!saved.ok())
-      co_return RunOutcome::kStoreUnavailable;
-    if (!saved.value().ok())
-      co_return RunOutcome::kLeaseLost;
+    if (auto stop = co_await on_store_failure(run, saved, "model step"))
+      co_return *stop;
     ++step;
     run.steps = step;
     next = loop.on_model_reply(state, reply.value());
   }
+}
+
+asio::awaitable<std::optional<RunOutcome>> TaskRunner::on_store_failure(Run& run,
+                                                                        const Result<Status>& saved,
+                                                                        const char* what) {
+  if (saved.ok()) {
+    if (saved.value().ok())
+      co_return std::nullopt;
+    co_return RunOutcome::kLeaseLost;
+  }
+  // A transient failure leaves the task to lease recovery, which resumes it from its last
+  // checkpoint. Anything else would fail the same way again: end the task now.
+  if (saved.error().retryable())
+    co_return RunOutcome::kStoreUnavailable;
+  log_line("error", run.task_id, run.claimed.spec.user_id, run.claimed.attempt,
+           std::string("could not store ") + what + ": " + saved.error().message);
+  co_return co_await finish(
+      run, TaskStatus::kFailed, std::nullopt,
+      std::string("could not store the ") + what + ": " + saved.error().message);
 }
 
 asio::awaitable<std::vector<ToolObservation>> TaskRunner::run_tools(Run& run, int step,

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,11 @@ class TaskRunner {
   boost::asio::awaitable<std::vector<ToolObservation>> run_tools(Run& run, int step,
                                                                  const react::CallTools& calls,
                                                                  std::string* trace_json);
+  // nullopt when `saved` succeeded; else how the run ends (lease lost, left to recovery,
+  // or failed for good).
+  boost::asio::awaitable<std::optional<RunOutcome>> on_store_failure(Run& run,
+                                                                     const Result<Status>& saved,
+                                                                     const char* what);
   boost::asio::awaitable<RunOutcome> finish(Run& run, TaskStatus status,
                                             std::optional<TaskResult> result, std::string error);
   void emit_progress(Run& run, std::string event, int step, std::string tool,

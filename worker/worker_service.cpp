@@ -57,9 +57,13 @@ int run_worker(const config::Config& config) {
   bool draining = false;
   std::unique_ptr<kafka::Consumer> consumer;
 
-  auto on_done = [&](const kafka::InMessage& message) {
+  // `handled` false keeps the message's offset uncommitted (and the partition's commits
+  // behind it), so the group reads it again after a restart or rebalance.
+  auto on_done = [&](const kafka::InMessage& message, bool handled) {
     --in_flight;
-    if (auto commit = offsets.finished({message.topic, message.partition}, message.offset)) {
+    if (!handled) {
+      offsets.forget_offset({message.topic, message.partition}, message.offset);
+    } else if (auto commit = offsets.finished({message.topic, message.partition}, message.offset)) {
       consumer->commit(message.topic, message.partition, *commit);
     }
     if (!draining && in_flight < static_cast<std::size_t>(config.worker.max_in_flight)) {
@@ -68,6 +72,10 @@ int run_worker(const config::Config& config) {
   };
 
   auto handle = [&](kafka::InMessage message) {
+    // Messages fetched before the drain began are left unstarted and uncommitted: the next
+    // owner of the partition runs them.
+    if (draining)
+      return;
     ++in_flight;
     offsets.started({message.topic, message.partition}, message.offset);
     if (in_flight >= static_cast<std::size_t>(config.worker.max_in_flight))
@@ -88,9 +96,17 @@ int run_worker(const config::Config& config) {
           [&, message, headers]() -> asio::awaitable<void> {
             kafka::OutMessage dead_letter{config.kafka.topics.dlq, message.key, message.value,
                                           headers};
-            co_await producer.publish(std::move(dead_letter));
+            Status sent = co_await producer.publish(std::move(dead_letter));
+            if (!sent.ok()) {
+              log::error("worker",
+                         "dead letter not published, message kept: " + sent.error().message);
+            }
+            on_done(message, sent.ok());
           },
-          [&, message](std::exception_ptr) { on_done(message); });
+          [&, message](std::exception_ptr error) {
+            if (error)
+              on_done(message, false);
+          });
       return;
     }
     const auto& dispatch = std::get<codec::DispatchMessage>(parsed);
@@ -102,7 +118,7 @@ int run_worker(const config::Config& config) {
                        // The task stays leased (or dispatched); lease recovery runs it again.
                        log::write("warn", "worker", "task " + message.key + " left for recovery");
                      }
-                     on_done(message);
+                     on_done(message, true);
                    });
   };
 
@@ -133,9 +149,16 @@ int run_worker(const config::Config& config) {
           auto held = runner.held_leases();
           if (held.empty())
             continue;
-          co_await db.run([&](pqxx::connection& c) {
+          auto extended = co_await db.run([&](pqxx::connection& c) {
             return pg::extend_leases(c, worker_id, held, config.worker.lease_s);
           });
+          if (!extended.ok()) {
+            log::warn("worker", "lease heartbeat failed: " + extended.error().message);
+          } else if (extended.value() < static_cast<int>(held.size())) {
+            // Those tasks were taken over; their runs stop at their next fenced write.
+            log::warn("worker", std::to_string(held.size() - extended.value()) +
+                                    " leases were no longer ours");
+          }
         }
       },
       asio::detached);
@@ -168,6 +191,8 @@ int run_worker(const config::Config& config) {
              "worker " + worker_id + " consuming " + config.kafka.topics.dispatch);
   io.run();
   consumer->stop();
+  // Postgres work still queued finishes before the runner and the clients it uses go away.
+  db.join();
   log::write("info", "worker", "stopped with " + std::to_string(in_flight) + " tasks in flight");
   return 0;
 }

@@ -25,6 +25,17 @@ std::optional<std::int64_t> OffsetTracker::finished(const Partition& partition,
   return commit;
 }
 
+void OffsetTracker::forget_offset(const Partition& partition, std::int64_t offset) {
+  auto it = partitions_.find(partition);
+  if (it == partitions_.end())
+    return;
+  // Keeping it in `running` holds every later commit below it; count it apart so that
+  // running() reports only work in progress.
+  if (it->second.running.count(offset) && !it->second.abandoned.count(offset)) {
+    it->second.abandoned.insert(offset);
+  }
+}
+
 void OffsetTracker::forget(const Partition& partition) {
   partitions_.erase(partition);
 }
@@ -32,7 +43,7 @@ void OffsetTracker::forget(const Partition& partition) {
 std::size_t OffsetTracker::running() const {
   std::size_t total = 0;
   for (const auto& [partition, state] : partitions_)
-    total += state.running.size();
+    total += state.running.size() - state.abandoned.size();
   return total;
 }
 

@@ -712,3 +712,22 @@ TEST(CheckpointCodecTest, MalformedEntriesInsideACheckpointAreInvalidNotCrashes)
 
 }  // namespace
 }  // namespace agentfleet
+
+namespace agentfleet {
+namespace {
+
+TEST(OffsetTrackerAbandoned, AGivenUpMessageHoldsCommitsBehindItSoItIsReadAgain) {
+  OffsetTracker tracker;
+  const OffsetTracker::Partition p{"agent.tasks.dispatch", 0};
+  tracker.started(p, 10);
+  tracker.started(p, 11);
+  tracker.started(p, 12);
+  tracker.forget_offset(p, 11);  // e.g. its dead letter could not be published
+  EXPECT_EQ(tracker.running(), 2u);
+  EXPECT_EQ(tracker.finished(p, 10), std::optional<std::int64_t>(11));
+  EXPECT_EQ(tracker.finished(p, 12), std::nullopt) << "never commits past offset 11";
+  EXPECT_EQ(tracker.running(), 0u);
+}
+
+}  // namespace
+}  // namespace agentfleet

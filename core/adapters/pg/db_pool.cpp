@@ -45,6 +45,10 @@ DbPool::DbPool(std::string url, int threads, int statement_timeout_ms, int conne
       pool_(static_cast<std::size_t>(threads)) {}
 
 DbPool::~DbPool() {
+  join();
+}
+
+void DbPool::join() {
   pool_.join();
 }
 

@@ -24,6 +24,9 @@ class DbPool {
  public:
   DbPool(std::string url, int threads, int statement_timeout_ms, int connect_timeout_s);
   ~DbPool();
+  // Waits for the queued work to finish and stops the threads; run() must not be called
+  // afterwards. The destructor does it too.
+  void join();
   DbPool(const DbPool&) = delete;
   DbPool& operator=(const DbPool&) = delete;
 

@@ -262,18 +262,18 @@ WHERE task_id = $1::uuid)SQL",
 }
 
 Status save_tool_results(pqxx::connection& c, const std::string& task_id, int attempt, int step,
-                         const std::string& observations_json, const std::string& trace_json) {
+                         const std::string& observations_json, const std::string& trace_json,
+                         int executed_calls) {
   pqxx::work tx(c);
   if (!still_ours(tx, task_id, attempt))
     return lease_lost(task_id);
   auto updated = tx.exec_params(
       "UPDATE task_steps SET observations = $3::jsonb, trace = $4::jsonb, attempt = $5, "
-      "tools_done_at = now() WHERE task_id = $1::uuid AND step = $2 RETURNING "
-      "jsonb_array_length($4::jsonb)",
+      "tools_done_at = now() WHERE task_id = $1::uuid AND step = $2 RETURNING step",
       task_id, step, observations_json, trace_json, attempt);
   if (!updated.empty()) {
     tx.exec_params0("UPDATE tasks SET tool_calls = tool_calls + $2 WHERE task_id = $1::uuid",
-                    task_id, updated[0][0].as<int>());
+                    task_id, executed_calls);
   }
   tx.commit();
   return ok_status();

@@ -89,8 +89,10 @@ Status save_model_step(pqxx::connection& c, const std::string& task_id, int atte
                        const LedgerRow& ledger);
 
 // The tool results of a step (what the model sees, and the trace).
+// `executed_calls` (calls that ran, not the refused ones) is added to the task's count.
 Status save_tool_results(pqxx::connection& c, const std::string& task_id, int attempt, int step,
-                         const std::string& observations_json, const std::string& trace_json);
+                         const std::string& observations_json, const std::string& trace_json,
+                         int executed_calls);
 
 struct FinishRecord {
   std::string task_id;
