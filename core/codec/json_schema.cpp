@@ -809,7 +809,10 @@ std::optional<SchemaViolation> validate_json_text(std::string_view json,
   rapidjson::Document local;
   rapidjson::Document& doc = out != nullptr ? *out : local;
   // Iterative parsing: a deeply nested body must not exhaust the stack.
-  doc.Parse<rapidjson::kParseIterativeFlag>(json.data(), json.size());
+  // Iterative parsing with UTF-8 validation: text that is not UTF-8 is bad input (400),
+  // not something to discover later when Postgres refuses it.
+  doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(json.data(),
+                                                                                    json.size());
   if (doc.HasParseError()) {
     return SchemaViolation{"", "invalid JSON at offset " + std::to_string(doc.GetErrorOffset()) +
                                    ": " + rapidjson::GetParseError_En(doc.GetParseError())};

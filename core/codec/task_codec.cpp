@@ -5,6 +5,7 @@
 #include <rapidjson/writer.h>
 
 #include <cstdio>
+#include <optional>
 
 namespace agentfleet::codec {
 
@@ -57,11 +58,40 @@ std::string format_rfc3339(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
+namespace {
+// The path of the first string holding a NUL character (legal JSON as \u0000, but neither
+// Postgres nor the HTTP headers tools receive can carry it). The schema bounds the depth.
+std::optional<std::string> nul_path(const rapidjson::Value& value, const std::string& path) {
+  if (value.IsString()) {
+    std::string_view text(value.GetString(), value.GetStringLength());
+    if (text.find('\0') != std::string_view::npos)
+      return path.empty() ? "/" : path;
+  } else if (value.IsObject()) {
+    for (const auto& member : value.GetObject()) {
+      std::string key(member.name.GetString(), member.name.GetStringLength());
+      if (key.find('\0') != std::string::npos)
+        return path + "/";
+      if (auto found = nul_path(member.value, path + "/" + json_pointer_token(key)))
+        return found;
+    }
+  } else if (value.IsArray()) {
+    for (rapidjson::SizeType i = 0; i < value.Size(); ++i) {
+      if (auto found = nul_path(value[i], path + "/" + std::to_string(i)))
+        return found;
+    }
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 std::variant<Submission, SchemaViolation> parse_submission(std::string_view json,
                                                            const SubmissionDefaults& defaults) {
   rapidjson::Document doc;
   if (auto violation = validate_json_text(json, "task_submission.schema.json", &doc)) {
     return *violation;
+  }
+  if (auto path = nul_path(doc, "")) {
+    return SchemaViolation{*path, "must not contain NUL characters"};
   }
   Submission submission;
   TaskSpec& spec = submission.spec;

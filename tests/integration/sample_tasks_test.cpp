@@ -294,6 +294,10 @@ TEST(TaskApi, RejectsBadInputWithTheJsonPathOfTheProblem) {
       {R"({"user_id":"u1","text":"hi","model":"no-such-model"})", "/model"},
       {R"({"user_id":"u1","text":"hi","priority":"urgent"})", "/priority"},
       {"not json", "/"},
+      // Text that is not UTF-8, a NUL character, a header break in the identity.
+      {"{\"user_id\":\"u1\",\"text\":\"\xff\xfe\"}", "/"},
+      {R"({"user_id":"u1","text":"a\u0000b"})", "/text"},
+      {R"({"user_id":"u1\r\nX-User-Id: u2","text":"hi"})", "/user_id"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.body);
