@@ -75,22 +75,40 @@ int run_dispatcher(const config::Config& config) {
   std::atomic<bool> stopping{false};
   Api api(config, db, [&] { asio::post(io, [&] { scheduler_wake.cancel(); }); });
 
+  // Bind first: a port in use is a start-up error reported before any thread runs.
+  http::Server server(io.get_executor(),
+                      http::ServerOptions{config.dispatcher.http.host,
+                                          static_cast<std::uint16_t>(config.dispatcher.http.port)},
+                      [&](http::Request& request) { return api.handle(request); });
+  server.start();
+  log::write("info", "dispatcher",
+             "dispatcher listening on http://" + config.dispatcher.http.host + ":" +
+                 std::to_string(server.port()));
+  std::printf("listening on http://%s:%u\n", config.dispatcher.http.host.c_str(), server.port());
+  std::fflush(stdout);
+
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
+        int failures = 0;
         while (!stopping) {
           auto admitted = co_await db.run([&](pqxx::connection& c) {
             return pg::schedule_queued(c, config.kafka.topics.dispatch,
                                        config.dispatcher.scheduler_batch,
                                        config.dispatcher.redispatch_after_s);
           });
-          if (!admitted.ok())
+          int wait_ms = config.dispatcher.scheduler_interval_ms;
+          if (!admitted.ok()) {
+            // Back off on a failing store, up to 5 s, so an outage is not a busy loop.
+            wait_ms = std::min(5000, wait_ms << std::min(++failures, 7));
             log::write("warn", "dispatcher", "scheduler: " + admitted.error().message);
-          // A full batch means more may be waiting: go again without sleeping.
-          if (admitted.ok() && admitted.value() >= config.dispatcher.scheduler_batch)
-            continue;
-          scheduler_wake.expires_after(
-              std::chrono::milliseconds(config.dispatcher.scheduler_interval_ms));
+          } else {
+            failures = 0;
+            // A full batch means more may be waiting: go again without sleeping.
+            if (admitted.value() >= config.dispatcher.scheduler_batch)
+              continue;
+          }
+          scheduler_wake.expires_after(std::chrono::milliseconds(wait_ms));
           boost::system::error_code ec;
           co_await scheduler_wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         }
@@ -125,17 +143,6 @@ int run_dispatcher(const config::Config& config) {
                           [&] { return stopping.load(); });
     }
   });
-
-  http::Server server(io.get_executor(),
-                      http::ServerOptions{config.dispatcher.http.host,
-                                          static_cast<std::uint16_t>(config.dispatcher.http.port)},
-                      [&](http::Request& request) { return api.handle(request); });
-  server.start();
-  log::write("info", "dispatcher",
-             "dispatcher listening on http://" + config.dispatcher.http.host + ":" +
-                 std::to_string(server.port()));
-  std::printf("listening on http://%s:%u\n", config.dispatcher.http.host.c_str(), server.port());
-  std::fflush(stdout);
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {
