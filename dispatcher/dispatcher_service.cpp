@@ -90,13 +90,14 @@ int run_dispatcher(const config::Config& config) {
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
+        const pg::SchedulerPass pass{config.kafka.topics.dispatch, config.kafka.topics.results,
+                                     config.dispatcher.scheduler_batch,
+                                     config.dispatcher.redispatch_after_s,
+                                     config.dispatcher.max_attempts};
         int failures = 0;
         while (!stopping) {
-          auto admitted = co_await db.run([&](pqxx::connection& c) {
-            return pg::schedule_queued(c, config.kafka.topics.dispatch,
-                                       config.dispatcher.scheduler_batch,
-                                       config.dispatcher.redispatch_after_s);
-          });
+          auto admitted =
+              co_await db.run([&](pqxx::connection& c) { return pg::schedule_queued(c, pass); });
           int wait_ms = config.dispatcher.scheduler_interval_ms;
           if (!admitted.ok()) {
             // Back off on a failing store, up to 5 s, so an outage is not a busy loop.

@@ -424,6 +424,7 @@ void read_dispatcher(const Section& s, DispatcherConfig& out) {
   s.read("scheduler_interval_ms", out.scheduler_interval_ms);
   s.read("scheduler_batch", out.scheduler_batch);
   s.read("redispatch_after_s", out.redispatch_after_s);
+  s.read("max_attempts", out.max_attempts);
   s.read("relay_interval_ms", out.relay_interval_ms);
   s.read("relay_batch", out.relay_batch);
   s.read("max_text_chars", out.max_text_chars);

@@ -60,6 +60,8 @@ struct DispatcherConfig {
   // A dispatched task no worker has claimed after this long is published again (its message
   // may have been lost with a worker); duplicates are harmless, the claim admits one.
   int redispatch_after_s = 60;
+  // Claims of a task whose lease expired each time before it ends failed.
+  int max_attempts = 5;
   int relay_interval_ms = 50;
   int relay_batch = 500;
   int max_text_chars = 5000;

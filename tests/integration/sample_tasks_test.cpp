@@ -352,3 +352,60 @@ TEST(TaskApi, UnknownTasksAndRoutesAre404) {
 
 }  // namespace
 }  // namespace agentfleet
+
+namespace agentfleet {
+namespace {
+
+// Rows as a worker that died mid-run leaves them: running, lease expired.
+std::string insert_orphan(pqxx::connection& db, const std::string& user, int attempt) {
+  pqxx::work tx(db);
+  auto id = tx.exec_params1(
+      R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
+                               max_steps, priority, request_canonical, status, attempt,
+                               worker_id, lease_until, started_at, dispatched_at)
+            VALUES (gen_random_uuid(), $1, '删除2月30日的日程', 'sim-model', 30, 3600, 10,
+                    'interactive', '{}', 'running', $2, 'worker-that-died',
+                    now() - interval '1 second', now(), now())
+            RETURNING task_id::text)SQL",
+      user, attempt);
+  tx.commit();
+  return id[0].as<std::string>();
+}
+
+TEST(Recovery, AnExpiredLeaseIsDispatchedAgainAndGivenUpAfterMaxAttempts) {
+  auto env = fleet_env();
+  pqxx::connection db(env["AGENTFLEET_PG_URL"]);
+  const std::string resumed = insert_orphan(db, "orphan-1", 1);
+  const std::string exhausted = insert_orphan(db, "orphan-2", 5);  // max_attempts is 5
+
+  auto done = wait_terminal(env["AGENTFLEET_URL"], resumed);
+  EXPECT_STREQ(done["status"].GetString(), "succeeded");
+  EXPECT_EQ(done["attempt"].GetInt(), 2) << "claimed again by a live worker";
+  EXPECT_STREQ(done["result"]["type"].GetString(), "error");  // 2月30日 does not exist
+
+  auto given_up = wait_terminal(env["AGENTFLEET_URL"], exhausted);
+  EXPECT_STREQ(given_up["status"].GetString(), "failed");
+  EXPECT_EQ(given_up["attempt"].GetInt(), 5) << "not dispatched again";
+  EXPECT_NE(std::string(given_up["error"].GetString()).find("5 attempts"), std::string::npos);
+
+  // Both are announced on the results topic, valid against the schema.
+  std::set<std::string> announced;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (announced.size() < 2 && std::chrono::steady_clock::now() < until) {
+    for (const auto& [key, value] :
+         read_topic(env["AGENTFLEET_KAFKA_BOOTSTRAP"], "agent.tasks.results")) {
+      rapidjson::Document doc;
+      if (codec::validate_json_text(value, "result_event.schema.json", &doc))
+        continue;
+      const std::string id = doc["task_id"].GetString();
+      if (id == resumed || id == exhausted)
+        announced.insert(id);
+    }
+    if (announced.size() < 2)
+      std::this_thread::sleep_for(200ms);  // the relay's next pass
+  }
+  EXPECT_EQ(announced.size(), 2u);
+}
+
+}  // namespace
+}  // namespace agentfleet

@@ -1,5 +1,7 @@
 #include "core/adapters/pg/task_store.hpp"
 
+#include "core/codec/task_codec.hpp"
+
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -127,12 +129,52 @@ RETURNING id)SQL";
 }
 }  // namespace
 
-int schedule_queued(pqxx::connection& c, const std::string& dispatch_topic, int limit,
-                    int redispatch_after_s) {
+namespace {
+// Ends the tasks recovery has given up on, each with its result event, in `tx`.
+int fail_exhausted(pqxx::work& tx, const SchedulerPass& pass) {
+  auto rows = tx.exec_params(R"SQL(
+UPDATE tasks SET status = 'failed', finished_at = now(), lease_until = NULL,
+       error = 'gave up after ' || attempt || ' attempts: every worker that ran it stopped '
+               'before it finished'
+WHERE task_id IN (SELECT task_id FROM tasks
+                  WHERE status = 'running' AND lease_until < now() AND attempt >= $2
+                  ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING task_id::text, user_id, coalesce(batch_id, ''), error, attempt, steps, tool_calls,
+          input_tokens, cached_input_tokens, output_tokens,
+          to_char(cost, 'FM999999999999990.000000'), coalesce(currency, 'CNY'),
+          coalesce(traceparent, ''))SQL",
+                             pass.limit, pass.max_attempts);
+  for (const auto& r : rows) {
+    codec::ResultEvent event;
+    event.task_id = r[0].as<std::string>();
+    event.user_id = r[1].as<std::string>();
+    event.batch_id = r[2].as<std::string>();
+    event.status = TaskStatus::kFailed;
+    event.error = r[3].as<std::string>();
+    event.attempt = r[4].as<int>();
+    event.steps = r[5].as<int>();
+    event.tool_calls = r[6].as<int>();
+    event.usage.input = r[7].as<std::int64_t>();
+    event.usage.cached_input = r[8].as<std::int64_t>();
+    event.usage.output = r[9].as<std::int64_t>();
+    event.cost = r[10].as<std::string>();
+    event.currency = r[11].as<std::string>();
+    event.finished_at = codec::format_rfc3339(std::chrono::system_clock::now());
+    tx.exec_params0(
+        "INSERT INTO outbox (topic, message_key, payload, traceparent) "
+        "VALUES ($1, $2, $3, NULLIF($4, ''))",
+        pass.results_topic, event.user_id, codec::result_event_json(event),
+        r[12].as<std::string>());
+  }
+  return static_cast<int>(rows.size());
+}
+}  // namespace
+
+int schedule_queued(pqxx::connection& c, const SchedulerPass& pass) {
   // Built once: the statement texts do not depend on the arguments.
   static const std::string kRecover = dispatch_statement(R"SQL(
   SELECT task_id FROM tasks
-  WHERE (status = 'running' AND lease_until < now())
+  WHERE (status = 'running' AND lease_until < now() AND attempt < $4)
      OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3))
   ORDER BY created_at
   LIMIT $1
@@ -150,10 +192,12 @@ int schedule_queued(pqxx::connection& c, const std::string& dispatch_topic, int 
   pqxx::work tx(c);
   if (!tx.exec1("SELECT pg_try_advisory_xact_lock(7311001)")[0].as<bool>())
     return -1;
-  auto recovered = tx.exec_params(kRecover, limit, dispatch_topic, redispatch_after_s);
-  auto admitted = tx.exec_params(kAdmit, limit, dispatch_topic);
+  const int failed = fail_exhausted(tx, pass);
+  auto recovered = tx.exec_params(kRecover, pass.limit, pass.dispatch_topic,
+                                  pass.redispatch_after_s, pass.max_attempts);
+  auto admitted = tx.exec_params(kAdmit, pass.limit, pass.dispatch_topic);
   tx.commit();
-  return static_cast<int>(recovered.size() + admitted.size());
+  return failed + static_cast<int>(recovered.size() + admitted.size());
 }
 
 std::optional<ClaimedTask> claim_task(pqxx::connection& c, const std::string& task_id,

@@ -40,8 +40,17 @@ std::optional<std::string> task_json(pqxx::connection& c, const std::string& tas
 // again (they resume from their checkpoints; the attempt fence stops a late old owner).
 // Then up to `limit` queued tasks are admitted. Each gets a dispatch message in the
 // outbox. Returns the number of messages written.
-int schedule_queued(pqxx::connection& c, const std::string& dispatch_topic, int limit,
-                    int redispatch_after_s);
+struct SchedulerPass {
+  std::string dispatch_topic;
+  std::string results_topic;
+  int limit = 200;
+  int redispatch_after_s = 60;
+  // A task whose lease expired after this many claims ends failed (its result event goes
+  // to the outbox) instead of being dispatched again: something kills every worker that
+  // runs it, and trying forever would take workers down with it.
+  int max_attempts = 5;
+};
+int schedule_queued(pqxx::connection& c, const SchedulerPass& pass);
 
 struct OutboxRow {
   std::int64_t id = 0;

@@ -50,6 +50,7 @@ CREATE UNIQUE INDEX tasks_idempotency ON tasks (user_id, idempotency_key)
   WHERE idempotency_key IS NOT NULL;
 CREATE INDEX tasks_queued ON tasks (priority, created_at) WHERE status = 'queued';
 CREATE INDEX tasks_running_lease ON tasks (lease_until) WHERE status = 'running';
+CREATE INDEX tasks_dispatched ON tasks (dispatched_at) WHERE status = 'dispatched';
 CREATE INDEX tasks_user_created ON tasks (user_id, created_at DESC);
 CREATE INDEX tasks_batch ON tasks (batch_id) WHERE batch_id IS NOT NULL;
 
