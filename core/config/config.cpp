@@ -613,6 +613,15 @@ Config read_config(const Value& doc) {
   read_models(root, c.models);
   read_tools(root, c.tools);
   read_billing(root.child("billing"), c.models, c.billing);
+  // Every model call is billed: a model without a price would cost nothing, silently.
+  for (std::size_t i = 0; i < c.models.size(); ++i) {
+    const std::string& name = c.models[i].name;
+    if (std::none_of(c.billing.prices.begin(), c.billing.prices.end(),
+                     [&](const PriceConfig& p) { return p.model == name; })) {
+      throw Problem("/models/" + std::to_string(i) + "/name",
+                    "model '" + name + "' has no price in billing.prices");
+    }
+  }
   read_react(root.child("react"), c.react);
   read_tiers(root, c.tiers);
   Section metrics = root.child("metrics");

@@ -42,7 +42,10 @@ LoadedZone load_time_zone(const std::string& name, const std::string& zoneinfo_d
         loaded = LoadedZone{*zone, true};
     }
   }
-  cache.emplace(key, loaded);
+  // Only zones that exist are kept: names come from users, and the set of real zones is
+  // small, so the cache stays bounded.
+  if (loaded.found)
+    cache.emplace(key, loaded);
   return loaded;
 }
 

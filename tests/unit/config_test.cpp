@@ -29,8 +29,9 @@ std::optional<std::string> fake_lookup(const std::string& name) {
   return it->second;
 }
 
-// The smallest valid configuration; tests append to it or replace parts of it.
-const std::string kMinimal = R"(
+// The smallest valid configuration but for the price every model needs; the billing
+// tests append their own `billing:` to it.
+const std::string kUnpriced = R"(
 postgres:
   url: postgresql://localhost/agentfleet
 kafka:
@@ -40,6 +41,13 @@ models:
     endpoints:
       - url: http://127.0.0.1:8090/v1/chat/completions
 )";
+
+// The smallest valid configuration; tests append to it (models last, so a test can add one).
+const std::string kMinimal = R"(
+billing:
+  prices:
+    - {model: m1, effective_from: "2026-01-01", input_per_million: "1"}
+)" + kUnpriced;
 
 const std::string kTool = R"(
   - name: t1
@@ -358,34 +366,38 @@ billing:
     - model: m1
       effective_from: "2026-01-01"
       input_per_million: )";
-  EXPECT_CONTAINS(error_of(kMinimal + price + "2.00\n"),
+  EXPECT_CONTAINS(error_of(kUnpriced + price + "2.00\n"),
                   "/billing/prices/0/input_per_million: expected string, got number");
-  EXPECT_CONTAINS(error_of(kMinimal + price + "\"2,00\"\n"),
+  EXPECT_CONTAINS(error_of(kUnpriced + price + "\"2,00\"\n"),
                   "/billing/prices/0/input_per_million: \"2,00\" does not match the pattern");
-  EXPECT_EQ(load(kMinimal + price + "\"2.00\"\n").billing.prices[0].input_per_million, "2.00");
+  EXPECT_EQ(load(kUnpriced + price + "\"2.00\"\n").billing.prices[0].input_per_million, "2.00");
+}
+
+TEST_F(ConfigTest, EveryModelNeedsAPrice) {
+  EXPECT_CONTAINS(error_of(kUnpriced), "/models/0/name: model 'm1' has no price in billing.prices");
 }
 
 TEST_F(ConfigTest, SemanticChecksOnPrices) {
-  EXPECT_CONTAINS(error_of(kMinimal + R"(
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
 billing:
   prices:
     - {model: other, effective_from: "2026-01-01"}
 )"),
                   "/billing/prices/0/model: unknown model 'other'");
-  EXPECT_CONTAINS(error_of(kMinimal + R"(
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
 billing:
   prices:
     - {model: m1, effective_from: "2026-02-30"}
 )"),
                   "/billing/prices/0/effective_from: '2026-02-30' is not a valid YYYY-MM-DD date");
-  EXPECT_CONTAINS(error_of(kMinimal + R"(
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
 billing:
   prices:
     - {model: m1, effective_from: "2026-01-01"}
     - {model: m1, effective_from: "2026-01-01"}
 )"),
                   "/billing/prices/1/effective_from: model 'm1' already has a price");
-  EXPECT_CONTAINS(error_of(kMinimal + R"(
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
 billing:
   prices:
     - model: m1
@@ -393,7 +405,7 @@ billing:
       windows: [{from: "25:00", to: "08:00", multiplier: "0.5"}]
 )"),
                   "/billing/prices/0/windows/0/from: \"25:00\" does not match the pattern");
-  EXPECT_CONTAINS(error_of(kMinimal + R"(
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
 billing:
   prices:
     - model: m1
@@ -401,7 +413,7 @@ billing:
       windows: [{from: "08:00", to: "08:00", multiplier: "0.5"}]
 )"),
                   "/billing/prices/0/windows/0/to: a window must not be empty");
-  Config c = load(kMinimal + R"(
+  Config c = load(kUnpriced + R"(
 billing:
   prices:
     - model: m1

@@ -103,16 +103,27 @@ fleet_start() {
   export AGENTFLEET_URL="http://127.0.0.1:$AGENTFLEET_DISPATCHER_PORT"
 }
 
+# _fleet_is_ours PID: the process exists and runs one of the fleet's programs.
+_fleet_is_ours() {
+  local cmdline
+  cmdline=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+  [[ "$cmdline" == *agentfleet-* ]]
+}
+
 # _fleet_stop_matching RUN_DIR REGEX: SIGTERM to the recorded processes whose name matches,
-# then waits up to 20 s for them, then SIGKILL.
+# then waits up to 35 s for them, then SIGKILL.
 _fleet_stop_matching() {
   local run_dir=$1 pattern=$2 pid name
   local -a stopping=()
   while read -r pid name; do
     [[ "$name" =~ $pattern ]] || continue
+    # After a crash or reboot the pid may belong to someone else now: only signal a
+    # process that is still one of ours.
+    _fleet_is_ours "$pid" || continue
     kill -TERM "$pid" 2>/dev/null && stopping+=("$pid:$name")
   done <"$run_dir/pids"
-  local deadline=$(($(af_now_ms) + 20000)) entry
+  # Longer than the worker's drain grace (30 s), so a drain is not cut short.
+  local deadline=$(($(af_now_ms) + 35000)) entry
   for entry in "${stopping[@]}"; do
     pid=${entry%%:*}
     name=${entry#*:}

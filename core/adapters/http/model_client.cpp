@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include "core/adapters/http/client.hpp"
 #include "core/codec/json_text.hpp"
@@ -21,14 +22,17 @@ std::optional<std::chrono::milliseconds> retry_after(const std::string& retry_af
   auto parse = [](const std::string& text) -> std::optional<double> {
     double value = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size() || value < 0)
+    if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value) || value < 0)
       return std::nullopt;
     return value;
   };
+  // Capped at an hour: a longer wait is past any task's deadline anyway, and an absurd
+  // value must not overflow the conversion.
+  constexpr double kMaxMs = 3'600'000;
   if (auto ms = parse(retry_after_ms))
-    return std::chrono::milliseconds(static_cast<long>(*ms));
+    return std::chrono::milliseconds(static_cast<long>(std::min(*ms, kMaxMs)));
   if (auto s = parse(retry_after_s))
-    return std::chrono::milliseconds(static_cast<long>(*s * 1000));
+    return std::chrono::milliseconds(static_cast<long>(std::min(*s * 1000, kMaxMs)));
   return std::nullopt;
 }
 
