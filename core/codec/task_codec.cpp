@@ -158,20 +158,6 @@ std::variant<Submission, SchemaViolation> parse_submission(std::string_view json
   return submission;
 }
 
-std::string dispatch_message_json(const DispatchMessage& message) {
-  rapidjson::StringBuffer buffer;
-  Writer w(buffer);
-  w.StartObject();
-  w.Key("version");
-  w.Int(1);
-  key_string(w, "task_id", message.task_id);
-  key_string(w, "user_id", message.user_id);
-  key_string(w, "priority", to_string(message.priority));
-  key_string(w, "dispatched_at", message.dispatched_at);
-  w.EndObject();
-  return std::string(buffer.GetString(), buffer.GetSize());
-}
-
 std::variant<DispatchMessage, SchemaViolation> parse_dispatch_message(std::string_view json) {
   rapidjson::Document doc;
   if (auto violation = validate_json_text(json, "dispatch_message.schema.json", &doc)) {

@@ -34,13 +34,13 @@ struct Submission {
 std::variant<Submission, SchemaViolation> parse_submission(std::string_view json,
                                                            const SubmissionDefaults& defaults);
 
+// Written by the scheduler in SQL (pg::schedule_queued); read here by the worker.
 struct DispatchMessage {
   std::string task_id;
   std::string user_id;
   Priority priority = Priority::kInteractive;
   std::string dispatched_at;
 };
-std::string dispatch_message_json(const DispatchMessage& message);
 std::variant<DispatchMessage, SchemaViolation> parse_dispatch_message(std::string_view json);
 
 struct ResultEvent {

@@ -271,6 +271,21 @@ TEST(SampleTasks, EachEndsAsExpectedWithItsRowsLedgerAndExactlyOneResultEvent) {
     EXPECT_EQ(events[ids[i]], 1) << "result events for " << samples()[i].text;
   }
 
+  // The dispatch messages the scheduler wrote (in SQL) match their schema, one per task.
+  std::map<std::string, int> dispatched;
+  for (const auto& [key, value] :
+       read_topic(env["AGENTFLEET_KAFKA_BOOTSTRAP"], "agent.tasks.dispatch")) {
+    rapidjson::Document doc;
+    auto violation = codec::validate_json_text(value, "dispatch_message.schema.json", &doc);
+    EXPECT_FALSE(violation) << violation->path << ": " << violation->message << " in " << value;
+    if (violation)
+      continue;
+    EXPECT_EQ(key, doc["user_id"].GetString()) << "keyed by user_id";
+    ++dispatched[doc["task_id"].GetString()];
+  }
+  for (const std::string& id : ids)
+    EXPECT_EQ(dispatched[id], 1) << "dispatch messages for " << id;
+
   // The side effects happened, once each: u1's meeting moved, no idempotency replays.
   auto items = call(boost::beast::http::verb::get, env["TOOL_SIM_URL"] + "/items?user_id=u1");
   EXPECT_NE(items.body.find("20:00"), std::string::npos) << items.body;
