@@ -110,16 +110,18 @@ int run_worker(const config::Config& config) {
       return;
     }
     const auto& dispatch = std::get<codec::DispatchMessage>(parsed);
-    asio::co_spawn(io, runner.run(dispatch.task_id, header_value(message.headers, "traceparent")),
-                   [&, message](std::exception_ptr error, RunOutcome outcome) {
-                     if (error)
-                       outcome = RunOutcome::kStoreUnavailable;
-                     if (outcome == RunOutcome::kStoreUnavailable) {
-                       // The task stays leased (or dispatched); lease recovery runs it again.
-                       log::write("warn", "worker", "task " + message.key + " left for recovery");
-                     }
-                     on_done(message, true);
-                   });
+    asio::co_spawn(
+        io, runner.run(dispatch.task_id, header_value(message.headers, "traceparent")),
+        [&, message, task_id = dispatch.task_id](std::exception_ptr error, RunOutcome outcome) {
+          if (error)
+            outcome = RunOutcome::kStoreUnavailable;
+          if (outcome == RunOutcome::kStoreUnavailable) {
+            // The task stays leased (or dispatched); lease recovery runs it again.
+            log::warn("worker", "left for lease recovery",
+                      {{"task_id", task_id}, {"user_id", message.key}});
+          }
+          on_done(message, true);
+        });
   };
 
   consumer = std::make_unique<kafka::Consumer>(
