@@ -39,6 +39,12 @@ _fleet_pg_dir() {
   if ! runuser -u postgres -- test -x "$run_dir"; then
     local target
     target="/tmp/agentfleet-pg-$(printf '%s' "$run_dir" | md5sum | cut -c1-12)"
+    # No link yet means a new run folder (a fresh checkout at the same path, say): a
+    # cluster left there by an earlier one is not ours to reuse.
+    if [[ -d "$target" ]]; then
+      "$AF_ROOT/tools/devpg" stop "$target" >/dev/null 2>&1 || true
+      rm -rf "$target"
+    fi
     mkdir -p "$target"
     ln -sfn "$target" "$run_dir/pg"
     af_log "postgres cannot reach $run_dir; its cluster lives in $target"
