@@ -13,9 +13,7 @@ source "$root/tools/lib/common.sh"
 source "$root/tools/lib/fleet.sh"
 
 export LLM_SIM_LATENCY_MS=300 AGENTFLEET_LEASE_S=4 AGENTFLEET_HEARTBEAT_S=1
-fleet_stop "$run_dir"
-if [[ -e "$run_dir/pg" ]]; then rm -rf "$(readlink -f "$run_dir/pg")"; fi
-rm -rf "$run_dir/pg" "$run_dir/logs"
+fleet_reset "$run_dir"
 trap 'fleet_stop "$run_dir"' EXIT
 fleet_start "$run_dir" "$build_dir" 2
 psql_q() { psql "$AGENTFLEET_PG_URL" -X -At -v ON_ERROR_STOP=1 -c "$1"; }

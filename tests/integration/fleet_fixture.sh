@@ -11,10 +11,7 @@ command=$1
 run_dir=$2
 case "$command" in
   start)
-    fleet_stop "$run_dir"
-    # A fresh cluster every run; the folder may be a link to one outside the run folder.
-    if [[ -e "$run_dir/pg" ]]; then rm -rf "$(readlink -f "$run_dir/pg")"; fi
-    rm -rf "$run_dir/pg" "$run_dir/logs"
+    fleet_reset "$run_dir"
     if ! fleet_start "$run_dir" "$3" 2; then
       fleet_stop "$run_dir"
       exit 1

@@ -5,6 +5,7 @@
 #
 #   fleet_start RUN_DIR BUILD_DIR [WORKERS]   exports AGENTFLEET_* for the config file
 #   fleet_stop RUN_DIR                        stops everything fleet_start started
+#   fleet_reset RUN_DIR                       stops it and removes its database and logs
 #
 # Every process's pid is recorded in RUN_DIR/pids and its output in RUN_DIR/logs/, so
 # fleet_stop (and a trap) can clean up whatever state a failed start left behind.
@@ -109,10 +110,19 @@ fleet_start() {
   export AGENTFLEET_URL="http://127.0.0.1:$AGENTFLEET_DISPATCHER_PORT"
 }
 
+# fleet_reset RUN_DIR: stops whatever an earlier run left and removes its cluster and logs,
+# so the next fleet_start begins from an empty database.
+fleet_reset() {
+  local run_dir=$1
+  fleet_stop "$run_dir"
+  if [[ -e "$run_dir/pg" ]]; then rm -rf "$(readlink -f "$run_dir/pg")"; fi
+  rm -rf "$run_dir/pg" "$run_dir/logs"
+}
+
 # _fleet_is_ours PID: the process exists and runs one of the fleet's programs.
 _fleet_is_ours() {
   local cmdline
-  cmdline=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+  cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 1
   [[ "$cmdline" == *agentfleet-* ]]
 }
 
