@@ -2,6 +2,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 
@@ -101,8 +102,19 @@ asio::awaitable<ClientResponse> fetch(asio::any_io_executor executor, ClientRequ
   }
   boost::system::error_code ec;
   tcp::resolver resolver(executor);
+  // The stream's deadline starts at connect; a lookup runs on Asio's resolver thread, so a
+  // timer cancels it at the same deadline.
+  asio::steady_timer resolve_deadline(executor, request.deadline);
+  resolve_deadline.async_wait([&resolver](const boost::system::error_code& timer_ec) {
+    if (!timer_ec)
+      resolver.cancel();
+  });
   auto endpoints = co_await resolver.async_resolve(url->host, url->port,
                                                    asio::redirect_error(asio::use_awaitable, ec));
+  resolve_deadline.cancel();
+  if (ec == asio::error::operation_aborted) {
+    co_return failure(ClientErrorKind::kTimeout, "resolve " + url->host + ": deadline passed");
+  }
   if (ec)
     co_return failure(ClientErrorKind::kConnect, "resolve " + url->host + ": " + ec.message());
 

@@ -196,6 +196,21 @@ void consumer_rebalance_cb(rd_kafka_t* rk, int err, void* partitions_ptr, void* 
 }
 
 namespace {
+// Commits are asynchronous; a failed one is retried by the next commit of the partition,
+// but it must not go unseen.
+void commit_report(rd_kafka_t*, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* offsets,
+                   void*) {
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR__NO_OFFSET)
+    return;
+  std::string where;
+  for (int i = 0; offsets && i < offsets->cnt; ++i) {
+    where += std::string(i ? ", " : "") + offsets->elems[i].topic + "/" +
+             std::to_string(offsets->elems[i].partition);
+  }
+  log::warn("kafka", std::string("offset commit failed: ") + rd_kafka_err2str(err),
+            {{"partitions", where}});
+}
+
 void rebalance_trampoline(rd_kafka_t* rk, rd_kafka_resp_err_t err,
                           rd_kafka_topic_partition_list_t* partitions, void* opaque) {
   consumer_rebalance_cb(rk, err, partitions, opaque);
@@ -209,13 +224,15 @@ Consumer::Consumer(const config::KafkaConfig& config, std::string group_id,
       on_message_(std::move(on_message)),
       on_rebalance_(std::move(on_rebalance)) {
   rd_kafka_conf_t* conf = base_conf(config);
-  for (const auto& [name, value] : config.consumer_properties) set_or_throw(conf, name, value);
+  for (const auto& [name, value] : config.consumer_properties)
+    set_or_throw(conf, name, value);
   set_or_throw(conf, "group.id", group_id);
   set_or_throw(conf, "enable.auto.commit", "false");
   set_or_throw(conf, "enable.auto.offset.store", "false");
   set_or_throw(conf, "auto.offset.reset", "earliest");
   set_or_throw(conf, "enable.partition.eof", "false");
   rd_kafka_conf_set_rebalance_cb(conf, rebalance_trampoline);
+  rd_kafka_conf_set_offset_commit_cb(conf, commit_report);
   rd_kafka_conf_set_opaque(conf, this);
   rd_kafka_conf_set_log_cb(conf, log_cb);
   char errstr[512];
