@@ -2,9 +2,11 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/beast/ssl.hpp>
 
 namespace agentfleet::http {
 
@@ -73,6 +75,8 @@ std::string_view to_string(ClientErrorKind kind) {
       return "protocol";
     case ClientErrorKind::kUnsupported:
       return "unsupported";
+    case ClientErrorKind::kTls:
+      return "tls";
   }
   return "unknown";
 }
@@ -90,13 +94,77 @@ bool timed_out(const boost::system::error_code& ec) {
 }
 }  // namespace
 
+namespace {
+// One context for every HTTPS call of the process: the system's trust store (OpenSSL's
+// default paths, which honour SSL_CERT_FILE and SSL_CERT_DIR), peer verification, TLS 1.2+.
+asio::ssl::context& client_tls_context() {
+  static asio::ssl::context context = [] {
+    asio::ssl::context c(asio::ssl::context::tls_client);
+    c.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                  asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                  asio::ssl::context::no_tlsv1_1);
+    c.set_default_verify_paths();
+    c.set_verify_mode(asio::ssl::verify_peer);
+    return c;
+  }();
+  return context;
+}
+
+asio::awaitable<std::optional<ClientResponse>> connect(beast::tcp_stream& stream,
+                                                       const tcp::resolver::results_type& endpoints,
+                                                       const Url& url) {
+  boost::system::error_code ec;
+  co_await stream.async_connect(endpoints, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kConnect,
+                      "connect " + url.host + ":" + url.port + ": " + ec.message());
+  }
+  stream.socket().set_option(tcp::no_delay(true), ec);
+  co_return std::nullopt;
+}
+
+// Writes the request and reads the response on a connected (and, for HTTPS, handshaken)
+// stream; its deadline is already set.
+template <typename Stream>
+asio::awaitable<ClientResponse> exchange(Stream& stream, const Url& url, ClientRequest request) {
+  boost::system::error_code ec;
+  bhttp::request<bhttp::string_body> out{request.method, url.target, 11};
+  out.set(bhttp::field::host, url.host + ":" + url.port);
+  out.set(bhttp::field::user_agent, "agentfleet");
+  for (const auto& [name, value] : request.headers)
+    out.set(name, value);
+  if (!request.body.empty() || request.method == bhttp::verb::post) {
+    out.set(bhttp::field::content_type, request.content_type);
+    out.body() = std::move(request.body);
+  }
+  out.prepare_payload();
+  co_await bhttp::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kConnect,
+                      "write: " + ec.message());
+  }
+  beast::flat_buffer buffer;
+  bhttp::response_parser<bhttp::string_body> parser;
+  parser.body_limit(64 * 1024 * 1024);
+  co_await bhttp::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kProtocol,
+                      "read: " + ec.message());
+  }
+  auto in = parser.release();
+  ClientResponse response;
+  response.status = static_cast<int>(in.result_int());
+  for (const auto& field : in)
+    response.headers.insert(field.name_string(), field.value());
+  response.body = std::move(in.body());
+  co_return response;
+}
+}  // namespace
+
 asio::awaitable<ClientResponse> fetch(asio::any_io_executor executor, ClientRequest request) {
   const auto url = Url::parse(request.url);
   if (!url)
     co_return failure(ClientErrorKind::kBadUrl, "invalid URL: " + request.url);
-  if (url->scheme != "http") {
-    co_return failure(ClientErrorKind::kUnsupported, "scheme not supported: " + url->scheme);
-  }
   if (std::chrono::steady_clock::now() >= request.deadline) {
     co_return failure(ClientErrorKind::kTimeout, "deadline passed before the call");
   }
@@ -118,45 +186,36 @@ asio::awaitable<ClientResponse> fetch(asio::any_io_executor executor, ClientRequ
   if (ec)
     co_return failure(ClientErrorKind::kConnect, "resolve " + url->host + ": " + ec.message());
 
+  if (url->scheme == "https") {
+    beast::ssl_stream<beast::tcp_stream> stream(executor, client_tls_context());
+    // SNI, and the certificate must name the host we asked for.
+    if (!SSL_set_tlsext_host_name(stream.native_handle(), url->host.c_str())) {
+      co_return failure(ClientErrorKind::kTls, "cannot set SNI for " + url->host);
+    }
+    stream.set_verify_callback(asio::ssl::host_name_verification(url->host));
+    beast::get_lowest_layer(stream).expires_at(request.deadline);
+    if (auto failed = co_await connect(beast::get_lowest_layer(stream), endpoints, *url)) {
+      co_return *failed;
+    }
+    co_await stream.async_handshake(asio::ssl::stream_base::client,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout
+                        : ec.category() == asio::error::get_ssl_category()
+                            ? ClientErrorKind::kTls
+                            : ClientErrorKind::kConnect,
+                        "TLS handshake with " + url->host + ": " + ec.message());
+    }
+    ClientResponse response = co_await exchange(stream, *url, std::move(request));
+    // No TLS close_notify exchange: many servers never answer it, and the body is complete.
+    beast::get_lowest_layer(stream).socket().close(ec);
+    co_return response;
+  }
   beast::tcp_stream stream(executor);
   stream.expires_at(request.deadline);
-  co_await stream.async_connect(endpoints, asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) {
-    co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kConnect,
-                      "connect " + url->host + ":" + url->port + ": " + ec.message());
-  }
-  stream.socket().set_option(tcp::no_delay(true), ec);
-
-  bhttp::request<bhttp::string_body> out{request.method, url->target, 11};
-  out.set(bhttp::field::host, url->host + ":" + url->port);
-  out.set(bhttp::field::user_agent, "agentfleet");
-  for (const auto& [name, value] : request.headers)
-    out.set(name, value);
-  if (!request.body.empty() || request.method == bhttp::verb::post) {
-    out.set(bhttp::field::content_type, request.content_type);
-    out.body() = std::move(request.body);
-  }
-  out.prepare_payload();
-  co_await bhttp::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) {
-    co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kConnect,
-                      "write: " + ec.message());
-  }
-
-  beast::flat_buffer buffer;
-  bhttp::response_parser<bhttp::string_body> parser;
-  parser.body_limit(64 * 1024 * 1024);
-  co_await bhttp::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) {
-    co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kProtocol,
-                      "read: " + ec.message());
-  }
-  auto in = parser.release();
-  ClientResponse response;
-  response.status = static_cast<int>(in.result_int());
-  for (const auto& field : in)
-    response.headers.insert(field.name_string(), field.value());
-  response.body = std::move(in.body());
+  if (auto failed = co_await connect(stream, endpoints, *url))
+    co_return *failed;
+  ClientResponse response = co_await exchange(stream, *url, std::move(request));
   stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   co_return response;
 }

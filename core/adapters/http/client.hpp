@@ -1,6 +1,8 @@
 #pragma once
-// An HTTP/1.1 client call as one coroutine with one deadline for the whole exchange
-// (resolve, connect, write, read). Used by the worker's model and tool clients and by
+// An HTTP/1.1 client call, over HTTP or HTTPS, as one coroutine with one deadline for the
+// whole exchange (resolve, connect, TLS handshake, write, read). HTTPS sends SNI and
+// verifies the peer's certificate chain against the system's trust store (SSL_CERT_FILE /
+// SSL_CERT_DIR override it) and its host name. Used by the worker's model and tool clients and by
 // tests. Failures are values, never exceptions: a caller decides what is retryable.
 //
 // Thread-safety: each call is independent; run it on any executor.
@@ -35,7 +37,9 @@ struct ClientRequest {
   std::chrono::steady_clock::time_point deadline;
 };
 
-enum class ClientErrorKind { kNone, kBadUrl, kTimeout, kConnect, kProtocol, kUnsupported };
+// kTls: the TLS handshake failed for a reason of TLS itself (an untrusted certificate, a
+// name mismatch, no common protocol); trying again will not help.
+enum class ClientErrorKind { kNone, kBadUrl, kTimeout, kConnect, kProtocol, kUnsupported, kTls };
 
 struct ClientResponse {
   ClientErrorKind error = ClientErrorKind::kNone;

@@ -84,7 +84,8 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
           std::string("model endpoint ") + std::string(to_string(response.error)) + ": " +
               response.error_message};
       if (response.error == ClientErrorKind::kBadUrl ||
-          response.error == ClientErrorKind::kUnsupported) {
+          response.error == ClientErrorKind::kUnsupported ||
+          response.error == ClientErrorKind::kTls) {
         last.kind = ErrorKind::kFatal;
         co_return last;
       }

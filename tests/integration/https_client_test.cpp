@@ -1,0 +1,176 @@
+// HTTPS in the HTTP client against a real TLS server in this process: certificates made
+// for the test with the openssl command (a CA, a server certificate for "localhost", and
+// an untrusted self-signed one). The client trusts the CA through SSL_CERT_FILE, which
+// OpenSSL's default verify paths honour, as a deployment with a private CA would.
+
+#include <gtest/gtest.h>
+#include <openssl/ssl.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/adapters/http/client.hpp"
+
+namespace agentfleet::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using namespace std::chrono_literals;
+
+std::filesystem::path cert_dir() {
+  static const std::filesystem::path dir = [] {
+    char pattern[] = "/tmp/agentfleet-tls-XXXXXX";
+    const char* made = mkdtemp(pattern);
+    EXPECT_NE(made, nullptr);
+    const std::string d = made ? made : "/tmp";
+    const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    const std::string script =
+        "cd " + d + " && " + "openssl req -x509 " + ec +
+        " -keyout ca.key -out ca.pem -days 2 -subj '/CN=test CA' && " + "openssl req " + ec +
+        " -keyout server.key -out server.csr -subj '/CN=localhost' && " +
+        "printf 'subjectAltName=DNS:localhost\\n' > ext.cnf && " +
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-out server.pem -days 2 -extfile ext.cnf && " +
+        "openssl req -x509 " + ec + " -keyout other.key -out other.pem -days 2 " +
+        "-subj '/CN=localhost' -addext subjectAltName=DNS:localhost";
+    EXPECT_EQ(std::system((script + " >/dev/null 2>&1").c_str()), 0) << script;
+    // Before the client's TLS context exists (it is made on the first HTTPS call).
+    setenv("SSL_CERT_FILE", (d + "/ca.pem").c_str(), 1);
+    return std::filesystem::path(d);
+  }();
+  // The keys and certificates go when the test process ends.
+  static const struct Cleanup {
+    ~Cleanup() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } cleanup;
+  return dir;
+}
+
+// A TLS server answering every request with 200 "ok over tls"; remembers the SNI it saw.
+class TlsServer {
+ public:
+  explicit TlsServer(const std::string& name) : context_(asio::ssl::context::tls_server) {
+    context_.use_certificate_chain_file((cert_dir() / (name + ".pem")).string());
+    context_.use_private_key_file((cert_dir() / (name + ".key")).string(), asio::ssl::context::pem);
+    acceptor_.open(asio::ip::tcp::v4());
+    acceptor_.bind({asio::ip::make_address("127.0.0.1"), 0});
+    acceptor_.listen();
+    asio::co_spawn(io_, accept_loop(), asio::detached);
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~TlsServer() {
+    io_.stop();
+    thread_.join();
+  }
+  unsigned short port() const { return acceptor_.local_endpoint().port(); }
+  std::string sni() {
+    std::lock_guard lock(mutex_);
+    return sni_;
+  }
+
+ private:
+  asio::awaitable<void> accept_loop() {
+    for (;;) {
+      boost::system::error_code ec;
+      auto socket = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+      if (ec)
+        co_return;
+      asio::co_spawn(io_, serve(std::move(socket)), asio::detached);
+    }
+  }
+  asio::awaitable<void> serve(asio::ip::tcp::socket socket) {
+    beast::ssl_stream<beast::tcp_stream> stream(std::move(socket), context_);
+    beast::get_lowest_layer(stream).expires_after(10s);
+    boost::system::error_code ec;
+    co_await stream.async_handshake(asio::ssl::stream_base::server,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+    if (ec)
+      co_return;  // the client refused us: that is what some tests expect
+    if (const char* name = SSL_get_servername(stream.native_handle(), TLSEXT_NAMETYPE_host_name)) {
+      std::lock_guard lock(mutex_);
+      sni_ = name;
+    }
+    beast::flat_buffer buffer;
+    beast::http::request<beast::http::string_body> request;
+    co_await beast::http::async_read(stream, buffer, request,
+                                     asio::redirect_error(asio::use_awaitable, ec));
+    if (ec)
+      co_return;
+    beast::http::response<beast::http::string_body> response{beast::http::status::ok, 11};
+    response.body() = "ok over tls";
+    response.prepare_payload();
+    co_await beast::http::async_write(stream, response,
+                                      asio::redirect_error(asio::use_awaitable, ec));
+  }
+
+  asio::io_context io_;
+  asio::ssl::context context_;
+  asio::ip::tcp::acceptor acceptor_{io_};
+  std::thread thread_;
+  std::mutex mutex_;
+  std::string sni_;
+};
+
+ClientResponse get(const std::string& url) {
+  asio::io_context io;
+  ClientRequest request;
+  request.method = beast::http::verb::get;
+  request.url = url;
+  request.deadline = std::chrono::steady_clock::now() + 10s;
+  auto future = asio::co_spawn(io, fetch(io.get_executor(), std::move(request)), asio::use_future);
+  io.run();
+  return future.get();
+}
+
+TEST(HttpsClient, TrustedCertificateForTheHostWorksAndSendsSni) {
+  cert_dir();
+  TlsServer server("server");
+  auto response = get("https://localhost:" + std::to_string(server.port()) + "/v1/x");
+  ASSERT_TRUE(response.ok()) << response.error_message;
+  EXPECT_EQ(response.status, 200);
+  EXPECT_EQ(response.body, "ok over tls");
+  EXPECT_EQ(server.sni(), "localhost");
+}
+
+TEST(HttpsClient, ACertificateForAnotherNameIsRefused) {
+  cert_dir();
+  TlsServer server("server");  // names localhost only, not 127.0.0.1
+  auto response = get("https://127.0.0.1:" + std::to_string(server.port()) + "/");
+  EXPECT_EQ(response.error, ClientErrorKind::kTls) << response.error_message;
+}
+
+TEST(HttpsClient, AnUntrustedCertificateIsRefused) {
+  cert_dir();
+  TlsServer server("other");  // self-signed, not issued by the trusted CA
+  auto response = get("https://localhost:" + std::to_string(server.port()) + "/");
+  EXPECT_EQ(response.error, ClientErrorKind::kTls) << response.error_message;
+}
+
+TEST(HttpsClient, PlainHttpToATlsPortFailsWithinTheDeadline) {
+  cert_dir();
+  TlsServer server("server");
+  const auto started = std::chrono::steady_clock::now();
+  auto response = get("http://localhost:" + std::to_string(server.port()) + "/");
+  EXPECT_FALSE(response.ok() && response.status == 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 11s);
+}
+
+}  // namespace
+}  // namespace agentfleet::http
