@@ -36,6 +36,10 @@ std::string_view to_string(RunOutcome outcome) {
       return "lease_lost";
     case RunOutcome::kStoreUnavailable:
       return "store_unavailable";
+    case RunOutcome::kReleased:
+      return "released";
+    case RunOutcome::kUnknownTask:
+      return "unknown_task";
   }
   return "unknown";
 }
@@ -126,9 +130,56 @@ TaskRunner::TaskRunner(const config::Config& config, std::string worker_id,
   }
 }
 
+// What outside events ask of one run. Lives as long as the run or a call it abandoned.
+struct TaskRunner::Control {
+  bool cancel = false;
+  bool lease_lost = false;
+  bool drain = false;
+  // The timer the run is waiting on right now (a model or tool call), cancelled to wake it.
+  asio::steady_timer* waiting = nullptr;
+
+  void wake() {
+    if (waiting != nullptr)
+      waiting->cancel();
+  }
+  bool interrupted() const { return cancel || lease_lost; }
+};
+
 std::vector<std::pair<std::string, int>> TaskRunner::held_leases() const {
   std::lock_guard lock(leases_mutex_);
-  return {leases_.begin(), leases_.end()};
+  std::vector<std::pair<std::string, int>> held;
+  held.reserve(leases_.size());
+  for (const auto& [task_id, h] : leases_)
+    held.emplace_back(task_id, h.attempt);
+  return held;
+}
+
+std::size_t TaskRunner::running() const {
+  std::lock_guard lock(leases_mutex_);
+  return leases_.size();
+}
+
+void TaskRunner::cancel(const std::string& task_id) {
+  std::lock_guard lock(leases_mutex_);
+  if (auto it = leases_.find(task_id); it != leases_.end()) {
+    it->second.control->cancel = true;
+    it->second.control->wake();
+  }
+}
+
+void TaskRunner::lease_lost(const std::string& task_id) {
+  std::lock_guard lock(leases_mutex_);
+  if (auto it = leases_.find(task_id); it != leases_.end()) {
+    it->second.control->lease_lost = true;
+    it->second.control->wake();
+  }
+}
+
+void TaskRunner::drain() {
+  std::lock_guard lock(leases_mutex_);
+  draining_ = true;
+  for (auto& [task_id, held] : leases_)
+    held.control->drain = true;
 }
 
 struct TaskRunner::Run {
@@ -136,6 +187,9 @@ struct TaskRunner::Run {
   std::string traceparent;
   pg::ClaimedTask claimed;
   Clock::time_point deadline;
+  std::shared_ptr<Control> control = std::make_shared<Control>();
+  std::shared_ptr<const std::vector<ports::ToolSchema>> schemas;
+  std::set<std::string> permitted;  // tools the user's permission level allows
   int progress_seq = 0;
   int steps = 0;
   int tool_calls = 0;
@@ -145,20 +199,23 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string tra
   Run run;
   run.task_id = std::move(task_id);
   run.traceparent = std::move(traceparent);
-  auto claimed = co_await db_.run([&](pqxx::connection& c) {
+  auto claim = co_await db_.run([&](pqxx::connection& c) {
     return pg::claim_task(c, run.task_id, worker_id_, config_.worker.lease_s);
   });
-  if (!claimed.ok()) {
-    log_line("error", run.task_id, "", 0, "claim failed: " + claimed.error().message);
+  if (!claim.ok()) {
+    log_line("error", run.task_id, "", 0, "claim failed: " + claim.error().message);
     co_return RunOutcome::kStoreUnavailable;
   }
-  if (!claimed.value())
+  if (claim.value().outcome == pg::ClaimOutcome::kUnknown)
+    co_return RunOutcome::kUnknownTask;
+  if (claim.value().outcome != pg::ClaimOutcome::kClaimed)
     co_return RunOutcome::kSkipped;  // terminal, or leased elsewhere
-  run.claimed = std::move(*claimed.value());
+  run.claimed = std::move(*claim.value().task);
   run.deadline = Clock::now() + std::chrono::milliseconds(run.claimed.remaining_ms);
   {
     std::lock_guard lock(leases_mutex_);
-    leases_[run.task_id] = run.claimed.attempt;
+    run.control->drain = draining_;
+    leases_[run.task_id] = Held{run.claimed.attempt, run.control};
   }
   RunOutcome outcome = RunOutcome::kFinished;
   std::string internal_error;
@@ -178,10 +235,35 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string tra
     // Only our own attempt: a newer attempt of the same task may run on this worker too.
     std::lock_guard lock(leases_mutex_);
     auto held = leases_.find(run.task_id);
-    if (held != leases_.end() && held->second == run.claimed.attempt)
+    if (held != leases_.end() && held->second.attempt == run.claimed.attempt)
       leases_.erase(held);
   }
   co_return outcome;
+}
+
+asio::awaitable<std::optional<RunOutcome>> TaskRunner::stop_requested(Run& run,
+                                                                      bool at_checkpoint) {
+  const Control& control = *run.control;
+  if (control.lease_lost) {
+    log_line("warn", run.task_id, run.claimed.spec.user_id, run.claimed.attempt,
+             "lease taken over; stopping without writing");
+    co_return RunOutcome::kLeaseLost;
+  }
+  if (control.cancel) {
+    co_return co_await finish(run, TaskStatus::kCancelled, std::nullopt, "cancelled while running");
+  }
+  if (control.drain && at_checkpoint) {
+    auto released = co_await db_.run(
+        [&](pqxx::connection& c) { return pg::release_task(c, run.task_id, run.claimed.attempt); });
+    if (!released.ok())
+      co_return RunOutcome::kStoreUnavailable;  // the lease expires; recovery resumes it
+    if (!released.value().ok())
+      co_return RunOutcome::kLeaseLost;
+    log_line("info", run.task_id, run.claimed.spec.user_id, run.claimed.attempt,
+             "handed back at step " + std::to_string(run.steps) + " (draining)");
+    co_return RunOutcome::kReleased;
+  }
+  co_return std::nullopt;
 }
 
 asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
@@ -199,18 +281,26 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
                               "unknown model '" + spec.model + "'");
   }
 
-  // The tools this task may use: its allow-list within the registry, plus `finish`.
+  // The tools this task may use: its allow-list within the registry, plus `finish`. Tools
+  // above the user's permission level are not offered; if the model calls one anyway, the
+  // call is refused and the model reads why.
+  const config::Permission permission =
+      config_.tool_permission_for(run.claimed.user_tier, run.claimed.user_tool_permission);
   std::set<std::string> allowed;
-  std::vector<ports::ToolSchema> schemas;
+  auto schemas = std::make_shared<std::vector<ports::ToolSchema>>();
   for (const auto& tool : config_.tools) {
     if (spec.tools &&
         std::find(spec.tools->begin(), spec.tools->end(), tool.name) == spec.tools->end()) {
       continue;
     }
     allowed.insert(tool.name);
-    schemas.push_back(ports::ToolSchema{tool.name, tool.description, tool.parameters_schema});
+    if (tool.permission <= permission) {
+      run.permitted.insert(tool.name);
+      schemas->push_back(ports::ToolSchema{tool.name, tool.description, tool.parameters_schema});
+    }
   }
-  schemas.push_back(codec::finish_tool_schema());
+  schemas->push_back(codec::finish_tool_schema());
+  run.schemas = std::move(schemas);
 
   const react::ReactLoop loop(react::Limits{spec.max_steps}, markers_, allowed);
   const std::string zone_name =
@@ -254,6 +344,8 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     if (auto* failed = std::get_if<react::Fail>(&next)) {
       co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, failed->message);
     }
+    if (auto stop = co_await stop_requested(run, true))
+      co_return *stop;
     if (Clock::now() >= run.deadline) {
       co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt,
                                 "deadline of " + std::to_string(spec.timeout_s) + " s passed");
@@ -263,7 +355,14 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
       // with the same idempotency keys, so their side effects happen once.
       std::string trace;
       auto observations = co_await run_tools(run, step - 1, *calls, &trace);
-      const std::string obs_json = codec::observations_json(observations);
+      if (!observations) {
+        if (auto stop = co_await stop_requested(run, false))
+          co_return *stop;
+        co_return co_await finish(
+            run, TaskStatus::kTimedOut, std::nullopt,
+            "deadline of " + std::to_string(spec.timeout_s) + " s passed during tool calls");
+      }
+      const std::string obs_json = codec::observations_json(*observations);
       const int executed = static_cast<int>(calls->calls.size());
       auto saved = co_await db_.run([&](pqxx::connection& c) {
         return pg::save_tool_results(c, run.task_id, run.claimed.attempt, step - 1, obs_json, trace,
@@ -271,48 +370,99 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
       });
       if (auto stop = co_await on_store_failure(run, saved, "tool results"))
         co_return *stop;
-      next = loop.on_tool_results(state, *calls, std::move(observations));
+      next = loop.on_tool_results(state, *calls, std::move(*observations));
       run.tool_calls = state.tool_calls;
       continue;
     }
     // CallModel.
     const auto call_deadline =
         std::min(run.deadline, Clock::now() + std::chrono::seconds(model.call_timeout_s));
+    emit_progress(run, "step", step, {}, "{}");
     const auto started = Clock::now();
-    // A named request, moved: GCC 12 destroys brace-initialized temporaries passed to a
-    // coroutine twice.
-    ports::ModelRequest request{spec.model, &state.messages, &schemas, call_deadline,
-                                run.traceparent};
-    auto reply = co_await model_.complete(std::move(request));
+    auto reply = co_await call_model(run, state.messages, call_deadline);
+    if (!reply) {
+      if (auto stop = co_await stop_requested(run, false))
+        co_return *stop;
+      co_return co_await finish(
+          run, TaskStatus::kTimedOut, std::nullopt,
+          "deadline of " + std::to_string(spec.timeout_s) + " s passed during a model call");
+    }
     const int latency_ms = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count());
-    if (!reply.ok()) {
+    if (!reply->ok()) {
       if (Clock::now() >= run.deadline) {
         co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt,
-                                  "deadline passed during a model call: " + reply.error().message);
+                                  "deadline passed during a model call: " + reply->error().message);
       }
       co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
-                                "model call failed: " + reply.error().message);
+                                "model call failed: " + reply->error().message);
     }
+    const ModelReply& answer = reply->value();
     const auto now = std::chrono::system_clock::now();
-    const billing::Money cost = prices_.cost(spec.model, reply.value().usage, now);
-    pg::LedgerRow ledger{spec.user_id,
-                         spec.batch_id,
-                         spec.model,
-                         reply.value().usage,
-                         billing::format_micros(cost.micros),
-                         cost.currency};
-    const std::string reply_json = codec::model_reply_json(reply.value());
+    const billing::Money cost = prices_.cost(spec.model, answer.usage, now);
+    pg::LedgerRow ledger{
+        spec.user_id, spec.batch_id, spec.model, answer.usage, billing::format_micros(cost.micros),
+        cost.currency};
+    const std::string reply_json = codec::model_reply_json(answer);
     auto saved = co_await db_.run([&](pqxx::connection& c) {
       return pg::save_model_step(c, run.task_id, run.claimed.attempt, step, reply_json, latency_ms,
                                  ledger);
     });
     if (auto stop = co_await on_store_failure(run, saved, "model step"))
       co_return *stop;
+    if (!answer.content.empty()) {
+      emit_progress(run, "delta", step, {}, answer.content);
+    }
     ++step;
     run.steps = step;
-    next = loop.on_model_reply(state, reply.value());
+    next = loop.on_model_reply(state, answer);
   }
+}
+
+asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
+    Run& run, const std::vector<Message>& messages, Clock::time_point deadline) {
+  // The call runs as its own coroutine owning what it reads, so that a cancellation can
+  // stop waiting for it at once; an abandoned call ends at its own deadline.
+  struct Call {
+    std::vector<Message> messages;
+    std::shared_ptr<const std::vector<ports::ToolSchema>> schemas;
+    std::optional<Result<ModelReply>> reply;
+    asio::steady_timer* waiter = nullptr;
+  };
+  auto call = std::make_shared<Call>();
+  call->messages = messages;
+  call->schemas = run.schemas;
+  auto executor = co_await asio::this_coro::executor;
+  ports::ModelRequest request{run.claimed.spec.model, &call->messages, call->schemas.get(),
+                              deadline, run.traceparent};
+  asio::co_spawn(
+      executor,
+      [call, request = std::move(request), &model = model_]() mutable -> asio::awaitable<void> {
+        auto reply = co_await model.complete(std::move(request));
+        call->reply = std::move(reply);
+        if (call->waiter != nullptr)
+          call->waiter->cancel();
+      },
+      [call](std::exception_ptr error) {
+        if (error && !call->reply) {
+          call->reply = Result<ModelReply>(Error{ErrorKind::kTransient, "model call failed"});
+          if (call->waiter != nullptr)
+            call->waiter->cancel();
+        }
+      });
+  // The call's own deadline bounds it; the timer is a backstop a little past it.
+  asio::steady_timer timer(executor, deadline + std::chrono::seconds(1));
+  call->waiter = &timer;
+  run.control->waiting = &timer;
+  while (!call->reply && !run.control->interrupted() && Clock::now() < timer.expiry()) {
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  call->waiter = nullptr;
+  run.control->waiting = nullptr;
+  if (!call->reply)
+    co_return std::nullopt;
+  co_return std::move(call->reply);
 }
 
 asio::awaitable<std::optional<RunOutcome>> TaskRunner::on_store_failure(Run& run,
@@ -334,9 +484,8 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::on_store_failure(Run& run
       std::string("could not store the ") + what + ": " + saved.error().message);
 }
 
-asio::awaitable<std::vector<ToolObservation>> TaskRunner::run_tools(Run& run, int step,
-                                                                    const react::CallTools& calls,
-                                                                    std::string* trace_json) {
+asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_tools(
+    Run& run, int step, const react::CallTools& calls, std::string* trace_json) {
   const TaskSpec& spec = run.claimed.spec;
   auto executor = co_await asio::this_coro::executor;
   struct Slot {
@@ -344,18 +493,33 @@ asio::awaitable<std::vector<ToolObservation>> TaskRunner::run_tools(Run& run, in
     int index = 0;  // position among the assistant's tool calls: part of the idempotency key
     ports::ToolOutcome outcome;
     std::chrono::system_clock::time_point at;
+    bool done = false;
   };
-  std::vector<Slot> slots;
+  // Shared with the call coroutines, which may outlive this one after an interruption.
+  struct Batch {
+    std::vector<Slot> slots;
+    std::size_t pending = 0;
+    asio::steady_timer* waiter = nullptr;
+  };
+  auto batch = std::make_shared<Batch>();
   for (std::size_t i = 0; i < calls.calls.size(); ++i) {
-    slots.push_back(Slot{calls.calls[i], calls.call_indices[i], {}, {}});
+    batch->slots.push_back(Slot{calls.calls[i], calls.call_indices[i], {}, {}, false});
   }
 
-  // Arguments are checked before anything is sent; a bad call is the model's to fix.
-  std::vector<Slot*> to_call;
-  for (Slot& slot : slots) {
+  // Permission and arguments are checked before anything is sent; a refused or bad call
+  // is the model's to fix.
+  std::vector<std::size_t> to_call;
+  for (std::size_t i = 0; i < batch->slots.size(); ++i) {
+    Slot& slot = batch->slots[i];
     slot.at = std::chrono::system_clock::now();
     slot.outcome.observation.call_id = slot.call.id;
     slot.outcome.observation.tool = slot.call.name;
+    if (!run.permitted.count(slot.call.name)) {
+      slot.outcome.observation.content = react::tool_error_json(
+          "permission_denied",
+          "tool '" + slot.call.name + "' needs a higher permission level than this user has");
+      continue;
+    }
     rapidjson::Document args;
     if (!codec::parse_json(args, slot.call.arguments) || !args.IsObject()) {
       slot.outcome.observation.content =
@@ -372,52 +536,64 @@ asio::awaitable<std::vector<ToolObservation>> TaskRunner::run_tools(Run& run, in
         continue;
       }
     }
-    to_call.push_back(&slot);
+    to_call.push_back(i);
   }
 
   // At most max_tool_calls_per_step calls of one step run at once.
   const std::size_t window =
       static_cast<std::size_t>(std::max(1, config_.worker.max_tool_calls_per_step));
+  asio::steady_timer timer(executor, run.deadline + std::chrono::seconds(1));
   for (std::size_t begin = 0; begin < to_call.size(); begin += window) {
     const std::size_t end = std::min(to_call.size(), begin + window);
-    std::size_t pending = end - begin;
-    asio::steady_timer all_done(executor, Clock::time_point::max());
-    for (std::size_t i = begin; i < end; ++i) {
-      Slot* slot = to_call[i];
-      emit_progress(run, "action", step, slot->call.name, slot->call.arguments);
+    batch->pending = end - begin;
+    for (std::size_t k = begin; k < end; ++k) {
+      const std::size_t i = to_call[k];
+      Slot& slot = batch->slots[i];
+      emit_progress(run, "action", step, slot.call.name, slot.call.arguments);
       ports::ToolInvocation invocation{
+          run.task_id,
           spec.user_id,
-          slot->call.name,
-          slot->call.arguments,
-          run.task_id + ":" + std::to_string(step) + ":" + std::to_string(slot->index),
+          spec.metadata.device_id,
+          slot.call.name,
+          slot.call.arguments,
+          run.task_id + ":" + std::to_string(step) + ":" + std::to_string(slot.index),
           run.deadline,
           run.traceparent};
       asio::co_spawn(executor, tools_.call(std::move(invocation)),
-                     [slot, &pending, &all_done](std::exception_ptr error, ports::ToolOutcome out) {
+                     [batch, i](std::exception_ptr error, ports::ToolOutcome out) {
+                       Slot& done = batch->slots[i];
                        if (error) {
                          out.observation.ok = false;
                          out.observation.content =
                              react::tool_error_json("internal", "tool call failed");
                        }
-                       const std::string call_id = slot->call.id;
-                       slot->outcome = std::move(out);
-                       slot->outcome.observation.call_id = call_id;
-                       if (--pending == 0)
-                         all_done.cancel();
+                       out.observation.call_id = done.call.id;
+                       out.observation.tool = done.call.name;
+                       done.outcome = std::move(out);
+                       done.done = true;
+                       if (--batch->pending == 0 && batch->waiter != nullptr)
+                         batch->waiter->cancel();
                      });
     }
-    while (pending > 0) {
+    batch->waiter = &timer;
+    run.control->waiting = &timer;
+    while (batch->pending > 0 && !run.control->interrupted() && Clock::now() < timer.expiry()) {
       boost::system::error_code ec;
-      co_await all_done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
+    batch->waiter = nullptr;
+    run.control->waiting = nullptr;
+    if (batch->pending > 0)
+      co_return std::nullopt;  // interrupted, or past the deadline
   }
 
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   w.StartArray();
   std::vector<ToolObservation> observations;
-  for (Slot& slot : slots) {
+  for (Slot& slot : batch->slots) {
     const ToolObservation& o = slot.outcome.observation;
+    const bool refused = !slot.done;  // never sent: permission or arguments
     emit_progress(run, "execution", step, slot.call.name,
                   std::string("{\"ok\":") + (o.ok ? "true" : "false") + "}");
     w.StartObject();
@@ -428,7 +604,7 @@ asio::awaitable<std::vector<ToolObservation>> TaskRunner::run_tools(Run& run, in
     w.Key("arguments");
     w.String(slot.call.arguments.c_str());
     w.Key("status");
-    w.String(o.ok ? "ok" : "error");
+    w.String(o.ok ? "ok" : (refused ? "refused" : "error"));
     w.Key("http_status");
     w.Int(slot.outcome.http_status);
     w.Key("result");
@@ -505,6 +681,10 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   log_line("info", run.task_id, spec.user_id, run.claimed.attempt,
            std::string("finished ") + std::string(to_string(status)) +
                (result ? std::string(" ") + std::string(to_string(result->type)) : std::string()));
+  if (status != TaskStatus::kSucceeded) {
+    emit_progress(run, "error", run.steps, {},
+                  error.empty() ? std::string(to_string(status)) : error);
+  }
   emit_progress(run, "done", run.steps, {}, event_json);
 
   // Announce now; if this fails the relay publishes the outbox row after its delay.

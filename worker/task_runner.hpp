@@ -5,8 +5,14 @@
 // deadline; then the task row, totals and result announcement in one transaction, then
 // the result event. The last backstop: nothing thrown inside escapes as a crash.
 //
-// Thread-safety: one run_task coroutine per task; the shared TaskRunner is immutable
-// apart from the lease registry, which is guarded.
+// A run can be stopped from outside: `cancel` (the API asked) and `lease_lost` (a
+// heartbeat found the task taken over) interrupt it at once, even while it waits on the
+// model or a tool; `drain` (SIGTERM) lets each run reach its next checkpoint and hand the
+// task back (status queued again) so another worker resumes it from there.
+//
+// Thread-safety: everything runs on the worker's single io thread (task coroutines, the
+// heartbeat and drain calls); only the model/tool clients' own state and DbPool threads
+// are elsewhere. held_leases() may also be read from another thread (guarded).
 
 #include <boost/asio/awaitable.hpp>
 
@@ -28,7 +34,15 @@
 
 namespace agentfleet::worker {
 
-enum class RunOutcome { kFinished, kSkipped, kLeaseLost, kStoreUnavailable };
+// kReleased: handed back during a drain. kUnknownTask: no such task (a dead letter).
+enum class RunOutcome {
+  kFinished,
+  kSkipped,
+  kLeaseLost,
+  kStoreUnavailable,
+  kReleased,
+  kUnknownTask
+};
 std::string_view to_string(RunOutcome outcome);
 
 class TaskRunner {
@@ -40,14 +54,29 @@ class TaskRunner {
 
   // (task_id, attempt) of every task this worker is running, for lease heartbeats.
   std::vector<std::pair<std::string, int>> held_leases() const;
+
+  // Stops the run of `task_id` at once, ending it cancelled (or, for a lost lease, without
+  // writing anything). Unknown ids are ignored.
+  void cancel(const std::string& task_id);
+  void lease_lost(const std::string& task_id);
+  // Every run (and every later one) stops at its next checkpoint and hands its task back.
+  void drain();
+  std::size_t running() const;
   const std::string& worker_id() const { return worker_id_; }
 
  private:
   struct Run;
+  struct Control;
   boost::asio::awaitable<RunOutcome> execute(Run& run);
-  boost::asio::awaitable<std::vector<ToolObservation>> run_tools(Run& run, int step,
-                                                                 const react::CallTools& calls,
-                                                                 std::string* trace_json);
+  // Calls the model; nullopt when the run was interrupted before the reply arrived.
+  boost::asio::awaitable<std::optional<Result<ModelReply>>> call_model(
+      Run& run, const std::vector<Message>& messages,
+      std::chrono::steady_clock::time_point deadline);
+  // How the run stops now (interrupted, drained at a checkpoint), or nullopt to go on.
+  boost::asio::awaitable<std::optional<RunOutcome>> stop_requested(Run& run, bool at_checkpoint);
+  // The observations of a step's calls; nullopt when interrupted or past the deadline.
+  boost::asio::awaitable<std::optional<std::vector<ToolObservation>>> run_tools(
+      Run& run, int step, const react::CallTools& calls, std::string* trace_json);
   // nullopt when `saved` succeeded; else how the run ends (lease lost, left to recovery,
   // or failed for good).
   boost::asio::awaitable<std::optional<RunOutcome>> on_store_failure(Run& run,
@@ -67,9 +96,14 @@ class TaskRunner {
   billing::PriceTable prices_;
   react::ResultMarkers markers_;
   std::map<std::string, std::shared_ptr<codec::CompiledSchema>> argument_schemas_;
+  bool draining_ = false;
 
   mutable std::mutex leases_mutex_;
-  std::map<std::string, int> leases_;
+  struct Held {
+    int attempt = 0;
+    std::shared_ptr<Control> control;
+  };
+  std::map<std::string, Held> leases_;
 };
 
 // Builds the price table from configuration (throws config::ConfigError on bad values).

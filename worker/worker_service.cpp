@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <mutex>
+#include <set>
 
 #include "core/adapters/http/model_client.hpp"
 #include "core/adapters/http/tool_client.hpp"
@@ -71,6 +72,35 @@ int run_worker(const config::Config& config) {
     }
   };
 
+  // Bad input never blocks a partition: it goes to the dead-letter topic with the reason
+  // and where it came from; the offset moves on once the dead letter is stored.
+  auto dead_letter = [&](const kafka::InMessage& message, const std::string& reason) {
+    log::write("warn", "worker", "dead letter: " + reason,
+               {{"topic", message.topic},
+                {"partition", std::to_string(message.partition)},
+                {"offset", std::to_string(message.offset)}});
+    kafka::Headers headers = message.headers;
+    headers.emplace_back("dlq-reason", reason);
+    headers.emplace_back("dlq-source-topic", message.topic);
+    headers.emplace_back("dlq-source-partition", std::to_string(message.partition));
+    headers.emplace_back("dlq-source-offset", std::to_string(message.offset));
+    asio::co_spawn(
+        io,
+        [&, message, headers]() -> asio::awaitable<void> {
+          kafka::OutMessage letter{config.kafka.topics.dlq, message.key, message.value, headers};
+          Status sent = co_await producer.publish(std::move(letter));
+          if (!sent.ok()) {
+            log::error("worker",
+                       "dead letter not published, message kept: " + sent.error().message);
+          }
+          on_done(message, sent.ok());
+        },
+        [&, message](std::exception_ptr error) {
+          if (error)
+            on_done(message, false);
+        });
+  };
+
   auto handle = [&](kafka::InMessage message) {
     // Messages fetched before the drain began are left unstarted and uncommitted: the next
     // owner of the partition runs them.
@@ -82,31 +112,8 @@ int run_worker(const config::Config& config) {
       consumer->pause();
     auto parsed = codec::parse_dispatch_message(message.value);
     if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
-      // Bad input never blocks a partition: it goes to the dead-letter topic with the reason.
-      const std::string reason =
-          "invalid dispatch message at '" + violation->path + "': " + violation->message;
-      log::write("warn", "worker", reason);
-      kafka::Headers headers = message.headers;
-      headers.emplace_back("dlq-reason", reason);
-      headers.emplace_back("dlq-source-topic", message.topic);
-      headers.emplace_back("dlq-source-partition", std::to_string(message.partition));
-      headers.emplace_back("dlq-source-offset", std::to_string(message.offset));
-      asio::co_spawn(
-          io,
-          [&, message, headers]() -> asio::awaitable<void> {
-            kafka::OutMessage dead_letter{config.kafka.topics.dlq, message.key, message.value,
-                                          headers};
-            Status sent = co_await producer.publish(std::move(dead_letter));
-            if (!sent.ok()) {
-              log::error("worker",
-                         "dead letter not published, message kept: " + sent.error().message);
-            }
-            on_done(message, sent.ok());
-          },
-          [&, message](std::exception_ptr error) {
-            if (error)
-              on_done(message, false);
-          });
+      dead_letter(message,
+                  "invalid dispatch message at '" + violation->path + "': " + violation->message);
       return;
     }
     const auto& dispatch = std::get<codec::DispatchMessage>(parsed);
@@ -115,6 +122,10 @@ int run_worker(const config::Config& config) {
         [&, message, task_id = dispatch.task_id](std::exception_ptr error, RunOutcome outcome) {
           if (error)
             outcome = RunOutcome::kStoreUnavailable;
+          if (outcome == RunOutcome::kUnknownTask) {
+            dead_letter(message, "unknown task " + task_id);
+            return;
+          }
           if (outcome == RunOutcome::kStoreUnavailable) {
             // The task stays leased (or dispatched); lease recovery runs it again.
             log::warn("worker", "left for lease recovery",
@@ -139,32 +150,62 @@ int run_worker(const config::Config& config) {
         });
       });
 
-  // Heartbeats: one statement extends every lease this worker holds.
+  // Heartbeats: one statement extends every lease this worker holds and reports lost
+  // leases and cancellations; between heartbeats a cheap read looks for cancellations, so
+  // a cancelled task stops within cancel_poll_ms even in the middle of a model call.
+  bool stopped = false;
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
         asio::steady_timer timer(io);
-        while (!draining || in_flight > 0) {
-          timer.expires_after(std::chrono::seconds(config.worker.heartbeat_s));
+        const auto heartbeat = std::chrono::seconds(config.worker.heartbeat_s);
+        auto next_heartbeat = std::chrono::steady_clock::now() + heartbeat;
+        while (!stopped) {
+          timer.expires_after(std::chrono::milliseconds(config.worker.cancel_poll_ms));
           boost::system::error_code ec;
           co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
           auto held = runner.held_leases();
           if (held.empty())
             continue;
+          if (std::chrono::steady_clock::now() < next_heartbeat) {
+            std::vector<std::string> ids;
+            for (const auto& [task_id, attempt] : held)
+              ids.push_back(task_id);
+            auto cancelled =
+                co_await db.run([&](pqxx::connection& c) { return pg::cancel_requested(c, ids); });
+            if (cancelled.ok()) {
+              for (const auto& task_id : cancelled.value())
+                runner.cancel(task_id);
+            }
+            continue;
+          }
+          next_heartbeat = std::chrono::steady_clock::now() + heartbeat;
           auto extended = co_await db.run([&](pqxx::connection& c) {
             return pg::extend_leases(c, worker_id, held, config.worker.lease_s);
           });
           if (!extended.ok()) {
             log::warn("worker", "lease heartbeat failed: " + extended.error().message);
-          } else if (extended.value() < static_cast<int>(held.size())) {
-            // Those tasks were taken over; their runs stop at their next fenced write.
-            log::warn("worker", std::to_string(held.size() - extended.value()) +
+            continue;
+          }
+          const pg::LeaseCheck& check = extended.value();
+          if (check.held.size() < held.size()) {
+            // Those tasks were taken over: their runs stop now, without writing.
+            std::set<std::string> still(check.held.begin(), check.held.end());
+            for (const auto& [task_id, attempt] : held) {
+              if (!still.count(task_id))
+                runner.lease_lost(task_id);
+            }
+            log::warn("worker", std::to_string(held.size() - check.held.size()) +
                                     " leases were no longer ours");
           }
+          for (const auto& task_id : check.cancelled)
+            runner.cancel(task_id);
         }
       },
       asio::detached);
 
+  // Drain: stop consuming, let every run reach its next checkpoint and hand its task back
+  // (or finish), within the grace period; then flush, commit and leave the group.
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (ec)
@@ -172,6 +213,7 @@ int run_worker(const config::Config& config) {
     draining = true;
     log::write("info", "worker", "draining: " + std::to_string(in_flight) + " tasks in flight");
     consumer->pause();
+    runner.drain();
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {
@@ -179,10 +221,11 @@ int run_worker(const config::Config& config) {
           const auto until = std::chrono::steady_clock::now() +
                              std::chrono::seconds(config.worker.shutdown_grace_s);
           while (in_flight > 0 && std::chrono::steady_clock::now() < until) {
-            timer.expires_after(std::chrono::milliseconds(50));
+            timer.expires_after(std::chrono::milliseconds(20));
             boost::system::error_code wait_ec;
             co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, wait_ec));
           }
+          stopped = true;
           io.stop();
         },
         asio::detached);
@@ -192,10 +235,14 @@ int run_worker(const config::Config& config) {
   log::write("info", "worker",
              "worker " + worker_id + " consuming " + config.kafka.topics.dispatch);
   io.run();
+  const bool flushed = producer.flush(std::chrono::seconds(10));
   consumer->stop();
   // Postgres work still queued finishes before the runner and the clients it uses go away.
   db.join();
-  log::write("info", "worker", "stopped with " + std::to_string(in_flight) + " tasks in flight");
+  log::write("info", "worker",
+             "stopped with " + std::to_string(in_flight) + " tasks in flight" +
+                 (in_flight > 0 ? " (their leases expire and recovery resumes them)" : "") +
+                 (flushed ? "" : "; some produced messages were not confirmed"));
   return 0;
 }
 

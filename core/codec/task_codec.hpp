@@ -65,7 +65,7 @@ struct ProgressEvent {
   std::string user_id;
   int seq = 0;
   int attempt = 0;
-  std::string event;  // action | execution | delta | done | error
+  std::string event;  // step | action | execution | delta | done | error
   int step = 0;
   std::string tool;
   std::string data_json = "{}";  // an object

@@ -1,6 +1,7 @@
 #include "core/config/config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -439,6 +440,7 @@ void read_worker(const Section& s, WorkerConfig& out) {
   s.read("max_tool_calls_per_step", out.max_tool_calls_per_step);
   s.read("trace_result_chars", out.trace_result_chars);
   s.read("shutdown_grace_s", out.shutdown_grace_s);
+  s.read("cancel_poll_ms", out.cancel_poll_ms);
   if (out.heartbeat_s >= out.lease_s) {
     throw Problem(s.path("heartbeat_s"), "must be less than lease_s (" +
                                              std::to_string(out.lease_s) +
@@ -452,6 +454,7 @@ void read_task_defaults(const Section& s, TaskDefaults& out) {
   s.read("schedule_timeout_s", out.schedule_timeout_s);
   s.read("max_steps", out.max_steps);
   s.read("priority", out.priority);
+  s.read("tier", out.tier);
   s.read("time_zone", out.time_zone);
   s.read("locale", out.locale);
 }
@@ -498,6 +501,22 @@ void read_tools(const Section& root, std::vector<ToolConfig>& out) {
     s.read("description", t.description);
     s.read("category", t.category);
     s.read("url", t.url);
+    s.read("method", t.method);
+    std::map<std::string, std::string> headers;
+    read_properties(s, "headers", headers);
+    for (auto& [name, value] : headers) {
+      static const std::set<std::string> kReserved = {
+          "x-user-id",   "x-device-id",  "x-task-id", "idempotency-key",
+          "traceparent", "content-type", "host",      "content-length"};
+      std::string lower = name;
+      std::transform(lower.begin(), lower.end(), lower.begin(),
+                     [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+      if (kReserved.count(lower)) {
+        throw Problem(s.path("headers") + "/" + codec::json_pointer_token(name),
+                      "header '" + name + "' is set by the worker from the task");
+      }
+      t.headers.emplace_back(name, value);
+    }
     s.read("timeout_s", t.timeout_s);
     s.read("idempotent", t.idempotent);
     std::string permission = to_string(t.permission);
@@ -593,6 +612,14 @@ void read_tiers(const Section& root, std::vector<UserTierLimits>& out) {
     s.read("tokens_per_minute", t.tokens_per_minute);
     s.read("max_queued", t.max_queued);
     s.read("monthly_budget", t.monthly_budget);
+    std::string permission = to_string(t.tool_permission);
+    s.read("tool_permission", permission);
+    auto parsed = parse_permission(permission);
+    if (!parsed) {
+      throw Problem(s.path("tool_permission"),
+                    "must be one of read, write, execute, admin (got '" + permission + "')");
+    }
+    t.tool_permission = *parsed;
     for (const UserTierLimits& other : out) {
       if (other.tier == t.tier) {
         throw Problem(s.path("tier"), "duplicate tier '" + t.tier + "'");
@@ -628,6 +655,10 @@ Config read_config(const Value& doc) {
   metrics.read("host", c.metrics.host);
   metrics.read("port", c.metrics.port);
 
+  if (!c.tiers.empty() && c.find_tier(c.task_defaults.tier) == nullptr) {
+    throw Problem("/task_defaults/tier",
+                  "unknown tier '" + c.task_defaults.tier + "' (not in tiers)");
+  }
   if (c.task_defaults.model.empty()) {
     c.task_defaults.model = c.models.front().name;
   } else if (c.find_model(c.task_defaults.model) == nullptr) {
@@ -663,6 +694,24 @@ const ModelConfig* Config::find_model(const std::string& name) const {
     }
   }
   return nullptr;
+}
+
+const UserTierLimits* Config::find_tier(const std::string& name) const {
+  for (const UserTierLimits& t : tiers) {
+    if (t.tier == name)
+      return &t;
+  }
+  return nullptr;
+}
+
+Permission Config::tool_permission_for(const std::string& user_tier,
+                                       const std::string& user_override) const {
+  if (auto own = parse_permission(user_override))
+    return *own;
+  const UserTierLimits* tier = user_tier.empty() ? nullptr : find_tier(user_tier);
+  if (tier == nullptr)
+    tier = find_tier(task_defaults.tier);
+  return tier ? tier->tool_permission : Permission::kWrite;
 }
 
 const ToolConfig* Config::find_tool(const std::string& name) const {

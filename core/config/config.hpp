@@ -76,6 +76,8 @@ struct WorkerConfig {
   int max_tool_calls_per_step = 5;
   int trace_result_chars = 500;
   int shutdown_grace_s = 30;
+  // How often running tasks are checked for a cancellation request between heartbeats.
+  int cancel_poll_ms = 1000;
 };
 
 struct TaskDefaults {
@@ -84,6 +86,7 @@ struct TaskDefaults {
   int schedule_timeout_s = 3600;
   int max_steps = 10;
   std::string priority = "interactive";
+  std::string tier = "standard";  // of a user without an override in user_limits
   std::string time_zone = "Asia/Shanghai";
   std::string locale = "zh-CN";
 };
@@ -110,7 +113,10 @@ struct ToolConfig {
   std::string name;
   std::string description;
   std::string category;
-  std::string url;  // POST target; the arguments are the JSON body
+  std::string url;  // the arguments are the JSON body (POST, PUT, PATCH) or the query (GET)
+  std::string method = "POST";  // POST, PUT, PATCH or GET
+  // Extra request headers: service credentials (from secrets, via ${VAR}); never logged.
+  std::vector<std::pair<std::string, std::string>> headers;
   int timeout_s = 60;
   bool idempotent = false;
   Permission permission = Permission::kRead;
@@ -157,7 +163,8 @@ struct UserTierLimits {
   int requests_per_minute = 100;
   std::int64_t tokens_per_minute = 200000;
   int max_queued = 10000;
-  std::string monthly_budget = "0";  // decimal; "0" means unlimited
+  std::string monthly_budget = "0";                 // decimal; "0" means unlimited
+  Permission tool_permission = Permission::kWrite;  // highest tool level the user may call
 };
 
 struct MetricsConfig {
@@ -181,6 +188,11 @@ struct Config {
 
   const ModelConfig* find_model(const std::string& name) const;
   const ToolConfig* find_tool(const std::string& name) const;
+  const UserTierLimits* find_tier(const std::string& name) const;
+  // The highest tool level a user may call: their own override when set (a level name),
+  // else their tier's (their tier when set and known, else task_defaults.tier), else write.
+  Permission tool_permission_for(const std::string& user_tier,
+                                 const std::string& user_override) const;
 };
 
 // Replaces `${VAR}` and `${VAR:-default}` in `text` from `lookup` (the environment by

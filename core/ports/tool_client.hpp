@@ -12,7 +12,9 @@
 namespace agentfleet::ports {
 
 struct ToolInvocation {
+  std::string task_id;
   std::string user_id;
+  std::string device_id;  // from the task's metadata; empty when it brought none
   std::string tool;
   std::string arguments;        // JSON object text, already validated against the schema
   std::string idempotency_key;  // "<task_id>:<step>:<call index>"

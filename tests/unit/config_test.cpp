@@ -125,7 +125,7 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
   EXPECT_EQ(price.windows[0].to, "08:30");
   EXPECT_EQ(price.windows[0].multiplier, "0.5");
 
-  ASSERT_EQ(c.tiers.size(), 3u);
+  ASSERT_EQ(c.tiers.size(), 4u);
   EXPECT_EQ(c.tiers[0].tier, "free");
   EXPECT_EQ(c.tiers[0].max_concurrency, 2);
   EXPECT_EQ(c.tiers[0].requests_per_minute, 20);
@@ -135,6 +135,8 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
   EXPECT_EQ(c.tiers[2].tier, "batch");
   EXPECT_EQ(c.tiers[2].max_concurrency, 10);
   EXPECT_EQ(c.tiers[2].requests_per_minute, 600);
+  EXPECT_EQ(c.tiers[3].tier, "readonly");
+  EXPECT_EQ(c.tiers[3].tool_permission, Permission::kRead);
   EXPECT_EQ(c.tiers[2].tokens_per_minute, 200000);  // default
   EXPECT_EQ(c.tiers[2].monthly_budget, "0");
 
@@ -192,8 +194,19 @@ TEST_F(ConfigTest, ProductionExampleLoadsWithItsEnvironment) {
                 {"DEEPSEEK_API_KEY", "sk-deepseek"},
                 {"LLM_GATEWAY_URL", "https://llm-gw.internal"},
                 {"LLM_GATEWAY_API_KEY", "sk-gateway"},
-                {"TOOLS_BASE_URL", "https://tools.internal"}};
+                {"TOOLS_BASE_URL", "https://tools.internal"},
+                {"TOOLS_SERVICE_TOKEN", "tok-tools"}};
   Config c = load_config_file(kProductionFile, fake_lookup);
+  const ToolConfig* search = c.find_tool("search_items");
+  ASSERT_NE(search, nullptr);
+  EXPECT_EQ(search->method, "POST");
+  ASSERT_EQ(search->headers.size(), 1u);
+  EXPECT_EQ(search->headers[0].first, "Authorization");
+  EXPECT_EQ(search->headers[0].second, "Bearer tok-tools");
+  ASSERT_NE(c.find_tier("free"), nullptr);
+  EXPECT_EQ(c.find_tier("free")->tool_permission, Permission::kRead);
+  EXPECT_EQ(c.find_tier("standard")->tool_permission, Permission::kWrite);
+  EXPECT_EQ(c.task_defaults.tier, "standard");
   EXPECT_EQ(c.postgres.url, "postgresql://agentfleet@pg:5432/agentfleet");
   EXPECT_EQ(c.kafka.bootstrap_servers, "b1:9093,b2:9093");
   EXPECT_EQ(c.kafka.properties.at("security.protocol"), "SASL_SSL");
@@ -535,6 +548,38 @@ TEST_F(ConfigTest, BadYamlAndMissingFilesAreConfigErrors) {
   } catch (const ConfigError& e) {
     EXPECT_CONTAINS(e.what(), "/nonexistent/agentfleet.yaml: cannot open");
   }
+}
+
+TEST_F(ConfigTest, ToolMethodAndServiceHeaders) {
+  fake_env() = {{"TOKEN", "s3cret"}};
+  Config c = load(kMinimal + "tools:" + kTool +
+                  "    method: GET\n    headers: {Authorization: \"Bearer ${TOKEN}\"}\n");
+  EXPECT_EQ(c.tools[0].method, "GET");
+  ASSERT_EQ(c.tools[0].headers.size(), 1u);
+  EXPECT_EQ(c.tools[0].headers[0].second, "Bearer s3cret");
+  EXPECT_EQ(load(kMinimal + "tools:" + kTool).tools[0].method, "POST");
+  EXPECT_CONTAINS(error_of(kMinimal + "tools:" + kTool + "    method: DELETE\n"),
+                  "/tools/0/method");
+  // Identity headers come from the task, never from configuration.
+  EXPECT_CONTAINS(error_of(kMinimal + "tools:" + kTool + "    headers: {X-User-ID: admin}\n"),
+                  "/tools/0/headers/X-User-ID: header 'X-User-ID' is set by the worker");
+}
+
+TEST_F(ConfigTest, TierToolPermissionAndDefaultTier) {
+  Config c =
+      load(kMinimal + "tiers:\n  - {tier: standard}\n  - {tier: ro, tool_permission: read}\n");
+  EXPECT_EQ(c.find_tier("standard")->tool_permission, Permission::kWrite);
+  EXPECT_EQ(c.find_tier("ro")->tool_permission, Permission::kRead);
+  EXPECT_EQ(c.task_defaults.tier, "standard");
+  EXPECT_EQ(c.tool_permission_for("", ""), Permission::kWrite);
+  EXPECT_EQ(c.tool_permission_for("ro", ""), Permission::kRead);
+  EXPECT_EQ(c.tool_permission_for("no-such-tier", ""), Permission::kWrite);
+  EXPECT_EQ(c.tool_permission_for("ro", "admin"), Permission::kAdmin);
+  EXPECT_CONTAINS(error_of(kMinimal + "tiers:\n  - {tier: standard, tool_permission: root}\n"),
+                  "/tiers/0/tool_permission");
+  EXPECT_CONTAINS(
+      error_of(kMinimal + "task_defaults: {tier: gold}\ntiers:\n  - {tier: standard}\n"),
+      "/task_defaults/tier: unknown tier 'gold'");
 }
 
 }  // namespace

@@ -1,17 +1,33 @@
 #pragma once
-// Calls a configured tool over HTTP (a ports::ToolClient): POST the arguments to the tool's
-// URL with the task's identity (X-User-Id), its Idempotency-Key and traceparent. Only
-// tools marked idempotent are retried (5xx and connection failures, bounded, backed off,
-// within the deadline). Every failure becomes an observation the model can read.
+// Calls a configured tool over HTTP (a ports::ToolClient): sends the arguments to the
+// tool's URL (JSON body, or query parameters for GET) with the task's identity
+// (X-User-ID, X-Device-ID, X-Task-ID), its Idempotency-Key, traceparent and the tool's
+// configured service headers. Only tools marked idempotent are retried (5xx and
+// connection failures, bounded, backed off, within the deadline). A result is accepted
+// bare or wrapped as {"data": ...}; {"error": ...} is a failure. Every failure becomes an
+// observation the model can read.
 //
 // Thread-safety: immutable after construction; share freely.
 
 #include <map>
+#include <optional>
 
 #include "core/config/config.hpp"
 #include "core/ports/tool_client.hpp"
 
 namespace agentfleet::http {
+
+// What a 2xx body tells the model: the payload of {"data": X} (alone or with "meta"), or
+// the bare body; nullopt-free: `ok` false when the body is {"error": ...}.
+struct ToolBody {
+  bool ok = true;
+  std::string content;
+};
+ToolBody read_tool_body(const std::string& body);
+
+// The query string ("?a=1&b=x") of a GET call: scalar arguments as they are, arrays and
+// objects as JSON text, all percent-encoded. Empty for no arguments.
+std::string query_of_arguments(const std::string& arguments_json);
 
 class HttpToolClient : public ports::ToolClient {
  public:

@@ -134,10 +134,10 @@ namespace {
 int fail_exhausted(pqxx::work& tx, const SchedulerPass& pass) {
   auto rows = tx.exec_params(R"SQL(
 UPDATE tasks SET status = 'failed', finished_at = now(), lease_until = NULL,
-       error = 'gave up after ' || attempt || ' attempts: every worker that ran it stopped '
+       error = 'gave up after ' || (attempt - releases) || ' attempts: every worker that ran it stopped '
                'before it finished'
 WHERE task_id IN (SELECT task_id FROM tasks
-                  WHERE status = 'running' AND lease_until < now() AND attempt >= $2
+                  WHERE status = 'running' AND lease_until < now() AND attempt - releases >= $2
                   ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED)
 RETURNING task_id::text, user_id, coalesce(batch_id, ''), error, attempt, steps, tool_calls,
           input_tokens, cached_input_tokens, output_tokens,
@@ -174,7 +174,7 @@ int schedule_queued(pqxx::connection& c, const SchedulerPass& pass) {
   // Built once: the statement texts do not depend on the arguments.
   static const std::string kRecover = dispatch_statement(R"SQL(
   SELECT task_id FROM tasks
-  WHERE (status = 'running' AND lease_until < now() AND attempt < $4)
+  WHERE (status = 'running' AND lease_until < now() AND attempt - releases < $4)
      OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3))
   ORDER BY created_at
   LIMIT $1
@@ -200,26 +200,33 @@ int schedule_queued(pqxx::connection& c, const SchedulerPass& pass) {
   return failed + static_cast<int>(recovered.size() + admitted.size());
 }
 
-std::optional<ClaimedTask> claim_task(pqxx::connection& c, const std::string& task_id,
-                                      const std::string& worker_id, int lease_s) {
+Claim claim_task(pqxx::connection& c, const std::string& task_id, const std::string& worker_id,
+                 int lease_s) {
   pqxx::work tx(c);
   auto rows = tx.exec_params(R"SQL(
-UPDATE tasks SET status = 'running', attempt = attempt + 1, worker_id = $2,
-       lease_until = now() + make_interval(secs => $3),
-       started_at = coalesce(started_at, now()),
-       deadline_at = coalesce(deadline_at, now() + make_interval(secs => timeout_s))
-WHERE task_id = $1::uuid
-  AND (status = 'dispatched' OR (status = 'running' AND lease_until < now()))
-RETURNING user_id, text, model, array_to_json(tools)::text, timeout_s, schedule_timeout_s,
-          max_steps, priority, coalesce(idempotency_key, ''), coalesce(batch_id, ''),
-          metadata->>'device_id', metadata->>'time_zone', metadata->>'locale', attempt,
-          (extract(epoch FROM deadline_at - now()) * 1000)::bigint, cancel_requested,
-          (attempt = 1 AND now() - created_at > make_interval(secs => schedule_timeout_s))
+WITH claimed AS (
+  UPDATE tasks SET status = 'running', attempt = attempt + 1, worker_id = $2,
+         lease_until = now() + make_interval(secs => $3),
+         started_at = coalesce(started_at, now()),
+         deadline_at = coalesce(deadline_at, now() + make_interval(secs => timeout_s))
+  WHERE task_id = $1::uuid
+    AND (status = 'dispatched' OR (status = 'running' AND lease_until < now()))
+  RETURNING *
+)
+SELECT t.user_id, t.text, t.model, array_to_json(t.tools)::text, t.timeout_s,
+       t.schedule_timeout_s, t.max_steps, t.priority, coalesce(t.idempotency_key, ''),
+       coalesce(t.batch_id, ''), t.metadata->>'device_id', t.metadata->>'time_zone',
+       t.metadata->>'locale', t.attempt,
+       (extract(epoch FROM t.deadline_at - now()) * 1000)::bigint, t.cancel_requested,
+       (t.attempt = 1 AND now() - t.created_at > make_interval(secs => t.schedule_timeout_s)),
+       coalesce(u.tier, ''), coalesce(u.tool_permission, '')
+FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
 )SQL",
                              task_id, worker_id, lease_s);
   if (rows.empty()) {
+    auto known = tx.exec_params("SELECT 1 FROM tasks WHERE task_id = $1::uuid", task_id);
     tx.commit();
-    return std::nullopt;
+    return Claim{known.empty() ? ClaimOutcome::kUnknown : ClaimOutcome::kBusyOrDone, {}};
   }
   const auto& r = rows[0];
   ClaimedTask claimed;
@@ -250,6 +257,8 @@ RETURNING user_id, text, model, array_to_json(tools)::text, timeout_s, schedule_
   claimed.remaining_ms = r[14].as<std::int64_t>();
   claimed.cancel_requested = r[15].as<bool>();
   claimed.schedule_expired = !r[16].is_null() && r[16].as<bool>();
+  claimed.user_tier = r[17].as<std::string>();
+  claimed.user_tool_permission = r[18].as<std::string>();
   auto steps = tx.exec_params(
       "SELECT step, model_reply::text, coalesce(observations::text, '') FROM task_steps "
       "WHERE task_id = $1::uuid ORDER BY step",
@@ -259,7 +268,7 @@ RETURNING user_id, text, model, array_to_json(tools)::text, timeout_s, schedule_
         StepRecord{row[0].as<int>(), row[1].as<std::string>(), row[2].as<std::string>()});
   }
   tx.commit();
-  return claimed;
+  return Claim{ClaimOutcome::kClaimed, std::move(claimed)};
 }
 
 namespace {
@@ -371,10 +380,11 @@ void delete_outbox_row(pqxx::connection& c, std::int64_t id) {
   tx.commit();
 }
 
-int extend_leases(pqxx::connection& c, const std::string& worker_id,
-                  const std::vector<std::pair<std::string, int>>& tasks, int lease_s) {
+LeaseCheck extend_leases(pqxx::connection& c, const std::string& worker_id,
+                         const std::vector<std::pair<std::string, int>>& tasks, int lease_s) {
+  LeaseCheck check;
   if (tasks.empty())
-    return 0;
+    return check;
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   w.StartArray();
@@ -393,10 +403,42 @@ UPDATE tasks t SET lease_until = now() + make_interval(secs => $3)
 FROM jsonb_to_recordset($2::jsonb) AS held(task_id uuid, attempt integer)
 WHERE t.task_id = held.task_id AND t.attempt = held.attempt AND t.worker_id = $1
   AND t.status = 'running'
-RETURNING t.task_id)SQL",
+RETURNING t.task_id::text, t.cancel_requested)SQL",
                              worker_id, std::string(buffer.GetString(), buffer.GetSize()), lease_s);
   tx.commit();
-  return static_cast<int>(rows.size());
+  for (const auto& row : rows) {
+    check.held.push_back(row[0].as<std::string>());
+    if (row[1].as<bool>())
+      check.cancelled.push_back(row[0].as<std::string>());
+  }
+  return check;
+}
+
+std::vector<std::string> cancel_requested(pqxx::connection& c,
+                                          const std::vector<std::string>& task_ids) {
+  std::vector<std::string> cancelled;
+  if (task_ids.empty())
+    return cancelled;
+  pqxx::read_transaction tx(c);
+  auto rows = tx.exec_params(
+      "SELECT task_id::text FROM tasks WHERE task_id = ANY(ARRAY(SELECT "
+      "jsonb_array_elements_text($1::jsonb))::uuid[]) AND cancel_requested AND status = 'running'",
+      json_string_array(task_ids));
+  for (const auto& row : rows)
+    cancelled.push_back(row[0].as<std::string>());
+  return cancelled;
+}
+
+Status release_task(pqxx::connection& c, const std::string& task_id, int attempt) {
+  pqxx::work tx(c);
+  if (!still_ours(tx, task_id, attempt))
+    return lease_lost(task_id);
+  tx.exec_params0(
+      "UPDATE tasks SET status = 'queued', lease_until = NULL, worker_id = NULL, "
+      "releases = releases + 1 WHERE task_id = $1::uuid",
+      task_id);
+  tx.commit();
+  return ok_status();
 }
 
 }  // namespace agentfleet::pg

@@ -71,6 +71,10 @@ struct StepRecord {
 struct ClaimedTask {
   TaskSpec spec;
   int attempt = 0;
+  // The user's overrides from user_limits (empty when none): the tier, and the highest
+  // tool permission level ("read", "write", "execute", "admin").
+  std::string user_tier;
+  std::string user_tool_permission;
   std::int64_t remaining_ms = 0;  // until the deadline (may be <= 0)
   bool cancel_requested = false;
   bool schedule_expired = false;  // waited longer than schedule_timeout_s before running
@@ -78,10 +82,20 @@ struct ClaimedTask {
 };
 
 // Claims a dispatched task, or one whose lease expired: status running, attempt + 1,
-// lease, worker id; the deadline is fixed by the first claim. nullopt when the task is
-// terminal, leased by another worker, or unknown.
-std::optional<ClaimedTask> claim_task(pqxx::connection& c, const std::string& task_id,
-                                      const std::string& worker_id, int lease_s);
+// lease, worker id; the deadline is fixed by the first claim. kBusyOrDone when the task is
+// terminal, queued, or leased by another worker; kUnknown when no such task exists.
+enum class ClaimOutcome { kClaimed, kBusyOrDone, kUnknown };
+struct Claim {
+  ClaimOutcome outcome = ClaimOutcome::kBusyOrDone;
+  std::optional<ClaimedTask> task;  // set when kClaimed
+};
+Claim claim_task(pqxx::connection& c, const std::string& task_id, const std::string& worker_id,
+                 int lease_s);
+
+// Hands a running task back (a draining worker): status queued again, lease and worker
+// cleared, `releases` + 1 so the hand-back does not count as a lost attempt. Fenced by
+// the attempt; kLeaseLost when the task is no longer ours.
+Status release_task(pqxx::connection& c, const std::string& task_id, int attempt);
 
 struct LedgerRow {
   std::string user_id;
@@ -132,8 +146,19 @@ TaskTotals task_totals(pqxx::connection& c, const std::string& task_id);
 
 void delete_outbox_row(pqxx::connection& c, std::int64_t id);
 
-// Extends the leases of the given (task_id, attempt) pairs held by this worker.
-int extend_leases(pqxx::connection& c, const std::string& worker_id,
-                  const std::vector<std::pair<std::string, int>>& tasks, int lease_s);
+// Extends the leases of the given (task_id, attempt) pairs held by this worker. Returns
+// the pairs still ours (the rest were taken over: their runs must stop), and which of
+// them have a cancellation requested.
+struct LeaseCheck {
+  std::vector<std::string> held;       // task ids whose lease was extended
+  std::vector<std::string> cancelled;  // among `held`: cancel_requested is set
+};
+LeaseCheck extend_leases(pqxx::connection& c, const std::string& worker_id,
+                         const std::vector<std::pair<std::string, int>>& tasks, int lease_s);
+
+// Among the given task ids, those with a cancellation requested (a cheap read between
+// heartbeats).
+std::vector<std::string> cancel_requested(pqxx::connection& c,
+                                          const std::vector<std::string>& task_ids);
 
 }  // namespace agentfleet::pg
