@@ -14,6 +14,7 @@
 #include <pqxx/pqxx>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -24,6 +25,7 @@
 
 #include "core/adapters/http/client.hpp"
 #include "core/codec/json_schema.hpp"
+#include "core/codec/json_text.hpp"
 
 namespace agentfleet {
 namespace {
@@ -92,9 +94,14 @@ rapidjson::Document wait_terminal(const std::string& base, const std::string& ta
   }
 }
 
+struct TopicMessage {
+  std::string key;
+  std::string value;
+  std::map<std::string, std::string> headers;
+};
+
 // Every message of `topic` up to the current end of each partition.
-std::vector<std::pair<std::string, std::string>> read_topic(const std::string& bootstrap,
-                                                            const std::string& topic) {
+std::vector<TopicMessage> read_topic(const std::string& bootstrap, const std::string& topic) {
   char errstr[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), errstr, sizeof(errstr));
@@ -102,7 +109,7 @@ std::vector<std::pair<std::string, std::string>> read_topic(const std::string& b
   rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr, sizeof(errstr));
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
   EXPECT_NE(rk, nullptr) << errstr;
-  std::vector<std::pair<std::string, std::string>> messages;
+  std::vector<TopicMessage> messages;
   if (!rk)
     return messages;
   const rd_kafka_metadata_t* metadata = nullptr;
@@ -141,8 +148,18 @@ std::vector<std::pair<std::string, std::string>> read_topic(const std::string& b
     if (!m)
       continue;
     if (!m->err) {
-      messages.emplace_back(std::string(static_cast<const char*>(m->key), m->key_len),
-                            std::string(static_cast<const char*>(m->payload), m->len));
+      TopicMessage message;
+      message.key.assign(static_cast<const char*>(m->key), m->key_len);
+      message.value.assign(static_cast<const char*>(m->payload), m->len);
+      rd_kafka_headers_t* headers = nullptr;
+      if (rd_kafka_message_headers(m, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        const char* name = nullptr;
+        const void* value = nullptr;
+        std::size_t size = 0;
+        for (std::size_t i = 0; !rd_kafka_header_get_all(headers, i, &name, &value, &size); ++i)
+          message.headers[name].assign(static_cast<const char*>(value), size);
+      }
+      messages.push_back(std::move(message));
       next[m->partition] = m->offset + 1;
     }
     rd_kafka_message_destroy(m);
@@ -257,7 +274,7 @@ TEST(SampleTasks, EachEndsAsExpectedWithItsRowsLedgerAndExactlyOneResultEvent) {
 
   // Exactly one result event per task on the results topic, valid against its schema.
   std::map<std::string, int> events;
-  for (const auto& [key, value] :
+  for (const auto& [key, value, headers] :
        read_topic(env["AGENTFLEET_KAFKA_BOOTSTRAP"], "agent.tasks.results")) {
     rapidjson::Document doc;
     auto violation = codec::validate_json_text(value, "result_event.schema.json", &doc);
@@ -272,10 +289,16 @@ TEST(SampleTasks, EachEndsAsExpectedWithItsRowsLedgerAndExactlyOneResultEvent) {
   }
 
   // The dispatch messages the scheduler wrote (in SQL) match their schema, one per task.
+  // (Other tests put poison on the topic; only this test's tasks are looked at.)
   std::map<std::string, int> dispatched;
-  for (const auto& [key, value] :
+  const std::set<std::string> ours(ids.begin(), ids.end());
+  for (const auto& [key, value, headers] :
        read_topic(env["AGENTFLEET_KAFKA_BOOTSTRAP"], "agent.tasks.dispatch")) {
     rapidjson::Document doc;
+    if (!codec::parse_json(doc, value) || !doc.IsObject() || !doc.HasMember("task_id") ||
+        !doc["task_id"].IsString() || !ours.count(doc["task_id"].GetString())) {
+      continue;
+    }
     auto violation = codec::validate_json_text(value, "dispatch_message.schema.json", &doc);
     EXPECT_FALSE(violation) << violation->path << ": " << violation->message << " in " << value;
     if (violation)
@@ -407,7 +430,7 @@ TEST(Recovery, AnExpiredLeaseIsDispatchedAgainAndGivenUpAfterMaxAttempts) {
   std::set<std::string> announced;
   const auto until = std::chrono::steady_clock::now() + 30s;
   while (announced.size() < 2 && std::chrono::steady_clock::now() < until) {
-    for (const auto& [key, value] :
+    for (const auto& [key, value, headers] :
          read_topic(env["AGENTFLEET_KAFKA_BOOTSTRAP"], "agent.tasks.results")) {
       rapidjson::Document doc;
       if (codec::validate_json_text(value, "result_event.schema.json", &doc))
@@ -420,6 +443,174 @@ TEST(Recovery, AnExpiredLeaseIsDispatchedAgainAndGivenUpAfterMaxAttempts) {
       std::this_thread::sleep_for(200ms);  // the relay's next pass
   }
   EXPECT_EQ(announced.size(), 2u);
+}
+
+std::string submit(const std::string& base, const std::string& body) {
+  auto response = call(boost::beast::http::verb::post, base + "/v1/tasks", body);
+  EXPECT_EQ(response.status, 201) << response.body;
+  auto doc = parse(response.body);
+  return doc.HasMember("task_id") ? doc["task_id"].GetString() : "";
+}
+
+// Seconds between the task's start and its end, from Postgres.
+double run_seconds(pqxx::connection& db, const std::string& task_id) {
+  pqxx::work tx(db);
+  auto row = tx.exec_params1(
+      "SELECT extract(epoch FROM finished_at - started_at) FROM tasks WHERE task_id = $1::uuid",
+      task_id);
+  tx.commit();
+  return row[0].as<double>();
+}
+
+TEST(Deadline, ATaskWhoseDeadlinePassesMidLoopEndsTimedOutBilledForItsCalls) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  // Each model answer takes 600 ms; ten steps cannot fit in 2 s.
+  const std::string id = submit(
+      base,
+      R"({"user_id":"deadline-user","text":"slow: steps=10","timeout_s":2,"idempotency_key":"dl-1"})");
+  auto task = wait_terminal(base, id);
+  EXPECT_STREQ(task["status"].GetString(), "timed_out");
+  EXPECT_TRUE(task["result"].IsNull());
+  const int steps = task["steps"].GetInt();
+  EXPECT_GE(steps, 2) << "the calls made before the deadline were checkpointed";
+  EXPECT_LT(steps, 10);
+  EXPECT_GT(task["usage"]["input_tokens"].GetInt64(), 0) << "the tokens used so far are billed";
+
+  pqxx::connection db(env["AGENTFLEET_PG_URL"]);
+  const double ran = run_seconds(db, id);
+  std::printf("deadline overshoot: %.3f s past a 2 s deadline\n", ran - 2.0);
+  EXPECT_LT(ran, 2.0 + 1.0) << "ended within 1 s of its deadline";
+  pqxx::work tx(db);
+  auto ledger = tx.exec_params1(
+      "SELECT count(*), count(DISTINCT step), (SELECT cost FROM tasks WHERE task_id = $1::uuid) = "
+      "sum(cost) FROM usage_ledger WHERE task_id = $1::uuid",
+      id);
+  tx.commit();
+  EXPECT_EQ(ledger[0].as<int>(), steps) << "one ledger row per model call";
+  EXPECT_EQ(ledger[1].as<int>(), steps);
+  EXPECT_TRUE(ledger[2].as<bool>()) << "the task's cost is the ledger's";
+}
+
+TEST(Cancel, ARunningTaskStopsWithinThePollIntervalEvenDuringAModelCall) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  const std::string id = submit(
+      base,
+      R"({"user_id":"cancel-user","text":"slow: steps=20","timeout_s":60,"idempotency_key":"cx-1"})");
+  pqxx::connection db(env["AGENTFLEET_PG_URL"]);
+  // Wait (bounded) until it has made one model call, then ask for the cancellation the way
+  // the API does: a flag on the row.
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  int steps = 0;
+  while (steps < 1 && std::chrono::steady_clock::now() < until) {
+    pqxx::work tx(db);
+    steps = tx.exec_params1("SELECT steps FROM tasks WHERE task_id = $1::uuid", id)[0].as<int>();
+    tx.commit();
+    if (steps < 1)
+      std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_GE(steps, 1);
+  const auto asked = std::chrono::steady_clock::now();
+  {
+    pqxx::work tx(db);
+    tx.exec_params0("UPDATE tasks SET cancel_requested = true WHERE task_id = $1::uuid", id);
+    tx.commit();
+  }
+  auto task = wait_terminal(base, id);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  EXPECT_STREQ(task["status"].GetString(), "cancelled");
+  EXPECT_LT(task["steps"].GetInt(), 20);
+  std::printf("cancelled %.3f s after the request (poll interval 1 s)\n", took);
+  EXPECT_LT(took, 3.0) << "observed by the next poll, not after the running model call";
+}
+
+TEST(Permission, AToolAboveTheUsersLevelIsNotOfferedAndNothingIsSent) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  pqxx::connection db(env["AGENTFLEET_PG_URL"]);
+  {
+    pqxx::work tx(db);
+    tx.exec0(
+        "INSERT INTO user_limits (user_id, tool_permission) VALUES ('reader', 'read') "
+        "ON CONFLICT (user_id) DO UPDATE SET tool_permission = 'read'");
+    tx.commit();
+  }
+  // The scenario creates an event (a write tool); a read-only user may not. The tool is
+  // not offered to the model, so (like a real model) the simulator cannot call it and
+  // answers with an error naming it; a call made anyway would be refused by the worker.
+  const std::string id = submit(
+      base,
+      R"({"user_id":"reader","text":"明天下午3点开会，讨论项目进度","idempotency_key":"perm-1"})");
+  auto task = wait_terminal(base, id);
+  EXPECT_STREQ(task["status"].GetString(), "succeeded");
+  EXPECT_STREQ(task["result"]["type"].GetString(), "error");
+  EXPECT_NE(std::string(task["result"]["message"].GetString()).find("create_item"),
+            std::string::npos)
+      << task["result"]["message"].GetString();
+  EXPECT_EQ(task["tool_calls"].GetInt(), 0) << "nothing was sent to the tool";
+  auto items =
+      call(boost::beast::http::verb::get, env["TOOL_SIM_URL"] + "/items?user_id=reader").body;
+  EXPECT_EQ(items.find("讨论项目进度"), std::string::npos) << items;
+}
+
+// Produces raw messages to the dispatch topic, as a broken or hostile producer would.
+void produce_raw(const std::string& bootstrap, const std::vector<std::string>& values) {
+  char errstr[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), errstr, sizeof(errstr));
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+  ASSERT_NE(rk, nullptr) << errstr;
+  for (const std::string& value : values) {
+    ASSERT_EQ(
+        rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("agent.tasks.dispatch"), RD_KAFKA_V_KEY("poison", 6),
+                          RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
+        RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  EXPECT_EQ(rd_kafka_flush(rk, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  rd_kafka_destroy(rk);
+}
+
+TEST(DeadLetters, PoisonMessagesGoToTheDlqWithTheirReasonWhileOtherTasksFlow) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  const std::string unknown = "00000000-0000-4000-8000-00000000dead";
+  const std::vector<std::string> poison = {
+      "this is not json {", R"({"version":1,"user_id":"poison"})",
+      R"({"version":1,"task_id":")" + unknown +
+          R"(","user_id":"poison","priority":"interactive","dispatched_at":"2026-01-01T00:00:00.000Z"})"};
+  produce_raw(env["AGENTFLEET_KAFKA_BOOTSTRAP"], poison);
+  // A task submitted after the poison still runs.
+  const std::string id = submit(
+      base, R"({"user_id":"after-poison","text":"删除2月30日的日程","idempotency_key":"ap-1"})");
+  auto task = wait_terminal(base, id);
+  EXPECT_STREQ(task["status"].GetString(), "succeeded");
+
+  std::map<std::string, TopicMessage> letters;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (letters.size() < poison.size() && std::chrono::steady_clock::now() < until) {
+    for (auto& message : read_topic(env["AGENTFLEET_KAFKA_BOOTSTRAP"], "agent.tasks.dlq")) {
+      for (const std::string& p : poison) {
+        if (message.value == p)
+          letters[p] = message;
+      }
+    }
+    if (letters.size() < poison.size())
+      std::this_thread::sleep_for(200ms);
+  }
+  ASSERT_EQ(letters.size(), poison.size());
+  EXPECT_NE(letters[poison[0]].headers["dlq-reason"].find("invalid dispatch message"),
+            std::string::npos);
+  EXPECT_NE(letters[poison[1]].headers["dlq-reason"].find("task_id"), std::string::npos)
+      << letters[poison[1]].headers["dlq-reason"];
+  EXPECT_EQ(letters[poison[2]].headers["dlq-reason"], "unknown task " + unknown);
+  for (const auto& [value, letter] : letters) {
+    EXPECT_EQ(letter.headers.at("dlq-source-topic"), "agent.tasks.dispatch");
+    EXPECT_FALSE(letter.headers.at("dlq-source-partition").empty());
+    EXPECT_FALSE(letter.headers.at("dlq-source-offset").empty());
+  }
 }
 
 }  // namespace
