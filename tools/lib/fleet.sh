@@ -110,6 +110,14 @@ fleet_start() {
   export AGENTFLEET_URL="http://127.0.0.1:$AGENTFLEET_DISPATCHER_PORT"
 }
 
+# fleet_start_worker RUN_DIR BUILD_DIR NAME: starts one more worker (or restarts a stopped
+# one) in the running fleet; its id and log are NAME. Sets FLEET_LAST_PID.
+fleet_start_worker() {
+  local run_dir=$1 build_dir=$2 name=$3
+  AGENTFLEET_WORKER_ID="$name" _fleet_spawn "$run_dir" "$name" "$build_dir/worker/agentfleet-worker"
+  FLEET_LAST_PID=$!
+}
+
 # fleet_reset RUN_DIR: stops whatever an earlier run left and removes its cluster and logs,
 # so the next fleet_start begins from an empty database.
 fleet_reset() {
