@@ -152,10 +152,18 @@ void sanitize(ModelReply& reply) {
 
 // Reads the protocol object into `reply`; the problem when it does not follow the format.
 std::string interpret(const rapidjson::Value& object, ModelReply& reply, int step) {
-  const bool has_action = has_value(object, "action");
+  bool has_action = has_value(object, "action");
   const bool has_final = has_value(object, "final");
-  if (has_action && has_final)
-    return R"(give either "action" or "final", not both)";
+  if (has_action && has_final) {
+    // {"action": "finish", "final": {...}} says the same thing twice: take the final.
+    const rapidjson::Value& action = object["action"];
+    const bool finish_named =
+        action.IsString() &&
+        std::string_view(action.GetString(), action.GetStringLength()) == kFinishTool;
+    if (!finish_named || has_value(object, "action_input"))
+      return R"(give either "action" or "final", not both)";
+    has_action = false;
+  }
 
   if (auto thought = object.FindMember("thought");
       thought != object.MemberEnd() && thought->value.IsString() && reply.reasoning.empty()) {

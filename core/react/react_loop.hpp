@@ -20,8 +20,8 @@ namespace agentfleet::react {
 
 struct Limits {
   int max_steps = 10;  // model calls per task
-  int tool_result_context_chars =
-      4000;  // longer results are truncated in the conversation; <= 0: never
+  // Tool results longer than this are truncated in the conversation; <= 0: never.
+  int tool_result_context_chars = 4000;
 };
 
 // How a plain-text final answer (no `finish` call) is classified.

@@ -537,6 +537,11 @@ TEST(ReactJsonCodecTest, FinalVariants) {
   ASSERT_TRUE(action.finish.has_value());
   EXPECT_EQ(action.finish->result.type, ResultType::kActionCompleted);
 
+  const ModelReply both =
+      read_text(R"({"action":"finish","final":{"type":"action_completed","message":"done"}})");
+  ASSERT_TRUE(both.finish.has_value());
+  EXPECT_EQ(both.finish->result.message, "done");
+
   const ModelReply text = read_text(R"({"thought":"x","final":"✅ 已完成"})");
   EXPECT_TRUE(text.tool_calls.empty());
   ASSERT_TRUE(text.final_text.has_value());
