@@ -35,6 +35,11 @@ std::string model_reply_json(const ModelReply& reply) {
   put(w, "reasoning", reply.reasoning);
   put(w, "finish_reason", reply.finish_reason);
   put(w, "provider_model", reply.provider_model);
+  // Only react_json replies have these; absent otherwise, so older checkpoints read the same.
+  if (reply.final_text)
+    put(w, "final_text", *reply.final_text);
+  if (!reply.unreadable.empty())
+    put(w, "unreadable", reply.unreadable);
   w.Key("tool_calls");
   w.StartArray();
   for (const ToolCall& call : reply.tool_calls) {
@@ -70,6 +75,12 @@ Result<ModelReply> parse_model_reply_json(std::string_view json) {
   reply.reasoning = str(doc, "reasoning");
   reply.finish_reason = str(doc, "finish_reason");
   reply.provider_model = str(doc, "provider_model");
+  if (auto final_text = doc.FindMember("final_text");
+      final_text != doc.MemberEnd() && final_text->value.IsString()) {
+    reply.final_text =
+        std::string(final_text->value.GetString(), final_text->value.GetStringLength());
+  }
+  reply.unreadable = str(doc, "unreadable");
   if (auto calls = doc.FindMember("tool_calls");
       calls != doc.MemberEnd() && calls->value.IsArray()) {
     for (const auto& c : calls->value.GetArray()) {

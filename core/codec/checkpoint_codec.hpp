@@ -1,7 +1,9 @@
 #pragma once
 // JSON of what a step checkpoints: the model's reply (enough to replay it into the ReAct
 // state machine without calling the model again) and the observations the model was
-// shown. Pure functions.
+// shown. A react_json reply is stored as read_react_json_reply returned it (its raw text,
+// the synthetic call, final_text or unreadable), so a replay needs no re-reading and
+// rebuilds the same conversation. Pure functions.
 
 #include <string>
 #include <string_view>

@@ -1,11 +1,14 @@
 #include "core/codec/openai_codec.hpp"
 
 #include "core/codec/json_text.hpp"
+#include "core/codec/react_json_codec.hpp"
+#include "core/react/context_budget.hpp"
 
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <set>
 
 namespace agentfleet::codec {
@@ -95,6 +98,134 @@ const ports::ToolSchema& finish_tool_schema() {
   return kSchema;
 }
 
+ChatProtocol chat_protocol(std::string_view name) {
+  return name == "react_json" ? ChatProtocol::kReactJson : ChatProtocol::kFunctionCalling;
+}
+
+namespace {
+void write_tools(Writer& w, const std::vector<ports::ToolSchema>& tools) {
+  w.StartArray();
+  for (const auto& tool : tools) {
+    w.StartObject();
+    w.Key("type");
+    w.String("function");
+    w.Key("function");
+    w.StartObject();
+    w.Key("name");
+    write_string(w, tool.name);
+    w.Key("description");
+    write_string(w, tool.description);
+    w.Key("parameters");
+    w.RawValue(tool.parameters.data(), tool.parameters.size(), rapidjson::kObjectType);
+    w.EndObject();
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+void write_function_calling_message(Writer& w, const Message& m) {
+  w.StartObject();
+  w.Key("role");
+  write_string(w, to_string(m.role));
+  w.Key("content");
+  if (m.role == Role::kAssistant && m.content.empty() && !m.tool_calls.empty()) {
+    w.Null();
+  } else {
+    write_string(w, m.content);
+  }
+  if (!m.tool_calls.empty()) {
+    w.Key("tool_calls");
+    w.StartArray();
+    for (const ToolCall& call : m.tool_calls) {
+      w.StartObject();
+      w.Key("id");
+      write_string(w, call.id);
+      w.Key("type");
+      w.String("function");
+      w.Key("function");
+      w.StartObject();
+      w.Key("name");
+      write_string(w, call.name);
+      w.Key("arguments");
+      write_string(w, call.arguments);
+      w.EndObject();
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+  if (m.role == Role::kTool) {
+    w.Key("tool_call_id");
+    write_string(w, m.tool_call_id);
+    if (!m.name.empty()) {
+      w.Key("name");
+      write_string(w, m.name);
+    }
+  }
+  w.EndObject();
+}
+
+void write_plain_message(Writer& w, std::string_view role, std::string_view content) {
+  w.StartObject();
+  w.Key("role");
+  write_string(w, role);
+  w.Key("content");
+  write_string(w, content);
+  w.EndObject();
+}
+
+// An assistant turn with tool calls but no text (not a react_json reply, for example one
+// recorded before the model's protocol changed), written as the protocol's own JSON.
+std::string react_json_text_of(const Message& m) {
+  if (!m.content.empty() || m.tool_calls.empty())
+    return m.content;
+  const ToolCall& call = m.tool_calls.front();
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("action");
+  write_string(w, call.name);
+  w.Key("action_input");
+  rapidjson::Document arguments;
+  if (parse_json(arguments, call.arguments) && arguments.IsObject()) {
+    arguments.Accept(w);
+  } else {
+    w.StartObject();
+    w.EndObject();
+  }
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+void write_react_json_messages(Writer& w, const std::vector<Message>& messages,
+                               const std::vector<ports::ToolSchema>& tools) {
+  const std::string addendum = react_json_addendum(tools);
+  const bool has_system = std::any_of(messages.begin(), messages.end(),
+                                      [](const Message& m) { return m.role == Role::kSystem; });
+  bool added = false;
+  if (!has_system) {
+    write_plain_message(w, "system", addendum);
+    added = true;
+  }
+  for (const Message& m : messages) {
+    switch (m.role) {
+      case Role::kSystem:
+        write_plain_message(w, "system", added ? m.content : m.content + addendum);
+        added = true;
+        break;
+      case Role::kUser:
+        write_plain_message(w, "user", m.content);
+        break;
+      case Role::kAssistant:
+        write_plain_message(w, "assistant", react_json_text_of(m));
+        break;
+      case Role::kTool:
+        write_plain_message(w, "user", "Observation: " + m.content);
+        break;
+    }
+  }
+}
+}  // namespace
+
 std::string build_chat_request(const ChatRequestOptions& options,
                                const std::vector<Message>& messages,
                                const std::vector<ports::ToolSchema>& tools) {
@@ -109,71 +240,33 @@ std::string build_chat_request(const ChatRequestOptions& options,
   w.Int(options.max_tokens);
   w.Key("messages");
   w.StartArray();
-  for (const Message& m : messages) {
-    w.StartObject();
-    w.Key("role");
-    write_string(w, to_string(m.role));
-    w.Key("content");
-    if (m.role == Role::kAssistant && m.content.empty() && !m.tool_calls.empty()) {
-      w.Null();
-    } else {
-      write_string(w, m.content);
-    }
-    if (!m.tool_calls.empty()) {
-      w.Key("tool_calls");
-      w.StartArray();
-      for (const ToolCall& call : m.tool_calls) {
-        w.StartObject();
-        w.Key("id");
-        write_string(w, call.id);
-        w.Key("type");
-        w.String("function");
-        w.Key("function");
-        w.StartObject();
-        w.Key("name");
-        write_string(w, call.name);
-        w.Key("arguments");
-        write_string(w, call.arguments);
-        w.EndObject();
-        w.EndObject();
-      }
-      w.EndArray();
-    }
-    if (m.role == Role::kTool) {
-      w.Key("tool_call_id");
-      write_string(w, m.tool_call_id);
-      if (!m.name.empty()) {
-        w.Key("name");
-        write_string(w, m.name);
-      }
-    }
-    w.EndObject();
+  if (options.protocol == ChatProtocol::kReactJson) {
+    write_react_json_messages(w, messages, tools);
+  } else {
+    for (const Message& m : messages)
+      write_function_calling_message(w, m);
   }
   w.EndArray();
-  if (!tools.empty()) {
+  if (options.protocol == ChatProtocol::kFunctionCalling && !tools.empty()) {
     w.Key("tools");
-    w.StartArray();
-    for (const auto& tool : tools) {
-      w.StartObject();
-      w.Key("type");
-      w.String("function");
-      w.Key("function");
-      w.StartObject();
-      w.Key("name");
-      write_string(w, tool.name);
-      w.Key("description");
-      write_string(w, tool.description);
-      w.Key("parameters");
-      w.RawValue(tool.parameters.data(), tool.parameters.size(), rapidjson::kObjectType);
-      w.EndObject();
-      w.EndObject();
-    }
-    w.EndArray();
+    write_tools(w, tools);
     w.Key("tool_choice");
     w.String("auto");
   }
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+std::int64_t estimate_tool_tokens(const std::vector<ports::ToolSchema>& tools,
+                                  ChatProtocol protocol) {
+  if (tools.empty() && protocol == ChatProtocol::kFunctionCalling)
+    return 0;
+  if (protocol == ChatProtocol::kReactJson)
+    return react::estimate_tokens(react_json_addendum(tools));
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  write_tools(w, tools);
+  return react::estimate_tokens(std::string_view(buffer.GetString(), buffer.GetSize()));
 }
 
 FinishCall parse_finish_arguments(std::string_view arguments_json) {

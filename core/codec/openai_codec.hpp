@@ -5,6 +5,7 @@
 // of parts; reasoning_content; cached and reasoning token details, DeepSeek's cache
 // hit counts; the legacy function_call field). Pure functions.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,15 +16,35 @@
 
 namespace agentfleet::codec {
 
+// How tools reach the model: native function calling, or react_json (the tools described
+// in the system prompt and the model answering with JSON text; see react_json_codec.hpp).
+enum class ChatProtocol { kFunctionCalling, kReactJson };
+
+// "react_json" -> kReactJson; anything else (the configured default "function_calling")
+// -> kFunctionCalling.
+ChatProtocol chat_protocol(std::string_view name);
+
 struct ChatRequestOptions {
   std::string provider_model;
   int max_tokens = 1024;
   double temperature = 0.0;
+  ChatProtocol protocol = ChatProtocol::kFunctionCalling;
 };
 
+// kFunctionCalling: messages as OpenAI expects them, `tools` with tool_choice auto.
+// kReactJson: no `tools`; the first system message gets react_json_addendum(tools)
+// appended (a system message holding only the addendum is put first when there is none);
+// assistant messages are sent as their raw content only (a message that only has tool calls,
+// which react_json replies never are, is written as the JSON the protocol asks for); each
+// tool message becomes {"role":"user","content":"Observation: <content>"}.
 std::string build_chat_request(const ChatRequestOptions& options,
                                const std::vector<Message>& messages,
                                const std::vector<ports::ToolSchema>& tools);
+
+// Estimated tokens the tools take in a request of this protocol (the `tools` array, or the
+// react_json addendum), by react::estimate_tokens; for react::context_budget.
+std::int64_t estimate_tool_tokens(const std::vector<ports::ToolSchema>& tools,
+                                  ChatProtocol protocol);
 
 // kInvalid when the body is not a chat completion at all.
 Result<ModelReply> parse_chat_response(std::string_view body);

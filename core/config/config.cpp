@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -596,6 +597,12 @@ void read_billing(const Section& s, const std::vector<ModelConfig>& models, Bill
 
 void read_react(const Section& s, ReactConfig& out) {
   s.read("system_prompt", out.system_prompt);
+  s.read("system_prompt_file", out.system_prompt_file);
+  s.read("tool_result_context_chars", out.tool_result_context_chars);
+  if (!out.system_prompt.empty() && !out.system_prompt_file.empty()) {
+    throw Problem(s.path("system_prompt_file"),
+                  "give system_prompt or system_prompt_file, not both");
+  }
   Section markers = s.child("markers");
   markers.read("action_completed", out.markers.action_completed);
   markers.read("need_clarification", out.markers.need_clarification);
@@ -666,6 +673,33 @@ Config read_config(const Value& doc) {
                   "unknown model '" + c.task_defaults.model + "' (not in models)");
   }
   return c;
+}
+
+// Reads react.system_prompt_file into react.system_prompt. A relative path is taken from
+// the folder of the configuration file, so the file can sit beside it wherever the
+// process starts. Trailing white space is dropped (editors add a final newline).
+void read_system_prompt_file(ReactConfig& react, const std::string& source_name) {
+  if (react.system_prompt_file.empty())
+    return;
+  std::filesystem::path path(react.system_prompt_file);
+  if (path.is_relative())
+    path = std::filesystem::path(source_name).parent_path() / path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw Problem("/react/system_prompt_file",
+                  "cannot open '" + path.string() + "': " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    throw Problem("/react/system_prompt_file",
+                  "cannot read '" + path.string() + "': " + std::strerror(errno));
+  }
+  std::string prompt = text.str();
+  prompt.erase(prompt.find_last_not_of(" \t\r\n") + 1);
+  if (prompt.empty())
+    throw Problem("/react/system_prompt_file", "'" + path.string() + "' is empty");
+  react.system_prompt = std::move(prompt);
 }
 
 // " (line N)" for the nearest node at or above `path` that has a known line.
@@ -850,6 +884,7 @@ Config load_config_text(const std::string& yaml_text, const std::string& source_
   try {
     Config config = read_config(doc);
     config.source = source_name;
+    read_system_prompt_file(config.react, source_name);
     return config;
   } catch (const Problem& p) {
     fail(source_name, p.path, p.what(), lines);

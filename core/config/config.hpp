@@ -153,7 +153,13 @@ struct ResultMarkers {
 };
 
 struct ReactConfig {
-  std::string system_prompt;  // template; empty selects the built-in prompt
+  // The template in use: the inline `system_prompt`, or the text of `system_prompt_file`
+  // (which the loader reads; giving both is an error); empty selects the built-in prompt.
+  std::string system_prompt;
+  // As written in the file; the loader resolves a relative path against the folder of the
+  // configuration file (of source_name for load_config_text) and reads it.
+  std::string system_prompt_file;
+  int tool_result_context_chars = 4000;  // longer tool results are truncated in the context
   ResultMarkers markers;
 };
 

@@ -44,6 +44,15 @@ struct ModelReply {
   std::string finish_reason;         // "stop", "tool_calls", "length", "content_filter", ...
   TokenUsage usage;
   std::string provider_model;  // the model the provider says answered
+
+  // Set only by protocols that carry the answer inside the text (react_json, see
+  // codec/react_json_codec.hpp); `content` then stays the raw text, sent back verbatim.
+  // A plain-text final answer given inside the protocol's envelope, classified by the
+  // result markers like a plain-text reply.
+  std::optional<std::string> final_text;
+  // Why the text could not be read. The reply then carries one synthetic tool call that
+  // the loop answers with this problem, so the model reads it and may try again.
+  std::string unreadable;
 };
 
 // The outcome of one tool call as the model will read it.

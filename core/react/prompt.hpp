@@ -1,7 +1,9 @@
 #pragma once
-// The system prompt: a template (configurable; a built-in one by default) with
-// {{current_time}}, {{date}}, {{weekday}}, {{time_zone}} and {{locale}} filled in from the
-// task's time zone. Pure.
+// The system prompt: a template with {{current_time}}, {{date}}, {{weekday}}, {{time_zone}}
+// and {{locale}} filled in from the task's time zone. Configured as react.system_prompt_file
+// (config/system-prompt.zh.md by default) or react.system_prompt; the built-in template is
+// the same text as that file (a unit test keeps them equal), used when neither is given,
+// so the binaries work without the file. Pure.
 
 #include <string>
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "core/react/context_budget.hpp"
+#include "core/react/json_string.hpp"
+
 namespace agentfleet::react {
 
 std::string_view to_string(FailReason reason) {
@@ -19,39 +22,6 @@ std::string_view to_string(FailReason reason) {
 }
 
 namespace {
-void append_json_string(std::string& out, std::string_view text) {
-  out.push_back('"');
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          static constexpr char kHex[] = "0123456789abcdef";
-          out += "\\u00";
-          out.push_back(kHex[c >> 4]);
-          out.push_back(kHex[c & 0xf]);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out.push_back('"');
-}
-
 // Emoji come with or without the variation selector U+FE0F: models write "⚠" as often as
 // "⚠️", and both must match the same marker.
 std::string without_variation_selector(std::string_view text) {
@@ -118,6 +88,23 @@ Step ReactLoop::on_model_reply(ReactState& state, const ModelReply& reply) const
   Message assistant{Role::kAssistant, reply.content, reply.tool_calls, {}, {}};
   state.messages.push_back(std::move(assistant));
 
+  if (!reply.unreadable.empty()) {
+    // Text the protocol could not read (react_json) is neither an answer nor an action: the
+    // problem goes back as the result of one synthetic call, so the model can try again.
+    const std::string id = "unreadable-" + std::to_string(state.model_calls);
+    state.messages.back().tool_calls = {ToolCall{id, "", "{}"}};
+    if (state.model_calls >= limits_.max_steps) {
+      return Fail{FailReason::kMaxSteps, "reached max_steps (" + std::to_string(limits_.max_steps) +
+                                             ") before the model finished; its last reply could "
+                                             "not be read: " +
+                                             reply.unreadable};
+    }
+    CallTools step;
+    step.refused.push_back(
+        ToolObservation{id, "", false, tool_error_json("unreadable_reply", reply.unreadable)});
+    return step;
+  }
+
   // A finish beside other tool calls would declare a result before those calls ran (and
   // they never would): refuse it, run the others, and let the model finish after seeing them.
   const bool acts_too = std::any_of(reply.tool_calls.begin(), reply.tool_calls.end(),
@@ -132,6 +119,8 @@ Step ReactLoop::on_model_reply(ReactState& state, const ModelReply& reply) const
     if (reply.finish_reason == "content_filter") {
       return Fail{FailReason::kContentFilter, "the provider's content filter stopped the answer"};
     }
+    if (reply.final_text)
+      return Finish{classify_text(*reply.final_text)};
     if (reply.content.empty()) {
       return Fail{FailReason::kEmptyReply, "the model returned neither text nor tool calls"};
     }
@@ -182,7 +171,7 @@ Step ReactLoop::on_tool_results(ReactState& state, const CallTools& step,
                            [&](const ToolObservation& o) { return o.call_id == call.id; });
     Message tool{Role::kTool, {}, {}, call.id, call.name};
     if (it != all.end()) {
-      tool.content = it->content;
+      tool.content = truncate_for_context(it->content, limits_.tool_result_context_chars);
       all.erase(it);
     } else {
       tool.content = tool_error_json("no_result", "the tool call produced no result");

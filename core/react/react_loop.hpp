@@ -20,6 +20,8 @@ namespace agentfleet::react {
 
 struct Limits {
   int max_steps = 10;  // model calls per task
+  // Tool results longer than this are truncated in the conversation; <= 0: never.
+  int tool_result_context_chars = 4000;
 };
 
 // How a plain-text final answer (no `finish` call) is classified.
@@ -64,7 +66,15 @@ class ReactLoop {
   ReactLoop(Limits limits, ResultMarkers markers, std::set<std::string> allowed_tools);
 
   ReactState start(std::string system_prompt, std::string user_text) const;
+  // A reply whose `unreadable` is set (react_json text that could not be read) is not a
+  // finish: the assistant message gets one synthetic call ("unreadable-<model call>")
+  // answered with that problem (tool error code "unreadable_reply"), so the model reads it
+  // and may answer again; it consumes a step like any other reply.
+  // A reply with `final_text` and no tool call finishes with that text classified.
   Step on_model_reply(ReactState& state, const ModelReply& reply) const;
+  // Results longer than Limits::tool_result_context_chars are kept truncated
+  // (truncate_for_context); the observations given here are not changed, so the runner
+  // checkpoints them whole and a replay truncates them the same way.
   Step on_tool_results(ReactState& state, const CallTools& step,
                        std::vector<ToolObservation> results) const;
 

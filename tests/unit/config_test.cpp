@@ -1,11 +1,15 @@
 #include "core/config/config.hpp"
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
+
+#include "core/react/prompt.hpp"
 
 namespace agentfleet::config {
 namespace {
@@ -168,6 +172,10 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
 
   EXPECT_EQ(c.react.markers.fallback, "action_completed");
   EXPECT_EQ(c.react.markers.action_completed, std::vector<std::string>{"✅"});
+  // The prompt comes from config/system-prompt.zh.md, the same text as the built-in one.
+  EXPECT_EQ(c.react.system_prompt_file, "system-prompt.zh.md");
+  EXPECT_EQ(c.react.system_prompt, react::builtin_system_prompt());
+  EXPECT_EQ(c.react.tool_result_context_chars, 4000);
 }
 
 TEST_F(ConfigTest, DefaultFileTakesOverridesFromTheEnvironment) {
@@ -231,6 +239,7 @@ TEST_F(ConfigTest, ProductionExampleLoadsWithItsEnvironment) {
   EXPECT_EQ(c.tools.size(), 6u);
   EXPECT_EQ(c.find_tool("create_item")->url, "https://tools.internal/tools/create_item");
   EXPECT_EQ(c.metrics.port, 9464);
+  EXPECT_EQ(c.react.system_prompt, react::builtin_system_prompt());
 
   // Without its environment it names the first missing variable.
   fake_env().erase("KAFKA_PASSWORD");
@@ -261,6 +270,8 @@ TEST_F(ConfigTest, MinimalConfigGetsTheDefaults) {
   EXPECT_TRUE(c.tiers.empty());
   EXPECT_EQ(c.billing.time_zone, "Asia/Shanghai");
   EXPECT_EQ(c.react.markers.error, std::vector<std::string>{"❌"});
+  EXPECT_TRUE(c.react.system_prompt.empty());  // the built-in prompt
+  EXPECT_EQ(c.react.tool_result_context_chars, 4000);
   EXPECT_EQ(c.metrics.port, 0);
 }
 
@@ -580,6 +591,90 @@ TEST_F(ConfigTest, TierToolPermissionAndDefaultTier) {
   EXPECT_CONTAINS(
       error_of(kMinimal + "task_defaults: {tier: gold}\ntiers:\n  - {tier: standard}\n"),
       "/task_defaults/tier: unknown tier 'gold'");
+}
+
+// A folder of its own under the test temp dir, emptied first.
+std::filesystem::path scratch_dir(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+TEST_F(ConfigTest, SystemPromptFileIsReadRelativeToTheConfigFolder) {
+  const auto dir = scratch_dir("agentfleet_prompt_relative");
+  write_file(dir / "prompts" / "p.md", "现在是 {{current_time}}。\n\n");
+  Config c = load_config_text(kMinimal + "react:\n  system_prompt_file: prompts/p.md\n",
+                              (dir / "fleet.yaml").string(), fake_lookup);
+  EXPECT_EQ(c.react.system_prompt, "现在是 {{current_time}}。");  // trailing newlines dropped
+  EXPECT_EQ(c.react.system_prompt_file, "prompts/p.md");
+
+  const auto absolute = dir / "abs.md";
+  write_file(absolute, "absolute prompt");
+  Config d =
+      load_config_text(kMinimal + "react:\n  system_prompt_file: " + absolute.string() + "\n",
+                       "elsewhere/fleet.yaml", fake_lookup);
+  EXPECT_EQ(d.react.system_prompt, "absolute prompt");
+}
+
+TEST_F(ConfigTest, WithoutPromptOrFileTheBuiltInPromptIsSelected) {
+  Config c = load(kMinimal);
+  EXPECT_TRUE(c.react.system_prompt.empty());
+  EXPECT_TRUE(c.react.system_prompt_file.empty());
+  EXPECT_EQ(c.react.tool_result_context_chars, 4000);
+  Config inline_prompt = load(kMinimal + "react:\n  system_prompt: inline\n");
+  EXPECT_EQ(inline_prompt.react.system_prompt, "inline");
+}
+
+TEST_F(ConfigTest, SystemPromptFileProblemsAreClearErrors) {
+  const auto dir = scratch_dir("agentfleet_prompt_errors");
+  write_file(dir / "empty.md", "\n \n");
+  write_file(dir / "ok.md", "prompt");
+  auto error_at = [&](const std::string& react_yaml) {
+    try {
+      load_config_text(kMinimal + "react:\n" + react_yaml, (dir / "fleet.yaml").string(),
+                       fake_lookup);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "expected a ConfigError for:\n" << react_yaml;
+    return std::string();
+  };
+  std::string msg = error_at("  system_prompt_file: missing.md\n");
+  EXPECT_CONTAINS(msg, "/react/system_prompt_file: cannot open '");
+  EXPECT_CONTAINS(msg, "missing.md");
+  EXPECT_CONTAINS(error_at("  system_prompt_file: empty.md\n"), "empty.md' is empty");
+  msg = error_at("  system_prompt: inline\n  system_prompt_file: ok.md\n");
+  EXPECT_CONTAINS(msg,
+                  "/react/system_prompt_file: give system_prompt or system_prompt_file, not both");
+  EXPECT_CONTAINS(msg, "(line");
+}
+
+TEST_F(ConfigTest, ToolResultContextChars) {
+  EXPECT_EQ(
+      load(kMinimal + "react:\n  tool_result_context_chars: 0\n").react.tool_result_context_chars,
+      0);
+  EXPECT_EQ(load(kMinimal + "react:\n  tool_result_context_chars: 1200\n")
+                .react.tool_result_context_chars,
+            1200);
+  EXPECT_CONTAINS(error_of(kMinimal + "react:\n  tool_result_context_chars: -1\n"),
+                  "/react/tool_result_context_chars");
+}
+
+TEST_F(ConfigTest, PromptFileMatchesTheBuiltInPrompt) {
+  std::ifstream in(std::string(AGENTFLEET_SOURCE_DIR) + "/config/system-prompt.zh.md",
+                   std::ios::binary);
+  ASSERT_TRUE(in);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+    text.pop_back();
+  EXPECT_EQ(text, react::builtin_system_prompt())
+      << "config/system-prompt.zh.md and the built-in prompt (core/react/prompt.cpp) differ";
 }
 
 }  // namespace

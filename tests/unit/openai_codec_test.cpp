@@ -8,8 +8,12 @@
 
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
+#include "core/codec/checkpoint_codec.hpp"
 #include "core/codec/json_schema.hpp"
+#include "core/codec/react_json_codec.hpp"
 
 namespace agentfleet::codec {
 namespace {
@@ -389,6 +393,232 @@ TEST(OpenAiCodecTest, RequestRoundTripsThroughAProviderEcho) {
   ASSERT_EQ(reply.tool_calls.size(), 1u);
   EXPECT_EQ(reply.tool_calls[0].id, conversation[2].tool_calls[0].id);
   EXPECT_EQ(reply.tool_calls[0].arguments, conversation[2].tool_calls[0].arguments);
+}
+
+// ---- react_json ----
+
+TEST(ReactJsonCodecTest, RequestHasNoToolsAndTheAddendumAndObservationsAsUserMessages) {
+  const ports::ToolSchema search{"search_items", "Search the calendar.",
+                                 R"({"type":"object","properties":{"keyword":{"type":"string"}}})"};
+  std::vector<Message> conversation = {
+      Message{Role::kSystem, "你是执行器。", {}, {}, {}},
+      Message{Role::kUser, "把周会改到晚上8点", {}, {}, {}},
+      Message{Role::kAssistant,
+              "```json\n{\"action\":\"search_items\",\"action_input\":{\"keyword\":\"周会\"}}\n```",
+              {ToolCall{"rj-0", "search_items", R"({"keyword":"周会"})"}},
+              {},
+              {}},
+      Message{Role::kTool, R"({"items":[]})", {}, "rj-0", "search_items"},
+  };
+  ChatRequestOptions options{"plain-model", 256};
+  options.protocol = ChatProtocol::kReactJson;
+  const std::string json =
+      build_chat_request(options, conversation, {search, finish_tool_schema()});
+  rapidjson::Document doc;
+  doc.Parse(json.c_str());
+  ASSERT_FALSE(doc.HasParseError()) << json;
+  EXPECT_FALSE(doc.HasMember("tools"));
+  EXPECT_FALSE(doc.HasMember("tool_choice"));
+  EXPECT_EQ(doc["temperature"].GetDouble(), 0.0);
+  EXPECT_EQ(doc["max_tokens"].GetInt(), 256);
+
+  const auto& messages = doc["messages"];
+  ASSERT_EQ(messages.Size(), 4u);
+  EXPECT_STREQ(messages[0]["role"].GetString(), "system");
+  const std::string system = messages[0]["content"].GetString();
+  EXPECT_EQ(system.rfind("你是执行器。", 0), 0u);
+  EXPECT_NE(system.find("\nProtocol: react_json\n"), std::string::npos);
+  EXPECT_NE(system.find("### search_items\nSearch the calendar."), std::string::npos);
+  EXPECT_NE(system.find(search.parameters), std::string::npos);
+  EXPECT_NE(system.find("### finish\n"), std::string::npos);
+  EXPECT_NE(system.find(finish_tool_schema().parameters), std::string::npos);
+  EXPECT_EQ(system.find("### finish\n"), system.rfind("### finish\n"));  // listed once
+  EXPECT_STREQ(messages[1]["role"].GetString(), "user");
+  EXPECT_STREQ(messages[1]["content"].GetString(), "把周会改到晚上8点");
+
+  EXPECT_STREQ(messages[2]["role"].GetString(), "assistant");
+  EXPECT_EQ(std::string(messages[2]["content"].GetString()), conversation[2].content);
+  EXPECT_FALSE(messages[2].HasMember("tool_calls"));
+
+  EXPECT_STREQ(messages[3]["role"].GetString(), "user");
+  EXPECT_STREQ(messages[3]["content"].GetString(), R"(Observation: {"items":[]})");
+  EXPECT_FALSE(messages[3].HasMember("tool_call_id"));
+  EXPECT_FALSE(messages[3].HasMember("name"));
+
+  // The addendum lists finish even when the caller passed no tools.
+  EXPECT_NE(react_json_addendum({}).find("### finish\n"), std::string::npos);
+  EXPECT_EQ(chat_protocol("react_json"), ChatProtocol::kReactJson);
+  EXPECT_EQ(chat_protocol("function_calling"), ChatProtocol::kFunctionCalling);
+}
+
+TEST(ReactJsonCodecTest, WithoutASystemMessageTheAddendumComesFirst) {
+  ChatRequestOptions options{"m"};
+  options.protocol = ChatProtocol::kReactJson;
+  const std::string json =
+      build_chat_request(options, {Message{Role::kUser, "hi", {}, {}, {}}}, {});
+  rapidjson::Document doc;
+  doc.Parse(json.c_str());
+  ASSERT_FALSE(doc.HasParseError()) << json;
+  ASSERT_EQ(doc["messages"].Size(), 2u);
+  EXPECT_STREQ(doc["messages"][0]["role"].GetString(), "system");
+  EXPECT_NE(std::string(doc["messages"][0]["content"].GetString()).find("Protocol: react_json"),
+            std::string::npos);
+}
+
+TEST(ReactJsonCodecTest, AnAssistantTurnWithOnlyToolCallsIsWrittenAsProtocolJson) {
+  ChatRequestOptions options{"m"};
+  options.protocol = ChatProtocol::kReactJson;
+  const std::string json = build_chat_request(
+      options,
+      {Message{
+          Role::kAssistant, "", {ToolCall{"c", "search_items", R"({"keyword":"a"})"}}, {}, {}}},
+      {});
+  rapidjson::Document doc;
+  doc.Parse(json.c_str());
+  ASSERT_FALSE(doc.HasParseError()) << json;
+  EXPECT_STREQ(doc["messages"][1]["content"].GetString(),
+               R"({"action":"search_items","action_input":{"keyword":"a"}})");
+}
+
+ModelReply read_text(const std::string& text, int step = 0,
+                     const std::string& finish_reason = "stop") {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.String(text.c_str(), static_cast<rapidjson::SizeType>(text.size()));
+  return read_react_json_reply(
+      parse_ok(response(std::string(R"("content":)") + buffer.GetString(), "", finish_reason)),
+      step);
+}
+
+TEST(ReactJsonCodecTest, ActionVariants) {
+  const std::string expected = R"({"keyword":"周会"})";
+  for (
+      const std::string& text : {
+          std::string(
+              R"({"thought":"t","action":"search_items","action_input":{"keyword":"周会"}})"),
+          std::string("```json\n{\"action\": \"search_items\", \"action_input\": {\"keyword\": "
+                      "\"周会\"}}\n```"),
+          std::string("好的，我来搜索：\n```\n{\"action\":\"search_items\",\"action_input\":"
+                      "\"{\\\"keyword\\\":\\\"周会\\\"}\"}\n```\n稍等。"),
+          std::string(
+              R"(Thought: 先搜索 {"action":"search_items","action_input":"{\"keyword\": \"周会\"}"} done)"),
+          std::string(
+              "```json{\"action\":\"search_items\",\"action_input\":{\"keyword\":\"周会\"}}```"),
+      }) {
+    SCOPED_TRACE(text);
+    const ModelReply reply = read_text(text, 4);
+    EXPECT_TRUE(reply.unreadable.empty()) << reply.unreadable;
+    ASSERT_EQ(reply.tool_calls.size(), 1u);
+    EXPECT_EQ(reply.tool_calls[0].id, "rj-4");
+    EXPECT_EQ(reply.tool_calls[0].name, "search_items");
+    EXPECT_EQ(reply.tool_calls[0].arguments, expected);
+    EXPECT_FALSE(reply.finish.has_value());
+    EXPECT_EQ(reply.content, text);  // the raw text, sent back verbatim
+  }
+  const ModelReply no_input = read_text(R"({"action":"search_items"})");
+  ASSERT_EQ(no_input.tool_calls.size(), 1u);
+  EXPECT_EQ(no_input.tool_calls[0].arguments, "{}");
+  const ModelReply thought = read_text(R"({"thought":"先搜索","action":"search_items"})");
+  EXPECT_EQ(thought.reasoning, "先搜索");
+}
+
+TEST(ReactJsonCodecTest, FinalVariants) {
+  const ModelReply object = read_text(
+      R"({"thought":"done","final":{"type":"error","message":"日期不存在","options":[]}})");
+  ASSERT_EQ(object.tool_calls.size(), 1u);
+  EXPECT_EQ(object.tool_calls[0].name, "finish");
+  ASSERT_TRUE(object.finish.has_value());
+  EXPECT_TRUE(object.finish->problem.empty());
+  EXPECT_EQ(object.finish->result.type, ResultType::kError);
+  EXPECT_EQ(object.finish->result.message, "日期不存在");
+
+  const ModelReply action = read_text(
+      R"({"action":"finish","action_input":"{\"type\":\"action_completed\",\"message\":\"ok\"}"})");
+  ASSERT_TRUE(action.finish.has_value());
+  EXPECT_EQ(action.finish->result.type, ResultType::kActionCompleted);
+
+  const ModelReply both =
+      read_text(R"({"action":"finish","final":{"type":"action_completed","message":"done"}})");
+  ASSERT_TRUE(both.finish.has_value());
+  EXPECT_EQ(both.finish->result.message, "done");
+
+  const ModelReply text = read_text(R"({"thought":"x","final":"✅ 已完成"})");
+  EXPECT_TRUE(text.tool_calls.empty());
+  ASSERT_TRUE(text.final_text.has_value());
+  EXPECT_EQ(*text.final_text, "✅ 已完成");
+
+  const ModelReply bad_finish = read_text(R"({"final":{"type":"maybe","message":"?"}})");
+  ASSERT_TRUE(bad_finish.finish.has_value());
+  EXPECT_FALSE(bad_finish.finish->problem.empty());
+  EXPECT_TRUE(bad_finish.unreadable.empty());
+}
+
+TEST(ReactJsonCodecTest, UnreadableRepliesSayWhatWasWrong) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "empty"},
+      {"我先搜索一下。", "no JSON object"},
+      {R"({"thought": "oops", "action": )", "no valid JSON object"},
+      {R"({"thought":"only thinking"})", R"(neither "action" nor "final")"},
+      {R"({"action":"search_items","final":"done"})", "not both"},
+      {R"({"action":42})", "name of a tool"},
+      {R"({"action":"search_items","action_input":[1,2]})", "action_input"},
+      {R"({"action":"search_items","action_input":"not json"})", "action_input"},
+      {R"({"final":17})", R"("final" must be an object)"},
+      {R"({"final":""})", "must not be empty"},
+  };
+  for (const auto& [text, needle] : cases) {
+    SCOPED_TRACE(text);
+    const ModelReply reply = read_text(text);
+    EXPECT_NE(reply.unreadable.find(needle), std::string::npos) << reply.unreadable;
+    EXPECT_NE(reply.unreadable.find("exactly one JSON object"), std::string::npos);
+    EXPECT_TRUE(reply.tool_calls.empty());
+    EXPECT_FALSE(reply.finish.has_value());
+    EXPECT_FALSE(reply.final_text.has_value());
+    EXPECT_EQ(reply.content, text);
+  }
+}
+
+TEST(ReactJsonCodecTest, NativeToolCallsAndCutRepliesPassThrough) {
+  const ModelReply native = read_react_json_reply(one_call(R"(,"arguments":"{}")"), 3);
+  ASSERT_EQ(native.tool_calls.size(), 1u);
+  EXPECT_EQ(native.tool_calls[0].id, "call_1");
+  EXPECT_TRUE(native.unreadable.empty());
+
+  const ModelReply cut = read_text(R"({"action":"search_it)", 0, "length");
+  EXPECT_TRUE(cut.unreadable.empty());
+  EXPECT_TRUE(cut.tool_calls.empty());
+}
+
+TEST(ReactJsonCodecTest, ManyBracesCostBoundedWork) {
+  std::string text(100000, '{');
+  const ModelReply reply = read_text(text);
+  EXPECT_FALSE(reply.unreadable.empty());
+}
+
+TEST(ReactJsonCodecTest, CheckpointKeepsFinalTextAndUnreadable) {
+  for (const std::string& text : {std::string(R"({"final":"✅ ok"})"), std::string("嗯")}) {
+    const ModelReply reply = read_text(text, 2);
+    auto back = parse_model_reply_json(model_reply_json(reply));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back.value().final_text, reply.final_text);
+    EXPECT_EQ(back.value().unreadable, reply.unreadable);
+    EXPECT_EQ(back.value().content, reply.content);
+  }
+  // A function-calling reply's checkpoint has neither member.
+  const std::string plain = model_reply_json(one_call(R"(,"arguments":"{}")"));
+  EXPECT_EQ(plain.find("final_text"), std::string::npos);
+  EXPECT_EQ(plain.find("unreadable"), std::string::npos);
+}
+
+TEST(ReactJsonCodecTest, ToolTokenEstimateFollowsTheProtocol) {
+  const ports::ToolSchema search{"search_items", "Search the calendar.",
+                                 R"({"type":"object","properties":{"keyword":{"type":"string"}}})"};
+  EXPECT_EQ(estimate_tool_tokens({}, ChatProtocol::kFunctionCalling), 0);
+  const auto function_calling =
+      estimate_tool_tokens({search, finish_tool_schema()}, ChatProtocol::kFunctionCalling);
+  const auto react = estimate_tool_tokens({search, finish_tool_schema()}, ChatProtocol::kReactJson);
+  EXPECT_GT(function_calling, 100);
+  EXPECT_GT(react, function_calling);  // the addendum also explains the reply format
 }
 
 }  // namespace

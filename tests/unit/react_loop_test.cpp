@@ -2,6 +2,7 @@
 // real-looking OpenAI chat-completion bodies, the way the worker and a resumed task feed it.
 #include "core/react/react_loop.hpp"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -10,9 +11,12 @@
 
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include "core/codec/checkpoint_codec.hpp"
 #include "core/codec/openai_codec.hpp"
+#include "core/codec/react_json_codec.hpp"
 
 namespace agentfleet::react {
 namespace {
@@ -640,6 +644,282 @@ TEST(ReactLoopTest, ReplayingTheSameReplyValuesTwiceIsDeterministic) {
   drive(loop, a, replies, tools_a);
   drive(loop, b, replies, tools_b);
   expect_same_messages(a.messages, b.messages);
+}
+
+// ---- react_json: the model writes its action or answer as JSON text ----
+
+// A chat completion whose assistant content is `text` (a react_json model's reply).
+std::string text_body(const std::string& text, int prompt_tokens = 100,
+                      const std::string& finish_reason = "stop") {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.String(text.c_str(), static_cast<rapidjson::SizeType>(text.size()));
+  return R"({"choices":[{"finish_reason":")" + finish_reason +
+         R"(","message":{"role":"assistant","content":)" + buffer.GetString() +
+         R"(}}],"usage":{"prompt_tokens":)" + std::to_string(prompt_tokens) +
+         R"(,"completion_tokens":20}})";
+}
+
+// What the model client hands the loop for a react_json model: parsed, then read.
+ModelReply react_json(const std::string& text, int step, int prompt_tokens = 100) {
+  return codec::read_react_json_reply(parsed(text_body(text, prompt_tokens)), step);
+}
+
+// Drives the loop with react_json texts, reading each as the model client does (the step
+// is the number of assistant messages so far).
+Step drive_react_json(const ReactLoop& loop, ReactState& state,
+                      const std::vector<std::string>& texts, FakeTools& tools,
+                      std::vector<ModelReply>* read = nullptr) {
+  Step step = CallModel{};
+  for (const std::string& text : texts) {
+    EXPECT_TRUE(std::holds_alternative<CallModel>(step)) << "the loop stopped asking early";
+    const int turn = static_cast<int>(
+        std::count_if(state.messages.begin(), state.messages.end(),
+                      [](const Message& m) { return m.role == Role::kAssistant; }));
+    const ModelReply reply = react_json(text, turn);
+    if (read)
+      read->push_back(reply);
+    step = loop.on_model_reply(state, reply);
+    if (auto* call_tools = std::get_if<CallTools>(&step)) {
+      step = loop.on_tool_results(state, *call_tools, tools.run(*call_tools));
+    }
+  }
+  return step;
+}
+
+const std::vector<std::string> kReactJsonFlow = {
+    // fenced, with text around it, action_input as an object
+    "我先搜索周会。\n```json\n{\"thought\": \"先搜索\", \"action\": \"search_items\", "
+    "\"action_input\": {\"keyword\": \"周会\", \"date\": \"2026-02-08\"}}\n```\n然后再改。",
+    // bare, action_input as a JSON string holding an object
+    R"({"thought":"找到了 evt_42","action":"update_item","action_input":"{\"id\":\"evt_42\",\"start\":\"2026-02-08T20:00:00+08:00\"}"})",
+    // final as an object, inside a plain ``` fence
+    "```\n{\"thought\":\"完成\",\"final\":{\"type\":\"action_completed\",\"message\":"
+    "\"已将2月8日的周会改到晚上8点\"}}\n```",
+};
+
+TEST(ReactJsonLoopTest, SearchUpdateFinishFromTextReplies) {
+  const ReactLoop loop = make_loop();
+  ReactState state = loop.start("sys", "把2月8日的周会改到晚上8点");
+  FakeTools tools;
+  const Step last = drive_react_json(loop, state, kReactJsonFlow, tools);
+
+  ASSERT_TRUE(std::holds_alternative<Finish>(last));
+  EXPECT_EQ(std::get<Finish>(last).result.type, ResultType::kActionCompleted);
+  EXPECT_EQ(std::get<Finish>(last).result.message, "已将2月8日的周会改到晚上8点");
+  ASSERT_EQ(tools.executed.size(), 2u);
+  EXPECT_EQ(tools.executed[0].name, "search_items");
+  EXPECT_EQ(tools.executed[0].id, "rj-0");
+  EXPECT_EQ(tools.executed[0].arguments, R"({"keyword":"周会","date":"2026-02-08"})");
+  EXPECT_EQ(tools.executed[1].name, "update_item");
+  EXPECT_EQ(tools.executed[1].id, "rj-1");
+  EXPECT_EQ(tools.executed[1].arguments, R"({"id":"evt_42","start":"2026-02-08T20:00:00+08:00"})");
+
+  // The raw text is what the assistant turns keep (sent back verbatim).
+  ASSERT_EQ(state.messages.size(), 7u);
+  EXPECT_EQ(state.messages[2].content, kReactJsonFlow[0]);
+  EXPECT_EQ(state.messages[3].role, Role::kTool);
+  EXPECT_EQ(state.messages[3].tool_call_id, "rj-0");
+  EXPECT_EQ(state.messages[3].content, tools.answers.at("search_items"));
+  EXPECT_EQ(state.messages[4].content, kReactJsonFlow[1]);
+  EXPECT_EQ(state.model_calls, 3);
+  EXPECT_EQ(state.usage.input, 300);
+}
+
+TEST(ReactJsonLoopTest, FinalAsTextIsClassifiedByMarkers) {
+  const ReactLoop loop = make_loop();
+  ReactState state = loop.start("sys", "删除周会");
+  FakeTools tools;
+  const Step last = drive_react_json(
+      loop, state, {R"(好的。{"thought":"找不到","final":"❌ 没有找到周会"})"}, tools);
+  ASSERT_TRUE(std::holds_alternative<Finish>(last));
+  EXPECT_EQ(std::get<Finish>(last).result.type, ResultType::kError);
+  EXPECT_EQ(std::get<Finish>(last).result.message, "❌ 没有找到周会");
+
+  ReactState other = loop.start("sys", "x");
+  const Step clarified =
+      drive_react_json(loop, other, {R"({"final":"⚠️ 有两个周会：A、B"})"}, tools);
+  ASSERT_TRUE(std::holds_alternative<Finish>(clarified));
+  EXPECT_EQ(std::get<Finish>(clarified).result.type, ResultType::kNeedClarification);
+}
+
+TEST(ReactJsonLoopTest, FinishAsAnActionWithItsArgumentsInActionInput) {
+  const ReactLoop loop = make_loop();
+  ReactState state = loop.start("sys", "x");
+  FakeTools tools;
+  const Step last = drive_react_json(
+      loop, state,
+      {R"({"thought":"两个匹配","action":"finish","action_input":{"type":"need_clarification","message":"哪一个？","options":["周会 A","周会 B"]}})"},
+      tools);
+  ASSERT_TRUE(std::holds_alternative<Finish>(last));
+  const TaskResult& result = std::get<Finish>(last).result;
+  EXPECT_EQ(result.type, ResultType::kNeedClarification);
+  EXPECT_EQ(result.message, "哪一个？");
+  EXPECT_EQ(result.options, (std::vector<std::string>{"周会 A", "周会 B"}));
+  EXPECT_TRUE(tools.executed.empty());
+}
+
+TEST(ReactJsonLoopTest, InvalidFinalIsFedBackAndTheLoopContinues) {
+  const ReactLoop loop = make_loop();
+  ReactState state = loop.start("sys", "x");
+  FakeTools tools;
+  const Step last = drive_react_json(loop, state,
+                                     {R"({"final":{"type":"done","message":"ok"}})",
+                                      R"({"final":{"type":"action_completed","message":"ok"}})"},
+                                     tools);
+  ASSERT_TRUE(std::holds_alternative<Finish>(last));
+  ASSERT_EQ(state.messages.size(), 5u);
+  EXPECT_EQ(state.messages[3].role, Role::kTool);
+  EXPECT_EQ(error_code_of(state.messages[3].content), "invalid_finish");
+}
+
+TEST(ReactJsonLoopTest, UnreadableReplyIsFedBackThenAGoodOneIsRun) {
+  const ReactLoop loop = make_loop();
+  ReactState state = loop.start("sys", "把周会改到晚上8点");
+  FakeTools tools;
+  std::vector<ModelReply> read;
+  const Step last =
+      drive_react_json(loop, state,
+                       {"我会先搜索一下周会，然后修改时间。",
+                        R"({"action":"search_items","action_input":{"keyword":"周会"}})",
+                        R"({"final":{"type":"action_completed","message":"已修改"}})"},
+                       tools, &read);
+
+  ASSERT_TRUE(std::holds_alternative<Finish>(last));
+  ASSERT_EQ(read.size(), 3u);
+  EXPECT_FALSE(read[0].unreadable.empty());
+  EXPECT_TRUE(read[0].tool_calls.empty());
+  EXPECT_FALSE(read[0].final_text.has_value());
+  // The problem went back to the model as an observation, and the step was counted.
+  EXPECT_EQ(state.messages[2].content, "我会先搜索一下周会，然后修改时间。");
+  ASSERT_EQ(state.messages[2].tool_calls.size(), 1u);
+  EXPECT_EQ(state.messages[3].role, Role::kTool);
+  EXPECT_EQ(state.messages[3].tool_call_id, state.messages[2].tool_calls[0].id);
+  EXPECT_EQ(error_code_of(state.messages[3].content), "unreadable_reply");
+  EXPECT_NE(state.messages[3].content.find("exactly one JSON object"), std::string::npos);
+  ASSERT_EQ(tools.executed.size(), 1u);
+  EXPECT_EQ(tools.executed[0].name, "search_items");
+  EXPECT_EQ(state.model_calls, 3);
+  EXPECT_EQ(state.tool_calls, 1);
+}
+
+TEST(ReactJsonLoopTest, UnreadableRepliesEndAtMaxSteps) {
+  const ReactLoop loop = make_loop(/*max_steps=*/3);
+  ReactState state = loop.start("sys", "x");
+  FakeTools tools;
+  const Step last =
+      drive_react_json(loop, state, {"嗯", "{\"thought\": \"oops\"", "```json\n{}\n```"}, tools);
+  ASSERT_TRUE(std::holds_alternative<Fail>(last));
+  EXPECT_EQ(std::get<Fail>(last).reason, FailReason::kMaxSteps);
+  EXPECT_NE(std::get<Fail>(last).message.find("could not be read"), std::string::npos);
+  EXPECT_EQ(state.model_calls, 3);
+  EXPECT_TRUE(tools.executed.empty());
+}
+
+TEST(ReactJsonLoopTest, ToolOutsideTheAllowListIsRefused) {
+  const ReactLoop loop = make_loop();
+  ReactState state = loop.start("sys", "x");
+  FakeTools tools;
+  const Step last = drive_react_json(
+      loop, state, {R"({"action":"delete_item","action_input":{"id":"evt_1"}})"}, tools);
+  ASSERT_TRUE(std::holds_alternative<CallModel>(last));
+  EXPECT_TRUE(tools.executed.empty());
+  EXPECT_EQ(error_code_of(state.messages.back().content), "tool_not_allowed");
+}
+
+TEST(ReactJsonLoopTest, LengthCutReplyFailsTruncatedNotAsAFormatProblem) {
+  const ReactLoop loop = make_loop();
+  ReactState state = loop.start("sys", "x");
+  const ModelReply reply = codec::read_react_json_reply(
+      parsed(text_body(R"({"thought":"我先搜索","action":"search_it)", 10, "length")), 0);
+  EXPECT_TRUE(reply.unreadable.empty());
+  const Step step = loop.on_model_reply(state, reply);
+  ASSERT_TRUE(std::holds_alternative<Fail>(step));
+  EXPECT_EQ(std::get<Fail>(step).reason, FailReason::kTruncated);
+}
+
+TEST(ReactJsonLoopTest, ReplayFromCheckpointsGivesTheSameStateAndRequest) {
+  const ReactLoop loop = make_loop();
+  const std::vector<std::string> texts = {
+      "随便说点什么",  // unreadable: its feedback must replay identically
+      kReactJsonFlow[0], kReactJsonFlow[1], R"({"thought":"好了","final":"✅ 已改到晚上8点"})"};
+
+  ReactState original = loop.start("sys", "把周会改到晚上8点");
+  FakeTools tools;
+  std::vector<std::string> replies_json;
+  std::vector<std::string> observations_json;
+  Step step = CallModel{};
+  for (const std::string& text : texts) {
+    const int turn = original.model_calls;
+    const ModelReply reply = react_json(text, turn);
+    replies_json.push_back(codec::model_reply_json(reply));
+    step = loop.on_model_reply(original, reply);
+    if (auto* call_tools = std::get_if<CallTools>(&step)) {
+      const auto observations = tools.run(*call_tools);
+      observations_json.push_back(codec::observations_json(observations));
+      step = loop.on_tool_results(original, *call_tools, observations);
+    }
+  }
+  ASSERT_TRUE(std::holds_alternative<Finish>(step));
+  EXPECT_EQ(std::get<Finish>(step).result.type, ResultType::kActionCompleted);
+
+  ReactState resumed = loop.start("sys", "把周会改到晚上8点");
+  std::size_t next = 0;
+  Step replayed = CallModel{};
+  for (const std::string& json : replies_json) {
+    auto reply = codec::parse_model_reply_json(json);
+    ASSERT_TRUE(reply.ok());
+    replayed = loop.on_model_reply(resumed, reply.value());
+    if (auto* call_tools = std::get_if<CallTools>(&replayed)) {
+      ASSERT_LT(next, observations_json.size());
+      auto observations = codec::parse_observations_json(observations_json[next++]);
+      ASSERT_TRUE(observations.ok());
+      replayed = loop.on_tool_results(resumed, *call_tools, observations.value());
+    }
+  }
+  ASSERT_TRUE(std::holds_alternative<Finish>(replayed));
+  EXPECT_EQ(std::get<Finish>(replayed).result.message, std::get<Finish>(step).result.message);
+  expect_same_messages(original.messages, resumed.messages);
+  EXPECT_EQ(original.model_calls, resumed.model_calls);
+  EXPECT_EQ(original.tool_calls, resumed.tool_calls);
+
+  codec::ChatRequestOptions options{"qwen-plain"};
+  options.protocol = codec::ChatProtocol::kReactJson;
+  const std::vector<ports::ToolSchema> schemas = {codec::finish_tool_schema()};
+  EXPECT_EQ(codec::build_chat_request(options, original.messages, schemas),
+            codec::build_chat_request(options, resumed.messages, schemas));
+
+  // Reading the same text again gives the same reply.
+  EXPECT_EQ(codec::model_reply_json(react_json(kReactJsonFlow[1], 1)),
+            codec::model_reply_json(react_json(kReactJsonFlow[1], 1)));
+}
+
+TEST(ReactLoopTest, LongToolResultsAreTruncatedInTheConversationNotInTheObservation) {
+  const ReactLoop loop(Limits{10, 50}, ResultMarkers{}, kCalendarTools);
+  ReactState state = loop.start("sys", "x");
+  FakeTools tools;
+  tools.answers["search_items"] = R"({"items":")" + std::string(200, 'a') + R"("})";
+  ModelReply reply;
+  reply.tool_calls = {ToolCall{"c1", "search_items", "{}"}};
+  Step step = loop.on_model_reply(state, reply);
+  ASSERT_TRUE(std::holds_alternative<CallTools>(step));
+  const auto observations = tools.run(std::get<CallTools>(step));
+  loop.on_tool_results(state, std::get<CallTools>(step), observations);
+  EXPECT_EQ(observations[0].content.size(), 212u);  // checkpointed whole
+  const std::string& kept = state.messages.back().content;
+  rapidjson::Document doc;
+  doc.Parse(kept.c_str());
+  ASSERT_FALSE(doc.HasParseError()) << kept;
+  EXPECT_TRUE(doc["truncated"].GetBool());
+  EXPECT_EQ(doc["original_chars"].GetInt(), 212);
+  EXPECT_EQ(std::string(doc["head"].GetString()), observations[0].content.substr(0, 50));
+
+  // Short results, and the default limit of 4000, leave results alone.
+  const ReactLoop lenient = make_loop();
+  ReactState other = lenient.start("sys", "x");
+  step = lenient.on_model_reply(other, reply);
+  lenient.on_tool_results(other, std::get<CallTools>(step), observations);
+  EXPECT_EQ(other.messages.back().content, observations[0].content);
 }
 
 }  // namespace
