@@ -19,6 +19,7 @@
 #include "core/codec/openai_codec.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/time_zone_loader.hpp"
+#include "core/react/context_budget.hpp"
 #include "core/react/prompt.hpp"
 
 namespace agentfleet::worker {
@@ -302,7 +303,8 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
   schemas->push_back(codec::finish_tool_schema());
   run.schemas = std::move(schemas);
 
-  const react::ReactLoop loop(react::Limits{spec.max_steps}, markers_, allowed);
+  const react::ReactLoop loop(
+      react::Limits{spec.max_steps, config_.react.tool_result_context_chars}, markers_, allowed);
   const std::string zone_name =
       spec.metadata.time_zone.empty() ? config_.task_defaults.time_zone : spec.metadata.time_zone;
   const auto zone = config::load_time_zone(zone_name);
@@ -337,6 +339,11 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
   run.tool_calls = state.tool_calls;
 
   const config::ModelConfig& model = *config_.find_model(spec.model);
+  // What one request may hold: the conversation sent is a trimmed copy (old tool outputs
+  // first), never what is checkpointed.
+  const react::ContextBudget budget = react::context_budget(
+      model.context_window_tokens, model.max_output_tokens,
+      codec::estimate_tool_tokens(*run.schemas, codec::chat_protocol(model.protocol)));
   for (;;) {
     if (auto* finished = std::get_if<react::Finish>(&next)) {
       co_return co_await finish(run, TaskStatus::kSucceeded, finished->result, {});
@@ -379,7 +386,13 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
         std::min(run.deadline, Clock::now() + std::chrono::seconds(model.call_timeout_s));
     emit_progress(run, "step", step, {}, "{}");
     const auto started = Clock::now();
-    auto reply = co_await call_model(run, state.messages, call_deadline);
+    react::FittedContext context = react::fit_context(state.messages, budget);
+    if (!context.fits) {
+      log_line("warn", run.task_id, spec.user_id, run.claimed.attempt,
+               "conversation exceeds the context budget even trimmed (" +
+                   std::to_string(context.estimated_tokens) + " estimated tokens)");
+    }
+    auto reply = co_await call_model(run, std::move(context.messages), call_deadline);
     if (!reply) {
       if (auto stop = co_await stop_requested(run, false))
         co_return *stop;
@@ -420,7 +433,7 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
 }
 
 asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
-    Run& run, const std::vector<Message>& messages, Clock::time_point deadline) {
+    Run& run, std::vector<Message> messages, Clock::time_point deadline) {
   // The call runs as its own coroutine owning what it reads, so that a cancellation can
   // stop waiting for it at once; an abandoned call ends at its own deadline.
   struct Call {
@@ -430,7 +443,7 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
     asio::steady_timer* waiter = nullptr;
   };
   auto call = std::make_shared<Call>();
-  call->messages = messages;
+  call->messages = std::move(messages);
   call->schemas = run.schemas;
   auto executor = co_await asio::this_coro::executor;
   ports::ModelRequest request{run.claimed.spec.model, &call->messages, call->schemas.get(),

@@ -70,8 +70,7 @@ class TaskRunner {
   boost::asio::awaitable<RunOutcome> execute(Run& run);
   // Calls the model; nullopt when the run was interrupted before the reply arrived.
   boost::asio::awaitable<std::optional<Result<ModelReply>>> call_model(
-      Run& run, const std::vector<Message>& messages,
-      std::chrono::steady_clock::time_point deadline);
+      Run& run, std::vector<Message> messages, std::chrono::steady_clock::time_point deadline);
   // How the run stops now (interrupted, drained at a checkpoint), or nullopt to go on.
   boost::asio::awaitable<std::optional<RunOutcome>> stop_requested(Run& run, bool at_checkpoint);
   // The observations of a step's calls; nullopt when interrupted or past the deadline.
