@@ -585,6 +585,70 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
+// --- faults and envelope -----------------------------------------------------------------
+
+TEST(ToolSimFaults, ARefusedCallHasNoSideEffectAndItsRetryExecutes) {
+  ToolService service(fixed_options());
+  const std::string body =
+      R"({"item_type":"todo","title":"买牛奶","date":"2026-02-05","time_segment":"evening"})";
+  sim::FaultSpec fault;
+  fault.mode = sim::FaultMode::kHttp500;
+  const ToolResponse refused = service.refuse({"create_item", "u1", "task-1:0:0", body}, fault);
+  EXPECT_EQ(refused.status, 500);
+  rapidjson::Document error;
+  error.Parse(refused.body.c_str());
+  EXPECT_STREQ(error["error"]["code"].GetString(), "injected_fault");
+  EXPECT_EQ(call(service, "u1", "search_items", R"({"keyword":"买牛奶"})").json["count"].GetInt(),
+            0);
+
+  // No idempotency record was kept: the retry with the same key executes once.
+  Reply retry = call(service, "u1", "create_item", body, "task-1:0:0");
+  EXPECT_EQ(retry.status, 200);
+  EXPECT_FALSE(retry.replayed);
+  EXPECT_TRUE(call(service, "u1", "create_item", body, "task-1:0:0").replayed);
+
+  fault.mode = sim::FaultMode::kHttp429;
+  EXPECT_EQ(service.refuse({"search_items", "u1", "", "{}"}, fault).status, 429);
+  fault.mode = sim::FaultMode::kNotJson;
+  const ToolResponse not_json = service.refuse({"search_items", "u1", "", "{}"}, fault);
+  EXPECT_EQ(not_json.status, 200);
+  rapidjson::Document parsed;
+  parsed.Parse(not_json.body.c_str());
+  EXPECT_TRUE(parsed.HasParseError());
+  service.note_fault(sim::FaultMode::kCloseMidResponse);
+
+  rapidjson::Document stats;
+  stats.Parse(service.stats_json().c_str());
+  EXPECT_EQ(stats["injected"].GetInt(), 3);
+  EXPECT_EQ(stats["side_effects"].GetInt(), 1);
+  EXPECT_EQ(stats["duplicates"].GetInt(), 1);
+  EXPECT_EQ(stats["faults"]["http_500"].GetInt(), 1);
+  EXPECT_EQ(stats["faults"]["close_mid_response"].GetInt(), 1);
+  EXPECT_EQ(stats["by_tool"]["create_item"]["injected"].GetInt(), 1);
+  EXPECT_EQ(stats["by_tool"]["create_item"]["calls"].GetInt(), 3);
+}
+
+TEST(ToolSimEnvelope, DataWrapsSuccessfulResultsOnlyReplaysIncluded) {
+  ToolServiceOptions options = fixed_options();
+  options.envelope = Envelope::kData;
+  ToolService service(options);
+  const std::string body =
+      R"({"item_type":"todo","title":"x","date":"2026-02-05","time_segment":"evening"})";
+  Reply created = call(service, "u1", "create_item", body, "k1");
+  ASSERT_EQ(created.status, 200);
+  EXPECT_TRUE(created.json["data"]["item"].IsObject());
+  Reply replay = call(service, "u1", "create_item", body, "k1");
+  EXPECT_TRUE(replay.replayed);
+  EXPECT_EQ(replay.body, created.body);
+  Reply missing = call(service, "u1", "delete_item", R"({"id":"evt-999"})");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_TRUE(missing.json["error"].IsObject());
+  EXPECT_FALSE(missing.json.HasMember("data"));
+
+  ToolService bare(fixed_options());
+  EXPECT_TRUE(call(bare, "u1", "create_item", body).json["item"].IsObject());
+}
+
 TEST(ToolSimSeed, DemoSeedLoads) {
   const std::string yaml =
       read_text(std::string(AGENTFLEET_SOURCE_DIR) + "/config/tool-sim-seed.yaml");

@@ -1,5 +1,7 @@
 #include "tools/llm_sim/scenario.hpp"
 
+#include "tools/llm_sim/llm_faults.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -9,7 +11,10 @@
 #include <set>
 #include <sstream>
 
+#include <rapidjson/document.h>
 #include <yaml-cpp/yaml.h>
+
+#include <variant>
 
 namespace agentfleet::llm_sim {
 
@@ -173,7 +178,8 @@ class Loader {
     if (!node.IsMap()) {
       fail(node, pointer, "expected a mapping (name, match, steps)");
     }
-    check_keys(node, pointer, {"name", "match", "latency_ms", "steps"});
+    check_keys(node, pointer,
+               {"name", "match", "latency_ms", "latency", "style", "faults", "steps"});
     Scenario scenario;
     const YAML::Node name = node["name"];
     if (!name) {
@@ -205,7 +211,46 @@ class Loader {
            "missing required key 'match' (only the scenario named 'default' has none)");
     }
     if (const YAML::Node latency = node["latency_ms"]) {
-      scenario.latency_ms = expect_int(latency, pointer + "/latency_ms", 0, 600000);
+      scenario.latency = sim::LatencyDistribution::fixed(
+          static_cast<double>(expect_int(latency, pointer + "/latency_ms", 0, 600000)));
+    }
+    if (const YAML::Node latency = node["latency"]) {
+      if (scenario.latency) {
+        fail(latency, pointer + "/latency", "has both 'latency' and 'latency_ms'; use one");
+      }
+      std::string problem;
+      scenario.latency = sim::parse_latency(expect_string(latency, pointer + "/latency"), &problem);
+      if (!scenario.latency) {
+        fail(latency, pointer + "/latency", problem);
+      }
+    }
+    if (const YAML::Node style = node["style"]) {
+      scenario.style = parse_response_style(expect_string(style, pointer + "/style"));
+      if (!scenario.style) {
+        fail(style, pointer + "/style",
+             "unknown style '" + style.Scalar() + "' (known: " + response_style_names() + ")");
+      }
+    }
+    if (const YAML::Node faults = node["faults"]) {
+      if (!faults.IsSequence() || faults.size() == 0) {
+        fail(faults, pointer + "/faults", "expected a non-empty list of faults");
+      }
+      for (std::size_t i = 0; i < faults.size(); ++i) {
+        const std::string fault_pointer = pointer + "/faults/" + std::to_string(i);
+        if (!faults[i].IsMap()) {
+          fail(faults[i], fault_pointer,
+               "expected a mapping such as {mode: http_503, probability: 0.5}");
+        }
+        rapidjson::Document json;
+        to_json(faults[i], json, json.GetAllocator());
+        auto parsed = sim::parse_fault_spec(json, llm_fault_rules(false));
+        if (auto* problem = std::get_if<sim::FaultSpecError>(&parsed)) {
+          fail(faults[i], fault_pointer + problem->path, problem->message);
+        }
+        sim::FaultSpec spec = std::get<sim::FaultSpec>(std::move(parsed));
+        spec.scope = scenario.name;
+        scenario.faults.push_back(std::move(spec));
+      }
     }
     const YAML::Node steps = node["steps"];
     if (!steps || !steps.IsSequence() || steps.size() == 0) {
@@ -215,6 +260,40 @@ class Loader {
       scenario.steps.push_back(load_step(steps[i], pointer + "/steps/" + std::to_string(i)));
     }
     return scenario;
+  }
+
+  // A YAML tree as JSON, scalars typed as in tool-call arguments (plain 5 is a number).
+  static void to_json(const YAML::Node& node, rapidjson::Value& out,
+                      rapidjson::Document::AllocatorType& allocator) {
+    if (node.IsMap()) {
+      out.SetObject();
+      for (auto it = node.begin(); it != node.end(); ++it) {
+        rapidjson::Value value;
+        to_json(it->second, value, allocator);
+        out.AddMember(rapidjson::Value(it->first.Scalar().c_str(), allocator), value, allocator);
+      }
+    } else if (node.IsSequence()) {
+      out.SetArray();
+      for (std::size_t i = 0; i < node.size(); ++i) {
+        rapidjson::Value value;
+        to_json(node[i], value, allocator);
+        out.PushBack(value, allocator);
+      }
+    } else if (node.IsScalar()) {
+      const std::string& text = node.Scalar();
+      const bool plain = node.Tag() != "!";
+      if (plain && (text == "true" || text == "false")) {
+        out.SetBool(text == "true");
+      } else if (const auto integer = plain ? parse_int(text) : std::nullopt) {
+        out.SetInt64(*integer);
+      } else if (const auto number = plain ? parse_double(text) : std::nullopt) {
+        out.SetDouble(*number);
+      } else {
+        out.SetString(text.c_str(), static_cast<rapidjson::SizeType>(text.size()), allocator);
+      }
+    } else {
+      out.SetNull();
+    }
   }
 
   Step load_step(const YAML::Node& node, const std::string& pointer) const {
@@ -503,6 +582,45 @@ std::string_view finish_type_name(FinishType type) {
       return "error";
   }
   return "error";
+}
+
+namespace {
+constexpr std::pair<ResponseStyle, std::string_view> kStyleNames[] = {
+    {ResponseStyle::kOpenAI, "openai"},
+    {ResponseStyle::kArgumentsObject, "arguments_object"},
+    {ResponseStyle::kArgumentsEmpty, "arguments_empty"},
+    {ResponseStyle::kMissingIds, "missing_ids"},
+    {ResponseStyle::kContentWithToolCalls, "content_with_tool_calls"},
+    {ResponseStyle::kReasoningContent, "reasoning_content"},
+    {ResponseStyle::kDeepseekUsage, "deepseek_usage"},
+    {ResponseStyle::kLegacyFunctionCall, "legacy_function_call"},
+};
+}  // namespace
+
+std::string_view response_style_name(ResponseStyle style) {
+  for (const auto& [candidate, name] : kStyleNames) {
+    if (candidate == style) {
+      return name;
+    }
+  }
+  return "openai";
+}
+
+std::optional<ResponseStyle> parse_response_style(std::string_view name) {
+  for (const auto& [style, candidate] : kStyleNames) {
+    if (candidate == name) {
+      return style;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string response_style_names() {
+  std::string names;
+  for (const auto& [style, name] : kStyleNames) {
+    names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  return names;
 }
 
 Scenario builtin_default_scenario() {

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "tools/llm_sim/fault_schedule.hpp"
+#include "tools/llm_sim/latency.hpp"
 #include "tools/llm_sim/templating.hpp"
 
 namespace agentfleet::llm_sim {
@@ -78,11 +80,30 @@ struct Step {
   std::vector<Branch> branches;
 };
 
+// How a completion is shaped: OpenAI's (the default) or one of the provider variants the
+// worker must tolerate. README.md shows each.
+enum class ResponseStyle {
+  kOpenAI,
+  kArgumentsObject,       // function.arguments is a JSON object, not a string
+  kArgumentsEmpty,        // function.arguments is "" when there are no arguments
+  kMissingIds,            // tool calls without "id"
+  kContentWithToolCalls,  // text content alongside tool_calls
+  kReasoningContent,      // DeepSeek's reasoning_content (and reasoning_tokens)
+  kDeepseekUsage,         // prompt_cache_hit_tokens / prompt_cache_miss_tokens
+  kLegacyFunctionCall,    // message.function_call (one call), finish_reason function_call
+};
+std::string_view response_style_name(ResponseStyle style);
+std::optional<ResponseStyle> parse_response_style(std::string_view name);
+// "openai, arguments_object, ..." for messages.
+std::string response_style_names();
+
 struct Scenario {
   std::string name;
   std::string pattern;  // empty for the default scenario
   std::regex regex;
-  std::optional<std::int64_t> latency_ms;
+  std::optional<sim::LatencyDistribution> latency;  // `latency` or `latency_ms`
+  std::optional<ResponseStyle> style;
+  std::vector<sim::FaultSpec> faults;  // scope = this scenario's name
   std::vector<Step> steps;
 };
 

@@ -217,7 +217,74 @@ struct Conversation {
   std::optional<std::chrono::year_month_day> system_date;
   std::size_t step = 0;  // assistant messages so far
   std::set<std::string, std::less<>> offered_tools;
+  Protocol protocol = Protocol::kFunctionCalling;
 };
+
+std::string_view trim(std::string_view text) {
+  const auto begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string_view::npos) {
+    return {};
+  }
+  const auto end = text.find_last_not_of(" \t\r\n");
+  return text.substr(begin, end - begin + 1);
+}
+
+// True when one line of `text` is exactly the react_json marker (surrounding blanks aside).
+bool has_react_marker(std::string_view text) {
+  while (!text.empty()) {
+    const auto newline = text.find('\n');
+    if (trim(text.substr(0, newline)) == kReactJsonMarker) {
+      return true;
+    }
+    if (newline == std::string_view::npos) {
+      break;
+    }
+    text = text.substr(newline + 1);
+  }
+  return false;
+}
+
+// The JSON text of a react_json observation, or nullopt when `text` is not one.
+std::optional<std::string_view> observation_of(std::string_view text) {
+  const std::string_view trimmed = trim(text);
+  if (trimmed.substr(0, kObservationPrefix.size()) != kObservationPrefix) {
+    return std::nullopt;
+  }
+  return trim(trimmed.substr(kObservationPrefix.size()));
+}
+
+// A tool result as the scenario sees it: JSON when it parses, else the text.
+Value result_value(std::string_view text, Allocator& allocator) {
+  if (text.empty()) {
+    return Value();
+  }
+  rapidjson::Document parsed;
+  parsed.Parse(text.data(), text.size());
+  if (parsed.HasParseError()) {
+    return string_value(text, allocator);  // a non-JSON tool answer stays text
+  }
+  Value result;
+  result.CopyFrom(parsed, allocator);
+  return result;
+}
+
+// react_json: the observations after each assistant message are its results, in order.
+void collect_observations(const Value& messages, Value& steps, Allocator& allocator) {
+  for (const auto& message : messages.GetArray()) {
+    const std::string_view role = role_of(message);
+    if (role == "assistant") {
+      steps.PushBack(Value(rapidjson::kArrayType), allocator);
+      continue;
+    }
+    if (role != "user" || steps.Empty()) {
+      continue;
+    }
+    const std::string text = content_text(message);
+    if (const auto observation = observation_of(text)) {
+      steps[steps.Size() - 1].PushBack(result_value(*observation, allocator), allocator);
+    }
+  }
+}
 
 // Reads the tool results of every earlier step into `steps` (an array of arrays, one per
 // assistant message). A result goes to the call whose id its `tool_call_id` names, else to
@@ -237,6 +304,9 @@ void collect_results(const Value& messages, Value& steps, Allocator& allocator) 
           const Value* id = member(call, "id");
           calls.ids.emplace_back(id ? string_of(*id) : std::string_view());
         }
+      } else if (const Value* legacy = member(message, "function_call");
+                 legacy && legacy->IsObject()) {
+        calls.ids.emplace_back();  // the legacy shape: one call, no id
       }
       calls.answered.assign(calls.ids.size(), false);
       Value results(rapidjson::kArrayType);
@@ -247,21 +317,11 @@ void collect_results(const Value& messages, Value& steps, Allocator& allocator) 
       history.push_back(std::move(calls));
       continue;
     }
-    if (role != "tool" || history.empty()) {
+    if ((role != "tool" && role != "function") || history.empty()) {
       continue;
     }
 
-    Value result;  // null when there is no content
-    const std::string text = content_text(message);
-    if (!text.empty()) {
-      rapidjson::Document parsed;
-      parsed.Parse(text.data(), text.size());
-      if (parsed.HasParseError()) {
-        result = string_value(text, allocator);  // a non-JSON tool answer stays text
-      } else {
-        result.CopyFrom(parsed, allocator);
-      }
-    }
+    Value result = result_value(content_text(message), allocator);  // null when empty
     Calls& calls = history.back();
     const Value* id_value = member(message, "tool_call_id");
     const std::string_view id = id_value ? string_of(*id_value) : std::string_view();
@@ -320,12 +380,22 @@ std::optional<RequestError> validate_request(const rapidjson::Document& request)
 
 Conversation read_conversation(const Value& request) {
   Conversation conversation;
-  for (const auto& message : member(request, "messages")->GetArray()) {
+  const Value& messages = *member(request, "messages");
+  for (const auto& message : messages.GetArray()) {
+    if (role_of(message) == "system" && has_react_marker(content_text(message))) {
+      conversation.protocol = Protocol::kReactJson;
+    }
+  }
+  const bool react = conversation.protocol == Protocol::kReactJson;
+  for (const auto& message : messages.GetArray()) {
     const std::string_view role = role_of(message);
     if (role == "assistant") {
       ++conversation.step;
     } else if (role == "user") {
-      conversation.user_text = content_text(message);
+      std::string text = content_text(message);
+      if (!react || !observation_of(text)) {
+        conversation.user_text = std::move(text);
+      }
     } else if (role == "system" && !conversation.system_date) {
       conversation.system_date = first_date(content_text(message));
     }
@@ -390,7 +460,9 @@ StepOutcome run_step(const Scenario& scenario, const Conversation& conversation,
     return outcome;
   }
   for (const auto& call : action->calls) {
-    if (conversation.offered_tools.find(call.tool) == conversation.offered_tools.end()) {
+    // react_json lists its tools in the prompt's text, which llm-sim does not read.
+    if (conversation.protocol == Protocol::kFunctionCalling &&
+        conversation.offered_tools.find(call.tool) == conversation.offered_tools.end()) {
       // A real model cannot call a tool it was not given.
       StepOutcome refused = simulator_error("工具「" + call.tool + "」不可用，无法完成该操作");
       refused.content = outcome.content;
@@ -466,13 +538,187 @@ Value tool_call_value(std::size_t step, std::size_t index, std::string_view name
   return call;
 }
 
+// react_json: the assistant's content for a step. Odd steps wrap the object in a ```json
+// fence, as models often do, so a client's parser meets both forms.
+std::string react_content(const StepOutcome& outcome, std::size_t step, std::string& summary) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+  const auto text = [&](std::string_view value) {
+    writer.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
+  };
+  writer.StartObject();
+  writer.Key("thought");
+  if (outcome.finish) {
+    text(outcome.content.value_or("任务已有结论，给出最终结果。"));
+    writer.Key("final");
+    writer.StartObject();
+    writer.Key("type");
+    text(finish_type_name(outcome.finish->type));
+    writer.Key("message");
+    text(outcome.finish->message);
+    writer.Key("options");
+    writer.StartArray();
+    for (const auto& option : outcome.finish->options) {
+      text(option);
+    }
+    writer.EndArray();
+    writer.EndObject();
+    summary = "final " + std::string(finish_type_name(outcome.finish->type));
+  } else {
+    // One action per answer in this protocol: a step scripted with several calls sends
+    // its first.
+    const RenderedCall& call = outcome.calls.front();
+    text(outcome.content.value_or("调用 " + call.tool + "。"));
+    writer.Key("action");
+    text(call.tool);
+    writer.Key("action_input");
+    writer.RawValue(call.arguments.data(), call.arguments.size(), rapidjson::kObjectType);
+    summary = "action " + call.tool;
+    if (outcome.calls.size() > 1) {
+      summary += " (first of " + std::to_string(outcome.calls.size()) + ")";
+    }
+  }
+  writer.EndObject();
+  const std::string json(buffer.GetString(), buffer.GetSize());
+  summary += " (react_json)";
+  return step % 2 == 1 ? "```json\n" + json + "\n```" : json;
+}
+
+// Reshapes an OpenAI-style assistant message (and its usage) into `style`.
+void apply_style(ResponseStyle style, std::size_t step, Value& message, std::string& finish_reason,
+                 Usage& usage, Allocator& allocator) {
+  const auto calls_member = message.FindMember("tool_calls");
+  Value* calls = calls_member == message.MemberEnd() ? nullptr : &calls_member->value;
+  switch (style) {
+    case ResponseStyle::kOpenAI:
+    case ResponseStyle::kDeepseekUsage:  // only the usage differs
+      break;
+    case ResponseStyle::kArgumentsObject:
+      if (calls == nullptr) {
+        break;
+      }
+      for (auto& call : calls->GetArray()) {
+        Value& arguments = call["function"]["arguments"];
+        rapidjson::Document parsed;
+        parsed.Parse(arguments.GetString(), arguments.GetStringLength());
+        arguments.CopyFrom(parsed, allocator);
+      }
+      break;
+    case ResponseStyle::kArgumentsEmpty:
+      if (calls == nullptr) {
+        break;
+      }
+      for (auto& call : calls->GetArray()) {
+        Value& arguments = call["function"]["arguments"];
+        if (string_of(arguments) == "{}") {
+          arguments.SetString("", allocator);
+        }
+      }
+      break;
+    case ResponseStyle::kMissingIds:
+      if (calls == nullptr) {
+        break;
+      }
+      for (auto& call : calls->GetArray()) {
+        call.RemoveMember("id");
+      }
+      break;
+    case ResponseStyle::kContentWithToolCalls:
+      if (calls != nullptr && !message["content"].IsString()) {
+        std::string text = "好的，我来调用";
+        for (const auto& call : calls->GetArray()) {
+          text += " " + std::string(string_of(call["function"]["name"]));
+        }
+        text += "。";
+        message["content"] = string_value(text, allocator);
+      }
+      break;
+    case ResponseStyle::kReasoningContent: {
+      std::string reasoning = "第 " + std::to_string(step) + " 步：";
+      if (calls != nullptr) {
+        reasoning += "需要调用工具";
+        for (const auto& call : calls->GetArray()) {
+          reasoning += " " + std::string(string_of(call["function"]["name"]));
+        }
+        reasoning += "。";
+      } else {
+        reasoning += "可以给出回答了。";
+      }
+      usage.reasoning_tokens = (count_code_points(reasoning) + 3) / 4;
+      usage.completion_tokens += usage.reasoning_tokens;
+      message.AddMember("reasoning_content", string_value(reasoning, allocator), allocator);
+      break;
+    }
+    case ResponseStyle::kLegacyFunctionCall:
+      if (calls != nullptr) {
+        // The legacy shape holds one call: later calls of the step are dropped.
+        Value function(rapidjson::kObjectType);
+        function.CopyFrom((*calls)[0]["function"], allocator);
+        message.RemoveMember("tool_calls");
+        message.AddMember("function_call", function, allocator);
+        finish_reason = "function_call";
+      }
+      break;
+  }
+}
+
+Value usage_value(const Usage& usage, ResponseStyle style, Allocator& allocator) {
+  Value value(rapidjson::kObjectType);
+  value.AddMember("prompt_tokens", usage.prompt_tokens, allocator);
+  value.AddMember("completion_tokens", usage.completion_tokens, allocator);
+  value.AddMember("total_tokens", usage.total_tokens(), allocator);
+  if (style == ResponseStyle::kDeepseekUsage) {
+    // DeepSeek's own counters only, so a client must read them.
+    value.AddMember("prompt_cache_hit_tokens", usage.cached_tokens, allocator);
+    value.AddMember("prompt_cache_miss_tokens", usage.prompt_tokens - usage.cached_tokens,
+                    allocator);
+    return value;
+  }
+  Value prompt_details(rapidjson::kObjectType);
+  prompt_details.AddMember("cached_tokens", usage.cached_tokens, allocator);
+  Value completion_details(rapidjson::kObjectType);
+  completion_details.AddMember("reasoning_tokens", usage.reasoning_tokens, allocator);
+  value.AddMember("prompt_tokens_details", prompt_details, allocator);
+  value.AddMember("completion_tokens_details", completion_details, allocator);
+  return value;
+}
+
 }  // namespace
 
-Simulator::Simulator(ScenarioSet scenarios) : set_(std::move(scenarios)) {}
+std::string_view protocol_name(Protocol protocol) {
+  return protocol == Protocol::kReactJson ? "react_json" : "function_calling";
+}
+
+Simulator::Simulator(ScenarioSet scenarios, std::string default_scenario)
+    : set_(std::move(scenarios)) {
+  if (default_scenario.empty()) {
+    return;
+  }
+  for (std::size_t i = 0; i < set_.scenarios.size() && !default_index_; ++i) {
+    if (set_.scenarios[i].name == default_scenario) {
+      default_index_ = i;
+      default_captures_ = {default_scenario};
+    }
+  }
+  const std::string_view text = utf8_prefix(default_scenario, kMatchTextLimit);
+  for (std::size_t i = 0; i < set_.scenarios.size() && !default_index_; ++i) {
+    std::cmatch match;
+    if (std::regex_search(text.data(), text.data() + text.size(), match, set_.scenarios[i].regex)) {
+      default_index_ = i;
+      for (const auto& group : match) {
+        default_captures_.emplace_back(group.matched ? group.str() : "");
+      }
+    }
+  }
+  if (!default_index_) {
+    throw std::invalid_argument("default scenario '" + default_scenario +
+                                "' is neither a scenario name nor matched by any scenario");
+  }
+}
 
 std::variant<Completion, RequestError> Simulator::complete(
-    std::string_view body, std::chrono::system_clock::time_point now,
-    std::uint64_t sequence) const {
+    std::string_view body, std::chrono::system_clock::time_point now, std::uint64_t sequence,
+    const CompletionOptions& options) const {
   rapidjson::Document request;
   request.Parse(body.data(), body.size());
   if (request.HasParseError()) {
@@ -487,7 +733,7 @@ std::variant<Completion, RequestError> Simulator::complete(
   const Conversation conversation = read_conversation(request);
 
   // Choose the scenario: first `match` that finds the user text, else the default.
-  const Scenario* scenario = &set_.fallback;
+  const Scenario* scenario = nullptr;
   std::vector<std::string> captures{conversation.user_text};
   const std::string_view match_text = utf8_prefix(conversation.user_text, kMatchTextLimit);
   for (const auto& candidate : set_.scenarios) {
@@ -501,6 +747,13 @@ std::variant<Completion, RequestError> Simulator::complete(
       }
       break;
     }
+  }
+  if (scenario == nullptr && default_index_) {
+    scenario = &set_.scenarios[*default_index_];
+    captures = default_captures_;
+  }
+  if (scenario == nullptr) {
+    scenario = &set_.fallback;
   }
 
   // The context every template and condition reads.
@@ -521,7 +774,11 @@ std::variant<Completion, RequestError> Simulator::complete(
   }
   context.AddMember("match", match_array, allocator);
   Value steps(rapidjson::kArrayType);
-  collect_results(*member(request, "messages"), steps, allocator);
+  if (conversation.protocol == Protocol::kReactJson) {
+    collect_observations(*member(request, "messages"), steps, allocator);
+  } else {
+    collect_results(*member(request, "messages"), steps, allocator);
+  }
   Value previous(rapidjson::kArrayType);
   if (!steps.Empty()) {
     previous.CopyFrom(steps[steps.Size() - 1], allocator);
@@ -535,50 +792,61 @@ std::variant<Completion, RequestError> Simulator::complete(
   context.AddMember("steps", steps, allocator);
 
   StepOutcome outcome = run_step(*scenario, conversation, context, allocator);
+  const ResponseStyle style = scenario->style.value_or(options.style);
 
-  // The assistant message.
+  // The assistant message, first in OpenAI's shape: usage is counted on it, so every
+  // style bills the same (reasoning_content adds its reasoning tokens).
   rapidjson::Document response(rapidjson::kObjectType);
   Allocator& out = response.GetAllocator();
   Value message(rapidjson::kObjectType);
   message.AddMember("role", "assistant", out);
-  Value tool_calls(rapidjson::kArrayType);
   std::string finish_reason = "tool_calls";
   std::string summary;
-  if (outcome.finish) {
-    summary = "finish " + std::string(finish_type_name(outcome.finish->type));
-    if (conversation.offered_tools.count("finish") != 0) {
-      tool_calls.PushBack(
-          tool_call_value(conversation.step, 0, "finish", finish_arguments(*outcome.finish), out),
-          out);
+  if (conversation.protocol == Protocol::kReactJson) {
+    const std::string content = react_content(outcome, conversation.step, summary);
+    message.AddMember("content", string_value(content, out), out);
+    finish_reason = "stop";
+  } else {
+    Value tool_calls(rapidjson::kArrayType);
+    if (outcome.finish) {
+      summary = "finish " + std::string(finish_type_name(outcome.finish->type));
+      if (conversation.offered_tools.count("finish") != 0) {
+        tool_calls.PushBack(
+            tool_call_value(conversation.step, 0, "finish", finish_arguments(*outcome.finish), out),
+            out);
+      } else {
+        outcome.content = finish_text(*outcome.finish);
+        finish_reason = "stop";
+        summary += " (text)";
+      }
     } else {
-      outcome.content = finish_text(*outcome.finish);
-      finish_reason = "stop";
-      summary += " (text)";
+      summary = "tool_calls";
+      for (std::size_t i = 0; i < outcome.calls.size(); ++i) {
+        tool_calls.PushBack(tool_call_value(conversation.step, i, outcome.calls[i].tool,
+                                            outcome.calls[i].arguments, out),
+                            out);
+        summary += " " + outcome.calls[i].tool;
+      }
     }
-  } else {
-    summary = "tool_calls";
-    for (std::size_t i = 0; i < outcome.calls.size(); ++i) {
-      tool_calls.PushBack(tool_call_value(conversation.step, i, outcome.calls[i].tool,
-                                          outcome.calls[i].arguments, out),
-                          out);
-      summary += " " + outcome.calls[i].tool;
+    if (outcome.content) {
+      message.AddMember("content", string_value(*outcome.content, out), out);
+    } else {
+      message.AddMember("content", Value(rapidjson::kNullType), out);
     }
-  }
-  if (outcome.content) {
-    message.AddMember("content", string_value(*outcome.content, out), out);
-  } else {
-    message.AddMember("content", Value(rapidjson::kNullType), out);
-  }
-  if (!tool_calls.Empty()) {
-    message.AddMember("tool_calls", tool_calls, out);
+    if (!tool_calls.Empty()) {
+      message.AddMember("tool_calls", tool_calls, out);
+    }
   }
 
   Completion completion;
   count_prompt(request, completion.usage);
   completion.usage.completion_tokens = count_completion(message);
+  apply_style(style, conversation.step, message, finish_reason, completion.usage, out);
   completion.scenario = scenario->name;
   completion.step = conversation.step;
-  completion.latency_ms = scenario->latency_ms;
+  completion.latency = scenario->latency;
+  completion.protocol = conversation.protocol;
+  completion.style = style;
   completion.summary = std::move(summary);
 
   const Value* model = member(request, "model");
@@ -596,25 +864,13 @@ std::variant<Completion, RequestError> Simulator::complete(
   Value choices(rapidjson::kArrayType);
   choices.PushBack(choice, out);
 
-  const Usage& usage = completion.usage;
-  Value prompt_details(rapidjson::kObjectType);
-  prompt_details.AddMember("cached_tokens", usage.cached_tokens, out);
-  Value completion_details(rapidjson::kObjectType);
-  completion_details.AddMember("reasoning_tokens", 0, out);
-  Value usage_value(rapidjson::kObjectType);
-  usage_value.AddMember("prompt_tokens", usage.prompt_tokens, out);
-  usage_value.AddMember("completion_tokens", usage.completion_tokens, out);
-  usage_value.AddMember("total_tokens", usage.total_tokens(), out);
-  usage_value.AddMember("prompt_tokens_details", prompt_details, out);
-  usage_value.AddMember("completion_tokens_details", completion_details, out);
-
   response.AddMember("id", string_value(id, out), out);
   response.AddMember("object", "chat.completion", out);
   response.AddMember("created", static_cast<std::int64_t>(created), out);
   response.AddMember("model", string_value(model_name, out), out);
   response.AddMember("system_fingerprint", "llm-sim", out);
   response.AddMember("choices", choices, out);
-  response.AddMember("usage", usage_value, out);
+  response.AddMember("usage", usage_value(completion.usage, style, out), out);
   completion.body = compact_json(response);
   return completion;
 }

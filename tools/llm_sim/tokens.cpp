@@ -44,29 +44,42 @@ std::int64_t content_code_points(const rapidjson::Value& message) {
   return total;
 }
 
-std::int64_t tool_call_code_points(const rapidjson::Value& message) {
-  const auto calls = message.FindMember("tool_calls");
-  if (calls == message.MemberEnd() || !calls->value.IsArray()) {
+// cp(name) + cp(arguments) of one `function` object.
+std::int64_t function_code_points(const rapidjson::Value& function) {
+  if (!function.IsObject()) {
     return 0;
   }
   std::int64_t total = 0;
+  const auto name = function.FindMember("name");
+  if (name != function.MemberEnd()) {
+    total += string_code_points(name->value);
+  }
+  const auto arguments = function.FindMember("arguments");
+  if (arguments != function.MemberEnd()) {
+    // Providers send arguments as JSON text; tolerate an object as well.
+    total += arguments->value.IsString() ? string_code_points(arguments->value)
+                                         : json_code_points(arguments->value);
+  }
+  return total;
+}
+
+std::int64_t tool_call_code_points(const rapidjson::Value& message) {
+  std::int64_t total = 0;
+  const auto legacy = message.FindMember("function_call");
+  if (legacy != message.MemberEnd()) {
+    total += function_code_points(legacy->value);
+  }
+  const auto calls = message.FindMember("tool_calls");
+  if (calls == message.MemberEnd() || !calls->value.IsArray()) {
+    return total;
+  }
   for (const auto& call : calls->value.GetArray()) {
     if (!call.IsObject()) {
       continue;
     }
     const auto function = call.FindMember("function");
-    if (function == call.MemberEnd() || !function->value.IsObject()) {
-      continue;
-    }
-    const auto name = function->value.FindMember("name");
-    if (name != function->value.MemberEnd()) {
-      total += string_code_points(name->value);
-    }
-    const auto arguments = function->value.FindMember("arguments");
-    if (arguments != function->value.MemberEnd()) {
-      // Providers send arguments as JSON text; tolerate an object as well.
-      total += arguments->value.IsString() ? string_code_points(arguments->value)
-                                           : json_code_points(arguments->value);
+    if (function != call.MemberEnd()) {
+      total += function_code_points(function->value);
     }
   }
   return total;

@@ -12,7 +12,9 @@
 //                   floor((cp(tools) + Σ_{i<P} cp(message i)) / 4) + 4 × P
 //   completion_tokens = ceil((cp(content) + Σ cp(name) + cp(arguments)) / 4) + 1
 //
-// cached_tokens ≤ prompt_tokens always holds. reasoning_tokens is always 0.
+// cached_tokens ≤ prompt_tokens always holds. reasoning_tokens is 0 except in the
+// reasoning_content style, which adds them to completion_tokens (see simulator.cpp).
+// A legacy `function_call` counts like one tool call.
 
 #include <cstdint>
 #include <string_view>
@@ -25,6 +27,7 @@ struct Usage {
   std::int64_t prompt_tokens = 0;
   std::int64_t completion_tokens = 0;
   std::int64_t cached_tokens = 0;
+  std::int64_t reasoning_tokens = 0;  // inside completion_tokens (reasoning_content style)
   std::int64_t total_tokens() const { return prompt_tokens + completion_tokens; }
 };
 

@@ -321,6 +321,8 @@ void ToolService::reset(std::string_view seed_yaml) {
   std::lock_guard lock(mutex_);
   store_ = std::move(store);
   calls_ = executed_ = duplicates_ = key_conflicts_ = side_effects_ = keys_evicted_ = 0;
+  injected_ = 0;
+  faults_.clear();
   for (auto& [name, counters] : by_tool_)
     counters = ToolCounters{};
   responses_.clear();
@@ -375,7 +377,7 @@ ToolResponse ToolService::call(const ToolCall& call) {
       ++counters.duplicates;
       if (stored->second.fingerprint != fingerprint(call.tool, call.body))
         ++key_conflicts_;
-      return {stored->second.status, stored->second.body, true};
+      return enveloped({stored->second.status, stored->second.body, true});
     }
   }
 
@@ -401,7 +403,59 @@ ToolResponse ToolService::call(const ToolCall& call) {
     remember(std::move(key),
              StoredResponse{fingerprint(call.tool, call.body), result.status, result.body});
   }
-  return {result.status, std::move(result.body), false};
+  return enveloped({result.status, std::move(result.body), false});
+}
+
+ToolResponse ToolService::enveloped(ToolResponse response) const {
+  if (options_.envelope == Envelope::kData && response.status == 200) {
+    response.body = "{\"data\":" + response.body + "}";
+  }
+  return response;
+}
+
+ToolResponse ToolService::refuse(const ToolCall& call, const sim::FaultSpec& fault) {
+  std::lock_guard lock(mutex_);
+  ++calls_;
+  ++injected_;
+  ++faults_[std::string(sim::fault_mode_name(fault.mode))];
+  if (const auto counters = by_tool_.find(call.tool); counters != by_tool_.end()) {
+    ++counters->second.calls;
+    ++counters->second.injected;
+  }
+  const std::string mode(sim::fault_mode_name(fault.mode));
+  switch (fault.mode) {
+    case sim::FaultMode::kHttp429:
+      return {429,
+              error_body({429,
+                          "injected_fault",
+                          "tool-sim 故障注入（" + mode + "）：请求过多，请稍后重试",
+                          "",
+                          {}}),
+              false};
+    case sim::FaultMode::kHttp500:
+    case sim::FaultMode::kHttp502:
+    case sim::FaultMode::kHttp503: {
+      const int status = fault.mode == sim::FaultMode::kHttp500   ? 500
+                         : fault.mode == sim::FaultMode::kHttp502 ? 502
+                                                                  : 503;
+      return {status,
+              error_body({status,
+                          "injected_fault",
+                          "tool-sim 故障注入（" + mode + "）：服务暂时不可用，请重试",
+                          "",
+                          {}}),
+              false};
+    }
+    case sim::FaultMode::kNotJson:
+      return {200, "<html><body>tool-sim fault not_json</body></html>", false};
+    default:
+      return {200, "", false};  // hang: nothing is sent
+  }
+}
+
+void ToolService::note_fault(sim::FaultMode mode) {
+  std::lock_guard lock(mutex_);
+  ++faults_[std::string(sim::fault_mode_name(mode))];
 }
 
 void ToolService::remember(std::string key, StoredResponse response) {
@@ -578,11 +632,19 @@ std::string ToolService::stats_json() const {
                                                                {"duplicates", duplicates_},
                                                                {"key_conflicts", key_conflicts_},
                                                                {"side_effects", side_effects_},
-                                                               {"keys_evicted", keys_evicted_}};
+                                                               {"keys_evicted", keys_evicted_},
+                                                               {"injected", injected_}};
   for (const auto& [name, value] : totals) {
     put_key(writer, name);
     writer.Uint64(value);
   }
+  put_key(writer, "faults");
+  writer.StartObject();
+  for (const auto& [mode, count] : faults_) {
+    put_key(writer, mode);
+    writer.Uint64(count);
+  }
+  writer.EndObject();
   put_key(writer, "by_tool");
   writer.StartObject();
   for (auto name : tool_names()) {
@@ -597,6 +659,8 @@ std::string ToolService::stats_json() const {
     writer.Uint64(counters.duplicates);
     put_key(writer, "errors");
     writer.Uint64(counters.errors);
+    put_key(writer, "injected");
+    writer.Uint64(counters.injected);
     writer.EndObject();
   }
   writer.EndObject();

@@ -14,10 +14,19 @@
 // Time: "now" comes from the injected clock and is read at the configured fixed UTC offset
 // (timestamps, the seed's {{today}}). Tests pass a fixed clock.
 //
+// Faults (tool_sim's side of tools/llm_sim/fault_schedule.hpp): main.cpp decides when a
+// fault fires; `refuse` answers such a call without executing it (no side effect, no
+// idempotency record, so a retry with the same key executes), and `note_fault` counts a
+// fault that only touched the delivery of an executed call.
+//
+// Envelope: successful results are the bare payload ({"items": ...}) by default, or
+// {"data": <payload>} with Envelope::kData; errors are {"error": ...} either way.
+//
 // Thread-safety: every public member takes one internal mutex, so a ToolService may be
 // shared by the threads of an io_context; calls are serialized, which also makes two
 // concurrent calls with the same key execute once.
 
+#include "tools/llm_sim/fault_schedule.hpp"
 #include "tools/tool_sim/item_store.hpp"
 #include "tools/tool_sim/seed.hpp"
 #include "tools/tool_sim/time_model.hpp"
@@ -39,8 +48,11 @@ namespace agentfleet::tool_sim {
 
 using Clock = std::function<std::chrono::system_clock::time_point()>;
 
+enum class Envelope { kBare, kData };
+
 struct ToolServiceOptions {
   int utc_offset_minutes = 8 * 60;  // +08:00
+  Envelope envelope = Envelope::kBare;
   std::size_t max_records = 100000;
   std::size_t max_keys = 1000000;
   Clock clock;  // empty: std::chrono::system_clock::now
@@ -71,8 +83,17 @@ class ToolService {
 
   ToolResponse call(const ToolCall& call);
 
+  // The answer of a fault that fires instead of the call (http_429/500/502/503: the error
+  // status with {"error":{"code":"injected_fault",...}}; not_json: 200 with an HTML body;
+  // hang: nothing is sent, the body is empty). Counted in `calls` and `injected`; the
+  // call does not execute.
+  ToolResponse refuse(const ToolCall& call, const sim::FaultSpec& fault);
+  // Counts a fault on the delivery of a call that executed (close_mid_response, slow).
+  void note_fault(sim::FaultMode mode);
+
   // {"calls","executed","duplicates","key_conflicts","side_effects","keys_evicted",
-  //  "by_tool": {tool: {"calls","executed","duplicates","errors"}}}
+  //  "injected","faults": {mode: N},
+  //  "by_tool": {tool: {"calls","executed","duplicates","errors","injected"}}}
   std::string stats_json() const;
   // [{"user_id","tool","idempotency_key","status","side_effect","at"}] of executed calls,
   // oldest first; all users when user_id is nullopt.
@@ -99,6 +120,7 @@ class ToolService {
     std::uint64_t executed = 0;
     std::uint64_t duplicates = 0;
     std::uint64_t errors = 0;
+    std::uint64_t injected = 0;
   };
   struct Record {
     std::string user_id;
@@ -109,6 +131,7 @@ class ToolService {
     std::string at;
   };
 
+  ToolResponse enveloped(ToolResponse response) const;
   Executed execute(std::string_view tool, const std::string& user_id, std::string_view body);
   std::string now_timestamp() const;
   void remember(std::string key, StoredResponse response);
@@ -122,6 +145,8 @@ class ToolService {
   std::uint64_t key_conflicts_ = 0;
   std::uint64_t side_effects_ = 0;
   std::uint64_t keys_evicted_ = 0;
+  std::uint64_t injected_ = 0;
+  std::map<std::string, std::uint64_t, std::less<>> faults_;
   std::map<std::string, ToolCounters, std::less<>> by_tool_;
   std::unordered_map<std::string, StoredResponse> responses_;  // user '\0' key -> response
   std::deque<std::string> key_order_;                          // oldest first, for eviction

@@ -2,10 +2,13 @@
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 
 namespace agentfleet::http {
@@ -21,6 +24,15 @@ struct Server::Connection {
 };
 
 Server::Server(asio::any_io_executor executor, ServerOptions options, Handler handler)
+    : Server(
+          executor, std::move(options),
+          ReplyHandler([handler = std::move(handler)](Request& request) -> asio::awaitable<Reply> {
+            Reply reply;
+            reply.response = co_await handler(request);
+            co_return reply;
+          })) {}
+
+Server::Server(asio::any_io_executor executor, ServerOptions options, ReplyHandler handler)
     : executor_(executor),
       options_(std::move(options)),
       handler_(std::move(handler)),
@@ -100,16 +112,34 @@ asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {
     if (ec)
       break;  // closed, timed out or malformed: nothing to answer on this stream
     Request request = parser.release();
-    Response response;
+    Reply reply;
     try {
-      response = co_await handler_(request);
+      reply = co_await handler_(request);
     } catch (const std::exception& e) {
-      response = make_error(request, Status::internal_server_error, "internal", e.what());
+      reply = Reply{};
+      reply.response = make_error(request, Status::internal_server_error, "internal", e.what());
     }
+    Response& response = reply.response;
     response.set(bhttp::field::server, options_.server_name);
     response.prepare_payload();
-    const bool keep_alive = response.keep_alive();
+    if (reply.delivery == Delivery::kHang) {
+      co_await hang(connection, reply.hang_for);
+      break;
+    }
     connection->stream.expires_after(options_.read_timeout);
+    if (reply.delivery == Delivery::kTruncate) {
+      // The head promises the whole body; the client sees the connection end early.
+      bhttp::response_serializer<bhttp::string_body> serializer(response);
+      co_await bhttp::async_write_header(connection->stream, serializer,
+                                         asio::redirect_error(asio::use_awaitable, ec));
+      const std::size_t bytes = std::min(reply.truncate_at, response.body().size());
+      if (!ec && bytes > 0) {
+        co_await asio::async_write(connection->stream, asio::buffer(response.body().data(), bytes),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+      }
+      break;
+    }
+    const bool keep_alive = response.keep_alive();
     co_await bhttp::async_write(connection->stream, response,
                                 asio::redirect_error(asio::use_awaitable, ec));
     if (ec || !keep_alive)
@@ -119,6 +149,20 @@ asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {
   connection->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
   std::lock_guard lock(connections_mutex_);
   connections_.erase(connection);
+}
+
+asio::awaitable<void> Server::hang(std::shared_ptr<Connection> connection,
+                                   std::chrono::milliseconds limit) {
+  // Reading is how a closed peer is noticed; whatever it sends meanwhile is dropped.
+  connection->stream.expires_after(limit);
+  char scratch[4096];
+  for (;;) {
+    boost::system::error_code ec;
+    co_await connection->stream.async_read_some(asio::buffer(scratch),
+                                                asio::redirect_error(asio::use_awaitable, ec));
+    if (ec)
+      co_return;  // closed by the peer, by stop(), or the limit passed
+  }
 }
 
 Response make_response(const Request& request, Status status, std::string body,
