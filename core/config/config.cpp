@@ -627,6 +627,7 @@ Config read_config(const Value& doc) {
   Section metrics = root.child("metrics");
   metrics.read("host", c.metrics.host);
   metrics.read("port", c.metrics.port);
+  metrics.read("refresh_interval_s", c.metrics.refresh_interval_s);
 
   if (c.task_defaults.model.empty()) {
     c.task_defaults.model = c.models.front().name;
