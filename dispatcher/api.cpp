@@ -1,5 +1,6 @@
 #include "dispatcher/api.hpp"
 
+#include <chrono>
 #include <random>
 
 #include "core/adapters/pg/task_store.hpp"
@@ -62,8 +63,9 @@ std::string traceparent_for(std::string_view incoming) {
   return "00-" + random_hex(16) + "-" + random_hex(8) + "-01";
 }
 
-Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler)
-    : config_(config), db_(db), wake_scheduler_(std::move(wake_scheduler)) {
+Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
+         metrics::DispatcherMetrics& metrics)
+    : config_(config), db_(db), wake_scheduler_(std::move(wake_scheduler)), metrics_(metrics) {
   defaults_.model = config.task_defaults.model;
   defaults_.timeout_s = config.task_defaults.timeout_s;
   defaults_.schedule_timeout_s = config.task_defaults.schedule_timeout_s;
@@ -75,14 +77,57 @@ Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wak
   defaults_.max_text_chars = static_cast<std::size_t>(config.dispatcher.max_text_chars);
 }
 
+std::string_view route_template(std::string_view path) {
+  constexpr std::string_view kTaskPrefix = "/v1/tasks/";
+  for (std::string_view fixed : {"/healthz", "/readyz", "/metrics", "/v1/tasks"}) {
+    if (path == fixed)
+      return fixed;
+  }
+  if (path.rfind(kTaskPrefix, 0) == 0 && path.size() > kTaskPrefix.size() &&
+      path.find('/', kTaskPrefix.size()) == std::string_view::npos) {
+    return "/v1/tasks/{id}";
+  }
+  return "unmatched";
+}
+
 asio::awaitable<http::Response> Api::handle(http::Request& request) {
+  const auto started = std::chrono::steady_clock::now();
+  const std::string target(request.target());
+  http::Response response = co_await route(request);
+  metrics_.http_request(
+      route_template(http::target_path(target)), response.result_int(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  co_return response;
+}
+
+asio::awaitable<http::Response> Api::handle_ops(http::Request& request) {
   const std::string target(request.target());
   const std::string path(http::target_path(target));
+  if (auto response = co_await ops(request, path))
+    co_return std::move(*response);
+  co_return http::make_error(request, http::Status::not_found, "not_found",
+                             "this port serves /metrics, /healthz and /readyz");
+}
+
+asio::awaitable<std::optional<http::Response>> Api::ops(http::Request& request,
+                                                        const std::string& path) {
   if (path == "/healthz") {
     co_return http::make_response(request, http::Status::ok, R"({"status":"ok"})");
   }
   if (path == "/readyz")
     co_return co_await ready(request);
+  if (path == "/metrics") {
+    co_return http::make_response(request, http::Status::ok, metrics_.registry().render(),
+                                  std::string(metrics::kContentType));
+  }
+  co_return std::nullopt;
+}
+
+asio::awaitable<http::Response> Api::route(http::Request& request) {
+  const std::string target(request.target());
+  const std::string path(http::target_path(target));
+  if (auto response = co_await ops(request, path))
+    co_return std::move(*response);
   if (path == "/v1/tasks") {
     if (request.method() == bhttp::verb::post)
       co_return co_await submit(request);
@@ -104,11 +149,13 @@ asio::awaitable<http::Response> Api::handle(http::Request& request) {
 asio::awaitable<http::Response> Api::submit(http::Request& request) {
   auto parsed = codec::parse_submission(request.body(), defaults_);
   if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
+    metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
                                violation->message, violation->path.empty() ? "/" : violation->path);
   }
   auto& submission = std::get<codec::Submission>(parsed);
   if (!config_.find_model(submission.spec.model)) {
+    metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
                                "unknown model '" + submission.spec.model + "'", "/model");
   }
@@ -116,6 +163,7 @@ asio::awaitable<http::Response> Api::submit(http::Request& request) {
     for (std::size_t i = 0; i < submission.spec.tools->size(); ++i) {
       const std::string& name = (*submission.spec.tools)[i];
       if (!config_.find_tool(name)) {
+        metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
         co_return http::make_error(request, http::Status::bad_request, "invalid_request",
                                    "unknown tool '" + name + "'", "/tools/" + std::to_string(i));
       }
@@ -128,6 +176,11 @@ asio::awaitable<http::Response> Api::submit(http::Request& request) {
   if (!inserted.ok())
     co_return store_unavailable(request, inserted.error());
   const pg::InsertResult& result = inserted.value();
+  metrics_.task_submitted(
+      metrics::SubmitSource::kHttp,
+      result.outcome == pg::InsertOutcome::kCreated    ? metrics::SubmitOutcome::kAccepted
+      : result.outcome == pg::InsertOutcome::kExisting ? metrics::SubmitOutcome::kDuplicate
+                                                       : metrics::SubmitOutcome::kRejected);
   if (result.outcome == pg::InsertOutcome::kConflict) {
     co_return http::make_error(
         request, http::Status::conflict, "idempotency_conflict",

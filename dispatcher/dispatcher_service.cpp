@@ -11,10 +11,14 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <thread>
 
 #include "core/adapters/kafka/kafka.hpp"
 #include "core/adapters/log.hpp"
+#include "core/adapters/metrics/db_pool_metrics.hpp"
+#include "core/adapters/metrics/dispatcher_metrics.hpp"
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "dispatcher/api.hpp"
@@ -26,8 +30,10 @@ namespace asio = boost::asio;
 namespace {
 // Publishes due outbox rows and deletes the ones the broker confirmed, holding their row
 // locks meanwhile. Runs on its own thread with its own connection: a batch is one
-// transaction that spans the broker round trip. Returns rows published, or -1 on error.
-int relay_once(pqxx::connection& c, kafka::Producer& producer, int batch, int timeout_ms) {
+// transaction that spans the broker round trip. Returns rows published; counts them by
+// topic in `metrics` once the deletion committed.
+int relay_once(pqxx::connection& c, kafka::Producer& producer, int batch, int timeout_ms,
+               metrics::DispatcherMetrics& metrics) {
   pqxx::work tx(c);
   auto rows = tx.exec_params(
       "SELECT id, topic, message_key, payload, coalesce(traceparent, '') FROM outbox "
@@ -37,11 +43,13 @@ int relay_once(pqxx::connection& c, kafka::Producer& producer, int batch, int ti
     return 0;
   std::vector<kafka::OutMessage> messages;
   std::vector<std::int64_t> ids;
+  std::vector<std::string> topics;
   for (const auto& row : rows) {
     kafka::OutMessage m{
         row[1].as<std::string>(), row[2].as<std::string>(), row[3].as<std::string>(), {}};
     if (const auto tp = row[4].as<std::string>(); !tp.empty())
       m.headers.emplace_back("traceparent", tp);
+    topics.push_back(m.topic);
     messages.push_back(std::move(m));
     ids.push_back(row[0].as<std::int64_t>());
   }
@@ -49,17 +57,21 @@ int relay_once(pqxx::connection& c, kafka::Producer& producer, int batch, int ti
       producer.produce_and_wait(std::move(messages), std::chrono::milliseconds(timeout_ms));
   std::string delivered = "{";
   int count = 0;
+  std::map<std::string, int> by_topic;
   for (std::size_t i = 0; i < results.size(); ++i) {
     if (!results[i].ok())
       continue;
     if (count++)
       delivered += ",";
     delivered += std::to_string(ids[i]);
+    ++by_topic[topics[i]];
   }
   delivered += "}";
   if (count)
     tx.exec_params0("DELETE FROM outbox WHERE id = ANY($1::bigint[])", delivered);
   tx.commit();
+  for (const auto& [topic, published] : by_topic)
+    metrics.outbox_published(topic, published);
   return count;
 }
 }  // namespace
@@ -69,11 +81,17 @@ int run_dispatcher(const config::Config& config) {
   pg::DbPool db(config.postgres.url, config.postgres.pool_size,
                 config.postgres.statement_timeout_ms, config.postgres.connect_timeout_s);
   kafka::Producer producer(config.kafka);
+  metrics::MetricsRegistry registry;
+  metrics::DispatcherMetrics metrics(registry, config);
+  metrics::DbPoolMetrics db_metrics(registry);
+  db.set_queue_wait_observer([&](double seconds) { db_metrics.queue_wait(seconds); });
+  registry.add_render_hook([&] { db_metrics.set_pool(db.in_use(), db.size()); });
 
   // The scheduler wakes on its interval, or at once when a task arrives.
   asio::steady_timer scheduler_wake(io);
   std::atomic<bool> stopping{false};
-  Api api(config, db, [&] { asio::post(io, [&] { scheduler_wake.cancel(); }); });
+  Api api(
+      config, db, [&] { asio::post(io, [&] { scheduler_wake.cancel(); }); }, metrics);
 
   // Bind first: a port in use is a start-up error reported before any thread runs.
   http::Server server(io.get_executor(),
@@ -85,6 +103,19 @@ int run_dispatcher(const config::Config& config) {
              "dispatcher listening on http://" + config.dispatcher.http.host + ":" +
                  std::to_string(server.port()));
   std::printf("listening on http://%s:%u\n", config.dispatcher.http.host.c_str(), server.port());
+  // The API port serves /metrics too; metrics.port adds a listener with only the
+  // operations routes, for a scraper that must not reach the API.
+  std::unique_ptr<http::Server> ops_server;
+  if (config.metrics.port != 0) {
+    ops_server = std::make_unique<http::Server>(
+        io.get_executor(),
+        http::ServerOptions{config.metrics.host, static_cast<std::uint16_t>(config.metrics.port)},
+        [&](http::Request& request) { return api.handle_ops(request); });
+    ops_server->start();
+    log::write("info", "dispatcher",
+               "metrics on http://" + config.metrics.host + ":" +
+                   std::to_string(ops_server->port()) + "/metrics");
+  }
   std::fflush(stdout);
 
   asio::co_spawn(
@@ -96,8 +127,11 @@ int run_dispatcher(const config::Config& config) {
                                      config.dispatcher.max_attempts};
         int failures = 0;
         while (!stopping) {
+          const auto started = std::chrono::steady_clock::now();
           auto admitted =
-              co_await db.run([&](pqxx::connection& c) { return pg::schedule_queued(c, pass); });
+              co_await db.run([&](pqxx::connection& c) { return pg::schedule_pass(c, pass); });
+          metrics.scheduler_pass(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
           int wait_ms = config.dispatcher.scheduler_interval_ms;
           if (!admitted.ok()) {
             // Back off on a failing store, up to 5 s, so an outage is not a busy loop.
@@ -105,13 +139,43 @@ int run_dispatcher(const config::Config& config) {
             log::write("warn", "dispatcher", "scheduler: " + admitted.error().message);
           } else {
             failures = 0;
+            const pg::SchedulerReport& report = admitted.value();
+            metrics.set_leader(report.lock_held);
+            metrics.admitted(Priority::kInteractive, report.admitted_interactive);
+            metrics.admitted(Priority::kBatch, report.admitted_batch);
+            metrics.recovered(metrics::RecoveryReason::kLeaseExpired,
+                              report.recovered_lease_expired);
+            metrics.recovered(metrics::RecoveryReason::kRedispatch, report.recovered_redispatch);
+            metrics.recovery_exhausted(report.exhausted);
             // A full batch means more may be waiting: go again without sleeping.
-            if (admitted.value() >= config.dispatcher.scheduler_batch)
+            if (report.messages() >= config.dispatcher.scheduler_batch)
               continue;
           }
           scheduler_wake.expires_after(std::chrono::milliseconds(wait_ms));
           boost::system::error_code ec;
           co_await scheduler_wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        }
+      },
+      asio::detached);
+
+  // The slow gauges: live tasks by status and the due outbox, counted every
+  // metrics.refresh_interval_s.
+  asio::steady_timer refresh_wake(io);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        while (!stopping) {
+          auto counts = co_await db.run([](pqxx::connection& c) {
+            return std::make_pair(pg::count_live_tasks(c), pg::count_due_outbox(c));
+          });
+          if (counts.ok()) {
+            for (const auto& [status, tasks] : counts.value().first)
+              metrics.set_tasks(status, tasks);
+            metrics.set_outbox_backlog(counts.value().second);
+          }
+          refresh_wake.expires_after(std::chrono::seconds(config.metrics.refresh_interval_s));
+          boost::system::error_code ec;
+          co_await refresh_wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         }
       },
       asio::detached);
@@ -127,7 +191,7 @@ int run_dispatcher(const config::Config& config) {
     while (!stopping) {
       auto sent = relay_db.run_blocking([&](pqxx::connection& c) {
         return relay_once(c, producer, config.dispatcher.relay_batch,
-                          config.kafka.delivery_timeout_ms);
+                          config.kafka.delivery_timeout_ms, metrics);
       });
       int wait_ms = config.dispatcher.relay_interval_ms;
       if (!sent.ok()) {
@@ -152,7 +216,10 @@ int run_dispatcher(const config::Config& config) {
     log::write("info", "dispatcher", "stopping");
     stopping = true;
     server.stop();
+    if (ops_server)
+      ops_server->stop();
     scheduler_wake.cancel();
+    refresh_wake.cancel();
     io.stop();
   });
   io.run();

@@ -17,10 +17,13 @@
 #include "core/adapters/http/tool_client.hpp"
 #include "core/adapters/kafka/kafka.hpp"
 #include "core/adapters/log.hpp"
+#include "core/adapters/metrics/db_pool_metrics.hpp"
+#include "core/adapters/metrics/worker_metrics.hpp"
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/domain/offset_tracker.hpp"
+#include "worker/ops_endpoint.hpp"
 #include "worker/task_runner.hpp"
 
 namespace agentfleet::worker {
@@ -48,6 +51,11 @@ int run_worker(const config::Config& config) {
   asio::io_context io(1);
   pg::DbPool db(config.postgres.url, config.worker.db_threads, config.postgres.statement_timeout_ms,
                 config.postgres.connect_timeout_s);
+  metrics::MetricsRegistry registry;
+  metrics::WorkerMetrics worker_metrics(registry, config);
+  metrics::DbPoolMetrics db_metrics(registry);
+  db.set_queue_wait_observer([&](double seconds) { db_metrics.queue_wait(seconds); });
+  registry.add_render_hook([&] { db_metrics.set_pool(db.in_use(), db.size()); });
   kafka::Producer producer(config.kafka);
   http::OpenAiModelClient model(io.get_executor(), config.models);
   http::HttpToolClient tools(io.get_executor(), config.tools);
@@ -62,6 +70,7 @@ int run_worker(const config::Config& config) {
   // behind it), so the group reads it again after a restart or rebalance.
   auto on_done = [&](const kafka::InMessage& message, bool handled) {
     --in_flight;
+    worker_metrics.set_in_flight(in_flight);
     if (!handled) {
       offsets.forget_offset({message.topic, message.partition}, message.offset);
     } else if (auto commit = offsets.finished({message.topic, message.partition}, message.offset)) {
@@ -69,6 +78,7 @@ int run_worker(const config::Config& config) {
     }
     if (!draining && in_flight < static_cast<std::size_t>(config.worker.max_in_flight)) {
       consumer->resume();
+      worker_metrics.set_paused(false);
     }
   };
 
@@ -107,9 +117,12 @@ int run_worker(const config::Config& config) {
     if (draining)
       return;
     ++in_flight;
+    worker_metrics.set_in_flight(in_flight);
     offsets.started({message.topic, message.partition}, message.offset);
-    if (in_flight >= static_cast<std::size_t>(config.worker.max_in_flight))
+    if (in_flight >= static_cast<std::size_t>(config.worker.max_in_flight)) {
       consumer->pause();
+      worker_metrics.set_paused(true);
+    }
     auto parsed = codec::parse_dispatch_message(message.value);
     if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
       dead_letter(message,
@@ -234,7 +247,39 @@ int run_worker(const config::Config& config) {
   consumer->start();
   log::write("info", "worker",
              "worker " + worker_id + " consuming " + config.kafka.topics.dispatch);
+  // /metrics, /healthz, /readyz on their own port; consumer lag refreshed off the io thread.
+  std::unique_ptr<OpsEndpoint> ops;
+  if (config.metrics.port != 0) {
+    ops = std::make_unique<OpsEndpoint>(
+        io.get_executor(),
+        OpsEndpointOptions{config.metrics.host, static_cast<std::uint16_t>(config.metrics.port),
+                           std::chrono::seconds(config.metrics.refresh_interval_s)},
+        registry,
+        [&]() -> asio::awaitable<Readiness> {
+          Readiness readiness;
+          if (draining) {
+            readiness.reason = "draining";
+            co_return readiness;
+          }
+          auto ping = co_await db.run([](pqxx::connection& c) {
+            pqxx::nontransaction tx(c);
+            tx.exec1("SELECT 1");
+            return true;
+          });
+          readiness.ready = ping.ok();
+          if (!ping.ok())
+            readiness.reason = "postgres unreachable: " + ping.error().message;
+          co_return readiness;
+        },
+        [&] {
+          for (const auto& [topic, lag] : consumer->lag(std::chrono::seconds(2)))
+            worker_metrics.set_consumer_lag(topic, lag);
+        });
+    ops->start();
+  }
   io.run();
+  if (ops)
+    ops->stop();
   const bool flushed = producer.flush(std::chrono::seconds(10));
   consumer->stop();
   // Postgres work still queued finishes before the runner and the clients it uses go away.

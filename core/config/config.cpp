@@ -661,6 +661,7 @@ Config read_config(const Value& doc) {
   Section metrics = root.child("metrics");
   metrics.read("host", c.metrics.host);
   metrics.read("port", c.metrics.port);
+  metrics.read("refresh_interval_s", c.metrics.refresh_interval_s);
 
   if (!c.tiers.empty() && c.find_tier(c.task_defaults.tier) == nullptr) {
     throw Problem("/task_defaults/tier",

@@ -176,6 +176,9 @@ struct UserTierLimits {
 struct MetricsConfig {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: no metrics listener
+  // How often the slow gauges are refreshed: the dispatcher's task and outbox counts
+  // (queries), the worker's consumer lag (a broker round trip).
+  int refresh_interval_s = 15;
 };
 
 struct Config {

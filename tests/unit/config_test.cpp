@@ -101,6 +101,7 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
   EXPECT_EQ(c.worker.max_tool_calls_per_step, 5);
   EXPECT_EQ(c.worker.trace_result_chars, 500);
   EXPECT_EQ(c.metrics.port, 0);
+  EXPECT_EQ(c.metrics.refresh_interval_s, 5);
 
   EXPECT_EQ(c.task_defaults.model, "sim-model");
   EXPECT_EQ(c.task_defaults.timeout_s, 30);
@@ -240,6 +241,7 @@ TEST_F(ConfigTest, ProductionExampleLoadsWithItsEnvironment) {
   EXPECT_EQ(c.find_tool("create_item")->url, "https://tools.internal/tools/create_item");
   EXPECT_EQ(c.metrics.port, 9464);
   EXPECT_EQ(c.react.system_prompt, react::builtin_system_prompt());
+  EXPECT_EQ(c.metrics.refresh_interval_s, 15);
 
   // Without its environment it names the first missing variable.
   fake_env().erase("KAFKA_PASSWORD");
@@ -273,6 +275,13 @@ TEST_F(ConfigTest, MinimalConfigGetsTheDefaults) {
   EXPECT_TRUE(c.react.system_prompt.empty());  // the built-in prompt
   EXPECT_EQ(c.react.tool_result_context_chars, 4000);
   EXPECT_EQ(c.metrics.port, 0);
+  EXPECT_EQ(c.metrics.refresh_interval_s, 15);
+}
+
+TEST_F(ConfigTest, MetricsRefreshIntervalIsPositive) {
+  EXPECT_EQ(load(kMinimal + "metrics:\n  refresh_interval_s: 2\n").metrics.refresh_interval_s, 2);
+  EXPECT_CONTAINS(error_of(kMinimal + "metrics:\n  refresh_interval_s: 0\n"),
+                  "/metrics/refresh_interval_s");
 }
 
 TEST_F(ConfigTest, UnknownKeyIsRefusedWithItsPath) {

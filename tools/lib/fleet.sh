@@ -3,7 +3,13 @@
 # tool-sim, the dispatcher and N workers, all on loopback, all under one run folder.
 # Used by tools/quickstart and the integration tests. Source it after common.sh.
 #
-#   fleet_start RUN_DIR BUILD_DIR [WORKERS]   exports AGENTFLEET_* for the config file
+#   fleet_start RUN_DIR BUILD_DIR [WORKERS]   exports AGENTFLEET_* for the config file,
+#                                             AGENTFLEET_URL (the dispatcher's API) and
+#                                             the metrics endpoints:
+#                                             AGENTFLEET_DISPATCHER_METRICS_URL and
+#                                             AGENTFLEET_WORKER_METRICS_URLS (space-separated,
+#                                             worker-1 first), each a base URL serving
+#                                             /metrics, /healthz and /readyz
 #   fleet_stop RUN_DIR                        stops everything fleet_start started
 #   fleet_reset RUN_DIR                       stops it and removes its database and logs
 #
@@ -97,17 +103,37 @@ fleet_start() {
   }
 
   af_log "starting the dispatcher on port $AGENTFLEET_DISPATCHER_PORT and $workers workers"
-  _fleet_spawn "$run_dir" dispatcher "$bin_dispatcher" serve
-  local i
+  # Each process gets its own metrics port (AGENTFLEET_METRICS_PORT, set per process only).
+  local metrics_port i
+  metrics_port=$(af_free_port)
+  AGENTFLEET_DISPATCHER_METRICS_URL="http://127.0.0.1:$metrics_port"
+  AGENTFLEET_METRICS_PORT=$metrics_port _fleet_spawn "$run_dir" dispatcher "$bin_dispatcher" serve
+  local -a worker_ports=()
   for ((i = 1; i <= workers; i++)); do
-    AGENTFLEET_WORKER_ID="worker-$i" _fleet_spawn "$run_dir" "worker-$i" "$bin_worker"
+    metrics_port=$(af_free_port)
+    worker_ports+=("$metrics_port")
+    AGENTFLEET_WORKER_ID="worker-$i" AGENTFLEET_METRICS_PORT=$metrics_port \
+      _fleet_spawn "$run_dir" "worker-$i" "$bin_worker"
   done
   if ! af_wait_port 127.0.0.1 "$AGENTFLEET_DISPATCHER_PORT" 30; then
     af_log "the dispatcher did not start; last lines of its log:"
     tail -n 20 "$run_dir/logs/dispatcher.log" >&2 || true
     return 1
   fi
+  AGENTFLEET_WORKER_METRICS_URLS=""
+  for ((i = 1; i <= workers; i++)); do
+    metrics_port=${worker_ports[i - 1]}
+    if ! af_wait_port 127.0.0.1 "$metrics_port" 30; then
+      af_log "worker-$i did not open its metrics port $metrics_port; last lines of its log:"
+      tail -n 20 "$run_dir/logs/worker-$i.log" >&2 || true
+      return 1
+    fi
+    AGENTFLEET_WORKER_METRICS_URLS+="${AGENTFLEET_WORKER_METRICS_URLS:+ }http://127.0.0.1:$metrics_port"
+  done
   export AGENTFLEET_URL="http://127.0.0.1:$AGENTFLEET_DISPATCHER_PORT"
+  export AGENTFLEET_DISPATCHER_METRICS_URL AGENTFLEET_WORKER_METRICS_URLS
+  af_log "metrics: dispatcher $AGENTFLEET_DISPATCHER_METRICS_URL/metrics, workers" \
+    "$(printf '%s/metrics ' $AGENTFLEET_WORKER_METRICS_URLS)"
 }
 
 # fleet_start_worker RUN_DIR BUILD_DIR NAME: starts one more worker (or restarts a stopped

@@ -4,10 +4,12 @@
 
 #include "core/adapters/log.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 namespace agentfleet::kafka {
 
@@ -353,6 +355,59 @@ void Consumer::commit(const std::string& topic, std::int32_t partition, std::int
 
 void Consumer::pause() {
   want_pause_ = true;
+}
+
+std::vector<std::pair<std::string, std::int64_t>> Consumer::lag(std::chrono::milliseconds timeout) {
+  std::vector<std::pair<std::string, std::int64_t>> by_topic;
+  for (const auto& topic : topics_)
+    by_topic.emplace_back(topic, 0);
+  rd_kafka_topic_partition_list_t* assigned = nullptr;
+  if (rd_kafka_assignment(rk_, &assigned) != RD_KAFKA_RESP_ERR_NO_ERROR || !assigned)
+    return by_topic;
+  const int timeout_ms = static_cast<int>(timeout.count());
+  rd_kafka_position(rk_, assigned);
+  // Partitions this consumer has read nothing from yet: their committed offset instead.
+  rd_kafka_topic_partition_list_t* unread = rd_kafka_topic_partition_list_new(0);
+  for (int i = 0; i < assigned->cnt; ++i) {
+    if (assigned->elems[i].offset < 0) {
+      rd_kafka_topic_partition_list_add(unread, assigned->elems[i].topic,
+                                        assigned->elems[i].partition);
+    }
+  }
+  // When the broker does not answer, such partitions are skipped below.
+  const bool committed_known =
+      unread->cnt > 0 && rd_kafka_committed(rk_, unread, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR;
+  for (int i = 0; i < assigned->cnt; ++i) {
+    const auto& p = assigned->elems[i];
+    std::int64_t position = p.offset;
+    bool known = position >= 0;
+    if (!known && committed_known) {
+      for (int j = 0; j < unread->cnt; ++j) {
+        if (unread->elems[j].partition == p.partition &&
+            std::string_view(unread->elems[j].topic) == p.topic) {
+          position = unread->elems[j].offset;
+          known = true;  // a negative offset here: nothing committed yet
+        }
+      }
+    }
+    if (!known)
+      continue;
+    int64_t low = 0;
+    int64_t high = 0;
+    if (rd_kafka_query_watermark_offsets(rk_, p.topic, p.partition, &low, &high, timeout_ms) !=
+        RD_KAFKA_RESP_ERR_NO_ERROR) {
+      continue;
+    }
+    // Nothing committed: the group starts at the earliest message (auto.offset.reset).
+    const std::int64_t from = position >= 0 ? position : low;
+    for (auto& [topic, sum] : by_topic) {
+      if (topic == p.topic)
+        sum += std::max<std::int64_t>(0, high - from);
+    }
+  }
+  rd_kafka_topic_partition_list_destroy(unread);
+  rd_kafka_topic_partition_list_destroy(assigned);
+  return by_topic;
 }
 void Consumer::resume() {
   want_pause_ = false;

@@ -116,6 +116,11 @@ class Consumer {
   // Stops or restarts fetching on every assigned partition without leaving the group.
   void pause();
   void resume();
+  // Messages not yet read per subscribed topic, summed over the assigned partitions: the
+  // broker's high watermark minus this consumer's position (or its committed offset when
+  // it has read nothing yet). Asks the broker, up to `timeout` per round trip: call it off
+  // the I/O threads. A partition the broker does not answer for counts as 0.
+  std::vector<std::pair<std::string, std::int64_t>> lag(std::chrono::milliseconds timeout);
 
  private:
   void poll_loop();

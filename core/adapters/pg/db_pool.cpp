@@ -40,6 +40,7 @@ Error map_pg_error(const std::exception& e) {
 
 DbPool::DbPool(std::string url, int threads, int statement_timeout_ms, int connect_timeout_s)
     : url_(std::move(url)),
+      threads_(threads),
       statement_timeout_ms_(statement_timeout_ms),
       connect_timeout_s_(connect_timeout_s),
       pool_(static_cast<std::size_t>(threads)) {}

@@ -5,12 +5,17 @@
 // executor. libpqxx exceptions are mapped to Error values here, in one place.
 //
 // Thread-safety: run() may be called from any thread. Destruction joins the threads.
+// For the metrics: in_use() and size(), and an observer of how long each run() waited
+// for a thread (set it before the first run()).
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <pqxx/pqxx>
 
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <string>
 #include <type_traits>
 
@@ -30,13 +35,27 @@ class DbPool {
   DbPool(const DbPool&) = delete;
   DbPool& operator=(const DbPool&) = delete;
 
+  int size() const { return threads_; }
+  int in_use() const { return in_use_.load(std::memory_order_relaxed); }
+  void set_queue_wait_observer(std::function<void(double seconds)> observer) {
+    queue_wait_observer_ = std::move(observer);
+  }
+
   template <typename F>
   auto run(F f) -> boost::asio::awaitable<Result<std::invoke_result_t<F, pqxx::connection&>>> {
     using R = std::invoke_result_t<F, pqxx::connection&>;
+    const auto queued = std::chrono::steady_clock::now();
     co_return co_await boost::asio::co_spawn(
         pool_.get_executor(),
-        [this, fn = std::move(f)]() mutable -> boost::asio::awaitable<Result<R>> {
-          co_return run_here<R>(fn);
+        [this, fn = std::move(f), queued]() mutable -> boost::asio::awaitable<Result<R>> {
+          if (queue_wait_observer_) {
+            queue_wait_observer_(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - queued).count());
+          }
+          ++in_use_;
+          Result<R> result = run_here<R>(fn);
+          --in_use_;
+          co_return result;
         },
         boost::asio::use_awaitable);
   }
@@ -75,6 +94,9 @@ class DbPool {
   static void backoff(int attempt);
 
   std::string url_;
+  int threads_;
+  std::atomic<int> in_use_{0};
+  std::function<void(double)> queue_wait_observer_;
   int statement_timeout_ms_;
   int connect_timeout_s_;
   boost::asio::thread_pool pool_;

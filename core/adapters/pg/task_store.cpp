@@ -106,7 +106,8 @@ std::optional<std::string> task_json(pqxx::connection& c, const std::string& tas
 }
 
 namespace {
-// Marks the rows `picked` (a query of task_id) dispatched and writes their dispatch messages.
+// Marks the rows `picked` (a query of task_id and status) dispatched and writes their
+// dispatch messages. Returns, per row, the status it was picked in and its priority.
 std::string dispatch_statement(const std::string& picked, const std::string& extra_set) {
   return R"SQL(
 WITH picked AS ()SQL" +
@@ -115,17 +116,19 @@ WITH picked AS ()SQL" +
   UPDATE tasks t SET status = 'dispatched', dispatched_at = now())SQL" +
          extra_set + R"SQL(
   FROM picked WHERE t.task_id = picked.task_id
-  RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at
+  RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, picked.status AS was
+), sent AS (
+  INSERT INTO outbox (topic, message_key, payload, traceparent)
+  SELECT $2, m.user_id,
+         jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
+                            'priority', m.priority,
+                            'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
+                                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
+         m.traceparent
+  FROM marked m
+  RETURNING id
 )
-INSERT INTO outbox (topic, message_key, payload, traceparent)
-SELECT $2, m.user_id,
-       jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
-                          'priority', m.priority,
-                          'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
-                                                   'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
-       m.traceparent
-FROM marked m
-RETURNING id)SQL";
+SELECT was, priority FROM marked)SQL";
 }
 }  // namespace
 
@@ -170,10 +173,10 @@ RETURNING task_id::text, user_id, coalesce(batch_id, ''), error, attempt, steps,
 }
 }  // namespace
 
-int schedule_queued(pqxx::connection& c, const SchedulerPass& pass) {
+SchedulerReport schedule_pass(pqxx::connection& c, const SchedulerPass& pass) {
   // Built once: the statement texts do not depend on the arguments.
   static const std::string kRecover = dispatch_statement(R"SQL(
-  SELECT task_id FROM tasks
+  SELECT task_id, status FROM tasks
   WHERE (status = 'running' AND lease_until < now() AND attempt - releases < $4)
      OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3))
   ORDER BY created_at
@@ -183,21 +186,58 @@ int schedule_queued(pqxx::connection& c, const SchedulerPass& pass) {
   // Interactive before batch, oldest first. Fairness and limits arrive with the scheduler
   // proper; the shape (lock, pick, mark, outbox, one transaction) stays.
   static const std::string kAdmit = dispatch_statement(R"SQL(
-  SELECT task_id FROM tasks
+  SELECT task_id, status FROM tasks
   WHERE status = 'queued'
   ORDER BY (priority = 'batch'), created_at
   LIMIT $1
   FOR UPDATE SKIP LOCKED)SQL",
                                                        "");
+  SchedulerReport report;
   pqxx::work tx(c);
   if (!tx.exec1("SELECT pg_try_advisory_xact_lock(7311001)")[0].as<bool>())
-    return -1;
-  const int failed = fail_exhausted(tx, pass);
+    return report;
+  report.lock_held = true;
+  report.exhausted = fail_exhausted(tx, pass);
   auto recovered = tx.exec_params(kRecover, pass.limit, pass.dispatch_topic,
                                   pass.redispatch_after_s, pass.max_attempts);
   auto admitted = tx.exec_params(kAdmit, pass.limit, pass.dispatch_topic);
   tx.commit();
-  return failed + static_cast<int>(recovered.size() + admitted.size());
+  for (const auto& row : recovered) {
+    ++(row[0].as<std::string>() == "running" ? report.recovered_lease_expired
+                                             : report.recovered_redispatch);
+  }
+  for (const auto& row : admitted) {
+    ++(row[1].as<std::string>() == "batch" ? report.admitted_batch : report.admitted_interactive);
+  }
+  return report;
+}
+
+int schedule_queued(pqxx::connection& c, const SchedulerPass& pass) {
+  const SchedulerReport report = schedule_pass(c, pass);
+  return report.lock_held ? report.messages() : -1;
+}
+
+std::vector<std::pair<TaskStatus, std::int64_t>> count_live_tasks(pqxx::connection& c) {
+  pqxx::read_transaction tx(c);
+  std::vector<std::pair<TaskStatus, std::int64_t>> counts;
+  for (TaskStatus status : {TaskStatus::kQueued, TaskStatus::kDispatched, TaskStatus::kRunning})
+    counts.emplace_back(status, 0);
+  auto rows = tx.exec(
+      "SELECT status, count(*) FROM tasks WHERE status IN ('queued', 'dispatched', 'running') "
+      "GROUP BY status");
+  for (const auto& row : rows) {
+    const auto status = parse_task_status(row[0].as<std::string>());
+    for (auto& [known, count] : counts) {
+      if (status && *status == known)
+        count = row[1].as<std::int64_t>();
+    }
+  }
+  return counts;
+}
+
+std::int64_t count_due_outbox(pqxx::connection& c) {
+  pqxx::read_transaction tx(c);
+  return tx.exec1("SELECT count(*) FROM outbox WHERE publish_after <= now()")[0].as<std::int64_t>();
 }
 
 Claim claim_task(pqxx::connection& c, const std::string& task_id, const std::string& worker_id,

@@ -52,6 +52,27 @@ struct SchedulerPass {
 };
 int schedule_queued(pqxx::connection& c, const SchedulerPass& pass);
 
+// The same pass, saying what it did (for the metrics).
+struct SchedulerReport {
+  bool lock_held = false;  // false: another scheduler holds the lock; nothing was done
+  int exhausted = 0;       // running tasks ended failed after max_attempts
+  int recovered_lease_expired = 0;
+  int recovered_redispatch = 0;  // dispatched but unclaimed for redispatch_after_s
+  int admitted_interactive = 0;
+  int admitted_batch = 0;
+  // Outbox messages written (result events of exhausted tasks, and dispatch messages).
+  int messages() const {
+    return exhausted + recovered_lease_expired + recovered_redispatch + admitted_interactive +
+           admitted_batch;
+  }
+};
+SchedulerReport schedule_pass(pqxx::connection& c, const SchedulerPass& pass);
+
+// Tasks in each live status (queued, dispatched, running; zero when none), for the metrics.
+std::vector<std::pair<TaskStatus, std::int64_t>> count_live_tasks(pqxx::connection& c);
+// Outbox rows due for publishing (publish_after passed) and not yet published.
+std::int64_t count_due_outbox(pqxx::connection& c);
+
 struct OutboxRow {
   std::int64_t id = 0;
   std::string topic;

@@ -1,0 +1,83 @@
+#include "worker/ops_endpoint.hpp"
+
+#include "core/adapters/log.hpp"
+
+namespace agentfleet::worker {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+
+OpsEndpoint::OpsEndpoint(asio::any_io_executor executor, OpsEndpointOptions options,
+                         metrics::MetricsRegistry& registry, ReadinessCheck readiness,
+                         Refresh refresh)
+    : options_(std::move(options)),
+      registry_(registry),
+      readiness_(std::move(readiness)),
+      refresh_(std::move(refresh)),
+      server_(executor, http::ServerOptions{options_.host, options_.port},
+              [this](http::Request& request) { return handle(request); }) {}
+
+OpsEndpoint::~OpsEndpoint() {
+  stop();
+}
+
+void OpsEndpoint::start() {
+  server_.start();
+  log::write(
+      "info", "worker",
+      "metrics on http://" + options_.host + ":" + std::to_string(server_.port()) + "/metrics");
+  if (!refresh_)
+    return;
+  refresher_ = std::thread([this] {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      lock.unlock();
+      try {
+        refresh_();
+      } catch (const std::exception& e) {
+        log::warn("worker", std::string("metrics refresh: ") + e.what());
+      }
+      lock.lock();
+      wake_.wait_for(lock, options_.refresh_interval, [this] { return stopping_; });
+    }
+  });
+}
+
+void OpsEndpoint::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  server_.stop();
+  if (refresher_.joinable())
+    refresher_.join();
+}
+
+asio::awaitable<http::Response> OpsEndpoint::handle(http::Request& request) {
+  const std::string target(request.target());
+  const std::string path(http::target_path(target));
+  if (request.method() != bhttp::verb::get && request.method() != bhttp::verb::head) {
+    co_return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
+                               "use GET");
+  }
+  if (path == "/metrics") {
+    co_return http::make_response(request, http::Status::ok, registry_.render(),
+                                  std::string(metrics::kContentType));
+  }
+  if (path == "/healthz") {
+    // Answered on the worker's io_context: reaching here means its loop is turning.
+    co_return http::make_response(request, http::Status::ok, R"({"status":"ok"})");
+  }
+  if (path == "/readyz") {
+    const Readiness readiness = co_await readiness_();
+    if (!readiness.ready) {
+      co_return http::make_error(request, http::Status::service_unavailable, "not_ready",
+                                 readiness.reason);
+    }
+    co_return http::make_response(request, http::Status::ok, R"({"status":"ready"})");
+  }
+  co_return http::make_error(request, http::Status::not_found, "not_found", "no route " + path);
+}
+
+}  // namespace agentfleet::worker
