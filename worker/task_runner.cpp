@@ -115,13 +115,14 @@ void log_line(const char* level, const std::string& task_id, const std::string& 
 
 TaskRunner::TaskRunner(const config::Config& config, std::string worker_id,
                        ports::ModelClient& model, ports::ToolClient& tools, pg::DbPool& db,
-                       kafka::Producer& producer)
+                       kafka::Producer& producer, metrics::WorkerMetrics& metrics)
     : config_(config),
       worker_id_(std::move(worker_id)),
       model_(model),
       tools_(tools),
       db_(db),
       producer_(producer),
+      metrics_(metrics),
       prices_(make_price_table(config.billing)),
       markers_(make_markers(config.react.markers)) {
   for (const auto& tool : config.tools) {
@@ -188,6 +189,7 @@ struct TaskRunner::Run {
   std::string traceparent;
   pg::ClaimedTask claimed;
   Clock::time_point deadline;
+  Clock::time_point claimed_at;
   std::shared_ptr<Control> control = std::make_shared<Control>();
   std::shared_ptr<const std::vector<ports::ToolSchema>> schemas;
   std::set<std::string> permitted;  // tools the user's permission level allows
@@ -205,13 +207,20 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string tra
   });
   if (!claim.ok()) {
     log_line("error", run.task_id, "", 0, "claim failed: " + claim.error().message);
+    metrics_.claim(metrics::ClaimOutcome::kStoreUnavailable);
     co_return RunOutcome::kStoreUnavailable;
   }
   if (claim.value().outcome == pg::ClaimOutcome::kUnknown)
     co_return RunOutcome::kUnknownTask;
-  if (claim.value().outcome != pg::ClaimOutcome::kClaimed)
+  if (claim.value().outcome != pg::ClaimOutcome::kClaimed) {
+    metrics_.claim(metrics::ClaimOutcome::kSkipped);
     co_return RunOutcome::kSkipped;  // terminal, or leased elsewhere
+  }
   run.claimed = std::move(*claim.value().task);
+  run.claimed_at = Clock::now();
+  metrics_.claim(metrics::ClaimOutcome::kClaimed);
+  if (run.claimed.attempt == 1)
+    metrics_.queue_wait(run.claimed.spec.priority, run.claimed.queued_ms / 1000.0);
   run.deadline = Clock::now() + std::chrono::milliseconds(run.claimed.remaining_ms);
   {
     std::lock_guard lock(leases_mutex_);
@@ -413,6 +422,8 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     const ModelReply& answer = reply->value();
     const auto now = std::chrono::system_clock::now();
     const billing::Money cost = prices_.cost(spec.model, answer.usage, now);
+    metrics_.tokens(spec.model, answer.usage);
+    metrics_.cost(spec.model, cost.currency, cost.micros);
     pg::LedgerRow ledger{
         spec.user_id, spec.batch_id, spec.model, answer.usage, billing::format_micros(cost.micros),
         cost.currency};
@@ -537,6 +548,7 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
     if (!codec::parse_json(args, slot.call.arguments) || !args.IsObject()) {
       slot.outcome.observation.content =
           react::tool_error_json("invalid_arguments", "arguments must be a JSON object");
+      metrics_.tool_call(slot.call.name, metrics::ToolOutcome::kInvalidArguments, 0);
       continue;
     }
     auto schema = argument_schemas_.find(slot.call.name);
@@ -546,6 +558,7 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
             "invalid_arguments",
             (violation->path.empty() ? std::string("arguments") : violation->path) + ": " +
                 violation->message);
+        metrics_.tool_call(slot.call.name, metrics::ToolOutcome::kInvalidArguments, 0);
         continue;
       }
     }
@@ -572,21 +585,28 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
           run.task_id + ":" + std::to_string(step) + ":" + std::to_string(slot.index),
           run.deadline,
           run.traceparent};
-      asio::co_spawn(executor, tools_.call(std::move(invocation)),
-                     [batch, i](std::exception_ptr error, ports::ToolOutcome out) {
-                       Slot& done = batch->slots[i];
-                       if (error) {
-                         out.observation.ok = false;
-                         out.observation.content =
-                             react::tool_error_json("internal", "tool call failed");
-                       }
-                       out.observation.call_id = done.call.id;
-                       out.observation.tool = done.call.name;
-                       done.outcome = std::move(out);
-                       done.done = true;
-                       if (--batch->pending == 0 && batch->waiter != nullptr)
-                         batch->waiter->cancel();
-                     });
+      asio::co_spawn(
+          executor, tools_.call(std::move(invocation)),
+          [batch, i, &metrics = metrics_](std::exception_ptr error, ports::ToolOutcome out) {
+            Slot& done = batch->slots[i];
+            if (error) {
+              out.observation.ok = false;
+              out.observation.content = react::tool_error_json("internal", "tool call failed");
+            }
+            const bool timed_out = !out.observation.ok &&
+                                   out.observation.content.find("\"timeout\"") != std::string::npos;
+            metrics.tool_call(done.call.name,
+                              out.observation.ok ? metrics::ToolOutcome::kOk
+                              : timed_out        ? metrics::ToolOutcome::kTimeout
+                                                 : metrics::ToolOutcome::kError,
+                              std::chrono::duration<double>(out.latency).count());
+            out.observation.call_id = done.call.id;
+            out.observation.tool = done.call.name;
+            done.outcome = std::move(out);
+            done.done = true;
+            if (--batch->pending == 0 && batch->waiter != nullptr)
+              batch->waiter->cancel();
+          });
     }
     batch->waiter = &timer;
     run.control->waiting = &timer;
@@ -632,6 +652,7 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
     observations.push_back(o);
   }
   for (const ToolObservation& refused : calls.refused) {
+    metrics_.tool_call(refused.tool, metrics::ToolOutcome::kRefused, 0);
     w.StartObject();
     w.Key("call_id");
     w.String(refused.call_id.c_str());
@@ -691,6 +712,8 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   if (!finished.value().ok())
     co_return RunOutcome::kLeaseLost;
   const std::int64_t outbox_id = finished.value().value();
+  metrics_.task_finished(status, result ? std::optional(result->type) : std::nullopt,
+                         std::chrono::duration<double>(Clock::now() - run.claimed_at).count());
   log_line("info", run.task_id, spec.user_id, run.claimed.attempt,
            std::string("finished ") + std::string(to_string(status)) +
                (result ? std::string(" ") + std::string(to_string(result->type)) : std::string()));

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/adapters/kafka/kafka.hpp"
+#include "core/adapters/metrics/worker_metrics.hpp"
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/billing/price_table.hpp"
 #include "core/codec/json_schema.hpp"
@@ -48,7 +49,8 @@ std::string_view to_string(RunOutcome outcome);
 class TaskRunner {
  public:
   TaskRunner(const config::Config& config, std::string worker_id, ports::ModelClient& model,
-             ports::ToolClient& tools, pg::DbPool& db, kafka::Producer& producer);
+             ports::ToolClient& tools, pg::DbPool& db, kafka::Producer& producer,
+             metrics::WorkerMetrics& metrics);
 
   boost::asio::awaitable<RunOutcome> run(std::string task_id, std::string traceparent);
 
@@ -92,6 +94,7 @@ class TaskRunner {
   ports::ToolClient& tools_;
   pg::DbPool& db_;
   kafka::Producer& producer_;
+  metrics::WorkerMetrics& metrics_;
   billing::PriceTable prices_;
   react::ResultMarkers markers_;
   std::map<std::string, std::shared_ptr<codec::CompiledSchema>> argument_schemas_;

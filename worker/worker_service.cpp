@@ -59,7 +59,7 @@ int run_worker(const config::Config& config) {
   kafka::Producer producer(config.kafka);
   http::OpenAiModelClient model(io.get_executor(), config.models);
   http::HttpToolClient tools(io.get_executor(), config.tools);
-  TaskRunner runner(config, worker_id, model, tools, db, producer);
+  TaskRunner runner(config, worker_id, model, tools, db, producer, worker_metrics);
 
   OffsetTracker offsets;  // touched only on the io thread
   std::size_t in_flight = 0;
@@ -84,7 +84,9 @@ int run_worker(const config::Config& config) {
 
   // Bad input never blocks a partition: it goes to the dead-letter topic with the reason
   // and where it came from; the offset moves on once the dead letter is stored.
-  auto dead_letter = [&](const kafka::InMessage& message, const std::string& reason) {
+  auto dead_letter = [&](const kafka::InMessage& message, metrics::DeadLetterReason kind,
+                         const std::string& reason) {
+    worker_metrics.dead_letter(kind);
     log::write("warn", "worker", "dead letter: " + reason,
                {{"topic", message.topic},
                 {"partition", std::to_string(message.partition)},
@@ -125,8 +127,13 @@ int run_worker(const config::Config& config) {
     }
     auto parsed = codec::parse_dispatch_message(message.value);
     if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
-      dead_letter(message,
-                  "invalid dispatch message at '" + violation->path + "': " + violation->message);
+      // The codec reports unparsable text at the root with "invalid JSON".
+      const bool not_json =
+          violation->path.empty() && violation->message.rfind("invalid JSON", 0) == 0;
+      dead_letter(
+          message,
+          not_json ? metrics::DeadLetterReason::kNotJson : metrics::DeadLetterReason::kSchema,
+          "invalid dispatch message at '" + violation->path + "': " + violation->message);
       return;
     }
     const auto& dispatch = std::get<codec::DispatchMessage>(parsed);
@@ -136,7 +143,8 @@ int run_worker(const config::Config& config) {
           if (error)
             outcome = RunOutcome::kStoreUnavailable;
           if (outcome == RunOutcome::kUnknownTask) {
-            dead_letter(message, "unknown task " + task_id);
+            dead_letter(message, metrics::DeadLetterReason::kUnknownTask,
+                        "unknown task " + task_id);
             return;
           }
           if (outcome == RunOutcome::kStoreUnavailable) {
@@ -144,6 +152,8 @@ int run_worker(const config::Config& config) {
             log::warn("worker", "left for lease recovery",
                       {{"task_id", task_id}, {"user_id", message.key}});
           }
+          if (outcome == RunOutcome::kLeaseLost)
+            worker_metrics.lease_lost();
           on_done(message, true);
         });
   };

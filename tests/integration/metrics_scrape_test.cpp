@@ -41,11 +41,14 @@ std::map<std::string, std::string> fleet_env() {
   return env;
 }
 
+// The fixture's comma-separated URL lists.
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> parts;
   std::istringstream in(text);
-  for (std::string part; in >> part;)
-    parts.push_back(part);
+  for (std::string part; std::getline(in, part, ',');) {
+    if (!part.empty())
+      parts.push_back(part);
+  }
   return parts;
 }
 

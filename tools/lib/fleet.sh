@@ -7,7 +7,7 @@
 #                                             AGENTFLEET_URL (the dispatcher's API) and
 #                                             the metrics endpoints:
 #                                             AGENTFLEET_DISPATCHER_METRICS_URL and
-#                                             AGENTFLEET_WORKER_METRICS_URLS (space-separated,
+#                                             AGENTFLEET_WORKER_METRICS_URLS (comma-separated,
 #                                             worker-1 first), each a base URL serving
 #                                             /metrics, /healthz and /readyz
 #   fleet_stop RUN_DIR                        stops everything fleet_start started
@@ -128,19 +128,20 @@ fleet_start() {
       tail -n 20 "$run_dir/logs/worker-$i.log" >&2 || true
       return 1
     fi
-    AGENTFLEET_WORKER_METRICS_URLS+="${AGENTFLEET_WORKER_METRICS_URLS:+ }http://127.0.0.1:$metrics_port"
+    AGENTFLEET_WORKER_METRICS_URLS+="${AGENTFLEET_WORKER_METRICS_URLS:+,}http://127.0.0.1:$metrics_port"
   done
   export AGENTFLEET_URL="http://127.0.0.1:$AGENTFLEET_DISPATCHER_PORT"
   export AGENTFLEET_DISPATCHER_METRICS_URL AGENTFLEET_WORKER_METRICS_URLS
   af_log "metrics: dispatcher $AGENTFLEET_DISPATCHER_METRICS_URL/metrics, workers" \
-    "$(printf '%s/metrics ' $AGENTFLEET_WORKER_METRICS_URLS)"
+    "$(printf '%s/metrics ' ${AGENTFLEET_WORKER_METRICS_URLS//,/ })"
 }
 
 # fleet_start_worker RUN_DIR BUILD_DIR NAME: starts one more worker (or restarts a stopped
 # one) in the running fleet; its id and log are NAME. Sets FLEET_LAST_PID.
 fleet_start_worker() {
   local run_dir=$1 build_dir=$2 name=$3
-  AGENTFLEET_WORKER_ID="$name" _fleet_spawn "$run_dir" "$name" "$build_dir/worker/agentfleet-worker"
+  AGENTFLEET_WORKER_ID="$name" AGENTFLEET_METRICS_PORT=$(af_free_port) \
+    _fleet_spawn "$run_dir" "$name" "$build_dir/worker/agentfleet-worker"
   FLEET_LAST_PID=$!
 }
 

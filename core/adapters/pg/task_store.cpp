@@ -259,7 +259,8 @@ SELECT t.user_id, t.text, t.model, array_to_json(t.tools)::text, t.timeout_s,
        t.metadata->>'locale', t.attempt,
        (extract(epoch FROM t.deadline_at - now()) * 1000)::bigint, t.cancel_requested,
        (t.attempt = 1 AND now() - t.created_at > make_interval(secs => t.schedule_timeout_s)),
-       coalesce(u.tier, ''), coalesce(u.tool_permission, '')
+       coalesce(u.tier, ''), coalesce(u.tool_permission, ''),
+       (extract(epoch FROM now() - t.created_at) * 1000)::bigint
 FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
 )SQL",
                              task_id, worker_id, lease_s);
@@ -299,6 +300,7 @@ FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
   claimed.schedule_expired = !r[16].is_null() && r[16].as<bool>();
   claimed.user_tier = r[17].as<std::string>();
   claimed.user_tool_permission = r[18].as<std::string>();
+  claimed.queued_ms = r[19].as<std::int64_t>();
   auto steps = tx.exec_params(
       "SELECT step, model_reply::text, coalesce(observations::text, '') FROM task_steps "
       "WHERE task_id = $1::uuid ORDER BY step",

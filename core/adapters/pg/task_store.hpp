@@ -97,6 +97,7 @@ struct ClaimedTask {
   std::string user_tier;
   std::string user_tool_permission;
   std::int64_t remaining_ms = 0;  // until the deadline (may be <= 0)
+  std::int64_t queued_ms = 0;     // from submission to this claim
   bool cancel_requested = false;
   bool schedule_expired = false;  // waited longer than schedule_timeout_s before running
   std::vector<StepRecord> steps;  // checkpoints of earlier attempts, in order
