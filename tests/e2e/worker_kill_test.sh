@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
 # SIGKILL of a worker that holds running tasks loses nothing (invariant 1), bills no model
-# call twice (3) and repeats no tool side effect (4). The fleet is this test's own: a slow
-# model (300 ms a call) so tasks are mid-flight when the worker dies, and a 4 s lease so the
-# dispatcher's recovery re-dispatches them quickly; the survivor resumes them from their
-# checkpoints with the same idempotency keys.
+# call twice (3) and repeats no tool side effect (4). The fleet is this test's own, with a
+# 4 s lease so the dispatcher's recovery re-dispatches quickly; the survivor resumes the
+# tasks from their checkpoints with the same idempotency keys.
+#   worker_kill_test.sh BUILD_DIR RUN_DIR model   the kill lands while tasks wait on a slow
+#                                                 model (300 ms a call)
+#   worker_kill_test.sh BUILD_DIR RUN_DIR tool    the kill lands while tool calls are in
+#                                                 flight (1.5 s each), so resumed steps
+#                                                 re-send them with their original keys
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build_dir=$1
 run_dir=$2
-export AF_LOG_TAG=worker-kill-test
+mode=${3:-model}
+export AF_LOG_TAG=worker-kill-test-$mode
 source "$root/tools/lib/common.sh"
 source "$root/tools/lib/fleet.sh"
 
-export LLM_SIM_LATENCY_MS=300 AGENTFLEET_LEASE_S=4 AGENTFLEET_HEARTBEAT_S=1
+export AGENTFLEET_LEASE_S=4 AGENTFLEET_HEARTBEAT_S=1
+case "$mode" in
+  model) export LLM_SIM_LATENCY_MS=300 ;;
+  tool) export LLM_SIM_LATENCY_MS=50 TOOL_SIM_LATENCY=fixed:1500 ;;
+  *) echo "usage: worker_kill_test.sh BUILD_DIR RUN_DIR model|tool" >&2; exit 2 ;;
+esac
 fleet_reset "$run_dir"
 trap 'fleet_stop "$run_dir"' EXIT
 fleet_start "$run_dir" "$build_dir" 2
@@ -37,11 +47,18 @@ for ((i = 0; i < tasks; i++)); do
   [[ "$code" == 201 ]] || fail "submit $i answered $code"
 done
 
-# Kill the worker running the most tasks, as soon as it runs some.
+# Kill the worker running the most tasks, as soon as it runs some (in tool mode: as soon as
+# some of its tasks have a checkpointed model step whose tool calls have not finished).
+if [[ "$mode" == tool ]]; then
+  in_flight_where="status = 'running' AND EXISTS (SELECT 1 FROM task_steps s
+    WHERE s.task_id = tasks.task_id AND s.observations IS NULL)"
+else
+  in_flight_where="status = 'running'"
+fi
 deadline=$(($(af_now_ms) + 30000))
 victim=""
 while [[ -z "$victim" ]]; do
-  victim=$(psql_q "SELECT worker_id FROM tasks WHERE status = 'running'
+  victim=$(psql_q "SELECT worker_id FROM tasks WHERE $in_flight_where
                    GROUP BY worker_id ORDER BY count(*) DESC LIMIT 1")
   if [[ -z "$victim" ]]; then
     (($(af_now_ms) < deadline)) || fail "no task started running"
@@ -49,9 +66,12 @@ while [[ -z "$victim" ]]; do
   fi
 done
 held=$(psql_q "SELECT count(*) FROM tasks WHERE status = 'running' AND worker_id = '$victim'")
+in_tools=$(psql_q "SELECT count(*) FROM tasks WHERE $in_flight_where AND worker_id = '$victim'
+                   AND EXISTS (SELECT 1 FROM task_steps s WHERE s.task_id = tasks.task_id
+                               AND s.observations IS NULL)")
 pid=$(awk -v name="$victim" '$2 == name {print $1}' "$run_dir/pids")
 kill -KILL "$pid"
-af_log "killed $victim (pid $pid) while it ran $held tasks"
+af_log "killed $victim (pid $pid) while it ran $held tasks, $in_tools of them in tool calls"
 
 deadline=$(($(af_now_ms) + 120000))
 while :; do
@@ -91,5 +111,13 @@ events=$(timeout 30 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.resu
   grep -o '"task_id":"[0-9a-f-]*"' | sort -u | wc -l)
 ((events == tasks)) || fail "result events for $events of $tasks tasks"
 
-echo "worker kill: $held tasks held by the killed worker, $resumed resumed, all $tasks succeeded;"
+if [[ "$mode" == tool ]]; then
+  # The resumed steps re-sent their calls with the original keys; a call that had reached
+  # tool-sim before the kill was answered from its idempotency record, not run again.
+  replays=$(sed -n 's/.*"duplicates":\([0-9]*\).*/\1/p' <<<"$stats")
+  ((in_tools > 0)) || fail "no tool call was in flight at the kill"
+  echo "worker kill during tool calls: $in_tools tasks were in tool calls; tool-sim replayed" \
+    "${replays:-?} calls by their idempotency keys"
+fi
+echo "worker kill ($mode): $held tasks held by the killed worker, $resumed resumed, all $tasks succeeded;"
 echo "  ledger rows = model calls, $created todos for $tasks tasks; tool-sim: $stats"

@@ -10,6 +10,11 @@
 #                                             AGENTFLEET_WORKER_METRICS_URLS (comma-separated,
 #                                             worker-1 first), each a base URL serving
 #                                             /metrics, /healthz and /readyz
+#   fleet_start_worker RUN_DIR BUILD_DIR NAME  one more worker in the running fleet
+#
+# Knobs (environment): LLM_SIM_LATENCY_MS (each model answer), TOOL_SIM_LATENCY (a
+# distribution such as fixed:1500, each tool call), AGENTFLEET_LEASE_S,
+# AGENTFLEET_HEARTBEAT_S, AGENTFLEET_MAX_IN_FLIGHT, AGENTFLEET_SHUTDOWN_GRACE_S.
 #   fleet_stop RUN_DIR                        stops everything fleet_start started
 #   fleet_reset RUN_DIR                       stops it and removes its database and logs
 #
@@ -85,7 +90,7 @@ fleet_start() {
   _fleet_spawn "$run_dir" llm-sim "$bin_llm" --scenarios "$AF_ROOT/config/llm-sim-scenarios.yaml" \
     --port-file "$run_dir/llm-sim.port" ${LLM_SIM_LATENCY_MS:+--latency-ms "$LLM_SIM_LATENCY_MS"}
   _fleet_spawn "$run_dir" tool-sim "$bin_tool" --seed "$AF_ROOT/config/tool-sim-seed.yaml" \
-    --port-file "$run_dir/tool-sim.port"
+    --port-file "$run_dir/tool-sim.port" ${TOOL_SIM_LATENCY:+--latency "$TOOL_SIM_LATENCY"}
   _fleet_wait_file "$run_dir/llm-sim.port" llm-sim "$run_dir"
   _fleet_wait_file "$run_dir/tool-sim.port" tool-sim "$run_dir"
   LLM_SIM_PORT=$(cat "$run_dir/llm-sim.port")

@@ -1,0 +1,250 @@
+// agentfleet-loadgen: submits N tasks to a running fleet over its HTTP API, as fast as C
+// concurrent submitters allow, watches Postgres while they run, and prints what it saw:
+// submission rate, the most tasks running at once, throughput, and run-time and queue-wait
+// percentiles. Exit 0 when every task reached a terminal status within the time limit.
+//
+//   agentfleet-loadgen --url http://127.0.0.1:8080 --pg postgresql://... --tasks 2000
+//       [--users 50] [--text "bench: steps=2 calls=1"] [--concurrency 32]
+//       [--task-timeout-s 120] [--limit-s 300] [--sample-ms 100] [--key-prefix load]
+//
+// The figures of the last line are JSON, for scripts.
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <pqxx/pqxx>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "core/adapters/http/client.hpp"
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  std::string url;
+  std::string pg;
+  int tasks = 2000;
+  int users = 50;
+  std::string text = "bench: steps=2 calls=1";
+  int concurrency = 32;
+  int task_timeout_s = 120;
+  int limit_s = 300;
+  int sample_ms = 100;
+  std::string key_prefix = "load";
+};
+
+[[noreturn]] void usage(const char* problem) {
+  std::fprintf(stderr,
+               "agentfleet-loadgen: %s\n"
+               "usage: agentfleet-loadgen --url URL --pg PGURL [--tasks N] [--users N] "
+               "[--text TEXT] [--concurrency N] [--task-timeout-s N] [--limit-s N] "
+               "[--sample-ms N] [--key-prefix P]\n",
+               problem);
+  std::exit(2);
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h")
+      usage("help");
+    if (i + 1 >= argc)
+      usage(("missing value for " + arg).c_str());
+    const std::string value = argv[++i];
+    auto number = [&](int& out) {
+      char* end = nullptr;
+      const long v = std::strtol(value.c_str(), &end, 10);
+      if (*end != '\0' || v <= 0 || v > 10'000'000)
+        usage((arg + " needs a positive integer").c_str());
+      out = static_cast<int>(v);
+    };
+    if (arg == "--url") {
+      o.url = value;
+    } else if (arg == "--pg") {
+      o.pg = value;
+    } else if (arg == "--tasks") {
+      number(o.tasks);
+    } else if (arg == "--users") {
+      number(o.users);
+    } else if (arg == "--text") {
+      o.text = value;
+    } else if (arg == "--concurrency") {
+      number(o.concurrency);
+    } else if (arg == "--task-timeout-s") {
+      number(o.task_timeout_s);
+    } else if (arg == "--limit-s") {
+      number(o.limit_s);
+    } else if (arg == "--sample-ms") {
+      number(o.sample_ms);
+    } else if (arg == "--key-prefix") {
+      o.key_prefix = value;
+    } else {
+      usage(("unknown argument " + arg).c_str());
+    }
+  }
+  if (o.url.empty() || o.pg.empty())
+    usage("--url and --pg are required");
+  return o;
+}
+
+std::string json_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\')
+      out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+struct Submitted {
+  std::atomic<int> next{0};
+  std::atomic<int> accepted{0};
+  std::atomic<int> failed{0};
+};
+
+// One submitter: takes the next index until none is left; a refused or failed request is
+// retried (bounded, backing off) so a busy dispatcher slows the load instead of losing it.
+asio::awaitable<void> submitter(const Options& o, Submitted& s) {
+  auto executor = co_await asio::this_coro::executor;
+  for (int i = s.next++; i < o.tasks; i = s.next++) {
+    const std::string body =
+        "{\"user_id\":\"" + o.key_prefix + "-u" + std::to_string(i % o.users) + "\",\"text\":\"" +
+        json_escape(o.text) +
+        "\",\"priority\":\"batch\",\"timeout_s\":" + std::to_string(o.task_timeout_s) +
+        ",\"idempotency_key\":\"" + o.key_prefix + "-" + std::to_string(i) + "\"}";
+    bool done = false;
+    for (int attempt = 0; attempt < 6 && !done; ++attempt) {
+      agentfleet::http::ClientRequest request;
+      request.url = o.url + "/v1/tasks";
+      request.body = body;
+      request.deadline = Clock::now() + std::chrono::seconds(10);
+      auto response = co_await agentfleet::http::fetch(executor, std::move(request));
+      if (response.ok() && (response.status == 201 || response.status == 200)) {
+        done = true;
+        break;
+      }
+      asio::steady_timer pause(executor, std::chrono::milliseconds(100 << attempt));
+      boost::system::error_code ec;
+      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    ++(done ? s.accepted : s.failed);
+  }
+}
+
+struct Observed {
+  long max_running = 0;
+  double first_running_s = -1;
+  double all_terminal_s = -1;
+  long terminal = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse_options(argc, argv);
+  const auto started = Clock::now();
+  auto seconds_since = [&](Clock::time_point from) {
+    return std::chrono::duration<double>(Clock::now() - from).count();
+  };
+
+  // Watch Postgres on a thread of its own while the submitters run.
+  std::atomic<bool> stop{false};
+  Observed seen;
+  std::string watch_error;
+  std::thread watcher([&] {
+    try {
+      pqxx::connection db(o.pg);
+      const auto limit = started + std::chrono::seconds(o.limit_s);
+      while (!stop && Clock::now() < limit) {
+        pqxx::nontransaction tx(db);
+        auto row = tx.exec_params1(
+            "SELECT count(*) FILTER (WHERE status = 'running'), "
+            "count(*) FILTER (WHERE status IN ('succeeded','failed','timed_out','cancelled')) "
+            "FROM tasks WHERE idempotency_key LIKE $1 || '-%'",
+            o.key_prefix);
+        const long running = row[0].as<long>();
+        seen.terminal = row[1].as<long>();
+        if (running > 0 && seen.first_running_s < 0)
+          seen.first_running_s = seconds_since(started);
+        seen.max_running = std::max(seen.max_running, running);
+        if (seen.terminal >= o.tasks) {
+          seen.all_terminal_s = seconds_since(started);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(o.sample_ms));
+      }
+    } catch (const std::exception& e) {
+      watch_error = e.what();
+    }
+  });
+
+  Submitted submitted;
+  {
+    asio::io_context io(1);
+    for (int i = 0; i < o.concurrency; ++i)
+      asio::co_spawn(io, submitter(o, submitted), asio::detached);
+    io.run();
+  }
+  const double submit_s = seconds_since(started);
+  std::printf("submitted %d of %d tasks in %.2f s (%.0f/s), %d refused or failed\n",
+              submitted.accepted.load(), o.tasks, submit_s, submitted.accepted / submit_s,
+              submitted.failed.load());
+  std::fflush(stdout);
+  watcher.join();
+  stop = true;
+  if (!watch_error.empty()) {
+    std::fprintf(stderr, "agentfleet-loadgen: watching Postgres failed: %s\n", watch_error.c_str());
+    return 1;
+  }
+
+  try {
+    pqxx::connection db(o.pg);
+    pqxx::nontransaction tx(db);
+    auto r = tx.exec_params1(
+        R"SQL(
+SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed'),
+       count(*) FILTER (WHERE status = 'timed_out'), count(*) FILTER (WHERE status = 'cancelled'),
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at)), 0),
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at)), 0),
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at)), 0),
+       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at)), 0),
+       coalesce(extract(epoch FROM max(finished_at) - min(started_at)), 0),
+       coalesce(max(attempt), 0)
+FROM tasks WHERE idempotency_key LIKE $1 || '-%')SQL",
+        o.key_prefix);
+    const long succeeded = r[0].as<long>(), failed = r[1].as<long>(), timed_out = r[2].as<long>(),
+               cancelled = r[3].as<long>();
+    const double span = r[8].as<double>();
+    const double throughput = span > 0 ? (succeeded + failed + timed_out + cancelled) / span : 0;
+    std::printf(
+        "terminal %ld of %d (succeeded %ld, failed %ld, timed_out %ld, cancelled %ld); "
+        "most running at once %ld; %.1f tasks/s from first start to last finish\n"
+        "run time p50 %.3f s, p99 %.3f s; queue wait p50 %.3f s, p99 %.3f s\n",
+        seen.terminal, o.tasks, succeeded, failed, timed_out, cancelled, seen.max_running,
+        throughput, r[4].as<double>(), r[5].as<double>(), r[6].as<double>(), r[7].as<double>());
+    std::printf(
+        "{\"tasks\":%d,\"submitted\":%d,\"submit_s\":%.3f,\"terminal\":%ld,\"succeeded\":%ld,"
+        "\"failed\":%ld,\"timed_out\":%ld,\"cancelled\":%ld,\"max_running\":%ld,"
+        "\"all_terminal_s\":%.3f,\"tasks_per_s\":%.2f,\"run_p50_s\":%.3f,\"run_p99_s\":%.3f,"
+        "\"queue_wait_p50_s\":%.3f,\"queue_wait_p99_s\":%.3f,\"max_attempt\":%d}\n",
+        o.tasks, submitted.accepted.load(), submit_s, seen.terminal, succeeded, failed, timed_out,
+        cancelled, seen.max_running, seen.all_terminal_s, throughput, r[4].as<double>(),
+        r[5].as<double>(), r[6].as<double>(), r[7].as<double>(), r[9].as<int>());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "agentfleet-loadgen: reading the results failed: %s\n", e.what());
+    return 1;
+  }
+  return seen.terminal >= o.tasks ? 0 : 1;
+}
