@@ -14,7 +14,8 @@
 //
 // Thread-safety: `fetch` without a pool: each call is independent; run it on any
 // executor. A ConnectionPool is NOT thread-safe: every fetch that uses one must run on one
-// thread (the worker's io thread), and the pool must outlive those fetches.
+// thread with one executor (the worker's io thread); the pool must outlive those fetches,
+// and be destroyed before that io_context (its idle sockets belong to it).
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>

@@ -60,6 +60,7 @@ std::string_view to_string(ModelOutcome outcome);
 // Reported once per HTTP attempt; also, without HTTP (status 0), when a call first has to
 // wait because no endpoint can take it (kThrottled / kCircuitOpen with retry_follows) and
 // when it ends for that reason.
+// The views point into the client's configuration: copy them to keep them past the call.
 struct ModelAttempt {
   std::string_view model;
   std::string_view endpoint;  // the endpoint's configured name
@@ -86,7 +87,7 @@ struct ModelClientCounters {
 struct ModelClientHooks {
   // Sends one attempt; fetch() over the client's pool when empty.
   std::function<boost::asio::awaitable<ClientResponse>(ClientRequest)> transport;
-  const limits::Clock* clock = nullptr;  // SteadyClock when null
+  const limits::Clock* clock = nullptr;  // SteadyClock when null; must outlive the client
   // Waits; an Asio steady_timer when empty (a fake advances a ManualClock instead).
   std::function<boost::asio::awaitable<void>(std::chrono::milliseconds)> sleep;
   limits::RandomSource random;  // a randomly seeded std::mt19937_64 when empty
