@@ -460,6 +460,18 @@ void read_task_defaults(const Section& s, TaskDefaults& out) {
   s.read("locale", out.locale);
 }
 
+// Host of an http(s) URL (the schema has checked its shape), without port or brackets.
+std::string url_host(std::string_view url) {
+  const auto scheme_end = url.find("://");
+  std::string_view rest = scheme_end == std::string_view::npos ? url : url.substr(scheme_end + 3);
+  rest = rest.substr(0, rest.find_first_of("/?#"));
+  if (const auto at = rest.rfind('@'); at != std::string_view::npos)
+    rest = rest.substr(at + 1);
+  if (!rest.empty() && rest.front() == '[')
+    return std::string(rest.substr(1, rest.find(']') - 1));
+  return std::string(rest.substr(0, rest.find(':')));
+}
+
 void read_models(const Section& root, std::vector<ModelConfig>& out) {
   root.each("models", [&](const Section& s) {
     ModelConfig m;
@@ -468,12 +480,39 @@ void read_models(const Section& root, std::vector<ModelConfig>& out) {
     s.read("protocol", m.protocol);
     s.each("endpoints", [&](const Section& e) {
       ModelEndpoint endpoint;
+      e.read("name", endpoint.name);
       e.read("url", endpoint.url);
       e.read("api_key", endpoint.api_key);
+      e.read("requests_per_minute", endpoint.requests_per_minute);
+      e.read("tokens_per_minute", endpoint.tokens_per_minute);
+      const bool named = !endpoint.name.empty();
+      if (!named)
+        endpoint.name = url_host(endpoint.url);
+      for (std::size_t i = 0; i < m.endpoints.size(); ++i) {
+        if (m.endpoints[i].name != endpoint.name)
+          continue;
+        if (named) {
+          throw Problem(e.path("name"), "duplicate endpoint name '" + endpoint.name +
+                                            "' (also endpoint " + std::to_string(i) + ")");
+        }
+        // Two unnamed endpoints on one host: the position tells them apart.
+        endpoint.name += "#" + std::to_string(m.endpoints.size());
+      }
       m.endpoints.push_back(std::move(endpoint));
     });
     s.read("call_timeout_s", m.call_timeout_s);
     s.read("max_retries", m.max_retries);
+    Section retry = s.child("retry");
+    retry.read("base_ms", m.retry.base_ms);
+    retry.read("max_ms", m.retry.max_ms);
+    if (m.retry.max_ms < m.retry.base_ms) {
+      throw Problem(retry.path("max_ms"),
+                    "must be at least base_ms (" + std::to_string(m.retry.base_ms) + ")");
+    }
+    Section breaker = s.child("circuit_breaker");
+    breaker.read("failure_threshold", m.circuit_breaker.failure_threshold);
+    breaker.read("open_s", m.circuit_breaker.open_s);
+    s.read("quota_cooloff_s", m.quota_cooloff_s);
     s.read("context_window_tokens", m.context_window_tokens);
     s.read("max_output_tokens", m.max_output_tokens);
     if (m.endpoints.empty()) {

@@ -92,8 +92,22 @@ struct TaskDefaults {
 };
 
 struct ModelEndpoint {
+  std::string name;     // in logs and metrics; the URL's host when not given (unique per model)
   std::string url;      // full URL of the chat completions endpoint
   std::string api_key;  // empty: no Authorization header
+  // Limits of the provider account behind this endpoint; 0 = unlimited.
+  std::int64_t requests_per_minute = 0;
+  std::int64_t tokens_per_minute = 0;
+};
+
+struct ModelRetryConfig {
+  int base_ms = 250;  // full-jitter backoff: uniform in [0, min(max_ms, base_ms * 2^retry)]
+  int max_ms = 20000;
+};
+
+struct CircuitBreakerConfig {
+  int failure_threshold = 5;  // consecutive failures of an endpoint that open its breaker
+  int open_s = 30;            // how long it stays open before one probe is let through
 };
 
 struct ModelConfig {
@@ -103,6 +117,9 @@ struct ModelConfig {
   std::vector<ModelEndpoint> endpoints;       // at least one
   int call_timeout_s = 60;
   int max_retries = 3;
+  ModelRetryConfig retry;
+  CircuitBreakerConfig circuit_breaker;
+  int quota_cooloff_s = 300;  // an endpoint out of quota (money) leaves the rotation this long
   int context_window_tokens = 32000;
   int max_output_tokens = 1024;
 };

@@ -128,13 +128,19 @@ class TlsServer {
   std::string sni_;
 };
 
-ClientResponse get(const std::string& url) {
-  asio::io_context io;
+// A pool's connections belong to the io_context that opened them: pass the one the pool
+// is used with.
+ClientResponse get(const std::string& url, ConnectionPool* pool = nullptr,
+                   asio::io_context* shared_io = nullptr) {
+  asio::io_context own_io;
+  asio::io_context& io = shared_io ? *shared_io : own_io;
+  io.restart();
   ClientRequest request;
   request.method = beast::http::verb::get;
   request.url = url;
   request.deadline = std::chrono::steady_clock::now() + 10s;
-  auto future = asio::co_spawn(io, fetch(io.get_executor(), std::move(request)), asio::use_future);
+  auto future =
+      asio::co_spawn(io, fetch(io.get_executor(), std::move(request), pool), asio::use_future);
   io.run();
   return future.get();
 }
@@ -147,6 +153,20 @@ TEST(HttpsClient, TrustedCertificateForTheHostWorksAndSendsSni) {
   EXPECT_EQ(response.status, 200);
   EXPECT_EQ(response.body, "ok over tls");
   EXPECT_EQ(server.sni(), "localhost");
+}
+
+TEST(HttpsClient, APooledConnectionTheServerClosedIsReplaced) {
+  cert_dir();
+  TlsServer server("server");  // closes each connection after one answer
+  asio::io_context io;
+  ConnectionPool pool;
+  const std::string url = "https://localhost:" + std::to_string(server.port()) + "/v1/x";
+  for (int i = 0; i < 3; ++i) {
+    auto response = get(url, &pool, &io);
+    ASSERT_TRUE(response.ok()) << i << ": " << response.error_message;
+    EXPECT_EQ(response.body, "ok over tls");
+  }
+  EXPECT_EQ(pool.stats().opened, 3u);
 }
 
 TEST(HttpsClient, ACertificateForAnotherNameIsRefused) {

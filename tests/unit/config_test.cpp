@@ -232,6 +232,14 @@ TEST_F(ConfigTest, ProductionExampleLoadsWithItsEnvironment) {
   EXPECT_EQ(deepseek->endpoints[0].api_key, "sk-deepseek");
   EXPECT_EQ(deepseek->endpoints[1].url, "https://llm-gw.internal/v1/chat/completions");
   EXPECT_EQ(deepseek->endpoints[1].api_key, "sk-gateway");
+  EXPECT_EQ(deepseek->endpoints[0].name, "deepseek");
+  EXPECT_EQ(deepseek->endpoints[0].requests_per_minute, 500);
+  EXPECT_EQ(deepseek->endpoints[0].tokens_per_minute, 1000000);
+  EXPECT_EQ(deepseek->endpoints[1].name, "gateway");
+  EXPECT_EQ(deepseek->endpoints[1].tokens_per_minute, 400000);
+  EXPECT_EQ(deepseek->retry.base_ms, 250);
+  EXPECT_EQ(deepseek->circuit_breaker.failure_threshold, 5);
+  EXPECT_EQ(deepseek->quota_cooloff_s, 300);
   const ModelConfig* mini = c.find_model("gpt-4o-mini");
   ASSERT_NE(mini, nullptr);
   EXPECT_EQ(mini->provider_model, "gpt-4o-mini");  // the name when not given
@@ -268,6 +276,14 @@ TEST_F(ConfigTest, MinimalConfigGetsTheDefaults) {
   EXPECT_EQ(c.task_defaults.priority, "interactive");
   EXPECT_EQ(c.models[0].provider_model, "m1");
   EXPECT_EQ(c.models[0].max_retries, 3);
+  EXPECT_EQ(c.models[0].retry.base_ms, 250);
+  EXPECT_EQ(c.models[0].retry.max_ms, 20000);
+  EXPECT_EQ(c.models[0].circuit_breaker.failure_threshold, 5);
+  EXPECT_EQ(c.models[0].circuit_breaker.open_s, 30);
+  EXPECT_EQ(c.models[0].quota_cooloff_s, 300);
+  EXPECT_EQ(c.models[0].endpoints[0].name, "127.0.0.1");  // the URL's host
+  EXPECT_EQ(c.models[0].endpoints[0].requests_per_minute, 0);
+  EXPECT_EQ(c.models[0].endpoints[0].tokens_per_minute, 0);
   EXPECT_TRUE(c.tools.empty());
   EXPECT_TRUE(c.tiers.empty());
   EXPECT_EQ(c.billing.time_zone, "Asia/Shanghai");
@@ -501,6 +517,60 @@ TEST_F(ConfigTest, DuplicateNamesAreRefused) {
                   "/tiers/1/tier: duplicate tier 'free'");
   EXPECT_CONTAINS(error_of(kMinimal + "worker:\n  id: a\n  id: b\n"),
                   "/worker/id: duplicate key 'id'");
+}
+
+TEST_F(ConfigTest, ModelEndpointsLimitsAndRetryPolicyAreRead) {
+  const std::string text = R"(
+postgres:
+  url: postgresql://localhost/agentfleet
+kafka:
+  bootstrap_servers: 127.0.0.1:9092
+billing:
+  prices:
+    - {model: m1, effective_from: "2026-01-01"}
+models:
+  - name: m1
+    endpoints:
+      - {name: primary, url: "https://a.example.com:8443/v1/chat/completions",
+         requests_per_minute: 60, tokens_per_minute: 90000}
+      - {url: "https://b.example.com/v1/chat/completions"}
+      - {url: "https://b.example.com/other/chat/completions"}
+      - {url: "http://[::1]:8090/v1/chat/completions"}
+    max_retries: 5
+    retry: {base_ms: 100, max_ms: 5000}
+    circuit_breaker: {failure_threshold: 2, open_s: 10}
+    quota_cooloff_s: 60
+)";
+  Config c = load(text);
+  const ModelConfig& m = c.models.at(0);
+  ASSERT_EQ(m.endpoints.size(), 4u);
+  EXPECT_EQ(m.endpoints[0].name, "primary");
+  EXPECT_EQ(m.endpoints[0].requests_per_minute, 60);
+  EXPECT_EQ(m.endpoints[0].tokens_per_minute, 90000);
+  EXPECT_EQ(m.endpoints[1].name, "b.example.com");
+  EXPECT_EQ(m.endpoints[2].name, "b.example.com#2");  // unnamed twins stay distinct
+  EXPECT_EQ(m.endpoints[3].name, "::1");
+  EXPECT_EQ(m.max_retries, 5);
+  EXPECT_EQ(m.retry.base_ms, 100);
+  EXPECT_EQ(m.retry.max_ms, 5000);
+  EXPECT_EQ(m.circuit_breaker.failure_threshold, 2);
+  EXPECT_EQ(m.circuit_breaker.open_s, 10);
+  EXPECT_EQ(m.quota_cooloff_s, 60);
+
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  EXPECT_CONTAINS(error_of(with("max_ms: 5000", "max_ms: 50")),
+                  "/models/0/retry/max_ms: must be at least base_ms (100)");
+  EXPECT_CONTAINS(error_of(with("{url: \"https://b.example.com/v1/chat/completions\"}",
+                                "{name: primary, url: \"https://b.example.com/v1\"}")),
+                  "/models/0/endpoints/1/name: duplicate endpoint name 'primary'");
+  EXPECT_CONTAINS(error_of(with("tokens_per_minute: 90000", "tokens_per_minute: -1")),
+                  "/models/0/endpoints/0/tokens_per_minute");
+  EXPECT_CONTAINS(error_of(with("open_s: 10", "open_s: 10, half_open: 1")),
+                  "/models/0/circuit_breaker");
 }
 
 TEST_F(ConfigTest, ModelNeedsAnEndpoint) {

@@ -623,22 +623,3 @@ TEST(ReactJsonCodecTest, ToolTokenEstimateFollowsTheProtocol) {
 
 }  // namespace
 }  // namespace agentfleet::codec
-
-#include "core/adapters/http/model_client.hpp"
-
-namespace agentfleet::http {
-namespace {
-
-TEST(RetryAfter, ReadsMillisecondsOrSecondsAndCapsAbsurdValues) {
-  using std::chrono::milliseconds;
-  EXPECT_EQ(retry_after("250", ""), milliseconds(250));
-  EXPECT_EQ(retry_after("", "2"), milliseconds(2000));
-  EXPECT_EQ(retry_after("", "1.5"), milliseconds(1500));
-  EXPECT_EQ(retry_after("", "1e300"), milliseconds(3'600'000));
-  EXPECT_EQ(retry_after("", "inf"), std::nullopt);
-  EXPECT_EQ(retry_after("", "-1"), std::nullopt);
-  EXPECT_EQ(retry_after("", "Wed, 21 Oct 2026 07:28:00 GMT"), std::nullopt);
-}
-
-}  // namespace
-}  // namespace agentfleet::http

@@ -8,6 +8,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include <deque>
+#include <map>
+
 namespace agentfleet::http {
 
 namespace asio = boost::asio;
@@ -109,27 +112,244 @@ asio::ssl::context& client_tls_context() {
   }();
   return context;
 }
+}  // namespace
 
-asio::awaitable<std::optional<ClientResponse>> connect(beast::tcp_stream& stream,
-                                                       const tcp::resolver::results_type& endpoints,
-                                                       const Url& url) {
-  boost::system::error_code ec;
-  co_await stream.async_connect(endpoints, asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) {
-    co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kConnect,
-                      "connect " + url.host + ":" + url.port + ": " + ec.message());
+// One open connection: a plain TCP stream or a TLS stream over one, and the read buffer
+// that belongs to it.
+struct ConnectionPool::Connection {
+  std::unique_ptr<beast::tcp_stream> plain;
+  std::unique_ptr<beast::ssl_stream<beast::tcp_stream>> tls;
+  beast::flat_buffer buffer;
+  std::chrono::steady_clock::time_point idle_since;
+
+  beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
+
+  // No TLS close_notify exchange: many servers never answer it, and the body is complete.
+  void close() {
+    boost::system::error_code ec;
+    if (!tls)
+      lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+    lowest().socket().close(ec);
   }
-  stream.socket().set_option(tcp::no_delay(true), ec);
-  co_return std::nullopt;
+
+  // An idle connection the server has closed (EOF pending) or written to out of turn is
+  // not worth a request. TLS may legitimately have bytes pending (TLS 1.3 session
+  // tickets), so only EOF and errors disqualify it.
+  bool looks_alive() {
+    auto& socket = lowest().socket();
+    if (!socket.is_open() || (!tls && buffer.size() > 0))
+      return false;
+    boost::system::error_code ec, ignored;
+    char byte = 0;
+    socket.non_blocking(true, ec);
+    if (ec)
+      return false;
+    const std::size_t n = socket.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+    socket.non_blocking(false, ignored);
+    if (ec == asio::error::would_block || ec == asio::error::try_again)
+      return true;
+    if (ec)
+      return false;
+    return n > 0 && tls != nullptr;
+  }
+};
+
+struct ConnectionPool::Idle {
+  std::map<std::string, std::deque<std::unique_ptr<Connection>>> by_key;
+};
+
+ConnectionPool::ConnectionPool(ConnectionPoolOptions options)
+    : options_(options), idle_(std::make_unique<Idle>()) {}
+
+ConnectionPool::~ConnectionPool() {
+  clear();
 }
 
-// Writes the request and reads the response on a connected (and, for HTTPS, handshaken)
-// stream; its deadline is already set.
-template <typename Stream>
-asio::awaitable<ClientResponse> exchange(Stream& stream, const Url& url, ClientRequest request) {
+std::size_t ConnectionPool::idle_count() const {
+  std::size_t n = 0;
+  for (const auto& [key, connections] : idle_->by_key)
+    n += connections.size();
+  return n;
+}
+
+void ConnectionPool::clear() {
+  for (auto& [key, connections] : idle_->by_key) {
+    for (auto& c : connections)
+      c->close();
+  }
+  idle_->by_key.clear();
+}
+
+// fetch's access to the pool's idle lists.
+struct PoolAccess {
+  using Connection = ConnectionPool::Connection;
+  using Clock = std::chrono::steady_clock;
+
+  static void drop_expired(ConnectionPool& pool, Clock::time_point now) {
+    for (auto it = pool.idle_->by_key.begin(); it != pool.idle_->by_key.end();) {
+      auto& list = it->second;
+      while (!list.empty() && list.front()->idle_since + pool.options_.idle_timeout <= now) {
+        list.front()->close();
+        list.pop_front();
+      }
+      it = list.empty() ? pool.idle_->by_key.erase(it) : std::next(it);
+    }
+  }
+
+  // The most recently used live connection for `key`, or null.
+  static std::unique_ptr<Connection> take(ConnectionPool& pool, const std::string& key) {
+    drop_expired(pool, Clock::now());
+    auto it = pool.idle_->by_key.find(key);
+    while (it != pool.idle_->by_key.end() && !it->second.empty()) {
+      std::unique_ptr<Connection> c = std::move(it->second.back());
+      it->second.pop_back();
+      if (c->looks_alive())
+        return c;
+      c->close();
+    }
+    return nullptr;
+  }
+
+  static void give_back(ConnectionPool& pool, const std::string& key,
+                        std::unique_ptr<Connection> c) {
+    if (pool.options_.max_idle_per_host == 0) {
+      c->close();
+      return;
+    }
+    c->lowest().expires_never();
+    c->idle_since = Clock::now();
+    auto& list = pool.idle_->by_key[key];
+    while (list.size() >= pool.options_.max_idle_per_host) {
+      list.front()->close();
+      list.pop_front();
+    }
+    list.push_back(std::move(c));
+    drop_expired(pool, Clock::now());
+  }
+
+  static ConnectionPool::Stats& stats(ConnectionPool& pool) { return pool.stats_; }
+};
+
+namespace {
+using Connection = ConnectionPool::Connection;
+
+struct Opened {
+  std::unique_ptr<Connection> connection;
+  ClientResponse failure;  // when connection is null
+};
+
+// Resolves, connects and (for HTTPS) handshakes, all within `deadline`.
+asio::awaitable<Opened> open_connection(asio::any_io_executor executor, const Url& url,
+                                        std::chrono::steady_clock::time_point deadline) {
+  Opened opened;
   boost::system::error_code ec;
-  bhttp::request<bhttp::string_body> out{request.method, url.target, 11};
-  out.set(bhttp::field::host, url.host + ":" + url.port);
+  tcp::resolver resolver(executor);
+  // The stream's deadline starts at connect; a lookup runs on Asio's resolver thread, so a
+  // timer cancels it at the same deadline.
+  asio::steady_timer resolve_deadline(executor, deadline);
+  resolve_deadline.async_wait([&resolver](const boost::system::error_code& timer_ec) {
+    if (!timer_ec)
+      resolver.cancel();
+  });
+  auto endpoints = co_await resolver.async_resolve(url.host, url.port,
+                                                   asio::redirect_error(asio::use_awaitable, ec));
+  resolve_deadline.cancel();
+  if (ec == asio::error::operation_aborted) {
+    opened.failure =
+        failure(ClientErrorKind::kTimeout, "resolve " + url.host + ": deadline passed");
+    co_return opened;
+  }
+  if (ec) {
+    opened.failure =
+        failure(ClientErrorKind::kConnect, "resolve " + url.host + ": " + ec.message());
+    co_return opened;
+  }
+
+  auto c = std::make_unique<Connection>();
+  if (url.scheme == "https") {
+    c->tls = std::make_unique<beast::ssl_stream<beast::tcp_stream>>(executor, client_tls_context());
+    // SNI, and the certificate must name the host we asked for.
+    if (!SSL_set_tlsext_host_name(c->tls->native_handle(), url.host.c_str())) {
+      opened.failure = failure(ClientErrorKind::kTls, "cannot set SNI for " + url.host);
+      co_return opened;
+    }
+    c->tls->set_verify_callback(asio::ssl::host_name_verification(url.host));
+  } else {
+    c->plain = std::make_unique<beast::tcp_stream>(executor);
+  }
+  c->lowest().expires_at(deadline);
+  co_await c->lowest().async_connect(endpoints, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    opened.failure = failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kConnect,
+                             "connect " + url.host + ":" + url.port + ": " + ec.message());
+    co_return opened;
+  }
+  c->lowest().socket().set_option(tcp::no_delay(true), ec);
+  if (c->tls) {
+    co_await c->tls->async_handshake(asio::ssl::stream_base::client,
+                                     asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      opened.failure =
+          failure(timed_out(ec)                                      ? ClientErrorKind::kTimeout
+                  : ec.category() == asio::error::get_ssl_category() ? ClientErrorKind::kTls
+                                                                     : ClientErrorKind::kConnect,
+                  "TLS handshake with " + url.host + ": " + ec.message());
+      c->close();
+      co_return opened;
+    }
+  }
+  opened.connection = std::move(c);
+  co_return opened;
+}
+
+struct Exchanged {
+  ClientResponse response;
+  bool nothing_received = false;  // failed before any byte of a response arrived
+  bool reusable = false;          // complete response, both sides keep the connection
+};
+
+template <typename Stream>
+asio::awaitable<Exchanged> exchange(Stream& stream, beast::flat_buffer& buffer,
+                                    const bhttp::request<bhttp::string_body>& out) {
+  Exchanged result;
+  boost::system::error_code ec;
+  co_await bhttp::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    result.nothing_received = true;
+    result.response = failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kConnect,
+                              "write: " + ec.message());
+    co_return result;
+  }
+  bhttp::response_parser<bhttp::string_body> parser;
+  parser.body_limit(64 * 1024 * 1024);
+  co_await bhttp::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    result.nothing_received = !parser.got_some();
+    result.response =
+        failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kProtocol,
+                "read: " + ec.message());
+    co_return result;
+  }
+  result.reusable = parser.get().keep_alive() && !parser.get().need_eof() && out.keep_alive();
+  auto in = parser.release();
+  result.response.status = static_cast<int>(in.result_int());
+  for (const auto& field : in)
+    result.response.headers.insert(field.name_string(), field.value());
+  result.response.body = std::move(in.body());
+  co_return result;
+}
+}  // namespace
+
+asio::awaitable<ClientResponse> fetch(asio::any_io_executor executor, ClientRequest request,
+                                      ConnectionPool* pool) {
+  const auto url = Url::parse(request.url);
+  if (!url)
+    co_return failure(ClientErrorKind::kBadUrl, "invalid URL: " + request.url);
+  if (std::chrono::steady_clock::now() >= request.deadline) {
+    co_return failure(ClientErrorKind::kTimeout, "deadline passed before the call");
+  }
+  bhttp::request<bhttp::string_body> out{request.method, url->target, 11};
+  out.set(bhttp::field::host, url->host + ":" + url->port);
   out.set(bhttp::field::user_agent, "agentfleet");
   for (const auto& [name, value] : request.headers)
     out.set(name, value);
@@ -138,86 +358,48 @@ asio::awaitable<ClientResponse> exchange(Stream& stream, const Url& url, ClientR
     out.body() = std::move(request.body);
   }
   out.prepare_payload();
-  co_await bhttp::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) {
-    co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kConnect,
-                      "write: " + ec.message());
-  }
-  beast::flat_buffer buffer;
-  bhttp::response_parser<bhttp::string_body> parser;
-  parser.body_limit(64 * 1024 * 1024);
-  co_await bhttp::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) {
-    co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kProtocol,
-                      "read: " + ec.message());
-  }
-  auto in = parser.release();
-  ClientResponse response;
-  response.status = static_cast<int>(in.result_int());
-  for (const auto& field : in)
-    response.headers.insert(field.name_string(), field.value());
-  response.body = std::move(in.body());
-  co_return response;
-}
-}  // namespace
 
-asio::awaitable<ClientResponse> fetch(asio::any_io_executor executor, ClientRequest request) {
-  const auto url = Url::parse(request.url);
-  if (!url)
-    co_return failure(ClientErrorKind::kBadUrl, "invalid URL: " + request.url);
-  if (std::chrono::steady_clock::now() >= request.deadline) {
-    co_return failure(ClientErrorKind::kTimeout, "deadline passed before the call");
-  }
-  boost::system::error_code ec;
-  tcp::resolver resolver(executor);
-  // The stream's deadline starts at connect; a lookup runs on Asio's resolver thread, so a
-  // timer cancels it at the same deadline.
-  asio::steady_timer resolve_deadline(executor, request.deadline);
-  resolve_deadline.async_wait([&resolver](const boost::system::error_code& timer_ec) {
-    if (!timer_ec)
-      resolver.cancel();
-  });
-  auto endpoints = co_await resolver.async_resolve(url->host, url->port,
-                                                   asio::redirect_error(asio::use_awaitable, ec));
-  resolve_deadline.cancel();
-  if (ec == asio::error::operation_aborted) {
-    co_return failure(ClientErrorKind::kTimeout, "resolve " + url->host + ": deadline passed");
-  }
-  if (ec)
-    co_return failure(ClientErrorKind::kConnect, "resolve " + url->host + ": " + ec.message());
-
-  if (url->scheme == "https") {
-    beast::ssl_stream<beast::tcp_stream> stream(executor, client_tls_context());
-    // SNI, and the certificate must name the host we asked for.
-    if (!SSL_set_tlsext_host_name(stream.native_handle(), url->host.c_str())) {
-      co_return failure(ClientErrorKind::kTls, "cannot set SNI for " + url->host);
+  const std::string key = url->scheme + "://" + url->host + ":" + url->port;
+  bool fresh_only = pool == nullptr;
+  for (;;) {
+    std::unique_ptr<Connection> connection;
+    if (!fresh_only)
+      connection = PoolAccess::take(*pool, key);
+    const bool reused = connection != nullptr;
+    if (!connection) {
+      Opened opened = co_await open_connection(executor, *url, request.deadline);
+      if (!opened.connection)
+        co_return std::move(opened.failure);
+      connection = std::move(opened.connection);
+      if (pool)
+        ++PoolAccess::stats(*pool).opened;
+    } else {
+      ++PoolAccess::stats(*pool).reused;
     }
-    stream.set_verify_callback(asio::ssl::host_name_verification(url->host));
-    beast::get_lowest_layer(stream).expires_at(request.deadline);
-    if (auto failed = co_await connect(beast::get_lowest_layer(stream), endpoints, *url)) {
-      co_return *failed;
+    connection->lowest().expires_at(request.deadline);
+    Exchanged result;
+    if (connection->tls) {
+      result = co_await exchange(*connection->tls, connection->buffer, out);
+    } else {
+      result = co_await exchange(*connection->plain, connection->buffer, out);
     }
-    co_await stream.async_handshake(asio::ssl::stream_base::client,
-                                    asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
-      co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout
-                        : ec.category() == asio::error::get_ssl_category()
-                            ? ClientErrorKind::kTls
-                            : ClientErrorKind::kConnect,
-                        "TLS handshake with " + url->host + ": " + ec.message());
+    // A kept-alive connection the server closed while it sat idle fails before any byte
+    // of a response: the request was not processed, so it goes once more on a new one.
+    if (!result.response.ok() && reused && result.nothing_received &&
+        result.response.error != ClientErrorKind::kTimeout &&
+        std::chrono::steady_clock::now() < request.deadline) {
+      connection->close();
+      ++PoolAccess::stats(*pool).stale_retries;
+      fresh_only = true;
+      continue;
     }
-    ClientResponse response = co_await exchange(stream, *url, std::move(request));
-    // No TLS close_notify exchange: many servers never answer it, and the body is complete.
-    beast::get_lowest_layer(stream).socket().close(ec);
-    co_return response;
+    if (pool && result.response.ok() && result.reusable) {
+      PoolAccess::give_back(*pool, key, std::move(connection));
+    } else {
+      connection->close();
+    }
+    co_return std::move(result.response);
   }
-  beast::tcp_stream stream(executor);
-  stream.expires_at(request.deadline);
-  if (auto failed = co_await connect(stream, endpoints, *url))
-    co_return *failed;
-  ClientResponse response = co_await exchange(stream, *url, std::move(request));
-  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-  co_return response;
 }
 
 }  // namespace agentfleet::http

@@ -1,17 +1,29 @@
 #pragma once
 // An HTTP/1.1 client call, over HTTP or HTTPS, as one coroutine with one deadline for the
-// whole exchange (resolve, connect, TLS handshake, write, read). HTTPS sends SNI and
-// verifies the peer's certificate chain against the system's trust store (SSL_CERT_FILE /
-// SSL_CERT_DIR override it) and its host name. Used by the worker's model and tool clients and by
-// tests. Failures are values, never exceptions: a caller decides what is retryable.
+// whole exchange (resolve, connect, TLS handshake, write, read, and the one retry below).
+// HTTPS sends SNI and verifies the peer's certificate chain against the system's trust
+// store (SSL_CERT_FILE / SSL_CERT_DIR override it) and its host name. Used by the worker's
+// model and tool clients and by tests. Failures are values, never exceptions: a caller
+// decides what is retryable.
 //
-// Thread-safety: each call is independent; run it on any executor.
+// Keep-alive: pass a ConnectionPool (the client that calls owns it) and connections are
+// reused per (scheme, host, port). A request that fails on a reused connection before any
+// response byte arrived (the server had closed it while idle) is sent once more on a fresh
+// connection, within the same deadline. Without a pool every call opens and closes its
+// own connection.
+//
+// Thread-safety: `fetch` without a pool: each call is independent; run it on any
+// executor. A ConnectionPool is NOT thread-safe: every fetch that uses one must run on one
+// thread with one executor (the worker's io thread); the pool must outlive those fetches,
+// and be destroyed before that io_context (its idle sockets belong to it).
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -53,8 +65,46 @@ struct ClientResponse {
   std::string header(std::string_view name) const;
 };
 
+struct ConnectionPoolOptions {
+  std::size_t max_idle_per_host = 16;  // idle connections kept per (scheme, host, port); 0: none
+  std::chrono::milliseconds idle_timeout{30000};  // an idle connection older than this is closed
+};
+
+// Idle keep-alive connections, keyed by scheme://host:port. A connection is checked out
+// by one fetch, and returned after a complete response when both sides allow keep-alive
+// (HTTP/1.1 without `Connection: close`, a body not delimited by end of stream). Idle ones
+// past idle_timeout, or that the server has closed, are dropped when the pool is next
+// touched. Not thread-safe (see above).
+class ConnectionPool {
+ public:
+  struct Stats {
+    std::uint64_t opened = 0;         // new connections made by fetches using the pool
+    std::uint64_t reused = 0;         // requests sent on an idle connection
+    std::uint64_t stale_retries = 0;  // reused connections found closed, request sent again
+  };
+
+  explicit ConnectionPool(ConnectionPoolOptions options = {});
+  ~ConnectionPool();
+  ConnectionPool(const ConnectionPool&) = delete;
+  ConnectionPool& operator=(const ConnectionPool&) = delete;
+
+  const Stats& stats() const { return stats_; }
+  std::size_t idle_count() const;
+  void clear();  // closes every idle connection
+
+  struct Connection;  // defined in client.cpp
+
+ private:
+  friend struct PoolAccess;
+  struct Idle;
+
+  ConnectionPoolOptions options_;
+  Stats stats_;
+  std::unique_ptr<Idle> idle_;
+};
+
 boost::asio::awaitable<ClientResponse> fetch(boost::asio::any_io_executor executor,
-                                             ClientRequest request);
+                                             ClientRequest request, ConnectionPool* pool = nullptr);
 
 std::string_view to_string(ClientErrorKind kind);
 

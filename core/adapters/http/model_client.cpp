@@ -5,122 +5,446 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
+#include <optional>
+#include <random>
 
-#include "core/adapters/http/client.hpp"
-#include "core/codec/json_text.hpp"
 #include "core/codec/openai_codec.hpp"
+#include "core/codec/provider_error.hpp"
+#include "core/limits/retry_after.hpp"
+#include "core/limits/token_bucket.hpp"
 
 namespace agentfleet::http {
 
 namespace asio = boost::asio;
-using Clock = std::chrono::steady_clock;
+using limits::Clock;
+using std::chrono::milliseconds;
 
-std::optional<std::chrono::milliseconds> retry_after(const std::string& retry_after_ms,
-                                                     const std::string& retry_after_s) {
-  auto parse = [](const std::string& text) -> std::optional<double> {
-    double value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value) || value < 0)
-      return std::nullopt;
-    return value;
-  };
-  // Capped at an hour: a longer wait is past any task's deadline anyway, and an absurd
-  // value must not overflow the conversion.
-  constexpr double kMaxMs = 3'600'000;
-  if (auto ms = parse(retry_after_ms))
-    return std::chrono::milliseconds(static_cast<long>(std::min(*ms, kMaxMs)));
-  if (auto s = parse(retry_after_s))
-    return std::chrono::milliseconds(static_cast<long>(std::min(*s * 1000, kMaxMs)));
-  return std::nullopt;
+std::string_view to_string(ModelOutcome outcome) {
+  switch (outcome) {
+    case ModelOutcome::kOk:
+      return "ok";
+    case ModelOutcome::kRateLimited:
+      return "rate_limited";
+    case ModelOutcome::kServerError:
+      return "server_error";
+    case ModelOutcome::kTimeout:
+      return "timeout";
+    case ModelOutcome::kConnectError:
+      return "connect_error";
+    case ModelOutcome::kBadResponse:
+      return "bad_response";
+    case ModelOutcome::kRejected:
+      return "rejected";
+    case ModelOutcome::kQuotaExhausted:
+      return "quota_exhausted";
+    case ModelOutcome::kCircuitOpen:
+      return "circuit_open";
+    case ModelOutcome::kThrottled:
+      return "throttled";
+  }
+  return "unknown";
 }
+
+struct OpenAiModelClient::Endpoint {
+  Endpoint(const config::ModelEndpoint& c, const config::ModelConfig& m, Clock::time_point now)
+      : config(c),
+        breaker(
+            {m.circuit_breaker.failure_threshold, std::chrono::seconds(m.circuit_breaker.open_s)}),
+        limits(c.requests_per_minute, c.tokens_per_minute, now) {}
+
+  config::ModelEndpoint config;
+  limits::CircuitBreaker breaker;
+  limits::ProviderLimits limits;
+  Clock::time_point cool_until{};   // a Retry-After asked us to stay away until then
+  Clock::time_point quota_until{};  // out of money until then
+
+  bool out_of_quota(Clock::time_point now) const { return now < quota_until; }
+};
+
+struct OpenAiModelClient::Model {
+  config::ModelConfig config;
+  limits::RetryPolicy retry;
+  std::vector<Endpoint> endpoints;
+  std::size_t cursor = 0;  // round robin
+};
+
+// The endpoint a call should use now, or else when one will be able to take it and why
+// not sooner.
+struct OpenAiModelClient::Choice {
+  int index = -1;
+  bool all_out_of_quota = false;
+  Clock::time_point ready_at{};
+  ModelOutcome blocked_by = ModelOutcome::kThrottled;  // kThrottled or kCircuitOpen
+  int blocked_endpoint = -1;
+};
 
 OpenAiModelClient::OpenAiModelClient(asio::any_io_executor executor,
-                                     std::vector<config::ModelConfig> models)
-    : executor_(std::move(executor)), models_(std::move(models)) {}
+                                     std::vector<config::ModelConfig> models,
+                                     ModelClientHooks hooks)
+    : executor_(std::move(executor)),
+      hooks_(std::move(hooks)),
+      clock_(hooks_.clock ? hooks_.clock : &limits::SteadyClock::instance()),
+      pool_(hooks_.pool) {
+  if (!hooks_.random) {
+    auto engine = std::make_shared<std::mt19937_64>(std::random_device{}());
+    hooks_.random = [engine] { return (*engine)(); };
+  }
+  if (!hooks_.wall_clock)
+    hooks_.wall_clock = [] { return std::chrono::system_clock::now(); };
+  const auto now = clock_->now();
+  for (auto& m : models) {
+    auto model = std::make_unique<Model>();
+    model->retry.base = milliseconds(m.retry.base_ms);
+    model->retry.cap = milliseconds(m.retry.max_ms);
+    model->retry.max_retries = m.max_retries;
+    for (const auto& e : m.endpoints)
+      model->endpoints.emplace_back(e, m, now);
+    model->config = std::move(m);
+    models_.push_back(std::move(model));
+  }
+}
+
+OpenAiModelClient::~OpenAiModelClient() = default;
+
+std::vector<OpenAiModelClient::EndpointHealth> OpenAiModelClient::endpoint_health() const {
+  std::vector<EndpointHealth> out;
+  const auto now = clock_->now();
+  for (const auto& m : models_) {
+    for (const auto& e : m->endpoints) {
+      EndpointHealth h;
+      h.model = m->config.name;
+      h.endpoint = e.config.name;
+      h.breaker = e.breaker.state(now);
+      h.out_of_quota = e.out_of_quota(now);
+      out.push_back(std::move(h));
+    }
+  }
+  return out;
+}
+
+void OpenAiModelClient::report(const Model& model, std::string_view endpoint, ModelOutcome outcome,
+                               int status, milliseconds latency, bool retry_follows) {
+  ++counters_.by_outcome[static_cast<std::size_t>(outcome)];
+  if (outcome != ModelOutcome::kCircuitOpen && outcome != ModelOutcome::kThrottled)
+    ++counters_.attempts;
+  if (!observer_)
+    return;
+  ModelAttempt attempt;
+  attempt.model = model.config.name;
+  attempt.endpoint = endpoint;
+  attempt.outcome = outcome;
+  attempt.http_status = status;
+  attempt.latency = latency;
+  attempt.retry_follows = retry_follows;
+  observer_(attempt);
+}
+
+asio::awaitable<ClientResponse> OpenAiModelClient::send(ClientRequest request) {
+  if (hooks_.transport)
+    co_return co_await hooks_.transport(std::move(request));
+  co_return co_await fetch(executor_, std::move(request), &pool_);
+}
+
+asio::awaitable<void> OpenAiModelClient::sleep(milliseconds duration) {
+  if (hooks_.sleep) {
+    co_await hooks_.sleep(duration);
+    co_return;
+  }
+  asio::steady_timer timer(executor_, duration);
+  boost::system::error_code ec;
+  co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+}
+
+OpenAiModelClient::Choice OpenAiModelClient::choose(Model& model, Clock::time_point now, int prefer,
+                                                    const std::vector<bool>& failed_here,
+                                                    std::int64_t tokens) {
+  auto usable_now = [&](Endpoint& e) {
+    return !e.out_of_quota(now) && now >= e.cool_until && e.breaker.can_pass(now) &&
+           e.limits.wait_for(tokens, now) == milliseconds(0);
+  };
+  Choice choice;
+  const std::size_t n = model.endpoints.size();
+  if (prefer >= 0 && usable_now(model.endpoints[static_cast<std::size_t>(prefer)])) {
+    choice.index = prefer;
+    return choice;
+  }
+  // Round robin: first among endpoints that have not failed in this call, then any.
+  const std::size_t start = model.cursor++;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t j = (start + k) % n;
+      if ((pass == 1 || !failed_here[j]) && usable_now(model.endpoints[j])) {
+        choice.index = static_cast<int>(j);
+        return choice;
+      }
+    }
+  }
+  // Nothing now: when will an endpoint (not out of money) be able to take it?
+  choice.all_out_of_quota = true;
+  for (std::size_t j = 0; j < n; ++j) {
+    Endpoint& e = model.endpoints[j];
+    if (e.out_of_quota(now))
+      continue;
+    choice.all_out_of_quota = false;
+    Clock::time_point ready = std::max(now, e.cool_until);
+    ModelOutcome why = ModelOutcome::kThrottled;
+    if (!e.breaker.can_pass(now) && e.breaker.next_probe_at() > ready) {
+      ready = e.breaker.next_probe_at();
+      why = ModelOutcome::kCircuitOpen;
+    }
+    const milliseconds room = e.limits.wait_for(tokens, now);
+    if (room == milliseconds::max()) {
+      ready = Clock::time_point::max();
+    } else if (now + room > ready) {
+      ready = now + room;
+      why = ModelOutcome::kThrottled;
+    }
+    if (choice.blocked_endpoint < 0 || ready < choice.ready_at) {
+      choice.ready_at = ready;
+      choice.blocked_by = why;
+      choice.blocked_endpoint = static_cast<int>(j);
+    }
+  }
+  return choice;
+}
 
 namespace {
-bool retryable_status(int status) {
-  return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
+limits::AttemptFailure failure_of(ModelOutcome outcome) {
+  switch (outcome) {
+    case ModelOutcome::kRateLimited:
+      return limits::AttemptFailure::kRateLimited;
+    case ModelOutcome::kServerError:
+      return limits::AttemptFailure::kServerError;
+    case ModelOutcome::kTimeout:
+      return limits::AttemptFailure::kTimeout;
+    case ModelOutcome::kConnectError:
+      return limits::AttemptFailure::kConnectError;
+    case ModelOutcome::kBadResponse:
+      return limits::AttemptFailure::kBadResponse;
+    case ModelOutcome::kQuotaExhausted:
+      return limits::AttemptFailure::kQuotaExhausted;
+    default:
+      return limits::AttemptFailure::kRejected;
+  }
 }
 
-std::string error_excerpt(const std::string& body) {
-  return codec::sanitize_text(body.size() > 300 ? body.substr(0, 300) + "..." : body);
+std::string describe(const codec::ProviderError& e) {
+  std::string out = e.message.empty() ? "(no message)" : e.message;
+  if (!e.type.empty() || !e.code.empty()) {
+    out += " [";
+    out += e.type;
+    if (!e.type.empty() && !e.code.empty())
+      out += ", ";
+    out += e.code;
+    out += "]";
+  }
+  return out;
 }
+
+// A waiting call looks again at least this often: a half-open breaker's probe or another
+// call's correction can free an endpoint sooner than the computed time.
+constexpr milliseconds kMaxWaitSlice(1000);
 }  // namespace
 
 asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequest request) {
-  auto model = std::find_if(models_.begin(), models_.end(),
-                            [&](const config::ModelConfig& m) { return m.name == request.model; });
-  if (model == models_.end()) {
+  auto it = std::find_if(models_.begin(), models_.end(), [&](const std::unique_ptr<Model>& m) {
+    return m->config.name == request.model;
+  });
+  if (it == models_.end()) {
     co_return Error{ErrorKind::kInvalid, "unknown model '" + request.model + "'"};
   }
+  Model& model = **it;
   codec::ChatRequestOptions options;
-  options.provider_model = model->provider_model.empty() ? model->name : model->provider_model;
-  options.max_tokens = model->max_output_tokens;
+  options.provider_model =
+      model.config.provider_model.empty() ? model.config.name : model.config.provider_model;
+  options.max_tokens = model.config.max_output_tokens;
   const std::string body = codec::build_chat_request(options, *request.messages, *request.tools);
+  const std::int64_t estimate =
+      limits::estimate_request_tokens(body.size(), model.config.max_output_tokens);
+  const std::string what = "model '" + model.config.name + "'";
 
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  Error last{ErrorKind::kTransient, "no attempt made"};
-  const unsigned first = cursor_.fetch_add(1);
-  for (int attempt = 0; attempt <= model->max_retries; ++attempt) {
-    const auto& endpoint =
-        model->endpoints[(first + static_cast<unsigned>(attempt)) % model->endpoints.size()];
+  ++counters_.calls;
+  std::vector<bool> failed_here(model.endpoints.size(), false);
+  int retries = 0;
+  int prefer = -1;
+  bool waited = false;
+  std::string last_failure = "no attempt made";
+  auto fail = [&](ErrorKind kind, std::string message) {
+    ++counters_.calls_failed;
+    return Error{kind, std::move(message)};
+  };
+
+  for (;;) {
+    Clock::time_point now = clock_->now();
+    if (now >= request.deadline) {
+      co_return fail(ErrorKind::kTimeout,
+                     what + ": the deadline passed (last failure: " + last_failure + ")");
+    }
+    const Choice choice = choose(model, now, prefer, failed_here, estimate);
+    prefer = -1;
+    if (choice.index < 0) {
+      if (choice.all_out_of_quota) {
+        co_return fail(
+            ErrorKind::kFatal,
+            what + ": out of quota on every endpoint (last failure: " + last_failure + ")");
+      }
+      const std::string_view blocked =
+          model.endpoints[static_cast<std::size_t>(choice.blocked_endpoint)].config.name;
+      if (choice.ready_at >= request.deadline) {
+        report(model, blocked, choice.blocked_by, 0, milliseconds(0), false);
+        co_return fail(ErrorKind::kTransient,
+                       what + ": no endpoint can take the call before the deadline (" +
+                           (choice.blocked_by == ModelOutcome::kCircuitOpen
+                                ? std::string("circuit breakers open")
+                                : std::string("provider rate limits or Retry-After")) +
+                           "; last failure: " + last_failure + ")");
+      }
+      if (!waited) {  // one report per call, however many slices the wait takes
+        report(model, blocked, choice.blocked_by, 0, milliseconds(0), true);
+        ++counters_.waits_for_room;
+        waited = true;
+      }
+      const auto wait = std::chrono::ceil<milliseconds>(choice.ready_at - now);
+      co_await sleep(std::clamp(wait, milliseconds(1), kMaxWaitSlice));
+      continue;
+    }
+
+    const auto index = static_cast<std::size_t>(choice.index);
+    Endpoint& endpoint = model.endpoints[index];
+    endpoint.breaker.try_pass(now);
+    endpoint.limits.try_acquire(estimate, now);
+
     ClientRequest call;
-    call.url = endpoint.url;
+    call.url = endpoint.config.url;
     call.body = body;
     call.deadline = request.deadline;
-    if (!endpoint.api_key.empty())
-      call.headers.emplace_back("Authorization", "Bearer " + endpoint.api_key);
+    if (!endpoint.config.api_key.empty())
+      call.headers.emplace_back("Authorization", "Bearer " + endpoint.config.api_key);
     if (!request.traceparent.empty())
       call.headers.emplace_back("traceparent", request.traceparent);
-    ClientResponse response = co_await fetch(executor_, std::move(call));
+    const Clock::time_point started = clock_->now();
+    ClientResponse response = co_await send(std::move(call));
+    now = clock_->now();
+    const auto latency = std::chrono::duration_cast<milliseconds>(now - started);
+    const std::string where = what + " endpoint '" + endpoint.config.name + "'";
 
-    std::optional<std::chrono::milliseconds> asked;
+    // Classify the attempt; a success or a final refusal returns from here.
+    ModelOutcome outcome = ModelOutcome::kOk;
+    std::optional<milliseconds> server_delay;
+    Error final_error{ErrorKind::kInvalid, ""};
     if (!response.ok()) {
-      last = Error{
-          response.error == ClientErrorKind::kTimeout ? ErrorKind::kTimeout : ErrorKind::kTransient,
-          std::string("model endpoint ") + std::string(to_string(response.error)) + ": " +
-              response.error_message};
       if (response.error == ClientErrorKind::kBadUrl ||
           response.error == ClientErrorKind::kUnsupported ||
           response.error == ClientErrorKind::kTls) {
-        last.kind = ErrorKind::kFatal;
-        co_return last;
+        // Misconfiguration (URL, TLS trust): trying again cannot help.
+        report(model, endpoint.config.name, ModelOutcome::kConnectError, 0, latency, false);
+        co_return fail(ErrorKind::kFatal, where + ": " + std::string(to_string(response.error)) +
+                                              ": " + response.error_message);
       }
+      outcome = response.error == ClientErrorKind::kTimeout ? ModelOutcome::kTimeout
+                                                            : ModelOutcome::kConnectError;
+      last_failure =
+          where + ": " + std::string(to_string(response.error)) + ": " + response.error_message;
+      endpoint.breaker.record_failure(now);
+      if (response.error == ClientErrorKind::kConnect)
+        endpoint.limits.correct(estimate, 0, now);  // nothing reached the provider
     } else if (response.status >= 200 && response.status < 300) {
       auto reply = codec::parse_chat_response(response.body);
-      if (reply.ok())
+      if (reply.ok()) {
+        endpoint.breaker.record_success();
+        const TokenUsage& usage = reply.value().usage;
+        if (usage.input + usage.output > 0)
+          endpoint.limits.correct(estimate, usage.input + usage.output, now);
+        report(model, endpoint.config.name, ModelOutcome::kOk, response.status, latency, false);
         co_return reply;
-      last = Error{ErrorKind::kTransient, reply.error().message};  // a garbled body: try again
-    } else if (retryable_status(response.status)) {
-      last = Error{ErrorKind::kTransient, "model endpoint HTTP " + std::to_string(response.status) +
-                                              ": " + error_excerpt(response.body)};
-      asked = retry_after(response.header("retry-after-ms"), response.header("retry-after"));
-    } else {
-      co_return Error{ErrorKind::kInvalid, "model endpoint HTTP " +
-                                               std::to_string(response.status) + ": " +
-                                               error_excerpt(response.body)};
-    }
-    if (attempt == model->max_retries)
-      break;
-    // Full jitter on an exponential base (250 ms, 500 ms, ...), or what the server asked.
-    const auto base = std::chrono::milliseconds(250LL << std::min(attempt, 6));
-    std::uniform_int_distribution<long long> jitter(0, base.count());
-    const auto wait = asked ? *asked : std::chrono::milliseconds(jitter(rng));
-    if (Clock::now() + wait >= request.deadline) {
-      last.message += " (no time left to retry before the deadline)";
-      if (last.kind != ErrorKind::kTimeout && Clock::now() >= request.deadline) {
-        last.kind = ErrorKind::kTimeout;
       }
-      co_return last;
+      outcome = ModelOutcome::kBadResponse;
+      last_failure = where + ": HTTP " + std::to_string(response.status) +
+                     " but not a chat completion: " + reply.error().message;
+      endpoint.breaker.record_failure(now);
+    } else {
+      const codec::ProviderError provider =
+          codec::parse_provider_error(response.status, response.body);
+      const int s = response.status;
+      last_failure = where + ": HTTP " + std::to_string(s) + ": " + describe(provider);
+      // The endpoint answered: it is up, whatever it said.
+      if (provider.quota_exhausted) {
+        outcome = ModelOutcome::kQuotaExhausted;
+        endpoint.breaker.record_success();
+        endpoint.quota_until = now + std::chrono::seconds(model.config.quota_cooloff_s);
+        last_failure += " (out of quota; endpoint out of rotation for " +
+                        std::to_string(model.config.quota_cooloff_s) + " s)";
+      } else if (s == 429 || s == 500 || s == 502 || s == 503 || s == 504) {
+        outcome = s == 429 ? ModelOutcome::kRateLimited : ModelOutcome::kServerError;
+        if (s == 429) {
+          endpoint.breaker.record_success();
+        } else {
+          endpoint.breaker.record_failure(now);
+        }
+        server_delay = limits::parse_retry_after(
+            response.header("retry-after-ms"), response.header("retry-after"), hooks_.wall_clock());
+        if (server_delay)
+          endpoint.cool_until = std::max(endpoint.cool_until, now + *server_delay);
+      } else {
+        outcome = ModelOutcome::kRejected;
+        endpoint.breaker.record_success();
+        // 401/403/404: the key or the URL is wrong, an operator must act.
+        final_error.kind = s == 401 || s == 403 || s == 404 || s < 400 || s >= 500
+                               ? ErrorKind::kFatal
+                               : ErrorKind::kInvalid;
+        final_error.message = last_failure + " (not retried)";
+      }
     }
-    asio::steady_timer timer(executor_, wait);
-    boost::system::error_code ec;
-    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+
+    failed_here[index] = true;
+    bool other = false;
+    for (std::size_t j = 0; j < model.endpoints.size(); ++j) {
+      if (j == index)
+        continue;
+      Endpoint& e = model.endpoints[j];
+      if (outcome == ModelOutcome::kQuotaExhausted) {
+        other = other || !e.out_of_quota(now);  // worth a wait for room, if need be
+      } else {
+        other = other ||
+                (!failed_here[j] && !e.out_of_quota(now) && now >= e.cool_until &&
+                 e.breaker.can_pass(now) && e.limits.wait_for(estimate, now) == milliseconds(0));
+      }
+    }
+    limits::RetryInput input;
+    input.retries_done = retries;
+    input.failure = failure_of(outcome);
+    input.server_delay = server_delay;
+    input.now = now;
+    input.deadline = request.deadline;
+    input.other_endpoint_available = other;
+    const limits::RetryDecision decision = decide_retry(model.retry, input, hooks_.random);
+    const bool again = decision.action != limits::RetryDecision::Action::kGiveUp;
+    report(model, endpoint.config.name, outcome, response.status, latency, again);
+
+    if (!again) {
+      if (outcome == ModelOutcome::kRejected)
+        co_return fail(final_error.kind, final_error.message);
+      if (outcome == ModelOutcome::kQuotaExhausted) {
+        co_return fail(ErrorKind::kFatal,
+                       what + ": out of quota on every endpoint (" + last_failure + ")");
+      }
+      co_return fail(decision.deadline_reached || outcome == ModelOutcome::kTimeout
+                         ? ErrorKind::kTimeout
+                         : ErrorKind::kTransient,
+                     last_failure + "; " + decision.reason);
+    }
+    if (outcome != ModelOutcome::kQuotaExhausted) {
+      ++retries;
+      ++counters_.retries;
+      ++counters_.retries_by_reason[static_cast<std::size_t>(outcome)];
+    }
+    if (decision.action == limits::RetryDecision::Action::kFailover) {
+      ++counters_.failovers;
+      continue;
+    }
+    co_await sleep(decision.delay);
+    prefer = static_cast<int>(index);
   }
-  co_return last;
 }
 
 }  // namespace agentfleet::http
