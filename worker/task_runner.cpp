@@ -412,7 +412,12 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     const int latency_ms = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count());
     if (!reply->ok()) {
-      if (Clock::now() >= run.deadline) {
+      // A call bounded by the task's deadline that gave up on time (it ran out, or the
+      // provider asked for a wait past it) ends the task timed_out, not failed.
+      const bool out_of_time =
+          Clock::now() >= run.deadline ||
+          (reply->error().kind == ErrorKind::kTimeout && call_deadline >= run.deadline);
+      if (out_of_time) {
         co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt,
                                   "deadline passed during a model call: " + reply->error().message);
       }

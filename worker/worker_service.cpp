@@ -37,6 +37,32 @@ std::string default_worker_id() {
   return std::string(host) + "-" + std::to_string(getpid());
 }
 
+metrics::ModelOutcome to_metrics(http::ModelOutcome outcome) {
+  switch (outcome) {
+    case http::ModelOutcome::kOk:
+      return metrics::ModelOutcome::kOk;
+    case http::ModelOutcome::kRateLimited:
+      return metrics::ModelOutcome::kRateLimited;
+    case http::ModelOutcome::kServerError:
+      return metrics::ModelOutcome::kServerError;
+    case http::ModelOutcome::kTimeout:
+      return metrics::ModelOutcome::kTimeout;
+    case http::ModelOutcome::kConnectError:
+      return metrics::ModelOutcome::kConnectionError;
+    case http::ModelOutcome::kBadResponse:
+      return metrics::ModelOutcome::kInvalidResponse;
+    case http::ModelOutcome::kRejected:
+      return metrics::ModelOutcome::kClientError;
+    case http::ModelOutcome::kQuotaExhausted:
+      return metrics::ModelOutcome::kQuotaExhausted;
+    case http::ModelOutcome::kCircuitOpen:
+      return metrics::ModelOutcome::kCircuitOpen;
+    case http::ModelOutcome::kThrottled:
+      return metrics::ModelOutcome::kThrottled;
+  }
+  return metrics::ModelOutcome::kServerError;
+}
+
 std::string header_value(const kafka::Headers& headers, const std::string& name) {
   for (const auto& [key, value] : headers) {
     if (key == name)
@@ -59,6 +85,17 @@ int run_worker(const config::Config& config) {
   kafka::Producer producer(config.kafka);
   http::OpenAiModelClient model(io.get_executor(), config.models);
   http::HttpToolClient tools(io.get_executor(), config.tools);
+  // Every HTTP attempt at a model endpoint is counted; retries by the failure retried.
+  model.set_observer([&worker_metrics](const http::ModelAttempt& attempt) {
+    const metrics::ModelOutcome outcome = to_metrics(attempt.outcome);
+    if (attempt.http_status != 0 || attempt.outcome == http::ModelOutcome::kTimeout ||
+        attempt.outcome == http::ModelOutcome::kConnectError) {
+      worker_metrics.model_request(attempt.model, attempt.endpoint, outcome,
+                                   std::chrono::duration<double>(attempt.latency).count());
+    }
+    if (attempt.retry_follows)
+      worker_metrics.model_retry(attempt.model, outcome);
+  });
   TaskRunner runner(config, worker_id, model, tools, db, producer, worker_metrics);
 
   OffsetTracker offsets;  // touched only on the io thread
@@ -294,6 +331,13 @@ int run_worker(const config::Config& config) {
   consumer->stop();
   // Postgres work still queued finishes before the runner and the clients it uses go away.
   db.join();
+  const http::ModelClientCounters& calls = model.counters();
+  log::write("info", "worker",
+             "model calls " + std::to_string(calls.calls) + " (failed " +
+                 std::to_string(calls.calls_failed) + "), HTTP attempts " +
+                 std::to_string(calls.attempts) + ", retries " + std::to_string(calls.retries) +
+                 ", failovers " + std::to_string(calls.failovers) + ", waits for room " +
+                 std::to_string(calls.waits_for_room));
   log::write("info", "worker",
              "stopped with " + std::to_string(in_flight) + " tasks in flight" +
                  (in_flight > 0 ? " (their leases expire and recovery resumes them)" : "") +

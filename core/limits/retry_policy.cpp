@@ -84,9 +84,12 @@ RetryDecision decide_retry(const RetryPolicy& policy, const RetryInput& input,
                                : full_jitter_delay(policy, input.retries_done, random);
   if (input.now + d.delay >= input.deadline) {
     const auto left = std::chrono::duration_cast<milliseconds>(input.deadline - input.now).count();
-    return give_up(std::string(input.server_delay ? "the server asked to wait " : "a backoff of ") +
-                   std::to_string(d.delay.count()) + " ms, more than the " + std::to_string(left) +
-                   " ms left before the deadline");
+    RetryDecision out =
+        give_up(std::string(input.server_delay ? "the server asked to wait " : "a backoff of ") +
+                std::to_string(d.delay.count()) + " ms, more than the " + std::to_string(left) +
+                " ms left before the deadline");
+    out.no_time_to_wait = true;
+    return out;
   }
   return d;
 }

@@ -60,6 +60,7 @@ struct RetryDecision {
   std::chrono::milliseconds delay{0};  // kRetryAfter: wait this long, then the same endpoint
   std::string reason;                  // kGiveUp (and kFailover): why, for the error message
   bool deadline_reached = false;       // kGiveUp because the deadline has already passed
+  bool no_time_to_wait = false;        // kGiveUp because the wait would end past the deadline
 };
 
 // The rules, in order:

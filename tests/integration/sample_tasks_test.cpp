@@ -19,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -611,6 +612,86 @@ TEST(DeadLetters, PoisonMessagesGoToTheDlqWithTheirReasonWhileOtherTasksFlow) {
     EXPECT_FALSE(letter.headers.at("dlq-source-partition").empty());
     EXPECT_FALSE(letter.headers.at("dlq-source-offset").empty());
   }
+}
+
+// The sum of a counter's samples whose line starts with `prefix` in Prometheus text.
+double sum_samples(const std::string& text, const std::string& prefix) {
+  double sum = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(prefix, 0) == 0)
+      sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+double worker_metric(std::map<std::string, std::string>& env, const std::string& prefix) {
+  double sum = 0;
+  std::istringstream urls(env["AGENTFLEET_WORKER_METRICS_URLS"]);
+  for (std::string url; std::getline(urls, url, ',');) {
+    sum += sum_samples(call(boost::beast::http::verb::get, url + "/metrics").body, prefix);
+  }
+  return sum;
+}
+
+TEST(ModelFaults, A429StormWithRetryAfterIsRiddenOutAndNoTaskWithTimeLeftFails) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  const std::string llm = "http://127.0.0.1:" + env["LLM_SIM_PORT"];
+  call(boost::beast::http::verb::delete_, llm + "/admin/faults");
+  const double retries_before = worker_metric(
+      env, "agentfleet_model_retries_total{model=\"sim-model\",reason=\"rate_limited\"");
+  // Every model call is answered 429 "retry after 4 s" for 10 s.
+  auto fault = call(boost::beast::http::verb::post, llm + "/admin/faults",
+                    R"({"mode":"http_429","retry_after_s":4,"duration_s":10})");
+  ASSERT_EQ(fault.status, 201) << fault.body;
+  const auto storm_start = std::chrono::steady_clock::now();
+
+  std::vector<std::string> ids;
+  for (int i = 0; i < 8; ++i) {
+    ids.push_back(
+        submit(base, R"({"user_id":"storm-u)" + std::to_string(i) +
+                         R"(","text":"今天下午去买东西","timeout_s":60,"idempotency_key":"storm-)" +
+                         std::to_string(i) + R"("})"));
+  }
+  // This one has 2 s: a wait of 4 s cannot fit, so it ends at once instead of sleeping past
+  // its deadline.
+  const std::string short_id = submit(
+      base,
+      R"({"user_id":"storm-short","text":"今天下午去买东西","timeout_s":2,"idempotency_key":"storm-short"})");
+
+  auto short_task = wait_terminal(base, short_id);
+  EXPECT_STREQ(short_task["status"].GetString(), "timed_out");
+  EXPECT_NE(std::string(short_task["error"].GetString()).find("429"), std::string::npos)
+      << short_task["error"].GetString();
+  pqxx::connection db(env["AGENTFLEET_PG_URL"]);
+  EXPECT_LT(run_seconds(db, short_id), 2.0) << "gave up before its deadline, not after";
+
+  int model_calls = 0;
+  for (const std::string& id : ids) {
+    auto task = wait_terminal(base, id);
+    EXPECT_STREQ(task["status"].GetString(), "succeeded") << task["error"].IsString();
+    model_calls += task["steps"].GetInt();
+  }
+  const double storm_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - storm_start).count();
+  EXPECT_GE(storm_s, 10.0) << "the tasks finished after the storm, not during it";
+
+  auto stats = parse(call(boost::beast::http::verb::get, llm + "/stats").body);
+  const int served_429 =
+      stats["faults"].HasMember("http_429") ? stats["faults"]["http_429"].GetInt() : 0;
+  const double retries =
+      worker_metric(env,
+                    "agentfleet_model_retries_total{model=\"sim-model\",reason=\"rate_limited\"") -
+      retries_before;
+  std::printf(
+      "429 storm: %d answers 429, %.0f retries for %d model calls of 9 tasks; all 8 with "
+      "time left succeeded after %.1f s\n",
+      served_429, retries, model_calls, storm_s);
+  EXPECT_GT(served_429, 0);
+  // Retry-After 4 s over a 10 s storm: at most 3 retries per call (the configured bound).
+  EXPECT_LE(retries, 3.0 * 9);
+  call(boost::beast::http::verb::delete_, llm + "/admin/faults");
 }
 
 }  // namespace

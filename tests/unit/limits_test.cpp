@@ -99,6 +99,7 @@ TEST_F(RetryDecisionTest, RetryAfterBeyondTheDeadlineFailsOverOrGivesUpNow) {
   auto d = decide_retry(policy, in, random);
   EXPECT_EQ(d.action, Action::kGiveUp);
   EXPECT_FALSE(d.deadline_reached);
+  EXPECT_TRUE(d.no_time_to_wait) << "the call cannot succeed in time: a timeout, not a failure";
   EXPECT_NE(d.reason.find("10000 ms"), std::string::npos) << d.reason;
 
   in.other_endpoint_available = true;

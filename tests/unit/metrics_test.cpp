@@ -17,8 +17,11 @@ config::Config test_config() {
   config::Config c;
   config::ModelConfig model;
   model.name = "m1";
-  model.endpoints.push_back({"https://key:secret@api.example.com:8443/v1/chat/completions", ""});
-  model.endpoints.push_back({"http://127.0.0.1:8090/v1/chat/completions", ""});
+  config::ModelEndpoint endpoint;
+  endpoint.url = "https://key:secret@api.example.com:8443/v1/chat/completions";
+  model.endpoints.push_back(endpoint);
+  endpoint.url = "http://127.0.0.1:8090/v1/chat/completions";
+  model.endpoints.push_back(endpoint);
   c.models.push_back(model);
   config::ToolConfig tool;
   tool.name = "search_items";

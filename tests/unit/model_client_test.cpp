@@ -167,7 +167,7 @@ TEST_F(ModelClientTest, RetryAfterPastTheDeadlineGivesUpAtOnceWithOneEndpoint) {
   ASSERT_FALSE(reply.ok());
   EXPECT_TRUE(slept.empty());  // never sleeps past the deadline
   EXPECT_EQ(called.size(), 1u);
-  EXPECT_EQ(reply.error().kind, ErrorKind::kTransient);
+  EXPECT_EQ(reply.error().kind, ErrorKind::kTimeout) << "it cannot succeed before the deadline";
   EXPECT_NE(reply.error().message.find("asked to wait 60000 ms"), std::string::npos)
       << reply.error().message;
   EXPECT_FALSE(attempts.at(0).retry_follows);

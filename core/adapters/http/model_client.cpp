@@ -10,6 +10,7 @@
 
 #include "core/codec/openai_codec.hpp"
 #include "core/codec/provider_error.hpp"
+#include "core/codec/react_json_codec.hpp"
 #include "core/limits/retry_after.hpp"
 #include "core/limits/token_bucket.hpp"
 
@@ -258,6 +259,7 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
   options.provider_model =
       model.config.provider_model.empty() ? model.config.name : model.config.provider_model;
   options.max_tokens = model.config.max_output_tokens;
+  options.protocol = codec::chat_protocol(model.config.protocol);
   const std::string body = codec::build_chat_request(options, *request.messages, *request.tools);
   const std::int64_t estimate =
       limits::estimate_request_tokens(body.size(), model.config.max_output_tokens);
@@ -350,6 +352,13 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
         endpoint.limits.correct(estimate, 0, now);  // nothing reached the provider
     } else if (response.status >= 200 && response.status < 300) {
       auto reply = codec::parse_chat_response(response.body);
+      if (reply.ok() && options.protocol == codec::ChatProtocol::kReactJson) {
+        // The step number makes the synthetic call id; replaying a checkpoint reads the same.
+        const int step = static_cast<int>(
+            std::count_if(request.messages->begin(), request.messages->end(),
+                          [](const Message& m) { return m.role == Role::kAssistant; }));
+        reply = codec::read_react_json_reply(std::move(reply).value(), step);
+      }
       if (reply.ok()) {
         endpoint.breaker.record_success();
         const TokenUsage& usage = reply.value().usage;
@@ -428,10 +437,12 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
         co_return fail(ErrorKind::kFatal,
                        what + ": out of quota on every endpoint (" + last_failure + ")");
       }
-      co_return fail(decision.deadline_reached || outcome == ModelOutcome::kTimeout
-                         ? ErrorKind::kTimeout
-                         : ErrorKind::kTransient,
-                     last_failure + "; " + decision.reason);
+      // Out of time, now or before the wait would end: the call cannot succeed in time.
+      co_return fail(
+          decision.deadline_reached || decision.no_time_to_wait || outcome == ModelOutcome::kTimeout
+              ? ErrorKind::kTimeout
+              : ErrorKind::kTransient,
+          last_failure + "; " + decision.reason);
     }
     if (outcome != ModelOutcome::kQuotaExhausted) {
       ++retries;

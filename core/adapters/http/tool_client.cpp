@@ -146,7 +146,7 @@ asio::awaitable<ports::ToolOutcome> HttpToolClient::call(ports::ToolInvocation i
     request.headers.emplace_back("Idempotency-Key", invocation.idempotency_key);
     if (!invocation.traceparent.empty())
       request.headers.emplace_back("traceparent", invocation.traceparent);
-    ClientResponse response = co_await fetch(executor_, std::move(request));
+    ClientResponse response = co_await fetch(executor_, std::move(request), &pool_);
     outcome.latency = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
     outcome.http_status = response.status;
     bool retry = false;

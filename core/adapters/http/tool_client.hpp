@@ -7,11 +7,13 @@
 // bare or wrapped as {"data": ...}; {"error": ...} is a failure. Every failure becomes an
 // observation the model can read.
 //
-// Thread-safety: immutable after construction; share freely.
+// Thread-safety: use from the one io thread of `executor` (the connection pool is not
+// thread-safe); destroy before that io_context.
 
 #include <map>
 #include <optional>
 
+#include "core/adapters/http/client.hpp"
 #include "core/config/config.hpp"
 #include "core/ports/tool_client.hpp"
 
@@ -37,6 +39,7 @@ class HttpToolClient : public ports::ToolClient {
  private:
   boost::asio::any_io_executor executor_;
   std::map<std::string, config::ToolConfig> tools_;
+  ConnectionPool pool_;  // keep-alive connections to the tool services
 };
 
 }  // namespace agentfleet::http

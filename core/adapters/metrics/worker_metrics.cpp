@@ -39,6 +39,8 @@ std::string_view to_string(ModelOutcome outcome) {
       return "invalid_response";
     case ModelOutcome::kCircuitOpen:
       return "circuit_open";
+    case ModelOutcome::kThrottled:
+      return "throttled";
   }
   return "other";
 }
@@ -150,8 +152,10 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& registry, const config::Config& co
     : f_(std::make_unique<Families>(registry.prometheus_registry())) {
   for (const auto& model : config.models) {
     f_->models.add(model.name);
-    for (const auto& endpoint : model.endpoints)
+    for (const auto& endpoint : model.endpoints) {
+      f_->endpoints.add(endpoint.name);  // what the model client reports
       f_->endpoints.add(endpoint_label(endpoint.url));
+    }
   }
   for (const auto& tool : config.tools)
     f_->tools.add(tool.name);

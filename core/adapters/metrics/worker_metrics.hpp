@@ -34,6 +34,7 @@ enum class ModelOutcome {
   kConnectionError,
   kInvalidResponse,  // not JSON, or not a chat completion
   kCircuitOpen,      // not sent: the endpoint's breaker is open
+  kThrottled,        // not sent: the provider account's request/token limits had no room
 };
 enum class ToolOutcome { kOk, kError, kRefused, kInvalidArguments, kTimeout };
 enum class DeadLetterReason { kNotJson, kSchema, kUnknownTask };
