@@ -114,13 +114,14 @@ void log_line(const char* level, const std::string& task_id, const std::string& 
 }  // namespace
 
 TaskRunner::TaskRunner(const config::Config& config, std::string worker_id,
-                       ports::ModelClient& model, ports::ToolClient& tools, pg::DbPool& db,
-                       kafka::Producer& producer, metrics::WorkerMetrics& metrics)
+                       ports::ModelClient& model, ports::ToolClient& tools,
+                       kafka::Producer& producer, metrics::WorkerMetrics& metrics,
+                       pg::WriteBatcher& writes)
     : config_(config),
       worker_id_(std::move(worker_id)),
       model_(model),
       tools_(tools),
-      db_(db),
+      writes_(writes),
       producer_(producer),
       metrics_(metrics),
       prices_(make_price_table(config.billing)),
@@ -202,8 +203,8 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string tra
   Run run;
   run.task_id = std::move(task_id);
   run.traceparent = std::move(traceparent);
-  auto claim = co_await db_.run([&](pqxx::connection& c) {
-    return pg::claim_task(c, run.task_id, worker_id_, config_.worker.lease_s);
+  auto claim = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
+    return pg::claim_task(tx, run.task_id, worker_id_, config_.worker.lease_s);
   });
   if (!claim.ok()) {
     log_line("error", run.task_id, "", 0, "claim failed: " + claim.error().message);
@@ -263,8 +264,9 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::stop_requested(Run& run,
     co_return co_await finish(run, TaskStatus::kCancelled, std::nullopt, "cancelled while running");
   }
   if (control.drain && at_checkpoint) {
-    auto released = co_await db_.run(
-        [&](pqxx::connection& c) { return pg::release_task(c, run.task_id, run.claimed.attempt); });
+    auto released = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
+      return pg::release_task(tx, run.task_id, run.claimed.attempt);
+    });
     if (!released.ok())
       co_return RunOutcome::kStoreUnavailable;  // the lease expires; recovery resumes it
     if (!released.value().ok())
@@ -380,9 +382,9 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
       }
       const std::string obs_json = codec::observations_json(*observations);
       const int executed = static_cast<int>(calls->calls.size());
-      auto saved = co_await db_.run([&](pqxx::connection& c) {
-        return pg::save_tool_results(c, run.task_id, run.claimed.attempt, step - 1, obs_json, trace,
-                                     executed);
+      auto saved = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
+        return pg::save_tool_results(tx, run.task_id, run.claimed.attempt, step - 1, obs_json,
+                                     trace, executed);
       });
       if (auto stop = co_await on_store_failure(run, saved, "tool results"))
         co_return *stop;
@@ -433,8 +435,8 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
         spec.user_id, spec.batch_id, spec.model, answer.usage, billing::format_micros(cost.micros),
         cost.currency};
     const std::string reply_json = codec::model_reply_json(answer);
-    auto saved = co_await db_.run([&](pqxx::connection& c) {
-      return pg::save_model_step(c, run.task_id, run.claimed.attempt, step, reply_json, latency_ms,
+    auto saved = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
+      return pg::save_model_step(tx, run.task_id, run.claimed.attempt, step, reply_json, latency_ms,
                                  ledger);
     });
     if (auto stop = co_await on_store_failure(run, saved, "model step"))
@@ -692,8 +694,8 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   record.user_id = spec.user_id;
   record.traceparent = run.traceparent;
   std::string event_json;
-  auto finished = co_await db_.run([&](pqxx::connection& c) -> Result<std::int64_t> {
-    const pg::TaskTotals totals = pg::task_totals(c, run.task_id);
+  auto finished = co_await writes_.run(run.task_id, [&](pqxx::work& tx) -> Result<std::int64_t> {
+    const pg::TaskTotals totals = pg::task_totals(tx, run.task_id);
     codec::ResultEvent event;
     event.task_id = run.task_id;
     event.user_id = spec.user_id;
@@ -710,7 +712,7 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
     event.finished_at = codec::format_rfc3339(std::chrono::system_clock::now());
     record.result_event_json = codec::result_event_json(event);
     event_json = record.result_event_json;
-    return pg::finish_task(c, record);
+    return pg::finish_task(tx, record);
   });
   if (!finished.ok())
     co_return RunOutcome::kStoreUnavailable;
@@ -735,8 +737,8 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   kafka::OutMessage announcement{config_.kafka.topics.results, spec.user_id, event_json, headers};
   Status published = co_await producer_.publish(std::move(announcement));
   if (published.ok()) {
-    co_await db_.run([outbox_id](pqxx::connection& c) {
-      pg::delete_outbox_row(c, outbox_id);
+    co_await writes_.run(run.task_id, [outbox_id](pqxx::work& tx) {
+      pg::delete_outbox_row(tx, outbox_id);
       return true;
     });
   } else {

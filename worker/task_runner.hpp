@@ -26,6 +26,7 @@
 #include "core/adapters/kafka/kafka.hpp"
 #include "core/adapters/metrics/worker_metrics.hpp"
 #include "core/adapters/pg/db_pool.hpp"
+#include "core/adapters/pg/write_batcher.hpp"
 #include "core/billing/price_table.hpp"
 #include "core/codec/json_schema.hpp"
 #include "core/config/config.hpp"
@@ -49,8 +50,8 @@ std::string_view to_string(RunOutcome outcome);
 class TaskRunner {
  public:
   TaskRunner(const config::Config& config, std::string worker_id, ports::ModelClient& model,
-             ports::ToolClient& tools, pg::DbPool& db, kafka::Producer& producer,
-             metrics::WorkerMetrics& metrics);
+             ports::ToolClient& tools, kafka::Producer& producer, metrics::WorkerMetrics& metrics,
+             pg::WriteBatcher& writes);
 
   boost::asio::awaitable<RunOutcome> run(std::string task_id, std::string traceparent);
 
@@ -92,7 +93,7 @@ class TaskRunner {
   std::string worker_id_;
   ports::ModelClient& model_;
   ports::ToolClient& tools_;
-  pg::DbPool& db_;
+  pg::WriteBatcher& writes_;  // claims, checkpoints and finishes: group-committed
   kafka::Producer& producer_;
   metrics::WorkerMetrics& metrics_;
   billing::PriceTable prices_;

@@ -96,7 +96,9 @@ int run_worker(const config::Config& config) {
     if (attempt.retry_follows)
       worker_metrics.model_retry(attempt.model, outcome);
   });
-  TaskRunner runner(config, worker_id, model, tools, db, producer, worker_metrics);
+  // Task writes are group-committed; one pool thread stays free for heartbeats and polls.
+  pg::WriteBatcher writes(db, std::max(1, config.worker.db_threads - 1), 500);
+  TaskRunner runner(config, worker_id, model, tools, producer, worker_metrics, writes);
 
   OffsetTracker offsets;  // touched only on the io thread
   std::size_t in_flight = 0;
@@ -331,6 +333,11 @@ int run_worker(const config::Config& config) {
   consumer->stop();
   // Postgres work still queued finishes before the runner and the clients it uses go away.
   db.join();
+  const pg::WriteBatcher::Stats batches = writes.stats();
+  log::write("info", "worker",
+             "task writes " + std::to_string(batches.writes) + " in " +
+                 std::to_string(batches.batches) + " commits (largest " +
+                 std::to_string(batches.largest) + ")");
   const http::ModelClientCounters& calls = model.counters();
   log::write("info", "worker",
              "model calls " + std::to_string(calls.calls) + " (failed " +

@@ -57,6 +57,7 @@ struct OpenAiModelClient::Endpoint {
   limits::CircuitBreaker breaker;
   limits::ProviderLimits limits;
   Clock::time_point cool_until{};   // a Retry-After asked us to stay away until then
+  std::string cool_reason;          // e.g. "HTTP 429 asked to retry after 4000 ms"
   Clock::time_point quota_until{};  // out of money until then
 
   bool out_of_quota(Clock::time_point now) const { return now < quota_until; }
@@ -293,13 +294,20 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
       const std::string_view blocked =
           model.endpoints[static_cast<std::size_t>(choice.blocked_endpoint)].config.name;
       if (choice.ready_at >= request.deadline) {
+        // Nothing can be sent before the deadline: the call cannot succeed in time.
         report(model, blocked, choice.blocked_by, 0, milliseconds(0), false);
-        co_return fail(ErrorKind::kTransient,
-                       what + ": no endpoint can take the call before the deadline (" +
-                           (choice.blocked_by == ModelOutcome::kCircuitOpen
-                                ? std::string("circuit breakers open")
-                                : std::string("provider rate limits or Retry-After")) +
-                           "; last failure: " + last_failure + ")");
+        const Endpoint& first = model.endpoints[static_cast<std::size_t>(choice.blocked_endpoint)];
+        std::string why = choice.blocked_by == ModelOutcome::kCircuitOpen
+                              ? std::string("circuit breakers open")
+                              : std::string("provider rate limits or Retry-After");
+        if (choice.blocked_by != ModelOutcome::kCircuitOpen && !first.cool_reason.empty() &&
+            first.cool_until > now) {
+          why = std::string(first.config.name) + ": " + first.cool_reason;
+        }
+        co_return fail(ErrorKind::kTimeout, what +
+                                                ": no endpoint can take the call before the "
+                                                "deadline (" +
+                                                why + "; last failure: " + last_failure + ")");
       }
       if (!waited) {  // one report per call, however many slices the wait takes
         report(model, blocked, choice.blocked_by, 0, milliseconds(0), true);
@@ -392,8 +400,11 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
         }
         server_delay = limits::parse_retry_after(
             response.header("retry-after-ms"), response.header("retry-after"), hooks_.wall_clock());
-        if (server_delay)
-          endpoint.cool_until = std::max(endpoint.cool_until, now + *server_delay);
+        if (server_delay && now + *server_delay > endpoint.cool_until) {
+          endpoint.cool_until = now + *server_delay;
+          endpoint.cool_reason = "HTTP " + std::to_string(s) + " asked to retry after " +
+                                 std::to_string(server_delay->count()) + " ms";
+        }
       } else {
         outcome = ModelOutcome::kRejected;
         endpoint.breaker.record_success();

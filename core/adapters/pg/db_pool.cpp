@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
+
+#include <boost/asio/post.hpp>
 #include <thread>
 
 namespace agentfleet::pg {
@@ -51,6 +54,27 @@ DbPool::~DbPool() {
 
 void DbPool::join() {
   pool_.join();
+}
+
+void DbPool::post_with_connection(std::function<void(pqxx::connection*, const Error*)> f) {
+  const auto queued = std::chrono::steady_clock::now();
+  boost::asio::post(pool_, [this, f = std::move(f), queued] {
+    if (queue_wait_observer_) {
+      queue_wait_observer_(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - queued).count());
+    }
+    ++in_use_;
+    pqxx::connection* c = nullptr;
+    std::optional<Error> error;
+    try {
+      c = &connection();
+    } catch (const std::exception& e) {
+      drop_connection();
+      error = map_pg_error(e);
+    }
+    f(c, error ? &*error : nullptr);
+    --in_use_;
+  });
 }
 
 pqxx::connection& DbPool::connection() {

@@ -60,6 +60,10 @@ class DbPool {
         boost::asio::use_awaitable);
   }
 
+  // Fire and forget: f runs on a pool thread with that thread's connection, or with nullptr
+  // and the error when no connection could be opened. f must not throw.
+  void post_with_connection(std::function<void(pqxx::connection*, const Error*)> f);
+
   // The same on the calling thread (for start-up and dedicated loops).
   template <typename F>
   auto run_blocking(F f) -> Result<std::invoke_result_t<F, pqxx::connection&>> {

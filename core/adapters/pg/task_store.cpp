@@ -240,9 +240,8 @@ std::int64_t count_due_outbox(pqxx::connection& c) {
   return tx.exec1("SELECT count(*) FROM outbox WHERE publish_after <= now()")[0].as<std::int64_t>();
 }
 
-Claim claim_task(pqxx::connection& c, const std::string& task_id, const std::string& worker_id,
+Claim claim_task(pqxx::work& tx, const std::string& task_id, const std::string& worker_id,
                  int lease_s) {
-  pqxx::work tx(c);
   auto rows = tx.exec_params(R"SQL(
 WITH claimed AS (
   UPDATE tasks SET status = 'running', attempt = attempt + 1, worker_id = $2,
@@ -266,7 +265,6 @@ FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
                              task_id, worker_id, lease_s);
   if (rows.empty()) {
     auto known = tx.exec_params("SELECT 1 FROM tasks WHERE task_id = $1::uuid", task_id);
-    tx.commit();
     return Claim{known.empty() ? ClaimOutcome::kUnknown : ClaimOutcome::kBusyOrDone, {}};
   }
   const auto& r = rows[0];
@@ -309,7 +307,6 @@ FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
     claimed.steps.push_back(
         StepRecord{row[0].as<int>(), row[1].as<std::string>(), row[2].as<std::string>()});
   }
-  tx.commit();
   return Claim{ClaimOutcome::kClaimed, std::move(claimed)};
 }
 
@@ -328,10 +325,9 @@ Error lease_lost(const std::string& task_id) {
 }
 }  // namespace
 
-Status save_model_step(pqxx::connection& c, const std::string& task_id, int attempt, int step,
+Status save_model_step(pqxx::work& tx, const std::string& task_id, int attempt, int step,
                        const std::string& model_reply_json, int latency_ms,
                        const LedgerRow& ledger) {
-  pqxx::work tx(c);
   if (!still_ours(tx, task_id, attempt))
     return lease_lost(task_id);
   tx.exec_params0(
@@ -352,14 +348,12 @@ UPDATE tasks SET steps = $2 + 1, input_tokens = input_tokens + $3,
 WHERE task_id = $1::uuid)SQL",
                   task_id, step, ledger.usage.input, ledger.usage.cached_input, ledger.usage.output,
                   ledger.cost, ledger.currency);
-  tx.commit();
   return ok_status();
 }
 
-Status save_tool_results(pqxx::connection& c, const std::string& task_id, int attempt, int step,
+Status save_tool_results(pqxx::work& tx, const std::string& task_id, int attempt, int step,
                          const std::string& observations_json, const std::string& trace_json,
                          int executed_calls) {
-  pqxx::work tx(c);
   if (!still_ours(tx, task_id, attempt))
     return lease_lost(task_id);
   auto updated = tx.exec_params(
@@ -370,12 +364,10 @@ Status save_tool_results(pqxx::connection& c, const std::string& task_id, int at
     tx.exec_params0("UPDATE tasks SET tool_calls = tool_calls + $2 WHERE task_id = $1::uuid",
                     task_id, executed_calls);
   }
-  tx.commit();
   return ok_status();
 }
 
-Result<std::int64_t> finish_task(pqxx::connection& c, const FinishRecord& record) {
-  pqxx::work tx(c);
+Result<std::int64_t> finish_task(pqxx::work& tx, const FinishRecord& record) {
   if (!still_ours(tx, record.task_id, record.attempt))
     return lease_lost(record.task_id);
   std::optional<std::string> result_type, message, options;
@@ -396,12 +388,10 @@ WHERE task_id = $1::uuid)SQL",
       "VALUES ($1, $2, $3, NULLIF($4, ''), now() + make_interval(secs => $5)) RETURNING id",
       record.results_topic, record.user_id, record.result_event_json, record.traceparent,
       record.relay_delay_s);
-  tx.commit();
   return id[0].as<std::int64_t>();
 }
 
-TaskTotals task_totals(pqxx::connection& c, const std::string& task_id) {
-  pqxx::read_transaction tx(c);
+TaskTotals task_totals(pqxx::transaction_base& tx, const std::string& task_id) {
   auto r = tx.exec_params1(
       "SELECT input_tokens, cached_input_tokens, output_tokens, "
       "to_char(cost, 'FM999999999999990.000000'), coalesce(currency, '') "
@@ -416,10 +406,8 @@ TaskTotals task_totals(pqxx::connection& c, const std::string& task_id) {
   return totals;
 }
 
-void delete_outbox_row(pqxx::connection& c, std::int64_t id) {
-  pqxx::work tx(c);
+void delete_outbox_row(pqxx::work& tx, std::int64_t id) {
   tx.exec_params0("DELETE FROM outbox WHERE id = $1", id);
-  tx.commit();
 }
 
 LeaseCheck extend_leases(pqxx::connection& c, const std::string& worker_id,
@@ -440,11 +428,19 @@ LeaseCheck extend_leases(pqxx::connection& c, const std::string& worker_id,
   }
   w.EndArray();
   pqxx::work tx(c);
+  // Rows are locked in task_id order, the order the worker's batched writes use too, so a
+  // heartbeat and a batch never wait on each other in a cycle.
   auto rows = tx.exec_params(R"SQL(
+WITH locked AS (
+  SELECT t.task_id FROM tasks t
+  JOIN jsonb_to_recordset($2::jsonb) AS held(task_id uuid, attempt integer)
+    ON t.task_id = held.task_id AND t.attempt = held.attempt
+  WHERE t.worker_id = $1 AND t.status = 'running'
+  ORDER BY t.task_id
+  FOR UPDATE OF t
+)
 UPDATE tasks t SET lease_until = now() + make_interval(secs => $3)
-FROM jsonb_to_recordset($2::jsonb) AS held(task_id uuid, attempt integer)
-WHERE t.task_id = held.task_id AND t.attempt = held.attempt AND t.worker_id = $1
-  AND t.status = 'running'
+FROM locked WHERE t.task_id = locked.task_id
 RETURNING t.task_id::text, t.cancel_requested)SQL",
                              worker_id, std::string(buffer.GetString(), buffer.GetSize()), lease_s);
   tx.commit();
@@ -471,16 +467,68 @@ std::vector<std::string> cancel_requested(pqxx::connection& c,
   return cancelled;
 }
 
-Status release_task(pqxx::connection& c, const std::string& task_id, int attempt) {
-  pqxx::work tx(c);
+Status release_task(pqxx::work& tx, const std::string& task_id, int attempt) {
   if (!still_ours(tx, task_id, attempt))
     return lease_lost(task_id);
   tx.exec_params0(
       "UPDATE tasks SET status = 'queued', lease_until = NULL, worker_id = NULL, "
       "releases = releases + 1 WHERE task_id = $1::uuid",
       task_id);
-  tx.commit();
   return ok_status();
+}
+
+// The same operations in a transaction of their own, for callers that do not batch.
+namespace {
+template <typename F>
+auto in_transaction(pqxx::connection& c, F f) {
+  pqxx::work tx(c);
+  auto result = f(tx);
+  tx.commit();
+  return result;
+}
+}  // namespace
+
+Claim claim_task(pqxx::connection& c, const std::string& task_id, const std::string& worker_id,
+                 int lease_s) {
+  return in_transaction(
+      c, [&](pqxx::work& tx) { return claim_task(tx, task_id, worker_id, lease_s); });
+}
+
+Status save_model_step(pqxx::connection& c, const std::string& task_id, int attempt, int step,
+                       const std::string& model_reply_json, int latency_ms,
+                       const LedgerRow& ledger) {
+  return in_transaction(c, [&](pqxx::work& tx) {
+    return save_model_step(tx, task_id, attempt, step, model_reply_json, latency_ms, ledger);
+  });
+}
+
+Status save_tool_results(pqxx::connection& c, const std::string& task_id, int attempt, int step,
+                         const std::string& observations_json, const std::string& trace_json,
+                         int executed_calls) {
+  return in_transaction(c, [&](pqxx::work& tx) {
+    return save_tool_results(tx, task_id, attempt, step, observations_json, trace_json,
+                             executed_calls);
+  });
+}
+
+Result<std::int64_t> finish_task(pqxx::connection& c, const FinishRecord& record) {
+  return in_transaction(c, [&](pqxx::work& tx) { return finish_task(tx, record); });
+}
+
+TaskTotals task_totals(pqxx::connection& c, const std::string& task_id) {
+  pqxx::read_transaction tx(c);
+  return task_totals(tx, task_id);
+}
+
+void delete_outbox_row(pqxx::connection& c, std::int64_t id) {
+  in_transaction(c, [&](pqxx::work& tx) {
+    delete_outbox_row(tx, id);
+    return true;
+  });
+}
+
+Status release_task(pqxx::connection& c, const std::string& task_id, int attempt) {
+  return in_transaction(c, [&](pqxx::work& tx) { return release_task(tx, task_id, attempt); });
 }
 
 }  // namespace agentfleet::pg

@@ -1,8 +1,9 @@
 #pragma once
 // Every SQL statement on tasks, steps, the ledger and the outbox, as functions of a
-// pqxx::connection (run them through DbPool). The worker's writes are fenced by
-// (task_id, attempt, status = 'running'): a worker whose lease was taken over writes
-// nothing and learns it from ErrorKind::kLeaseLost.
+// pqxx::connection (run them through DbPool), each in a transaction of its own; the worker's
+// writes also take a pqxx::work, so WriteBatcher can put many tasks' writes in one commit. The
+// worker's writes are fenced by (task_id, attempt, status = 'running'): a worker whose lease was
+// taken over writes nothing and learns it from ErrorKind::kLeaseLost.
 
 #include <pqxx/pqxx>
 
@@ -113,11 +114,14 @@ struct Claim {
 };
 Claim claim_task(pqxx::connection& c, const std::string& task_id, const std::string& worker_id,
                  int lease_s);
+Claim claim_task(pqxx::work& tx, const std::string& task_id, const std::string& worker_id,
+                 int lease_s);
 
 // Hands a running task back (a draining worker): status queued again, lease and worker
 // cleared, `releases` + 1 so the hand-back does not count as a lost attempt. Fenced by
 // the attempt; kLeaseLost when the task is no longer ours.
 Status release_task(pqxx::connection& c, const std::string& task_id, int attempt);
+Status release_task(pqxx::work& tx, const std::string& task_id, int attempt);
 
 struct LedgerRow {
   std::string user_id;
@@ -132,10 +136,16 @@ struct LedgerRow {
 Status save_model_step(pqxx::connection& c, const std::string& task_id, int attempt, int step,
                        const std::string& model_reply_json, int latency_ms,
                        const LedgerRow& ledger);
+Status save_model_step(pqxx::work& tx, const std::string& task_id, int attempt, int step,
+                       const std::string& model_reply_json, int latency_ms,
+                       const LedgerRow& ledger);
 
 // The tool results of a step (what the model sees, and the trace).
 // `executed_calls` (calls that ran, not the refused ones) is added to the task's count.
 Status save_tool_results(pqxx::connection& c, const std::string& task_id, int attempt, int step,
+                         const std::string& observations_json, const std::string& trace_json,
+                         int executed_calls);
+Status save_tool_results(pqxx::work& tx, const std::string& task_id, int attempt, int step,
                          const std::string& observations_json, const std::string& trace_json,
                          int executed_calls);
 
@@ -157,6 +167,7 @@ struct FinishRecord {
 // Task row (status, result, totals from the ledger) and the result announcement in the
 // outbox, one transaction. Returns the outbox row id.
 Result<std::int64_t> finish_task(pqxx::connection& c, const FinishRecord& record);
+Result<std::int64_t> finish_task(pqxx::work& tx, const FinishRecord& record);
 
 // Totals over the ledger, for the result event.
 struct TaskTotals {
@@ -165,8 +176,10 @@ struct TaskTotals {
   std::string currency;
 };
 TaskTotals task_totals(pqxx::connection& c, const std::string& task_id);
+TaskTotals task_totals(pqxx::transaction_base& tx, const std::string& task_id);
 
 void delete_outbox_row(pqxx::connection& c, std::int64_t id);
+void delete_outbox_row(pqxx::work& tx, std::int64_t id);
 
 // Extends the leases of the given (task_id, attempt) pairs held by this worker. Returns
 // the pairs still ours (the rest were taken over: their runs must stop), and which of

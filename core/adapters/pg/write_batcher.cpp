@@ -1,0 +1,83 @@
+#include "core/adapters/pg/write_batcher.hpp"
+
+#include <algorithm>
+
+namespace agentfleet::pg {
+
+WriteBatcher::WriteBatcher(DbPool& pool, int max_batches, int max_batch_size)
+    : pool_(pool),
+      max_batches_(std::max(1, max_batches)),
+      max_batch_size_(static_cast<std::size_t>(std::max(1, max_batch_size))) {}
+
+WriteBatcher::Stats WriteBatcher::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void WriteBatcher::enqueue(Write write) {
+  std::lock_guard lock(mutex_);
+  queue_.push_back(std::move(write));
+  if (running_ < max_batches_)
+    start_batch_locked();
+}
+
+void WriteBatcher::start_batch_locked() {
+  ++running_;
+  // The batch is taken when a thread is free, not now: whatever queued meanwhile joins it.
+  pool_.post_with_connection([this](pqxx::connection* c, const Error* no_connection) {
+    std::deque<Write> batch;
+    {
+      std::lock_guard lock(mutex_);
+      while (!queue_.empty() && batch.size() < max_batch_size_) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      ++stats_.batches;
+      stats_.writes += batch.size();
+      stats_.largest = std::max<std::uint64_t>(stats_.largest, batch.size());
+    }
+    if (no_connection != nullptr) {
+      // Postgres is unreachable: these writes fail now (their tasks are left to lease
+      // recovery) rather than wait for a connection without bound.
+      for (Write& write : batch)
+        write.fail(*no_connection);
+    } else if (!batch.empty()) {
+      write_batch(*c, batch);
+    }
+    for (Write& write : batch)
+      write.complete();
+    std::lock_guard lock(mutex_);
+    --running_;
+    if (!queue_.empty() && running_ < max_batches_)
+      start_batch_locked();
+  });
+}
+
+void WriteBatcher::write_batch(pqxx::connection& c, std::deque<Write>& batch) {
+  std::stable_sort(batch.begin(), batch.end(),
+                   [](const Write& a, const Write& b) { return a.key < b.key; });
+  try {
+    pqxx::work tx(c);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      tx.exec0("SAVEPOINT write");
+      try {
+        batch[i].apply(tx);
+        tx.exec0("RELEASE SAVEPOINT write");
+      } catch (const pqxx::sql_error& e) {
+        // This write alone is undone; the transaction goes on.
+        tx.exec0("ROLLBACK TO SAVEPOINT write");
+        batch[i].fail(map_pg_error(e));
+      }
+    }
+    tx.commit();
+  } catch (const std::exception& e) {
+    // The commit (or the connection) failed: none of the batch is known to be written.
+    // An in-doubt commit is reported as transient, like any lost connection: the callers
+    // leave their tasks to lease recovery, which reads what was committed.
+    const Error error = map_pg_error(e);
+    for (std::size_t i = 0; i < batch.size(); ++i)
+      batch[i].fail(error);
+  }
+}
+
+}  // namespace agentfleet::pg

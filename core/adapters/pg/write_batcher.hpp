@@ -1,0 +1,98 @@
+#pragma once
+// Group commit for the worker: many tasks' small write transactions (claims, checkpoints,
+// finishes) run in ONE Postgres transaction and one commit (one WAL flush) instead of one
+// each. Durability is unchanged: a caller resumes only after the commit that holds its
+// write, and gets the error when that commit failed. Each write runs inside its own
+// savepoint, so a write that fails (a constraint, a lost fence is not a failure) is rolled
+// back alone and the others commit. Writes are applied in the order of their keys (the
+// task id): rows are then locked in one global order, by batches and by the lease
+// heartbeat alike, so concurrent batches cannot deadlock.
+//
+// There is no timer: a batch is whatever queued while the previous batches were being
+// written, so an idle worker commits each write at once and a busy one commits hundreds
+// together. At most `max_batches` batches run at once on the DbPool's threads.
+//
+// Thread-safety: run() may be called from any thread; a write's function runs on a DbPool
+// thread, the awaiting coroutine resumes on its own executor. Keep the batcher alive until
+// the DbPool has joined.
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <pqxx/pqxx>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "core/adapters/pg/db_pool.hpp"
+#include "core/domain/error.hpp"
+
+namespace agentfleet::pg {
+
+class WriteBatcher {
+ public:
+  struct Stats {
+    std::uint64_t batches = 0;
+    std::uint64_t writes = 0;
+    std::uint64_t largest = 0;
+  };
+
+  WriteBatcher(DbPool& pool, int max_batches, int max_batch_size);
+
+  // Runs f(tx) in the next batch; its value (or the error of its savepoint or of the
+  // batch's commit) once that batch has committed. `key`: the task the write locks.
+  // Not a coroutine itself: the returned awaitable starts the write when awaited. (Keeping
+  // the initiation out of a coroutine frame avoids GCC 12 destroying its captures twice.)
+  template <typename F>
+  auto run(std::string key, F f)
+      -> boost::asio::awaitable<Result<std::invoke_result_t<F, pqxx::work&>>> {
+    using T = std::invoke_result_t<F, pqxx::work&>;
+    auto slot = std::make_shared<std::optional<Result<T>>>();
+    auto fn = std::make_shared<F>(std::move(f));
+    auto initiation = [this, slot, fn, key = std::move(key)](auto handler) mutable {
+      auto h = std::make_shared<decltype(handler)>(std::move(handler));
+      Write write;
+      write.key = std::move(key);
+      write.apply = [slot, fn](pqxx::work& tx) { slot->emplace((*fn)(tx)); };
+      write.fail = [slot](const Error& error) { slot->emplace(error); };
+      write.complete = [slot, h] {
+        auto executor = boost::asio::get_associated_executor(*h);
+        boost::asio::post(executor, [slot, h] { (*h)(std::move(**slot)); });
+      };
+      enqueue(std::move(write));
+    };
+    return boost::asio::async_initiate<decltype(boost::asio::use_awaitable), void(Result<T>)>(
+        std::move(initiation), boost::asio::use_awaitable);
+  }
+
+  Stats stats() const;
+
+ private:
+  struct Write {
+    std::string key;
+    std::function<void(pqxx::work&)> apply;  // runs the write; stores its value
+    std::function<void(const Error&)> fail;  // stores an error instead
+    std::function<void()> complete;          // resumes the caller (after the commit)
+  };
+
+  void enqueue(Write write);
+  void start_batch_locked();
+  void write_batch(pqxx::connection& c, std::deque<Write>& batch);
+
+  DbPool& pool_;
+  const int max_batches_;
+  const std::size_t max_batch_size_;
+  mutable std::mutex mutex_;
+  std::deque<Write> queue_;
+  int running_ = 0;
+  Stats stats_;
+};
+
+}  // namespace agentfleet::pg
