@@ -729,6 +729,7 @@ TEST(ReactJson, SampleTasksRunEndToEndOnAModelWithoutFunctionCalling) {
     ids.push_back(submit(base, R"({"user_id":")" + cases[i].user + R"(","text":")" + cases[i].text +
                                    R"(","model":"sim-react-model","idempotency_key":"react-)" +
                                    std::to_string(i) + R"("})"));
+    ASSERT_FALSE(ids.back().empty()) << "not accepted: is sim-react-model configured?";
   }
 
   pqxx::connection db(env["AGENTFLEET_PG_URL"]);
