@@ -18,6 +18,7 @@
 #include "core/codec/json_text.hpp"
 #include "core/codec/openai_codec.hpp"
 #include "core/codec/task_codec.hpp"
+#include "core/codec/tool_call_check.hpp"
 #include "core/config/time_zone_loader.hpp"
 #include "core/react/context_budget.hpp"
 #include "core/react/prompt.hpp"
@@ -545,29 +546,14 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
     slot.at = std::chrono::system_clock::now();
     slot.outcome.observation.call_id = slot.call.id;
     slot.outcome.observation.tool = slot.call.name;
-    if (!run.permitted.count(slot.call.name)) {
-      slot.outcome.observation.content = react::tool_error_json(
-          "permission_denied",
-          "tool '" + slot.call.name + "' needs a higher permission level than this user has");
-      continue;
-    }
-    rapidjson::Document args;
-    if (!codec::parse_json(args, slot.call.arguments) || !args.IsObject()) {
-      slot.outcome.observation.content =
-          react::tool_error_json("invalid_arguments", "arguments must be a JSON object");
-      metrics_.tool_call(slot.call.name, metrics::ToolOutcome::kInvalidArguments, 0);
-      continue;
-    }
     auto schema = argument_schemas_.find(slot.call.name);
-    if (schema != argument_schemas_.end()) {
-      if (auto violation = schema->second->validate(args)) {
-        slot.outcome.observation.content = react::tool_error_json(
-            "invalid_arguments",
-            (violation->path.empty() ? std::string("arguments") : violation->path) + ": " +
-                violation->message);
+    if (auto refusal = codec::check_tool_call(
+            slot.call, run.permitted,
+            schema != argument_schemas_.end() ? schema->second.get() : nullptr)) {
+      slot.outcome.observation.content = std::move(refusal->error_json);
+      if (refusal->code == codec::kInvalidArguments)
         metrics_.tool_call(slot.call.name, metrics::ToolOutcome::kInvalidArguments, 0);
-        continue;
-      }
+      continue;
     }
     to_call.push_back(i);
   }
@@ -660,15 +646,28 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
   }
   for (const ToolObservation& refused : calls.refused) {
     metrics_.tool_call(refused.tool, metrics::ToolOutcome::kRefused, 0);
+    // A refusal that names no tool (the synthetic call answering a react_json reply that
+    // could not be read) shows its reason, the error code, where the tool would be.
+    std::string tool = refused.tool;
+    if (tool.empty()) {
+      rapidjson::Document error;
+      tool = "refused";
+      if (codec::parse_json(error, refused.content) && error.IsObject() &&
+          error.HasMember("error") && error["error"].IsObject() &&
+          error["error"].HasMember("code") && error["error"]["code"].IsString()) {
+        tool = error["error"]["code"].GetString();
+      }
+    }
     w.StartObject();
     w.Key("call_id");
     w.String(refused.call_id.c_str());
     w.Key("tool");
-    w.String(refused.tool.c_str());
+    w.String(tool.c_str());
     w.Key("status");
     w.String("refused");
     w.Key("result");
-    w.String(refused.content.c_str());
+    const std::string shown = truncate_chars(refused.content, config_.worker.trace_result_chars);
+    w.String(shown.c_str());
     w.EndObject();
   }
   w.EndArray();

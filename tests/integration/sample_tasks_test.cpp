@@ -694,5 +694,126 @@ TEST(ModelFaults, A429StormWithRetryAfterIsRiddenOutAndNoTaskWithTimeLeftFails) 
   call(boost::beast::http::verb::delete_, llm + "/admin/faults");
 }
 
+// llm-sim's count of completions answered in the react_json protocol.
+int react_json_requests(const std::string& llm) {
+  auto stats = parse(call(boost::beast::http::verb::get, llm + "/stats").body);
+  if (!stats.IsObject() || !stats.HasMember("by_protocol") ||
+      !stats["by_protocol"].HasMember("react_json")) {
+    return 0;
+  }
+  return stats["by_protocol"]["react_json"].GetInt();
+}
+
+TEST(ReactJson, SampleTasksRunEndToEndOnAModelWithoutFunctionCalling) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  const std::string llm = "http://127.0.0.1:" + env["LLM_SIM_PORT"];
+  const int react_before = react_json_requests(llm);
+  // sim-react-model is llm-sim spoken to in react_json (config/agentfleet.yaml). A fresh
+  // user gets a todo created (one side effect); u2's three Feb 8 meetings need a
+  // clarification after a search (no side effect, so the other tests' data is unchanged).
+  struct Case {
+    std::string user;
+    std::string text;
+    std::string result_type;
+    std::string action;  // the tool of step 0
+    std::string message_has;
+    std::string result_has;  // in the trace's result of that call
+  };
+  const std::vector<Case> cases = {
+      {"react-u1", "今天下午去买东西", "action_completed", "create_item", "去买东西", "去买东西"},
+      {"u2", "2月8日的会议改到晚上8点", "need_clarification", "search_items", "3", "晨会"},
+  };
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    ids.push_back(submit(base, R"({"user_id":")" + cases[i].user + R"(","text":")" + cases[i].text +
+                                   R"(","model":"sim-react-model","idempotency_key":"react-)" +
+                                   std::to_string(i) + R"("})"));
+    ASSERT_FALSE(ids.back().empty()) << "not accepted: is sim-react-model configured?";
+  }
+
+  pqxx::connection db(env["AGENTFLEET_PG_URL"]);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    SCOPED_TRACE(c.user + ": " + c.text);
+    auto task = wait_terminal(base, ids[i]);
+    ASSERT_STREQ(task["status"].GetString(), "succeeded")
+        << (task["error"].IsString() ? task["error"].GetString() : "");
+    EXPECT_STREQ(task["model"].GetString(), "sim-react-model");
+    EXPECT_EQ(task["result"]["type"].GetString(), c.result_type);
+    EXPECT_NE(std::string(task["result"]["message"].GetString()).find(c.message_has),
+              std::string::npos)
+        << task["result"]["message"].GetString();
+    if (c.result_type == "need_clarification") {
+      EXPECT_EQ(task["result"]["options"].GetArray().Size(), 3u);
+    }
+    EXPECT_EQ(task["steps"].GetInt(), 2);
+    EXPECT_EQ(task["tool_calls"].GetInt(), 1);
+
+    // The trace shows what the model wrote: the react_json object as text, its thought as
+    // the reasoning, then the call it asked for with the tool's result.
+    const auto& trace = task["trace"];
+    ASSERT_EQ(trace.GetArray().Size(), 2u);
+    ASSERT_TRUE(trace[0]["content"].IsString());
+    const std::string first = trace[0]["content"].GetString();
+    rapidjson::Document action;
+    ASSERT_TRUE(codec::parse_json(action, first) && action.IsObject()) << first;
+    ASSERT_TRUE(action.HasMember("action") && action.HasMember("action_input") &&
+                action.HasMember("thought"))
+        << first;
+    EXPECT_EQ(action["action"].GetString(), c.action) << first;
+    EXPECT_TRUE(action["action_input"].IsObject()) << first;
+    ASSERT_TRUE(action["thought"].IsString()) << first;
+    ASSERT_TRUE(trace[0]["reasoning"].IsString());
+    EXPECT_STREQ(trace[0]["reasoning"].GetString(), action["thought"].GetString());
+    const auto& calls = trace[0]["tool_calls"];
+    ASSERT_EQ(calls.GetArray().Size(), 1u) << first;
+    EXPECT_STREQ(calls[0]["call_id"].GetString(), "rj-0");
+    EXPECT_EQ(calls[0]["tool"].GetString(), c.action);
+    EXPECT_STREQ(calls[0]["status"].GetString(), "ok");
+    EXPECT_EQ(calls[0]["http_status"].GetInt(), 200);
+    rapidjson::Document input;
+    ASSERT_TRUE(codec::parse_json(input, calls[0]["arguments"].GetString()));
+    EXPECT_TRUE(input == action["action_input"]) << calls[0]["arguments"].GetString();
+    EXPECT_NE(std::string(calls[0]["result"].GetString()).find(c.result_has), std::string::npos)
+        << calls[0]["result"].GetString();
+    // The answer of step 1 came in a ```json fence (llm-sim fences odd steps), with `final`.
+    const std::string last = trace[1]["content"].GetString();
+    EXPECT_EQ(last.rfind("```", 0), 0u) << last;
+    EXPECT_NE(last.find("\"final\""), std::string::npos) << last;
+    EXPECT_EQ(trace[1]["tool_calls"].GetArray().Size(), 0u);
+
+    // One ledger row per model call, billed to the user under the model asked for.
+    pqxx::work tx(db);
+    auto ledger = tx.exec_params1(
+        R"SQL(SELECT count(*), count(DISTINCT step), bool_and(model = 'sim-react-model'),
+                     bool_and(user_id = $2 AND cost > 0 AND input_tokens > 0),
+                     (SELECT cost FROM tasks WHERE task_id = $1::uuid) = sum(cost)
+              FROM usage_ledger WHERE task_id = $1::uuid)SQL",
+        ids[i], c.user);
+    tx.commit();
+    EXPECT_EQ(ledger[0].as<int>(), 2) << "ledger rows";
+    EXPECT_EQ(ledger[1].as<int>(), 2) << "distinct ledger steps";
+    EXPECT_TRUE(ledger[2].as<bool>()) << "billed under sim-react-model";
+    EXPECT_TRUE(ledger[3].as<bool>()) << "billed to the task's user";
+    EXPECT_TRUE(ledger[4].as<bool>()) << "the task's cost is the ledger's";
+  }
+
+  // The todo exists once; the search changed nothing of u2's.
+  auto items = parse(
+      call(boost::beast::http::verb::get, env["TOOL_SIM_URL"] + "/items?user_id=react-u1").body);
+  ASSERT_TRUE(items["items"].IsArray());
+  ASSERT_EQ(items["items"].GetArray().Size(), 1u);
+  const auto& todo = items["items"][0];
+  ASSERT_TRUE(todo.HasMember("title") && todo.HasMember("time_segment")) << "no todo fields";
+  EXPECT_STREQ(todo["title"].GetString(), "去买东西");
+  EXPECT_STREQ(todo["time_segment"].GetString(), "afternoon");
+  auto u2 = call(boost::beast::http::verb::get, env["TOOL_SIM_URL"] + "/items?user_id=u2").body;
+  EXPECT_EQ(u2.find("20:00"), std::string::npos) << u2;
+
+  // llm-sim saw the requests as react_json (its system message said so): four model calls.
+  EXPECT_EQ(react_json_requests(llm) - react_before, 4);
+}
+
 }  // namespace
 }  // namespace agentfleet

@@ -107,7 +107,7 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
   EXPECT_EQ(c.task_defaults.timeout_s, 30);
   EXPECT_EQ(c.task_defaults.max_steps, 10);
 
-  ASSERT_EQ(c.models.size(), 1u);
+  ASSERT_EQ(c.models.size(), 2u);
   const ModelConfig* model = c.find_model("sim-model");
   ASSERT_NE(model, nullptr);
   EXPECT_EQ(model->protocol, "function_calling");
@@ -116,8 +116,16 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
   EXPECT_EQ(model->endpoints[0].url, "http://127.0.0.1:8090/v1/chat/completions");
   EXPECT_EQ(model->endpoints[0].api_key, "");
   EXPECT_EQ(c.find_model("nope"), nullptr);
+  // The same simulator in the react_json protocol, on the same endpoint.
+  const ModelConfig* react_model = c.find_model("sim-react-model");
+  ASSERT_NE(react_model, nullptr);
+  EXPECT_EQ(react_model->protocol, "react_json");
+  EXPECT_EQ(react_model->provider_model, "sim-model");
+  ASSERT_EQ(react_model->endpoints.size(), 1u);
+  EXPECT_EQ(react_model->endpoints[0].url, model->endpoints[0].url);
 
-  ASSERT_EQ(c.billing.prices.size(), 1u);
+  ASSERT_EQ(c.billing.prices.size(), 2u);
+  EXPECT_EQ(c.billing.prices[1].model, "sim-react-model");
   const PriceConfig& price = c.billing.prices[0];
   EXPECT_EQ(price.model, "sim-model");
   EXPECT_EQ(price.currency, "CNY");
