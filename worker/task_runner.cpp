@@ -443,7 +443,14 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     if (auto stop = co_await on_store_failure(run, saved, "model step"))
       co_return *stop;
     if (!answer.content.empty()) {
-      emit_progress(run, "delta", step, {}, answer.content);
+      // The model's text of the step, always as {"text": ...} (react_json text is JSON too).
+      rapidjson::StringBuffer text;
+      rapidjson::Writer<rapidjson::StringBuffer> w(text);
+      w.StartObject();
+      w.Key("text");
+      w.String(answer.content.data(), static_cast<rapidjson::SizeType>(answer.content.size()));
+      w.EndObject();
+      emit_progress(run, "delta", step, {}, std::string(text.GetString(), text.GetSize()));
     }
     ++step;
     run.steps = step;
@@ -551,8 +558,11 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
             slot.call, run.permitted,
             schema != argument_schemas_.end() ? schema->second.get() : nullptr)) {
       slot.outcome.observation.content = std::move(refusal->error_json);
-      if (refusal->code == codec::kInvalidArguments)
-        metrics_.tool_call(slot.call.name, metrics::ToolOutcome::kInvalidArguments, 0);
+      metrics_.tool_call(slot.call.name,
+                         refusal->code == codec::kInvalidArguments
+                             ? metrics::ToolOutcome::kInvalidArguments
+                             : metrics::ToolOutcome::kRefused,
+                         0);
       continue;
     }
     to_call.push_back(i);
