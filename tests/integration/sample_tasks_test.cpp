@@ -13,6 +13,7 @@
 #include <boost/asio/use_future.hpp>
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -813,6 +814,52 @@ TEST(ReactJson, SampleTasksRunEndToEndOnAModelWithoutFunctionCalling) {
 
   // llm-sim saw the requests as react_json (its system message said so): four model calls.
   EXPECT_EQ(react_json_requests(llm) - react_before, 4);
+}
+
+TEST(ProgressEvents, ATaskStreamsItsStepsToolCallsTextAndResultInOrder) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  // create a todo (model, then tool), finish (model).
+  const std::string id = submit(
+      base, R"({"user_id":"events-user","text":"今天下午去买东西","idempotency_key":"ev-1"})");
+  auto task = wait_terminal(base, id);
+  ASSERT_STREQ(task["status"].GetString(), "succeeded");
+
+  std::vector<std::string> events;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < until) {
+    std::map<int, std::string> by_seq;
+    for (const auto& [key, value, headers] :
+         read_topic(env["AGENTFLEET_KAFKA_BOOTSTRAP"], "agent.tasks.events")) {
+      rapidjson::Document doc;
+      if (!codec::parse_json(doc, value) || !doc.IsObject() || !doc.HasMember("task_id") ||
+          std::string(doc["task_id"].GetString()) != id) {
+        continue;
+      }
+      auto violation = codec::validate_json_text(value, "progress_event.schema.json", &doc);
+      EXPECT_FALSE(violation) << violation->path << ": " << violation->message << " in " << value;
+      if (violation)
+        continue;
+      EXPECT_EQ(key, "events-user") << "keyed by user_id";
+      by_seq[doc["seq"].GetInt()] = doc["event"].GetString();
+    }
+    events.clear();
+    for (const auto& [seq, event] : by_seq)
+      events.push_back(event);
+    if (!events.empty() && events.back() == "done")
+      break;
+    std::this_thread::sleep_for(200ms);  // progress is produced without waiting for the broker
+  }
+  // step 0: the model asks for the todo; the tool runs; step 1: the model finishes.
+  EXPECT_EQ(events.front(), "step");
+  EXPECT_EQ(events.back(), "done");
+  EXPECT_EQ(std::count(events.begin(), events.end(), "step"), 2);
+  EXPECT_EQ(std::count(events.begin(), events.end(), "action"), 1);
+  EXPECT_EQ(std::count(events.begin(), events.end(), "execution"), 1);
+  EXPECT_EQ(std::count(events.begin(), events.end(), "error"), 0);
+  const auto action = std::find(events.begin(), events.end(), "action");
+  const auto execution = std::find(events.begin(), events.end(), "execution");
+  EXPECT_LT(action - events.begin(), execution - events.begin()) << "the call before its result";
 }
 
 }  // namespace
