@@ -100,7 +100,8 @@ int run_worker(const config::Config& config) {
   pg::WriteBatcher writes(db, std::max(1, config.worker.db_threads - 1), 500);
   TaskRunner runner(config, worker_id, model, tools, producer, worker_metrics, writes);
 
-  OffsetTracker offsets;  // touched only on the io thread
+  OffsetTracker offsets;                        // touched only on the io thread
+  std::set<std::pair<std::string, int>> owned;  // assigned partitions; io thread only
   std::size_t in_flight = 0;
   bool draining = false;
   std::unique_ptr<kafka::Consumer> consumer;
@@ -153,9 +154,9 @@ int run_worker(const config::Config& config) {
   };
 
   auto handle = [&](kafka::InMessage message) {
-    // Messages fetched before the drain began are left unstarted and uncommitted: the next
-    // owner of the partition runs them.
-    if (draining)
+    // Messages fetched before the drain began, or before their partition was revoked, are
+    // left unstarted and uncommitted: the partition's next owner runs them.
+    if (draining || !owned.count({message.topic, message.partition}))
       return;
     ++in_flight;
     worker_metrics.set_in_flight(in_flight);
@@ -204,11 +205,17 @@ int run_worker(const config::Config& config) {
         asio::post(io, [&, m = std::move(message)]() mutable { handle(std::move(m)); });
       },
       [&](bool assigned, const std::vector<std::pair<std::string, int>>& partitions) {
-        if (assigned)
-          return;
-        asio::post(io, [&, partitions] {
-          for (const auto& [topic, partition] : partitions)
-            offsets.forget({topic, partition});
+        // Posted like the messages, so the io thread sees assignments and messages in the
+        // order the consumer delivered them.
+        asio::post(io, [&, assigned, partitions] {
+          for (const auto& [topic, partition] : partitions) {
+            if (assigned) {
+              owned.insert({topic, partition});
+            } else {
+              owned.erase({topic, partition});
+              offsets.forget({topic, partition});
+            }
+          }
         });
       });
 
