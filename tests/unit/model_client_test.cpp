@@ -440,5 +440,42 @@ TEST(ProviderError, RecognisesOutOfMoneyAcrossProviders) {
   EXPECT_EQ(parse_provider_error(502, std::string(400, 'x')).message.size(), 303u);
 }
 
+TEST_F(ModelClientTest, ATlsFailureFailsOverToAnotherEndpointAndIsFatalOnTheLast) {
+  auto client = make(model_config({kA, kB}));
+  script[kA] = {transport_error(ClientErrorKind::kTls)};
+  script[kB] = {ok()};
+  auto reply = call(*client);
+  ASSERT_TRUE(reply.ok()) << reply.error().message;
+  EXPECT_EQ(called, (std::vector<std::string>{kA, kB}));
+  EXPECT_TRUE(slept.empty()) << "a failover does not wait";
+
+  auto single = make(model_config({kA}));
+  called.clear();
+  script[kA] = {transport_error(ClientErrorKind::kTls), ok()};
+  auto refused = call(*single);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::kFatal) << "a TLS trust problem is not retried";
+  EXPECT_EQ(called.size(), 1u);
+}
+
+TEST_F(ModelClientTest, RateLimitsWithoutRetryAfterBackOffTheEndpointMoreEachTime) {
+  auto client = make(model_config({kA}));
+  script[kA] = {http(429), http(429), ok(), http(429), ok()};
+  ASSERT_TRUE(call(*client).ok());
+  milliseconds total{0};
+  for (milliseconds d : slept)
+    total += d;
+  // base 250 ms, then 500 ms: the endpoint stays cool at least that long, whatever the jitter.
+  EXPECT_GE(total, milliseconds(750));
+  // A success resets the streak: the next 429 backs off 250 ms again, not 1 s.
+  slept.clear();
+  ASSERT_TRUE(call(*client).ok());
+  total = milliseconds(0);
+  for (milliseconds d : slept)
+    total += d;
+  EXPECT_GE(total, milliseconds(250));
+  EXPECT_LT(total, milliseconds(1000));
+}
+
 }  // namespace
 }  // namespace agentfleet::http

@@ -58,6 +58,7 @@ struct OpenAiModelClient::Endpoint {
   limits::ProviderLimits limits;
   Clock::time_point cool_until{};   // a Retry-After asked us to stay away until then
   std::string cool_reason;          // e.g. "HTTP 429 asked to retry after 4000 ms"
+  int rate_limited_streak = 0;      // 429s in a row: the adaptive back-off without Retry-After
   Clock::time_point quota_until{};  // out of money until then
 
   bool out_of_quota(Clock::time_point now) const { return now < quota_until; }
@@ -346,10 +347,21 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
       if (response.error == ClientErrorKind::kBadUrl ||
           response.error == ClientErrorKind::kUnsupported ||
           response.error == ClientErrorKind::kTls) {
-        // Misconfiguration (URL, TLS trust): trying again cannot help.
-        report(model, endpoint.config.name, ModelOutcome::kConnectError, 0, latency, false);
-        co_return fail(ErrorKind::kFatal, where + ": " + std::string(to_string(response.error)) +
-                                              ": " + response.error_message);
+        // Misconfiguration (URL, TLS trust): trying this endpoint again cannot help, but
+        // another endpoint (another provider or region) may be fine.
+        last_failure =
+            where + ": " + std::string(to_string(response.error)) + ": " + response.error_message;
+        endpoint.breaker.record_failure(now);
+        failed_here[index] = true;
+        bool elsewhere = false;
+        for (std::size_t j = 0; j < model.endpoints.size(); ++j) {
+          elsewhere = elsewhere || (!failed_here[j] && !model.endpoints[j].out_of_quota(now));
+        }
+        report(model, endpoint.config.name, ModelOutcome::kConnectError, 0, latency, elsewhere);
+        if (!elsewhere)
+          co_return fail(ErrorKind::kFatal, last_failure);
+        ++counters_.failovers;
+        continue;
       }
       outcome = response.error == ClientErrorKind::kTimeout ? ModelOutcome::kTimeout
                                                             : ModelOutcome::kConnectError;
@@ -369,6 +381,7 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
       }
       if (reply.ok()) {
         endpoint.breaker.record_success();
+        endpoint.rate_limited_streak = 0;
         const TokenUsage& usage = reply.value().usage;
         if (usage.input + usage.output > 0)
           endpoint.limits.correct(estimate, usage.input + usage.output, now);
@@ -400,10 +413,25 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
         }
         server_delay = limits::parse_retry_after(
             response.header("retry-after-ms"), response.header("retry-after"), hooks_.wall_clock());
+        if (s == 429)
+          ++endpoint.rate_limited_streak;
         if (server_delay && now + *server_delay > endpoint.cool_until) {
           endpoint.cool_until = now + *server_delay;
           endpoint.cool_reason = "HTTP " + std::to_string(s) + " asked to retry after " +
                                  std::to_string(server_delay->count()) + " ms";
+        } else if (s == 429 && !server_delay) {
+          // Adaptive back-off: a 429 without Retry-After keeps every call away from this
+          // endpoint for base * 2^(streak - 1), capped; a success resets the streak.
+          const auto base = std::chrono::milliseconds(model.config.retry.base_ms);
+          const auto cap = std::chrono::milliseconds(model.config.retry.max_ms);
+          const int doublings = std::min(endpoint.rate_limited_streak - 1, 20);
+          const std::chrono::milliseconds pause = std::min(cap, base * (1L << doublings));
+          if (now + pause > endpoint.cool_until) {
+            endpoint.cool_until = now + pause;
+            endpoint.cool_reason =
+                "HTTP 429 without Retry-After (" + std::to_string(endpoint.rate_limited_streak) +
+                " in a row): backing off " + std::to_string(pause.count()) + " ms";
+          }
         }
       } else {
         outcome = ModelOutcome::kRejected;
