@@ -205,7 +205,8 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string tra
   run.task_id = std::move(task_id);
   run.traceparent = std::move(traceparent);
   auto claim = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
-    return pg::claim_task(tx, run.task_id, worker_id_, config_.worker.lease_s);
+    return pg::claim_task(tx, run.task_id, worker_id_, config_.worker.lease_s,
+                          config_.dispatcher.max_attempts);
   });
   if (!claim.ok()) {
     log_line("error", run.task_id, "", 0, "claim failed: " + claim.error().message);
@@ -240,8 +241,15 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string tra
     // The last backstop: record the failure instead of losing the task or the process.
     log_line("error", run.task_id, run.claimed.spec.user_id, run.claimed.attempt,
              "task runner failed: " + internal_error);
-    outcome = co_await finish(run, TaskStatus::kFailed, std::nullopt,
-                              "internal error: " + internal_error);
+    try {
+      outcome = co_await finish(run, TaskStatus::kFailed, std::nullopt,
+                                "internal error: " + internal_error);
+    } catch (const std::exception& e) {
+      // Not even that could be stored: stop holding the lease, so recovery takes the task.
+      log_line("error", run.task_id, run.claimed.spec.user_id, run.claimed.attempt,
+               std::string("could not record the failure: ") + e.what());
+      outcome = RunOutcome::kStoreUnavailable;
+    }
   }
   {
     // Only our own attempt: a newer attempt of the same task may run on this worker too.
@@ -358,7 +366,7 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
       codec::estimate_tool_tokens(*run.schemas, codec::chat_protocol(model.protocol)));
   for (;;) {
     if (auto* finished = std::get_if<react::Finish>(&next)) {
-      co_return co_await finish(run, TaskStatus::kSucceeded, finished->result, {});
+      co_return co_await finish(run, TaskStatus::kSucceeded, finished->result, std::string());
     }
     if (auto* failed = std::get_if<react::Fail>(&next)) {
       co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, failed->message);
@@ -408,6 +416,12 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     if (!reply) {
       if (auto stop = co_await stop_requested(run, false))
         co_return *stop;
+      // The call overran its own deadline (it should not: the client enforces it).
+      if (call_deadline < run.deadline) {
+        co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
+                                  "the model call did not return within its " +
+                                      std::to_string(model.call_timeout_s) + " s timeout");
+      }
       co_return co_await finish(
           run, TaskStatus::kTimedOut, std::nullopt,
           "deadline of " + std::to_string(spec.timeout_s) + " s passed during a model call");

@@ -294,6 +294,18 @@ int run_worker(const config::Config& config) {
             boost::system::error_code wait_ec;
             co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, wait_ec));
           }
+          // Runs still waiting on a model or tool call when the grace ran out: hand their
+          // tasks back now (fenced by attempt, so a late write of theirs stores nothing),
+          // rather than let the leases expire and count as lost attempts.
+          if (auto held = runner.held_leases(); !held.empty()) {
+            auto released = co_await db.run(
+                [&](pqxx::connection& c) { return pg::release_tasks(c, worker_id, held); });
+            log::write("warn", "worker",
+                       "grace period over: handed back " +
+                           std::to_string(released.ok() ? released.value() : 0) + " of " +
+                           std::to_string(held.size()) + " running tasks" +
+                           (released.ok() ? "" : " (" + released.error().message + ")"));
+          }
           stopped = true;
           io.stop();
         },

@@ -64,8 +64,9 @@ handed=$(grep -c 'handed back at step' "$run_dir/logs/$victim.log" || true)
 leftover=$(psql_q "SELECT count(*) FROM tasks WHERE status = 'running' AND worker_id = '$victim'")
 ((leftover == 0)) || fail "$leftover tasks still leased to $victim after its drain"
 
-# Restart it: it rejoins the group and takes work again.
-fleet_start_worker "$run_dir" "$build_dir" "$victim-restarted"
+# Restart it with a 2 s grace: it rejoins the group and takes work again.
+AGENTFLEET_SHUTDOWN_GRACE_S=2 fleet_start_worker "$run_dir" "$build_dir" "$victim-restarted"
+restarted_pid=$FLEET_LAST_PID
 
 deadline=$(($(af_now_ms) + 120000))
 while :; do
@@ -99,5 +100,46 @@ for ((u = 0; u < 20; u++)); do
 done
 ((created == tasks)) || fail "tool-sim holds $created todos for $tasks tasks"
 
+# Grace run out: every model call now takes 20 s, longer than the restarted worker's 2 s
+# grace. SIGTERM must still end it within the grace, handing back the tasks whose calls
+# were still running instead of leaving their leases to expire.
+llm="http://127.0.0.1:$LLM_SIM_PORT"
+curl -sS --max-time 5 -X POST "$llm/admin/faults" -d '{"mode":"slow","latency":"fixed:20000","count":1000}' >/dev/null
+for ((i = 0; i < 10; i++)); do
+  code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -X POST "$AGENTFLEET_URL/v1/tasks" \
+    -d "{\"user_id\":\"grace-u$i\",\"text\":\"今天下午去买东西\",\"idempotency_key\":\"g$i\",\"timeout_s\":300}")
+  [[ "$code" == 201 ]] || fail "submit g$i answered $code"
+done
+deadline=$(($(af_now_ms) + 30000))
+until (($(psql_q "SELECT count(*) FROM tasks WHERE status = 'running' AND worker_id = '$victim-restarted'") > 0)); do
+  (($(af_now_ms) < deadline)) || fail "the restarted worker took none of the slow tasks"
+  sleep 0.1
+done
+sleep 0.5  # let it claim what it was handed
+signalled=$(af_now_ms)
+kill -TERM "$restarted_pid"
+rc=0
+wait "$restarted_pid" || rc=$?
+grace_ms=$(($(af_now_ms) - signalled))
+((rc == 0)) || fail "the restarted worker exited $rc after SIGTERM"
+((grace_ms < 10000)) || fail "the restarted worker took $grace_ms ms with a 2 s grace"
+grace_line=$(grep '"msg":"grace period over: handed back' "$run_dir/logs/$victim-restarted.log" || true)
+[[ -n "$grace_line" ]] || fail "no hand-back at the end of the grace: $(tail -n 3 "$run_dir/logs/$victim-restarted.log")"
+leftover=$(psql_q "SELECT count(*) FROM tasks WHERE status = 'running' AND worker_id = '$victim-restarted'")
+((leftover == 0)) || fail "$leftover tasks still leased to the stopped worker"
+curl -sS --max-time 5 -X DELETE "$llm/admin/faults" >/dev/null
+deadline=$(($(af_now_ms) + 120000))
+while :; do
+  open=$(psql_q "SELECT count(*) FROM tasks WHERE status NOT IN ('succeeded','failed','timed_out','cancelled')")
+  ((open == 0)) && break
+  (($(af_now_ms) < deadline)) || fail "$open tasks not terminal 120 s after the second drain"
+  sleep 0.2
+done
+bad=$(psql_q "SELECT count(*) FROM tasks WHERE user_id LIKE 'grace-u%' AND status <> 'succeeded'")
+((bad == 0)) || fail "$bad of the slow tasks did not succeed"
+bad=$(psql_q "SELECT count(*) FROM tasks WHERE attempt - releases > 1")
+((bad == 0)) || fail "$bad tasks counted a hand-back as a lost attempt"
+
 echo "worker drain: $victim held $held tasks, exited 0 after ${drain_ms} ms, handed back $handed;"
+echo "  with a 2 s grace and 20 s model calls it exited after ${grace_ms} ms: ${grace_line##*msg\":\"}"
 echo "  all $tasks succeeded after the restart, ledger rows = model calls, $created todos for $tasks tasks"

@@ -4,6 +4,8 @@
 #include "core/adapters/http/model_client.hpp"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
@@ -475,6 +477,17 @@ TEST_F(ModelClientTest, RateLimitsWithoutRetryAfterBackOffTheEndpointMoreEachTim
     total += d;
   EXPECT_GE(total, milliseconds(250));
   EXPECT_LT(total, milliseconds(1000));
+}
+
+TEST_F(ModelClientTest, ATlsFailureDoesNotEndACallAnotherEndpointCanStillAnswerAfterARetry) {
+  auto client = make(model_config({kA, kB}));
+  // B is briefly unavailable, A has a bad certificate: the call goes back to B, not fatal.
+  script[kB] = {http(503), ok()};
+  script[kA] = {transport_error(ClientErrorKind::kTls), transport_error(ClientErrorKind::kTls)};
+  auto reply = call(*client);
+  ASSERT_TRUE(reply.ok()) << reply.error().message;
+  EXPECT_EQ(std::count(called.begin(), called.end(), std::string(kA)), 1)
+      << "a broken endpoint is not tried twice in one call";
 }
 
 }  // namespace

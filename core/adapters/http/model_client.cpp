@@ -59,6 +59,7 @@ struct OpenAiModelClient::Endpoint {
   Clock::time_point cool_until{};   // a Retry-After asked us to stay away until then
   std::string cool_reason;          // e.g. "HTTP 429 asked to retry after 4000 ms"
   int rate_limited_streak = 0;      // 429s in a row: the adaptive back-off without Retry-After
+  Clock::time_point cool_set_at{};  // when the adaptive cool-down last began
   Clock::time_point quota_until{};  // out of money until then
 
   bool out_of_quota(Clock::time_point now) const { return now < quota_until; }
@@ -160,10 +161,15 @@ asio::awaitable<void> OpenAiModelClient::sleep(milliseconds duration) {
 
 OpenAiModelClient::Choice OpenAiModelClient::choose(Model& model, Clock::time_point now, int prefer,
                                                     const std::vector<bool>& failed_here,
+                                                    const std::vector<bool>& broken_here,
                                                     std::int64_t tokens) {
+  // An endpoint broken in this call (TLS or URL) is never chosen again by it.
+  auto index_of = [&](const Endpoint& e) {
+    return static_cast<std::size_t>(&e - &model.endpoints[0]);
+  };
   auto usable_now = [&](Endpoint& e) {
-    return !e.out_of_quota(now) && now >= e.cool_until && e.breaker.can_pass(now) &&
-           e.limits.wait_for(tokens, now) == milliseconds(0);
+    return !broken_here[index_of(e)] && !e.out_of_quota(now) && now >= e.cool_until &&
+           e.breaker.can_pass(now) && e.limits.wait_for(tokens, now) == milliseconds(0);
   };
   Choice choice;
   const std::size_t n = model.endpoints.size();
@@ -186,7 +192,7 @@ OpenAiModelClient::Choice OpenAiModelClient::choose(Model& model, Clock::time_po
   choice.all_out_of_quota = true;
   for (std::size_t j = 0; j < n; ++j) {
     Endpoint& e = model.endpoints[j];
-    if (e.out_of_quota(now))
+    if (e.out_of_quota(now) || broken_here[j])
       continue;
     choice.all_out_of_quota = false;
     Clock::time_point ready = std::max(now, e.cool_until);
@@ -269,6 +275,7 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
 
   ++counters_.calls;
   std::vector<bool> failed_here(model.endpoints.size(), false);
+  std::vector<bool> broken_here(model.endpoints.size(), false);  // TLS or URL failures
   int retries = 0;
   int prefer = -1;
   bool waited = false;
@@ -284,13 +291,17 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
       co_return fail(ErrorKind::kTimeout,
                      what + ": the deadline passed (last failure: " + last_failure + ")");
     }
-    const Choice choice = choose(model, now, prefer, failed_here, estimate);
+    const Choice choice = choose(model, now, prefer, failed_here, broken_here, estimate);
     prefer = -1;
     if (choice.index < 0) {
       if (choice.all_out_of_quota) {
-        co_return fail(
-            ErrorKind::kFatal,
-            what + ": out of quota on every endpoint (last failure: " + last_failure + ")");
+        const bool any_broken =
+            std::find(broken_here.begin(), broken_here.end(), true) != broken_here.end();
+        co_return fail(ErrorKind::kFatal,
+                       what +
+                           (any_broken ? ": no usable endpoint left (last failure: "
+                                       : ": out of quota on every endpoint (last failure: ") +
+                           last_failure + ")");
       }
       const std::string_view blocked =
           model.endpoints[static_cast<std::size_t>(choice.blocked_endpoint)].config.name;
@@ -353,9 +364,12 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
             where + ": " + std::string(to_string(response.error)) + ": " + response.error_message;
         endpoint.breaker.record_failure(now);
         failed_here[index] = true;
+        broken_here[index] = true;
+        // Any endpoint not broken and not out of money may still answer (after its own
+        // cool-down or retry); only when none is left is this fatal.
         bool elsewhere = false;
         for (std::size_t j = 0; j < model.endpoints.size(); ++j) {
-          elsewhere = elsewhere || (!failed_here[j] && !model.endpoints[j].out_of_quota(now));
+          elsewhere = elsewhere || (!broken_here[j] && !model.endpoints[j].out_of_quota(now));
         }
         report(model, endpoint.config.name, ModelOutcome::kConnectError, 0, latency, elsewhere);
         if (!elsewhere)
@@ -413,7 +427,9 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
         }
         server_delay = limits::parse_retry_after(
             response.header("retry-after-ms"), response.header("retry-after"), hooks_.wall_clock());
-        if (s == 429)
+        // A 429 without Retry-After to a request sent after the last cool-down began adds to
+        // the streak; answers to requests already in flight then do not count again.
+        if (s == 429 && !server_delay && now - latency >= endpoint.cool_set_at)
           ++endpoint.rate_limited_streak;
         if (server_delay && now + *server_delay > endpoint.cool_until) {
           endpoint.cool_until = now + *server_delay;
@@ -424,10 +440,11 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
           // endpoint for base * 2^(streak - 1), capped; a success resets the streak.
           const auto base = std::chrono::milliseconds(model.config.retry.base_ms);
           const auto cap = std::chrono::milliseconds(model.config.retry.max_ms);
-          const int doublings = std::min(endpoint.rate_limited_streak - 1, 20);
+          const int doublings = std::clamp(endpoint.rate_limited_streak - 1, 0, 20);
           const std::chrono::milliseconds pause = std::min(cap, base * (1L << doublings));
           if (now + pause > endpoint.cool_until) {
             endpoint.cool_until = now + pause;
+            endpoint.cool_set_at = now;
             endpoint.cool_reason =
                 "HTTP 429 without Retry-After (" + std::to_string(endpoint.rate_limited_streak) +
                 " in a row): backing off " + std::to_string(pause.count()) + " ms";

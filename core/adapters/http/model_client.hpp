@@ -123,7 +123,8 @@ class OpenAiModelClient : public ports::ModelClient {
   struct Choice;
 
   Choice choose(Model& model, limits::Clock::time_point now, int prefer,
-                const std::vector<bool>& failed_here, std::int64_t tokens);
+                const std::vector<bool>& failed_here, const std::vector<bool>& broken_here,
+                std::int64_t tokens);
   void report(const Model& model, std::string_view endpoint, ModelOutcome outcome, int status,
               std::chrono::milliseconds latency, bool retry_follows);
   boost::asio::awaitable<ClientResponse> send(ClientRequest request);

@@ -19,6 +19,11 @@ Error map_pg_error(const std::exception& e) {
   if (dynamic_cast<const pqxx::broken_connection*>(&e)) {
     return Error{ErrorKind::kTransient, std::string("postgres connection: ") + e.what()};
   }
+  // libpqxx 6 raises deadlocks, serialization failures and statements of unknown outcome
+  // as transaction_rollback, which is not an sql_error: all are worth another try.
+  if (dynamic_cast<const pqxx::transaction_rollback*>(&e)) {
+    return Error{ErrorKind::kTransient, std::string("postgres: ") + e.what()};
+  }
   if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) {
     const std::string state = sql->sqlstate();
     // 40001 serialization_failure, 40P01 deadlock, 57014 query_canceled (statement

@@ -241,7 +241,7 @@ std::int64_t count_due_outbox(pqxx::connection& c) {
 }
 
 Claim claim_task(pqxx::work& tx, const std::string& task_id, const std::string& worker_id,
-                 int lease_s) {
+                 int lease_s, int max_attempts) {
   auto rows = tx.exec_params(R"SQL(
 WITH claimed AS (
   UPDATE tasks SET status = 'running', attempt = attempt + 1, worker_id = $2,
@@ -249,7 +249,8 @@ WITH claimed AS (
          started_at = coalesce(started_at, now()),
          deadline_at = coalesce(deadline_at, now() + make_interval(secs => timeout_s))
   WHERE task_id = $1::uuid
-    AND (status = 'dispatched' OR (status = 'running' AND lease_until < now()))
+    AND (status = 'dispatched'
+         OR (status = 'running' AND lease_until < now() AND attempt - releases < $4))
   RETURNING *
 )
 SELECT t.user_id, t.text, t.model, array_to_json(t.tools)::text, t.timeout_s,
@@ -262,7 +263,7 @@ SELECT t.user_id, t.text, t.model, array_to_json(t.tools)::text, t.timeout_s,
        (extract(epoch FROM now() - t.created_at) * 1000)::bigint
 FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
 )SQL",
-                             task_id, worker_id, lease_s);
+                             task_id, worker_id, lease_s, max_attempts);
   if (rows.empty()) {
     auto known = tx.exec_params("SELECT 1 FROM tasks WHERE task_id = $1::uuid", task_id);
     return Claim{known.empty() ? ClaimOutcome::kUnknown : ClaimOutcome::kBusyOrDone, {}};
@@ -477,6 +478,41 @@ Status release_task(pqxx::work& tx, const std::string& task_id, int attempt) {
   return ok_status();
 }
 
+int release_tasks(pqxx::connection& c, const std::string& worker_id,
+                  const std::vector<std::pair<std::string, int>>& tasks) {
+  if (tasks.empty())
+    return 0;
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartArray();
+  for (const auto& [task_id, attempt] : tasks) {
+    w.StartObject();
+    w.Key("task_id");
+    w.String(task_id.c_str());
+    w.Key("attempt");
+    w.Int(attempt);
+    w.EndObject();
+  }
+  w.EndArray();
+  pqxx::work tx(c);
+  auto rows = tx.exec_params(R"SQL(
+WITH locked AS (
+  SELECT t.task_id FROM tasks t
+  JOIN jsonb_to_recordset($2::jsonb) AS held(task_id uuid, attempt integer)
+    ON t.task_id = held.task_id AND t.attempt = held.attempt
+  WHERE t.worker_id = $1 AND t.status = 'running'
+  ORDER BY t.task_id
+  FOR UPDATE OF t
+)
+UPDATE tasks t SET status = 'queued', lease_until = NULL, worker_id = NULL,
+       releases = releases + 1
+FROM locked WHERE t.task_id = locked.task_id
+RETURNING t.task_id)SQL",
+                             worker_id, std::string(buffer.GetString(), buffer.GetSize()));
+  tx.commit();
+  return static_cast<int>(rows.size());
+}
+
 // The same operations in a transaction of their own, for callers that do not batch.
 namespace {
 template <typename F>
@@ -489,9 +525,9 @@ auto in_transaction(pqxx::connection& c, F f) {
 }  // namespace
 
 Claim claim_task(pqxx::connection& c, const std::string& task_id, const std::string& worker_id,
-                 int lease_s) {
+                 int lease_s, int max_attempts) {
   return in_transaction(
-      c, [&](pqxx::work& tx) { return claim_task(tx, task_id, worker_id, lease_s); });
+      c, [&](pqxx::work& tx) { return claim_task(tx, task_id, worker_id, lease_s, max_attempts); });
 }
 
 Status save_model_step(pqxx::connection& c, const std::string& task_id, int attempt, int step,

@@ -112,16 +112,22 @@ struct Claim {
   ClaimOutcome outcome = ClaimOutcome::kBusyOrDone;
   std::optional<ClaimedTask> task;  // set when kClaimed
 };
+// A task whose lease expired is claimed only while attempt - releases < max_attempts (the
+// dispatcher's recovery gives up on it then; a redelivered message must not revive it).
 Claim claim_task(pqxx::connection& c, const std::string& task_id, const std::string& worker_id,
-                 int lease_s);
+                 int lease_s, int max_attempts);
 Claim claim_task(pqxx::work& tx, const std::string& task_id, const std::string& worker_id,
-                 int lease_s);
+                 int lease_s, int max_attempts);
 
 // Hands a running task back (a draining worker): status queued again, lease and worker
 // cleared, `releases` + 1 so the hand-back does not count as a lost attempt. Fenced by
 // the attempt; kLeaseLost when the task is no longer ours.
 Status release_task(pqxx::connection& c, const std::string& task_id, int attempt);
 Status release_task(pqxx::work& tx, const std::string& task_id, int attempt);
+// The same for every (task_id, attempt) still held by `worker_id` (a drain whose grace
+// ran out); returns how many were handed back.
+int release_tasks(pqxx::connection& c, const std::string& worker_id,
+                  const std::vector<std::pair<std::string, int>>& tasks);
 
 struct LedgerRow {
   std::string user_id;

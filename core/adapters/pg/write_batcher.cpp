@@ -32,7 +32,7 @@ void WriteBatcher::start_batch_locked() {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
-      ++stats_.batches;
+      stats_.batches += batch.empty() ? 0 : 1;
       stats_.writes += batch.size();
       stats_.largest = std::max<std::uint64_t>(stats_.largest, batch.size());
     }
@@ -63,8 +63,11 @@ void WriteBatcher::write_batch(pqxx::connection& c, std::deque<Write>& batch) {
       try {
         batch[i].apply(tx);
         tx.exec0("RELEASE SAVEPOINT write");
-      } catch (const pqxx::sql_error& e) {
-        // This write alone is undone; the transaction goes on.
+      } catch (const pqxx::broken_connection&) {
+        throw;  // nothing more can be written on this connection
+      } catch (const std::exception& e) {
+        // This write alone is undone (a deadlock, a constraint, a bad row); the batch goes
+        // on. Should the rollback itself fail, the whole batch fails below.
         tx.exec0("ROLLBACK TO SAVEPOINT write");
         batch[i].fail(map_pg_error(e));
       }
