@@ -83,9 +83,13 @@ std::string_view route_template(std::string_view path) {
     if (path == fixed)
       return fixed;
   }
-  if (path.rfind(kTaskPrefix, 0) == 0 && path.size() > kTaskPrefix.size() &&
-      path.find('/', kTaskPrefix.size()) == std::string_view::npos) {
-    return "/v1/tasks/{id}";
+  if (path.rfind(kTaskPrefix, 0) == 0 && path.size() > kTaskPrefix.size()) {
+    const std::string_view rest = path.substr(kTaskPrefix.size());
+    const auto slash = rest.find('/');
+    if (slash == std::string_view::npos)
+      return "/v1/tasks/{id}";
+    if (slash > 0 && rest.substr(slash) == "/cancel")
+      return "/v1/tasks/{id}/cancel";
   }
   return "unmatched";
 }
@@ -135,6 +139,18 @@ asio::awaitable<http::Response> Api::route(http::Request& request) {
                                "use POST to submit a task");
   }
   constexpr std::string_view kTaskPrefix = "/v1/tasks/";
+  constexpr std::string_view kCancelSuffix = "/cancel";
+  if (path.rfind(kTaskPrefix, 0) == 0 && path.size() > kTaskPrefix.size() + kCancelSuffix.size() &&
+      path.compare(path.size() - kCancelSuffix.size(), kCancelSuffix.size(), kCancelSuffix) == 0 &&
+      path.find('/', kTaskPrefix.size()) == path.size() - kCancelSuffix.size()) {
+    if (request.method() != bhttp::verb::post) {
+      co_return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
+                                 "use POST to cancel a task");
+    }
+    co_return co_await cancel_task(
+        request,
+        path.substr(kTaskPrefix.size(), path.size() - kTaskPrefix.size() - kCancelSuffix.size()));
+  }
   if (path.rfind(kTaskPrefix, 0) == 0 && path.find('/', kTaskPrefix.size()) == std::string::npos) {
     if (request.method() != bhttp::verb::get) {
       co_return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
@@ -214,6 +230,35 @@ asio::awaitable<http::Response> Api::get_task(http::Request& request, std::strin
     co_return http::make_error(request, http::Status::not_found, "not_found", "no task " + task_id);
   }
   co_return http::make_response(request, http::Status::ok, *body.value());
+}
+
+asio::awaitable<http::Response> Api::cancel_task(http::Request& request, std::string task_id) {
+  if (!is_uuid(task_id)) {
+    co_return http::make_error(request, http::Status::not_found, "not_found", "no task " + task_id);
+  }
+  auto outcome = co_await db_.run([&](pqxx::connection& c) {
+    return pg::cancel_task(c, task_id, config_.kafka.topics.results);
+  });
+  if (!outcome.ok())
+    co_return store_unavailable(request, outcome.error());
+  if (outcome.value() == pg::CancelOutcome::kUnknown) {
+    co_return http::make_error(request, http::Status::not_found, "not_found", "no task " + task_id);
+  }
+  auto body = co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, task_id); });
+  if (!body.ok() || !body.value()) {
+    co_return store_unavailable(
+        request, body.ok() ? Error{ErrorKind::kTransient, "task vanished"} : body.error());
+  }
+  switch (outcome.value()) {
+    case pg::CancelOutcome::kAlreadyEnded:
+      co_return http::make_error(request, http::Status::conflict, "already_ended",
+                                 "the task already ended; it cannot be cancelled");
+    case pg::CancelOutcome::kRequested:
+      // Running: its worker stops it within worker.cancel_poll_ms.
+      co_return http::make_response(request, http::Status::accepted, *body.value());
+    default:
+      co_return http::make_response(request, http::Status::ok, *body.value());
+  }
 }
 
 asio::awaitable<http::Response> Api::ready(http::Request& request) {

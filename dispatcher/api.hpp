@@ -1,8 +1,8 @@
 #pragma once
 // The dispatcher's HTTP API (a handler for http::Server): POST /v1/tasks, GET
-// /v1/tasks/{id}, /healthz, /readyz, /metrics. Bodies are validated against the schemas;
-// errors use one JSON shape {"error": {"code", "message", "path"}}. Every request is
-// counted by route template and status code. `handle_ops` serves only the operations
+// /v1/tasks/{id}, POST /v1/tasks/{id}/cancel, /healthz, /readyz, /metrics. Bodies are validated
+// against the schemas; errors use one JSON shape {"error": {"code", "message", "path"}}. Every
+// request is counted by route template and status code. `handle_ops` serves only the operations
 // routes (/metrics, /healthz, /readyz), for the separate metrics listener.
 //
 // Thread-safety: immutable after construction apart from the scheduler wake-up callback
@@ -34,6 +34,7 @@ class Api {
                                                             const std::string& path);
   boost::asio::awaitable<http::Response> submit(http::Request& request);
   boost::asio::awaitable<http::Response> get_task(http::Request& request, std::string task_id);
+  boost::asio::awaitable<http::Response> cancel_task(http::Request& request, std::string task_id);
   boost::asio::awaitable<http::Response> ready(http::Request& request);
 
   const config::Config& config_;

@@ -501,8 +501,7 @@ TEST(Cancel, ARunningTaskStopsWithinThePollIntervalEvenDuringAModelCall) {
       base,
       R"({"user_id":"cancel-user","text":"slow: steps=20","timeout_s":60,"idempotency_key":"cx-1"})");
   pqxx::connection db(env["AGENTFLEET_PG_URL"]);
-  // Wait (bounded) until it has made one model call, then ask for the cancellation the way
-  // the API does: a flag on the row.
+  // Wait (bounded) until it has made one model call, then cancel it through the API.
   const auto until = std::chrono::steady_clock::now() + 30s;
   int steps = 0;
   while (steps < 1 && std::chrono::steady_clock::now() < until) {
@@ -514,11 +513,9 @@ TEST(Cancel, ARunningTaskStopsWithinThePollIntervalEvenDuringAModelCall) {
   }
   ASSERT_GE(steps, 1);
   const auto asked = std::chrono::steady_clock::now();
-  {
-    pqxx::work tx(db);
-    tx.exec_params0("UPDATE tasks SET cancel_requested = true WHERE task_id = $1::uuid", id);
-    tx.commit();
-  }
+  auto cancel = call(boost::beast::http::verb::post, base + "/v1/tasks/" + id + "/cancel");
+  EXPECT_EQ(cancel.status, 202) << "running: the worker is asked to stop; " << cancel.body;
+  EXPECT_TRUE(parse(cancel.body)["cancel_requested"].GetBool());
   auto task = wait_terminal(base, id);
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
@@ -860,6 +857,63 @@ TEST(ProgressEvents, ATaskStreamsItsStepsToolCallsTextAndResultInOrder) {
   const auto action = std::find(events.begin(), events.end(), "action");
   const auto execution = std::find(events.begin(), events.end(), "execution");
   EXPECT_LT(action - events.begin(), execution - events.begin()) << "the call before its result";
+}
+
+TEST(Cancel, ATaskNotYetRunningEndsCancelledAtOnceWithItsResultEvent) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  pqxx::connection db(env["AGENTFLEET_PG_URL"]);
+  // Dispatched, but its message never reached a worker (recovery would resend it in 60 s).
+  std::string id;
+  {
+    pqxx::work tx(db);
+    id = tx.exec1(R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s,
+                          schedule_timeout_s, max_steps, priority, request_canonical, status,
+                          dispatched_at)
+                        VALUES (gen_random_uuid(), 'cancel-early', '今天下午去买东西',
+                                'sim-model', 30, 3600, 10, 'interactive', '{}', 'dispatched', now())
+                        RETURNING task_id::text)SQL")[0]
+             .as<std::string>();
+    tx.commit();
+  }
+  auto cancel = call(boost::beast::http::verb::post, base + "/v1/tasks/" + id + "/cancel");
+  ASSERT_EQ(cancel.status, 200) << cancel.body;
+  auto doc = parse(cancel.body);
+  EXPECT_STREQ(doc["status"].GetString(), "cancelled");
+  EXPECT_STREQ(doc["error"].GetString(), "cancelled before it ran");
+
+  // Cancelling again is harmless; a task that ended otherwise cannot be cancelled.
+  EXPECT_EQ(call(boost::beast::http::verb::post, base + "/v1/tasks/" + id + "/cancel").status, 200);
+  const std::string done = submit(
+      base, R"({"user_id":"cancel-late","text":"删除2月30日的日程","idempotency_key":"cl-1"})");
+  wait_terminal(base, done);
+  auto late = call(boost::beast::http::verb::post, base + "/v1/tasks/" + done + "/cancel");
+  EXPECT_EQ(late.status, 409) << late.body;
+  EXPECT_NE(late.body.find("already_ended"), std::string::npos) << late.body;
+  EXPECT_EQ(call(boost::beast::http::verb::post,
+                 base + "/v1/tasks/00000000-0000-4000-8000-000000000000/cancel")
+                .status,
+            404);
+  EXPECT_EQ(call(boost::beast::http::verb::get, base + "/v1/tasks/" + id + "/cancel").status, 405);
+
+  // Announced once on the results topic, like any other end.
+  int announced = 0;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (announced == 0 && std::chrono::steady_clock::now() < until) {
+    for (const auto& [key, value, headers] :
+         read_topic(env["AGENTFLEET_KAFKA_BOOTSTRAP"], "agent.tasks.results")) {
+      rapidjson::Document event;
+      if (codec::validate_json_text(value, "result_event.schema.json", &event))
+        continue;
+      if (std::string(event["task_id"].GetString()) == id) {
+        ++announced;
+        EXPECT_STREQ(event["status"].GetString(), "cancelled");
+      }
+    }
+    if (announced == 0)
+      std::this_thread::sleep_for(200ms);  // the relay's next pass
+  }
+  EXPECT_EQ(announced, 1);
 }
 
 }  // namespace

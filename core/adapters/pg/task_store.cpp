@@ -44,7 +44,8 @@ SELECT jsonb_build_object(
   'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
       'type', t.result_type, 'message', t.result_message,
       'options', coalesce(t.result_options, '[]'::jsonb)) END,
-  'error', t.error, 'attempt', t.attempt, 'steps', t.steps, 'tool_calls', t.tool_calls,
+  'error', t.error, 'cancel_requested', t.cancel_requested, 'attempt', t.attempt,
+  'steps', t.steps, 'tool_calls', t.tool_calls,
   'usage', jsonb_build_object('input_tokens', t.input_tokens,
       'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
   'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
@@ -210,6 +211,55 @@ SchedulerReport schedule_pass(pqxx::connection& c, const SchedulerPass& pass) {
     ++(row[1].as<std::string>() == "batch" ? report.admitted_batch : report.admitted_interactive);
   }
   return report;
+}
+
+CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
+                          const std::string& results_topic) {
+  pqxx::work tx(c);
+  auto rows =
+      tx.exec_params("SELECT status FROM tasks WHERE task_id = $1::uuid FOR UPDATE", task_id);
+  if (rows.empty())
+    return CancelOutcome::kUnknown;
+  const std::string status = rows[0][0].as<std::string>();
+  if (status == "cancelled")
+    return CancelOutcome::kAlreadyCancelled;
+  if (status == "running") {
+    tx.exec_params0("UPDATE tasks SET cancel_requested = true WHERE task_id = $1::uuid", task_id);
+    tx.commit();
+    return CancelOutcome::kRequested;
+  }
+  if (status != "queued" && status != "dispatched")
+    return CancelOutcome::kAlreadyEnded;
+  // Not running anywhere: a dispatch message still on its way finds it terminal and skips it.
+  auto r = tx.exec_params1(R"SQL(
+UPDATE tasks SET status = 'cancelled', cancel_requested = true, finished_at = now(),
+       lease_until = NULL, error = 'cancelled before it ran'
+WHERE task_id = $1::uuid
+RETURNING user_id, coalesce(batch_id, ''), error, attempt, steps, tool_calls, input_tokens,
+          cached_input_tokens, output_tokens, to_char(cost, 'FM999999999999990.000000'),
+          coalesce(currency, 'CNY'), coalesce(traceparent, ''))SQL",
+                           task_id);
+  codec::ResultEvent event;
+  event.task_id = task_id;
+  event.user_id = r[0].as<std::string>();
+  event.batch_id = r[1].as<std::string>();
+  event.status = TaskStatus::kCancelled;
+  event.error = r[2].as<std::string>();
+  event.attempt = r[3].as<int>();
+  event.steps = r[4].as<int>();
+  event.tool_calls = r[5].as<int>();
+  event.usage.input = r[6].as<std::int64_t>();
+  event.usage.cached_input = r[7].as<std::int64_t>();
+  event.usage.output = r[8].as<std::int64_t>();
+  event.cost = r[9].as<std::string>();
+  event.currency = r[10].as<std::string>();
+  event.finished_at = codec::format_rfc3339(std::chrono::system_clock::now());
+  tx.exec_params0(
+      "INSERT INTO outbox (topic, message_key, payload, traceparent) "
+      "VALUES ($1, $2, $3, NULLIF($4, ''))",
+      results_topic, event.user_id, codec::result_event_json(event), r[11].as<std::string>());
+  tx.commit();
+  return CancelOutcome::kCancelled;
 }
 
 int schedule_queued(pqxx::connection& c, const SchedulerPass& pass) {

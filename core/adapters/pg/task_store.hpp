@@ -35,6 +35,14 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task);
 // The task as the API shows it (JSON text), or nullopt.
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id);
 
+// POST /v1/tasks/{id}/cancel, in one transaction. A task not yet running (queued, or
+// dispatched and unclaimed) ends `cancelled` at once, its result event in the outbox; a
+// running task gets cancel_requested (its worker stops it within worker.cancel_poll_ms);
+// a task already ended is left as it is.
+enum class CancelOutcome { kCancelled, kRequested, kAlreadyCancelled, kAlreadyEnded, kUnknown };
+CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
+                          const std::string& results_topic);
+
 // One scheduler pass, in one transaction, by one scheduler at a time (transaction-scoped
 // advisory lock; returns -1 when another holds it). First recovery: tasks whose worker
 // lease expired, and dispatched tasks unclaimed for `redispatch_after_s`, are dispatched
