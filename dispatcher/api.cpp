@@ -1,9 +1,17 @@
 #include "dispatcher/api.hpp"
 
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <charconv>
 #include <chrono>
 #include <random>
+#include <variant>
 
 #include "core/adapters/pg/task_store.hpp"
+#include "core/codec/json_text.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -135,8 +143,10 @@ asio::awaitable<http::Response> Api::route(http::Request& request) {
   if (path == "/v1/tasks") {
     if (request.method() == bhttp::verb::post)
       co_return co_await submit(request);
+    if (request.method() == bhttp::verb::get)
+      co_return co_await list_tasks(request);
     co_return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
-                               "use POST to submit a task");
+                               "use POST to submit a task, GET to list a user's tasks");
   }
   constexpr std::string_view kTaskPrefix = "/v1/tasks/";
   constexpr std::string_view kCancelSuffix = "/cancel";
@@ -219,17 +229,101 @@ asio::awaitable<http::Response> Api::submit(http::Request& request) {
   co_return response;
 }
 
+namespace {
+// A query parameter that must be an integer in [lo, hi]; nullopt when absent, an error
+// response's message when malformed.
+std::variant<std::nullopt_t, int, std::string> int_param(std::string_view target,
+                                                         std::string_view name, int lo, int hi) {
+  auto text = http::query_param(target, name);
+  if (!text)
+    return std::nullopt;
+  int value = 0;
+  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc() || end != text->data() + text->size() || value < lo || value > hi) {
+    return std::string(name) + " must be an integer from " + std::to_string(lo) + " to " +
+           std::to_string(hi);
+  }
+  return value;
+}
+
+bool terminal_json(const std::string& task_json) {
+  rapidjson::Document doc;
+  if (!codec::parse_json(doc, task_json) || !doc.IsObject() || !doc.HasMember("status") ||
+      !doc["status"].IsString()) {
+    return false;
+  }
+  const auto status = parse_task_status(doc["status"].GetString());
+  return status && is_terminal(*status);
+}
+}  // namespace
+
 asio::awaitable<http::Response> Api::get_task(http::Request& request, std::string task_id) {
   if (!is_uuid(task_id)) {
     co_return http::make_error(request, http::Status::not_found, "not_found", "no task " + task_id);
   }
-  auto body = co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, task_id); });
-  if (!body.ok())
-    co_return store_unavailable(request, body.error());
-  if (!body.value()) {
-    co_return http::make_error(request, http::Status::not_found, "not_found", "no task " + task_id);
+  const std::string target(request.target());
+  auto wait = int_param(target, "wait", 0, 30);
+  if (auto* problem = std::get_if<std::string>(&wait)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request", *problem,
+                               "/query/wait");
   }
-  co_return http::make_response(request, http::Status::ok, *body.value());
+  // ?wait=N: answer as soon as the task ends, or after N seconds with it as it is. The
+  // row is re-read with a growing interval (50 ms to 500 ms).
+  const int wait_s = std::holds_alternative<int>(wait) ? std::get<int>(wait) : 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+  auto executor = co_await asio::this_coro::executor;
+  auto interval = std::chrono::milliseconds(50);
+  for (;;) {
+    auto body = co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, task_id); });
+    if (!body.ok())
+      co_return store_unavailable(request, body.error());
+    if (!body.value()) {
+      co_return http::make_error(request, http::Status::not_found, "not_found",
+                                 "no task " + task_id);
+    }
+    if (terminal_json(*body.value()) || std::chrono::steady_clock::now() + interval > until)
+      co_return http::make_response(request, http::Status::ok, *body.value());
+    asio::steady_timer timer(executor, interval);
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    interval = std::min(interval * 2, std::chrono::milliseconds(500));
+  }
+}
+
+asio::awaitable<http::Response> Api::list_tasks(http::Request& request) {
+  const std::string target(request.target());
+  pg::TaskListQuery query;
+  auto user = http::query_param(target, "user_id");
+  if (!user || user->empty()) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               "user_id is required", "/query/user_id");
+  }
+  query.user_id = *user;
+  if (auto status = http::query_param(target, "status")) {
+    if (!parse_task_status(*status)) {
+      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                                 "unknown status '" + *status + "'", "/query/status");
+    }
+    query.status = *status;
+  }
+  auto limit = int_param(target, "limit", 1, 500);
+  if (auto* problem = std::get_if<std::string>(&limit)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request", *problem,
+                               "/query/limit");
+  }
+  if (auto* value = std::get_if<int>(&limit))
+    query.limit = *value;
+  if (auto before = http::query_param(target, "before")) {
+    if (!is_uuid(*before)) {
+      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                                 "before must be a task id", "/query/before");
+    }
+    query.before = *before;
+  }
+  auto page = co_await db_.run([&](pqxx::connection& c) { return pg::list_tasks(c, query); });
+  if (!page.ok())
+    co_return store_unavailable(request, page.error());
+  co_return http::make_response(request, http::Status::ok, "{\"tasks\":" + page.value() + "}");
 }
 
 asio::awaitable<http::Response> Api::cancel_task(http::Request& request, std::string task_id) {

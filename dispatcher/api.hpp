@@ -1,6 +1,7 @@
 #pragma once
 // The dispatcher's HTTP API (a handler for http::Server): POST /v1/tasks, GET
-// /v1/tasks/{id}, POST /v1/tasks/{id}/cancel, /healthz, /readyz, /metrics. Bodies are validated
+// /v1/tasks/{id} (with ?wait=N long polling), GET /v1/tasks (a user's tasks), POST
+// /v1/tasks/{id}/cancel, /healthz, /readyz, /metrics. Bodies are validated
 // against the schemas; errors use one JSON shape {"error": {"code", "message", "path"}}. Every
 // request is counted by route template and status code. `handle_ops` serves only the operations
 // routes (/metrics, /healthz, /readyz), for the separate metrics listener.
@@ -35,6 +36,7 @@ class Api {
   boost::asio::awaitable<http::Response> submit(http::Request& request);
   boost::asio::awaitable<http::Response> get_task(http::Request& request, std::string task_id);
   boost::asio::awaitable<http::Response> cancel_task(http::Request& request, std::string task_id);
+  boost::asio::awaitable<http::Response> list_tasks(http::Request& request);
   boost::asio::awaitable<http::Response> ready(http::Request& request);
 
   const config::Config& config_;

@@ -28,6 +28,7 @@
 #include "core/adapters/http/client.hpp"
 #include "core/codec/json_schema.hpp"
 #include "core/codec/json_text.hpp"
+#include "core/domain/task.hpp"
 
 namespace agentfleet {
 namespace {
@@ -914,6 +915,50 @@ TEST(Cancel, ATaskNotYetRunningEndsCancelledAtOnceWithItsResultEvent) {
       std::this_thread::sleep_for(200ms);  // the relay's next pass
   }
   EXPECT_EQ(announced, 1);
+}
+
+TEST(TaskApi, WaitAnswersWhenTheTaskEndsAndListShowsAUsersTasksNewestFirst) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  // slow: two steps of 600 ms; ?wait=20 answers as soon as it ends, not after 20 s.
+  const std::string id =
+      submit(base, R"({"user_id":"lister","text":"slow: steps=1","idempotency_key":"list-1"})");
+  const auto asked = std::chrono::steady_clock::now();
+  auto waited = call(boost::beast::http::verb::get, base + "/v1/tasks/" + id + "?wait=20");
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  ASSERT_EQ(waited.status, 200) << waited.body;
+  EXPECT_STREQ(parse(waited.body)["status"].GetString(), "succeeded");
+  EXPECT_LT(took, 8.0) << "answered when the task ended";
+  // A short wait on a running task answers with it as it is, after the wait.
+  const std::string slow =
+      submit(base, R"({"user_id":"lister","text":"slow: steps=5","idempotency_key":"list-2"})");
+  auto early = call(boost::beast::http::verb::get, base + "/v1/tasks/" + slow + "?wait=1");
+  ASSERT_EQ(early.status, 200);
+  EXPECT_FALSE(is_terminal(*parse_task_status(parse(early.body)["status"].GetString())));
+  EXPECT_EQ(call(boost::beast::http::verb::get, base + "/v1/tasks/" + id + "?wait=31").status, 400);
+
+  auto list = call(boost::beast::http::verb::get, base + "/v1/tasks?user_id=lister&limit=10");
+  ASSERT_EQ(list.status, 200) << list.body;
+  auto tasks = parse(list.body);
+  ASSERT_EQ(tasks["tasks"].Size(), 2u);
+  EXPECT_EQ(tasks["tasks"][0]["task_id"].GetString(), slow) << "newest first";
+  EXPECT_EQ(tasks["tasks"][1]["task_id"].GetString(), id);
+  auto page = parse(
+      call(boost::beast::http::verb::get, base + "/v1/tasks?user_id=lister&limit=1&before=" + slow)
+          .body);
+  ASSERT_EQ(page["tasks"].Size(), 1u);
+  EXPECT_EQ(page["tasks"][0]["task_id"].GetString(), id) << "the page after the cursor";
+  auto done = parse(
+      call(boost::beast::http::verb::get, base + "/v1/tasks?user_id=lister&status=succeeded").body);
+  ASSERT_GE(done["tasks"].Size(), 1u);
+  for (const auto& task : done["tasks"].GetArray())
+    EXPECT_STREQ(task["status"].GetString(), "succeeded");
+  EXPECT_EQ(call(boost::beast::http::verb::get, base + "/v1/tasks").status, 400);
+  EXPECT_EQ(call(boost::beast::http::verb::get, base + "/v1/tasks?user_id=x&status=done").status,
+            400);
+  EXPECT_EQ(call(boost::beast::http::verb::get, base + "/v1/tasks?user_id=x&limit=0").status, 400);
+  wait_terminal(base, slow);
 }
 
 }  // namespace

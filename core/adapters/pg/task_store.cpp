@@ -213,6 +213,32 @@ SchedulerReport schedule_pass(pqxx::connection& c, const SchedulerPass& pass) {
   return report;
 }
 
+std::string list_tasks(pqxx::connection& c, const TaskListQuery& query) {
+  pqxx::read_transaction tx(c);
+  auto row = tx.exec_params1(R"SQL(
+SELECT coalesce(jsonb_agg(item ORDER BY created_at DESC, task_id DESC), '[]'::jsonb)::text
+FROM (
+  SELECT t.created_at, t.task_id, jsonb_build_object(
+      'task_id', t.task_id, 'user_id', t.user_id, 'text', t.text, 'model', t.model,
+      'priority', t.priority, 'status', t.status, 'batch_id', t.batch_id,
+      'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
+          'type', t.result_type, 'message', t.result_message,
+          'options', coalesce(t.result_options, '[]'::jsonb)) END,
+      'error', t.error, 'steps', t.steps, 'tool_calls', t.tool_calls,
+      'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
+      'created_at', t.created_at, 'finished_at', t.finished_at) AS item
+  FROM tasks t
+  WHERE t.user_id = $1
+    AND ($2 = '' OR t.status = $2)
+    AND ($4 = '' OR (t.created_at, t.task_id) <
+         (SELECT b.created_at, b.task_id FROM tasks b WHERE b.task_id = NULLIF($4, '')::uuid))
+  ORDER BY t.created_at DESC, t.task_id DESC
+  LIMIT $3
+) page)SQL",
+                             query.user_id, query.status, query.limit, query.before);
+  return row[0].as<std::string>();
+}
+
 CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
                           const std::string& results_topic) {
   pqxx::work tx(c);

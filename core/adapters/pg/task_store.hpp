@@ -35,6 +35,17 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task);
 // The task as the API shows it (JSON text), or nullopt.
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id);
 
+// GET /v1/tasks: a user's tasks, newest first, optionally of one status, at most `limit`,
+// created before the task `before` (a cursor: the last id of the previous page). Each item
+// is the task's summary JSON (no trace); returns the JSON array text.
+struct TaskListQuery {
+  std::string user_id;
+  std::string status;  // empty: any
+  int limit = 50;
+  std::string before;  // task id; empty: from the newest
+};
+std::string list_tasks(pqxx::connection& c, const TaskListQuery& query);
+
 // POST /v1/tasks/{id}/cancel, in one transaction. A task not yet running (queued, or
 // dispatched and unclaimed) ends `cancelled` at once, its result event in the outbox; a
 // running task gets cancel_requested (its worker stops it within worker.cancel_poll_ms);
