@@ -71,19 +71,42 @@ std::string traceparent_for(std::string_view incoming) {
   return "00-" + random_hex(16) + "-" + random_hex(8) + "-01";
 }
 
+codec::SubmissionDefaults submission_defaults(const config::Config& config) {
+  codec::SubmissionDefaults defaults;
+  defaults.model = config.task_defaults.model;
+  defaults.timeout_s = config.task_defaults.timeout_s;
+  defaults.schedule_timeout_s = config.task_defaults.schedule_timeout_s;
+  defaults.max_steps = config.task_defaults.max_steps;
+  defaults.priority =
+      parse_priority(config.task_defaults.priority).value_or(Priority::kInteractive);
+  defaults.time_zone = config.task_defaults.time_zone;
+  defaults.locale = config.task_defaults.locale;
+  defaults.max_text_chars = static_cast<std::size_t>(config.dispatcher.max_text_chars);
+  return defaults;
+}
+
+std::optional<codec::SchemaViolation> check_references(const config::Config& config,
+                                                       const TaskSpec& spec) {
+  if (!config.find_model(spec.model))
+    return codec::SchemaViolation{"/model", "unknown model '" + spec.model + "'"};
+  if (spec.tools) {
+    for (std::size_t i = 0; i < spec.tools->size(); ++i) {
+      if (!config.find_tool((*spec.tools)[i])) {
+        return codec::SchemaViolation{"/tools/" + std::to_string(i),
+                                      "unknown tool '" + (*spec.tools)[i] + "'"};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
          metrics::DispatcherMetrics& metrics)
-    : config_(config), db_(db), wake_scheduler_(std::move(wake_scheduler)), metrics_(metrics) {
-  defaults_.model = config.task_defaults.model;
-  defaults_.timeout_s = config.task_defaults.timeout_s;
-  defaults_.schedule_timeout_s = config.task_defaults.schedule_timeout_s;
-  defaults_.max_steps = config.task_defaults.max_steps;
-  defaults_.priority =
-      parse_priority(config.task_defaults.priority).value_or(Priority::kInteractive);
-  defaults_.time_zone = config.task_defaults.time_zone;
-  defaults_.locale = config.task_defaults.locale;
-  defaults_.max_text_chars = static_cast<std::size_t>(config.dispatcher.max_text_chars);
-}
+    : config_(config),
+      db_(db),
+      wake_scheduler_(std::move(wake_scheduler)),
+      metrics_(metrics),
+      defaults_(submission_defaults(config)) {}
 
 std::string_view route_template(std::string_view path) {
   constexpr std::string_view kTaskPrefix = "/v1/tasks/";
@@ -180,20 +203,10 @@ asio::awaitable<http::Response> Api::submit(http::Request& request) {
                                violation->message, violation->path.empty() ? "/" : violation->path);
   }
   auto& submission = std::get<codec::Submission>(parsed);
-  if (!config_.find_model(submission.spec.model)) {
+  if (auto problem = check_references(config_, submission.spec)) {
     metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
-                               "unknown model '" + submission.spec.model + "'", "/model");
-  }
-  if (submission.spec.tools) {
-    for (std::size_t i = 0; i < submission.spec.tools->size(); ++i) {
-      const std::string& name = (*submission.spec.tools)[i];
-      if (!config_.find_tool(name)) {
-        metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
-        co_return http::make_error(request, http::Status::bad_request, "invalid_request",
-                                   "unknown tool '" + name + "'", "/tools/" + std::to_string(i));
-      }
-    }
+                               problem->message, problem->path);
   }
   pg::NewTask task{submission.spec, submission.canonical,
                    traceparent_for(std::string(request["traceparent"]))};

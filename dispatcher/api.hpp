@@ -46,6 +46,12 @@ class Api {
   codec::SubmissionDefaults defaults_;
 };
 
+// The defaults a submission gets from configuration, and the checks beyond its schema
+// (the model and tools must exist): shared by the HTTP API and the submit topic.
+codec::SubmissionDefaults submission_defaults(const config::Config& config);
+std::optional<codec::SchemaViolation> check_references(const config::Config& config,
+                                                       const TaskSpec& spec);
+
 // The route template of a request path for the metrics ("/v1/tasks/{id}"); "unmatched"
 // for a path no route serves, so raw paths never become label values.
 std::string_view route_template(std::string_view path);

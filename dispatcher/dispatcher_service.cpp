@@ -22,6 +22,7 @@
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "dispatcher/api.hpp"
+#include "dispatcher/submit_ingest.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -93,6 +94,10 @@ int run_dispatcher(const config::Config& config) {
   Api api(
       config, db, [&] { asio::post(io, [&] { scheduler_wake.cancel(); }); }, metrics);
 
+  // Submissions from upstream services over Kafka, validated and stored like the API's.
+  SubmitIngest ingest(io, config, db, producer, metrics,
+                      [&] { asio::post(io, [&] { scheduler_wake.cancel(); }); });
+
   // Bind first: a port in use is a start-up error reported before any thread runs.
   http::Server server(io.get_executor(),
                       http::ServerOptions{config.dispatcher.http.host,
@@ -117,6 +122,7 @@ int run_dispatcher(const config::Config& config) {
                    std::to_string(ops_server->port()) + "/metrics");
   }
   std::fflush(stdout);
+  ingest.start();
 
   asio::co_spawn(
       io,
@@ -224,6 +230,7 @@ int run_dispatcher(const config::Config& config) {
   });
   io.run();
   stopping = true;
+  ingest.stop();
   relay_stop.notify_all();
   relay.join();
   return 0;

@@ -555,19 +555,21 @@ TEST(Permission, AToolAboveTheUsersLevelIsNotOfferedAndNothingIsSent) {
   EXPECT_EQ(items.find("讨论项目进度"), std::string::npos) << items;
 }
 
-// Produces raw messages to the dispatch topic, as a broken or hostile producer would.
-void produce_raw(const std::string& bootstrap, const std::vector<std::string>& values) {
+// Produces raw messages (key "poison" unless given), as a broken or hostile producer would.
+void produce_raw(const std::string& bootstrap, const std::vector<std::string>& values,
+                 const std::string& topic = "agent.tasks.dispatch",
+                 const std::string& key = "poison") {
   char errstr[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), errstr, sizeof(errstr));
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
   ASSERT_NE(rk, nullptr) << errstr;
   for (const std::string& value : values) {
-    ASSERT_EQ(
-        rd_kafka_producev(rk, RD_KAFKA_V_TOPIC("agent.tasks.dispatch"), RD_KAFKA_V_KEY("poison", 6),
-                          RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
-                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
-        RD_KAFKA_RESP_ERR_NO_ERROR);
+    ASSERT_EQ(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic.c_str()),
+                                RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
+                                RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
+              RD_KAFKA_RESP_ERR_NO_ERROR);
   }
   EXPECT_EQ(rd_kafka_flush(rk, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
   rd_kafka_destroy(rk);
@@ -959,6 +961,65 @@ TEST(TaskApi, WaitAnswersWhenTheTaskEndsAndListShowsAUsersTasksNewestFirst) {
             400);
   EXPECT_EQ(call(boost::beast::http::verb::get, base + "/v1/tasks?user_id=x&limit=0").status, 400);
   wait_terminal(base, slow);
+}
+
+TEST(SubmitTopic, SubmissionsFromKafkaBecomeTasksOnceAndBadOnesGoToTheDlq) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  const std::string good =
+      R"({"user_id":"topic-user","text":"删除2月30日的日程","idempotency_key":"topic-1"})";
+  const std::string keyless = R"({"user_id":"topic-nokey","text":"删除2月30日的日程"})";
+  const std::vector<std::string> bad = {
+      "not json at all", R"({"user_id":"topic-bad"})",
+      R"({"user_id":"topic-bad","text":"x","model":"no-such-model"})"};
+  // The good one twice (an upstream retry): one task.
+  produce_raw(env["AGENTFLEET_KAFKA_BOOTSTRAP"], {good, good, keyless}, "agent.tasks.submit",
+              "topic-user");
+  produce_raw(env["AGENTFLEET_KAFKA_BOOTSTRAP"], bad, "agent.tasks.submit", "topic-bad");
+
+  auto tasks_of = [&](const std::string& user) {
+    return parse(call(boost::beast::http::verb::get, base + "/v1/tasks?user_id=" + user).body);
+  };
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < until &&
+         (tasks_of("topic-user")["tasks"].Size() == 0 ||
+          tasks_of("topic-nokey")["tasks"].Size() == 0)) {
+    std::this_thread::sleep_for(100ms);  // the dispatcher consumes the topic
+  }
+  auto mine = tasks_of("topic-user");
+  ASSERT_EQ(mine["tasks"].Size(), 1u) << "the repeated submission is one task";
+  auto task = wait_terminal(base, mine["tasks"][0]["task_id"].GetString());
+  EXPECT_STREQ(task["status"].GetString(), "succeeded");
+  EXPECT_STREQ(task["idempotency_key"].GetString(), "topic-1");
+  auto keyless_tasks = tasks_of("topic-nokey");
+  ASSERT_EQ(keyless_tasks["tasks"].Size(), 1u);
+  auto keyless_task = wait_terminal(base, keyless_tasks["tasks"][0]["task_id"].GetString());
+  EXPECT_EQ(std::string(keyless_task["idempotency_key"].GetString())
+                .rfind("kafka:agent.tasks.submit:", 0),
+            0u)
+      << "keyed by its place in the topic, so a re-read is the same task";
+
+  std::map<std::string, TopicMessage> letters;
+  const auto dlq_until = std::chrono::steady_clock::now() + 30s;
+  while (letters.size() < bad.size() && std::chrono::steady_clock::now() < dlq_until) {
+    for (auto& message : read_topic(env["AGENTFLEET_KAFKA_BOOTSTRAP"], "agent.tasks.dlq")) {
+      if (std::find(bad.begin(), bad.end(), message.value) != bad.end())
+        letters[message.value] = message;
+    }
+    if (letters.size() < bad.size())
+      std::this_thread::sleep_for(200ms);
+  }
+  ASSERT_EQ(letters.size(), bad.size());
+  EXPECT_NE(letters[bad[0]].headers["dlq-reason"].find("invalid JSON"), std::string::npos)
+      << letters[bad[0]].headers["dlq-reason"];
+  EXPECT_NE(letters[bad[1]].headers["dlq-reason"].find("text"), std::string::npos)
+      << letters[bad[1]].headers["dlq-reason"];
+  EXPECT_NE(letters[bad[2]].headers["dlq-reason"].find("'/model': unknown model 'no-such-model'"),
+            std::string::npos)
+      << letters[bad[2]].headers["dlq-reason"];
+  for (const auto& [value, letter] : letters)
+    EXPECT_EQ(letter.headers.at("dlq-source-topic"), "agent.tasks.submit");
+  EXPECT_EQ(tasks_of("topic-bad")["tasks"].Size(), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,162 @@
+#include "dispatcher/submit_ingest.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "core/adapters/log.hpp"
+#include "core/adapters/pg/task_store.hpp"
+#include "dispatcher/api.hpp"
+
+namespace agentfleet::dispatcher {
+
+namespace asio = boost::asio;
+
+namespace {
+std::string header_value(const kafka::Headers& headers, const std::string& name) {
+  for (const auto& [key, value] : headers) {
+    if (key == name)
+      return value;
+  }
+  return {};
+}
+}  // namespace
+
+SubmitIngest::SubmitIngest(asio::io_context& io, const config::Config& config, pg::DbPool& db,
+                           kafka::Producer& producer, metrics::DispatcherMetrics& metrics,
+                           std::function<void()> wake_scheduler)
+    : io_(io),
+      config_(config),
+      db_(db),
+      producer_(producer),
+      metrics_(metrics),
+      wake_scheduler_(std::move(wake_scheduler)),
+      defaults_(submission_defaults(config)) {}
+
+void SubmitIngest::start() {
+  consumer_ = std::make_unique<kafka::Consumer>(
+      config_.kafka, config_.kafka.dispatcher_group,
+      std::vector<std::string>{config_.kafka.topics.submit},
+      [this](kafka::InMessage message) {
+        asio::post(io_, [this, m = std::move(message)]() mutable { handle(std::move(m)); });
+      },
+      [this](bool assigned, const std::vector<std::pair<std::string, int>>& partitions) {
+        asio::post(io_, [this, assigned, partitions] {
+          for (const auto& [topic, partition] : partitions) {
+            if (assigned) {
+              owned_.insert({topic, partition});
+            } else {
+              owned_.erase({topic, partition});
+              offsets_.forget({topic, partition});
+            }
+          }
+        });
+      });
+  consumer_->start();
+  log::write("info", "dispatcher", "consuming " + config_.kafka.topics.submit);
+}
+
+void SubmitIngest::stop() {
+  stopping_ = true;
+  if (consumer_)
+    consumer_->stop();
+}
+
+void SubmitIngest::handle(kafka::InMessage message) {
+  if (stopping_ || !owned_.count({message.topic, message.partition}))
+    return;  // read again by the partition's owner
+  offsets_.started({message.topic, message.partition}, message.offset);
+  asio::co_spawn(io_, ingest(std::move(message)), asio::detached);
+}
+
+void SubmitIngest::done(const kafka::InMessage& message, bool handled) {
+  if (!handled) {
+    offsets_.forget_offset({message.topic, message.partition}, message.offset);
+  } else if (auto commit = offsets_.finished({message.topic, message.partition}, message.offset)) {
+    if (consumer_ && !stopping_)
+      consumer_->commit(message.topic, message.partition, *commit);
+  }
+}
+
+asio::awaitable<bool> SubmitIngest::dead_letter(const kafka::InMessage& message,
+                                                const std::string& reason) {
+  metrics_.task_submitted(metrics::SubmitSource::kTopic, metrics::SubmitOutcome::kRejected);
+  log::write("warn", "dispatcher", "dead letter: " + reason,
+             {{"topic", message.topic},
+              {"partition", std::to_string(message.partition)},
+              {"offset", std::to_string(message.offset)}});
+  kafka::Headers headers = message.headers;
+  headers.emplace_back("dlq-reason", reason);
+  headers.emplace_back("dlq-source-topic", message.topic);
+  headers.emplace_back("dlq-source-partition", std::to_string(message.partition));
+  headers.emplace_back("dlq-source-offset", std::to_string(message.offset));
+  kafka::OutMessage letter{config_.kafka.topics.dlq, message.key, message.value, headers};
+  Status sent = co_await producer_.publish(std::move(letter));
+  if (!sent.ok())
+    log::error("dispatcher", "dead letter not published, message kept: " + sent.error().message);
+  co_return sent.ok();
+}
+
+asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
+  auto parsed = codec::parse_submission(message.value, defaults_);
+  if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
+    const bool sent = co_await dead_letter(
+        message, "invalid submission at '" + violation->path + "': " + violation->message);
+    done(message, sent);
+    co_return;
+  }
+  auto& submission = std::get<codec::Submission>(parsed);
+  if (auto problem = check_references(config_, submission.spec)) {
+    const bool sent = co_await dead_letter(
+        message, "invalid submission at '" + problem->path + "': " + problem->message);
+    done(message, sent);
+    co_return;
+  }
+  pg::NewTask task{submission.spec, submission.canonical,
+                   traceparent_for(header_value(message.headers, "traceparent"))};
+  if (task.spec.idempotency_key.empty()) {
+    task.spec.idempotency_key = "kafka:" + message.topic + ":" + std::to_string(message.partition) +
+                                ":" + std::to_string(message.offset);
+  }
+  task.spec.task_id = new_task_id();
+  // A store outage: a few tries with backoff (0.2 s to 3.2 s), then the message is left
+  // uncommitted for the next read.
+  for (int attempt = 0;; ++attempt) {
+    auto inserted = co_await db_.run([&](pqxx::connection& c) { return pg::insert_task(c, task); });
+    if (inserted.ok()) {
+      const pg::InsertResult& result = inserted.value();
+      if (result.outcome == pg::InsertOutcome::kConflict) {
+        const bool sent = co_await dead_letter(
+            message, "idempotency_key '" + task.spec.idempotency_key +
+                         "' was used with a different request for task " + result.task_id);
+        done(message, sent);
+        co_return;
+      }
+      metrics_.task_submitted(metrics::SubmitSource::kTopic,
+                              result.outcome == pg::InsertOutcome::kCreated
+                                  ? metrics::SubmitOutcome::kAccepted
+                                  : metrics::SubmitOutcome::kDuplicate);
+      if (result.outcome == pg::InsertOutcome::kCreated)
+        wake_scheduler_();
+      done(message, true);
+      co_return;
+    }
+    if (!inserted.error().retryable() || attempt >= 4 || stopping_) {
+      log::write("warn", "dispatcher",
+                 "submission not stored, left for the next read: " + inserted.error().message,
+                 {{"topic", message.topic},
+                  {"partition", std::to_string(message.partition)},
+                  {"offset", std::to_string(message.offset)}});
+      done(message, false);
+      co_return;
+    }
+    asio::steady_timer pause(io_, std::chrono::milliseconds(200 << attempt));
+    boost::system::error_code ec;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+}
+
+}  // namespace agentfleet::dispatcher

@@ -1,0 +1,59 @@
+#pragma once
+// The submit topic: upstream services produce task submissions (the same JSON as the HTTP
+// body, key = user_id) to kafka.topics.submit; the dispatcher validates each, stores it
+// de-duplicated by (user_id, idempotency_key) and wakes the scheduler. A submission without
+// an idempotency key gets "kafka:<topic>:<partition>:<offset>", so a message read twice
+// (after a restart or a rebalance) is still one task. Bad messages (not JSON, schema,
+// unknown model or tool, a key reused with another body) go to the dead-letter topic with
+// the reason and their origin in headers; the partition moves on. A store outage is
+// retried a bounded number of times with backoff; a message still not stored is left
+// uncommitted, so the group reads it again.
+//
+// Lifecycle: start() after construction, stop() before the io_context goes away.
+// Thread-safety: runs on the io_context's thread; librdkafka's poll thread only posts.
+
+#include <boost/asio/io_context.hpp>
+
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "core/adapters/kafka/kafka.hpp"
+#include "core/adapters/metrics/dispatcher_metrics.hpp"
+#include "core/adapters/pg/db_pool.hpp"
+#include "core/codec/task_codec.hpp"
+#include "core/config/config.hpp"
+#include "core/domain/offset_tracker.hpp"
+
+namespace agentfleet::dispatcher {
+
+class SubmitIngest {
+ public:
+  SubmitIngest(boost::asio::io_context& io, const config::Config& config, pg::DbPool& db,
+               kafka::Producer& producer, metrics::DispatcherMetrics& metrics,
+               std::function<void()> wake_scheduler);
+  void start();
+  void stop();
+
+ private:
+  void handle(kafka::InMessage message);
+  boost::asio::awaitable<void> ingest(kafka::InMessage message);
+  boost::asio::awaitable<bool> dead_letter(const kafka::InMessage& message,
+                                           const std::string& reason);
+  void done(const kafka::InMessage& message, bool handled);
+
+  boost::asio::io_context& io_;
+  const config::Config& config_;
+  pg::DbPool& db_;
+  kafka::Producer& producer_;
+  metrics::DispatcherMetrics& metrics_;
+  std::function<void()> wake_scheduler_;
+  codec::SubmissionDefaults defaults_;
+  OffsetTracker offsets_;
+  std::set<std::pair<std::string, int>> owned_;
+  bool stopping_ = false;
+  std::unique_ptr<kafka::Consumer> consumer_;
+};
+
+}  // namespace agentfleet::dispatcher
