@@ -88,12 +88,7 @@ asio::awaitable<bool> SubmitIngest::dead_letter(const kafka::InMessage& message,
              {{"topic", message.topic},
               {"partition", std::to_string(message.partition)},
               {"offset", std::to_string(message.offset)}});
-  kafka::Headers headers = message.headers;
-  headers.emplace_back("dlq-reason", reason);
-  headers.emplace_back("dlq-source-topic", message.topic);
-  headers.emplace_back("dlq-source-partition", std::to_string(message.partition));
-  headers.emplace_back("dlq-source-offset", std::to_string(message.offset));
-  kafka::OutMessage letter{config_.kafka.topics.dlq, message.key, message.value, headers};
+  kafka::OutMessage letter = kafka::dead_letter(message, config_.kafka.topics.dlq, reason);
   Status sent = co_await producer_.publish(std::move(letter));
   if (!sent.ok())
     log::error("dispatcher", "dead letter not published, message kept: " + sent.error().message);

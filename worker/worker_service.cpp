@@ -131,15 +131,11 @@ int run_worker(const config::Config& config) {
                {{"topic", message.topic},
                 {"partition", std::to_string(message.partition)},
                 {"offset", std::to_string(message.offset)}});
-    kafka::Headers headers = message.headers;
-    headers.emplace_back("dlq-reason", reason);
-    headers.emplace_back("dlq-source-topic", message.topic);
-    headers.emplace_back("dlq-source-partition", std::to_string(message.partition));
-    headers.emplace_back("dlq-source-offset", std::to_string(message.offset));
     asio::co_spawn(
         io,
-        [&, message, headers]() -> asio::awaitable<void> {
-          kafka::OutMessage letter{config.kafka.topics.dlq, message.key, message.value, headers};
+        [&, message,
+         letter = kafka::dead_letter(message, config.kafka.topics.dlq,
+                                     reason)]() mutable -> asio::awaitable<void> {
           Status sent = co_await producer.publish(std::move(letter));
           if (!sent.ok()) {
             log::error("worker",

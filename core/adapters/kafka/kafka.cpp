@@ -13,6 +13,16 @@
 
 namespace agentfleet::kafka {
 
+OutMessage dead_letter(const InMessage& message, const std::string& dlq_topic,
+                       const std::string& reason) {
+  OutMessage letter{dlq_topic, message.key, message.value, message.headers};
+  letter.headers.emplace_back("dlq-reason", reason);
+  letter.headers.emplace_back("dlq-source-topic", message.topic);
+  letter.headers.emplace_back("dlq-source-partition", std::to_string(message.partition));
+  letter.headers.emplace_back("dlq-source-offset", std::to_string(message.offset));
+  return letter;
+}
+
 Error map_kafka_error(int code, const std::string& context) {
   const auto err = static_cast<rd_kafka_resp_err_t>(code);
   std::string message = context + ": " + rd_kafka_err2str(err);

@@ -51,6 +51,11 @@ struct InMessage {
   Headers headers;
 };
 
+// `message` as a dead letter for `dlq_topic`: the same key, value and headers, plus
+// dlq-reason and where it came from (dlq-source-topic, -partition, -offset).
+OutMessage dead_letter(const InMessage& message, const std::string& dlq_topic,
+                       const std::string& reason);
+
 Error map_kafka_error(int rd_kafka_resp_err, const std::string& context);
 
 // Configuration shared by producers and consumers: bootstrap servers, client id and the

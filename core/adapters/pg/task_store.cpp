@@ -487,11 +487,21 @@ void delete_outbox_row(pqxx::work& tx, std::int64_t id) {
   tx.exec_params0("DELETE FROM outbox WHERE id = $1", id);
 }
 
-LeaseCheck extend_leases(pqxx::connection& c, const std::string& worker_id,
-                         const std::vector<std::pair<std::string, int>>& tasks, int lease_s) {
-  LeaseCheck check;
-  if (tasks.empty())
-    return check;
+namespace {
+// Locks the rows of (task_id, attempt) pairs ($2, JSON) still running on worker $1, in
+// task_id order, the order the worker's batched writes use too, so a heartbeat, a release
+// and a batch never wait on each other in a cycle.
+constexpr const char* kLockHeld = R"SQL(
+WITH locked AS (
+  SELECT t.task_id FROM tasks t
+  JOIN jsonb_to_recordset($2::jsonb) AS held(task_id uuid, attempt integer)
+    ON t.task_id = held.task_id AND t.attempt = held.attempt
+  WHERE t.worker_id = $1 AND t.status = 'running'
+  ORDER BY t.task_id
+  FOR UPDATE OF t
+))SQL";
+
+std::string held_json(const std::vector<std::pair<std::string, int>>& tasks) {
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   w.StartArray();
@@ -504,22 +514,21 @@ LeaseCheck extend_leases(pqxx::connection& c, const std::string& worker_id,
     w.EndObject();
   }
   w.EndArray();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+}  // namespace
+
+LeaseCheck extend_leases(pqxx::connection& c, const std::string& worker_id,
+                         const std::vector<std::pair<std::string, int>>& tasks, int lease_s) {
+  LeaseCheck check;
+  if (tasks.empty())
+    return check;
   pqxx::work tx(c);
-  // Rows are locked in task_id order, the order the worker's batched writes use too, so a
-  // heartbeat and a batch never wait on each other in a cycle.
-  auto rows = tx.exec_params(R"SQL(
-WITH locked AS (
-  SELECT t.task_id FROM tasks t
-  JOIN jsonb_to_recordset($2::jsonb) AS held(task_id uuid, attempt integer)
-    ON t.task_id = held.task_id AND t.attempt = held.attempt
-  WHERE t.worker_id = $1 AND t.status = 'running'
-  ORDER BY t.task_id
-  FOR UPDATE OF t
-)
+  static const std::string kExtend = std::string(kLockHeld) + R"SQL(
 UPDATE tasks t SET lease_until = now() + make_interval(secs => $3)
 FROM locked WHERE t.task_id = locked.task_id
-RETURNING t.task_id::text, t.cancel_requested)SQL",
-                             worker_id, std::string(buffer.GetString(), buffer.GetSize()), lease_s);
+RETURNING t.task_id::text, t.cancel_requested)SQL";
+  auto rows = tx.exec_params(kExtend, worker_id, held_json(tasks), lease_s);
   tx.commit();
   for (const auto& row : rows) {
     check.held.push_back(row[0].as<std::string>());
@@ -558,33 +567,13 @@ int release_tasks(pqxx::connection& c, const std::string& worker_id,
                   const std::vector<std::pair<std::string, int>>& tasks) {
   if (tasks.empty())
     return 0;
-  rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  w.StartArray();
-  for (const auto& [task_id, attempt] : tasks) {
-    w.StartObject();
-    w.Key("task_id");
-    w.String(task_id.c_str());
-    w.Key("attempt");
-    w.Int(attempt);
-    w.EndObject();
-  }
-  w.EndArray();
   pqxx::work tx(c);
-  auto rows = tx.exec_params(R"SQL(
-WITH locked AS (
-  SELECT t.task_id FROM tasks t
-  JOIN jsonb_to_recordset($2::jsonb) AS held(task_id uuid, attempt integer)
-    ON t.task_id = held.task_id AND t.attempt = held.attempt
-  WHERE t.worker_id = $1 AND t.status = 'running'
-  ORDER BY t.task_id
-  FOR UPDATE OF t
-)
+  static const std::string kRelease = std::string(kLockHeld) + R"SQL(
 UPDATE tasks t SET status = 'queued', lease_until = NULL, worker_id = NULL,
        releases = releases + 1
 FROM locked WHERE t.task_id = locked.task_id
-RETURNING t.task_id)SQL",
-                             worker_id, std::string(buffer.GetString(), buffer.GetSize()));
+RETURNING t.task_id)SQL";
+  auto rows = tx.exec_params(kRelease, worker_id, held_json(tasks));
   tx.commit();
   return static_cast<int>(rows.size());
 }
