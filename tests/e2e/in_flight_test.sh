@@ -13,13 +13,12 @@ want=${IN_FLIGHT_MIN:-500}
 export AF_LOG_TAG=in-flight-test
 source "$root/tools/lib/common.sh"
 source "$root/tools/lib/fleet.sh"
+source "$root/tests/e2e/lib.sh"
 
 export LLM_SIM_LATENCY_MS=200
 fleet_reset "$run_dir"
 trap 'fleet_stop "$run_dir"' EXIT
 fleet_start "$run_dir" "$build_dir" 0
-psql_q() { psql "$AGENTFLEET_PG_URL" -X -At -v ON_ERROR_STOP=1 -c "$1"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$build_dir/tools/loadgen/agentfleet-loadgen" --url "$AGENTFLEET_URL" --pg "$AGENTFLEET_PG_URL" \
   --tasks "$tasks" --users 100 --text "bench: steps=2 calls=1" --concurrency 16 \

@@ -10,6 +10,7 @@ run_dir=$2
 export AF_LOG_TAG=worker-drain-test
 source "$root/tools/lib/common.sh"
 source "$root/tools/lib/fleet.sh"
+source "$root/tests/e2e/lib.sh"
 
 # A slow model (400 ms a call) so tasks are mid-flight at the signal; the drained tasks
 # go back to the queue and run on the other worker.
@@ -17,37 +18,14 @@ export LLM_SIM_LATENCY_MS=400 AGENTFLEET_LEASE_S=6 AGENTFLEET_HEARTBEAT_S=2
 fleet_reset "$run_dir"
 trap 'fleet_stop "$run_dir"' EXIT
 fleet_start "$run_dir" "$build_dir" 2
-psql_q() { psql "$AGENTFLEET_PG_URL" -X -At -v ON_ERROR_STOP=1 -c "$1"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-for worker in worker-1 worker-2; do
-  af_wait_log() { grep -q '"msg":"worker .* consuming' "$run_dir/logs/$1.log"; }
-  deadline=$(($(af_now_ms) + 30000))
-  until af_wait_log "$worker"; do
-    (($(af_now_ms) < deadline)) || fail "$worker did not start"
-    sleep 0.1
-  done
-done
+e2e_wait_consuming "$run_dir" worker-1 worker-2
 
 # 40 tasks from 20 users, each: search (model), create a todo (tool), finish (model).
 tasks=40
-for ((i = 0; i < tasks; i++)); do
-  code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -X POST "$AGENTFLEET_URL/v1/tasks" \
-    -d "{\"user_id\":\"drain-u$((i % 20))\",\"text\":\"今天下午去买东西\",\"idempotency_key\":\"d$i\",\"timeout_s\":120}")
-  [[ "$code" == 201 ]] || fail "submit $i answered $code"
-done
+e2e_submit_todos drain "$tasks" d
 
 # SIGTERM the worker running the most tasks, as soon as it runs some.
-deadline=$(($(af_now_ms) + 30000))
-victim=""
-while [[ -z "$victim" ]]; do
-  victim=$(psql_q "SELECT worker_id FROM tasks WHERE status = 'running'
-                   GROUP BY worker_id ORDER BY count(*) DESC LIMIT 1")
-  if [[ -z "$victim" ]]; then
-    (($(af_now_ms) < deadline)) || fail "no task started running"
-    sleep 0.05
-  fi
-done
+victim=$(e2e_busiest_worker "status = 'running'")
 held=$(psql_q "SELECT count(*) FROM tasks WHERE status = 'running' AND worker_id = '$victim'")
 pid=$(awk -v name="$victim" '$2 == name {print $1}' "$run_dir/pids")
 signalled=$(af_now_ms)
@@ -68,13 +46,7 @@ leftover=$(psql_q "SELECT count(*) FROM tasks WHERE status = 'running' AND worke
 AGENTFLEET_SHUTDOWN_GRACE_S=2 fleet_start_worker "$run_dir" "$build_dir" "$victim-restarted"
 restarted_pid=$FLEET_LAST_PID
 
-deadline=$(($(af_now_ms) + 120000))
-while :; do
-  open=$(psql_q "SELECT count(*) FROM tasks WHERE status NOT IN ('succeeded','failed','timed_out','cancelled')")
-  ((open == 0)) && break
-  (($(af_now_ms) < deadline)) || fail "$open tasks not terminal 120 s after the drain"
-  sleep 0.2
-done
+e2e_wait_terminal "the drain"
 
 # Invariant 1: every task ended and succeeded; handed-back tasks resumed elsewhere and
 # their hand-back did not count as a lost attempt.
@@ -85,19 +57,10 @@ released=$(psql_q "SELECT count(*) FROM tasks WHERE releases > 0")
 ((released == handed)) || fail "$handed hand-backs logged but $released tasks released in Postgres"
 
 # Invariant 3: one ledger row per model call, task totals = ledger.
-bad=$(psql_q "SELECT count(*) FROM tasks t WHERE
-  (SELECT count(*) FROM usage_ledger l WHERE l.task_id = t.task_id) <> t.steps
-  OR (SELECT count(*) FROM task_steps s WHERE s.task_id = t.task_id) <> t.steps
-  OR t.cost <> (SELECT coalesce(sum(cost), 0) FROM usage_ledger l WHERE l.task_id = t.task_id)
-  OR t.steps <> 2")
-((bad == 0)) || fail "$bad tasks whose steps, ledger and totals disagree"
+e2e_check_ledger 2
 
 # Invariant 4: one todo per task in tool-sim.
-created=0
-for ((u = 0; u < 20; u++)); do
-  n=$(curl -sS --max-time 10 "$TOOL_SIM_URL/items?user_id=drain-u$u" | grep -o '"title":"去买东西"' | wc -l)
-  created=$((created + n))
-done
+created=$(e2e_count_todos drain)
 ((created == tasks)) || fail "tool-sim holds $created todos for $tasks tasks"
 
 # Grace run out: every model call now takes 20 s, longer than the restarted worker's 2 s
@@ -105,17 +68,12 @@ done
 # were still running instead of leaving their leases to expire.
 llm="http://127.0.0.1:$LLM_SIM_PORT"
 curl -sS --max-time 5 -X POST "$llm/admin/faults" -d '{"mode":"slow","latency":"fixed:20000","count":1000}' >/dev/null
-for ((i = 0; i < 10; i++)); do
-  code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -X POST "$AGENTFLEET_URL/v1/tasks" \
-    -d "{\"user_id\":\"grace-u$i\",\"text\":\"今天下午去买东西\",\"idempotency_key\":\"g$i\",\"timeout_s\":300}")
-  [[ "$code" == 201 ]] || fail "submit g$i answered $code"
-done
+e2e_submit_todos grace 10 g 10 300
 deadline=$(($(af_now_ms) + 30000))
 until (($(psql_q "SELECT count(*) FROM tasks WHERE status = 'running' AND worker_id = '$victim-restarted'") > 0)); do
   (($(af_now_ms) < deadline)) || fail "the restarted worker took none of the slow tasks"
   sleep 0.1
 done
-sleep 0.5  # let it claim what it was handed
 signalled=$(af_now_ms)
 kill -TERM "$restarted_pid"
 rc=0
@@ -128,13 +86,7 @@ grace_line=$(grep '"msg":"grace period over: handed back' "$run_dir/logs/$victim
 leftover=$(psql_q "SELECT count(*) FROM tasks WHERE status = 'running' AND worker_id = '$victim-restarted'")
 ((leftover == 0)) || fail "$leftover tasks still leased to the stopped worker"
 curl -sS --max-time 5 -X DELETE "$llm/admin/faults" >/dev/null
-deadline=$(($(af_now_ms) + 120000))
-while :; do
-  open=$(psql_q "SELECT count(*) FROM tasks WHERE status NOT IN ('succeeded','failed','timed_out','cancelled')")
-  ((open == 0)) && break
-  (($(af_now_ms) < deadline)) || fail "$open tasks not terminal 120 s after the second drain"
-  sleep 0.2
-done
+e2e_wait_terminal "the second drain"
 bad=$(psql_q "SELECT count(*) FROM tasks WHERE user_id LIKE 'grace-u%' AND status <> 'succeeded'")
 ((bad == 0)) || fail "$bad of the slow tasks did not succeed"
 bad=$(psql_q "SELECT count(*) FROM tasks WHERE attempt - releases > 1")

@@ -16,6 +16,7 @@ mode=${3:-model}
 export AF_LOG_TAG=worker-kill-test-$mode
 source "$root/tools/lib/common.sh"
 source "$root/tools/lib/fleet.sh"
+source "$root/tests/e2e/lib.sh"
 
 export AGENTFLEET_LEASE_S=4 AGENTFLEET_HEARTBEAT_S=1
 case "$mode" in
@@ -26,26 +27,12 @@ esac
 fleet_reset "$run_dir"
 trap 'fleet_stop "$run_dir"' EXIT
 fleet_start "$run_dir" "$build_dir" 2
-psql_q() { psql "$AGENTFLEET_PG_URL" -X -At -v ON_ERROR_STOP=1 -c "$1"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-# Wait (bounded) until both workers have joined the group and consume.
-for worker in worker-1 worker-2; do
-  deadline=$(($(af_now_ms) + 30000))
-  until grep -q '"msg":"worker .* consuming' "$run_dir/logs/$worker.log"; do
-    (($(af_now_ms) < deadline)) || fail "$worker did not start"
-    sleep 0.1
-  done
-done
+e2e_wait_consuming "$run_dir" worker-1 worker-2
 
 # 40 tasks from 20 users (keys spread over the partitions), each creating one todo: two
 # model calls and one tool call with a side effect.
 tasks=40
-for ((i = 0; i < tasks; i++)); do
-  code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -X POST "$AGENTFLEET_URL/v1/tasks" \
-    -d "{\"user_id\":\"kill-u$((i % 20))\",\"text\":\"今天下午去买东西\",\"idempotency_key\":\"k$i\"}")
-  [[ "$code" == 201 ]] || fail "submit $i answered $code"
-done
+e2e_submit_todos kill "$tasks" k 20 30
 
 # Kill the worker running the most tasks, as soon as it runs some (in tool mode: as soon as
 # some of its tasks have a checkpointed model step whose tool calls have not finished).
@@ -55,16 +42,7 @@ if [[ "$mode" == tool ]]; then
 else
   in_flight_where="status = 'running'"
 fi
-deadline=$(($(af_now_ms) + 30000))
-victim=""
-while [[ -z "$victim" ]]; do
-  victim=$(psql_q "SELECT worker_id FROM tasks WHERE $in_flight_where
-                   GROUP BY worker_id ORDER BY count(*) DESC LIMIT 1")
-  if [[ -z "$victim" ]]; then
-    (($(af_now_ms) < deadline)) || fail "no task started running"
-    sleep 0.05
-  fi
-done
+victim=$(e2e_busiest_worker "$in_flight_where")
 held=$(psql_q "SELECT count(*) FROM tasks WHERE status = 'running' AND worker_id = '$victim'")
 in_tools=$(psql_q "SELECT count(*) FROM tasks WHERE $in_flight_where AND worker_id = '$victim'
                    AND EXISTS (SELECT 1 FROM task_steps s WHERE s.task_id = tasks.task_id
@@ -73,13 +51,7 @@ pid=$(awk -v name="$victim" '$2 == name {print $1}' "$run_dir/pids")
 kill -KILL "$pid"
 af_log "killed $victim (pid $pid) while it ran $held tasks, $in_tools of them in tool calls"
 
-deadline=$(($(af_now_ms) + 120000))
-while :; do
-  open=$(psql_q "SELECT count(*) FROM tasks WHERE status NOT IN ('succeeded','failed','timed_out','cancelled')")
-  ((open == 0)) && break
-  (($(af_now_ms) < deadline)) || fail "$open tasks not terminal 120 s after the kill"
-  sleep 0.2
-done
+e2e_wait_terminal "the kill"
 
 # Invariant 1: every task ended, and (the model and tools being healthy) succeeded.
 [[ $(psql_q "SELECT count(*) FROM tasks") == "$tasks" ]] || fail "task count changed"
@@ -89,21 +61,11 @@ resumed=$(psql_q "SELECT count(*) FROM tasks WHERE attempt > 1")
 ((resumed > 0)) || fail "no task was resumed, so the kill tested nothing"
 
 # Invariant 3: one ledger row per model call, steps numbered 0..n-1, task totals = ledger.
-bad=$(psql_q "SELECT count(*) FROM tasks t WHERE
-  (SELECT count(*) FROM usage_ledger l WHERE l.task_id = t.task_id) <> t.steps
-  OR (SELECT count(*) FROM task_steps s WHERE s.task_id = t.task_id) <> t.steps
-  OR (SELECT coalesce(max(step), -1) FROM usage_ledger l WHERE l.task_id = t.task_id) <> t.steps - 1
-  OR t.cost <> (SELECT coalesce(sum(cost), 0) FROM usage_ledger l WHERE l.task_id = t.task_id)
-  OR t.steps <> 2")
-((bad == 0)) || fail "$bad tasks whose steps, ledger and totals disagree"
+e2e_check_ledger 2
 
 # Invariant 4: one todo per task in tool-sim, whatever was replayed.
 stats=$(curl -sS --max-time 10 "$TOOL_SIM_URL/stats")
-created=0
-for ((u = 0; u < 20; u++)); do
-  n=$(curl -sS --max-time 10 "$TOOL_SIM_URL/items?user_id=kill-u$u" | grep -o '"title":"去买东西"' | wc -l)
-  created=$((created + n))
-done
+created=$(e2e_count_todos kill)
 ((created == tasks)) || fail "tool-sim holds $created todos for $tasks tasks ($stats)"
 
 # Every task announced once at least (at-least-once; the relay may repeat after a kill).

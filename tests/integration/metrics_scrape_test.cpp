@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/adapters/http/client.hpp"
+#include "tests/integration/fleet_env.hpp"
 
 namespace agentfleet {
 namespace {
@@ -27,30 +28,8 @@ namespace {
 using namespace std::chrono_literals;
 namespace bhttp = boost::beast::http;
 
-std::map<std::string, std::string> fleet_env() {
-  const char* dir = std::getenv("AGENTFLEET_TEST_RUN_DIR");
-  EXPECT_NE(dir, nullptr) << "run by ctest, which starts the fleet fixture";
-  std::map<std::string, std::string> env;
-  std::ifstream file(std::string(dir ? dir : ".") + "/env");
-  for (std::string line; std::getline(file, line);) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos)
-      env[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  EXPECT_FALSE(env.empty()) << "the fleet fixture wrote no env file";
-  return env;
-}
-
-// The fixture's comma-separated URL lists.
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> parts;
-  std::istringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) {
-    if (!part.empty())
-      parts.push_back(part);
-  }
-  return parts;
-}
+using test::fleet_env;
+using test::split_list;
 
 http::ClientResponse call(bhttp::verb method, const std::string& url,
                           const std::string& body = {}) {
@@ -130,7 +109,7 @@ void run_one_task(const std::string& base) {
 
 TEST(Metrics, EveryProcessAnswersHealthAndReadiness) {
   auto env = fleet_env();
-  std::vector<std::string> bases = split(env["AGENTFLEET_WORKER_METRICS_URLS"]);
+  std::vector<std::string> bases = split_list(env["AGENTFLEET_WORKER_METRICS_URLS"]);
   ASSERT_FALSE(bases.empty()) << "the fixture exported no worker metrics URL";
   bases.push_back(env["AGENTFLEET_DISPATCHER_METRICS_URL"]);
   bases.push_back(env["AGENTFLEET_URL"]);  // the API port serves them too
@@ -170,7 +149,7 @@ TEST(Metrics, DispatcherAndWorkersCountATaskThatRan) {
 
   // Summed over the workers: either may have run the task.
   double db_jobs = 0;
-  for (const auto& base : split(env["AGENTFLEET_WORKER_METRICS_URLS"])) {
+  for (const auto& base : split_list(env["AGENTFLEET_WORKER_METRICS_URLS"])) {
     auto worker = call(bhttp::verb::get, base + "/metrics");
     ASSERT_EQ(worker.status, 200) << base;
     const std::string& w = worker.body;

@@ -29,25 +29,15 @@
 #include "core/codec/json_schema.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/domain/task.hpp"
+#include "tests/integration/fleet_env.hpp"
 
 namespace agentfleet {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::map<std::string, std::string> fleet_env() {
-  const char* dir = std::getenv("AGENTFLEET_TEST_RUN_DIR");
-  EXPECT_NE(dir, nullptr) << "run by ctest, which starts the fleet fixture";
-  std::map<std::string, std::string> env;
-  std::ifstream file(std::string(dir ? dir : ".") + "/env");
-  for (std::string line; std::getline(file, line);) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos)
-      env[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  EXPECT_FALSE(env.empty()) << "the fleet fixture wrote no env file";
-  return env;
-}
+using test::fleet_env;
+using test::split_list;
 
 http::ClientResponse call(boost::beast::http::verb method, const std::string& url,
                           const std::string& body = {},
@@ -628,8 +618,7 @@ double sum_samples(const std::string& text, const std::string& prefix) {
 
 double worker_metric(std::map<std::string, std::string>& env, const std::string& prefix) {
   double sum = 0;
-  std::istringstream urls(env["AGENTFLEET_WORKER_METRICS_URLS"]);
-  for (std::string url; std::getline(urls, url, ',');) {
+  for (const std::string& url : split_list(env["AGENTFLEET_WORKER_METRICS_URLS"])) {
     sum += sum_samples(call(boost::beast::http::verb::get, url + "/metrics").body, prefix);
   }
   return sum;

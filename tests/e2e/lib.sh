@@ -1,0 +1,81 @@
+# shellcheck shell=bash
+# Steps the e2e scripts share; source after tools/lib/common.sh and fleet.sh, once
+# fleet_start has exported AGENTFLEET_PG_URL, AGENTFLEET_URL and TOOL_SIM_URL. Every wait
+# is bounded and fails the test with what it waited for.
+
+psql_q() { psql "$AGENTFLEET_PG_URL" -X -At -v ON_ERROR_STOP=1 -c "$1"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# e2e_wait_consuming RUN_DIR WORKER...: until each worker has joined the group (30 s).
+e2e_wait_consuming() {
+  local run_dir=$1 worker deadline
+  shift
+  for worker in "$@"; do
+    deadline=$(($(af_now_ms) + 30000))
+    until grep -q '"msg":"worker .* consuming' "$run_dir/logs/$worker.log"; do
+      (($(af_now_ms) < deadline)) || fail "$worker did not start"
+      sleep 0.1
+    done
+  done
+}
+
+# e2e_submit_todos USER_PREFIX COUNT KEY_PREFIX [USERS] [TIMEOUT_S]: COUNT tasks
+# "今天下午去买东西" (two model calls, one create_item) from users USER_PREFIX-u0.. (20 by
+# default, so the keys spread over the partitions).
+e2e_submit_todos() {
+  local prefix=$1 count=$2 key=$3 users=${4:-20} timeout_s=${5:-120} i code
+  for ((i = 0; i < count; i++)); do
+    code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -X POST "$AGENTFLEET_URL/v1/tasks" \
+      -d "{\"user_id\":\"$prefix-u$((i % users))\",\"text\":\"今天下午去买东西\",\"idempotency_key\":\"$key$i\",\"timeout_s\":$timeout_s}")
+    [[ "$code" == 201 ]] || fail "submit $key$i answered $code"
+  done
+}
+
+# e2e_busiest_worker WHERE: the worker holding the most tasks matching WHERE, as soon as
+# there is one (30 s).
+e2e_busiest_worker() {
+  local where=$1 victim="" deadline=$(($(af_now_ms) + 30000))
+  while [[ -z "$victim" ]]; do
+    victim=$(psql_q "SELECT worker_id FROM tasks WHERE $where
+                     GROUP BY worker_id ORDER BY count(*) DESC LIMIT 1")
+    if [[ -z "$victim" ]]; then
+      (($(af_now_ms) < deadline)) || fail "no task started running"
+      sleep 0.05
+    fi
+  done
+  echo "$victim"
+}
+
+# e2e_wait_terminal WHAT: until every task is terminal (120 s).
+e2e_wait_terminal() {
+  local open deadline=$(($(af_now_ms) + 120000))
+  while :; do
+    open=$(psql_q "SELECT count(*) FROM tasks WHERE status NOT IN ('succeeded','failed','timed_out','cancelled')")
+    ((open == 0)) && return 0
+    (($(af_now_ms) < deadline)) || fail "$open tasks not terminal 120 s after $1"
+    sleep 0.2
+  done
+}
+
+# e2e_check_ledger STEPS: invariant 3 for every task: one step row and one ledger row per
+# model call, numbered 0..n-1, totals equal to the ledger, STEPS model calls each.
+e2e_check_ledger() {
+  local bad
+  bad=$(psql_q "SELECT count(*) FROM tasks t WHERE
+    (SELECT count(*) FROM usage_ledger l WHERE l.task_id = t.task_id) <> t.steps
+    OR (SELECT count(*) FROM task_steps s WHERE s.task_id = t.task_id) <> t.steps
+    OR (SELECT coalesce(max(step), -1) FROM usage_ledger l WHERE l.task_id = t.task_id) <> t.steps - 1
+    OR t.cost <> (SELECT coalesce(sum(cost), 0) FROM usage_ledger l WHERE l.task_id = t.task_id)
+    OR t.steps <> $1")
+  ((bad == 0)) || fail "$bad tasks whose steps, ledger and totals disagree"
+}
+
+# e2e_count_todos USER_PREFIX [USERS]: the "去买东西" todos tool-sim holds for those users.
+e2e_count_todos() {
+  local prefix=$1 users=${2:-20} u n created=0
+  for ((u = 0; u < users; u++)); do
+    n=$(curl -sS --max-time 10 "$TOOL_SIM_URL/items?user_id=$prefix-u$u" | grep -o '"title":"去买东西"' | wc -l)
+    created=$((created + n))
+  done
+  echo "$created"
+}
