@@ -4,12 +4,16 @@
 #include <rapidjson/writer.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
+#include <limits>
 
 namespace agentfleet::http {
 
@@ -20,8 +24,245 @@ using tcp = asio::ip::tcp;
 
 struct Server::Connection {
   explicit Connection(tcp::socket socket) : stream(std::move(socket)) {}
-  beast::tcp_stream stream;
+  beast::tcp_stream stream;  // its executor is the connection's strand
 };
+
+namespace {
+
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+// How long a connection closed with part of a request body unread keeps reading (and
+// dropping) what the client still sends. Closing a socket with unread input resets the
+// connection, and the client may then lose the answer it has not read yet (a 413 or 401
+// sent while it was still uploading).
+constexpr std::chrono::seconds kLingerLimit{5};
+
+// What one socket read of a streamed body may take (Beast reads at most 64 KiB at a time).
+constexpr std::size_t kStreamReadSize = 64 * 1024;
+
+bool expects_continue(const Request& head) {
+  return head.version() >= 11 && beast::iequals(head[bhttp::field::expect], "100-continue");
+}
+
+asio::awaitable<boost::system::error_code> write_continue(beast::tcp_stream& stream,
+                                                          std::chrono::seconds timeout) {
+  boost::system::error_code ec;
+  stream.expires_after(timeout);
+  co_await asio::async_write(stream, asio::buffer(kContinue.data(), kContinue.size()),
+                             asio::redirect_error(asio::use_awaitable, ec));
+  co_return ec;
+}
+
+// Ends the sending side, then drops what the client still sends until it closes too.
+asio::awaitable<void> linger(beast::tcp_stream& stream, std::chrono::seconds limit) {
+  boost::system::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  stream.expires_after(limit);
+  std::array<char, 4096> scratch;
+  while (!ec) {
+    co_await stream.async_read_some(asio::buffer(scratch),
+                                    asio::redirect_error(asio::use_awaitable, ec));
+  }
+}
+
+Response payload_too_large(const Request& head, std::uint64_t limit) {
+  Response response = make_error(head, Status::payload_too_large, "payload_too_large",
+                                 "request body exceeds " + std::to_string(limit) + " bytes");
+  response.keep_alive(false);
+  return response;
+}
+
+}  // namespace
+
+struct Exchange::State {
+  State(beast::tcp_stream& connection_stream, beast::flat_buffer& read_buffer,
+        const ServerOptions& server_options,
+        bhttp::request_parser<bhttp::string_body>& header_parser)
+      : stream(connection_stream),
+        buffer(read_buffer),
+        options(server_options),
+        head(header_parser.get()),
+        parser(std::move(header_parser)) {
+    // No body octet was parsed yet, so the limit may still change; a Content-Length is
+    // checked by Beast only while the head is parsed, hence the explicit check.
+    parser.body_limit(options.stream_body_limit);
+    const auto length = parser.content_length();
+    over_limit = length && *length > options.stream_body_limit;
+    continue_pending = !parser.is_done() && expects_continue(head);
+    // Beast reads from the socket only as much as the buffer holds without growing; left
+    // at the size of the request head, a large body would come in pieces of ~1 KiB.
+    buffer.reserve(kStreamReadSize);
+  }
+
+  enum class Phase { kNothingSent, kResponded, kStreaming, kEnded, kFailed };
+
+  beast::tcp_stream& stream;
+  beast::flat_buffer& buffer;
+  const ServerOptions& options;
+  Request head;
+  bhttp::request_parser<bhttp::buffer_body> parser;
+  bool over_limit = false;
+  bool continue_pending = false;
+  boost::system::error_code read_error;  // sticky: the body cannot be read any further
+  Phase phase = Phase::kNothingSent;
+  bool chunked = true;  // false for an HTTP/1.0 client: the body ends with the connection
+};
+
+Exchange::Exchange(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Exchange::~Exchange() = default;
+
+const Request& Exchange::head() const {
+  return state_->head;
+}
+
+bool Exchange::body_done() const {
+  return state_->parser.is_done();
+}
+
+bool Exchange::responded() const {
+  return state_->phase != State::Phase::kNothingSent;
+}
+
+asio::awaitable<std::size_t> Exchange::read_body(std::string& out, std::size_t max,
+                                                 boost::system::error_code& ec) {
+  State& s = *state_;
+  ec = {};
+  if (s.read_error) {
+    ec = s.read_error;
+    co_return 0;
+  }
+  if (s.parser.is_done())
+    co_return 0;
+  if (max == 0) {
+    ec = asio::error::invalid_argument;
+    co_return 0;
+  }
+  if (s.over_limit) {
+    ec = s.read_error = bhttp::error::body_limit;
+    co_return 0;
+  }
+  if (s.continue_pending) {
+    s.continue_pending = false;
+    // After a final response has started, a 100 would be a protocol error.
+    if (s.phase == State::Phase::kNothingSent) {
+      ec = co_await write_continue(s.stream, s.options.write_timeout);
+      if (ec) {
+        s.read_error = ec;
+        co_return 0;
+      }
+    }
+  }
+  const std::size_t old_size = out.size();
+  out.resize(old_size + max);
+  auto& body = s.parser.get().body();
+  std::size_t got = 0;
+  // A read may parse only chunk framing and yield no body byte; read on until one comes.
+  while (got == 0 && !ec && !s.parser.is_done()) {
+    body.data = out.data() + old_size;
+    body.size = max;
+    body.more = true;
+    s.stream.expires_after(s.options.read_timeout);
+    co_await bhttp::async_read_some(s.stream, s.buffer, s.parser,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+    got = max - body.size;
+    if (ec == bhttp::error::need_buffer)
+      ec = {};  // our piece is full: not an error
+  }
+  body.data = nullptr;  // `out` is the caller's: never parse into it outside this call
+  body.size = 0;
+  if (ec) {
+    out.resize(old_size);
+    s.read_error = ec;
+    co_return 0;
+  }
+  out.resize(old_size + got);
+  co_return got;
+}
+
+asio::awaitable<bool> Exchange::respond(Response response) {
+  State& s = *state_;
+  if (s.phase != State::Phase::kNothingSent)
+    co_return false;
+  s.phase = State::Phase::kResponded;
+  response.set(bhttp::field::server, s.options.server_name);
+  response.keep_alive(false);
+  response.prepare_payload();
+  s.stream.expires_after(s.options.write_timeout);
+  boost::system::error_code ec;
+  co_await bhttp::async_write(s.stream, response, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    s.phase = State::Phase::kFailed;
+    co_return false;
+  }
+  co_return true;
+}
+
+asio::awaitable<bool> Exchange::begin(Response head) {
+  State& s = *state_;
+  if (s.phase != State::Phase::kNothingSent)
+    co_return false;
+  s.phase = State::Phase::kStreaming;
+  std::string first = std::move(head.body());
+  head.body().clear();
+  if (s.head.version() < 11)
+    head.version(s.head.version());
+  s.chunked = head.version() >= 11;
+  head.set(bhttp::field::server, s.options.server_name);
+  head.keep_alive(false);
+  head.erase(bhttp::field::content_length);
+  head.chunked(s.chunked);
+  bhttp::response_serializer<bhttp::string_body> serializer(head);
+  s.stream.expires_after(s.options.write_timeout);
+  boost::system::error_code ec;
+  co_await bhttp::async_write_header(s.stream, serializer,
+                                     asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    s.phase = State::Phase::kFailed;
+    co_return false;
+  }
+  co_return co_await send(first);
+}
+
+asio::awaitable<bool> Exchange::send(std::string_view data) {
+  State& s = *state_;
+  if (s.phase != State::Phase::kStreaming)
+    co_return false;
+  if (data.empty())
+    co_return true;  // an empty chunk would be the last one
+  const asio::const_buffer bytes(data.data(), data.size());
+  s.stream.expires_after(s.options.write_timeout);
+  boost::system::error_code ec;
+  if (s.chunked) {
+    co_await asio::async_write(s.stream, bhttp::make_chunk(bytes),
+                               asio::redirect_error(asio::use_awaitable, ec));
+  } else {
+    co_await asio::async_write(s.stream, bytes, asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (ec) {
+    s.phase = State::Phase::kFailed;
+    co_return false;
+  }
+  co_return true;
+}
+
+asio::awaitable<bool> Exchange::end() {
+  State& s = *state_;
+  if (s.phase != State::Phase::kStreaming)
+    co_return false;
+  s.phase = State::Phase::kEnded;
+  if (!s.chunked)
+    co_return true;
+  s.stream.expires_after(s.options.write_timeout);
+  boost::system::error_code ec;
+  co_await asio::async_write(s.stream, bhttp::make_chunk_last(),
+                             asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    s.phase = State::Phase::kFailed;
+    co_return false;
+  }
+  co_return true;
+}
 
 Server::Server(asio::any_io_executor executor, ServerOptions options, Handler handler)
     : Server(
@@ -40,6 +281,11 @@ Server::Server(asio::any_io_executor executor, ServerOptions options, ReplyHandl
 
 Server::~Server() {
   stop();
+}
+
+void Server::set_stream_route(StreamPredicate wants_stream, StreamHandler handler) {
+  wants_stream_ = std::move(wants_stream);
+  stream_handler_ = std::move(handler);
 }
 
 void Server::start() {
@@ -64,16 +310,24 @@ void Server::stop() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
   for (const auto& connection : open) {
-    connection->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    connection->stream.socket().close(ignored);
+    // On the connection's strand: its coroutine (and a stream handler) may be using the
+    // socket on another thread right now.
+    asio::dispatch(connection->stream.get_executor(), [connection] {
+      boost::system::error_code shutdown_error;
+      connection->stream.socket().shutdown(tcp::socket::shutdown_both, shutdown_error);
+      connection->stream.close();
+    });
   }
 }
 
 asio::awaitable<void> Server::accept_loop() {
   for (;;) {
     boost::system::error_code ec;
+    // Each connection gets its own strand: its socket, its deadline timer and its
+    // coroutine never run on two threads at once, and stop() can join in safely.
+    asio::any_io_executor strand = asio::make_strand(executor_);
     tcp::socket socket =
-        co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+        co_await acceptor_.async_accept(strand, asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted || !acceptor_.is_open())
       co_return;
     if (ec)
@@ -86,31 +340,81 @@ asio::awaitable<void> Server::accept_loop() {
         co_return;
       connections_.insert(connection);
     }
-    asio::co_spawn(executor_, serve(connection), asio::detached);
+    asio::co_spawn(strand, serve(connection), asio::detached);
   }
 }
 
 asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {
   beast::flat_buffer buffer;
+  bool unread_body = false;  // the connection ends with part of a request body unread
   for (;;) {
     bhttp::request_parser<bhttp::string_body> parser;
-    parser.body_limit(options_.body_limit);
+    // The limit depends on the route, known once the head is parsed. Not boost::none:
+    // Beast 1.74 takes any Content-Length for over an empty limit.
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     connection->stream.expires_after(options_.read_timeout);
     boost::system::error_code ec;
+    co_await bhttp::async_read_header(connection->stream, buffer, parser,
+                                      asio::redirect_error(asio::use_awaitable, ec));
+    if (ec)
+      break;  // closed, timed out or malformed: nothing to answer on this stream
+
+    bool streamed = false;
+    bool route_failed = false;
+    if (wants_stream_) {
+      try {
+        streamed = wants_stream_(parser.get());
+      } catch (...) {
+        route_failed = true;
+      }
+    }
+    if (route_failed) {
+      Response response = make_error(parser.get(), Status::internal_server_error, "internal",
+                                     "request routing failed");
+      response.keep_alive(false);
+      response.set(bhttp::field::server, options_.server_name);
+      connection->stream.expires_after(options_.write_timeout);
+      co_await bhttp::async_write(connection->stream, response,
+                                  asio::redirect_error(asio::use_awaitable, ec));
+      unread_body = !parser.is_done();
+      break;
+    }
+    if (streamed) {
+      unread_body = co_await serve_stream(connection, buffer, parser);
+      break;
+    }
+
+    const auto length = parser.content_length();
+    if (length && *length > options_.body_limit) {
+      // Refused on the head alone: no 100 Continue, the body is never invited.
+      Response response = payload_too_large(parser.get(), options_.body_limit);
+      response.set(bhttp::field::server, options_.server_name);
+      connection->stream.expires_after(options_.write_timeout);
+      co_await bhttp::async_write(connection->stream, response,
+                                  asio::redirect_error(asio::use_awaitable, ec));
+      unread_body = true;
+      break;
+    }
+    parser.body_limit(options_.body_limit);  // no body octet parsed yet: still allowed
+    if (!parser.is_done() && expects_continue(parser.get())) {
+      ec = co_await write_continue(connection->stream, options_.write_timeout);
+      if (ec)
+        break;
+    }
+    connection->stream.expires_after(options_.read_timeout);
     co_await bhttp::async_read(connection->stream, buffer, parser,
                                asio::redirect_error(asio::use_awaitable, ec));
     if (ec == bhttp::error::body_limit) {
-      Request head = parser.release();
-      Response response =
-          make_error(head, Status::payload_too_large, "payload_too_large",
-                     "request body exceeds " + std::to_string(options_.body_limit) + " bytes");
-      response.keep_alive(false);
+      Response response = payload_too_large(parser.get(), options_.body_limit);
+      response.set(bhttp::field::server, options_.server_name);
+      connection->stream.expires_after(options_.write_timeout);
       co_await bhttp::async_write(connection->stream, response,
                                   asio::redirect_error(asio::use_awaitable, ec));
+      unread_body = true;
       break;
     }
     if (ec)
-      break;  // closed, timed out or malformed: nothing to answer on this stream
+      break;
     Request request = parser.release();
     Reply reply;
     try {
@@ -118,6 +422,10 @@ asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {
     } catch (const std::exception& e) {
       reply = Reply{};
       reply.response = make_error(request, Status::internal_server_error, "internal", e.what());
+    } catch (...) {
+      reply = Reply{};
+      reply.response =
+          make_error(request, Status::internal_server_error, "internal", "unknown exception");
     }
     Response& response = reply.response;
     response.set(bhttp::field::server, options_.server_name);
@@ -126,7 +434,7 @@ asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {
       co_await hang(connection, reply.hang_for);
       break;
     }
-    connection->stream.expires_after(options_.read_timeout);
+    connection->stream.expires_after(options_.write_timeout);
     if (reply.delivery == Delivery::kTruncate) {
       // The head promises the whole body; the client sees the connection end early.
       bhttp::response_serializer<bhttp::string_body> serializer(response);
@@ -145,10 +453,38 @@ asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {
     if (ec || !keep_alive)
       break;
   }
-  boost::system::error_code ignored;
-  connection->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  if (unread_body) {
+    co_await linger(connection->stream, std::min(options_.read_timeout, kLingerLimit));
+  } else {
+    boost::system::error_code ignored;
+    connection->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
   std::lock_guard lock(connections_mutex_);
   connections_.erase(connection);
+}
+
+asio::awaitable<bool> Server::serve_stream(std::shared_ptr<Connection> connection,
+                                           beast::flat_buffer& buffer,
+                                           bhttp::request_parser<bhttp::string_body>& parser) {
+  Exchange exchange(
+      std::make_unique<Exchange::State>(connection->stream, buffer, options_, parser));
+  std::string failure;
+  try {
+    co_await stream_handler_(exchange);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  } catch (...) {
+    failure = "unknown exception";
+  }
+  // A stream already begun is simply cut off: the client sees an incomplete body.
+  if (!exchange.responded()) {
+    if (failure.empty())
+      failure = "the stream handler returned without responding";
+    Response response =
+        make_error(exchange.head(), Status::internal_server_error, "internal", failure);
+    co_await exchange.respond(std::move(response));
+  }
+  co_return !exchange.body_done();
 }
 
 asio::awaitable<void> Server::hang(std::shared_ptr<Connection> connection,

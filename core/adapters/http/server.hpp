@@ -1,20 +1,34 @@
 #pragma once
 // A small HTTP/1.1 server on Boost.Beast with C++20 coroutines: one coroutine per
-// connection, keep-alive, a body limit and an idle/read deadline per request. The
+// connection, keep-alive, a body limit and a deadline on every read and write. The
 // dispatcher's API and the simulators (llm-sim, tool-sim) are built on it.
 //
-// Lifecycle: construct, `start()` binds and begins accepting (throws on bind failure),
-// `stop()` closes the listener and every open connection. All work runs on the
-// executor given at construction; the handler may be called concurrently on a
-// multi-threaded io_context, so it must guard any state it shares.
+// Lifecycle: construct, optionally `set_stream_route()`, `start()` binds and begins
+// accepting (throws on bind failure), `stop()` closes the listener and every open
+// connection, streamed ones included. All work runs on the executor given at
+// construction, each connection on its own strand; handlers may be called concurrently on
+// a multi-threaded io_context, so they must guard any state they share.
 //
 // A handler returns a Response, written whole. A handler that needs to misbehave on
 // purpose (the simulators' fault injection) returns a Reply instead, whose Delivery can
 // cut the body short and close the connection, or answer nothing at all until the client
 // gives up (bounded); other connections are served meanwhile either way.
+//
+// Streaming. The server reads each request head first. If a stream route is set and its
+// `wants_stream(head)` says yes, the body is not read: the StreamHandler gets an Exchange
+// and reads the body in pieces (`read_body`, bounded by `stream_body_limit` instead of
+// `body_limit`), then answers with one whole Response (`respond`) or a chunked stream
+// (`begin`, `send`..., `end`) such as server-sent events or a JSON Lines download. A
+// streamed exchange is the last one on its connection (its response says
+// `Connection: close`). Otherwise the request is read whole and goes to the Handler.
+//
+// `Expect: 100-continue` is answered with `100 Continue` just before the body is read:
+// for a whole request right after its head, for a streamed one at the first `read_body`
+// (a handler that refuses on the head alone never invites the body).
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
 #include <chrono>
@@ -52,11 +66,75 @@ using ReplyHandler = std::function<boost::asio::awaitable<Reply>(Request&)>;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  std::uint16_t port = 0;  // 0 picks a free port; see Server::port()
-  std::size_t body_limit = 8 * 1024 * 1024;
-  std::chrono::seconds read_timeout{30};
+  std::uint16_t port = 0;                    // 0 picks a free port; see Server::port()
+  std::size_t body_limit = 8 * 1024 * 1024;  // a request read whole (Handler, ReplyHandler)
+  std::chrono::seconds read_timeout{30};     // per read: a request head, a body, a read_body
   std::string server_name = "agentfleet";
+  std::uint64_t stream_body_limit = std::uint64_t{2} * 1024 * 1024 * 1024;  // per Exchange
+  std::chrono::seconds write_timeout{30};  // per write: a response, a head, one chunk
 };
+
+// One request handed whole to a StreamHandler: the head is parsed, the body is not read
+// yet; the handler reads it in pieces and writes the answer itself, either one whole
+// Response or a chunked stream. The server owns it for the duration of the handler call
+// only (do not keep a reference past it). Not thread-safe: it is used by the handler's
+// coroutine alone (which runs on the connection's strand), one call at a time; no
+// read_body or send may race another from a second coroutine, so events produced
+// elsewhere must be handed to that coroutine (e.g. through a channel or a queue).
+//
+// Failures are values: read_body reports them through `ec`, the writes return false;
+// after a failed write every further write returns false at once. Nothing here throws.
+class Exchange {
+ public:
+  ~Exchange();
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+
+  // Method, target, version and fields of the request; an empty body.
+  const Request& head() const;
+
+  // Appends up to `max` (> 0) more body bytes to `out` and returns how many; 0 once the
+  // whole body was read (or when there is none). On failure returns 0, sets `ec` and
+  // leaves `out` as it was: the peer went away or sent a malformed chunk, the read
+  // deadline passed, or the body is over `stream_body_limit` (`ec` is then
+  // boost::beast::http::error::body_limit; respond() with a 413 still works). The first
+  // call answers a pending `Expect: 100-continue`, unless a response was already started.
+  boost::asio::awaitable<std::size_t> read_body(std::string& out, std::size_t max,
+                                                boost::system::error_code& ec);
+  // The whole body was read.
+  bool body_done() const;
+
+  // A whole response (an error, or the answer after reading the body). Server and
+  // `Connection: close` are set and the payload prepared. Only the first respond() or
+  // begin() of an exchange writes anything; a later call returns false.
+  boost::asio::awaitable<bool> respond(Response response);
+
+  // A streamed response: the head of `head` (status, content type, extra fields; any
+  // Content-Length is dropped) is sent with `Transfer-Encoding: chunked` and
+  // `Connection: close`, and its body, if not empty, as the first chunk. Then each send()
+  // writes one chunk (an empty `data` writes nothing) and end() the last chunk. Each
+  // returns false once the client is gone, the write deadline passed or stop() was called:
+  // the handler should stop then. A stream the handler leaves without end() is cut off,
+  // which the client sees as an incomplete body (the way to report a failure mid-stream).
+  // To an HTTP/1.0 client the body goes unchunked and ends when the connection closes.
+  boost::asio::awaitable<bool> begin(Response head);
+  boost::asio::awaitable<bool> send(std::string_view data);
+  boost::asio::awaitable<bool> end();
+
+  // respond() or begin() was called.
+  bool responded() const;
+
+ private:
+  friend class Server;
+  struct State;
+  explicit Exchange(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+using StreamHandler = std::function<boost::asio::awaitable<void>(Exchange&)>;
+// Whether a request, by its head alone (the body is not read yet), goes to the
+// StreamHandler. Called on every request, so it should be cheap; if it throws, the
+// request is answered with 500 and its connection closed.
+using StreamPredicate = std::function<bool(const Request& head)>;
 
 class Server {
  public:
@@ -66,7 +144,18 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
+  // Requests for which `wants_stream(head)` is true go to `handler` as an Exchange
+  // instead of being read whole. Call before start(). If the handler returns without
+  // responding the server answers 500; an exception from it is caught (500 if nothing
+  // was sent yet, else the stream is cut off).
+  void set_stream_route(StreamPredicate wants_stream, StreamHandler handler);
+
   void start();
+  // Closes the listener and every connection, from any thread; idempotent. A streamed
+  // exchange's pending read_body or send fails at once, and every later one too; a stream
+  // handler waiting on something else (a timer, a queue of events) notices at its next
+  // send, so one that may wait long should send a heartbeat now and then (for SSE, a
+  // comment line ":\n\n" every few seconds), which also tells it when the client is gone.
   void stop();
   std::uint16_t port() const { return bound_port_; }
 
@@ -74,6 +163,11 @@ class Server {
   struct Connection;
   boost::asio::awaitable<void> accept_loop();
   boost::asio::awaitable<void> serve(std::shared_ptr<Connection> connection);
+  // Hands the request whose head `parser` holds to the stream handler; the connection
+  // is closed afterwards. True when part of the request body was left unread.
+  boost::asio::awaitable<bool> serve_stream(
+      std::shared_ptr<Connection> connection, boost::beast::flat_buffer& buffer,
+      boost::beast::http::request_parser<boost::beast::http::string_body>& parser);
   // Waits, reading and discarding, until the peer closes or `limit` passes.
   boost::asio::awaitable<void> hang(std::shared_ptr<Connection> connection,
                                     std::chrono::milliseconds limit);
@@ -81,6 +175,8 @@ class Server {
   boost::asio::any_io_executor executor_;
   ServerOptions options_;
   ReplyHandler handler_;
+  StreamPredicate wants_stream_;
+  StreamHandler stream_handler_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::uint16_t bound_port_ = 0;
   std::mutex connections_mutex_;
