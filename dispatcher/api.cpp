@@ -9,9 +9,17 @@
 #include <chrono>
 #include <random>
 #include <variant>
+#include <vector>
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include "core/adapters/pg/batch_store.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "core/codec/json_text.hpp"
+#include "dispatcher/user_limits.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -100,27 +108,235 @@ std::optional<codec::SchemaViolation> check_references(const config::Config& con
   return std::nullopt;
 }
 
+namespace {
+// The segments of a path: "/v1/tasks/x/cancel" -> {"v1", "tasks", "x", "cancel"}.
+std::vector<std::string> segments(std::string_view path) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (start < path.size()) {
+    if (path[start] == '/') {
+      ++start;
+      continue;
+    }
+    const std::size_t end = path.find('/', start);
+    parts.emplace_back(path.substr(start, end == std::string_view::npos ? end : end - start));
+    if (end == std::string_view::npos)
+      break;
+    start = end;
+  }
+  return parts;
+}
+
+// A query parameter that must be an integer in [lo, hi]; nullopt when absent, an error
+// response's message when malformed.
+std::variant<std::nullopt_t, int, std::string> int_param(std::string_view target,
+                                                         std::string_view name, int lo, int hi) {
+  auto text = http::query_param(target, name);
+  if (!text)
+    return std::nullopt;
+  int value = 0;
+  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc() || end != text->data() + text->size() || value < lo || value > hi) {
+    return std::string(name) + " must be an integer from " + std::to_string(lo) + " to " +
+           std::to_string(hi);
+  }
+  return value;
+}
+
+std::string string_member(const rapidjson::Value& doc, const char* name) {
+  if (!doc.IsObject())
+    return {};
+  auto it = doc.FindMember(name);
+  return it != doc.MemberEnd() && it->value.IsString()
+             ? std::string(it->value.GetString(), it->value.GetStringLength())
+             : std::string();
+}
+
+// The owner and status of a task's JSON (as task_json gives it).
+struct TaskView {
+  std::string user_id;
+  bool terminal = false;
+};
+TaskView view_of(const std::string& task_json) {
+  rapidjson::Document doc;
+  TaskView view;
+  if (!codec::parse_json(doc, task_json))
+    return view;
+  view.user_id = string_member(doc, "user_id");
+  const auto status = parse_task_status(string_member(doc, "status"));
+  view.terminal = status && is_terminal(*status);
+  return view;
+}
+
+http::Response not_found(const http::Request& request, std::string_view what, std::string_view id) {
+  return http::make_error(request, http::Status::not_found, "not_found",
+                          "no " + std::string(what) + " " + std::string(id));
+}
+
+http::Response forbidden(const http::Request& request, const std::string& user_id,
+                         std::string_view path) {
+  return http::make_error(request, http::Status::forbidden, "forbidden",
+                          "this key may not act for user '" + user_id + "'", path);
+}
+
+// An RFC 3339 timestamp or a date (YYYY-MM-DD), as Postgres reads it; false for anything else.
+bool valid_timestamp(const std::string& text) {
+  if (text.size() < 10 || text.size() > 40)
+    return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool digit = c >= '0' && c <= '9';
+    if (i < 10) {
+      if ((i == 4 || i == 7) ? c != '-' : !digit)
+        return false;
+    } else if (!(digit || c == 'T' || c == 't' || c == ' ' || c == ':' || c == '.' || c == '+' ||
+                 c == '-' || c == 'Z' || c == 'z')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// One server-sent event.
+std::string sse(std::string_view event, std::string_view data, int id) {
+  std::string out = "id: " + std::to_string(id) + "\nevent: " + std::string(event) + "\ndata: ";
+  // Data lines may not contain a newline; JSON from the codecs has none, but be safe.
+  for (char c : data)
+    out += c == '\n' ? ' ' : c;
+  out += "\n\n";
+  return out;
+}
+
+std::string json_of(const rapidjson::Value& value) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  value.Accept(w);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+// The events a client missed, rebuilt from the task's history (task_history_json): per
+// step its model text (delta), its tool calls (action) and, once they ran, their outcomes
+// (execution); when the task ended, error (unless it succeeded) and done.
+struct Replay {
+  std::vector<std::pair<std::string, std::string>> events;  // (event, data JSON)
+  int steps = 0;                                            // steps in the history
+  bool last_tools_done = true;  // the last step's tool outcomes are in the history
+  bool terminal = false;
+};
+
+Replay replay_of(const rapidjson::Document& h, const std::string& task_id) {
+  Replay replay;
+  auto event_json = [&](int step, const std::string& tool, const std::string& data) {
+    std::string out = "{\"task_id\":\"" + task_id + "\",\"step\":" + std::to_string(step);
+    if (!tool.empty()) {
+      rapidjson::StringBuffer b;
+      rapidjson::Writer<rapidjson::StringBuffer> w(b);
+      w.String(tool.data(), static_cast<rapidjson::SizeType>(tool.size()));
+      out += ",\"tool\":" + std::string(b.GetString(), b.GetSize());
+    }
+    return out + ",\"replayed\":true,\"data\":" + data + "}";
+  };
+  const auto& steps = h["steps"];
+  for (const auto& s : steps.GetArray()) {
+    const int step = s["step"].GetInt();
+    replay.steps = step + 1;
+    replay.events.emplace_back("step", event_json(step, {}, "{}"));
+    const std::string content = string_member(s, "content");
+    if (!content.empty()) {
+      rapidjson::StringBuffer b;
+      rapidjson::Writer<rapidjson::StringBuffer> w(b);
+      w.StartObject();
+      w.Key("text");
+      w.String(content.data(), static_cast<rapidjson::SizeType>(content.size()));
+      w.EndObject();
+      replay.events.emplace_back("delta",
+                                 event_json(step, {}, std::string(b.GetString(), b.GetSize())));
+    }
+    for (const auto& call : s["tool_calls"].GetArray()) {
+      const std::string arguments = string_member(call, "arguments");
+      rapidjson::Document parsed;
+      const bool object = codec::parse_json(parsed, arguments) && parsed.IsObject();
+      replay.events.emplace_back(
+          "action", event_json(step, string_member(call, "name"), object ? arguments : "{}"));
+    }
+    replay.last_tools_done = s["trace"].IsArray();
+    if (s["trace"].IsArray()) {
+      for (const auto& t : s["trace"].GetArray()) {
+        const std::string status = string_member(t, "status");
+        replay.events.emplace_back(
+            "execution",
+            event_json(step, string_member(t, "tool"),
+                       std::string("{\"ok\":") + (status == "ok" ? "true" : "false") +
+                           ",\"status\":\"" + (status.empty() ? "unknown" : status) + "\"}"));
+      }
+    }
+  }
+  const auto status = parse_task_status(string_member(h, "status"));
+  replay.terminal = status && is_terminal(*status);
+  if (replay.terminal) {
+    if (*status != TaskStatus::kSucceeded) {
+      rapidjson::StringBuffer b;
+      rapidjson::Writer<rapidjson::StringBuffer> w(b);
+      w.StartObject();
+      const std::string code = string_member(h, "error_code");
+      const std::string message = string_member(h, "error");
+      w.Key("code");
+      const std::string code_text = code.empty() ? std::string(to_string(*status)) : code;
+      w.String(code_text.c_str());
+      w.Key("message");
+      w.String(message.c_str());
+      w.EndObject();
+      replay.events.emplace_back("error", std::string(b.GetString(), b.GetSize()));
+    }
+    replay.events.emplace_back("done", json_of(h));
+  }
+  return replay;
+}
+}  // namespace
+
 Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
-         metrics::DispatcherMetrics& metrics)
+         metrics::DispatcherMetrics& metrics, TaskFeed& feed)
     : config_(config),
       db_(db),
       wake_scheduler_(std::move(wake_scheduler)),
       metrics_(metrics),
-      defaults_(submission_defaults(config)) {}
+      feed_(feed),
+      auth_(config.auth),
+      defaults_(submission_defaults(config)),
+      batch_pool_(std::make_unique<asio::thread_pool>(
+          static_cast<std::size_t>(config.dispatcher.max_batch_uploads))) {}
+
+Api::~Api() {
+  batch_pool_->join();
+}
 
 std::string_view route_template(std::string_view path) {
-  constexpr std::string_view kTaskPrefix = "/v1/tasks/";
-  for (std::string_view fixed : {"/healthz", "/readyz", "/metrics", "/v1/tasks"}) {
+  for (std::string_view fixed : {"/healthz", "/readyz", "/metrics", "/v1/tasks", "/v1/batches"}) {
     if (path == fixed)
       return fixed;
   }
-  if (path.rfind(kTaskPrefix, 0) == 0 && path.size() > kTaskPrefix.size()) {
-    const std::string_view rest = path.substr(kTaskPrefix.size());
-    const auto slash = rest.find('/');
-    if (slash == std::string_view::npos)
+  const auto parts = segments(path);
+  if (parts.size() < 3 || parts[0] != "v1")
+    return "unmatched";
+  if (parts[1] == "tasks") {
+    if (parts.size() == 3)
       return "/v1/tasks/{id}";
-    if (slash > 0 && rest.substr(slash) == "/cancel")
+    if (parts.size() == 4 && parts[3] == "cancel")
       return "/v1/tasks/{id}/cancel";
+    if (parts.size() == 4 && parts[3] == "events")
+      return "/v1/tasks/{id}/events";
+  } else if (parts[1] == "batches") {
+    if (parts.size() == 3)
+      return "/v1/batches/{id}";
+    if (parts.size() == 4 && parts[3] == "results")
+      return "/v1/batches/{id}/results";
+    if (parts.size() == 4 && parts[3] == "cancel")
+      return "/v1/batches/{id}/cancel";
+  } else if (parts[1] == "users" && parts.size() == 4) {
+    if (parts[3] == "usage")
+      return "/v1/users/{id}/usage";
+    if (parts[3] == "limits")
+      return "/v1/users/{id}/limits";
   }
   return "unmatched";
 }
@@ -128,9 +344,22 @@ std::string_view route_template(std::string_view path) {
 asio::awaitable<http::Response> Api::handle(http::Request& request) {
   const auto started = std::chrono::steady_clock::now();
   const std::string target(request.target());
-  http::Response response = co_await route(request);
+  const std::string path(http::target_path(target));
+  http::Response response;
+  if (auto ops_response = co_await ops(request, path)) {
+    response = std::move(*ops_response);
+  } else {
+    auto caller = auth_.authenticate(request);
+    if (auto* failure = std::get_if<AuthFailure>(&caller)) {
+      response =
+          http::make_error(request, http::Status::unauthorized, "unauthorized", failure->message);
+      response.set(bhttp::field::www_authenticate, "Bearer");
+    } else {
+      response = co_await route(request, std::get<Caller>(caller));
+    }
+  }
   metrics_.http_request(
-      route_template(http::target_path(target)), response.result_int(),
+      route_template(path), response.result_int(),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   co_return response;
 }
@@ -158,44 +387,69 @@ asio::awaitable<std::optional<http::Response>> Api::ops(http::Request& request,
   co_return std::nullopt;
 }
 
-asio::awaitable<http::Response> Api::route(http::Request& request) {
+asio::awaitable<http::Response> Api::route(http::Request& request, const Caller& caller) {
   const std::string target(request.target());
   const std::string path(http::target_path(target));
-  if (auto response = co_await ops(request, path))
-    co_return std::move(*response);
-  if (path == "/v1/tasks") {
-    if (request.method() == bhttp::verb::post)
-      co_return co_await submit(request);
-    if (request.method() == bhttp::verb::get)
-      co_return co_await list_tasks(request);
-    co_return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
-                               "use POST to submit a task, GET to list a user's tasks");
-  }
-  constexpr std::string_view kTaskPrefix = "/v1/tasks/";
-  constexpr std::string_view kCancelSuffix = "/cancel";
-  if (path.rfind(kTaskPrefix, 0) == 0 && path.size() > kTaskPrefix.size() + kCancelSuffix.size() &&
-      path.compare(path.size() - kCancelSuffix.size(), kCancelSuffix.size(), kCancelSuffix) == 0 &&
-      path.find('/', kTaskPrefix.size()) == path.size() - kCancelSuffix.size()) {
-    if (request.method() != bhttp::verb::post) {
-      co_return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
-                                 "use POST to cancel a task");
+  const auto method = request.method();
+  const auto parts = segments(path);
+  auto not_allowed = [&](std::string_view allowed) {
+    return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
+                            "use " + std::string(allowed) + " on " + path);
+  };
+  if (parts.size() >= 2 && parts[0] == "v1") {
+    if (parts[1] == "tasks") {
+      if (parts.size() == 2) {
+        if (method == bhttp::verb::post)
+          co_return co_await submit(request, caller);
+        if (method == bhttp::verb::get)
+          co_return co_await list_tasks(request, caller);
+        co_return not_allowed("POST (submit) or GET (list)");
+      }
+      if (parts.size() == 3) {
+        if (method != bhttp::verb::get)
+          co_return not_allowed("GET");
+        co_return co_await get_task(request, caller, parts[2]);
+      }
+      if (parts.size() == 4 && parts[3] == "cancel") {
+        if (method != bhttp::verb::post)
+          co_return not_allowed("POST");
+        co_return co_await cancel_task(request, caller, parts[2]);
+      }
+      if (parts.size() == 4 && parts[3] == "events")
+        co_return not_allowed("GET with Accept: text/event-stream");
+    } else if (parts[1] == "batches") {
+      if (parts.size() == 2)
+        co_return not_allowed("POST with a JSON Lines body");
+      if (parts.size() == 3) {
+        if (method != bhttp::verb::get)
+          co_return not_allowed("GET");
+        co_return co_await get_batch(request, caller, parts[2]);
+      }
+      if (parts.size() == 4 && parts[3] == "cancel") {
+        if (method != bhttp::verb::post)
+          co_return not_allowed("POST");
+        co_return co_await cancel_batch(request, caller, parts[2]);
+      }
+      if (parts.size() == 4 && parts[3] == "results")
+        co_return not_allowed("GET");
+    } else if (parts[1] == "users" && parts.size() == 4) {
+      if (parts[3] == "usage") {
+        if (method != bhttp::verb::get)
+          co_return not_allowed("GET");
+        co_return co_await usage(request, caller, parts[2]);
+      }
+      if (parts[3] == "limits") {
+        if (method != bhttp::verb::get && method != bhttp::verb::put)
+          co_return not_allowed("GET or PUT");
+        co_return co_await limits(request, caller, parts[2]);
+      }
     }
-    co_return co_await cancel_task(
-        request,
-        path.substr(kTaskPrefix.size(), path.size() - kTaskPrefix.size() - kCancelSuffix.size()));
-  }
-  if (path.rfind(kTaskPrefix, 0) == 0 && path.find('/', kTaskPrefix.size()) == std::string::npos) {
-    if (request.method() != bhttp::verb::get) {
-      co_return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
-                                 "use GET to read a task");
-    }
-    co_return co_await get_task(request, path.substr(kTaskPrefix.size()));
   }
   co_return http::make_error(request, http::Status::not_found, "not_found",
                              "no route for " + std::string(request.method_string()) + " " + path);
 }
 
-asio::awaitable<http::Response> Api::submit(http::Request& request) {
+asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller& caller) {
   auto parsed = codec::parse_submission(request.body(), defaults_);
   if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
     metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
@@ -203,6 +457,10 @@ asio::awaitable<http::Response> Api::submit(http::Request& request) {
                                violation->message, violation->path.empty() ? "/" : violation->path);
   }
   auto& submission = std::get<codec::Submission>(parsed);
+  if (!caller.may_act_for(submission.spec.user_id)) {
+    metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
+    co_return forbidden(request, submission.spec.user_id, "/user_id");
+  }
   if (auto problem = check_references(config_, submission.spec)) {
     metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
@@ -211,7 +469,8 @@ asio::awaitable<http::Response> Api::submit(http::Request& request) {
   pg::NewTask task{submission.spec, submission.canonical,
                    traceparent_for(std::string(request["traceparent"]))};
   task.spec.task_id = new_task_id();
-  auto inserted = co_await db_.run([&](pqxx::connection& c) { return pg::insert_task(c, task); });
+  auto inserted = co_await db_.run(
+      [&](pqxx::connection& c) { return pg::insert_task(c, task, queue_limit(config_)); });
   if (!inserted.ok())
     co_return store_unavailable(request, inserted.error());
   const pg::InsertResult& result = inserted.value();
@@ -220,6 +479,16 @@ asio::awaitable<http::Response> Api::submit(http::Request& request) {
       result.outcome == pg::InsertOutcome::kCreated    ? metrics::SubmitOutcome::kAccepted
       : result.outcome == pg::InsertOutcome::kExisting ? metrics::SubmitOutcome::kDuplicate
                                                        : metrics::SubmitOutcome::kRejected);
+  if (result.outcome == pg::InsertOutcome::kQueueFull) {
+    metrics_.throttled(metrics::ThrottleReason::kQueueFull, 1);
+    auto response = http::make_error(
+        request, http::Status::too_many_requests, "queue_full",
+        "user '" + task.spec.user_id + "' has " + std::to_string(result.room.queued) +
+            " tasks queued, the most allowed (max_queued " +
+            std::to_string(result.room.max_queued) + "); retry once some have run");
+    response.set(bhttp::field::retry_after, "5");
+    co_return response;
+  }
   if (result.outcome == pg::InsertOutcome::kConflict) {
     co_return http::make_error(
         request, http::Status::conflict, "idempotency_conflict",
@@ -242,68 +511,51 @@ asio::awaitable<http::Response> Api::submit(http::Request& request) {
   co_return response;
 }
 
-namespace {
-// A query parameter that must be an integer in [lo, hi]; nullopt when absent, an error
-// response's message when malformed.
-std::variant<std::nullopt_t, int, std::string> int_param(std::string_view target,
-                                                         std::string_view name, int lo, int hi) {
-  auto text = http::query_param(target, name);
-  if (!text)
-    return std::nullopt;
-  int value = 0;
-  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
-  if (ec != std::errc() || end != text->data() + text->size() || value < lo || value > hi) {
-    return std::string(name) + " must be an integer from " + std::to_string(lo) + " to " +
-           std::to_string(hi);
-  }
-  return value;
-}
-
-bool terminal_json(const std::string& task_json) {
-  rapidjson::Document doc;
-  if (!codec::parse_json(doc, task_json) || !doc.IsObject() || !doc.HasMember("status") ||
-      !doc["status"].IsString()) {
-    return false;
-  }
-  const auto status = parse_task_status(doc["status"].GetString());
-  return status && is_terminal(*status);
-}
-}  // namespace
-
-asio::awaitable<http::Response> Api::get_task(http::Request& request, std::string task_id) {
-  if (!is_uuid(task_id)) {
-    co_return http::make_error(request, http::Status::not_found, "not_found", "no task " + task_id);
-  }
+asio::awaitable<http::Response> Api::get_task(http::Request& request, const Caller& caller,
+                                              std::string task_id) {
+  if (!is_uuid(task_id))
+    co_return not_found(request, "task", task_id);
   const std::string target(request.target());
   auto wait = int_param(target, "wait", 0, 30);
   if (auto* problem = std::get_if<std::string>(&wait)) {
     co_return http::make_error(request, http::Status::bad_request, "invalid_request", *problem,
                                "/query/wait");
   }
-  // ?wait=N: answer as soon as the task ends, or after N seconds with it as it is. The
-  // row is re-read with a growing interval (50 ms to 500 ms).
+  // ?wait=N: answer as soon as the task ends (its result event, from the feed), or after
+  // N seconds with it as it is. The row is the truth: it is re-read on every wake-up, and
+  // every second in case the event went past this replica.
   const int wait_s = std::holds_alternative<int>(wait) ? std::get<int>(wait) : 0;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
-  auto executor = co_await asio::this_coro::executor;
-  auto interval = std::chrono::milliseconds(50);
+  std::unique_ptr<TaskFeed::Subscription> subscription;
+  if (wait_s > 0) {
+    subscription = feed_.subscribe(task_id);
+    metrics_.wait_opened(metrics::WaitKind::kLongPoll);
+  }
+  struct Closed {
+    metrics::DispatcherMetrics& metrics;
+    bool open;
+    ~Closed() {
+      if (open)
+        metrics.wait_closed(metrics::WaitKind::kLongPoll);
+    }
+  } closed{metrics_, wait_s > 0};
   for (;;) {
     auto body = co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, task_id); });
     if (!body.ok())
       co_return store_unavailable(request, body.error());
-    if (!body.value()) {
-      co_return http::make_error(request, http::Status::not_found, "not_found",
-                                 "no task " + task_id);
-    }
-    if (terminal_json(*body.value()) || std::chrono::steady_clock::now() + interval > until)
+    if (!body.value())
+      co_return not_found(request, "task", task_id);
+    const TaskView view = view_of(*body.value());
+    if (!caller.may_act_for(view.user_id))
+      co_return not_found(request, "task", task_id);
+    const auto now = std::chrono::steady_clock::now();
+    if (view.terminal || !subscription || now >= until)
       co_return http::make_response(request, http::Status::ok, *body.value());
-    asio::steady_timer timer(executor, interval);
-    boost::system::error_code ec;
-    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    interval = std::min(interval * 2, std::chrono::milliseconds(500));
+    co_await subscription->next(std::min(until, now + std::chrono::seconds(1)));
   }
 }
 
-asio::awaitable<http::Response> Api::list_tasks(http::Request& request) {
+asio::awaitable<http::Response> Api::list_tasks(http::Request& request, const Caller& caller) {
   const std::string target(request.target());
   pg::TaskListQuery query;
   auto user = http::query_param(target, "user_id");
@@ -311,6 +563,8 @@ asio::awaitable<http::Response> Api::list_tasks(http::Request& request) {
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
                                "user_id is required", "/query/user_id");
   }
+  if (!caller.may_act_for(*user))
+    co_return forbidden(request, *user, "/query/user_id");
   query.user_id = *user;
   if (auto status = http::query_param(target, "status")) {
     if (!parse_task_status(*status)) {
@@ -339,18 +593,22 @@ asio::awaitable<http::Response> Api::list_tasks(http::Request& request) {
   co_return http::make_response(request, http::Status::ok, "{\"tasks\":" + page.value() + "}");
 }
 
-asio::awaitable<http::Response> Api::cancel_task(http::Request& request, std::string task_id) {
-  if (!is_uuid(task_id)) {
-    co_return http::make_error(request, http::Status::not_found, "not_found", "no task " + task_id);
-  }
+asio::awaitable<http::Response> Api::cancel_task(http::Request& request, const Caller& caller,
+                                                 std::string task_id) {
+  if (!is_uuid(task_id))
+    co_return not_found(request, "task", task_id);
+  auto before = co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, task_id); });
+  if (!before.ok())
+    co_return store_unavailable(request, before.error());
+  if (!before.value() || !caller.may_act_for(view_of(*before.value()).user_id))
+    co_return not_found(request, "task", task_id);
   auto outcome = co_await db_.run([&](pqxx::connection& c) {
     return pg::cancel_task(c, task_id, config_.kafka.topics.results);
   });
   if (!outcome.ok())
     co_return store_unavailable(request, outcome.error());
-  if (outcome.value() == pg::CancelOutcome::kUnknown) {
-    co_return http::make_error(request, http::Status::not_found, "not_found", "no task " + task_id);
-  }
+  if (outcome.value() == pg::CancelOutcome::kUnknown)
+    co_return not_found(request, "task", task_id);
   auto body = co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, task_id); });
   if (!body.ok() || !body.value()) {
     co_return store_unavailable(
@@ -368,6 +626,125 @@ asio::awaitable<http::Response> Api::cancel_task(http::Request& request, std::st
   }
 }
 
+asio::awaitable<http::Response> Api::usage(http::Request& request, const Caller& caller,
+                                           std::string user_id) {
+  if (!caller.may_act_for(user_id))
+    co_return forbidden(request, user_id, "/path/user_id");
+  const std::string target(request.target());
+  pg::UsageQuery query;
+  query.user_id = user_id;
+  for (auto [name, field] : {std::pair<const char*, std::string*>{"from", &query.from},
+                             std::pair<const char*, std::string*>{"to", &query.to}}) {
+    if (auto value = http::query_param(target, name)) {
+      if (!valid_timestamp(*value)) {
+        co_return http::make_error(
+            request, http::Status::bad_request, "invalid_request",
+            std::string(name) + " must be a date (2026-11-01) or an RFC 3339 time",
+            std::string("/query/") + name);
+      }
+      *field = *value;
+    }
+  }
+  auto body = co_await db_.run([&](pqxx::connection& c) { return pg::usage_json(c, query); });
+  if (!body.ok()) {
+    // A timestamp Postgres cannot read (a 30th of February) is the caller's mistake.
+    if (body.error().kind == ErrorKind::kInvalid ||
+        body.error().message.find("out of range") != std::string::npos) {
+      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                                 "from or to is not a valid time", "/query");
+    }
+    co_return store_unavailable(request, body.error());
+  }
+  rapidjson::Document doc;
+  std::string out = "{\"user_id\":";
+  {
+    rapidjson::StringBuffer b;
+    rapidjson::Writer<rapidjson::StringBuffer> w(b);
+    w.String(user_id.data(), static_cast<rapidjson::SizeType>(user_id.size()));
+    out += std::string(b.GetString(), b.GetSize());
+  }
+  out += ",\"from\":" + (query.from.empty() ? std::string("null") : "\"" + query.from + "\"");
+  out += ",\"to\":" + (query.to.empty() ? std::string("null") : "\"" + query.to + "\"");
+  out += "," + body.value().substr(1);
+  co_return http::make_response(request, http::Status::ok, out);
+}
+
+asio::awaitable<http::Response> Api::limits(http::Request& request, const Caller& caller,
+                                            std::string user_id) {
+  if (request.method() == bhttp::verb::put) {
+    if (!caller.admin) {
+      co_return http::make_error(request, http::Status::forbidden, "forbidden",
+                                 "changing limits needs an admin key");
+    }
+    auto parsed = parse_limits_body(config_, user_id, request.body());
+    if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
+      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                                 violation->message, violation->path);
+    }
+    const pg::UserOverrides overrides = std::get<pg::UserOverrides>(parsed);
+    auto put = co_await db_.run([&](pqxx::connection& c) {
+      pg::put_user_overrides(c, overrides);
+      return true;
+    });
+    if (!put.ok())
+      co_return store_unavailable(request, put.error());
+    wake_scheduler_();
+  } else if (!caller.may_act_for(user_id)) {
+    co_return forbidden(request, user_id, "/path/user_id");
+  }
+  auto row =
+      co_await db_.run([&](pqxx::connection& c) { return pg::get_user_overrides(c, user_id); });
+  if (!row.ok())
+    co_return store_unavailable(request, row.error());
+  const pg::UserOverrides overrides = row.value().value_or(pg::UserOverrides{user_id});
+  co_return http::make_response(
+      request, http::Status::ok,
+      limits_json(user_id, effective_limits(config_, overrides), row.value()));
+}
+
+asio::awaitable<http::Response> Api::get_batch(http::Request& request, const Caller& caller,
+                                               std::string batch_id) {
+  auto batch = co_await db_.run([&](pqxx::connection& c) { return pg::find_batch(c, batch_id); });
+  if (!batch.ok())
+    co_return store_unavailable(request, batch.error());
+  if (!batch.value() || !caller.may_act_for(batch.value()->user_id))
+    co_return not_found(request, "batch", batch_id);
+  auto body = co_await db_.run([&](pqxx::connection& c) { return pg::batch_json(c, batch_id); });
+  if (!body.ok())
+    co_return store_unavailable(request, body.error());
+  if (!body.value())
+    co_return not_found(request, "batch", batch_id);
+  co_return http::make_response(request, http::Status::ok, *body.value());
+}
+
+asio::awaitable<http::Response> Api::cancel_batch(http::Request& request, const Caller& caller,
+                                                  std::string batch_id) {
+  auto batch = co_await db_.run([&](pqxx::connection& c) { return pg::find_batch(c, batch_id); });
+  if (!batch.ok())
+    co_return store_unavailable(request, batch.error());
+  if (!batch.value() || !caller.may_act_for(batch.value()->user_id))
+    co_return not_found(request, "batch", batch_id);
+  const pg::BatchHeader header = *batch.value();
+  // Slices of a few thousand tasks, each one transaction, until none is left; the batch is
+  // marked cancelled by the first, so the scheduler admits none of the rest meanwhile.
+  constexpr int kSlice = 5000;
+  for (;;) {
+    auto ended = co_await db_.run([&](pqxx::connection& c) {
+      return pg::cancel_batch_slice(c, header, kSlice, config_.kafka.topics.results);
+    });
+    if (!ended.ok())
+      co_return store_unavailable(request, ended.error());
+    if (ended.value() < kSlice)
+      break;
+  }
+  auto body = co_await db_.run([&](pqxx::connection& c) { return pg::batch_json(c, batch_id); });
+  if (!body.ok() || !body.value()) {
+    co_return store_unavailable(
+        request, body.ok() ? Error{ErrorKind::kTransient, "batch vanished"} : body.error());
+  }
+  co_return http::make_response(request, http::Status::ok, *body.value());
+}
+
 asio::awaitable<http::Response> Api::ready(http::Request& request) {
   auto ping = co_await db_.run([](pqxx::connection& c) {
     pqxx::nontransaction tx(c);
@@ -377,6 +754,480 @@ asio::awaitable<http::Response> Api::ready(http::Request& request) {
   if (!ping.ok())
     co_return store_unavailable(request, ping.error());
   co_return http::make_response(request, http::Status::ok, R"({"status":"ready"})");
+}
+
+}  // namespace agentfleet::dispatcher
+
+namespace agentfleet::dispatcher {
+
+namespace {
+constexpr std::size_t kReadChunk = 1 << 20;        // body bytes per read
+constexpr std::size_t kMaxLineBytes = 256 * 1024;  // one JSON line of a batch
+constexpr std::size_t kBatchSlice = 1000;          // tasks per INSERT
+constexpr int kResultsPage = 1000;                 // tasks per results page
+constexpr int kMaxReportedErrors = 10;
+// An event stream closes after this long; the client reconnects and gets the history again.
+constexpr auto kMaxStream = std::chrono::hours(1);
+}  // namespace
+
+bool Api::wants_stream(const http::Request& head) const {
+  const std::string target(head.target());
+  const auto parts = segments(http::target_path(target));
+  if (parts.size() < 2 || parts[0] != "v1")
+    return false;
+  if (head.method() == bhttp::verb::post && parts.size() == 2 && parts[1] == "batches")
+    return true;
+  if (head.method() == bhttp::verb::get && parts.size() == 4 && parts[1] == "batches" &&
+      parts[3] == "results")
+    return true;
+  return head.method() == bhttp::verb::get && parts.size() == 4 && parts[1] == "tasks" &&
+         parts[3] == "events";
+}
+
+asio::awaitable<void> Api::stream(http::Exchange& exchange) {
+  const auto started = std::chrono::steady_clock::now();
+  const http::Request& head = exchange.head();
+  const std::string target(head.target());
+  const std::string path(http::target_path(target));
+  const auto parts = segments(path);
+  int code = 200;
+  auto caller = auth_.authenticate(head);
+  if (auto* failure = std::get_if<AuthFailure>(&caller)) {
+    auto response =
+        http::make_error(head, http::Status::unauthorized, "unauthorized", failure->message);
+    response.set(bhttp::field::www_authenticate, "Bearer");
+    code = 401;
+    co_await exchange.respond(std::move(response));
+  } else if (parts[1] == "batches" && parts.size() == 2) {
+    co_await submit_batch(exchange, std::get<Caller>(caller));
+  } else if (parts[1] == "batches") {
+    co_await batch_results(exchange, std::get<Caller>(caller), parts[2]);
+  } else {
+    co_await task_events(exchange, std::get<Caller>(caller), parts[2]);
+  }
+  metrics_.http_request(
+      route_template(path), code,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+}
+
+asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& caller) {
+  const http::Request& head = exchange.head();
+  const std::string target(head.target());
+  auto refuse = [&](http::Status status, std::string_view code, const std::string& message,
+                    std::string_view path = {}) {
+    return exchange.respond(http::make_error(head, status, code, message, path));
+  };
+  std::string user_id = http::query_param(target, "user_id").value_or("");
+  std::string batch_id = http::query_param(target, "batch_id").value_or("");
+  Priority priority = Priority::kBatch;
+  if (auto text = http::query_param(target, "priority")) {
+    auto parsed = parse_priority(*text);
+    if (!parsed) {
+      co_await refuse(http::Status::bad_request, "invalid_request",
+                      "priority must be interactive or batch", "/query/priority");
+      co_return;
+    }
+    priority = *parsed;
+  }
+  if (!batch_id.empty() && (batch_id.size() > 200 || codec::sanitize_text(batch_id) != batch_id)) {
+    co_await refuse(http::Status::bad_request, "invalid_request",
+                    "batch_id must be valid UTF-8 of at most 200 bytes", "/query/batch_id");
+    co_return;
+  }
+  if (!user_id.empty() && !caller.may_act_for(user_id)) {
+    co_await exchange.respond(forbidden(head, user_id, "/query/user_id"));
+    co_return;
+  }
+  if (batch_uploads_ >= config_.dispatcher.max_batch_uploads) {
+    auto response = http::make_error(head, http::Status::too_many_requests, "too_many_uploads",
+                                     "this replica is taking " + std::to_string(batch_uploads_) +
+                                         " batch uploads already; retry shortly");
+    response.set(bhttp::field::retry_after, "5");
+    co_await exchange.respond(std::move(response));
+    co_return;
+  }
+  ++batch_uploads_;
+  struct Release {
+    int& uploads;
+    ~Release() { --uploads; }
+  } release{batch_uploads_};
+  if (batch_id.empty())
+    batch_id = new_task_id();
+
+  codec::SubmissionDefaults defaults = defaults_;
+  defaults.priority = priority;
+  std::unique_ptr<pg::BatchWriter> writer;
+  // Blocking store work runs on the batch pool, one call at a time for this upload.
+  auto on_pool = [this](auto fn) {
+    return asio::co_spawn(
+        *batch_pool_,
+        [fn = std::move(fn)]() mutable -> asio::awaitable<Result<decltype(fn())>> {
+          try {
+            co_return Result<decltype(fn())>(fn());
+          } catch (const std::exception& e) {
+            co_return pg::map_pg_error(e);
+          }
+        },
+        asio::use_awaitable);
+  };
+
+  std::vector<std::pair<std::string, std::string>> errors;  // (path, message)
+  std::string store_error;
+  bool too_many = false;
+  std::int64_t lines = 0, accepted = 0, duplicates = 0;
+  std::vector<pg::NewTask> slice;
+  auto flush = [&]() -> asio::awaitable<void> {
+    if (slice.empty() || !errors.empty() || !store_error.empty())
+      co_return;
+    if (!writer) {
+      pg::BatchHeader header{batch_id, user_id, priority};
+      auto created = co_await on_pool([&] {
+        writer = std::make_unique<pg::BatchWriter>(config_.postgres.url,
+                                                   config_.postgres.statement_timeout_ms,
+                                                   config_.postgres.connect_timeout_s, header);
+        return writer->create();
+      });
+      if (!created.ok()) {
+        store_error = created.error().message;
+        co_return;
+      }
+      if (!created.value()) {
+        errors.emplace_back("/query/batch_id", "a batch '" + batch_id + "' exists already");
+        co_return;
+      }
+    }
+    std::vector<pg::NewTask> rows;
+    rows.swap(slice);
+    auto added = co_await on_pool([&] { return writer->add(rows); });
+    if (!added.ok()) {
+      store_error = added.error().message;
+      co_return;
+    }
+    accepted += added.value();
+    duplicates += static_cast<std::int64_t>(rows.size()) - added.value();
+  };
+  auto take_line = [&](std::string_view line) {
+    ++lines;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
+      --lines;  // blank lines (a trailing newline) are not tasks
+      return;
+    }
+    const std::string where = "/line/" + std::to_string(lines);
+    auto fail = [&](const std::string& at, const std::string& message) {
+      if (errors.size() < kMaxReportedErrors)
+        errors.emplace_back(where + (at == "/" ? "" : at), message);
+      else
+        errors.back().second += "";  // keep the count below; the rest are not listed
+    };
+    if (lines > config_.dispatcher.max_batch_lines) {
+      too_many = true;
+      return;
+    }
+    if (line.size() > kMaxLineBytes) {
+      fail("/", "the line is longer than " + std::to_string(kMaxLineBytes) + " bytes");
+      return;
+    }
+    auto parsed = codec::parse_submission(line, defaults);
+    if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
+      fail(violation->path.empty() ? "/" : violation->path, violation->message);
+      return;
+    }
+    auto& submission = std::get<codec::Submission>(parsed);
+    TaskSpec& spec = submission.spec;
+    if (user_id.empty()) {
+      user_id = spec.user_id;
+      if (!caller.may_act_for(user_id)) {
+        fail("/user_id", "this key may not act for user '" + user_id + "'");
+        return;
+      }
+    }
+    if (spec.user_id != user_id) {
+      fail("/user_id", "every task of a batch belongs to its user '" + user_id + "'");
+      return;
+    }
+    if (!spec.batch_id.empty() && spec.batch_id != batch_id) {
+      fail("/batch_id",
+           "the line names batch '" + spec.batch_id + "', the upload is batch '" + batch_id + "'");
+      return;
+    }
+    if (auto problem = check_references(config_, spec)) {
+      fail(problem->path, problem->message);
+      return;
+    }
+    if (!errors.empty())
+      return;  // nothing will be stored; only validate the rest
+    spec.batch_id = batch_id;
+    spec.task_id = new_task_id();
+    slice.push_back(pg::NewTask{std::move(spec), std::move(submission.canonical),
+                                traceparent_for(std::string(head["traceparent"]))});
+  };
+
+  std::string buffer;
+  bool body_failed = false;
+  for (;;) {
+    boost::system::error_code ec;
+    const std::size_t before = buffer.size();
+    const std::size_t got = co_await exchange.read_body(buffer, kReadChunk, ec);
+    if (ec) {
+      body_failed = true;
+      break;
+    }
+    std::size_t start = 0;
+    for (std::size_t nl = buffer.find('\n', before); nl != std::string::npos;
+         nl = buffer.find('\n', start)) {
+      take_line(std::string_view(buffer).substr(start, nl - start));
+      start = nl + 1;
+    }
+    buffer.erase(0, start);
+    if (buffer.size() > kMaxLineBytes + 1) {
+      take_line(buffer);  // reports the overlong line
+      buffer.clear();
+      while (!exchange.body_done() && !ec) {
+        std::string skip;
+        const std::size_t n = co_await exchange.read_body(skip, kReadChunk, ec);
+        const auto nl = skip.find('\n');
+        if (nl != std::string::npos) {
+          buffer = skip.substr(nl + 1);
+          break;
+        }
+        if (n == 0)
+          break;
+      }
+    }
+    if (slice.size() >= kBatchSlice)
+      co_await flush();
+    if (got == 0 || exchange.body_done())
+      break;
+  }
+  if (!body_failed && !buffer.empty())
+    take_line(buffer);
+  if (body_failed) {
+    co_await refuse(http::Status::bad_request, "invalid_request",
+                    "the request body could not be read to its end; nothing was stored");
+    co_return;
+  }
+  if (too_many) {
+    co_await refuse(http::Status::payload_too_large, "payload_too_large",
+                    "a batch has at most " + std::to_string(config_.dispatcher.max_batch_lines) +
+                        " lines; nothing was stored");
+    co_return;
+  }
+  if (errors.empty() && lines == 0) {
+    co_await refuse(http::Status::bad_request, "invalid_request",
+                    "the batch has no lines: send one JSON task submission per line", "/line/1");
+    co_return;
+  }
+  co_await flush();
+  if (!store_error.empty()) {
+    auto response = store_unavailable(head, Error{ErrorKind::kTransient, store_error});
+    co_await exchange.respond(std::move(response));
+    co_return;
+  }
+  if (!errors.empty()) {
+    std::string message = "nothing was stored: ";
+    for (std::size_t i = 0; i < errors.size(); ++i) {
+      if (i)
+        message += "; ";
+      message += errors[i].first.substr(1) + ": " + errors[i].second;
+    }
+    const bool conflict = errors.front().first == "/query/batch_id";
+    auto response = http::make_error(
+        head, conflict ? http::Status::conflict : http::Status::bad_request,
+        conflict ? "batch_exists" : "invalid_request", message, errors.front().first);
+    co_await exchange.respond(std::move(response));
+    co_return;
+  }
+  auto room = co_await on_pool([&] { return writer->room(queue_limit(config_)); });
+  if (!room.ok()) {
+    co_await exchange.respond(store_unavailable(head, room.error()));
+    co_return;
+  }
+  if (room.value().queued > room.value().max_queued) {
+    metrics_.throttled(metrics::ThrottleReason::kQueueFull, accepted);
+    auto response = http::make_error(
+        head, http::Status::too_many_requests, "queue_full",
+        "the batch's " + std::to_string(accepted) + " tasks would exceed user '" + user_id +
+            "''s max_queued of " + std::to_string(room.value().max_queued) +
+            " queued tasks; nothing was stored");
+    response.set(bhttp::field::retry_after, "60");
+    co_await exchange.respond(std::move(response));
+    co_return;
+  }
+  auto committed = co_await on_pool([&] {
+    writer->commit(accepted);
+    return true;
+  });
+  if (!committed.ok()) {
+    co_await exchange.respond(store_unavailable(head, committed.error()));
+    co_return;
+  }
+  for (std::int64_t i = 0; i < accepted; ++i)
+    metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kAccepted);
+  wake_scheduler_();
+  rapidjson::StringBuffer out;
+  rapidjson::Writer<rapidjson::StringBuffer> w(out);
+  w.StartObject();
+  w.Key("batch_id");
+  w.String(batch_id.c_str());
+  w.Key("user_id");
+  w.String(user_id.c_str());
+  w.Key("priority");
+  w.String(std::string(to_string(priority)).c_str());
+  w.Key("lines");
+  w.Int64(lines);
+  w.Key("accepted");
+  w.Int64(accepted);
+  w.Key("duplicates");
+  w.Int64(duplicates);
+  w.EndObject();
+  auto response =
+      http::make_response(head, http::Status::created, std::string(out.GetString(), out.GetSize()));
+  response.set(bhttp::field::location, "/v1/batches/" + batch_id);
+  co_await exchange.respond(std::move(response));
+}
+
+asio::awaitable<void> Api::batch_results(http::Exchange& exchange, const Caller& caller,
+                                         std::string batch_id) {
+  const http::Request& head = exchange.head();
+  auto batch = co_await db_.run([&](pqxx::connection& c) { return pg::find_batch(c, batch_id); });
+  if (!batch.ok()) {
+    co_await exchange.respond(store_unavailable(head, batch.error()));
+    co_return;
+  }
+  if (!batch.value() || !caller.may_act_for(batch.value()->user_id)) {
+    co_await exchange.respond(not_found(head, "batch", batch_id));
+    co_return;
+  }
+  const pg::BatchHeader header = *batch.value();
+  http::Response start{http::Status::ok, head.version()};
+  start.set(bhttp::field::content_type, "application/x-ndjson");
+  if (!co_await exchange.begin(std::move(start)))
+    co_return;
+  std::string after;
+  for (;;) {
+    std::string last;
+    auto page = co_await db_.run([&](pqxx::connection& c) {
+      return pg::batch_results_page(c, header, after, kResultsPage, last);
+    });
+    if (!page.ok())
+      co_return;  // the client sees the stream cut short, without the last chunk
+    if (!page.value().empty() && !co_await exchange.send(page.value()))
+      co_return;
+    if (last.empty())
+      break;
+    after = last;
+  }
+  co_await exchange.end();
+}
+
+asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& caller,
+                                       std::string task_id) {
+  const http::Request& head = exchange.head();
+  if (!is_uuid(task_id)) {
+    co_await exchange.respond(not_found(head, "task", task_id));
+    co_return;
+  }
+  // Subscribe first, then read the history: nothing falls between the two.
+  auto subscription = feed_.subscribe(task_id);
+  auto history =
+      co_await db_.run([&](pqxx::connection& c) { return pg::task_history_json(c, task_id); });
+  if (!history.ok()) {
+    co_await exchange.respond(store_unavailable(head, history.error()));
+    co_return;
+  }
+  rapidjson::Document doc;
+  if (!history.value() || !codec::parse_json(doc, *history.value()) ||
+      !caller.may_act_for(string_member(doc, "user_id"))) {
+    co_await exchange.respond(not_found(head, "task", task_id));
+    co_return;
+  }
+  metrics_.wait_opened(metrics::WaitKind::kEventStream);
+  struct Closed {
+    metrics::DispatcherMetrics& metrics;
+    ~Closed() { metrics.wait_closed(metrics::WaitKind::kEventStream); }
+  } closed{metrics_};
+  http::Response start{http::Status::ok, head.version()};
+  start.set(bhttp::field::content_type, "text/event-stream");
+  start.set(bhttp::field::cache_control, "no-cache");
+  if (!co_await exchange.begin(std::move(start)))
+    co_return;
+  int id = 0;
+  Replay replay = replay_of(doc, task_id);
+  for (const auto& [event, data] : replay.events) {
+    if (!co_await exchange.send(sse(event, data, id++)))
+      co_return;
+  }
+  if (replay.terminal) {
+    co_await exchange.end();
+    co_return;
+  }
+  // Live events. Those the history already covered are skipped: every event of an earlier
+  // step; of the last step, its start, text and tool calls, and its outcomes when they are
+  // in the history too.
+  const auto stream_until = std::chrono::steady_clock::now() + kMaxStream;
+  const auto heartbeat = std::chrono::seconds(config_.dispatcher.stream_heartbeat_s);
+  const int last = replay.steps - 1;
+  auto recheck = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < stream_until) {
+    const auto now = std::chrono::steady_clock::now();
+    // Not std::min({...}): GCC 12 cannot keep an initializer_list across a co_await.
+    const auto wake_at = std::min(std::min(now + heartbeat, recheck), stream_until);
+    auto item = co_await subscription->next(wake_at);
+    if (item && !item->result) {
+      const bool covered =
+          item->step < last ||
+          (item->step == last &&
+           (item->event == "step" || item->event == "delta" || item->event == "action" ||
+            (item->event == "execution" && replay.last_tools_done)));
+      if (covered)
+        continue;
+      if (item->event == "done") {
+        // The worker's done carries the result event; the stream ends with it.
+        if (co_await exchange.send(sse("done", item->json, id++)))
+          co_await exchange.end();
+        co_return;
+      }
+      if (!co_await exchange.send(sse(item->event, item->json, id++)))
+        co_return;
+      continue;
+    }
+    if (!item && std::chrono::steady_clock::now() < recheck) {
+      if (!co_await exchange.send(": keep-alive\n\n"))
+        co_return;
+      continue;
+    }
+    // A result event, or time to look at the row: the task may have ended without its done
+    // event reaching this replica (ended by the scheduler, or the event was missed).
+    recheck = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    auto now_history =
+        co_await db_.run([&](pqxx::connection& c) { return pg::task_history_json(c, task_id); });
+    rapidjson::Document fresh;
+    if (!now_history.ok() || !now_history.value() ||
+        !codec::parse_json(fresh, *now_history.value()))
+      continue;
+    const Replay ended = replay_of(fresh, task_id);
+    if (!ended.terminal)
+      continue;
+    if (item && item->result) {
+      // Give the worker's own done event a moment to arrive; it comes just before.
+      auto more = co_await subscription->next(std::chrono::steady_clock::now() +
+                                              std::chrono::milliseconds(200));
+      if (more && !more->result && more->event == "done") {
+        if (co_await exchange.send(sse("done", more->json, id++)))
+          co_await exchange.end();
+        co_return;
+      }
+    }
+    for (const auto& [event, data] : ended.events) {
+      if (event == "error" || event == "done") {
+        if (!co_await exchange.send(sse(event, data, id++)))
+          co_return;
+      }
+    }
+    co_await exchange.end();
+    co_return;
+  }
+  co_await exchange.end();
 }
 
 }  // namespace agentfleet::dispatcher

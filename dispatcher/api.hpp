@@ -1,15 +1,25 @@
 #pragma once
-// The dispatcher's HTTP API (a handler for http::Server): POST /v1/tasks, GET
-// /v1/tasks/{id} (with ?wait=N long polling), GET /v1/tasks (a user's tasks), POST
-// /v1/tasks/{id}/cancel, /healthz, /readyz, /metrics. Bodies are validated
-// against the schemas; errors use one JSON shape {"error": {"code", "message", "path"}}. Every
-// request is counted by route template and status code. `handle_ops` serves only the operations
-// routes (/metrics, /healthz, /readyz), for the separate metrics listener.
+// The dispatcher's HTTP API (a handler for http::Server):
+//   POST /v1/tasks, GET /v1/tasks?user_id=&status=&limit=&before=, GET /v1/tasks/{id}
+//   (?wait=N long polling, answered the moment the result lands), POST /v1/tasks/{id}/cancel,
+//   GET /v1/tasks/{id}/events (server-sent events), POST /v1/batches (JSON Lines, streamed),
+//   GET /v1/batches/{id}, GET /v1/batches/{id}/results (JSON Lines), POST
+//   /v1/batches/{id}/cancel, GET /v1/users/{id}/usage?from=&to=, GET|PUT
+//   /v1/users/{id}/limits, /healthz, /readyz, /metrics.
+// Every route but the operations ones needs a caller (Authenticator): 401 without one; a
+// caller may act only for its users (403 on a collection or submission for another user,
+// 404 for another user's task or batch, so ids do not leak); limits may be changed by
+// admins only. Bodies are validated against the schemas; errors use one JSON shape
+// {"error": {"code", "message", "path"}}. Every request is counted by route template and
+// status code. `handle_ops` serves only the operations routes, for the metrics listener.
 //
-// Thread-safety: immutable after construction apart from the scheduler wake-up callback
-// and the metrics (which are thread-safe).
+// Thread-safety: runs on the dispatcher's single io_context thread (TaskFeed needs it);
+// the database work goes through DbPool.
+
+#include <boost/asio/thread_pool.hpp>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string_view>
 
@@ -18,32 +28,58 @@
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
+#include "dispatcher/auth.hpp"
+#include "dispatcher/task_feed.hpp"
 
 namespace agentfleet::dispatcher {
 
 class Api {
  public:
   Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
-      metrics::DispatcherMetrics& metrics);
+      metrics::DispatcherMetrics& metrics, TaskFeed& feed);
+  ~Api();
   boost::asio::awaitable<http::Response> handle(http::Request& request);
   boost::asio::awaitable<http::Response> handle_ops(http::Request& request);
+  // Requests answered by streaming (the server asks with the head only).
+  bool wants_stream(const http::Request& head) const;
+  boost::asio::awaitable<void> stream(http::Exchange& exchange);
 
  private:
-  boost::asio::awaitable<http::Response> route(http::Request& request);
+  boost::asio::awaitable<http::Response> route(http::Request& request, const Caller& caller);
   // Answers /metrics, /healthz and /readyz; nullopt for any other path.
   boost::asio::awaitable<std::optional<http::Response>> ops(http::Request& request,
                                                             const std::string& path);
-  boost::asio::awaitable<http::Response> submit(http::Request& request);
-  boost::asio::awaitable<http::Response> get_task(http::Request& request, std::string task_id);
-  boost::asio::awaitable<http::Response> cancel_task(http::Request& request, std::string task_id);
-  boost::asio::awaitable<http::Response> list_tasks(http::Request& request);
+  boost::asio::awaitable<http::Response> submit(http::Request& request, const Caller& caller);
+  boost::asio::awaitable<http::Response> get_task(http::Request& request, const Caller& caller,
+                                                  std::string task_id);
+  boost::asio::awaitable<http::Response> cancel_task(http::Request& request, const Caller& caller,
+                                                     std::string task_id);
+  boost::asio::awaitable<http::Response> list_tasks(http::Request& request, const Caller& caller);
+  boost::asio::awaitable<http::Response> usage(http::Request& request, const Caller& caller,
+                                               std::string user_id);
+  boost::asio::awaitable<http::Response> limits(http::Request& request, const Caller& caller,
+                                                std::string user_id);
+  boost::asio::awaitable<http::Response> get_batch(http::Request& request, const Caller& caller,
+                                                   std::string batch_id);
+  boost::asio::awaitable<http::Response> cancel_batch(http::Request& request, const Caller& caller,
+                                                      std::string batch_id);
   boost::asio::awaitable<http::Response> ready(http::Request& request);
+  boost::asio::awaitable<void> submit_batch(http::Exchange& exchange, const Caller& caller);
+  boost::asio::awaitable<void> batch_results(http::Exchange& exchange, const Caller& caller,
+                                             std::string batch_id);
+  boost::asio::awaitable<void> task_events(http::Exchange& exchange, const Caller& caller,
+                                           std::string task_id);
 
   const config::Config& config_;
   pg::DbPool& db_;
   std::function<void()> wake_scheduler_;
   metrics::DispatcherMetrics& metrics_;
+  TaskFeed& feed_;
+  Authenticator auth_;
   codec::SubmissionDefaults defaults_;
+  int batch_uploads_ = 0;  // in progress on this replica
+  // Blocking work of batch uploads (each holds a transaction on its own connection).
+  std::unique_ptr<boost::asio::thread_pool> batch_pool_;
 };
 
 // The defaults a submission gets from configuration, and the checks beyond its schema

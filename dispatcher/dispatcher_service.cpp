@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include "core/adapters/kafka/kafka.hpp"
 #include "core/adapters/log.hpp"
@@ -22,7 +23,9 @@
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "dispatcher/api.hpp"
+#include "dispatcher/scheduler.hpp"
 #include "dispatcher/submit_ingest.hpp"
+#include "dispatcher/task_feed.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -88,21 +91,27 @@ int run_dispatcher(const config::Config& config) {
   db.set_queue_wait_observer([&](double seconds) { db_metrics.queue_wait(seconds); });
   registry.add_render_hook([&] { db_metrics.set_pool(db.in_use(), db.size()); });
 
-  // The scheduler wakes on its interval, or at once when a task arrives.
-  asio::steady_timer scheduler_wake(io);
+  // The scheduler (active on one replica at a time) and the feed of results and progress
+  // events that frees slots, answers long polls and streams events.
+  Scheduler scheduler(config, metrics);
   std::atomic<bool> stopping{false};
+  TaskFeed feed(io, config,
+                [&](const std::string& user, const std::string& task, std::int64_t tokens) {
+                  scheduler.task_ended(user, task, tokens);
+                });
   Api api(
-      config, db, [&] { asio::post(io, [&] { scheduler_wake.cancel(); }); }, metrics);
+      config, db, [&] { scheduler.wake(); }, metrics, feed);
 
   // Submissions from upstream services over Kafka, validated and stored like the API's.
-  SubmitIngest ingest(io, config, db, producer, metrics,
-                      [&] { asio::post(io, [&] { scheduler_wake.cancel(); }); });
+  SubmitIngest ingest(io, config, db, producer, metrics, [&] { scheduler.wake(); });
 
   // Bind first: a port in use is a start-up error reported before any thread runs.
   http::Server server(io.get_executor(),
                       http::ServerOptions{config.dispatcher.http.host,
                                           static_cast<std::uint16_t>(config.dispatcher.http.port)},
                       [&](http::Request& request) { return api.handle(request); });
+  server.set_stream_route([&](const http::Request& head) { return api.wants_stream(head); },
+                          [&](http::Exchange& exchange) { return api.stream(exchange); });
   server.start();
   log::write("info", "dispatcher",
              "dispatcher listening on http://" + config.dispatcher.http.host + ":" +
@@ -124,45 +133,8 @@ int run_dispatcher(const config::Config& config) {
   std::fflush(stdout);
   ingest.start();
 
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        const pg::SchedulerPass pass{config.kafka.topics.dispatch, config.kafka.topics.results,
-                                     config.dispatcher.scheduler_batch,
-                                     config.dispatcher.redispatch_after_s,
-                                     config.dispatcher.max_attempts};
-        int failures = 0;
-        while (!stopping) {
-          const auto started = std::chrono::steady_clock::now();
-          auto admitted =
-              co_await db.run([&](pqxx::connection& c) { return pg::schedule_pass(c, pass); });
-          metrics.scheduler_pass(
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-          int wait_ms = config.dispatcher.scheduler_interval_ms;
-          if (!admitted.ok()) {
-            // Back off on a failing store, up to 5 s, so an outage is not a busy loop.
-            wait_ms = std::min(5000, wait_ms << std::min(++failures, 7));
-            log::write("warn", "dispatcher", "scheduler: " + admitted.error().message);
-          } else {
-            failures = 0;
-            const pg::SchedulerReport& report = admitted.value();
-            metrics.set_leader(report.lock_held);
-            metrics.admitted(Priority::kInteractive, report.admitted_interactive);
-            metrics.admitted(Priority::kBatch, report.admitted_batch);
-            metrics.recovered(metrics::RecoveryReason::kLeaseExpired,
-                              report.recovered_lease_expired);
-            metrics.recovered(metrics::RecoveryReason::kRedispatch, report.recovered_redispatch);
-            metrics.recovery_exhausted(report.exhausted);
-            // A full batch means more may be waiting: go again without sleeping.
-            if (report.messages() >= config.dispatcher.scheduler_batch)
-              continue;
-          }
-          scheduler_wake.expires_after(std::chrono::milliseconds(wait_ms));
-          boost::system::error_code ec;
-          co_await scheduler_wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-        }
-      },
-      asio::detached);
+  feed.start();
+  scheduler.start();
 
   // The slow gauges: live tasks by status and the due outbox, counted every
   // metrics.refresh_interval_s.
@@ -172,12 +144,16 @@ int run_dispatcher(const config::Config& config) {
       [&]() -> asio::awaitable<void> {
         while (!stopping) {
           auto counts = co_await db.run([](pqxx::connection& c) {
-            return std::make_pair(pg::count_live_tasks(c), pg::count_due_outbox(c));
+            return std::make_tuple(pg::count_live_tasks(c), pg::count_due_outbox(c),
+                                   pg::count_queued(c));
           });
           if (counts.ok()) {
-            for (const auto& [status, tasks] : counts.value().first)
+            const auto& [live, outbox, queued] = counts.value();
+            for (const auto& [status, tasks] : live)
               metrics.set_tasks(status, tasks);
-            metrics.set_outbox_backlog(counts.value().second);
+            metrics.set_outbox_backlog(outbox);
+            metrics.set_queue_depth(Priority::kInteractive, queued.first);
+            metrics.set_queue_depth(Priority::kBatch, queued.second);
           }
           refresh_wake.expires_after(std::chrono::seconds(config.metrics.refresh_interval_s));
           boost::system::error_code ec;
@@ -224,12 +200,14 @@ int run_dispatcher(const config::Config& config) {
     server.stop();
     if (ops_server)
       ops_server->stop();
-    scheduler_wake.cancel();
+    feed.stop();
     refresh_wake.cancel();
     io.stop();
   });
   io.run();
   stopping = true;
+  scheduler.stop();
+  feed.stop();
   ingest.stop();
   relay_stop.notify_all();
   relay.join();

@@ -10,6 +10,7 @@
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "dispatcher/api.hpp"
+#include "dispatcher/user_limits.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -120,9 +121,22 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
   // A store outage: a few tries with backoff (0.2 s to 3.2 s), then the message is left
   // uncommitted for the next read.
   for (int attempt = 0;; ++attempt) {
-    auto inserted = co_await db_.run([&](pqxx::connection& c) { return pg::insert_task(c, task); });
+    auto inserted = co_await db_.run(
+        [&](pqxx::connection& c) { return pg::insert_task(c, task, queue_limit(config_)); });
     if (inserted.ok()) {
       const pg::InsertResult& result = inserted.value();
+      if (result.outcome == pg::InsertOutcome::kQueueFull) {
+        // Not held back: a full queue of one user must not stop the partition for others.
+        // The dead letter can be replayed once the user's queue has room.
+        metrics_.task_submitted(metrics::SubmitSource::kTopic, metrics::SubmitOutcome::kRejected);
+        metrics_.throttled(metrics::ThrottleReason::kQueueFull, 1);
+        const bool sent = co_await dead_letter(
+            message, "queue_full: user '" + task.spec.user_id + "' has " +
+                         std::to_string(result.room.queued) + " tasks queued (max_queued " +
+                         std::to_string(result.room.max_queued) + ")");
+        done(message, sent);
+        co_return;
+      }
       if (result.outcome == pg::InsertOutcome::kConflict) {
         const bool sent = co_await dead_letter(
             message, "idempotency_key '" + task.spec.idempotency_key +

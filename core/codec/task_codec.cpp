@@ -196,6 +196,8 @@ std::string result_event_json(const ResultEvent& event) {
   }
   if (!event.error.empty())
     key_string(w, "error", event.error);
+  if (!event.error_code.empty())
+    key_string(w, "error_code", event.error_code);
   w.Key("attempt");
   w.Int(event.attempt);
   w.Key("steps");

@@ -34,7 +34,7 @@ struct Submission {
 std::variant<Submission, SchemaViolation> parse_submission(std::string_view json,
                                                            const SubmissionDefaults& defaults);
 
-// Written by the scheduler in SQL (pg::schedule_queued); read here by the worker.
+// Written by the scheduler in SQL (pg::dispatch_grants); read here by the worker.
 struct DispatchMessage {
   std::string task_id;
   std::string user_id;
@@ -50,6 +50,7 @@ struct ResultEvent {
   TaskStatus status = TaskStatus::kFailed;
   std::optional<TaskResult> result;
   std::string error;
+  std::string error_code;  // quota_exceeded, schedule_timeout, ... (empty: none)
   int attempt = 0;
   int steps = 0;
   int tool_calls = 0;

@@ -430,6 +430,52 @@ void read_dispatcher(const Section& s, DispatcherConfig& out) {
   s.read("relay_interval_ms", out.relay_interval_ms);
   s.read("relay_batch", out.relay_batch);
   s.read("max_text_chars", out.max_text_chars);
+  s.read("max_active_tasks", out.max_active_tasks);
+  s.read("batch_share_percent", out.batch_share_percent);
+  s.read("task_token_estimate", out.task_token_estimate);
+  s.read("leader_retry_ms", out.leader_retry_ms);
+  s.read("max_batch_lines", out.max_batch_lines);
+  s.read("max_batch_uploads", out.max_batch_uploads);
+  s.read("stream_heartbeat_s", out.stream_heartbeat_s);
+}
+
+bool is_sha256_hex(const std::string& text) {
+  return text.size() == 64 && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+void read_auth(const Section& s, AuthConfig& out) {
+  s.read("mode", out.mode);
+  s.read("user_header", out.user_header);
+  s.read("admin_header", out.admin_header);
+  s.each("api_keys", [&](const Section& k) {
+    ApiKey key;
+    k.read("name", key.name);
+    k.read("sha256", key.sha256);
+    k.read("admin", key.admin);
+    k.read("users", key.users);
+    if (!is_sha256_hex(key.sha256)) {
+      throw Problem(k.path("sha256"),
+                    "must be the key's SHA-256 as 64 lower-case hex digits (e.g. printf %s KEY | "
+                    "sha256sum)");
+    }
+    if (!key.admin && key.users.empty()) {
+      throw Problem(k.path("users"),
+                    "a key that is not admin must name the users it may act for (\"*\": any)");
+    }
+    for (const ApiKey& other : out.api_keys) {
+      if (other.name == key.name)
+        throw Problem(k.path("name"), "duplicate key name '" + key.name + "'");
+      if (other.sha256 == key.sha256)
+        throw Problem(k.path("sha256"), "the same key is configured as '" + other.name + "'");
+    }
+    out.api_keys.push_back(std::move(key));
+  });
+  if (out.mode == "api_keys" && out.api_keys.empty()) {
+    throw Problem(s.path("api_keys"),
+                  "auth.mode api_keys needs at least one key (or mode gateway / none)");
+  }
 }
 
 void read_worker(const Section& s, WorkerConfig& out) {
@@ -658,6 +704,7 @@ void read_tiers(const Section& root, std::vector<UserTierLimits>& out) {
     s.read("tokens_per_minute", t.tokens_per_minute);
     s.read("max_queued", t.max_queued);
     s.read("monthly_budget", t.monthly_budget);
+    s.read("weight", t.weight);
     std::string permission = to_string(t.tool_permission);
     s.read("tool_permission", permission);
     auto parsed = parse_permission(permission);
@@ -701,6 +748,9 @@ Config read_config(const Value& doc) {
   metrics.read("host", c.metrics.host);
   metrics.read("port", c.metrics.port);
   metrics.read("refresh_interval_s", c.metrics.refresh_interval_s);
+  // Without an auth section every API request is refused (401): closed by default.
+  if (root.get("auth") != nullptr)
+    read_auth(root.child("auth"), c.auth);
 
   if (!c.tiers.empty() && c.find_tier(c.task_defaults.tier) == nullptr) {
     throw Problem("/task_defaults/tier",

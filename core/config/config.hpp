@@ -65,6 +65,39 @@ struct DispatcherConfig {
   int relay_interval_ms = 50;
   int relay_batch = 500;
   int max_text_chars = 5000;
+  // Fleet-wide cap on dispatched + running tasks of all users (0: none): the capacity the
+  // scheduler shares out fairly when it is scarce.
+  std::int64_t max_active_tasks = 0;
+  // Of a pass's admissions, the share (percent, rounded up) kept for waiting batch work
+  // so it never starves behind interactive work.
+  int batch_share_percent = 20;
+  // Tokens a task of a user is charged at dispatch before the user's real usage is known.
+  std::int64_t task_token_estimate = 4000;
+  // How often a replica that is not the scheduler tries to become it.
+  int leader_retry_ms = 1000;
+  // POST /v1/batches: most lines per batch, uploads at once per replica.
+  int max_batch_lines = 1000000;
+  int max_batch_uploads = 2;
+  // Server-sent events: a comment line this often keeps proxies from closing the stream.
+  int stream_heartbeat_s = 15;
+};
+
+struct ApiKey {
+  std::string name;                // in logs, never the key
+  std::string sha256;              // hex SHA-256 of the key; the key itself is never configured
+  bool admin = false;              // admin keys act for every user and may change limits
+  std::vector<std::string> users;  // the users a non-admin key may act for ("*": any)
+};
+
+// Who may call the dispatcher's API. `api_keys`: `Authorization: Bearer <key>` (or
+// `X-API-Key`), matched by its SHA-256. `gateway`: a trusted gateway in front has
+// authenticated the caller and names the user in `user_header` (and admin in
+// `admin_header: true`). `none`: no checks (a private test setup only).
+struct AuthConfig {
+  std::string mode = "api_keys";
+  std::vector<ApiKey> api_keys;
+  std::string user_header = "X-User-ID";
+  std::string admin_header = "X-Admin";
 };
 
 struct WorkerConfig {
@@ -186,7 +219,8 @@ struct UserTierLimits {
   int requests_per_minute = 100;
   std::int64_t tokens_per_minute = 200000;
   int max_queued = 10000;
-  std::string monthly_budget = "0";                 // decimal; "0" means unlimited
+  std::string monthly_budget = "0";  // decimal; "0" means unlimited
+  int weight = 1;  // share of scarce capacity relative to other tiers (round-robin weight)
   Permission tool_permission = Permission::kWrite;  // highest tool level the user may call
 };
 
@@ -211,6 +245,7 @@ struct Config {
   ReactConfig react;
   std::vector<UserTierLimits> tiers;
   MetricsConfig metrics;
+  AuthConfig auth;
 
   const ModelConfig* find_model(const std::string& name) const;
   const ToolConfig* find_tool(const std::string& name) const;

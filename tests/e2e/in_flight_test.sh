@@ -21,7 +21,7 @@ trap 'fleet_stop "$run_dir"' EXIT
 fleet_start "$run_dir" "$build_dir" 0
 
 "$build_dir/tools/loadgen/agentfleet-loadgen" --url "$AGENTFLEET_URL" --pg "$AGENTFLEET_PG_URL" \
-  --tasks "$tasks" --users 100 --text "bench: steps=2 calls=1" --concurrency 16 \
+  --tasks "$tasks" --users 100 --max-concurrency 20 --text "bench: steps=2 calls=1" --concurrency 16 \
   --task-timeout-s 300 --limit-s 600 --key-prefix inflight >"$run_dir/loadgen.out" 2>&1 &
 loadgen=$!
 

@@ -26,6 +26,7 @@ e2e_submit_todos() {
   local prefix=$1 count=$2 key=$3 users=${4:-20} timeout_s=${5:-120} i code
   for ((i = 0; i < count; i++)); do
     code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -X POST "$AGENTFLEET_URL/v1/tasks" \
+      -H "Authorization: Bearer $AGENTFLEET_API_KEY" \
       -d "{\"user_id\":\"$prefix-u$((i % users))\",\"text\":\"今天下午去买东西\",\"idempotency_key\":\"$key$i\",\"timeout_s\":$timeout_s}")
     [[ "$code" == 201 ]] || fail "submit $key$i answered $code"
   done

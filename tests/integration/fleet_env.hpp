@@ -28,6 +28,16 @@ inline std::map<std::string, std::string> fleet_env() {
   return env;
 }
 
+// The dispatcher's API key the tests act with (an admin key of the embedded default,
+// AGENTFLEET_API_KEY in the fixture's env file), as an Authorization header.
+inline std::pair<std::string, std::string> admin_auth() {
+  static const std::string key = [] {
+    auto env = fleet_env();
+    return env.count("AGENTFLEET_API_KEY") ? env["AGENTFLEET_API_KEY"] : std::string();
+  }();
+  return {"Authorization", "Bearer " + key};
+}
+
 // The fixture's comma-separated URL lists.
 inline std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> parts;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kcat, a stock Kafka client, sees the dev broker as a Kafka cluster: three brokers, the
-# five topics, and the result events the sample tasks produced (run after them).
+# five topics, and the result events the sample tasks produced (run after them); and a
+# submission kcat produces to the submit topic becomes a task that runs to its result.
 set -euo pipefail
 set -a
 # shellcheck disable=SC1091
@@ -18,4 +19,23 @@ if ((count < 6)); then
   echo "$events"
   exit 1
 fi
-echo "kcat: 3 brokers, 5 topics, $count result events"
+
+# A submission produced by kcat (key = user_id) is stored by the dispatcher and run.
+key="kcat-$(date +%s%N)"
+printf '{"user_id":"kcat-user","text":"bench: steps=1 calls=1","idempotency_key":"%s"}\n' "$key" |
+  timeout 20 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -P -t agent.tasks.submit -k kcat-user
+status=""
+for _ in $(seq 1 600); do
+  status=$(psql "$AGENTFLEET_PG_URL" -X -At -c \
+    "SELECT status || ' ' || coalesce(result_type, '') FROM tasks WHERE idempotency_key = '$key'")
+  [[ "$status" == "succeeded action_completed" ]] && break
+  sleep 0.1
+done
+if [[ "$status" != "succeeded action_completed" ]]; then
+  echo "the task kcat submitted did not succeed within 60 s (status: '${status:-not stored}')"
+  exit 1
+fi
+results=$(timeout 30 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.results -e -q -f '%k %s\n')
+grep -q "^kcat-user .*\"status\":\"succeeded\"" <<<"$results" ||
+  { echo "no result event for the task kcat submitted"; exit 1; }
+echo "kcat: 3 brokers, 5 topics, $count result events; a submission produced by kcat ran to its result"

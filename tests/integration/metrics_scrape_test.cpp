@@ -38,6 +38,7 @@ http::ClientResponse call(bhttp::verb method, const std::string& url,
   request.method = method;
   request.url = url;
   request.body = body;
+  request.headers.push_back(test::admin_auth());
   request.deadline = std::chrono::steady_clock::now() + 10s;
   auto future = boost::asio::co_spawn(io, http::fetch(io.get_executor(), std::move(request)),
                                       boost::asio::use_future);

@@ -48,6 +48,11 @@ http::ClientResponse call(boost::beast::http::verb method, const std::string& ur
   request.url = url;
   request.body = body;
   request.headers = std::move(headers);
+  // The admin key unless the test chose its own credentials (or none: an empty value).
+  if (std::none_of(request.headers.begin(), request.headers.end(),
+                   [](const auto& h) { return h.first == "Authorization"; })) {
+    request.headers.push_back(test::admin_auth());
+  }
   request.deadline = std::chrono::steady_clock::now() + 10s;
   auto future = boost::asio::co_spawn(io, http::fetch(io.get_executor(), std::move(request)),
                                       boost::asio::use_future);

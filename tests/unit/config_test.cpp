@@ -150,8 +150,19 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
   EXPECT_EQ(c.tiers[2].requests_per_minute, 600);
   EXPECT_EQ(c.tiers[3].tier, "readonly");
   EXPECT_EQ(c.tiers[3].tool_permission, Permission::kRead);
-  EXPECT_EQ(c.tiers[2].tokens_per_minute, 200000);  // default
-  EXPECT_EQ(c.tiers[2].monthly_budget, "0");
+  EXPECT_EQ(c.tiers[2].tokens_per_minute, 2000000);
+  EXPECT_EQ(c.tiers[3].tokens_per_minute, 200000);  // default
+  EXPECT_EQ(c.tiers[3].monthly_budget, "0");
+  EXPECT_EQ(c.tiers[3].weight, 1);  // default
+  EXPECT_EQ(c.tiers[1].weight, 2);
+
+  // The development keys, by hash only.
+  EXPECT_EQ(c.auth.mode, "api_keys");
+  ASSERT_EQ(c.auth.api_keys.size(), 3u);
+  EXPECT_TRUE(c.auth.api_keys[0].admin);
+  EXPECT_EQ(c.auth.api_keys[1].users, std::vector<std::string>{"u1"});
+  EXPECT_EQ(c.dispatcher.batch_share_percent, 20);
+  EXPECT_EQ(c.dispatcher.max_batch_lines, 1000000);
 
   ASSERT_EQ(c.tools.size(), 6u);
   const char* const names[] = {"search_items", "create_item",   "update_item",
@@ -212,8 +223,12 @@ TEST_F(ConfigTest, ProductionExampleLoadsWithItsEnvironment) {
                 {"LLM_GATEWAY_URL", "https://llm-gw.internal"},
                 {"LLM_GATEWAY_API_KEY", "sk-gateway"},
                 {"TOOLS_BASE_URL", "https://tools.internal"},
-                {"TOOLS_SERVICE_TOKEN", "tok-tools"}};
+                {"TOOLS_SERVICE_TOKEN", "tok-tools"},
+                {"AGENTFLEET_ADMIN_KEY_SHA256", std::string(64, 'a')},
+                {"AGENTFLEET_ORDERS_KEY_SHA256", std::string(64, 'b')}};
   Config c = load_config_file(kProductionFile, fake_lookup);
+  ASSERT_EQ(c.auth.api_keys.size(), 2u);
+  EXPECT_EQ(c.auth.api_keys[1].users, std::vector<std::string>{"*"});
   const ToolConfig* search = c.find_tool("search_items");
   ASSERT_NE(search, nullptr);
   EXPECT_EQ(search->method, "POST");
@@ -602,6 +617,51 @@ models: []
 TEST_F(ConfigTest, DefaultModelMustExist) {
   EXPECT_CONTAINS(error_of(kMinimal + "task_defaults: {model: gpt-9}\n"),
                   "/task_defaults/model: unknown model 'gpt-9'");
+}
+
+TEST_F(ConfigTest, AuthKeysAreHashesAndEachNamesWhoItActsFor) {
+  const std::string hash(64, 'c');
+  // No auth section: closed (api_keys with no key, so every API request is refused).
+  Config closed = load(kMinimal);
+  EXPECT_EQ(closed.auth.mode, "api_keys");
+  EXPECT_TRUE(closed.auth.api_keys.empty());
+  Config keys = load(kMinimal + "auth:\n  api_keys:\n    - {name: ops, sha256: " + hash +
+                     ", admin: true}\n    - {name: svc, sha256: " + std::string(64, 'd') +
+                     ", users: [u1, u2]}\n");
+  ASSERT_EQ(keys.auth.api_keys.size(), 2u);
+  EXPECT_TRUE(keys.auth.api_keys[0].admin);
+  EXPECT_EQ(keys.auth.api_keys[1].users, (std::vector<std::string>{"u1", "u2"}));
+  EXPECT_EQ(load(kMinimal + "auth: {mode: gateway, user_header: X-Caller}\n").auth.user_header,
+            "X-Caller");
+  EXPECT_CONTAINS(error_of(kMinimal + "auth:\n  api_keys:\n    - {name: k, sha256: secret}\n"),
+                  "/auth/api_keys/0/sha256");
+  EXPECT_CONTAINS(error_of(kMinimal + "auth:\n  api_keys:\n    - {name: k, sha256: " +
+                           std::string(64, 'A') + ", admin: true}\n"),
+                  "/auth/api_keys/0/sha256");
+  EXPECT_CONTAINS(
+      error_of(kMinimal + "auth:\n  api_keys:\n    - {name: k, sha256: " + hash + "}\n"),
+      "/auth/api_keys/0/users: a key that is not admin must name the users");
+  EXPECT_CONTAINS(error_of(kMinimal + "auth:\n  api_keys:\n    - {name: a, sha256: " + hash +
+                           ", admin: true}\n    - {name: b, sha256: " + hash + ", admin: true}\n"),
+                  "/auth/api_keys/1/sha256: the same key is configured as 'a'");
+  EXPECT_CONTAINS(error_of(kMinimal + "auth: {mode: api_keys}\n"),
+                  "/auth/api_keys: auth.mode api_keys needs at least one key");
+  EXPECT_CONTAINS(error_of(kMinimal + "auth: {mode: open}\n"), "/auth/mode");
+}
+
+TEST_F(ConfigTest, SchedulerSettingsAndTierWeights) {
+  Config c = load(kMinimal +
+                  "dispatcher: {max_active_tasks: 500, batch_share_percent: 35, "
+                  "task_token_estimate: 900, leader_retry_ms: 250}\n"
+                  "tiers: [{tier: standard, weight: 3}]\n");
+  EXPECT_EQ(c.dispatcher.max_active_tasks, 500);
+  EXPECT_EQ(c.dispatcher.batch_share_percent, 35);
+  EXPECT_EQ(c.dispatcher.task_token_estimate, 900);
+  EXPECT_EQ(c.dispatcher.leader_retry_ms, 250);
+  EXPECT_EQ(c.tiers[0].weight, 3);
+  EXPECT_CONTAINS(error_of(kMinimal + "dispatcher: {batch_share_percent: 101}\n"),
+                  "/dispatcher/batch_share_percent");
+  EXPECT_CONTAINS(error_of(kMinimal + "tiers: [{tier: standard, weight: 0}]\n"), "/tiers/0/weight");
 }
 
 TEST_F(ConfigTest, HeartbeatMustBeShorterThanTheLease) {

@@ -5,12 +5,14 @@
 #
 #   fleet_start RUN_DIR BUILD_DIR [WORKERS]   exports AGENTFLEET_* for the config file,
 #                                             AGENTFLEET_URL (the dispatcher's API) and
-#                                             the metrics endpoints:
+#                                             AGENTFLEET_API_KEY (the development admin
+#                                             key), the metrics endpoints:
 #                                             AGENTFLEET_DISPATCHER_METRICS_URL and
 #                                             AGENTFLEET_WORKER_METRICS_URLS (comma-separated,
 #                                             worker-1 first), each a base URL serving
 #                                             /metrics, /healthz and /readyz
 #   fleet_start_worker RUN_DIR BUILD_DIR NAME  one more worker in the running fleet
+#   fleet_start_dispatcher RUN_DIR BUILD_DIR NAME  one more dispatcher replica
 #
 # Knobs (environment): LLM_SIM_LATENCY_MS (each model answer), TOOL_SIM_LATENCY (a
 # distribution such as fixed:1500, each tool call), AGENTFLEET_LEASE_S,
@@ -136,6 +138,8 @@ fleet_start() {
     AGENTFLEET_WORKER_METRICS_URLS+="${AGENTFLEET_WORKER_METRICS_URLS:+,}http://127.0.0.1:$metrics_port"
   done
   export AGENTFLEET_URL="http://127.0.0.1:$AGENTFLEET_DISPATCHER_PORT"
+  # The embedded default's development admin key (config/agentfleet.yaml, auth).
+  export AGENTFLEET_API_KEY="${AGENTFLEET_API_KEY:-af-dev-admin-key}"
   export AGENTFLEET_DISPATCHER_METRICS_URL AGENTFLEET_WORKER_METRICS_URLS
   af_log "metrics: dispatcher $AGENTFLEET_DISPATCHER_METRICS_URL/metrics, workers" \
     "$(printf '%s/metrics ' ${AGENTFLEET_WORKER_METRICS_URLS//,/ })"
@@ -148,6 +152,25 @@ fleet_start_worker() {
   AGENTFLEET_WORKER_ID="$name" AGENTFLEET_METRICS_PORT=$(af_free_port) \
     _fleet_spawn "$run_dir" "$name" "$build_dir/worker/agentfleet-worker"
   FLEET_LAST_PID=$!
+}
+
+# fleet_start_dispatcher RUN_DIR BUILD_DIR NAME: one more dispatcher replica in the running
+# fleet (same database and broker; the scheduler is active on one replica at a time). Sets
+# FLEET_LAST_PID, FLEET_LAST_URL (its API) and FLEET_LAST_METRICS_URL; waits for its port.
+fleet_start_dispatcher() {
+  local run_dir=$1 build_dir=$2 name=$3 port metrics_port
+  port=$(af_free_port)
+  metrics_port=$(af_free_port)
+  AGENTFLEET_DISPATCHER_PORT=$port AGENTFLEET_METRICS_PORT=$metrics_port \
+    _fleet_spawn "$run_dir" "$name" "$build_dir/dispatcher/agentfleet-dispatcher" serve
+  FLEET_LAST_PID=$!
+  FLEET_LAST_URL="http://127.0.0.1:$port"
+  FLEET_LAST_METRICS_URL="http://127.0.0.1:$metrics_port"
+  if ! af_wait_port 127.0.0.1 "$port" 30; then
+    af_log "$name did not start; last lines of its log:"
+    tail -n 20 "$run_dir/logs/$name.log" >&2 || true
+    return 1
+  fi
 }
 
 # fleet_reset RUN_DIR: stops whatever an earlier run left and removes its cluster and logs,
@@ -195,7 +218,7 @@ fleet_stop() {
   local run_dir=$1
   if [[ -f "$run_dir/pids" ]]; then
     # The fleet drains first, while the broker and Postgres it drains into are still up.
-    _fleet_stop_matching "$run_dir" '^(dispatcher|worker-.*)$'
+    _fleet_stop_matching "$run_dir" '^(dispatcher.*|worker-.*)$'
     _fleet_stop_matching "$run_dir" '.'
     : >"$run_dir/pids"
   fi

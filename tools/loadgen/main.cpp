@@ -14,6 +14,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
 #include <pqxx/pqxx>
 
 #include <atomic>
@@ -41,6 +42,8 @@ struct Options {
   int limit_s = 300;
   int sample_ms = 100;
   std::string key_prefix = "load";
+  std::string api_key;      // --api-key, else $AGENTFLEET_API_KEY
+  int max_concurrency = 0;  // > 0: set as each user's override before submitting
 };
 
 [[noreturn]] void usage(const char* problem) {
@@ -48,7 +51,7 @@ struct Options {
                "agentfleet-loadgen: %s\n"
                "usage: agentfleet-loadgen --url URL --pg PGURL [--tasks N] [--users N] "
                "[--text TEXT] [--concurrency N] [--task-timeout-s N] [--limit-s N] "
-               "[--sample-ms N] [--key-prefix P]\n",
+               "[--sample-ms N] [--key-prefix P] [--api-key KEY] [--max-concurrency N]\n",
                problem);
   std::exit(2);
 }
@@ -89,12 +92,20 @@ Options parse_options(int argc, char** argv) {
       number(o.sample_ms);
     } else if (arg == "--key-prefix") {
       o.key_prefix = value;
+    } else if (arg == "--api-key") {
+      o.api_key = value;
+    } else if (arg == "--max-concurrency") {
+      number(o.max_concurrency);
     } else {
       usage(("unknown argument " + arg).c_str());
     }
   }
   if (o.url.empty() || o.pg.empty())
     usage("--url and --pg are required");
+  if (o.api_key.empty()) {
+    const char* key = std::getenv("AGENTFLEET_API_KEY");
+    o.api_key = key ? key : "";
+  }
   return o;
 }
 
@@ -114,6 +125,29 @@ struct Submitted {
   std::atomic<int> failed{0};
 };
 
+// Each user's max_concurrency override (PUT /v1/users/{id}/limits, an admin key), so the
+// per-user limits let the load through. False when the dispatcher refused.
+asio::awaitable<bool> set_limits(const Options& o) {
+  auto executor = co_await asio::this_coro::executor;
+  for (int u = 0; u < o.users; ++u) {
+    agentfleet::http::ClientRequest request;
+    request.method = boost::beast::http::verb::put;
+    request.url = o.url + "/v1/users/" + o.key_prefix + "-u" + std::to_string(u) + "/limits";
+    request.body = "{\"max_concurrency\":" + std::to_string(o.max_concurrency) +
+                   ",\"requests_per_minute\":1000000,\"max_queued\":" + std::to_string(o.tasks) +
+                   "}";
+    request.headers.emplace_back("Authorization", "Bearer " + o.api_key);
+    request.deadline = Clock::now() + std::chrono::seconds(10);
+    auto response = co_await agentfleet::http::fetch(executor, std::move(request));
+    if (!response.ok() || response.status != 200) {
+      std::fprintf(stderr, "loadgen: setting limits failed: %d %s%s\n", response.status,
+                   response.error_message.c_str(), response.body.c_str());
+      co_return false;
+    }
+  }
+  co_return true;
+}
+
 // One submitter: takes the next index until none is left; a refused or failed request is
 // retried (bounded, backing off) so a busy dispatcher slows the load instead of losing it.
 asio::awaitable<void> submitter(const Options& o, Submitted& s) {
@@ -129,6 +163,7 @@ asio::awaitable<void> submitter(const Options& o, Submitted& s) {
       agentfleet::http::ClientRequest request;
       request.url = o.url + "/v1/tasks";
       request.body = body;
+      request.headers.emplace_back("Authorization", "Bearer " + o.api_key);
       request.deadline = Clock::now() + std::chrono::seconds(10);
       auto response = co_await agentfleet::http::fetch(executor, std::move(request));
       if (response.ok() && (response.status == 201 || response.status == 200)) {
@@ -190,6 +225,13 @@ int main(int argc, char** argv) {
     }
   });
 
+  if (o.max_concurrency > 0) {
+    asio::io_context io(1);
+    auto ok = asio::co_spawn(io, set_limits(o), asio::use_future);
+    io.run();
+    if (!ok.get())
+      return 1;
+  }
   Submitted submitted;
   {
     asio::io_context io(1);

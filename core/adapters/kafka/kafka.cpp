@@ -231,7 +231,7 @@ void rebalance_trampoline(rd_kafka_t* rk, rd_kafka_resp_err_t err,
 
 Consumer::Consumer(const config::KafkaConfig& config, std::string group_id,
                    std::vector<std::string> topics, MessageHandler on_message,
-                   RebalanceHandler on_rebalance)
+                   RebalanceHandler on_rebalance, std::string offset_reset)
     : topics_(std::move(topics)),
       on_message_(std::move(on_message)),
       on_rebalance_(std::move(on_rebalance)) {
@@ -241,7 +241,7 @@ Consumer::Consumer(const config::KafkaConfig& config, std::string group_id,
   set_or_throw(conf, "group.id", group_id);
   set_or_throw(conf, "enable.auto.commit", "false");
   set_or_throw(conf, "enable.auto.offset.store", "false");
-  set_or_throw(conf, "auto.offset.reset", "earliest");
+  set_or_throw(conf, "auto.offset.reset", offset_reset);
   set_or_throw(conf, "enable.partition.eof", "false");
   rd_kafka_conf_set_rebalance_cb(conf, rebalance_trampoline);
   rd_kafka_conf_set_offset_commit_cb(conf, commit_report);

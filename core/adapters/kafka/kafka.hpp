@@ -107,8 +107,11 @@ class Consumer {
   using RebalanceHandler =
       std::function<void(bool assigned, const std::vector<std::pair<std::string, int>>&)>;
 
+  // `offset_reset` applies where the group has no committed offset: "earliest" (the work
+  // consumers: read everything) or "latest" (a live feed: only what arrives from now).
   Consumer(const config::KafkaConfig& config, std::string group_id, std::vector<std::string> topics,
-           MessageHandler on_message, RebalanceHandler on_rebalance = {});
+           MessageHandler on_message, RebalanceHandler on_rebalance = {},
+           std::string offset_reset = "earliest");
   ~Consumer();
   Consumer(const Consumer&) = delete;
   Consumer& operator=(const Consumer&) = delete;

@@ -43,6 +43,26 @@ std::string_view to_string(ThrottleReason reason) {
   return "other";
 }
 
+std::string_view to_string(SchedulerEnd reason) {
+  switch (reason) {
+    case SchedulerEnd::kScheduleTimeout:
+      return "schedule_timeout";
+    case SchedulerEnd::kQuotaExceeded:
+      return "quota_exceeded";
+  }
+  return "other";
+}
+
+std::string_view to_string(WaitKind kind) {
+  switch (kind) {
+    case WaitKind::kLongPoll:
+      return "long_poll";
+    case WaitKind::kEventStream:
+      return "event_stream";
+  }
+  return "other";
+}
+
 std::string_view to_string(RecoveryReason reason) {
   switch (reason) {
     case RecoveryReason::kLeaseExpired:
@@ -83,7 +103,17 @@ struct DispatcherMetrics::Families {
                                          "Outbox rows published by this replica's relay, by "
                                          "topic.")),
         tasks(detail::gauge(r, "agentfleet_tasks_by_status",
-                            "Tasks in each live status, from a periodic count.")) {}
+                            "Tasks in each live status, from a periodic count.")),
+        queue_depth(detail::gauge(r, "agentfleet_queue_depth",
+                                  "Queued tasks waiting for the scheduler, by priority, from a "
+                                  "periodic count.")),
+        queue_wait(detail::histogram(r, "agentfleet_scheduler_queue_wait_seconds",
+                                     "Submission to first dispatch of a task, by priority.")),
+        scheduler_ended(detail::counter(r, "agentfleet_scheduler_ended_total",
+                                        "Queued tasks the scheduler ended without running them, "
+                                        "by reason.")),
+        open_streams(detail::gauge(r, "agentfleet_api_open_waits",
+                                   "Open long polls and event streams, by kind.")) {}
 
   prometheus::Family<prometheus::Counter>& submitted;
   prometheus::Family<prometheus::Counter>& http_requests;
@@ -97,6 +127,10 @@ struct DispatcherMetrics::Families {
   prometheus::Gauge& outbox_backlog;
   prometheus::Family<prometheus::Counter>& outbox_published;
   prometheus::Family<prometheus::Gauge>& tasks;
+  prometheus::Family<prometheus::Gauge>& queue_depth;
+  prometheus::Family<prometheus::Histogram>& queue_wait;
+  prometheus::Family<prometheus::Counter>& scheduler_ended;
+  prometheus::Family<prometheus::Gauge>& open_streams;
   detail::KnownValues topics;
 };
 
@@ -123,6 +157,15 @@ DispatcherMetrics::DispatcherMetrics(MetricsRegistry& registry, const config::Co
     f_->tasks.Add({{"status", std::string(agentfleet::to_string(status))}});
   f_->outbox_published.Add({{"topic", t.dispatch}});
   f_->outbox_published.Add({{"topic", t.results}});
+  for (auto priority : {Priority::kInteractive, Priority::kBatch}) {
+    const std::string label(agentfleet::to_string(priority));
+    f_->queue_depth.Add({{"priority", label}});
+    f_->queue_wait.Add({{"priority", label}}, buckets::kQueueWait);
+  }
+  for (auto reason : {SchedulerEnd::kScheduleTimeout, SchedulerEnd::kQuotaExceeded})
+    f_->scheduler_ended.Add({{"reason", std::string(to_string(reason))}});
+  for (auto kind : {WaitKind::kLongPoll, WaitKind::kEventStream})
+    f_->open_streams.Add({{"kind", std::string(to_string(kind))}});
 }
 
 DispatcherMetrics::~DispatcherMetrics() = default;
@@ -188,6 +231,32 @@ void DispatcherMetrics::outbox_published(std::string_view topic, std::int64_t me
 void DispatcherMetrics::set_tasks(TaskStatus status, std::int64_t tasks) {
   f_->tasks.Add({{"status", std::string(agentfleet::to_string(status))}})
       .Set(static_cast<double>(tasks));
+}
+
+void DispatcherMetrics::set_queue_depth(Priority priority, std::int64_t tasks) {
+  f_->queue_depth.Add({{"priority", std::string(agentfleet::to_string(priority))}})
+      .Set(static_cast<double>(tasks));
+}
+
+void DispatcherMetrics::queue_wait(Priority priority, double seconds) {
+  f_->queue_wait
+      .Add({{"priority", std::string(agentfleet::to_string(priority))}}, buckets::kQueueWait)
+      .Observe(seconds);
+}
+
+void DispatcherMetrics::scheduler_ended(SchedulerEnd reason, std::int64_t tasks) {
+  if (tasks > 0) {
+    f_->scheduler_ended.Add({{"reason", std::string(to_string(reason))}})
+        .Increment(static_cast<double>(tasks));
+  }
+}
+
+void DispatcherMetrics::wait_opened(WaitKind kind) {
+  f_->open_streams.Add({{"kind", std::string(to_string(kind))}}).Increment();
+}
+
+void DispatcherMetrics::wait_closed(WaitKind kind) {
+  f_->open_streams.Add({{"kind", std::string(to_string(kind))}}).Decrement();
 }
 
 }  // namespace agentfleet::metrics

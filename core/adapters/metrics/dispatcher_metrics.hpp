@@ -23,11 +23,15 @@ enum class SubmitSource { kHttp, kTopic };
 enum class SubmitOutcome { kAccepted, kDuplicate, kRejected };
 enum class ThrottleReason { kConcurrency, kRpm, kTpm, kBudget, kQueueFull };
 enum class RecoveryReason { kLeaseExpired, kRedispatch };
+enum class SchedulerEnd { kScheduleTimeout, kQuotaExceeded };
+enum class WaitKind { kLongPoll, kEventStream };
 
 std::string_view to_string(SubmitSource source);
 std::string_view to_string(SubmitOutcome outcome);
 std::string_view to_string(ThrottleReason reason);
 std::string_view to_string(RecoveryReason reason);
+std::string_view to_string(SchedulerEnd reason);
+std::string_view to_string(WaitKind kind);
 
 class DispatcherMetrics {
  public:
@@ -55,6 +59,15 @@ class DispatcherMetrics {
   void outbox_published(std::string_view topic, std::int64_t messages);
   // From a periodic count of the live statuses (queued, dispatched, running).
   void set_tasks(TaskStatus status, std::int64_t tasks);
+  // Queued tasks by priority, from the same periodic count.
+  void set_queue_depth(Priority priority, std::int64_t tasks);
+  // Submission to first dispatch, observed by the scheduler for each task it admits.
+  void queue_wait(Priority priority, double seconds);
+  // Queued tasks the scheduler ended (queue timeout, budget spent).
+  void scheduler_ended(SchedulerEnd reason, std::int64_t tasks);
+  // Long polls and event streams open on this replica.
+  void wait_opened(WaitKind kind);
+  void wait_closed(WaitKind kind);
 
  private:
   struct Families;

@@ -82,22 +82,29 @@ void DbPool::post_with_connection(std::function<void(pqxx::connection*, const Er
   });
 }
 
-pqxx::connection& DbPool::connection() {
-  if (!tls_connection || !tls_connection->is_open()) {
-    // connect_timeout bounds the TCP/handshake part; statement_timeout every statement.
-    std::string options = url_;
-    const bool uri = options.rfind("postgres", 0) == 0 && options.find("://") != std::string::npos;
-    const std::string extra = "connect_timeout=" + std::to_string(connect_timeout_s_);
-    if (uri) {
-      options += (options.find('?') == std::string::npos ? "?" : "&") + extra;
-    } else {
-      options += " " + extra;
-    }
-    tls_connection = std::make_unique<pqxx::connection>(options);
-    pqxx::nontransaction tx(*tls_connection);
-    tx.exec0("SET statement_timeout = " + std::to_string(statement_timeout_ms_));
-    tx.exec0("SET lock_timeout = " + std::to_string(statement_timeout_ms_));
+std::unique_ptr<pqxx::connection> open_connection(const std::string& url, int statement_timeout_ms,
+                                                  int connect_timeout_s) {
+  // connect_timeout bounds the TCP/handshake part; statement_timeout every statement.
+  std::string options = url;
+  const bool uri = options.rfind("postgres", 0) == 0 && options.find("://") != std::string::npos;
+  const std::string extra = "connect_timeout=" + std::to_string(connect_timeout_s);
+  if (uri) {
+    options += (options.find('?') == std::string::npos ? "?" : "&") + extra;
+  } else {
+    options += " " + extra;
   }
+  auto connection = std::make_unique<pqxx::connection>(options);
+  {
+    pqxx::nontransaction tx(*connection);
+    tx.exec0("SET statement_timeout = " + std::to_string(statement_timeout_ms));
+    tx.exec0("SET lock_timeout = " + std::to_string(statement_timeout_ms));
+  }
+  return connection;
+}
+
+pqxx::connection& DbPool::connection() {
+  if (!tls_connection || !tls_connection->is_open())
+    tls_connection = open_connection(url_, statement_timeout_ms_, connect_timeout_s_);
   return *tls_connection;
 }
 

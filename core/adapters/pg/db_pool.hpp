@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <type_traits>
 
@@ -24,6 +25,11 @@
 namespace agentfleet::pg {
 
 Error map_pg_error(const std::exception& e);
+
+// A connection with connect_timeout added to `url` and statement and lock timeouts set:
+// every statement on it has a deadline. Throws what libpqxx throws.
+std::unique_ptr<pqxx::connection> open_connection(const std::string& url, int statement_timeout_ms,
+                                                  int connect_timeout_s);
 
 class DbPool {
  public:

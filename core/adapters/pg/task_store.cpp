@@ -1,6 +1,9 @@
 #include "core/adapters/pg/task_store.hpp"
 
+#include "core/adapters/pg/ended_tasks.hpp"
 #include "core/codec/task_codec.hpp"
+
+#include <map>
 
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
@@ -9,16 +12,6 @@
 namespace agentfleet::pg {
 
 namespace {
-std::string json_string_array(const std::vector<std::string>& items) {
-  rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  w.StartArray();
-  for (const auto& item : items)
-    w.String(item.data(), static_cast<rapidjson::SizeType>(item.size()));
-  w.EndArray();
-  return std::string(buffer.GetString(), buffer.GetSize());
-}
-
 std::string metadata_json(const TaskMetadata& m) {
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
@@ -61,13 +54,9 @@ FROM tasks t WHERE t.task_id = $1::uuid
 )SQL";
 }  // namespace
 
-InsertResult insert_task(pqxx::connection& c, const NewTask& task) {
-  const TaskSpec& s = task.spec;
-  pqxx::work tx(c);
-  const std::optional<std::string> tools =
-      s.tools ? std::optional<std::string>(json_string_array(*s.tools)) : std::nullopt;
-  auto inserted = tx.exec_params(
-      R"SQL(
+namespace {
+// The INSERT of one task (its queue deadline is set by a trigger).
+constexpr const char* kInsertTask = R"SQL(
 INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                    max_steps, priority, idempotency_key, request_canonical, batch_id,
                    metadata, traceparent)
@@ -76,25 +65,78 @@ VALUES ($1::uuid, $2, $3, $4,
              ELSE ARRAY(SELECT jsonb_array_elements_text($5::jsonb)) END,
         $6, $7, $8, $9, NULLIF($10, ''), $11, NULLIF($12, ''), $13::jsonb, NULLIF($14, ''))
 ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING task_id::text)SQL",
-      s.task_id, s.user_id, s.text, s.model, tools, s.timeout_s, s.schedule_timeout_s, s.max_steps,
-      std::string(to_string(s.priority)), s.idempotency_key, task.canonical, s.batch_id,
-      metadata_json(s.metadata), task.traceparent);
+RETURNING task_id::text)SQL";
+}  // namespace
+
+void lock_user_queue(pqxx::work& tx, const std::string& user_id) {
+  tx.exec_params("SELECT pg_advisory_xact_lock(7311002, hashtext($1))", user_id);
+}
+
+QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimit& limit) {
+  QueueRoom room;
+  if (!limit)
+    return room;
+  auto overrides = tx.exec_params(
+      "SELECT coalesce(tier, ''), max_queued FROM user_limits WHERE user_id = $1", user_id);
+  std::string tier;
+  std::optional<int> max_queued;
+  if (!overrides.empty()) {
+    tier = overrides[0][0].as<std::string>();
+    if (!overrides[0][1].is_null())
+      max_queued = overrides[0][1].as<int>();
+  }
+  room.max_queued = limit(tier, max_queued);
+  // Counting stops just past the limit: a deep queue costs no more than a full one.
+  room.queued = tx.exec_params1(
+                      "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND "
+                      "status = 'queued' LIMIT $2::bigint + 1) q",
+                      user_id, room.max_queued)[0]
+                    .as<std::int64_t>();
+  return room;
+}
+
+InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit) {
+  const TaskSpec& s = task.spec;
+  pqxx::work tx(c);
+  // One submission of a user at a time: the queue count and the idempotency check hold
+  // until the insert commits.
+  lock_user_queue(tx, s.user_id);
   InsertResult result;
-  if (!inserted.empty()) {
-    tx.commit();
-    result.outcome = InsertOutcome::kCreated;
-    result.task_id = inserted[0][0].as<std::string>();
+  if (!s.idempotency_key.empty()) {
+    auto existing = tx.exec_params(
+        "SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND "
+        "idempotency_key = $2",
+        s.user_id, s.idempotency_key);
+    if (!existing.empty()) {
+      tx.commit();
+      result.task_id = existing[0][0].as<std::string>();
+      result.outcome = existing[0][1].as<std::string>() == task.canonical
+                           ? InsertOutcome::kExisting
+                           : InsertOutcome::kConflict;
+      return result;
+    }
+  }
+  const QueueRoom room = queue_room(tx, s.user_id, limit);
+  if (limit && room.queued >= room.max_queued) {
+    result.outcome = InsertOutcome::kQueueFull;
+    result.room = room;
     return result;
   }
-  auto existing = tx.exec_params1(
-      "SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND "
-      "idempotency_key = $2",
-      s.user_id, s.idempotency_key);
+  const std::optional<std::string> tools =
+      s.tools ? std::optional<std::string>(json_string_array(*s.tools)) : std::nullopt;
+  auto inserted = tx.exec_params(
+      kInsertTask, s.task_id, s.user_id, s.text, s.model, tools, s.timeout_s, s.schedule_timeout_s,
+      s.max_steps, std::string(to_string(s.priority)), s.idempotency_key, task.canonical,
+      s.batch_id, metadata_json(s.metadata), task.traceparent);
+  if (inserted.empty()) {
+    // Unreachable while the user lock is held; kept so a race elsewhere cannot crash.
+    throw std::runtime_error("the idempotency key of task " + s.task_id + " is taken");
+  }
+  // Wakes the active scheduler, whichever replica runs it.
+  tx.exec("SELECT pg_notify('agentfleet_work', '')");
   tx.commit();
-  result.task_id = existing[0].as<std::string>();
-  result.outcome = existing[1].as<std::string>() == task.canonical ? InsertOutcome::kExisting
-                                                                   : InsertOutcome::kConflict;
+  result.outcome = InsertOutcome::kCreated;
+  result.task_id = inserted[0][0].as<std::string>();
   return result;
 }
 
@@ -108,7 +150,8 @@ std::optional<std::string> task_json(pqxx::connection& c, const std::string& tas
 
 namespace {
 // Marks the rows `picked` (a query of task_id and status) dispatched and writes their
-// dispatch messages. Returns, per row, the status it was picked in and its priority.
+// dispatch messages. Returns, per row: the status it was picked in, its priority, user,
+// id, seconds since it was submitted, and whether this is its first dispatch.
 std::string dispatch_statement(const std::string& picked, const std::string& extra_set) {
   return R"SQL(
 WITH picked AS ()SQL" +
@@ -117,7 +160,8 @@ WITH picked AS ()SQL" +
   UPDATE tasks t SET status = 'dispatched', dispatched_at = now())SQL" +
          extra_set + R"SQL(
   FROM picked WHERE t.task_id = picked.task_id
-  RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, picked.status AS was
+  RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
+            t.attempt, picked.status AS was
 ), sent AS (
   INSERT INTO outbox (topic, message_key, payload, traceparent)
   SELECT $2, m.user_id,
@@ -129,53 +173,46 @@ WITH picked AS ()SQL" +
   FROM marked m
   RETURNING id
 )
-SELECT was, priority FROM marked)SQL";
+SELECT was, priority, user_id, task_id::text,
+       extract(epoch FROM dispatched_at - created_at)::float8, attempt = 0
+FROM marked)SQL";
 }
-}  // namespace
 
-namespace {
+std::vector<DispatchedTask> read_dispatched(const pqxx::result& rows) {
+  std::vector<DispatchedTask> out;
+  out.reserve(rows.size());
+  for (const auto& row : rows) {
+    DispatchedTask d;
+    d.was = row[0].as<std::string>();
+    d.priority = parse_priority(row[1].as<std::string>()).value_or(Priority::kInteractive);
+    d.user_id = row[2].as<std::string>();
+    d.task_id = row[3].as<std::string>();
+    d.queued_s = row[4].as<double>();
+    d.first = row[5].as<bool>();
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 // Ends the tasks recovery has given up on, each with its result event, in `tx`.
 int fail_exhausted(pqxx::work& tx, const SchedulerPass& pass) {
-  auto rows = tx.exec_params(R"SQL(
+  static const std::string kFail = std::string(R"SQL(
 UPDATE tasks SET status = 'failed', finished_at = now(), lease_until = NULL,
+       error_code = 'attempts_exhausted',
        error = 'gave up after ' || (attempt - releases) || ' attempts: every worker that ran it stopped '
                'before it finished'
 WHERE task_id IN (SELECT task_id FROM tasks
                   WHERE status = 'running' AND lease_until < now() AND attempt - releases >= $2
                   ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-RETURNING task_id::text, user_id, coalesce(batch_id, ''), error, attempt, steps, tool_calls,
-          input_tokens, cached_input_tokens, output_tokens,
-          to_char(cost, 'FM999999999999990.000000'), coalesce(currency, 'CNY'),
-          coalesce(traceparent, ''))SQL",
-                             pass.limit, pass.max_attempts);
-  for (const auto& r : rows) {
-    codec::ResultEvent event;
-    event.task_id = r[0].as<std::string>();
-    event.user_id = r[1].as<std::string>();
-    event.batch_id = r[2].as<std::string>();
-    event.status = TaskStatus::kFailed;
-    event.error = r[3].as<std::string>();
-    event.attempt = r[4].as<int>();
-    event.steps = r[5].as<int>();
-    event.tool_calls = r[6].as<int>();
-    event.usage.input = r[7].as<std::int64_t>();
-    event.usage.cached_input = r[8].as<std::int64_t>();
-    event.usage.output = r[9].as<std::int64_t>();
-    event.cost = r[10].as<std::string>();
-    event.currency = r[11].as<std::string>();
-    event.finished_at = codec::format_rfc3339(std::chrono::system_clock::now());
-    tx.exec_params0(
-        "INSERT INTO outbox (topic, message_key, payload, traceparent) "
-        "VALUES ($1, $2, $3, NULLIF($4, ''))",
-        pass.results_topic, event.user_id, codec::result_event_json(event),
-        r[12].as<std::string>());
-  }
+RETURNING )SQL") + kEndedColumns;
+  auto rows = tx.exec_params(kFail, pass.limit, pass.max_attempts);
+  announce_ended(tx, rows, pass.results_topic);
   return static_cast<int>(rows.size());
 }
 }  // namespace
 
-SchedulerReport schedule_pass(pqxx::connection& c, const SchedulerPass& pass) {
-  // Built once: the statement texts do not depend on the arguments.
+RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
+  // Built once: the statement text does not depend on the arguments.
   static const std::string kRecover = dispatch_statement(R"SQL(
   SELECT task_id, status FROM tasks
   WHERE (status = 'running' AND lease_until < now() AND attempt - releases < $4)
@@ -184,33 +221,177 @@ SchedulerReport schedule_pass(pqxx::connection& c, const SchedulerPass& pass) {
   LIMIT $1
   FOR UPDATE SKIP LOCKED)SQL",
                                                          ", lease_until = NULL");
-  // Interactive before batch, oldest first. Fairness and limits arrive with the scheduler
-  // proper; the shape (lock, pick, mark, outbox, one transaction) stays.
-  static const std::string kAdmit = dispatch_statement(R"SQL(
-  SELECT task_id, status FROM tasks
-  WHERE status = 'queued'
-  ORDER BY (priority = 'batch'), created_at
-  LIMIT $1
-  FOR UPDATE SKIP LOCKED)SQL",
-                                                       "");
-  SchedulerReport report;
-  pqxx::work tx(c);
-  if (!tx.exec1("SELECT pg_try_advisory_xact_lock(7311001)")[0].as<bool>())
-    return report;
-  report.lock_held = true;
+  RecoveryReport report;
   report.exhausted = fail_exhausted(tx, pass);
   auto recovered = tx.exec_params(kRecover, pass.limit, pass.dispatch_topic,
                                   pass.redispatch_after_s, pass.max_attempts);
-  auto admitted = tx.exec_params(kAdmit, pass.limit, pass.dispatch_topic);
-  tx.commit();
-  for (const auto& row : recovered) {
-    ++(row[0].as<std::string>() == "running" ? report.recovered_lease_expired
-                                             : report.recovered_redispatch);
-  }
-  for (const auto& row : admitted) {
-    ++(row[1].as<std::string>() == "batch" ? report.admitted_batch : report.admitted_interactive);
-  }
+  for (const auto& task : read_dispatched(recovered))
+    ++(task.was == "running" ? report.lease_expired : report.redispatched);
   return report;
+}
+
+int expire_queued(pqxx::work& tx, int limit, const std::string& results_topic) {
+  static const std::string kExpire = std::string(R"SQL(
+UPDATE tasks SET status = 'timed_out', finished_at = now(), error_code = 'schedule_timeout',
+       error = 'waited in the queue longer than schedule_timeout_s (' || schedule_timeout_s || ' s)'
+WHERE task_id IN (SELECT task_id FROM tasks
+                  WHERE status = 'queued' AND started_at IS NULL AND queue_deadline_at < now()
+                  ORDER BY queue_deadline_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING )SQL") + kEndedColumns;
+  auto rows = tx.exec_params(kExpire, limit);
+  announce_ended(tx, rows, results_topic);
+  return static_cast<int>(rows.size());
+}
+
+Backlog read_backlog(pqxx::work& tx, int count_cap) {
+  // A skip scan of tasks_queued_user finds each user with queued work in one index probe;
+  // each count stops at count_cap (the pass never admits more).
+  auto rows = tx.exec_params(R"SQL(
+WITH RECURSIVE users AS (
+  (SELECT user_id FROM tasks WHERE status = 'queued' ORDER BY user_id LIMIT 1)
+  UNION ALL
+  SELECT (SELECT t.user_id FROM tasks t WHERE t.status = 'queued' AND t.user_id > u.user_id
+          ORDER BY t.user_id LIMIT 1)
+  FROM users u WHERE u.user_id IS NOT NULL
+)
+SELECT u.user_id,
+  (SELECT count(*) FROM (SELECT 1 FROM tasks q WHERE q.status = 'queued' AND q.user_id = u.user_id
+                         AND q.priority = 'interactive' LIMIT $1) qi),
+  (SELECT count(*) FROM (SELECT 1 FROM tasks q WHERE q.status = 'queued' AND q.user_id = u.user_id
+                         AND q.priority = 'batch' LIMIT $1) qb),
+  (SELECT count(*) FROM tasks a WHERE a.user_id = u.user_id
+                                  AND a.status IN ('dispatched', 'running')),
+  coalesce(l.tier, ''), l.max_concurrency, l.requests_per_minute, l.tokens_per_minute,
+  l.max_queued, l.monthly_budget::text, l.tool_permission
+FROM users u LEFT JOIN user_limits l ON l.user_id = u.user_id
+WHERE u.user_id IS NOT NULL
+ORDER BY u.user_id)SQL",
+                             count_cap);
+  Backlog backlog;
+  backlog.users.reserve(rows.size());
+  for (const auto& r : rows) {
+    BacklogUser user;
+    user.user_id = r[0].as<std::string>();
+    user.queued_interactive = r[1].as<std::int64_t>();
+    user.queued_batch = r[2].as<std::int64_t>();
+    user.active = r[3].as<int>();
+    user.overrides = read_overrides(r, 4);
+    user.overrides.user_id = user.user_id;
+    backlog.users.push_back(std::move(user));
+  }
+  backlog.fleet_active =
+      tx.exec1("SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running')")[0]
+          .as<std::int64_t>();
+  return backlog;
+}
+
+UserOverrides read_overrides(const pqxx::row& r, int first) {
+  UserOverrides o;
+  o.tier = r[first].as<std::string>();
+  if (!r[first + 1].is_null())
+    o.max_concurrency = r[first + 1].as<int>();
+  if (!r[first + 2].is_null())
+    o.requests_per_minute = r[first + 2].as<int>();
+  if (!r[first + 3].is_null())
+    o.tokens_per_minute = r[first + 3].as<std::int64_t>();
+  if (!r[first + 4].is_null())
+    o.max_queued = r[first + 4].as<int>();
+  if (!r[first + 5].is_null())
+    o.monthly_budget = r[first + 5].as<std::string>();
+  if (!r[first + 6].is_null())
+    o.tool_permission = r[first + 6].as<std::string>();
+  return o;
+}
+
+std::map<std::string, std::int64_t> month_spend_micros(pqxx::work& tx,
+                                                       const std::vector<std::string>& users,
+                                                       const std::string& time_zone) {
+  std::map<std::string, std::int64_t> spent;
+  if (users.empty())
+    return spent;
+  auto rows = tx.exec_params(R"SQL(
+SELECT user_id, (sum(cost) * 1000000)::bigint FROM usage_ledger
+WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
+  AND called_at >= date_trunc('month', now() AT TIME ZONE $2) AT TIME ZONE $2
+GROUP BY user_id)SQL",
+                             json_string_array(users), time_zone);
+  for (const auto& row : rows)
+    spent[row[0].as<std::string>()] = row[1].as<std::int64_t>();
+  return spent;
+}
+
+std::map<std::string, RecentUsage> recent_usage(pqxx::work& tx,
+                                                const std::vector<std::string>& users) {
+  std::map<std::string, RecentUsage> usage;
+  if (users.empty())
+    return usage;
+  const std::string ids = json_string_array(users);
+  auto tokens = tx.exec_params(R"SQL(
+SELECT user_id, sum(input_tokens + output_tokens)::bigint FROM usage_ledger
+WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
+  AND called_at > now() - interval '1 minute'
+GROUP BY user_id)SQL",
+                               ids);
+  for (const auto& row : tokens)
+    usage[row[0].as<std::string>()].tokens = row[1].as<std::int64_t>();
+  auto admissions = tx.exec_params(R"SQL(
+SELECT user_id, count(*) FROM tasks
+WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
+  AND dispatched_at > now() - interval '1 minute'
+GROUP BY user_id)SQL",
+                                   ids);
+  for (const auto& row : admissions)
+    usage[row[0].as<std::string>()].admissions = row[1].as<std::int64_t>();
+  return usage;
+}
+
+std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
+                                            const std::vector<limits::Grant>& grants,
+                                            const std::string& dispatch_topic) {
+  if (grants.empty())
+    return {};
+  // Each grant takes the user's oldest queued tasks of its priority; a row another
+  // transaction holds (a cancel in progress) is skipped, not waited for.
+  static const std::string kAdmit = dispatch_statement(R"SQL(
+  SELECT p.task_id, 'queued'::text AS status
+  FROM jsonb_to_recordset($1::jsonb) AS g(user_id text, priority text, n integer)
+  CROSS JOIN LATERAL (
+    SELECT t.task_id FROM tasks t
+    WHERE t.status = 'queued' AND t.user_id = g.user_id AND t.priority = g.priority
+      AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.cancelled AND b.batch_id = t.batch_id
+                                                AND b.user_id = t.user_id)
+    ORDER BY t.created_at
+    LIMIT g.n
+    FOR UPDATE SKIP LOCKED) p)SQL",
+                                                       "");
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartArray();
+  for (const auto& grant : grants) {
+    w.StartObject();
+    w.Key("user_id");
+    w.String(grant.user_id.data(), static_cast<rapidjson::SizeType>(grant.user_id.size()));
+    w.Key("priority");
+    const std::string_view priority = to_string(grant.priority);
+    w.String(priority.data(), static_cast<rapidjson::SizeType>(priority.size()));
+    w.Key("n");
+    w.Int(grant.tasks);
+    w.EndObject();
+  }
+  w.EndArray();
+  return read_dispatched(
+      tx.exec_params(kAdmit, std::string(buffer.GetString(), buffer.GetSize()), dispatch_topic));
+}
+
+std::vector<std::string> oldest_queued(pqxx::work& tx, const std::string& user_id, int limit) {
+  auto rows = tx.exec_params(
+      "SELECT task_id::text FROM tasks WHERE status = 'queued' AND user_id = $1 "
+      "ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+      user_id, limit);
+  std::vector<std::string> ids;
+  for (const auto& row : rows)
+    ids.push_back(row[0].as<std::string>());
+  return ids;
 }
 
 std::string list_tasks(pqxx::connection& c, const TaskListQuery& query) {
@@ -257,40 +438,13 @@ CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
   if (status != "queued" && status != "dispatched")
     return CancelOutcome::kAlreadyEnded;
   // Not running anywhere: a dispatch message still on its way finds it terminal and skips it.
-  auto r = tx.exec_params1(R"SQL(
-UPDATE tasks SET status = 'cancelled', cancel_requested = true, finished_at = now(),
-       lease_until = NULL, error = 'cancelled before it ran'
-WHERE task_id = $1::uuid
-RETURNING user_id, coalesce(batch_id, ''), error, attempt, steps, tool_calls, input_tokens,
-          cached_input_tokens, output_tokens, to_char(cost, 'FM999999999999990.000000'),
-          coalesce(currency, 'CNY'), coalesce(traceparent, ''))SQL",
-                           task_id);
-  codec::ResultEvent event;
-  event.task_id = task_id;
-  event.user_id = r[0].as<std::string>();
-  event.batch_id = r[1].as<std::string>();
-  event.status = TaskStatus::kCancelled;
-  event.error = r[2].as<std::string>();
-  event.attempt = r[3].as<int>();
-  event.steps = r[4].as<int>();
-  event.tool_calls = r[5].as<int>();
-  event.usage.input = r[6].as<std::int64_t>();
-  event.usage.cached_input = r[7].as<std::int64_t>();
-  event.usage.output = r[8].as<std::int64_t>();
-  event.cost = r[9].as<std::string>();
-  event.currency = r[10].as<std::string>();
-  event.finished_at = codec::format_rfc3339(std::chrono::system_clock::now());
-  tx.exec_params0(
-      "INSERT INTO outbox (topic, message_key, payload, traceparent) "
-      "VALUES ($1, $2, $3, NULLIF($4, ''))",
-      results_topic, event.user_id, codec::result_event_json(event), r[11].as<std::string>());
+  tx.exec_params0("UPDATE tasks SET cancel_requested = true WHERE task_id = $1::uuid", task_id);
+  end_unstarted(
+      tx, {task_id},
+      Ending{TaskStatus::kCancelled, "cancelled before it ran", "cancelled", std::nullopt},
+      results_topic);
   tx.commit();
   return CancelOutcome::kCancelled;
-}
-
-int schedule_queued(pqxx::connection& c, const SchedulerPass& pass) {
-  const SchedulerReport report = schedule_pass(c, pass);
-  return report.lock_held ? report.messages() : -1;
 }
 
 std::vector<std::pair<TaskStatus, std::int64_t>> count_live_tasks(pqxx::connection& c) {
@@ -309,6 +463,14 @@ std::vector<std::pair<TaskStatus, std::int64_t>> count_live_tasks(pqxx::connecti
     }
   }
   return counts;
+}
+
+std::pair<std::int64_t, std::int64_t> count_queued(pqxx::connection& c) {
+  pqxx::read_transaction tx(c);
+  auto row = tx.exec1(
+      "SELECT count(*) FILTER (WHERE priority = 'interactive'), "
+      "count(*) FILTER (WHERE priority = 'batch') FROM tasks WHERE status = 'queued'");
+  return {row[0].as<std::int64_t>(), row[1].as<std::int64_t>()};
 }
 
 std::int64_t count_due_outbox(pqxx::connection& c) {
@@ -630,6 +792,101 @@ void delete_outbox_row(pqxx::connection& c, std::int64_t id) {
 
 Status release_task(pqxx::connection& c, const std::string& task_id, int attempt) {
   return in_transaction(c, [&](pqxx::work& tx) { return release_task(tx, task_id, attempt); });
+}
+
+}  // namespace agentfleet::pg
+
+namespace agentfleet::pg {
+
+std::optional<UserOverrides> get_user_overrides(pqxx::connection& c, const std::string& user_id) {
+  pqxx::read_transaction tx(c);
+  auto rows = tx.exec_params(
+      "SELECT coalesce(tier, ''), max_concurrency, requests_per_minute, tokens_per_minute, "
+      "max_queued, monthly_budget::text, tool_permission FROM user_limits WHERE user_id = $1",
+      user_id);
+  if (rows.empty())
+    return std::nullopt;
+  UserOverrides o = read_overrides(rows[0], 0);
+  o.user_id = user_id;
+  return o;
+}
+
+void put_user_overrides(pqxx::connection& c, const UserOverrides& o) {
+  pqxx::work tx(c);
+  tx.exec_params0(R"SQL(
+INSERT INTO user_limits (user_id, tier, max_concurrency, requests_per_minute, tokens_per_minute,
+                         max_queued, monthly_budget, tool_permission, updated_at)
+VALUES ($1, NULLIF($2, ''), $3, $4, $5, $6, $7::numeric, $8, now())
+ON CONFLICT (user_id) DO UPDATE SET
+  tier = EXCLUDED.tier, max_concurrency = EXCLUDED.max_concurrency,
+  requests_per_minute = EXCLUDED.requests_per_minute,
+  tokens_per_minute = EXCLUDED.tokens_per_minute, max_queued = EXCLUDED.max_queued,
+  monthly_budget = EXCLUDED.monthly_budget, tool_permission = EXCLUDED.tool_permission,
+  updated_at = now())SQL",
+                  o.user_id, o.tier, o.max_concurrency, o.requests_per_minute, o.tokens_per_minute,
+                  o.max_queued, o.monthly_budget, o.tool_permission);
+  // The active scheduler reads limits every pass; wake it so a raise applies at once.
+  tx.exec("SELECT pg_notify('agentfleet_work', '')");
+  tx.commit();
+}
+
+std::string usage_json(pqxx::connection& c, const UsageQuery& q) {
+  pqxx::read_transaction tx(c);
+  auto row = tx.exec_params1(R"SQL(
+WITH calls AS (
+  SELECT model, currency, count(*) AS calls, count(DISTINCT task_id) AS tasks,
+         sum(input_tokens) AS input_tokens, sum(cached_input_tokens) AS cached_input_tokens,
+         sum(output_tokens) AS output_tokens, sum(cost) AS cost
+  FROM usage_ledger
+  WHERE ($1 = '' OR user_id = $1) AND ($2 = '' OR batch_id = $2)
+    AND ($3 = '' OR called_at >= $3::timestamptz) AND ($4 = '' OR called_at < $4::timestamptz)
+  GROUP BY model, currency
+)
+SELECT jsonb_build_object(
+  'models', coalesce((SELECT jsonb_agg(jsonb_build_object(
+      'model', model, 'currency', currency, 'calls', calls, 'tasks', tasks,
+      'input_tokens', input_tokens, 'cached_input_tokens', cached_input_tokens,
+      'output_tokens', output_tokens,
+      'cost', to_char(cost, 'FM999999999999990.000000')) ORDER BY model, currency) FROM calls),
+    '[]'::jsonb),
+  'totals', coalesce((SELECT jsonb_agg(jsonb_build_object(
+      'currency', currency, 'calls', calls, 'input_tokens', input_tokens,
+      'cached_input_tokens', cached_input_tokens, 'output_tokens', output_tokens,
+      'cost', to_char(cost, 'FM999999999999990.000000')) ORDER BY currency)
+    FROM (SELECT currency, sum(calls) AS calls, sum(input_tokens) AS input_tokens,
+                 sum(cached_input_tokens) AS cached_input_tokens,
+                 sum(output_tokens) AS output_tokens, sum(cost) AS cost
+          FROM calls GROUP BY currency) t), '[]'::jsonb))::text)SQL",
+                             q.user_id, q.batch_id, q.from, q.to);
+  return row[0].as<std::string>();
+}
+
+}  // namespace agentfleet::pg
+
+namespace agentfleet::pg {
+
+std::optional<std::string> task_history_json(pqxx::connection& c, const std::string& task_id) {
+  pqxx::read_transaction tx(c);
+  auto rows = tx.exec_params(R"SQL(
+SELECT jsonb_build_object(
+  'task_id', t.task_id, 'user_id', t.user_id, 'status', t.status, 'error', t.error,
+  'error_code', t.error_code,
+  'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
+      'type', t.result_type, 'message', t.result_message,
+      'options', coalesce(t.result_options, '[]'::jsonb)) END,
+  'usage', jsonb_build_object('input_tokens', t.input_tokens,
+      'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
+  'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
+  'steps', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+      'step', s.step, 'content', coalesce(s.model_reply->>'content', ''),
+      'tool_calls', coalesce(s.model_reply->'tool_calls', '[]'::jsonb),
+      'trace', s.trace) ORDER BY s.step), '[]'::jsonb)
+    FROM task_steps s WHERE s.task_id = t.task_id))::text
+FROM tasks t WHERE t.task_id = $1::uuid)SQL",
+                             task_id);
+  if (rows.empty())
+    return std::nullopt;
+  return rows[0][0].as<std::string>();
 }
 
 }  // namespace agentfleet::pg

@@ -8,12 +8,15 @@
 #include <pqxx/pqxx>
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/domain/error.hpp"
 #include "core/domain/task.hpp"
+#include "core/limits/fair_scheduler.hpp"
 
 namespace agentfleet::pg {
 
@@ -25,15 +28,37 @@ struct NewTask {
   std::string traceparent;
 };
 
-enum class InsertOutcome { kCreated, kExisting, kConflict };
+// A user's queue limit from their overrides in user_limits: `tier` (empty when none) and
+// `max_queued` (nullopt when none). Empty function: no limit.
+using QueueLimit = std::function<int(const std::string& tier, std::optional<int> max_queued)>;
+struct QueueRoom {
+  std::int64_t queued = 0;  // counted up to max_queued + 1
+  int max_queued = 0;
+};
+
+enum class InsertOutcome { kCreated, kExisting, kConflict, kQueueFull };
 struct InsertResult {
   InsertOutcome outcome = InsertOutcome::kCreated;
   std::string task_id;  // the new task, or the one the idempotency key already names
+  QueueRoom room;       // set for kQueueFull
 };
-InsertResult insert_task(pqxx::connection& c, const NewTask& task);
+// Stores a submission, one transaction: the same idempotency key returns the existing task
+// (kExisting, or kConflict when its request differs); a user with max_queued tasks queued
+// gets kQueueFull and nothing is stored. Notifies the scheduler (channel agentfleet_work).
+InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit = {});
+
+// Serializes one user's submissions until the transaction ends (advisory lock).
+void lock_user_queue(pqxx::work& tx, const std::string& user_id);
+// The user's queued tasks (counted up to the limit + 1) and their limit.
+QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimit& limit);
 
 // The task as the API shows it (JSON text), or nullopt.
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id);
+
+// What an event stream replays for a task that is already under way: user, status, the
+// result and error when it ended, and per step the model's text, its tool calls and (once
+// they ran) their trace. JSON text, or nullopt.
+std::optional<std::string> task_history_json(pqxx::connection& c, const std::string& task_id);
 
 // GET /v1/tasks: a user's tasks, newest first, optionally of one status, at most `limit`,
 // created before the task `before` (a cursor: the last id of the previous page). Each item
@@ -54,12 +79,8 @@ enum class CancelOutcome { kCancelled, kRequested, kAlreadyCancelled, kAlreadyEn
 CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
                           const std::string& results_topic);
 
-// One scheduler pass, in one transaction, by one scheduler at a time (transaction-scoped
-// advisory lock; returns -1 when another holds it). First recovery: tasks whose worker
-// lease expired, and dispatched tasks unclaimed for `redispatch_after_s`, are dispatched
-// again (they resume from their checkpoints; the attempt fence stops a late old owner).
-// Then up to `limit` queued tasks are admitted. Each gets a dispatch message in the
-// outbox. Returns the number of messages written.
+// ---- the scheduler (dispatcher/scheduler.hpp runs these in one transaction per pass) ----
+
 struct SchedulerPass {
   std::string dispatch_topic;
   std::string results_topic;
@@ -70,26 +91,104 @@ struct SchedulerPass {
   // runs it, and trying forever would take workers down with it.
   int max_attempts = 5;
 };
-int schedule_queued(pqxx::connection& c, const SchedulerPass& pass);
 
-// The same pass, saying what it did (for the metrics).
-struct SchedulerReport {
-  bool lock_held = false;  // false: another scheduler holds the lock; nothing was done
-  int exhausted = 0;       // running tasks ended failed after max_attempts
-  int recovered_lease_expired = 0;
-  int recovered_redispatch = 0;  // dispatched but unclaimed for redispatch_after_s
-  int admitted_interactive = 0;
-  int admitted_batch = 0;
-  // Outbox messages written (result events of exhausted tasks, and dispatch messages).
-  int messages() const {
-    return exhausted + recovered_lease_expired + recovered_redispatch + admitted_interactive +
-           admitted_batch;
-  }
+// Recovery: tasks whose worker lease expired, and dispatched tasks unclaimed for
+// `redispatch_after_s`, are dispatched again (they resume from their checkpoints; the
+// attempt fence stops a late old owner); tasks out of attempts end failed.
+struct RecoveryReport {
+  int exhausted = 0;
+  int lease_expired = 0;
+  int redispatched = 0;
 };
-SchedulerReport schedule_pass(pqxx::connection& c, const SchedulerPass& pass);
+RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass);
+
+// Queued tasks (never started) past their queue deadline (created_at + schedule_timeout_s)
+// end timed_out with error_code schedule_timeout and their result events; at most `limit`.
+int expire_queued(pqxx::work& tx, int limit, const std::string& results_topic);
+
+// A user's overrides in user_limits (nullopt / empty: the tier's value applies).
+struct UserOverrides {
+  std::string user_id;
+  std::string tier;
+  std::optional<int> max_concurrency;
+  std::optional<int> requests_per_minute;
+  std::optional<std::int64_t> tokens_per_minute;
+  std::optional<int> max_queued;
+  std::optional<std::string> monthly_budget;  // decimal text
+  std::optional<std::string> tool_permission;
+};
+// Reads the 7 override columns starting at `first`: tier (text, '' for none),
+// max_concurrency, requests_per_minute, tokens_per_minute, max_queued, monthly_budget (text),
+// tool_permission.
+UserOverrides read_overrides(const pqxx::row& row, int first);
+
+// Every user with queued work: queued counts per priority (each up to `count_cap`), the
+// exact count of dispatched + running tasks, the overrides; and the fleet's active total.
+struct BacklogUser {
+  std::string user_id;
+  std::int64_t queued_interactive = 0;
+  std::int64_t queued_batch = 0;
+  int active = 0;
+  UserOverrides overrides;
+};
+struct Backlog {
+  std::vector<BacklogUser> users;  // ordered by user_id
+  std::int64_t fleet_active = 0;
+};
+Backlog read_backlog(pqxx::work& tx, int count_cap);
+
+// Each user's cost in the ledger since the start of this month in `time_zone`, in
+// micro-units (users without calls are absent).
+std::map<std::string, std::int64_t> month_spend_micros(pqxx::work& tx,
+                                                       const std::vector<std::string>& users,
+                                                       const std::string& time_zone);
+
+// Tokens (input + output) in the ledger and dispatches in the last minute, per user: where
+// a new active scheduler starts its rate buckets.
+struct RecentUsage {
+  std::int64_t admissions = 0;
+  std::int64_t tokens = 0;
+};
+std::map<std::string, RecentUsage> recent_usage(pqxx::work& tx,
+                                                const std::vector<std::string>& users);
+
+// Dispatches each grant's tasks (the user's oldest queued of that priority, skipping rows
+// locked elsewhere): status dispatched and the dispatch message in the outbox.
+struct DispatchedTask {
+  std::string task_id;
+  std::string user_id;
+  Priority priority = Priority::kInteractive;
+  std::string was;      // the status it was picked in
+  double queued_s = 0;  // since submission
+  bool first = true;    // its first dispatch (attempt 0)
+};
+std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
+                                            const std::vector<limits::Grant>& grants,
+                                            const std::string& dispatch_topic);
+
+// The user's oldest queued tasks, locked (skipping rows locked elsewhere), at most `limit`.
+std::vector<std::string> oldest_queued(pqxx::work& tx, const std::string& user_id, int limit);
+
+// GET/PUT /v1/users/{id}/limits: the user's override row (nullopt: none), and its
+// replacement (every field as given; nullopt clears it). A put wakes the scheduler.
+std::optional<UserOverrides> get_user_overrides(pqxx::connection& c, const std::string& user_id);
+void put_user_overrides(pqxx::connection& c, const UserOverrides& overrides);
+
+// Usage from the ledger per model and currency (calls, tasks, tokens, cost) and totals per
+// currency, as JSON {"models": [...], "totals": [...]}, for a user and/or a batch over
+// [from, to) (RFC 3339 timestamps; empty: unbounded).
+struct UsageQuery {
+  std::string user_id;
+  std::string batch_id;
+  std::string from;
+  std::string to;
+};
+std::string usage_json(pqxx::connection& c, const UsageQuery& query);
 
 // Tasks in each live status (queued, dispatched, running; zero when none), for the metrics.
 std::vector<std::pair<TaskStatus, std::int64_t>> count_live_tasks(pqxx::connection& c);
+// Queued tasks: (interactive, batch), for the queue depth gauge.
+std::pair<std::int64_t, std::int64_t> count_queued(pqxx::connection& c);
 // Outbox rows due for publishing (publish_after passed) and not yet published.
 std::int64_t count_due_outbox(pqxx::connection& c);
 

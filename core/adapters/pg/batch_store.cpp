@@ -1,0 +1,241 @@
+#include "core/adapters/pg/batch_store.hpp"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include "core/adapters/pg/db_pool.hpp"
+#include "core/adapters/pg/ended_tasks.hpp"
+
+namespace agentfleet::pg {
+
+namespace {
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void key_string(Writer& w, const char* key, std::string_view value) {
+  w.Key(key);
+  w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
+}
+
+// The tasks of a slice as a JSON array of objects, the input of jsonb_to_recordset.
+std::string tasks_json(const std::vector<NewTask>& tasks) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartArray();
+  for (const NewTask& t : tasks) {
+    const TaskSpec& s = t.spec;
+    w.StartObject();
+    key_string(w, "task_id", s.task_id);
+    key_string(w, "user_id", s.user_id);
+    key_string(w, "text", s.text);
+    key_string(w, "model", s.model);
+    w.Key("tools");
+    if (s.tools) {
+      w.StartArray();
+      for (const auto& tool : *s.tools)
+        w.String(tool.data(), static_cast<rapidjson::SizeType>(tool.size()));
+      w.EndArray();
+    } else {
+      w.Null();
+    }
+    w.Key("timeout_s");
+    w.Int(s.timeout_s);
+    w.Key("schedule_timeout_s");
+    w.Int(s.schedule_timeout_s);
+    w.Key("max_steps");
+    w.Int(s.max_steps);
+    key_string(w, "priority", to_string(s.priority));
+    key_string(w, "idempotency_key", s.idempotency_key);
+    key_string(w, "request_canonical", t.canonical);
+    key_string(w, "batch_id", s.batch_id);
+    w.Key("metadata");
+    w.StartObject();
+    key_string(w, "device_id", s.metadata.device_id);
+    key_string(w, "time_zone", s.metadata.time_zone);
+    key_string(w, "locale", s.metadata.locale);
+    w.EndObject();
+    key_string(w, "traceparent", t.traceparent);
+    w.EndObject();
+  }
+  w.EndArray();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+}  // namespace
+
+BatchWriter::BatchWriter(const std::string& url, int statement_timeout_ms, int connect_timeout_s,
+                         BatchHeader header)
+    : header_(std::move(header)),
+      connection_(open_connection(url, statement_timeout_ms, connect_timeout_s)),
+      tx_(std::make_unique<pqxx::work>(*connection_)) {}
+
+BatchWriter::~BatchWriter() {
+  tx_.reset();  // aborts an uncommitted transaction
+}
+
+bool BatchWriter::create() {
+  // The user's submissions wait for this upload to commit: its queue count holds.
+  lock_user_queue(*tx_, header_.user_id);
+  auto rows = tx_->exec_params(
+      "INSERT INTO batches (batch_id, user_id, priority) VALUES ($1, $2, $3) "
+      "ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id",
+      header_.batch_id, header_.user_id, std::string(to_string(header_.priority)));
+  return !rows.empty();
+}
+
+int BatchWriter::add(const std::vector<NewTask>& tasks) {
+  if (tasks.empty())
+    return 0;
+  auto rows = tx_->exec_params(R"SQL(
+INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
+                   max_steps, priority, idempotency_key, request_canonical, batch_id,
+                   metadata, traceparent)
+SELECT r.task_id, r.user_id, r.text, r.model,
+       CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
+            ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
+       r.timeout_s, r.schedule_timeout_s, r.max_steps, r.priority, NULLIF(r.idempotency_key, ''),
+       r.request_canonical, r.batch_id, r.metadata, NULLIF(r.traceparent, '')
+FROM jsonb_to_recordset($1::jsonb) AS r(
+  task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
+  schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
+  request_canonical text, batch_id text, metadata jsonb, traceparent text)
+ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING 1)SQL",
+                               tasks_json(tasks));
+  return static_cast<int>(rows.size());
+}
+
+QueueRoom BatchWriter::room(const QueueLimit& limit) {
+  return queue_room(*tx_, header_.user_id, limit);
+}
+
+void BatchWriter::commit(std::int64_t total) {
+  tx_->exec_params0("UPDATE batches SET total = $2 WHERE batch_id = $1", header_.batch_id, total);
+  tx_->exec("SELECT pg_notify('agentfleet_work', '')");
+  tx_->commit();
+}
+
+std::optional<BatchHeader> find_batch(pqxx::connection& c, const std::string& batch_id) {
+  pqxx::read_transaction tx(c);
+  auto rows = tx.exec_params("SELECT user_id, priority FROM batches WHERE batch_id = $1", batch_id);
+  if (rows.empty())
+    return std::nullopt;
+  return BatchHeader{batch_id, rows[0][0].as<std::string>(),
+                     parse_priority(rows[0][1].as<std::string>()).value_or(Priority::kBatch)};
+}
+
+std::optional<std::string> batch_json(pqxx::connection& c, const std::string& batch_id) {
+  pqxx::read_transaction tx(c);
+  auto rows = tx.exec_params(R"SQL(
+WITH b AS (SELECT * FROM batches WHERE batch_id = $1),
+t AS (SELECT status, result_type FROM tasks
+      WHERE batch_id = $1 AND user_id = (SELECT user_id FROM b)),
+by_status AS (SELECT status, count(*) AS n FROM t GROUP BY status),
+by_type AS (SELECT result_type, count(*) AS n FROM t WHERE result_type IS NOT NULL
+            GROUP BY result_type),
+calls AS (
+  SELECT model, currency, count(*) AS calls, sum(input_tokens) AS input_tokens,
+         sum(cached_input_tokens) AS cached_input_tokens, sum(output_tokens) AS output_tokens,
+         sum(cost) AS cost
+  FROM usage_ledger WHERE batch_id = $1 AND user_id = (SELECT user_id FROM b)
+  GROUP BY model, currency)
+SELECT jsonb_build_object(
+  'batch_id', b.batch_id, 'user_id', b.user_id, 'priority', b.priority, 'total', b.total,
+  'cancelled', b.cancelled, 'created_at', b.created_at, 'cancelled_at', b.cancelled_at,
+  'counts', (SELECT jsonb_build_object(
+      'queued', coalesce(sum(n) FILTER (WHERE status = 'queued'), 0),
+      'dispatched', coalesce(sum(n) FILTER (WHERE status = 'dispatched'), 0),
+      'running', coalesce(sum(n) FILTER (WHERE status = 'running'), 0),
+      'succeeded', coalesce(sum(n) FILTER (WHERE status = 'succeeded'), 0),
+      'failed', coalesce(sum(n) FILTER (WHERE status = 'failed'), 0),
+      'timed_out', coalesce(sum(n) FILTER (WHERE status = 'timed_out'), 0),
+      'cancelled', coalesce(sum(n) FILTER (WHERE status = 'cancelled'), 0)) FROM by_status),
+  'result_types', (SELECT jsonb_build_object(
+      'action_completed', coalesce(sum(n) FILTER (WHERE result_type = 'action_completed'), 0),
+      'need_clarification', coalesce(sum(n) FILTER (WHERE result_type = 'need_clarification'), 0),
+      'error', coalesce(sum(n) FILTER (WHERE result_type = 'error'), 0)) FROM by_type),
+  'ended', (SELECT coalesce(sum(n), 0) FROM by_status
+            WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')),
+  'usage', coalesce((SELECT jsonb_agg(jsonb_build_object(
+      'model', model, 'currency', currency, 'calls', calls, 'input_tokens', input_tokens,
+      'cached_input_tokens', cached_input_tokens, 'output_tokens', output_tokens,
+      'cost', to_char(cost, 'FM999999999999990.000000')) ORDER BY model) FROM calls),
+    '[]'::jsonb))::text
+FROM b)SQL",
+                             batch_id);
+  if (rows.empty())
+    return std::nullopt;
+  return rows[0][0].as<std::string>();
+}
+
+std::string batch_results_page(pqxx::connection& c, const BatchHeader& batch,
+                               const std::string& after, int limit, std::string& last) {
+  pqxx::read_transaction tx(c);
+  auto rows = tx.exec_params(R"SQL(
+SELECT t.task_id::text, jsonb_build_object(
+  'task_id', t.task_id, 'idempotency_key', t.idempotency_key, 'status', t.status,
+  'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
+      'type', t.result_type, 'message', t.result_message,
+      'options', coalesce(t.result_options, '[]'::jsonb)) END,
+  'error', t.error, 'error_code', t.error_code, 'steps', t.steps, 'tool_calls', t.tool_calls,
+  'usage', jsonb_build_object('input_tokens', t.input_tokens,
+      'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
+  'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
+  'created_at', t.created_at, 'finished_at', t.finished_at)::text
+FROM tasks t
+WHERE t.batch_id = $1 AND t.user_id = $2 AND ($3 = '' OR t.task_id > NULLIF($3, '')::uuid)
+ORDER BY t.task_id
+LIMIT $4)SQL",
+                             batch.batch_id, batch.user_id, after, limit);
+  std::string out;
+  last.clear();
+  for (const auto& row : rows) {
+    out += row[1].as<std::string>();
+    out += '\n';
+    last = row[0].as<std::string>();
+  }
+  return out;
+}
+
+int cancel_batch_slice(pqxx::connection& c, const BatchHeader& batch, int limit,
+                       const std::string& results_topic) {
+  pqxx::work tx(c);
+  tx.exec_params0(
+      "UPDATE batches SET cancelled = true, cancelled_at = coalesce(cancelled_at, now()) "
+      "WHERE batch_id = $1",
+      batch.batch_id);
+  tx.exec_params0(
+      "UPDATE tasks SET cancel_requested = true WHERE batch_id = $1 AND user_id = $2 AND "
+      "status = 'running' AND NOT cancel_requested",
+      batch.batch_id, batch.user_id);
+  auto picked = tx.exec_params(
+      "SELECT task_id::text FROM tasks WHERE batch_id = $1 AND user_id = $2 AND "
+      "status IN ('queued', 'dispatched') ORDER BY task_id LIMIT $3 FOR UPDATE SKIP LOCKED",
+      batch.batch_id, batch.user_id, limit);
+  std::vector<std::string> ids;
+  for (const auto& row : picked)
+    ids.push_back(row[0].as<std::string>());
+  const auto ended = end_unstarted(
+      tx, ids, Ending{TaskStatus::kCancelled, "its batch was cancelled", "cancelled", std::nullopt},
+      results_topic);
+  tx.commit();
+  return static_cast<int>(ended.size());
+}
+
+int sweep_cancelled_batches(pqxx::work& tx, int limit, const std::string& results_topic) {
+  auto picked = tx.exec_params(R"SQL(
+SELECT t.task_id::text FROM batches b
+JOIN tasks t ON t.batch_id = b.batch_id AND t.user_id = b.user_id AND t.status = 'queued'
+WHERE b.cancelled
+LIMIT $1
+FOR UPDATE OF t SKIP LOCKED)SQL",
+                               limit);
+  std::vector<std::string> ids;
+  for (const auto& row : picked)
+    ids.push_back(row[0].as<std::string>());
+  return static_cast<int>(end_unstarted(tx, ids,
+                                        Ending{TaskStatus::kCancelled, "its batch was cancelled",
+                                               "cancelled", std::nullopt},
+                                        results_topic)
+                              .size());
+}
+
+}  // namespace agentfleet::pg

@@ -1,0 +1,96 @@
+#include "core/adapters/pg/ended_tasks.hpp"
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <chrono>
+
+#include "core/codec/json_text.hpp"
+#include "core/codec/task_codec.hpp"
+
+namespace agentfleet::pg {
+
+const char* const kEndedColumns = R"SQL(
+  task_id::text, user_id, coalesce(batch_id, ''), coalesce(error, ''), coalesce(error_code, ''),
+  status, attempt, steps, tool_calls, input_tokens, cached_input_tokens, output_tokens,
+  to_char(cost, 'FM999999999999990.000000'), coalesce(currency, 'CNY'),
+  coalesce(traceparent, ''), coalesce(result_type, ''), coalesce(result_message, ''),
+  coalesce(result_options, '[]'::jsonb)::text)SQL";
+
+std::string json_string_array(const std::vector<std::string>& items) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartArray();
+  for (const auto& item : items)
+    w.String(item.data(), static_cast<rapidjson::SizeType>(item.size()));
+  w.EndArray();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+void announce_ended(pqxx::work& tx, const pqxx::result& rows, const std::string& results_topic) {
+  const std::string finished_at = codec::format_rfc3339(std::chrono::system_clock::now());
+  for (const auto& r : rows) {
+    codec::ResultEvent event;
+    event.task_id = r[0].as<std::string>();
+    event.user_id = r[1].as<std::string>();
+    event.batch_id = r[2].as<std::string>();
+    event.error = r[3].as<std::string>();
+    event.error_code = r[4].as<std::string>();
+    event.status = parse_task_status(r[5].as<std::string>()).value_or(TaskStatus::kFailed);
+    event.attempt = r[6].as<int>();
+    event.steps = r[7].as<int>();
+    event.tool_calls = r[8].as<int>();
+    event.usage.input = r[9].as<std::int64_t>();
+    event.usage.cached_input = r[10].as<std::int64_t>();
+    event.usage.output = r[11].as<std::int64_t>();
+    event.cost = r[12].as<std::string>();
+    event.currency = r[13].as<std::string>();
+    if (auto type = parse_result_type(r[15].as<std::string>())) {
+      TaskResult result;
+      result.type = *type;
+      result.message = r[16].as<std::string>();
+      rapidjson::Document options;
+      if (codec::parse_json(options, r[17].as<std::string>()) && options.IsArray()) {
+        for (const auto& option : options.GetArray()) {
+          if (option.IsString())
+            result.options.emplace_back(option.GetString(), option.GetStringLength());
+        }
+      }
+      event.result = std::move(result);
+    }
+    event.finished_at = finished_at;
+    tx.exec_params0(
+        "INSERT INTO outbox (topic, message_key, payload, traceparent) "
+        "VALUES ($1, $2, $3, NULLIF($4, ''))",
+        results_topic, event.user_id, codec::result_event_json(event), r[14].as<std::string>());
+  }
+}
+
+std::vector<std::string> end_unstarted(pqxx::work& tx, const std::vector<std::string>& task_ids,
+                                       const Ending& ending, const std::string& results_topic) {
+  std::vector<std::string> ended;
+  if (task_ids.empty())
+    return ended;
+  std::optional<std::string> result_type, result_message;
+  if (ending.result) {
+    result_type = std::string(to_string(ending.result->type));
+    result_message = ending.result->message;
+  }
+  static const std::string kEnd = std::string(R"SQL(
+UPDATE tasks SET status = $2, finished_at = now(), lease_until = NULL,
+       error = NULLIF($3, ''), error_code = NULLIF($4, ''), result_type = $5,
+       result_message = $6, result_options = CASE WHEN $5::text IS NULL THEN NULL ELSE '[]'::jsonb END
+WHERE task_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb))::uuid[])
+  AND status IN ('queued', 'dispatched')
+RETURNING )SQL") + kEndedColumns;
+  auto rows =
+      tx.exec_params(kEnd, json_string_array(task_ids), std::string(to_string(ending.status)),
+                     ending.error, ending.error_code, result_type, result_message);
+  announce_ended(tx, rows, results_topic);
+  for (const auto& row : rows)
+    ended.push_back(row[0].as<std::string>());
+  return ended;
+}
+
+}  // namespace agentfleet::pg

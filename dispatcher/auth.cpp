@@ -1,0 +1,78 @@
+#include "dispatcher/auth.hpp"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+
+namespace agentfleet::dispatcher {
+
+std::string sha256_hex(std::string_view text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha256(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(length * 2);
+  for (unsigned int i = 0; i < length; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 0xf]);
+  }
+  return out;
+}
+
+bool Caller::may_act_for(const std::string& user_id) const {
+  return admin || any_user || std::find(users.begin(), users.end(), user_id) != users.end();
+}
+
+Authenticator::Authenticator(const config::AuthConfig& config) : config_(config) {
+  for (const config::ApiKey& key : config_.api_keys)
+    by_hash_.emplace(key.sha256, &key);
+}
+
+std::variant<Caller, AuthFailure> Authenticator::authenticate(const http::Request& request) const {
+  if (config_.mode == "none")
+    return Caller{"anonymous", true, true, {}};
+  if (config_.mode == "gateway") {
+    const auto user = request[config_.user_header];
+    const bool admin = request[config_.admin_header] == "true";
+    if (user.empty() && !admin) {
+      return AuthFailure{"the gateway sent no " + config_.user_header + " header"};
+    }
+    Caller caller;
+    caller.name = "gateway:" + std::string(user);
+    caller.admin = admin;
+    if (!user.empty())
+      caller.users.emplace_back(user);
+    return caller;
+  }
+  std::string_view key;
+  const auto authorization = request[boost::beast::http::field::authorization];
+  constexpr std::string_view kBearer = "Bearer ";
+  if (authorization.size() > kBearer.size() &&
+      std::equal(kBearer.begin(), kBearer.end(), authorization.begin(), [](char a, char b) {
+        return std::tolower(static_cast<unsigned char>(a)) ==
+               std::tolower(static_cast<unsigned char>(b));
+      })) {
+    key = std::string_view(authorization.data(), authorization.size()).substr(kBearer.size());
+  } else if (const auto header = request["X-API-Key"]; !header.empty()) {
+    key = std::string_view(header.data(), header.size());
+  }
+  if (key.empty())
+    return AuthFailure{"an API key is required: Authorization: Bearer <key>"};
+  const auto found = by_hash_.find(sha256_hex(key));
+  if (found == by_hash_.end())
+    return AuthFailure{"the API key is not valid"};
+  const config::ApiKey& k = *found->second;
+  Caller caller;
+  caller.name = k.name;
+  caller.admin = k.admin;
+  for (const auto& user : k.users) {
+    if (user == "*")
+      caller.any_user = true;
+    else
+      caller.users.push_back(user);
+  }
+  return caller;
+}
+
+}  // namespace agentfleet::dispatcher

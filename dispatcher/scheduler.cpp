@@ -1,0 +1,284 @@
+#include "dispatcher/scheduler.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "core/adapters/log.hpp"
+#include "core/adapters/pg/batch_store.hpp"
+#include "core/adapters/pg/db_pool.hpp"
+#include "core/adapters/pg/ended_tasks.hpp"
+#include "core/adapters/pg/task_store.hpp"
+#include "core/billing/money.hpp"
+#include "dispatcher/user_limits.hpp"
+
+namespace agentfleet::dispatcher {
+
+namespace {
+// The session advisory lock that makes one replica the active scheduler.
+constexpr const char* kTryLeader = "SELECT pg_try_advisory_lock(7311001)";
+// A leadership term drops per-user state idle this long.
+constexpr auto kForgetIdleAfter = std::chrono::minutes(10);
+
+metrics::ThrottleReason throttle_reason(int cause) {
+  switch (static_cast<limits::ThrottleCause>(cause)) {
+    case limits::ThrottleCause::kConcurrency:
+      return metrics::ThrottleReason::kConcurrency;
+    case limits::ThrottleCause::kRpm:
+      return metrics::ThrottleReason::kRpm;
+    case limits::ThrottleCause::kTpm:
+      return metrics::ThrottleReason::kTpm;
+    case limits::ThrottleCause::kBudget:
+      return metrics::ThrottleReason::kBudget;
+  }
+  return metrics::ThrottleReason::kConcurrency;
+}
+
+std::string budget_message(const std::string& currency, std::int64_t budget, std::int64_t spent,
+                           const std::string& time_zone) {
+  return "quota_exceeded: the monthly budget of " + billing::format_micros(budget) + " " +
+         currency + " is spent (" + billing::format_micros(spent) + " " + currency +
+         " used this month, " + time_zone +
+         "); the task was not started. Raise the budget (PUT /v1/users/{id}/limits) or wait "
+         "for next month.";
+}
+}  // namespace
+
+Scheduler::Scheduler(const config::Config& config, metrics::DispatcherMetrics& metrics,
+                     const limits::Clock& clock)
+    : config_(config), metrics_(metrics), clock_(clock) {
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0)
+    throw std::runtime_error("scheduler: eventfd failed");
+  currency_ = config.billing.prices.empty() ? "CNY" : config.billing.prices.front().currency;
+}
+
+Scheduler::~Scheduler() {
+  stop();
+  if (wake_fd_ >= 0)
+    ::close(wake_fd_);
+}
+
+void Scheduler::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void Scheduler::stop() {
+  stopping_ = true;
+  wake();
+  if (thread_.joinable())
+    thread_.join();
+}
+
+void Scheduler::wake() {
+  const std::uint64_t one = 1;
+  // A full counter already means "wake": nothing to do when the write would block.
+  [[maybe_unused]] auto written = ::write(wake_fd_, &one, sizeof one);
+}
+
+void Scheduler::task_ended(const std::string& user_id, const std::string& task_id,
+                           std::int64_t tokens) {
+  {
+    std::lock_guard lock(ended_mutex_);
+    // Bounded: a scheduler that is not the leader never drains it, and needs none of it.
+    if (ended_.size() < 100000)
+      ended_.push_back(Ended{user_id, task_id, tokens});
+  }
+  wake();
+}
+
+void Scheduler::wait(pqxx::connection* c, int ms) {
+  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {c ? c->sock() : -1, POLLIN, 0}};
+  const int ready = ::poll(fds, c && fds[1].fd >= 0 ? 2 : 1, ms);
+  if (ready > 0 && (fds[0].revents & POLLIN)) {
+    std::uint64_t count = 0;
+    [[maybe_unused]] auto read = ::read(wake_fd_, &count, sizeof count);
+  }
+  // Consumes the notifications that arrived; what they say does not matter.
+  if (c != nullptr && ready > 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)))
+    c->get_notifs();
+}
+
+void Scheduler::run() {
+  std::unique_ptr<pqxx::connection> connection;
+  int failures = 0;
+  while (!stopping_) {
+    try {
+      if (!connection) {
+        connection =
+            pg::open_connection(config_.postgres.url, config_.postgres.statement_timeout_ms,
+                                config_.postgres.connect_timeout_s);
+        pqxx::nontransaction(*connection).exec0("LISTEN agentfleet_work");
+      }
+      if (!leader_) {
+        const bool won = pqxx::nontransaction(*connection).exec1(kTryLeader)[0].as<bool>();
+        if (!won) {
+          metrics_.set_leader(false);
+          wait(nullptr, config_.dispatcher.leader_retry_ms);
+          continue;
+        }
+        // A new term: fresh buckets, seeded from the ledger as users show up.
+        leader_ = true;
+        fair_ = std::make_unique<limits::FairScheduler>(
+            limits::FairSchedulerOptions{config_.dispatcher.scheduler_batch,
+                                         config_.dispatcher.max_active_tasks,
+                                         config_.dispatcher.batch_share_percent / 100.0,
+                                         config_.dispatcher.task_token_estimate},
+            clock_);
+        seeded_.clear();
+        estimates_.clear();
+        metrics_.set_leader(true);
+        log::write("info", "scheduler", "this replica is now the active scheduler");
+      }
+      const bool more = pass(*connection);
+      failures = 0;
+      if (!more)
+        wait(connection.get(), config_.dispatcher.scheduler_interval_ms);
+    } catch (const std::exception& e) {
+      // The lock lives and dies with the connection: whatever failed, start over from a
+      // new connection and compete for the lock again. Back off up to 5 s.
+      if (leader_)
+        log::write("warn", "scheduler", std::string("lost the scheduler lock: ") + e.what());
+      else
+        log::write("warn", "scheduler", std::string("scheduler: ") + e.what());
+      leader_ = false;
+      metrics_.set_leader(false);
+      connection.reset();
+      const int backoff = std::min(5000, 100 << std::min(++failures, 6));
+      wait(nullptr, backoff);
+    }
+  }
+  leader_ = false;
+}
+
+void Scheduler::reconcile_ended() {
+  std::vector<Ended> ended;
+  {
+    std::lock_guard lock(ended_mutex_);
+    ended.swap(ended_);
+  }
+  for (const Ended& e : ended) {
+    std::int64_t estimate = fair_->estimate_tokens(e.user_id);
+    if (auto it = estimates_.find(e.task_id); it != estimates_.end()) {
+      estimate = it->second;
+      estimates_.erase(it);
+    }
+    fair_->reconcile(e.user_id, estimate, e.tokens);
+  }
+}
+
+bool Scheduler::pass(pqxx::connection& c) {
+  const auto started = std::chrono::steady_clock::now();
+  reconcile_ended();
+  const pg::SchedulerPass spec{config_.kafka.topics.dispatch, config_.kafka.topics.results,
+                               config_.dispatcher.scheduler_batch,
+                               config_.dispatcher.redispatch_after_s,
+                               config_.dispatcher.max_attempts};
+  pqxx::work tx(c);
+  const pg::RecoveryReport recovery = pg::recover_tasks(tx, spec);
+  const int expired = pg::expire_queued(tx, spec.limit, spec.results_topic);
+  const int swept = pg::sweep_cancelled_batches(tx, spec.limit, spec.results_topic);
+  const pg::Backlog backlog = pg::read_backlog(tx, spec.limit);
+
+  std::vector<limits::UserBacklog> users;
+  users.reserve(backlog.users.size());
+  std::vector<std::string> with_budget, unseeded;
+  for (const pg::BacklogUser& b : backlog.users) {
+    limits::UserBacklog u;
+    u.user_id = b.user_id;
+    u.limits = effective_limits(config_, b.overrides).for_scheduler();
+    u.active = b.active;
+    u.queued_interactive = b.queued_interactive;
+    u.queued_batch = b.queued_batch;
+    if (u.limits.monthly_budget_micros > 0)
+      with_budget.push_back(u.user_id);
+    if (!seeded_.count(u.user_id))
+      unseeded.push_back(u.user_id);
+    users.push_back(std::move(u));
+  }
+  const auto spent = pg::month_spend_micros(tx, with_budget, config_.billing.time_zone);
+  std::map<std::string, pg::RecentUsage> recent;
+  if (!unseeded.empty())
+    recent = pg::recent_usage(tx, unseeded);
+  for (limits::UserBacklog& u : users) {
+    if (auto it = spent.find(u.user_id); it != spent.end())
+      u.spent_micros = it->second;
+    if (!seeded_.count(u.user_id)) {
+      const pg::RecentUsage used = recent.count(u.user_id) ? recent[u.user_id] : pg::RecentUsage{};
+      fair_->seed_usage(u.user_id, u.limits, used.admissions, used.tokens);
+      seeded_[u.user_id] = true;
+    }
+  }
+
+  const limits::PassPlan plan = fair_->plan(users, backlog.fleet_active);
+  int over_budget = 0;
+  try {
+    for (const auto& [user_id, count] : plan.over_budget) {
+      const auto it = std::find_if(users.begin(), users.end(), [&](const limits::UserBacklog& u) {
+        return u.user_id == user_id;
+      });
+      const std::string message =
+          budget_message(currency_, it == users.end() ? 0 : it->limits.monthly_budget_micros,
+                         it == users.end() ? 0 : it->spent_micros, config_.billing.time_zone);
+      TaskResult result;
+      result.type = ResultType::kError;
+      result.message = message;
+      over_budget += static_cast<int>(
+          pg::end_unstarted(tx, pg::oldest_queued(tx, user_id, count),
+                            pg::Ending{TaskStatus::kFailed, message, "quota_exceeded", result},
+                            spec.results_topic)
+              .size());
+    }
+    const auto dispatched = pg::dispatch_grants(tx, plan.grants, spec.dispatch_topic);
+    tx.commit();
+
+    std::map<std::pair<std::string, Priority>, std::vector<const pg::DispatchedTask*>> by_grant;
+    for (const auto& task : dispatched)
+      by_grant[{task.user_id, task.priority}].push_back(&task);
+    int admitted[2] = {0, 0};
+    for (const limits::Grant& grant : plan.grants) {
+      const auto& tasks = by_grant[{grant.user_id, grant.priority}];
+      const std::int64_t estimate = fair_->dispatched(grant, static_cast<int>(tasks.size()));
+      for (const pg::DispatchedTask* task : tasks) {
+        estimates_[task->task_id] = estimate;
+        if (task->first)
+          metrics_.queue_wait(task->priority, task->queued_s);
+      }
+      admitted[grant.priority == Priority::kBatch ? 1 : 0] += static_cast<int>(tasks.size());
+    }
+    metrics_.admitted(Priority::kInteractive, admitted[0]);
+    metrics_.admitted(Priority::kBatch, admitted[1]);
+  } catch (...) {
+    // Nothing was dispatched: give every grant's charge back before the error propagates.
+    for (const limits::Grant& grant : plan.grants)
+      fair_->dispatched(grant, 0);
+    throw;
+  }
+  for (int cause = 0; cause < limits::kThrottleCauses; ++cause)
+    metrics_.throttled(throttle_reason(cause), plan.throttled[cause]);
+  metrics_.recovered(metrics::RecoveryReason::kLeaseExpired, recovery.lease_expired);
+  metrics_.recovered(metrics::RecoveryReason::kRedispatch, recovery.redispatched);
+  metrics_.recovery_exhausted(recovery.exhausted);
+  metrics_.scheduler_ended(metrics::SchedulerEnd::kScheduleTimeout, expired);
+  metrics_.scheduler_ended(metrics::SchedulerEnd::kQuotaExceeded, over_budget);
+  metrics_.scheduler_pass(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  fair_->forget_idle(kForgetIdleAfter);
+  // Tasks whose result never reached this replica (a lost event) must not pile up.
+  if (estimates_.size() > 1000000)
+    estimates_.clear();
+  int granted = 0;
+  for (const limits::Grant& grant : plan.grants)
+    granted += grant.tasks;
+  const int work = granted + over_budget + expired + swept + recovery.exhausted +
+                   recovery.lease_expired + recovery.redispatched;
+  return plan.slots > 0 && granted >= plan.slots ? true : work >= spec.limit;
+}
+
+}  // namespace agentfleet::dispatcher

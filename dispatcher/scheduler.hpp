@@ -1,0 +1,87 @@
+#pragma once
+// The active scheduler of the fleet: admits queued tasks into the dispatch topic under the
+// per-user limits, fairly (limits::FairScheduler), and runs recovery (expired leases),
+// queue timeouts and budget enforcement. Exactly one replica is active: the one whose
+// connection holds the Postgres session advisory lock; the others retry every
+// dispatcher.leader_retry_ms and take over within about that long once the holder's
+// connection closes (its process died, or Postgres dropped it).
+//
+// A pass is one transaction on the lock-holding connection: recover, expire, read the
+// backlog (users with queued work, their exact dispatched + running counts, their limits),
+// plan, end over-budget tasks (quota_exceeded), dispatch the grants (status dispatched and
+// the dispatch message in the outbox, which the relay publishes).
+//
+// Wake-ups: a pass runs every dispatcher.scheduler_interval_ms, at once after a NOTIFY on
+// channel agentfleet_work (a submission on any replica, a limits change), after wake(),
+// and right away again when a pass used every slot it had.
+//
+// Lifecycle: start() spawns the thread; stop() (or the destructor) ends it and closes the
+// connection, which releases the lock. Thread-safety: wake(), task_ended(), leader() may be
+// called from any thread; the rest runs on the scheduler's own thread.
+
+#include <pqxx/pqxx>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/adapters/metrics/dispatcher_metrics.hpp"
+#include "core/config/config.hpp"
+#include "core/limits/clock.hpp"
+#include "core/limits/fair_scheduler.hpp"
+
+namespace agentfleet::dispatcher {
+
+class Scheduler {
+ public:
+  Scheduler(const config::Config& config, metrics::DispatcherMetrics& metrics,
+            const limits::Clock& clock = limits::SteadyClock::instance());
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  void start();
+  void stop();
+  // Run a pass soon (a slot was freed, work arrived).
+  void wake();
+  // A task ended having used `tokens` (input + output): its user's tokens-per-minute
+  // charge is corrected and a pass runs soon.
+  void task_ended(const std::string& user_id, const std::string& task_id, std::int64_t tokens);
+  bool leader() const { return leader_.load(); }
+
+ private:
+  struct Ended {
+    std::string user_id;
+    std::string task_id;
+    std::int64_t tokens = 0;
+  };
+  void run();
+  // One pass; returns true when it used every slot (more may be waiting).
+  bool pass(pqxx::connection& c);
+  void reconcile_ended();
+  // Waits up to `ms` for a wake(), a notification on `c` (when given) or stop().
+  void wait(pqxx::connection* c, int ms);
+
+  const config::Config& config_;
+  metrics::DispatcherMetrics& metrics_;
+  const limits::Clock& clock_;
+  std::unique_ptr<limits::FairScheduler> fair_;
+  // Users whose buckets were seeded from the ledger in this leadership term.
+  std::unordered_map<std::string, bool> seeded_;
+  // Token estimate charged per dispatched task, until its result arrives.
+  std::unordered_map<std::string, std::int64_t> estimates_;
+  std::mutex ended_mutex_;
+  std::vector<Ended> ended_;
+  std::atomic<bool> leader_{false};
+  std::atomic<bool> stopping_{false};
+  int wake_fd_ = -1;
+  std::string currency_;
+  std::thread thread_;
+};
+
+}  // namespace agentfleet::dispatcher

@@ -1,0 +1,146 @@
+#include "dispatcher/task_feed.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <random>
+
+#include "core/adapters/log.hpp"
+#include "core/codec/json_text.hpp"
+
+namespace agentfleet::dispatcher {
+
+namespace asio = boost::asio;
+
+namespace {
+// A subscriber that stops reading keeps at most this many items.
+constexpr std::size_t kMaxBacklog = 1000;
+
+std::string process_group(const std::string& base) {
+  std::random_device random;
+  char suffix[17];
+  std::snprintf(suffix, sizeof suffix, "%08x%08x", random(), random());
+  return base + "-feed-" + suffix;
+}
+
+int int_member(const rapidjson::Value& doc, const char* name) {
+  auto it = doc.FindMember(name);
+  return it != doc.MemberEnd() && it->value.IsInt() ? it->value.GetInt() : 0;
+}
+
+std::int64_t int64_member(const rapidjson::Value& doc, const char* name) {
+  auto it = doc.FindMember(name);
+  return it != doc.MemberEnd() && it->value.IsInt64() ? it->value.GetInt64() : 0;
+}
+}  // namespace
+
+TaskFeed::Subscription::Subscription(TaskFeed& feed, std::string task_id)
+    : feed_(feed), task_id_(std::move(task_id)), signal_(feed.io_) {}
+
+TaskFeed::Subscription::~Subscription() {
+  auto [begin, end] = feed_.subscribers_.equal_range(task_id_);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second == this) {
+      feed_.subscribers_.erase(it);
+      break;
+    }
+  }
+}
+
+void TaskFeed::Subscription::push(Item item) {
+  if (items_.size() >= kMaxBacklog)
+    items_.pop_front();
+  items_.push_back(std::move(item));
+  signal_.cancel();
+}
+
+asio::awaitable<std::optional<TaskFeed::Item>> TaskFeed::Subscription::next(
+    std::chrono::steady_clock::time_point until) {
+  while (items_.empty()) {
+    if (feed_.stopped_ || std::chrono::steady_clock::now() >= until)
+      co_return std::nullopt;
+    signal_.expires_at(until);
+    boost::system::error_code ec;
+    co_await signal_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  Item item = std::move(items_.front());
+  items_.pop_front();
+  co_return item;
+}
+
+TaskFeed::TaskFeed(asio::io_context& io, const config::Config& config, ResultObserver on_result)
+    : io_(io), config_(config), on_result_(std::move(on_result)) {}
+
+TaskFeed::~TaskFeed() {
+  stop();
+}
+
+void TaskFeed::start() {
+  consumer_ = std::make_unique<kafka::Consumer>(
+      config_.kafka, process_group(config_.kafka.dispatcher_group),
+      std::vector<std::string>{config_.kafka.topics.results, config_.kafka.topics.events},
+      [this](kafka::InMessage message) {
+        asio::post(io_, [this, m = std::move(message)]() mutable { deliver(std::move(m)); });
+      },
+      kafka::Consumer::RebalanceHandler{}, "latest");
+  consumer_->start();
+}
+
+void TaskFeed::stop() {
+  if (stopped_)
+    return;
+  stopped_ = true;
+  if (consumer_)
+    consumer_->stop();
+  for (auto& [task_id, subscriber] : subscribers_)
+    subscriber->signal_.cancel();
+}
+
+std::unique_ptr<TaskFeed::Subscription> TaskFeed::subscribe(const std::string& task_id) {
+  std::unique_ptr<Subscription> subscription(new Subscription(*this, task_id));
+  subscribers_.emplace(task_id, subscription.get());
+  return subscription;
+}
+
+void TaskFeed::deliver(kafka::InMessage message) {
+  if (stopped_)
+    return;
+  rapidjson::Document doc;
+  if (!codec::parse_json(doc, message.value) || !doc.IsObject())
+    return;
+  auto task = doc.FindMember("task_id");
+  if (task == doc.MemberEnd() || !task->value.IsString())
+    return;
+  const std::string task_id(task->value.GetString(), task->value.GetStringLength());
+  Item item;
+  item.result = message.topic == config_.kafka.topics.results;
+  item.attempt = int_member(doc, "attempt");
+  if (item.result) {
+    item.event = "result";
+    auto user = doc.FindMember("user_id");
+    auto usage = doc.FindMember("usage");
+    if (on_result_ && user != doc.MemberEnd() && user->value.IsString()) {
+      std::int64_t tokens = 0;
+      if (usage != doc.MemberEnd() && usage->value.IsObject())
+        tokens = int64_member(usage->value, "input_tokens") +
+                 int64_member(usage->value, "output_tokens");
+      on_result_(user->value.GetString(), task_id, tokens);
+    }
+  } else {
+    auto event = doc.FindMember("event");
+    if (event == doc.MemberEnd() || !event->value.IsString())
+      return;
+    item.event = event->value.GetString();
+    item.seq = int_member(doc, "seq");
+    item.step = int_member(doc, "step");
+  }
+  auto [begin, end] = subscribers_.equal_range(task_id);
+  if (begin == end)
+    return;
+  item.json = std::move(message.value);
+  for (auto it = begin; it != end; ++it)
+    it->second->push(item);
+}
+
+}  // namespace agentfleet::dispatcher

@@ -1,0 +1,83 @@
+#pragma once
+// What this replica hears about tasks from Kafka: every result event (results topic) and
+// every progress event (events topic), read by a consumer of its own (a group per process,
+// starting at the end), so each replica sees all of them whichever replica the client
+// talks to. It answers long polls the moment a task's result lands, feeds event streams
+// (SSE), and tells the scheduler a task ended (its slot is free, its real tokens known).
+//
+// The feed is a fast path, not the truth: a waiter re-reads Postgres on a timer too, so
+// a message lost or read before the consumer joined only delays an answer.
+//
+// Lifecycle: construct, start(), stop() before the io_context goes away; a Subscription
+// must not outlive its feed. Thread-safety: subscribe() and Subscription run on the
+// io_context's thread (the dispatcher runs one); the consumer's thread only posts.
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "core/adapters/kafka/kafka.hpp"
+#include "core/config/config.hpp"
+
+namespace agentfleet::dispatcher {
+
+class TaskFeed {
+ public:
+  struct Item {
+    bool result = false;  // a result event (the task ended), else a progress event
+    std::string event;    // progress: step, action, execution, delta, done, error
+    int attempt = 0;
+    int seq = 0;
+    int step = 0;
+    std::string json;  // the message as it came
+  };
+
+  class Subscription {
+   public:
+    ~Subscription();
+    Subscription(const Subscription&) = delete;
+    Subscription& operator=(const Subscription&) = delete;
+    // The next item for the task, or nullopt once `until` passes or the feed stops.
+    boost::asio::awaitable<std::optional<Item>> next(std::chrono::steady_clock::time_point until);
+
+   private:
+    friend class TaskFeed;
+    Subscription(TaskFeed& feed, std::string task_id);
+    void push(Item item);
+    TaskFeed& feed_;
+    std::string task_id_;
+    std::deque<Item> items_;
+    boost::asio::steady_timer signal_;
+  };
+
+  // `on_result(user_id, task_id, tokens)` runs on the io thread for every result event.
+  using ResultObserver =
+      std::function<void(const std::string&, const std::string&, std::int64_t tokens)>;
+  TaskFeed(boost::asio::io_context& io, const config::Config& config, ResultObserver on_result);
+  ~TaskFeed();
+
+  void start();
+  void stop();
+  std::unique_ptr<Subscription> subscribe(const std::string& task_id);
+
+ private:
+  void deliver(kafka::InMessage message);
+
+  boost::asio::io_context& io_;
+  const config::Config& config_;
+  ResultObserver on_result_;
+  std::unordered_multimap<std::string, Subscription*> subscribers_;
+  bool stopped_ = false;
+  std::unique_ptr<kafka::Consumer> consumer_;
+};
+
+}  // namespace agentfleet::dispatcher

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# SIGKILL of the active dispatcher (the replica holding the scheduler's advisory lock)
+# while tasks are queued and running: the other replica takes the lock over within
+# seconds, its scheduler admits the rest under the same per-user limits, and every task
+# still ends exactly once (one terminal status, one de-duplicated result event, one ledger
+# row per model call). Prints how long the takeover took.
+#   dispatcher_kill_test.sh BUILD_DIR RUN_DIR
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build_dir=$1
+run_dir=$2
+export AF_LOG_TAG=dispatcher-kill-test
+source "$root/tools/lib/common.sh"
+source "$root/tools/lib/fleet.sh"
+source "$root/tests/e2e/lib.sh"
+
+export LLM_SIM_LATENCY_MS=200
+fleet_reset "$run_dir"
+trap 'fleet_stop "$run_dir"' EXIT
+fleet_start "$run_dir" "$build_dir" 2
+first_url=$AGENTFLEET_URL
+first_metrics=$AGENTFLEET_DISPATCHER_METRICS_URL
+fleet_start_dispatcher "$run_dir" "$build_dir" dispatcher-2
+second_url=$FLEET_LAST_URL
+second_metrics=$FLEET_LAST_METRICS_URL
+e2e_wait_consuming "$run_dir" worker-1 worker-2
+
+is_leader() { curl -sS --max-time 5 "$1/metrics" | grep -q '^agentfleet_scheduler_is_leader 1'; }
+# The leader: whichever replica's metrics say so (30 s).
+deadline=$(($(af_now_ms) + 30000))
+leader=""
+while [[ -z "$leader" ]]; do
+  if is_leader "$first_metrics"; then leader=first; elif is_leader "$second_metrics"; then leader=second; fi
+  [[ -n "$leader" ]] && break
+  (($(af_now_ms) < deadline)) || fail "no replica became the scheduler"
+  sleep 0.1
+done
+if [[ "$leader" == first ]]; then
+  victim=dispatcher survivor_url=$second_url survivor_metrics=$second_metrics
+else
+  victim=dispatcher-2 survivor_url=$first_url survivor_metrics=$first_metrics
+fi
+is_leader "$survivor_metrics" && fail "both replicas say they are the scheduler"
+
+# 60 tasks of 20 users (limit 5 each by the standard tier), submitted through the replica
+# that survives: two model calls of 200 ms and one tool call each.
+AGENTFLEET_URL=$survivor_url e2e_submit_todos dk 60 dk 20 120
+e2e_busiest_worker "status = 'running'" >/dev/null
+pid=$(awk -v name="$victim" '$2 == name {print $1}' "$run_dir/pids")
+killed_at=$(af_now_ms)
+kill -KILL "$pid"
+queued=$(psql_q "SELECT count(*) FROM tasks WHERE status = 'queued'")
+af_log "killed the active dispatcher ($victim, pid $pid) with $queued tasks still queued"
+
+# More work arrives during the takeover, through the survivor.
+AGENTFLEET_URL=$survivor_url e2e_submit_todos dk2 40 dk2 20 120
+deadline=$(($(af_now_ms) + 30000))
+until is_leader "$survivor_metrics"; do
+  (($(af_now_ms) < deadline)) || fail "the surviving replica did not take over within 30 s"
+  sleep 0.05
+done
+takeover_ms=$(($(af_now_ms) - killed_at))
+
+e2e_wait_terminal "the dispatcher kill"
+
+# Invariant 1 and 2: every task ended once, succeeded, announced (de-duplicated) once.
+[[ $(psql_q "SELECT count(*) FROM tasks") == 100 ]] || fail "task count is not 100"
+bad=$(psql_q "SELECT count(*) FROM tasks WHERE status <> 'succeeded'")
+((bad == 0)) || fail "$bad tasks did not succeed: $(psql_q "SELECT task_id, status, error FROM tasks WHERE status <> 'succeeded' LIMIT 5")"
+e2e_check_ledger 2
+events=$(timeout 30 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.results -e -q -f '%s\n' |
+  grep -o '"task_id":"[0-9a-f-]*"' | sort -u | wc -l)
+((events == 100)) || fail "result events for $events of 100 tasks"
+echo "dispatcher kill: the other replica took the scheduler over in ${takeover_ms} ms;" \
+  "all 100 tasks succeeded once, with one result event each and one ledger row per model call"
