@@ -42,18 +42,37 @@ else
 fi
 is_leader "$survivor_metrics" && fail "both replicas say they are the scheduler"
 
-# 60 tasks of 20 users (limit 5 each by the standard tier), submitted through the replica
-# that survives: two model calls of 200 ms and one tool call each.
-AGENTFLEET_URL=$survivor_url e2e_submit_todos dk 60 dk 20 120
+# 60 tasks of 10 users limited to one task at a time, submitted through the replica that
+# survives (two model calls of 200 ms and one tool call each): most of them are still
+# queued when the scheduler dies. A sampler watches invariant 5 through the takeover.
+for ((u = 0; u < 10; u++)); do
+  for user in "dk-u$u" "dk2-u$u"; do
+    code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
+      -H "Authorization: Bearer $AGENTFLEET_API_KEY" "$survivor_url/v1/users/$user/limits" \
+      -d '{"max_concurrency":1,"requests_per_minute":10000}')
+    [[ "$code" == 200 ]] || fail "setting the limits of $user answered $code"
+  done
+done
+(
+  while :; do
+    psql_q "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM tasks
+            WHERE status IN ('dispatched', 'running') GROUP BY user_id) s" || true
+    sleep 0.02
+  done
+) >"$run_dir/active.samples" 2>/dev/null &
+sampler=$!
+trap 'kill $sampler 2>/dev/null; fleet_stop "$run_dir"' EXIT
+AGENTFLEET_URL=$survivor_url e2e_submit_todos dk 60 dk 10 120
 e2e_busiest_worker "status = 'running'" >/dev/null
 pid=$(awk -v name="$victim" '$2 == name {print $1}' "$run_dir/pids")
 killed_at=$(af_now_ms)
 kill -KILL "$pid"
 queued=$(psql_q "SELECT count(*) FROM tasks WHERE status = 'queued'")
 af_log "killed the active dispatcher ($victim, pid $pid) with $queued tasks still queued"
+((queued > 0)) || fail "nothing was queued at the kill, so the takeover admitted nothing"
 
 # More work arrives during the takeover, through the survivor.
-AGENTFLEET_URL=$survivor_url e2e_submit_todos dk2 40 dk2 20 120
+AGENTFLEET_URL=$survivor_url e2e_submit_todos dk2 40 dk2 10 120
 deadline=$(($(af_now_ms) + 30000))
 until is_leader "$survivor_metrics"; do
   (($(af_now_ms) < deadline)) || fail "the surviving replica did not take over within 30 s"
@@ -62,6 +81,9 @@ done
 takeover_ms=$(($(af_now_ms) - killed_at))
 
 e2e_wait_terminal "the dispatcher kill"
+kill "$sampler" 2>/dev/null || true
+most=$(sort -n "$run_dir/active.samples" | tail -n 1)
+((most == 1)) || fail "a user had ${most:-no samples of} tasks dispatched or running at once; the limit is 1"
 
 # Invariant 1 and 2: every task ended once, succeeded, announced (de-duplicated) once.
 [[ $(psql_q "SELECT count(*) FROM tasks") == 100 ]] || fail "task count is not 100"
@@ -71,5 +93,6 @@ e2e_check_ledger 2
 events=$(timeout 30 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.results -e -q -f '%s\n' |
   grep -o '"task_id":"[0-9a-f-]*"' | sort -u | wc -l)
 ((events == 100)) || fail "result events for $events of 100 tasks"
-echo "dispatcher kill: the other replica took the scheduler over in ${takeover_ms} ms;" \
-  "all 100 tasks succeeded once, with one result event each and one ledger row per model call"
+echo "dispatcher kill: the other replica took the scheduler over in ${takeover_ms} ms, with $queued" \
+  "tasks queued; all 100 tasks succeeded once, with one result event each and one ledger row" \
+  "per model call; no user ever had more than 1 task dispatched or running"
