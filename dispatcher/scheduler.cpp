@@ -84,9 +84,12 @@ void Scheduler::wake() {
 
 void Scheduler::task_ended(const std::string& user_id, const std::string& task_id,
                            std::int64_t tokens) {
+  // Only the active scheduler keeps token accounts; a standby starts from the ledger.
+  if (!leader_)
+    return;
   {
     std::lock_guard lock(ended_mutex_);
-    // Bounded: a scheduler that is not the leader never drains it, and needs none of it.
+    // Bounded, should the scheduler thread stall.
     if (ended_.size() < 100000)
       ended_.push_back(Ended{user_id, task_id, tokens});
   }
@@ -94,6 +97,9 @@ void Scheduler::task_ended(const std::string& user_id, const std::string& task_i
 }
 
 void Scheduler::wait(pqxx::connection* c, int ms) {
+  // A notification libpq already read during the last pass would not wake poll().
+  if (c != nullptr && c->get_notifs() > 0)
+    return;
   pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {c ? c->sock() : -1, POLLIN, 0}};
   const int ready = ::poll(fds, c && fds[1].fd >= 0 ? 2 : 1, ms);
   if (ready > 0 && (fds[0].revents & POLLIN)) {
@@ -184,7 +190,8 @@ bool Scheduler::pass(pqxx::connection& c) {
   const pg::RecoveryReport recovery = pg::recover_tasks(tx, spec);
   const int expired = pg::expire_queued(tx, spec.limit, spec.results_topic);
   const int swept = pg::sweep_cancelled_batches(tx, spec.limit, spec.results_topic);
-  const pg::Backlog backlog = pg::read_backlog(tx, spec.limit);
+  const pg::Backlog backlog =
+      pg::read_backlog(tx, spec.limit, config_.dispatcher.max_active_tasks > 0);
 
   std::vector<limits::UserBacklog> users;
   users.reserve(backlog.users.size());

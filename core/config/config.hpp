@@ -110,7 +110,7 @@ struct WorkerConfig {
   int trace_result_chars = 500;
   int shutdown_grace_s = 30;
   // How often running tasks are checked for a cancellation request between heartbeats.
-  int cancel_poll_ms = 1000;
+  int cancel_poll_ms = 500;
 };
 
 struct TaskDefaults {

@@ -243,7 +243,7 @@ RETURNING )SQL") + kEndedColumns;
   return static_cast<int>(rows.size());
 }
 
-Backlog read_backlog(pqxx::work& tx, int count_cap) {
+Backlog read_backlog(pqxx::work& tx, int count_cap, bool count_fleet) {
   // A skip scan of tasks_queued_user finds each user with queued work in one index probe;
   // each count stops at count_cap (the pass never admits more).
   auto rows = tx.exec_params(R"SQL(
@@ -279,9 +279,11 @@ ORDER BY u.user_id)SQL",
     user.overrides.user_id = user.user_id;
     backlog.users.push_back(std::move(user));
   }
-  backlog.fleet_active =
-      tx.exec1("SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running')")[0]
-          .as<std::int64_t>();
+  if (count_fleet && !backlog.users.empty()) {
+    backlog.fleet_active =
+        tx.exec1("SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running')")[0]
+            .as<std::int64_t>();
+  }
   return backlog;
 }
 

@@ -123,7 +123,8 @@ struct UserOverrides {
 UserOverrides read_overrides(const pqxx::row& row, int first);
 
 // Every user with queued work: queued counts per priority (each up to `count_cap`), the
-// exact count of dispatched + running tasks, the overrides; and the fleet's active total.
+// exact count of dispatched + running tasks, the overrides; and, when `count_fleet` (a
+// fleet-wide cap is set), the fleet's active total.
 struct BacklogUser {
   std::string user_id;
   std::int64_t queued_interactive = 0;
@@ -135,7 +136,7 @@ struct Backlog {
   std::vector<BacklogUser> users;  // ordered by user_id
   std::int64_t fleet_active = 0;
 };
-Backlog read_backlog(pqxx::work& tx, int count_cap);
+Backlog read_backlog(pqxx::work& tx, int count_cap, bool count_fleet);
 
 // Each user's cost in the ledger since the start of this month in `time_zone`, in
 // micro-units (users without calls are absent).
