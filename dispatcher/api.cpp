@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <map>
 #include <random>
 #include <variant>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "core/adapters/pg/batch_store.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "core/codec/json_text.hpp"
+#include "core/domain/conversation.hpp"
 #include "dispatcher/user_limits.hpp"
 
 namespace agentfleet::dispatcher {
@@ -168,9 +170,13 @@ TaskView view_of(const std::string& task_json) {
   return view;
 }
 
+// Where an error about the caller's credentials points.
+constexpr std::string_view kAuthorizationPath = "/header/authorization";
+
 http::Response not_found(const http::Request& request, std::string_view what, std::string_view id) {
   return http::make_error(request, http::Status::not_found, "not_found",
-                          "no " + std::string(what) + " " + std::string(id));
+                          "no " + std::string(what) + " " + std::string(id),
+                          "/path/" + std::string(what) + "_id");
 }
 
 http::Response forbidden(const http::Request& request, const std::string& user_id,
@@ -214,33 +220,52 @@ std::string json_of(const rapidjson::Value& value) {
   return std::string(buffer.GetString(), buffer.GetSize());
 }
 
-// The events a client missed, rebuilt from the task's history (task_history_json): per
-// step its model text (delta), its tool calls (action) and, once they ran, their outcomes
-// (execution); when the task ended, error (unless it succeeded) and done.
+// The data of an event rebuilt from the history: what a live event of the step says,
+// marked replayed.
+std::string replayed_json(const std::string& task_id, int step, const std::string& tool,
+                          const std::string& data) {
+  std::string out = "{\"task_id\":\"" + task_id + "\",\"step\":" + std::to_string(step);
+  if (!tool.empty()) {
+    rapidjson::StringBuffer b;
+    rapidjson::Writer<rapidjson::StringBuffer> w(b);
+    w.String(tool.data(), static_cast<rapidjson::SizeType>(tool.size()));
+    out += ",\"tool\":" + std::string(b.GetString(), b.GetSize());
+  }
+  return out + ",\"replayed\":true,\"data\":" + data + "}";
+}
+
+// Events are told apart by step and kind (error and done: step -1); a stream counts the
+// ones it sent by this key, so the history can fill in what the feed did not deliver.
+using EventKey = std::pair<int, std::string>;
+EventKey key_of(std::string_view event, int step) {
+  return {event == "error" || event == "done" ? -1 : step, std::string(event)};
+}
+
+struct ReplayEvent {
+  std::string event;
+  int step = -1;  // -1: error and done
+  std::string data;
+};
+
+// The events a client missed, rebuilt from the task's history (task_history_json), the
+// same a live client got: per step its start (step), the model's text (delta), a call per
+// tool call the worker sent (action) and, once they ran, an outcome per call it checked
+// (execution; a refused call has no action); when the task ended, error (unless it
+// succeeded) and done. `finish` is the result, not a tool call.
 struct Replay {
-  std::vector<std::pair<std::string, std::string>> events;  // (event, data JSON)
-  int steps = 0;                                            // steps in the history
+  std::vector<ReplayEvent> events;
+  int steps = 0;                // steps in the history
   bool last_tools_done = true;  // the last step's tool outcomes are in the history
   bool terminal = false;
 };
 
 Replay replay_of(const rapidjson::Document& h, const std::string& task_id) {
   Replay replay;
-  auto event_json = [&](int step, const std::string& tool, const std::string& data) {
-    std::string out = "{\"task_id\":\"" + task_id + "\",\"step\":" + std::to_string(step);
-    if (!tool.empty()) {
-      rapidjson::StringBuffer b;
-      rapidjson::Writer<rapidjson::StringBuffer> w(b);
-      w.String(tool.data(), static_cast<rapidjson::SizeType>(tool.size()));
-      out += ",\"tool\":" + std::string(b.GetString(), b.GetSize());
-    }
-    return out + ",\"replayed\":true,\"data\":" + data + "}";
-  };
   const auto& steps = h["steps"];
   for (const auto& s : steps.GetArray()) {
     const int step = s["step"].GetInt();
     replay.steps = step + 1;
-    replay.events.emplace_back("step", event_json(step, {}, "{}"));
+    replay.events.push_back({"step", step, replayed_json(task_id, step, {}, "{}")});
     const std::string content = string_member(s, "content");
     if (!content.empty()) {
       rapidjson::StringBuffer b;
@@ -249,26 +274,41 @@ Replay replay_of(const rapidjson::Document& h, const std::string& task_id) {
       w.Key("text");
       w.String(content.data(), static_cast<rapidjson::SizeType>(content.size()));
       w.EndObject();
-      replay.events.emplace_back("delta",
-                                 event_json(step, {}, std::string(b.GetString(), b.GetSize())));
+      replay.events.push_back(
+          {"delta", step,
+           replayed_json(task_id, step, {}, std::string(b.GetString(), b.GetSize()))});
     }
-    for (const auto& call : s["tool_calls"].GetArray()) {
-      const std::string arguments = string_member(call, "arguments");
+    auto action = [&](const std::string& tool, const std::string& arguments) {
       rapidjson::Document parsed;
       const bool object = codec::parse_json(parsed, arguments) && parsed.IsObject();
-      replay.events.emplace_back(
-          "action", event_json(step, string_member(call, "name"), object ? arguments : "{}"));
-    }
+      replay.events.push_back(
+          {"action", step, replayed_json(task_id, step, tool, object ? arguments : "{}")});
+    };
     replay.last_tools_done = s["trace"].IsArray();
-    if (s["trace"].IsArray()) {
-      for (const auto& t : s["trace"].GetArray()) {
-        const std::string status = string_member(t, "status");
-        replay.events.emplace_back(
-            "execution",
-            event_json(step, string_member(t, "tool"),
-                       std::string("{\"ok\":") + (status == "ok" ? "true" : "false") +
-                           ",\"status\":\"" + (status.empty() ? "unknown" : status) + "\"}"));
+    if (!replay.last_tools_done) {
+      for (const auto& call : s["tool_calls"].GetArray()) {
+        if (string_member(call, "name") != kFinishTool)
+          action(string_member(call, "name"), string_member(call, "arguments"));
       }
+      continue;
+    }
+    // The trace has an entry per call the worker checked (with its http_status), then the
+    // loop's own refusals (a finish beside other calls, a tool not allowed), which it
+    // never announced.
+    const auto& trace = s["trace"];
+    for (const auto& t : trace.GetArray()) {
+      if (t.IsObject() && t.HasMember("http_status") && string_member(t, "status") != "refused")
+        action(string_member(t, "tool"), string_member(t, "arguments"));
+    }
+    for (const auto& t : trace.GetArray()) {
+      if (!t.IsObject() || !t.HasMember("http_status"))
+        continue;
+      const std::string status = string_member(t, "status");
+      replay.events.push_back(
+          {"execution", step,
+           replayed_json(task_id, step, string_member(t, "tool"),
+                         std::string("{\"ok\":") + (status == "ok" ? "true" : "false") +
+                             ",\"status\":\"" + (status.empty() ? "unknown" : status) + "\"}")});
     }
   }
   const auto status = parse_task_status(string_member(h, "status"));
@@ -286,9 +326,9 @@ Replay replay_of(const rapidjson::Document& h, const std::string& task_id) {
       w.Key("message");
       w.String(message.c_str());
       w.EndObject();
-      replay.events.emplace_back("error", std::string(b.GetString(), b.GetSize()));
+      replay.events.push_back({"error", -1, std::string(b.GetString(), b.GetSize())});
     }
-    replay.events.emplace_back("done", json_of(h));
+    replay.events.push_back({"done", -1, json_of(h)});
   }
   return replay;
 }
@@ -351,8 +391,8 @@ asio::awaitable<http::Response> Api::handle(http::Request& request) {
   } else {
     auto caller = auth_.authenticate(request);
     if (auto* failure = std::get_if<AuthFailure>(&caller)) {
-      response =
-          http::make_error(request, http::Status::unauthorized, "unauthorized", failure->message);
+      response = http::make_error(request, http::Status::unauthorized, "unauthorized",
+                                  failure->message, kAuthorizationPath);
       response.set(bhttp::field::www_authenticate, "Bearer");
     } else {
       response = co_await route(request, std::get<Caller>(caller));
@@ -370,7 +410,7 @@ asio::awaitable<http::Response> Api::handle_ops(http::Request& request) {
   if (auto response = co_await ops(request, path))
     co_return std::move(*response);
   co_return http::make_error(request, http::Status::not_found, "not_found",
-                             "this port serves /metrics, /healthz and /readyz");
+                             "this port serves /metrics, /healthz and /readyz", "/path");
 }
 
 asio::awaitable<std::optional<http::Response>> Api::ops(http::Request& request,
@@ -394,7 +434,7 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Caller&
   const auto parts = segments(path);
   auto not_allowed = [&](std::string_view allowed) {
     return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
-                            "use " + std::string(allowed) + " on " + path);
+                            "use " + std::string(allowed) + " on " + path, "/method");
   };
   if (parts.size() >= 2 && parts[0] == "v1") {
     if (parts[1] == "tasks") {
@@ -446,7 +486,8 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Caller&
     }
   }
   co_return http::make_error(request, http::Status::not_found, "not_found",
-                             "no route for " + std::string(request.method_string()) + " " + path);
+                             "no route for " + std::string(request.method_string()) + " " + path,
+                             "/path");
 }
 
 asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller& caller) {
@@ -617,7 +658,7 @@ asio::awaitable<http::Response> Api::cancel_task(http::Request& request, const C
   switch (outcome.value()) {
     case pg::CancelOutcome::kAlreadyEnded:
       co_return http::make_error(request, http::Status::conflict, "already_ended",
-                                 "the task already ended; it cannot be cancelled");
+                                 "the task already ended; it cannot be cancelled", "/path/task_id");
     case pg::CancelOutcome::kRequested:
       // Running: its worker stops it within worker.cancel_poll_ms.
       co_return http::make_response(request, http::Status::accepted, *body.value());
@@ -674,7 +715,7 @@ asio::awaitable<http::Response> Api::limits(http::Request& request, const Caller
   if (request.method() == bhttp::verb::put) {
     if (!caller.admin) {
       co_return http::make_error(request, http::Status::forbidden, "forbidden",
-                                 "changing limits needs an admin key");
+                                 "changing limits needs an admin key", kAuthorizationPath);
     }
     auto parsed = parse_limits_body(config_, user_id, request.body());
     if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
@@ -768,6 +809,12 @@ constexpr int kResultsPage = 1000;                 // tasks per results page
 constexpr int kMaxReportedErrors = 10;
 // An event stream closes after this long; the client reconnects and gets the history again.
 constexpr auto kMaxStream = std::chrono::hours(1);
+
+// A whole answer to a streamed request; `answered` keeps its status for the request metrics.
+asio::awaitable<bool> respond(http::Exchange& exchange, int& answered, http::Response response) {
+  answered = response.result_int();
+  co_return co_await exchange.respond(std::move(response));
+}
 }  // namespace
 
 bool Api::wants_stream(const http::Request& head) const {
@@ -793,29 +840,30 @@ asio::awaitable<void> Api::stream(http::Exchange& exchange) {
   int code = 200;
   auto caller = auth_.authenticate(head);
   if (auto* failure = std::get_if<AuthFailure>(&caller)) {
-    auto response =
-        http::make_error(head, http::Status::unauthorized, "unauthorized", failure->message);
+    auto response = http::make_error(head, http::Status::unauthorized, "unauthorized",
+                                     failure->message, kAuthorizationPath);
     response.set(bhttp::field::www_authenticate, "Bearer");
     code = 401;
     co_await exchange.respond(std::move(response));
   } else if (parts[1] == "batches" && parts.size() == 2) {
-    co_await submit_batch(exchange, std::get<Caller>(caller));
+    co_await submit_batch(exchange, std::get<Caller>(caller), code);
   } else if (parts[1] == "batches") {
-    co_await batch_results(exchange, std::get<Caller>(caller), parts[2]);
+    co_await batch_results(exchange, std::get<Caller>(caller), code, parts[2]);
   } else {
-    co_await task_events(exchange, std::get<Caller>(caller), parts[2]);
+    co_await task_events(exchange, std::get<Caller>(caller), code, parts[2]);
   }
   metrics_.http_request(
       route_template(path), code,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 }
 
-asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& caller) {
+asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& caller,
+                                        int& answered) {
   const http::Request& head = exchange.head();
   const std::string target(head.target());
   auto refuse = [&](http::Status status, std::string_view code, const std::string& message,
                     std::string_view path = {}) {
-    return exchange.respond(http::make_error(head, status, code, message, path));
+    return respond(exchange, answered, http::make_error(head, status, code, message, path));
   };
   std::string user_id = http::query_param(target, "user_id").value_or("");
   std::string batch_id = http::query_param(target, "batch_id").value_or("");
@@ -835,7 +883,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     co_return;
   }
   if (!user_id.empty() && !caller.may_act_for(user_id)) {
-    co_await exchange.respond(forbidden(head, user_id, "/query/user_id"));
+    co_await respond(exchange, answered, forbidden(head, user_id, "/query/user_id"));
     co_return;
   }
   if (batch_uploads_ >= config_.dispatcher.max_batch_uploads) {
@@ -843,7 +891,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
                                      "this replica is taking " + std::to_string(batch_uploads_) +
                                          " batch uploads already; retry shortly");
     response.set(bhttp::field::retry_after, "5");
-    co_await exchange.respond(std::move(response));
+    co_await respond(exchange, answered, std::move(response));
     co_return;
   }
   ++batch_uploads_;
@@ -874,6 +922,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   std::vector<std::pair<std::string, std::string>> errors;  // (path, message)
   std::string store_error;
   bool too_many = false;
+  bool not_permitted = false;  // the lines name a user the key may not act for: 403
   std::int64_t lines = 0, accepted = 0, duplicates = 0;
   std::vector<pg::NewTask> slice;
   auto flush = [&]() -> asio::awaitable<void> {
@@ -937,6 +986,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     if (user_id.empty()) {
       user_id = spec.user_id;
       if (!caller.may_act_for(user_id)) {
+        not_permitted = true;
         fail("/user_id", "this key may not act for user '" + user_id + "'");
         return;
       }
@@ -1020,7 +1070,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   co_await flush();
   if (!store_error.empty()) {
     auto response = store_unavailable(head, Error{ErrorKind::kTransient, store_error});
-    co_await exchange.respond(std::move(response));
+    co_await respond(exchange, answered, std::move(response));
     co_return;
   }
   if (!errors.empty()) {
@@ -1030,16 +1080,22 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
         message += "; ";
       message += errors[i].first.substr(1) + ": " + errors[i].second;
     }
-    const bool conflict = errors.front().first == "/query/batch_id";
-    auto response = http::make_error(
-        head, conflict ? http::Status::conflict : http::Status::bad_request,
-        conflict ? "batch_exists" : "invalid_request", message, errors.front().first);
-    co_await exchange.respond(std::move(response));
+    http::Status status = http::Status::bad_request;
+    std::string_view code = "invalid_request";
+    if (not_permitted) {
+      status = http::Status::forbidden;
+      code = "forbidden";
+    } else if (errors.front().first == "/query/batch_id") {
+      status = http::Status::conflict;
+      code = "batch_exists";
+    }
+    auto response = http::make_error(head, status, code, message, errors.front().first);
+    co_await respond(exchange, answered, std::move(response));
     co_return;
   }
   auto room = co_await on_pool([&] { return writer->room(queue_limit(config_)); });
   if (!room.ok()) {
-    co_await exchange.respond(store_unavailable(head, room.error()));
+    co_await respond(exchange, answered, store_unavailable(head, room.error()));
     co_return;
   }
   if (room.value().queued > room.value().max_queued) {
@@ -1050,7 +1106,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
             "''s max_queued of " + std::to_string(room.value().max_queued) +
             " queued tasks; nothing was stored");
     response.set(bhttp::field::retry_after, "60");
-    co_await exchange.respond(std::move(response));
+    co_await respond(exchange, answered, std::move(response));
     co_return;
   }
   auto committed = co_await on_pool([&] {
@@ -1058,7 +1114,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     return true;
   });
   if (!committed.ok()) {
-    co_await exchange.respond(store_unavailable(head, committed.error()));
+    co_await respond(exchange, answered, store_unavailable(head, committed.error()));
     co_return;
   }
   for (std::int64_t i = 0; i < accepted; ++i)
@@ -1083,19 +1139,19 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   auto response =
       http::make_response(head, http::Status::created, std::string(out.GetString(), out.GetSize()));
   response.set(bhttp::field::location, "/v1/batches/" + batch_id);
-  co_await exchange.respond(std::move(response));
+  co_await respond(exchange, answered, std::move(response));
 }
 
 asio::awaitable<void> Api::batch_results(http::Exchange& exchange, const Caller& caller,
-                                         std::string batch_id) {
+                                         int& answered, std::string batch_id) {
   const http::Request& head = exchange.head();
   auto batch = co_await db_.run([&](pqxx::connection& c) { return pg::find_batch(c, batch_id); });
   if (!batch.ok()) {
-    co_await exchange.respond(store_unavailable(head, batch.error()));
+    co_await respond(exchange, answered, store_unavailable(head, batch.error()));
     co_return;
   }
   if (!batch.value() || !caller.may_act_for(batch.value()->user_id)) {
-    co_await exchange.respond(not_found(head, "batch", batch_id));
+    co_await respond(exchange, answered, not_found(head, "batch", batch_id));
     co_return;
   }
   const pg::BatchHeader header = *batch.value();
@@ -1121,10 +1177,10 @@ asio::awaitable<void> Api::batch_results(http::Exchange& exchange, const Caller&
 }
 
 asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& caller,
-                                       std::string task_id) {
+                                       int& answered, std::string task_id) {
   const http::Request& head = exchange.head();
   if (!is_uuid(task_id)) {
-    co_await exchange.respond(not_found(head, "task", task_id));
+    co_await respond(exchange, answered, not_found(head, "task", task_id));
     co_return;
   }
   // Subscribe first, then read the history: nothing falls between the two.
@@ -1132,13 +1188,13 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
   auto history =
       co_await db_.run([&](pqxx::connection& c) { return pg::task_history_json(c, task_id); });
   if (!history.ok()) {
-    co_await exchange.respond(store_unavailable(head, history.error()));
+    co_await respond(exchange, answered, store_unavailable(head, history.error()));
     co_return;
   }
   rapidjson::Document doc;
   if (!history.value() || !codec::parse_json(doc, *history.value()) ||
       !caller.may_act_for(string_member(doc, "user_id"))) {
-    co_await exchange.respond(not_found(head, "task", task_id));
+    co_await respond(exchange, answered, not_found(head, "task", task_id));
     co_return;
   }
   metrics_.wait_opened(metrics::WaitKind::kEventStream);
@@ -1152,9 +1208,11 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
   if (!co_await exchange.begin(std::move(start)))
     co_return;
   int id = 0;
+  std::map<EventKey, int> sent;  // events the client has
   Replay replay = replay_of(doc, task_id);
-  for (const auto& [event, data] : replay.events) {
-    if (!co_await exchange.send(sse(event, data, id++)))
+  for (const auto& e : replay.events) {
+    ++sent[key_of(e.event, e.step)];
+    if (!co_await exchange.send(sse(e.event, e.data, id++)))
       co_return;
   }
   if (replay.terminal) {
@@ -1181,12 +1239,21 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
             (item->event == "execution" && replay.last_tools_done)));
       if (covered)
         continue;
+      if (key_of(item->event, item->step).first >= 0 && item->event != "step" &&
+          sent[key_of("step", item->step)] == 0) {
+        // The step started after the history was read but before the subscription.
+        ++sent[key_of("step", item->step)];
+        if (!co_await exchange.send(
+                sse("step", replayed_json(task_id, item->step, {}, "{}"), id++)))
+          co_return;
+      }
       if (item->event == "done") {
         // The worker's done carries the result event; the stream ends with it.
         if (co_await exchange.send(sse("done", item->json, id++)))
           co_await exchange.end();
         co_return;
       }
+      ++sent[key_of(item->event, item->step)];
       if (!co_await exchange.send(sse(item->event, item->json, id++)))
         co_return;
       continue;
@@ -1218,11 +1285,15 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
         co_return;
       }
     }
-    for (const auto& [event, data] : ended.events) {
-      if (event == "error" || event == "done") {
-        if (!co_await exchange.send(sse(event, data, id++)))
-          co_return;
-      }
+    // The result can come before the progress events the feed has yet to deliver (they
+    // travel on another topic): the history gives what the client has not had.
+    std::map<EventKey, int> seen;
+    for (const auto& e : ended.events) {
+      const EventKey key = key_of(e.event, e.step);
+      if (seen[key]++ < sent[key])
+        continue;
+      if (!co_await exchange.send(sse(e.event, e.data, id++)))
+        co_return;
     }
     co_await exchange.end();
     co_return;

@@ -64,11 +64,13 @@ class Api {
   boost::asio::awaitable<http::Response> cancel_batch(http::Request& request, const Caller& caller,
                                                       std::string batch_id);
   boost::asio::awaitable<http::Response> ready(http::Request& request);
-  boost::asio::awaitable<void> submit_batch(http::Exchange& exchange, const Caller& caller);
+  // The streamed routes; `answered` gets the status of a whole (error) response.
+  boost::asio::awaitable<void> submit_batch(http::Exchange& exchange, const Caller& caller,
+                                            int& answered);
   boost::asio::awaitable<void> batch_results(http::Exchange& exchange, const Caller& caller,
-                                             std::string batch_id);
+                                             int& answered, std::string batch_id);
   boost::asio::awaitable<void> task_events(http::Exchange& exchange, const Caller& caller,
-                                           std::string task_id);
+                                           int& answered, std::string task_id);
 
   const config::Config& config_;
   pg::DbPool& db_;

@@ -202,13 +202,12 @@ int cancel_batch_slice(pqxx::connection& c, const BatchHeader& batch, int limit,
       "UPDATE batches SET cancelled = true, cancelled_at = coalesce(cancelled_at, now()) "
       "WHERE batch_id = $1",
       batch.batch_id);
-  tx.exec_params0(
-      "UPDATE tasks SET cancel_requested = true WHERE batch_id = $1 AND user_id = $2 AND "
-      "status = 'running' AND NOT cancel_requested",
-      batch.batch_id, batch.user_id);
+  // Not SKIP LOCKED: a row a scheduler pass is dispatching (or a worker claiming) right now
+  // would escape the cancel and run. Wait for that transaction instead (it is short); the
+  // row is then read again: dispatched ones end here, claimed ones are asked to stop below.
   auto picked = tx.exec_params(
       "SELECT task_id::text FROM tasks WHERE batch_id = $1 AND user_id = $2 AND "
-      "status IN ('queued', 'dispatched') ORDER BY task_id LIMIT $3 FOR UPDATE SKIP LOCKED",
+      "status IN ('queued', 'dispatched') ORDER BY task_id LIMIT $3 FOR UPDATE",
       batch.batch_id, batch.user_id, limit);
   std::vector<std::string> ids;
   for (const auto& row : picked)
@@ -216,6 +215,10 @@ int cancel_batch_slice(pqxx::connection& c, const BatchHeader& batch, int limit,
   const auto ended = end_unstarted(
       tx, ids, Ending{TaskStatus::kCancelled, "its batch was cancelled", "cancelled", std::nullopt},
       results_topic);
+  tx.exec_params0(
+      "UPDATE tasks SET cancel_requested = true WHERE batch_id = $1 AND user_id = $2 AND "
+      "status = 'running' AND NOT cancel_requested",
+      batch.batch_id, batch.user_id);
   tx.commit();
   return static_cast<int>(ended.size());
 }

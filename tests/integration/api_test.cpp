@@ -1,0 +1,1176 @@
+// The dispatcher's HTTP API as a user meets it, on the embedded fleet (the ctest fixture
+// in fleet_fixture.sh): every endpoint's happy path, long polls answered the moment the
+// result lands, event streams live and replayed, API keys acting only for their users, and
+// the catalogue of bad input, each a 4xx of the one error shape with nothing stored.
+// Postgres is the truth the answers are checked against. Each test has users of its own
+// (api-<test>-<run>), so the file can run again on the same fleet.
+
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/adapters/http/client.hpp"
+#include "core/domain/task.hpp"
+#include "tests/integration/fleet_env.hpp"
+
+namespace agentfleet {
+namespace {
+
+using namespace std::chrono_literals;
+namespace bhttp = boost::beast::http;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+const std::string kU1Key = "af-dev-u1-key";  // acts for u1 only
+const std::string kU2Key = "af-dev-u2-key";  // acts for u2 only
+
+const std::string& base_url() {
+  static const std::string url = test::fleet_env()["AGENTFLEET_URL"];
+  return url;
+}
+
+const std::string& pg_url() {
+  static const std::string url = test::fleet_env()["AGENTFLEET_PG_URL"];
+  return url;
+}
+
+const std::string& admin_key() {
+  static const std::string key = test::fleet_env()["AGENTFLEET_API_KEY"];
+  return key;
+}
+
+// This run's users: api-<name>-<run>, so a second run on the same fleet starts clean.
+std::string user(const std::string& name) {
+  static const std::string run =
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count() %
+                     1000000000);
+  return "api-" + name + "-" + run;
+}
+
+struct Call {
+  bhttp::verb method = bhttp::verb::get;
+  std::string path;  // and query, after the dispatcher's URL
+  std::string body;
+  std::string key = admin_key();  // empty: no credentials
+  Headers headers;
+  std::string content_type = "application/json";
+  std::chrono::seconds timeout = 15s;
+};
+
+http::ClientResponse call(Call c) {
+  boost::asio::io_context io;
+  http::ClientRequest request;
+  request.method = c.method;
+  request.url = base_url() + c.path;
+  request.body = std::move(c.body);
+  request.content_type = c.content_type;
+  request.headers = std::move(c.headers);
+  if (!c.key.empty())
+    request.headers.emplace_back("Authorization", "Bearer " + c.key);
+  request.deadline = std::chrono::steady_clock::now() + c.timeout;
+  auto future = boost::asio::co_spawn(io, http::fetch(io.get_executor(), std::move(request)),
+                                      boost::asio::use_future);
+  io.run();
+  auto response = future.get();
+  EXPECT_TRUE(response.ok()) << c.path << ": " << response.error_message;
+  return response;
+}
+
+http::ClientResponse get(const std::string& path, const std::string& key = admin_key()) {
+  return call({bhttp::verb::get, path, {}, key});
+}
+
+http::ClientResponse post(const std::string& path, const std::string& body,
+                          const std::string& key = admin_key()) {
+  return call({bhttp::verb::post, path, body, key});
+}
+
+http::ClientResponse post_batch(const std::string& query, const std::string& lines,
+                                const std::string& key = admin_key()) {
+  return call({bhttp::verb::post, "/v1/batches" + query, lines, key, {}, "application/x-ndjson"});
+}
+
+rapidjson::Document parse(const std::string& text) {
+  rapidjson::Document doc;
+  doc.Parse(text.c_str(), text.size());
+  EXPECT_FALSE(doc.HasParseError()) << "not JSON: " << text.substr(0, 500);
+  return doc;
+}
+
+std::string str(const rapidjson::Value& v, const char* name) {
+  if (!v.IsObject())
+    return {};
+  auto it = v.FindMember(name);
+  return it != v.MemberEnd() && it->value.IsString() ? it->value.GetString() : std::string();
+}
+
+std::int64_t num(const rapidjson::Value& v, const char* name) {
+  if (!v.IsObject())
+    return -1;
+  auto it = v.FindMember(name);
+  return it != v.MemberEnd() && it->value.IsInt64() ? it->value.GetInt64() : -1;
+}
+
+// Safe reads of answers that may not have the expected shape (RapidJSON asserts on a
+// member of a non-object): a missing member or element reads as null, a non-array as empty.
+const rapidjson::Value& at(const rapidjson::Value& v, const char* name) {
+  static const rapidjson::Value kNull;
+  if (!v.IsObject())
+    return kNull;
+  auto it = v.FindMember(name);
+  return it != v.MemberEnd() ? it->value : kNull;
+}
+
+const rapidjson::Value& item(const rapidjson::Value& v, rapidjson::SizeType i) {
+  static const rapidjson::Value kNull;
+  return v.IsArray() && i < v.Size() ? v[i] : kNull;
+}
+
+std::size_t size_of(const rapidjson::Value& v) {
+  return v.IsArray() ? v.Size() : 0;
+}
+
+rapidjson::Value::ConstArray array_of(const rapidjson::Value& v) {
+  static const rapidjson::Value kEmpty(rapidjson::kArrayType);
+  return v.IsArray() ? v.GetArray() : kEmpty.GetArray();
+}
+
+// Members of an object; -1 for anything else.
+std::int64_t members(const rapidjson::Value& v) {
+  return v.IsObject() ? static_cast<std::int64_t>(v.MemberCount()) : -1;
+}
+
+bool has(const rapidjson::Value& v, const char* name) {
+  return v.IsObject() && v.HasMember(name);
+}
+
+// The sum of an object's integer members.
+std::int64_t sum_of(const rapidjson::Value& v) {
+  std::int64_t sum = 0;
+  if (v.IsObject()) {
+    for (const auto& m : v.GetObject())
+      sum += m.value.IsInt64() ? m.value.GetInt64() : 0;
+  }
+  return sum;
+}
+
+bool is_terminal_status(const std::string& status) {
+  auto parsed = parse_task_status(status);
+  return parsed && is_terminal(*parsed);
+}
+
+template <typename... Args>
+pqxx::row pg_row(const std::string& sql, const Args&... args) {
+  pqxx::connection db(pg_url());
+  pqxx::work tx(db);
+  pqxx::row row = tx.exec_params1(sql, args...);
+  tx.commit();
+  return row;
+}
+
+template <typename... Args>
+std::int64_t pg_count(const std::string& sql, const Args&... args) {
+  const pqxx::row row = pg_row(sql, args...);
+  return row[0].as<std::int64_t>();
+}
+
+std::string submission(const std::string& user_id, const std::string& text, const std::string& key,
+                       const std::string& extra = {}) {
+  return R"({"user_id":")" + user_id + R"(","text":")" + text + R"(","idempotency_key":")" + key +
+         "\"" + extra + "}";
+}
+
+// Submits (201 expected) and returns the task id.
+std::string submit(const std::string& body, const std::string& key = admin_key()) {
+  auto response = post("/v1/tasks", body, key);
+  EXPECT_EQ(response.status, 201) << response.body;
+  auto doc = parse(response.body);
+  return str(doc, "task_id");
+}
+
+// The task once it ended (bounded: long polls of up to 30 s for 90 s).
+rapidjson::Document wait_terminal(const std::string& task_id) {
+  const auto until = std::chrono::steady_clock::now() + 90s;
+  for (;;) {
+    auto response = call({bhttp::verb::get,
+                          "/v1/tasks/" + task_id + "?wait=30",
+                          {},
+                          admin_key(),
+                          {},
+                          "application/json",
+                          40s});
+    EXPECT_EQ(response.status, 200) << response.body;
+    auto doc = parse(response.body);
+    if (response.status != 200 || is_terminal_status(str(doc, "status")))
+      return doc;
+    if (std::chrono::steady_clock::now() > until) {
+      ADD_FAILURE() << "task " << task_id << " still " << str(doc, "status") << " after 90 s";
+      return doc;
+    }
+  }
+}
+
+// The one error shape: {"error":{"code","message","path"}}, every member a non-empty
+// string, the path starting with `path`.
+void expect_error(const http::ClientResponse& response, int status, const std::string& path,
+                  const std::string& code = {}) {
+  EXPECT_EQ(response.status, status) << response.body;
+  EXPECT_EQ(response.header("Content-Type"), "application/json");
+  rapidjson::Document doc;
+  doc.Parse(response.body.c_str(), response.body.size());
+  ASSERT_FALSE(doc.HasParseError()) << response.body;
+  ASSERT_TRUE(doc.IsObject() && doc.HasMember("error") && at(doc, "error").IsObject())
+      << response.body;
+  const auto& error = at(doc, "error");
+  EXPECT_FALSE(str(error, "code").empty()) << response.body;
+  EXPECT_FALSE(str(error, "message").empty()) << response.body;
+  ASSERT_TRUE(at(error, "path").IsString()) << response.body;
+  EXPECT_EQ(str(error, "path").rfind(path, 0), 0u)
+      << "path should start with " << path << ": " << response.body;
+  if (!code.empty()) {
+    EXPECT_EQ(str(error, "code"), code) << response.body;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Happy paths
+
+TEST(ApiTasks, SubmitReadListAndCancelAnswerWithTheTaskWhereItLives) {
+  const std::string u = user("tasks");
+  // One task at a time for this user, so a second one waits queued.
+  auto limits = call({bhttp::verb::put, "/v1/users/" + u + "/limits", R"({"max_concurrency":1})"});
+  ASSERT_EQ(limits.status, 200) << limits.body;
+
+  auto created = post("/v1/tasks", submission(u, "2月8日的会议改到晚上8点", "t-1"));
+  ASSERT_EQ(created.status, 201) << created.body;
+  auto doc = parse(created.body);
+  const std::string first = str(doc, "task_id");
+  ASSERT_EQ(first.size(), 36u) << created.body;
+  EXPECT_EQ(created.header("Location"), "/v1/tasks/" + first);
+  EXPECT_EQ(str(doc, "user_id"), u);
+  EXPECT_EQ(str(doc, "text"), "2月8日的会议改到晚上8点");
+  EXPECT_EQ(str(doc, "idempotency_key"), "t-1");
+  EXPECT_EQ(str(doc, "model"), "sim-model") << "the configured default";
+  EXPECT_TRUE(str(doc, "status") == "queued" || str(doc, "status") == "dispatched") << created.body;
+
+  auto read = get("/v1/tasks/" + first);
+  ASSERT_EQ(read.status, 200) << read.body;
+  EXPECT_EQ(str(parse(read.body), "task_id"), first);
+
+  auto done = wait_terminal(first);
+  ASSERT_EQ(str(done, "status"), "succeeded") << str(done, "error");
+  // This user has no meeting that day: the search finds none, the answer says so.
+  EXPECT_EQ(str(at(done, "result"), "type"), "error");
+  EXPECT_NE(str(at(done, "result"), "message").find("未找到"), std::string::npos);
+  EXPECT_EQ(num(done, "steps"), 2);
+  EXPECT_EQ(num(done, "tool_calls"), 1);
+  ASSERT_TRUE(at(done, "trace").IsArray());
+  EXPECT_EQ(size_of(at(done, "trace")), 2u);
+  EXPECT_EQ(pg_count("SELECT steps FROM tasks WHERE task_id = $1::uuid", first), 2);
+
+  // A long one runs; the next waits behind it and is cancelled before it starts.
+  const std::string running = submit(submission(u, "slow: steps=20", "t-2"));
+  const std::string queued = submit(submission(u, "删除2月30日的日程", "t-3"));
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (pg_count("SELECT count(*) FROM tasks WHERE task_id = $1::uuid AND status = 'running'",
+                  running) == 0 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(50ms);  // polling a bounded wait
+  }
+  ASSERT_EQ(str(parse(get("/v1/tasks/" + running).body), "status"), "running");
+  ASSERT_EQ(str(parse(get("/v1/tasks/" + queued).body), "status"), "queued")
+      << "max_concurrency 1 holds it back";
+
+  auto cancel_queued = post("/v1/tasks/" + queued + "/cancel", "");
+  ASSERT_EQ(cancel_queued.status, 200) << cancel_queued.body;
+  EXPECT_EQ(str(parse(cancel_queued.body), "status"), "cancelled") << "at once";
+  EXPECT_EQ(post("/v1/tasks/" + queued + "/cancel", "").status, 200) << "again: harmless";
+
+  auto cancel_running = post("/v1/tasks/" + running + "/cancel", "");
+  ASSERT_EQ(cancel_running.status, 202) << cancel_running.body;
+  auto stopped = wait_terminal(running);
+  EXPECT_EQ(str(stopped, "status"), "cancelled");
+  EXPECT_LT(num(stopped, "steps"), 20) << "stopped, not run to the end";
+  expect_error(post("/v1/tasks/" + first + "/cancel", ""), 409, "/path/task_id", "already_ended");
+
+  auto row =
+      pg_row("SELECT status, started_at IS NULL FROM tasks WHERE task_id = $1::uuid", queued);
+  EXPECT_EQ(row[0].as<std::string>(), "cancelled");
+  EXPECT_TRUE(row[1].as<bool>()) << "the cancelled task never started";
+
+  // The list: newest first, summaries, filters, pages.
+  auto list = get("/v1/tasks?user_id=" + u);
+  ASSERT_EQ(list.status, 200) << list.body;
+  auto tasks = parse(list.body);
+  ASSERT_TRUE(at(tasks, "tasks").IsArray());
+  ASSERT_EQ(size_of(at(tasks, "tasks")), 3u) << list.body;
+  EXPECT_EQ(str(item(at(tasks, "tasks"), 0), "task_id"), queued);
+  EXPECT_EQ(str(item(at(tasks, "tasks"), 1), "task_id"), running);
+  EXPECT_EQ(str(item(at(tasks, "tasks"), 2), "task_id"), first);
+  for (const auto& t : array_of(at(tasks, "tasks"))) {
+    EXPECT_FALSE(has(t, "trace")) << "summaries without the trace";
+    EXPECT_EQ(str(t, "user_id"), u);
+  }
+  auto cancelled = parse(get("/v1/tasks?user_id=" + u + "&status=cancelled").body);
+  ASSERT_EQ(size_of(at(cancelled, "tasks")), 2u);
+  for (const auto& t : array_of(at(cancelled, "tasks")))
+    EXPECT_EQ(str(t, "status"), "cancelled");
+  auto page = parse(get("/v1/tasks?user_id=" + u + "&limit=1&before=" + queued).body);
+  ASSERT_EQ(size_of(at(page, "tasks")), 1u);
+  EXPECT_EQ(str(item(at(page, "tasks"), 0), "task_id"), running) << "the page after the cursor";
+}
+
+TEST(ApiUsage, PerModelCallsTokensAndCostAreTheLedgerSumsAndAFutureRangeIsEmpty) {
+  const std::string u = user("usage");
+  const std::string a = submit(submission(u, "bench: steps=2 calls=1", "u-1"));
+  const std::string b =
+      submit(submission(u, "bench: steps=1 calls=1", "u-2", R"(,"model":"sim-react-model")"));
+  ASSERT_EQ(str(wait_terminal(a), "status"), "succeeded");
+  ASSERT_EQ(str(wait_terminal(b), "status"), "succeeded");
+
+  // The range around now, in the database's own terms.
+  auto range = pg_row(
+      "SELECT (now() - interval '1 day')::date::text, (now() + interval '2 days')::date::text");
+  const std::string from = range[0].as<std::string>();
+  const std::string to = range[1].as<std::string>();
+  auto response = get("/v1/users/" + u + "/usage?from=" + from + "&to=" + to);
+  ASSERT_EQ(response.status, 200) << response.body;
+  auto usage = parse(response.body);
+  EXPECT_EQ(str(usage, "user_id"), u);
+  EXPECT_EQ(str(usage, "from"), from);
+  ASSERT_TRUE(at(usage, "models").IsArray());
+  ASSERT_EQ(size_of(at(usage, "models")), 2u) << response.body;
+
+  pqxx::connection db(pg_url());
+  pqxx::work tx(db);
+  auto ledger = tx.exec_params(
+      R"SQL(SELECT model, currency, count(*), count(DISTINCT task_id), sum(input_tokens),
+                   sum(cached_input_tokens), sum(output_tokens),
+                   to_char(sum(cost), 'FM999999999999990.000000')
+            FROM usage_ledger WHERE user_id = $1 GROUP BY model, currency ORDER BY model)SQL",
+      u);
+  auto tasks = tx.exec_params1(
+      "SELECT to_char(sum(cost), 'FM999999999999990.000000') FROM tasks WHERE user_id = $1", u);
+  tx.commit();
+  ASSERT_EQ(ledger.size(), 2u);
+  for (std::size_t i = 0; i < ledger.size(); ++i) {
+    const auto& m = item(at(usage, "models"), static_cast<rapidjson::SizeType>(i));
+    SCOPED_TRACE(ledger[i][0].as<std::string>());
+    EXPECT_EQ(str(m, "model"), ledger[i][0].as<std::string>());
+    EXPECT_EQ(str(m, "currency"), ledger[i][1].as<std::string>());
+    EXPECT_EQ(num(m, "calls"), ledger[i][2].as<std::int64_t>());
+    EXPECT_EQ(num(m, "tasks"), ledger[i][3].as<std::int64_t>());
+    EXPECT_EQ(num(m, "input_tokens"), ledger[i][4].as<std::int64_t>());
+    EXPECT_EQ(num(m, "cached_input_tokens"), ledger[i][5].as<std::int64_t>());
+    EXPECT_EQ(num(m, "output_tokens"), ledger[i][6].as<std::int64_t>());
+    EXPECT_EQ(str(m, "cost"), ledger[i][7].as<std::string>());
+    EXPECT_GT(num(m, "input_tokens"), 0);
+    EXPECT_EQ(num(m, "tasks"), 1);
+  }
+  // One ledger row per model call: bench steps=2 is three calls, steps=1 two.
+  EXPECT_EQ(str(item(at(usage, "models"), 0), "model"), "sim-model");
+  EXPECT_EQ(num(item(at(usage, "models"), 0), "calls"), 3);
+  EXPECT_EQ(str(item(at(usage, "models"), 1), "model"), "sim-react-model");
+  EXPECT_EQ(num(item(at(usage, "models"), 1), "calls"), 2);
+  ASSERT_EQ(size_of(at(usage, "totals")), 1u);
+  EXPECT_EQ(num(item(at(usage, "totals"), 0), "calls"), 5);
+  EXPECT_EQ(str(item(at(usage, "totals"), 0), "cost"), tasks[0].as<std::string>())
+      << "the bill is what the tasks cost";
+
+  // Without a range: everything; a range in the future or the past: nothing.
+  EXPECT_EQ(size_of(at(parse(get("/v1/users/" + u + "/usage").body), "models")), 2u);
+  for (const std::string& query : std::vector<std::string>{
+           "?from=2099-01-01", "?to=2000-01-01T00:00:00Z", "?from=" + to + "T00:00:00%2B00:00"}) {
+    SCOPED_TRACE(query);
+    auto empty = get("/v1/users/" + u + "/usage" + query);
+    ASSERT_EQ(empty.status, 200) << empty.body;
+    auto doc = parse(empty.body);
+    ASSERT_TRUE(at(doc, "models").IsArray());
+    EXPECT_EQ(size_of(at(doc, "models")), 0u) << empty.body;
+    EXPECT_EQ(size_of(at(doc, "totals")), 0u) << empty.body;
+  }
+}
+
+TEST(ApiLimits, AnAdminPutReplacesTheOverridesAndGetShowsTheEffectiveLimits) {
+  const std::string u = user("limits");
+  auto before = get("/v1/users/" + u + "/limits");
+  ASSERT_EQ(before.status, 200) << before.body;
+  auto doc = parse(before.body);
+  EXPECT_EQ(str(doc, "tier"), "standard") << "task_defaults.tier";
+  EXPECT_EQ(num(at(doc, "effective"), "max_concurrency"), 5);
+  EXPECT_EQ(num(at(doc, "effective"), "requests_per_minute"), 100);
+  EXPECT_EQ(members(at(doc, "overrides")), 0);
+
+  auto put = call({bhttp::verb::put, "/v1/users/" + u + "/limits",
+                   R"({"tier":"free","max_concurrency":3,"tool_permission":"read"})"});
+  ASSERT_EQ(put.status, 200) << put.body;
+  doc = parse(put.body);
+  EXPECT_EQ(str(doc, "tier"), "free");
+  EXPECT_EQ(num(at(doc, "effective"), "max_concurrency"), 3) << "the override";
+  EXPECT_EQ(num(at(doc, "effective"), "requests_per_minute"), 20) << "the free tier's";
+  EXPECT_EQ(str(at(doc, "effective"), "tool_permission"), "read");
+  EXPECT_EQ(str(at(doc, "overrides"), "tier"), "free");
+  EXPECT_EQ(num(at(doc, "overrides"), "max_concurrency"), 3);
+  EXPECT_FALSE(has(at(doc, "overrides"), "requests_per_minute"));
+  EXPECT_EQ(pg_count("SELECT max_concurrency FROM user_limits WHERE user_id = $1", u), 3);
+
+  // GET shows the same; null clears one override (the tier's value again).
+  auto read = parse(get("/v1/users/" + u + "/limits").body);
+  EXPECT_EQ(num(at(read, "effective"), "max_concurrency"), 3);
+  EXPECT_EQ(str(at(read, "overrides"), "tier"), "free");
+  auto cleared = call({bhttp::verb::put, "/v1/users/" + u + "/limits",
+                       R"({"tier":"free","max_concurrency":null})"});
+  ASSERT_EQ(cleared.status, 200) << cleared.body;
+  doc = parse(cleared.body);
+  EXPECT_EQ(num(at(doc, "effective"), "max_concurrency"), 2) << "the free tier's";
+  EXPECT_FALSE(has(at(doc, "overrides"), "max_concurrency")) << cleared.body;
+  EXPECT_FALSE(has(at(doc, "overrides"), "tool_permission")) << "PUT replaces, not merges";
+  EXPECT_EQ(str(at(doc, "effective"), "tool_permission"), "write");
+  // Nothing overridden: the default tier again.
+  doc = parse(call({bhttp::verb::put, "/v1/users/" + u + "/limits", "{}"}).body);
+  EXPECT_EQ(str(doc, "tier"), "standard");
+  EXPECT_EQ(num(at(doc, "effective"), "max_concurrency"), 5);
+  EXPECT_EQ(members(at(doc, "overrides")), 0);
+}
+
+std::vector<std::string> lines_of(const std::string& body) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < body.size()) {
+    std::size_t nl = body.find('\n', start);
+    if (nl == std::string::npos)
+      nl = body.size();
+    if (nl > start)
+      lines.push_back(body.substr(start, nl - start));
+    start = nl + 1;
+  }
+  return lines;
+}
+
+// The batch's counts add up: per status to the total, the ended ones to `ended`.
+void expect_counts_add_up(const rapidjson::Document& batch, std::int64_t total) {
+  EXPECT_EQ(sum_of(at(batch, "counts")), total);
+  EXPECT_EQ(num(batch, "total"), total);
+  const auto& c = at(batch, "counts");
+  EXPECT_EQ(num(batch, "ended"),
+            num(c, "succeeded") + num(c, "failed") + num(c, "timed_out") + num(c, "cancelled"));
+  EXPECT_LE(sum_of(at(batch, "result_types")), num(batch, "ended"))
+      << "only ended tasks have a result";
+}
+
+TEST(ApiBatches, FiftyLinesInCountsAddUpAndTheResultsListEachTaskOnce) {
+  const std::string u = user("batch");
+  const std::string batch_id = u + "-b";
+  std::string body, unnamed;
+  for (int i = 0; i < 50; ++i) {
+    const std::string text = i % 2 ? "删除2月30日的日程" : "bench: steps=1 calls=1";
+    // Lines may name the batch or leave it out.
+    const std::string extra = i % 3 ? "" : R"(,"batch_id":")" + batch_id + "\"";
+    body += submission(u, text, "b-" + std::to_string(i), extra) + "\n";
+    unnamed += submission(u, text, "b-" + std::to_string(i)) + "\n";
+  }
+  auto created = post_batch("?batch_id=" + batch_id, body);
+  ASSERT_EQ(created.status, 201) << created.body;
+  EXPECT_EQ(created.header("Location"), "/v1/batches/" + batch_id);
+  auto answer = parse(created.body);
+  EXPECT_EQ(str(answer, "batch_id"), batch_id);
+  EXPECT_EQ(str(answer, "user_id"), u);
+  EXPECT_EQ(num(answer, "lines"), 50);
+  EXPECT_EQ(num(answer, "accepted"), 50);
+  EXPECT_EQ(num(answer, "duplicates"), 0);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE batch_id = $1 AND user_id = $2 AND "
+                     "priority = 'batch'",
+                     batch_id, u),
+            50);
+
+  // Progress, until every task ended (bounded); the counts add up at every look.
+  rapidjson::Document batch;
+  const auto until = std::chrono::steady_clock::now() + 90s;
+  for (;;) {
+    auto response = get("/v1/batches/" + batch_id);
+    ASSERT_EQ(response.status, 200) << response.body;
+    batch = parse(response.body);
+    expect_counts_add_up(batch, 50);
+    if (num(batch, "ended") == 50 || std::chrono::steady_clock::now() > until)
+      break;
+    std::this_thread::sleep_for(200ms);  // polling a bounded wait
+  }
+  ASSERT_EQ(num(batch, "ended"), 50) << "the batch did not end within 90 s";
+  EXPECT_EQ(num(at(batch, "counts"), "succeeded"), 50);
+  EXPECT_EQ(num(at(batch, "result_types"), "action_completed"), 25);
+  EXPECT_EQ(num(at(batch, "result_types"), "error"), 25) << "2月30日 does not exist";
+  EXPECT_TRUE(at(batch, "cancelled").IsFalse());
+  std::int64_t calls = 0;
+  for (const auto& m : array_of(at(batch, "usage")))
+    calls += num(m, "calls");
+  EXPECT_EQ(calls, pg_count("SELECT count(*) FROM usage_ledger WHERE batch_id = $1", batch_id));
+
+  // The results: one JSON object a line, every task of the batch exactly once, ended.
+  auto results = get("/v1/batches/" + batch_id + "/results");
+  ASSERT_EQ(results.status, 200);
+  EXPECT_EQ(results.header("Content-Type"), "application/x-ndjson");
+  std::map<std::string, int> seen;
+  std::set<std::string> keys;
+  for (const std::string& line : lines_of(results.body)) {
+    auto doc = parse(line);
+    ASSERT_TRUE(doc.IsObject()) << line;
+    ++seen[str(doc, "task_id")];
+    keys.insert(str(doc, "idempotency_key"));
+    EXPECT_TRUE(is_terminal_status(str(doc, "status"))) << line;
+    EXPECT_TRUE(at(doc, "result").IsObject()) << line;
+  }
+  pqxx::connection db(pg_url());
+  pqxx::work tx(db);
+  std::set<std::string> stored;
+  for (const auto& row :
+       tx.exec_params("SELECT task_id::text FROM tasks WHERE batch_id = $1", batch_id)) {
+    stored.insert(row[0].as<std::string>());
+  }
+  tx.commit();
+  EXPECT_EQ(seen.size(), 50u);
+  EXPECT_EQ(stored.size(), 50u);
+  for (const auto& [id, times] : seen) {
+    EXPECT_EQ(times, 1) << id;
+    EXPECT_TRUE(stored.count(id)) << id << " is not a task of the batch";
+  }
+  EXPECT_EQ(keys.size(), 50u);
+
+  // The same lines again, as another batch: every line is a duplicate, no task is added.
+  auto again = post_batch("?batch_id=" + batch_id + "-again", unnamed);
+  ASSERT_EQ(again.status, 201) << again.body;
+  EXPECT_EQ(num(parse(again.body), "accepted"), 0);
+  EXPECT_EQ(num(parse(again.body), "duplicates"), 50);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 50);
+}
+
+TEST(ApiBatches, ACancelledBatchStartsNoTaskAfterwardsAndEveryTaskEnds) {
+  const std::string u = user("bcancel");
+  const std::string batch_id = u + "-b";
+  std::string body;
+  for (int i = 0; i < 20; ++i)
+    body += submission(u, "slow: steps=1", "c-" + std::to_string(i)) + "\n";
+  auto created = post_batch("?batch_id=" + batch_id, body);
+  ASSERT_EQ(created.status, 201) << created.body;
+  ASSERT_EQ(num(parse(created.body), "accepted"), 20);
+
+  // Cancel once some run (five at a time: the standard tier's max_concurrency).
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (pg_count("SELECT count(*) FROM tasks WHERE batch_id = $1 AND started_at IS NOT NULL",
+                  batch_id) == 0 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(50ms);  // polling a bounded wait
+  }
+  auto cancel = post("/v1/batches/" + batch_id + "/cancel", "");
+  ASSERT_EQ(cancel.status, 200) << cancel.body;
+  auto answer = parse(cancel.body);
+  EXPECT_TRUE(at(answer, "cancelled").IsTrue());
+  const std::int64_t started = pg_count(
+      "SELECT count(*) FROM tasks WHERE batch_id = $1 AND started_at IS NOT NULL", batch_id);
+  EXPECT_GE(started, 1);
+  EXPECT_LT(started, 20);
+
+  // Every task ends (bounded); none that had not started when the cancel answered starts.
+  rapidjson::Document batch;
+  const auto end_until = std::chrono::steady_clock::now() + 30s;
+  for (;;) {
+    batch = parse(get("/v1/batches/" + batch_id).body);
+    expect_counts_add_up(batch, 20);
+    if (num(batch, "ended") == 20 || std::chrono::steady_clock::now() > end_until)
+      break;
+    std::this_thread::sleep_for(100ms);  // polling a bounded wait
+  }
+  ASSERT_EQ(num(batch, "ended"), 20) << "running tasks stop within cancel_poll_ms";
+  EXPECT_EQ(num(at(batch, "counts"), "cancelled") + num(at(batch, "counts"), "succeeded"), 20);
+  EXPECT_GE(num(at(batch, "counts"), "cancelled"), 20 - started);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE batch_id = $1 AND started_at IS NOT NULL",
+                     batch_id),
+            started)
+      << "a task of the cancelled batch started afterwards";
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE batch_id = $1 AND started_at IS NULL AND "
+                     "status <> 'cancelled'",
+                     batch_id),
+            0);
+  // The results say the same.
+  for (const std::string& line : lines_of(get("/v1/batches/" + batch_id + "/results").body)) {
+    const std::string status = str(parse(line), "status");
+    EXPECT_TRUE(status == "cancelled" || status == "succeeded") << line;
+  }
+}
+
+// A cancel racing the scheduler pass the upload woke, which admits every task at once
+// (max_concurrency 20): none of them may start after the cancel answered.
+TEST(ApiBatches, ACancelRightAfterTheUploadLetsNoTaskStart) {
+  const std::string u = user("brace");
+  const std::string batch_id = u + "-b";
+  auto limits = call({bhttp::verb::put, "/v1/users/" + u + "/limits", R"({"max_concurrency":20})"});
+  ASSERT_EQ(limits.status, 200) << limits.body;
+  std::string body;
+  for (int i = 0; i < 20; ++i)
+    body += submission(u, "slow: steps=1", "r-" + std::to_string(i)) + "\n";
+  ASSERT_EQ(post_batch("?batch_id=" + batch_id, body).status, 201);
+  auto cancel = post("/v1/batches/" + batch_id + "/cancel", "");
+  ASSERT_EQ(cancel.status, 200) << cancel.body;
+  const std::int64_t started = pg_count(
+      "SELECT count(*) FROM tasks WHERE batch_id = $1 AND started_at IS NOT NULL", batch_id);
+
+  rapidjson::Document batch;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  for (;;) {
+    batch = parse(get("/v1/batches/" + batch_id).body);
+    if (num(batch, "ended") == 20 || std::chrono::steady_clock::now() > until)
+      break;
+    std::this_thread::sleep_for(100ms);  // polling a bounded wait
+  }
+  ASSERT_EQ(num(batch, "ended"), 20);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE batch_id = $1 AND started_at IS NOT NULL",
+                     batch_id),
+            started)
+      << "a task of the cancelled batch started afterwards";
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE batch_id = $1 AND started_at IS NULL AND "
+                     "status <> 'cancelled'",
+                     batch_id),
+            0);
+  std::printf("cancel right after the upload: %lld of 20 had started\n",
+              static_cast<long long>(started));
+}
+
+// A counter of the dispatcher's /metrics (0 when it has no such series yet).
+double metric(const std::string& text, const std::string& series) {
+  const std::string line = series + " ";
+  for (std::size_t at = text.find(line); at != std::string::npos; at = text.find(line, at + 1)) {
+    if (at == 0 || text[at - 1] == '\n')
+      return std::stod(text.substr(at + line.size()));
+  }
+  return 0;
+}
+
+TEST(ApiOps, HealthReadinessAndMetricsNeedNoKey) {
+  auto health = get("/healthz", "");
+  EXPECT_EQ(health.status, 200) << health.body;
+  EXPECT_EQ(str(parse(health.body), "status"), "ok");
+  auto ready = get("/readyz", "");
+  EXPECT_EQ(ready.status, 200) << ready.body;
+  EXPECT_EQ(str(parse(ready.body), "status"), "ready");
+  auto before = get("/metrics", "");
+  ASSERT_EQ(before.status, 200);
+  EXPECT_EQ(before.header("Content-Type").rfind("text/plain", 0), 0u)
+      << before.header("Content-Type");
+
+  // Requests are counted by route and the status they were answered with, streamed routes
+  // (batches, event streams) included.
+  const std::string stream_404 =
+      R"(agentfleet_http_requests_total{code="404",route="/v1/tasks/{id}/events"})";
+  const std::string batch_400 = R"(agentfleet_http_requests_total{code="400",route="/v1/batches"})";
+  const std::string health_200 = R"(agentfleet_http_requests_total{code="200",route="/healthz"})";
+  EXPECT_GE(metric(before.body, health_200), 1) << before.body;
+  call({bhttp::verb::get,
+        "/v1/tasks/00000000-0000-4000-8000-000000000000/events",
+        {},
+        admin_key(),
+        {{"Accept", "text/event-stream"}}});
+  post_batch("", "");
+  auto after = get("/metrics", "");
+  EXPECT_EQ(metric(after.body, stream_404), metric(before.body, stream_404) + 1);
+  EXPECT_EQ(metric(after.body, batch_400), metric(before.body, batch_400) + 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Long polls
+
+// Long polls of one task opened `stagger` apart; each answer's arrival (wall clock).
+struct Poll {
+  http::ClientResponse response;
+  std::chrono::system_clock::time_point arrived;
+};
+
+std::vector<Poll> staggered_polls(const std::string& task_id, int polls,
+                                  std::chrono::milliseconds stagger) {
+  boost::asio::io_context io;
+  std::vector<Poll> out(static_cast<std::size_t>(polls));
+  for (int i = 0; i < polls; ++i) {
+    boost::asio::co_spawn(
+        io,
+        [&, i]() -> boost::asio::awaitable<void> {
+          boost::asio::steady_timer timer(io, stagger * i);
+          co_await timer.async_wait(boost::asio::use_awaitable);
+          http::ClientRequest request;
+          request.method = bhttp::verb::get;
+          request.url = base_url() + "/v1/tasks/" + task_id + "?wait=30";
+          request.headers.emplace_back("Authorization", "Bearer " + admin_key());
+          request.deadline = std::chrono::steady_clock::now() + 40s;
+          Poll& poll = out[static_cast<std::size_t>(i)];
+          poll.response = co_await http::fetch(io.get_executor(), std::move(request));
+          poll.arrived = std::chrono::system_clock::now();
+        },
+        boost::asio::detached);
+  }
+  io.run();
+  return out;
+}
+
+TEST(ApiLongPoll, AnswersTheMomentTheResultLandsAndAShortWaitWithTheTaskAsItIs) {
+  const std::string u = user("longpoll");
+  // slow: three model answers of 600 ms. Four long polls opened 250 ms apart: answered
+  // from the feed they all go out together right after finished_at; answered by the
+  // once-a-second re-read of the row instead, each would go out at its own tick, spread
+  // over most of a second.
+  double worst = 0;
+  for (int run = 0; run < 2; ++run) {
+    const std::string id = submit(submission(u, "slow: steps=2", "lp-" + std::to_string(run)));
+    const auto polls = staggered_polls(id, 4, 250ms);
+    auto row = pg_row(
+        "SELECT extract(epoch FROM finished_at)::float8, "
+        "extract(epoch FROM finished_at - started_at)::float8 FROM tasks WHERE task_id = $1::uuid",
+        id);
+    const double finished = row[0].as<double>();
+    EXPECT_GT(row[1].as<double>(), 1.5) << "three answers of 600 ms";
+    double first = 1e18, last = 0;
+    for (std::size_t i = 0; i < polls.size(); ++i) {
+      SCOPED_TRACE("poll " + std::to_string(i));
+      ASSERT_TRUE(polls[i].response.ok()) << polls[i].response.error_message;
+      ASSERT_EQ(polls[i].response.status, 200) << polls[i].response.body;
+      EXPECT_EQ(str(parse(polls[i].response.body), "status"), "succeeded");
+      const double at = std::chrono::duration<double>(polls[i].arrived.time_since_epoch()).count();
+      first = std::min(first, at);
+      last = std::max(last, at);
+      worst = std::max(worst, at - finished);
+      std::printf("long poll %d.%zu: answered %.3f s after finished_at\n", run, i, at - finished);
+      EXPECT_GE(at - finished, -0.05) << "not before the task ended";
+      // The dev broker delivers to the dispatcher's feed in fetch rounds of up to 500 ms.
+      EXPECT_LT(at - finished, 0.75) << "the answer goes out when the result lands";
+    }
+    std::printf("long poll %d: answers spread over %.3f s\n", run, last - first);
+    EXPECT_LT(last - first, 0.15) << "answered together, the moment the result landed";
+  }
+  std::printf("long poll: worst answer %.3f s after finished_at\n", worst);
+
+  // A short wait on a task still running: after about the wait, with the task as it is.
+  const std::string slow = submit(submission(u, "slow: steps=5", "lp-slow"));
+  const auto asked = std::chrono::steady_clock::now();
+  auto early = get("/v1/tasks/" + slow + "?wait=1");
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  ASSERT_EQ(early.status, 200) << early.body;
+  EXPECT_FALSE(is_terminal_status(str(parse(early.body), "status"))) << early.body;
+  EXPECT_GE(took, 0.95);
+  EXPECT_LT(took, 2.0);
+  post("/v1/tasks/" + slow + "/cancel", "");
+  EXPECT_EQ(str(wait_terminal(slow), "status"), "cancelled");
+}
+
+// ---------------------------------------------------------------------------------------
+// Event streams
+
+struct SseEvent {
+  int id = -1;
+  std::string event;
+  std::string data;
+};
+
+std::vector<SseEvent> parse_sse(const std::string& body) {
+  std::vector<SseEvent> events;
+  SseEvent current;
+  bool any = false;
+  std::size_t start = 0;
+  while (start <= body.size()) {
+    std::size_t nl = body.find('\n', start);
+    if (nl == std::string::npos)
+      nl = body.size();
+    const std::string line = body.substr(start, nl - start);
+    start = nl + 1;
+    if (line.empty()) {
+      if (any)
+        events.push_back(current);
+      current = SseEvent{};
+      any = false;
+    } else if (line[0] == ':') {
+      continue;  // a comment: keep-alive
+    } else if (line.rfind("id: ", 0) == 0) {
+      current.id = std::stoi(line.substr(4));
+      any = true;
+    } else if (line.rfind("event: ", 0) == 0) {
+      current.event = line.substr(7);
+      any = true;
+    } else if (line.rfind("data: ", 0) == 0) {
+      current.data += line.substr(6);
+      any = true;
+    } else {
+      ADD_FAILURE() << "not a server-sent event line: " << line;
+    }
+  }
+  EXPECT_FALSE(any) << "the stream ended inside an event";
+  return events;
+}
+
+// What a stream showed, comparable across streams: (event, step, tool); error and done
+// have step -1.
+using Shown = std::tuple<std::string, int, std::string>;
+
+std::vector<Shown> open_stream(const std::string& task_id, const std::string& label) {
+  auto response = call({bhttp::verb::get,
+                        "/v1/tasks/" + task_id + "/events",
+                        {},
+                        admin_key(),
+                        {{"Accept", "text/event-stream"}},
+                        "application/json",
+                        60s});
+  EXPECT_EQ(response.status, 200) << response.body;
+  EXPECT_EQ(response.header("Content-Type"), "text/event-stream");
+  std::vector<Shown> shown;
+  const auto events = parse_sse(response.body);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const SseEvent& e = events[i];
+    SCOPED_TRACE(label + " event " + std::to_string(i) + ": " + e.event + " " + e.data);
+    EXPECT_EQ(e.id, static_cast<int>(i)) << "ids count up from 0";
+    rapidjson::Document data;
+    data.Parse(e.data.c_str(), e.data.size());
+    EXPECT_FALSE(data.HasParseError());
+    EXPECT_TRUE(data.IsObject());
+    const bool ending = e.event == "done" || e.event == "error";
+    int step = -1;
+    if (!ending) {
+      EXPECT_EQ(str(data, "task_id"), task_id);
+      step = static_cast<int>(num(data, "step"));
+      EXPECT_GE(step, 0);
+    }
+    shown.emplace_back(e.event, step, str(data, "tool"));
+  }
+  std::printf("%s stream:", label.c_str());
+  for (const auto& [event, step, tool] : shown)
+    std::printf(" %s%s", event.c_str(), step >= 0 ? std::to_string(step).c_str() : "");
+  std::printf("\n");
+  EXPECT_FALSE(shown.empty());
+  if (!shown.empty()) {
+    EXPECT_EQ(std::get<0>(shown.back()), "done") << label << ": the stream ends with done";
+  }
+  EXPECT_EQ(std::count_if(shown.begin(), shown.end(),
+                          [](const Shown& s) { return std::get<0>(s) == "done"; }),
+            1)
+      << label << ": exactly one done";
+  return shown;
+}
+
+// The events of a task that ran `steps` model calls with `calls` tool calls each (the
+// last step finishes): per step `step`, then its tool calls (`action`), then their
+// outcomes (`execution`); then `done`.
+std::vector<Shown> expected_events(int steps, int calls, const std::string& tool) {
+  std::vector<Shown> out;
+  for (int s = 0; s < steps; ++s) {
+    out.emplace_back("step", s, "");
+    if (s + 1 == steps)
+      break;
+    for (int c = 0; c < calls; ++c)
+      out.emplace_back("action", s, tool);
+    for (int c = 0; c < calls; ++c)
+      out.emplace_back("execution", s, tool);
+  }
+  out.emplace_back("done", -1, "");
+  return out;
+}
+
+TEST(ApiEvents, ALiveAndAReplayedStreamShowTheSameEventsEndingWithOneDone) {
+  const std::string u = user("events");
+  struct Case {
+    std::string text;
+    std::vector<Shown> expected;
+  };
+  const std::vector<Case> cases = {
+      // Fast: the result can land before the progress events reach the dispatcher.
+      {"bench: steps=2 calls=2", expected_events(3, 2, "search_items")},
+      // A sample whose first answer has text (delta): the search finds no meeting for
+      // this user, so nothing is changed.
+      {"2月8日的会议改到晚上8点",
+       {{"step", 0, ""},
+        {"delta", 0, ""},
+        {"action", 0, "search_items"},
+        {"execution", 0, "search_items"},
+        {"step", 1, ""},
+        {"done", -1, ""}}},
+      {"slow: steps=2", expected_events(3, 1, "search_items")},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].text);
+    const std::string id = submit(submission(u, cases[i].text, "ev-" + std::to_string(i)));
+    const auto live = open_stream(id, "live");
+    const auto replayed = open_stream(id, "replayed");
+    EXPECT_EQ(str(wait_terminal(id), "status"), "succeeded");
+    EXPECT_EQ(live, cases[i].expected);
+    EXPECT_EQ(replayed, cases[i].expected);
+    EXPECT_EQ(live, replayed);
+  }
+
+  // A stream opened mid-run (the first step done, the second model call under way) gets
+  // the history and then the rest, the same events once each.
+  const std::string id = submit(submission(u, "slow: steps=3", "ev-mid"));
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (pg_count("SELECT count(*) FROM task_steps WHERE task_id = $1::uuid AND trace IS NOT NULL",
+                  id) == 0 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);  // polling a bounded wait
+  }
+  const auto middle = open_stream(id, "mid-run");
+  EXPECT_EQ(middle, expected_events(4, 1, "search_items"));
+
+  // Another user's task and an unknown id are not found.
+  expect_error(call({bhttp::verb::get,
+                     "/v1/tasks/" + id + "/events",
+                     {},
+                     kU1Key,
+                     {{"Accept", "text/event-stream"}}}),
+               404, "/path/task_id", "not_found");
+  expect_error(call({bhttp::verb::get,
+                     "/v1/tasks/00000000-0000-4000-8000-000000000000/events",
+                     {},
+                     admin_key(),
+                     {{"Accept", "text/event-stream"}}}),
+               404, "/path/task_id", "not_found");
+}
+
+// ---------------------------------------------------------------------------------------
+// Auth
+
+TEST(ApiAuth, AKeyActsOnlyForItsUsersAndAnotherUsersTaskIsNotFound) {
+  // No key, a wrong key: 401 with a challenge, on plain and streamed routes alike.
+  for (const Call& c : std::vector<Call>{
+           {bhttp::verb::get, "/v1/tasks?user_id=u1", {}, ""},
+           {bhttp::verb::post, "/v1/tasks", submission("u1", "x", "auth-nokey"), ""},
+           {bhttp::verb::get, "/v1/tasks?user_id=u1", {}, "not-a-key"},
+           {bhttp::verb::get, "/v1/tasks?user_id=u1", {}, "", {{"X-API-Key", "not-a-key"}}},
+           {bhttp::verb::post, "/v1/batches", submission("u1", "x", "auth-nokey"), ""},
+       }) {
+    SCOPED_TRACE(c.path + " key '" + c.key + "'");
+    auto response = call(c);
+    expect_error(response, 401, "/header/authorization", "unauthorized");
+    EXPECT_EQ(response.header("WWW-Authenticate"), "Bearer");
+  }
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE idempotency_key = 'auth-nokey'"), 0);
+  // X-API-Key works as well as Bearer.
+  EXPECT_EQ(
+      call({bhttp::verb::get, "/v1/tasks?user_id=u1", {}, "", {{"X-API-Key", kU1Key}}}).status,
+      200);
+
+  // u2's task, as u1 sees it: not found (not forbidden: ids do not leak).
+  const std::string key2 = "auth-u2-" + user("auth");
+  const std::string theirs = submit(submission("u2", "slow: steps=1", key2), kU2Key);
+  const std::string unknown = "00000000-0000-4000-8000-000000000000";
+  for (const std::string& id : {theirs, unknown}) {
+    SCOPED_TRACE(id);
+    expect_error(get("/v1/tasks/" + id, kU1Key), 404, "/path/task_id", "not_found");
+    expect_error(get("/v1/tasks/" + id + "?wait=1", kU1Key), 404, "/path/task_id", "not_found");
+    expect_error(post("/v1/tasks/" + id + "/cancel", "", kU1Key), 404, "/path/task_id",
+                 "not_found");
+    expect_error(call({bhttp::verb::get,
+                       "/v1/tasks/" + id + "/events",
+                       {},
+                       kU1Key,
+                       {{"Accept", "text/event-stream"}}}),
+                 404, "/path/task_id", "not_found");
+  }
+  EXPECT_EQ(get("/v1/tasks/" + theirs, kU2Key).status, 200) << "its owner reads it";
+  EXPECT_EQ(get("/v1/tasks/" + theirs).status, 200) << "the admin reads it";
+
+  // u2's collections and submissions for u2: forbidden to u1's key, nothing stored.
+  expect_error(get("/v1/tasks?user_id=u2", kU1Key), 403, "/query/user_id", "forbidden");
+  expect_error(get("/v1/users/u2/usage", kU1Key), 403, "/path/user_id", "forbidden");
+  expect_error(get("/v1/users/u2/limits", kU1Key), 403, "/path/user_id", "forbidden");
+  const std::string key1 = "auth-u1-" + user("auth");
+  expect_error(post("/v1/tasks", submission("u2", "删除2月30日的日程", key1), kU1Key), 403,
+               "/user_id", "forbidden");
+  expect_error(post_batch("", submission("u2", "删除2月30日的日程", key1) + "\n", kU1Key), 403,
+               "/line/1/user_id", "forbidden");
+  expect_error(
+      post_batch("?user_id=u2", submission("u2", "删除2月30日的日程", key1) + "\n", kU1Key), 403,
+      "/query/user_id", "forbidden");
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE idempotency_key = $1", key1), 0);
+  // Limits are for admins only, even a key's own user's.
+  const auto u1_limits = pg_count("SELECT count(*) FROM user_limits WHERE user_id = 'u1'");
+  expect_error(call({bhttp::verb::put, "/v1/users/u1/limits", R"({"max_concurrency":1})", kU1Key}),
+               403, "/header/authorization", "forbidden");
+  EXPECT_EQ(pg_count("SELECT count(*) FROM user_limits WHERE user_id = 'u1'"), u1_limits);
+  EXPECT_EQ(get("/v1/users/u1/limits", kU1Key).status, 200) << "reading its own is fine";
+  EXPECT_EQ(get("/v1/users/u1/usage", kU1Key).status, 200);
+
+  // u1's cancel did nothing: u2's task runs to its end.
+  auto done = wait_terminal(theirs);
+  EXPECT_EQ(str(done, "status"), "succeeded");
+  EXPECT_TRUE(at(done, "cancel_requested").IsFalse());
+
+  // Operations routes need no key.
+  for (const std::string path : {"/healthz", "/readyz", "/metrics"})
+    EXPECT_EQ(get(path, "").status, 200) << path;
+}
+
+// ---------------------------------------------------------------------------------------
+// The bad-input catalogue
+
+TEST(ApiBadInput, EachIsAClear4xxOfTheErrorShapeAndNothingIsStored) {
+  const std::string u = user("bad");
+  const std::int64_t tasks_before = pg_count("SELECT count(*) FROM tasks");
+  const std::int64_t batches_before = pg_count("SELECT count(*) FROM batches");
+  struct Case {
+    std::string name;
+    std::string body;
+    std::string path;
+  };
+  std::string long_text;
+  for (int i = 0; i < 5001; ++i)
+    long_text += "字";  // 5,001 characters, 15,003 bytes
+  std::string deep = "1";
+  for (int i = 0; i < 200; ++i)
+    deep = "[" + deep + "]";
+  const std::vector<Case> cases = {
+      {"malformed JSON", R"({"user_id":")" + u + R"(","text":)", "/"},
+      {"not an object", "[]", "/"},
+      {"text as a number", R"({"user_id":")" + u + R"(","text":5})", "/text"},
+      {"timeout_s as a string", submission(u, "hi", "bad-1", R"(,"timeout_s":"30")"), "/timeout_s"},
+      {"text of 5,001 characters", submission(u, long_text, "bad-2"), "/text"},
+      {"text of 5,001 ASCII characters", submission(u, std::string(5001, 'a'), "bad-3"), "/text"},
+      {"an unknown field", submission(u, "hi", "bad-4", R"(,"colour":"red")"), "/colour"},
+      {"an unknown metadata field", submission(u, "hi", "bad-5", R"(,"metadata":{"colour":1})"),
+       "/metadata/colour"},
+      {"invalid UTF-8", submission(u, "\xff\xfe", "bad-6"), "/"},
+      {"an overlong UTF-8 encoding", submission(u, "\xc0\xaf", "bad-7"), "/"},
+      {"a lone surrogate", submission(u, "\xed\xa0\x80", "bad-8"), "/"},
+      {"deep nesting", submission(u, "hi", "bad-9", R"(,"metadata":{"device_id":)" + deep + "}"),
+       "/metadata"},
+      {"a number too big for a double", submission(u, "hi", "bad-10", R"(,"timeout_s":1e400)"),
+       "/"},
+      {"a number too big for an integer",
+       submission(u, "hi", "bad-11", R"(,"timeout_s":99999999999999999999999)"), "/timeout_s"},
+      {"max_steps past 32 bits", submission(u, "hi", "bad-12", R"(,"max_steps":4294967297)"),
+       "/max_steps"},
+      {"a negative timeout", submission(u, "hi", "bad-13", R"(,"timeout_s":-1)"), "/timeout_s"},
+      {"an unknown model", submission(u, "hi", "bad-14", R"(,"model":"no-such-model")"), "/model"},
+      {"an unknown tool", submission(u, "hi", "bad-15", R"(,"tools":["search_items","nope"])"),
+       "/tools/1"},
+      {"an unknown priority", submission(u, "hi", "bad-16", R"(,"priority":"urgent")"),
+       "/priority"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    expect_error(post("/v1/tasks", c.body), 400, c.path, "invalid_request");
+  }
+  // The limit counts characters, not bytes: 5,000 three-byte characters are fine.
+  const std::string ok_user = user("bad-ok");
+  std::string longest;
+  for (int i = 0; i < 5000; ++i)
+    longest += "字";
+  EXPECT_EQ(post("/v1/tasks", submission(ok_user, longest, "ok-1")).status, 201);
+
+  // Query parameters.
+  const std::string task = submit(submission(ok_user, "删除2月30日的日程", "ok-2"));
+  for (const std::string wait : {"abc", "31", "-1", "1.5", ""}) {
+    SCOPED_TRACE("wait=" + wait);
+    expect_error(get("/v1/tasks/" + task + "?wait=" + wait), 400, "/query/wait");
+  }
+  for (const std::string limit : {"0", "501", "ten"}) {
+    SCOPED_TRACE("limit=" + limit);
+    expect_error(get("/v1/tasks?user_id=" + ok_user + "&limit=" + limit), 400, "/query/limit");
+  }
+  expect_error(get("/v1/tasks?user_id=" + ok_user + "&status=done"), 400, "/query/status");
+  expect_error(get("/v1/tasks?user_id=" + ok_user + "&before=yesterday"), 400, "/query/before");
+  expect_error(get("/v1/tasks"), 400, "/query/user_id");
+  // Another user's task, a bad key.
+  expect_error(get("/v1/tasks/" + task, kU1Key), 404, "/path/task_id", "not_found");
+  expect_error(get("/v1/tasks/" + task, "af-dev-u3-key"), 401, "/header/authorization",
+               "unauthorized");
+
+  // Usage with a malformed range.
+  expect_error(get("/v1/users/" + ok_user + "/usage?from=yesterday"), 400, "/query/from");
+  expect_error(get("/v1/users/" + ok_user + "/usage?to=2026-13"), 400, "/query/to");
+  expect_error(get("/v1/users/" + ok_user + "/usage?from=2026-02-30"), 400, "/query");
+
+  // Limits: an unknown field, a negative max_concurrency; nothing stored.
+  const std::string limited = user("bad-limits");
+  expect_error(call({bhttp::verb::put, "/v1/users/" + limited + "/limits", R"({"colour":1})"}), 400,
+               "/colour");
+  expect_error(
+      call({bhttp::verb::put, "/v1/users/" + limited + "/limits", R"({"max_concurrency":-1})"}),
+      400, "/max_concurrency");
+  expect_error(call({bhttp::verb::put, "/v1/users/" + limited + "/limits", "[1]"}), 400, "/");
+  EXPECT_EQ(pg_count("SELECT count(*) FROM user_limits WHERE user_id = $1", limited), 0);
+
+  // Batches: one bad line among good ones, lines of two users, no lines at all.
+  auto lines = [&](int n, int bad, const std::string& bad_line, const std::string& prefix) {
+    std::string body;
+    for (int i = 1; i <= n; ++i) {
+      body += (i == bad ? bad_line
+                        : submission(u, "bench: steps=1 calls=1", prefix + std::to_string(i))) +
+              "\n";
+    }
+    return body;
+  };
+  struct BatchCase {
+    std::string name;
+    std::string body;
+    std::string path;
+  };
+  const std::vector<BatchCase> batch_cases = {
+      {"a bad line among good ones",
+       lines(5, 3, submission(u, "hi", "bl-3", R"(,"timeout_s":"x")"), "bl-"), "/line/3/timeout_s"},
+      // Past the first slice of 1,000 rows, written (uncommitted) before the bad line.
+      {"a bad line after 1,000 good ones",
+       lines(1200, 1100, submission(u, "hi", "bm-1100", R"(,"model":"nope")"), "bm-"),
+       "/line/1100/model"},
+      {"a line that is not JSON", lines(3, 2, "{not json", "bn-"), "/line/2"},
+      {"two users", lines(3, 2, submission(u + "-other", "hi", "bo-2"), "bo-"), "/line/2/user_id"},
+      {"a line naming another batch",
+       lines(3, 3, submission(u, "hi", "bp-3", R"(,"batch_id":"another")"), "bp-"),
+       "/line/3/batch_id"},
+      {"no lines", "", "/line/1"},
+      {"blank lines only", "\n\n  \n", "/line/1"},
+  };
+  for (std::size_t i = 0; i < batch_cases.size(); ++i) {
+    const BatchCase& c = batch_cases[i];
+    SCOPED_TRACE(c.name);
+    const std::string batch_id = u + "-bad-" + std::to_string(i);
+    expect_error(post_batch("?batch_id=" + batch_id, c.body), 400, c.path, "invalid_request");
+    EXPECT_EQ(pg_count("SELECT count(*) FROM batches WHERE batch_id = $1", batch_id), 0)
+        << "no batch row";
+  }
+  expect_error(post_batch("?batch_id=" + u + "-p&priority=urgent", lines(1, 0, "", "bq-")), 400,
+               "/query/priority");
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 0)
+      << "no task of a refused submission or batch is stored";
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks"), tasks_before + 2) << "only ok_user's two";
+  EXPECT_EQ(pg_count("SELECT count(*) FROM batches"), batches_before);
+
+  // A batch id used before: 409, the first batch as it was, nothing added.
+  const std::string reused = u + "-reused";
+  const std::string good_user = user("bad-batch");
+  auto first =
+      post_batch("?batch_id=" + reused, submission(good_user, "删除2月30日的日程", "br-1") + "\n");
+  ASSERT_EQ(first.status, 201) << first.body;
+  expect_error(
+      post_batch("?batch_id=" + reused, submission(good_user, "删除2月30日的日程", "br-2") + "\n"),
+      409, "/query/batch_id", "batch_exists");
+  expect_error(post_batch("?batch_id=" + reused,
+                          submission(user("bad-thief"), "删除2月30日的日程", "br-3") + "\n"),
+               409, "/query/batch_id", "batch_exists");
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE batch_id = $1", reused), 1);
+  EXPECT_EQ(pg_count("SELECT total FROM batches WHERE batch_id = $1", reused), 1);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE idempotency_key IN ('br-2', 'br-3')"), 0);
+}
+
+}  // namespace
+}  // namespace agentfleet

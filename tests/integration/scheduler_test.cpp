@@ -1,0 +1,774 @@
+// The fair scheduler on the embedded fleet (the ctest fixture of fleet_fixture.sh: one
+// dispatcher, two workers, the embedded default configuration), checked where users see
+// it: per-user concurrency is never exceeded and is really used, one user's batch of
+// 20,000 tasks does not hold up another user's interactive tasks, a limit changed at run
+// time applies within a pass, a spent monthly budget ends tasks without running them, and
+// a task that waits past its schedule_timeout_s ends timed_out. Postgres is the truth: a
+// sampler thread reads the task rows every few milliseconds on a connection of its own.
+//
+// Each test uses users of its own, suffixed with a run id, so the tests neither disturb
+// each other nor an earlier run against the same fleet.
+
+#include <gtest/gtest.h>
+#include <librdkafka/rdkafka.h>
+#include <rapidjson/document.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/adapters/http/client.hpp"
+#include "core/codec/json_schema.hpp"
+#include "core/codec/json_text.hpp"
+#include "tests/integration/fleet_env.hpp"
+
+namespace agentfleet {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using Verb = boost::beast::http::verb;
+
+constexpr const char* kFast = "bench: steps=1 calls=1";  // two model calls, one tool call
+constexpr const char* kSlow = "slow: steps=1";           // two 600 ms model calls, ~1.3 s
+constexpr const char* kResultsTopic = "agent.tasks.results";
+// Rate and token limits out of the way, so only the limit under test holds a user back.
+constexpr const char* kNoRateLimits =
+    R"("requests_per_minute":1000000,"tokens_per_minute":1000000000000)";
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// One API call with the admin key.
+http::ClientResponse call(Verb method, const std::string& url, const std::string& body = {},
+                          std::chrono::seconds timeout = 10s,
+                          const std::string& content_type = "application/json") {
+  boost::asio::io_context io;
+  http::ClientRequest request;
+  request.method = method;
+  request.url = url;
+  request.body = body;
+  request.content_type = content_type;
+  request.headers.push_back(test::admin_auth());
+  request.deadline = Clock::now() + timeout;
+  auto future = boost::asio::co_spawn(io, http::fetch(io.get_executor(), std::move(request)),
+                                      boost::asio::use_future);
+  io.run();
+  return future.get();
+}
+
+// A figure for the ctest log, written at once.
+__attribute__((format(printf, 1, 2))) void report(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  std::vprintf(format, args);
+  va_end(args);
+  std::fflush(stdout);
+}
+
+rapidjson::Document parse(const std::string& text) {
+  rapidjson::Document doc;
+  doc.Parse(text.c_str());
+  EXPECT_FALSE(doc.HasParseError()) << text;
+  return doc;
+}
+
+// A task submission: {"user_id":USER,"text":TEXT<extra>}; `extra` adds fields (",...").
+std::string task_body(const std::string& user, const std::string& text,
+                      const std::string& extra = "") {
+  return R"({"user_id":")" + user + R"(","text":")" + text + "\"" + extra + "}";
+}
+
+// A user id of this run: "sched-conc-u1" -> "sched-conc-u1-<run>".
+std::string user_of_run(const std::string& name) {
+  static const std::string run =
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count() %
+                     100000000);
+  return name + "-" + run;
+}
+
+// What the tests need of the fleet.
+struct Fleet {
+  std::string api;
+  std::string pg;
+  std::string bootstrap;
+
+  static Fleet from_env() {
+    auto env = test::fleet_env();
+    return Fleet{env["AGENTFLEET_URL"], env["AGENTFLEET_PG_URL"],
+                 env["AGENTFLEET_KAFKA_BOOTSTRAP"]};
+  }
+
+  // PUT /v1/users/{id}/limits; `fields` is the inside of the JSON object.
+  void put_limits(const std::string& user, const std::string& fields) const {
+    auto response = call(Verb::put, api + "/v1/users/" + user + "/limits", "{" + fields + "}");
+    EXPECT_EQ(response.status, 200) << response.error_message << response.body;
+  }
+
+  // POST /v1/tasks; returns the task id (empty when refused).
+  std::string submit(const std::string& body) const {
+    auto response = call(Verb::post, api + "/v1/tasks", body);
+    EXPECT_EQ(response.status, 201) << response.error_message << response.body;
+    if (response.status != 201)
+      return {};
+    return parse(response.body)["task_id"].GetString();
+  }
+
+  // POST /v1/batches of `count` lines of `text` for `user`; returns the batch id.
+  std::string submit_batch(const std::string& user, const std::string& priority,
+                           const std::string& text, int count) const {
+    std::string lines;
+    const std::string line = task_body(user, text) + "\n";
+    lines.reserve(line.size() * static_cast<std::size_t>(count));
+    for (int i = 0; i < count; ++i)
+      lines += line;
+    auto response = call(Verb::post, api + "/v1/batches?user_id=" + user + "&priority=" + priority,
+                         lines, 120s, "application/x-ndjson");
+    EXPECT_EQ(response.status, 201) << response.error_message << response.body;
+    if (response.status != 201)
+      return {};
+    auto doc = parse(response.body);
+    EXPECT_EQ(doc["accepted"].GetInt64(), count) << response.body;
+    return doc["batch_id"].GetString();
+  }
+
+  // POST /v1/batches/{id}/cancel (its queued tasks end at once, in slices).
+  http::ClientResponse cancel_batch(const std::string& batch) const {
+    return call(Verb::post, api + "/v1/batches/" + batch + "/cancel", "", 120s);
+  }
+};
+
+// Cancels the batches it was given when the test leaves early (a failed ASSERT) instead of
+// reaching dismiss(): a failed test must not leave a backlog that keeps the fleet busy for
+// the tests after it.
+class CancelOnExit {
+ public:
+  explicit CancelOnExit(const Fleet& fleet) : fleet_(fleet) {}
+  ~CancelOnExit() {
+    for (const std::string& batch : batches_)
+      fleet_.cancel_batch(batch);
+  }
+  CancelOnExit(const CancelOnExit&) = delete;
+  CancelOnExit& operator=(const CancelOnExit&) = delete;
+
+  std::string add(std::string batch) {
+    if (!batch.empty())
+      batches_.push_back(batch);
+    return batch;
+  }
+  void dismiss() { batches_.clear(); }
+
+ private:
+  const Fleet& fleet_;
+  std::vector<std::string> batches_;
+};
+
+// One statement in its own transaction; the row it returns.
+template <typename... Args>
+pqxx::row row_of(pqxx::connection& db, const std::string& sql, Args&&... args) {
+  pqxx::work tx(db);
+  pqxx::row row = tx.exec_params1(sql, std::forward<Args>(args)...);
+  tx.commit();
+  return row;
+}
+
+// Polls `done` every `every` until it holds or `limit` passes; true when it held.
+bool wait_until(std::chrono::milliseconds limit, const std::function<bool()>& done,
+                std::chrono::milliseconds every = 100ms) {
+  const auto until = Clock::now() + limit;
+  for (;;) {
+    if (done())
+      return true;
+    if (Clock::now() >= until)
+      return false;
+    std::this_thread::sleep_for(every);  // the polling interval of a bounded wait
+  }
+}
+
+constexpr const char* kNotEnded =
+    "SELECT count(*) FROM tasks WHERE user_id = $1 "
+    "AND status IN ('queued', 'dispatched', 'running')";
+
+// Waits (bounded) until none of the user's tasks is queued, dispatched or running.
+bool wait_all_ended(pqxx::connection& db, const std::string& user, std::chrono::seconds limit) {
+  return wait_until(
+      limit, [&] { return row_of(db, kNotEnded, user)[0].as<int>() == 0; }, 200ms);
+}
+
+// The user's tasks by status.
+std::map<std::string, int> statuses(pqxx::connection& db, const std::string& user) {
+  pqxx::work tx(db);
+  auto rows =
+      tx.exec_params("SELECT status, count(*) FROM tasks WHERE user_id = $1 GROUP BY 1", user);
+  tx.commit();
+  std::map<std::string, int> out;
+  for (const auto& row : rows)
+    out[row[0].as<std::string>()] = row[1].as<int>();
+  return out;
+}
+
+std::string describe(const std::map<std::string, int>& counts) {
+  std::string out;
+  for (const auto& [status, n] : counts)
+    out += status + "=" + std::to_string(n) + " ";
+  return out;
+}
+
+// Reads, every few milliseconds on a connection of its own, how many tasks of each
+// watched user are dispatched + running and how many are running (one statement: one
+// snapshot), and keeps the most it saw. Starts on construction; stop() or the destructor
+// ends it.
+class ActiveSampler {
+ public:
+  struct Seen {
+    int max_active = 0;   // dispatched + running
+    int max_running = 0;  // running
+  };
+
+  ActiveSampler(const std::string& pg_url, const std::vector<std::string>& users) {
+    std::string ids = "[";
+    for (const auto& user : users)
+      ids += (ids.size() > 1 ? ",\"" : "\"") + user + "\"";
+    ids += "]";
+    for (const auto& user : users)
+      seen_[user] = Seen{};
+    thread_ = std::thread([this, pg_url, ids] { run(pg_url, ids); });
+  }
+  ~ActiveSampler() { stop(); }
+  ActiveSampler(const ActiveSampler&) = delete;
+  ActiveSampler& operator=(const ActiveSampler&) = delete;
+
+  void stop() {
+    stopping_ = true;
+    if (thread_.joinable())
+      thread_.join();
+  }
+  std::map<std::string, Seen> seen() const {
+    std::lock_guard lock(mutex_);
+    return seen_;
+  }
+  long samples() const { return samples_.load(); }
+  std::string error() const {
+    std::lock_guard lock(mutex_);
+    return error_;
+  }
+
+ private:
+  void run(const std::string& pg_url, const std::string& ids) {
+    try {
+      pqxx::connection db(pg_url);
+      while (!stopping_) {
+        pqxx::work tx(db);
+        auto rows = tx.exec_params(
+            "SELECT user_id, count(*), count(*) FILTER (WHERE status = 'running') FROM tasks "
+            "WHERE status IN ('dispatched', 'running') "
+            "AND user_id IN (SELECT jsonb_array_elements_text($1::jsonb)) GROUP BY user_id",
+            ids);
+        tx.commit();
+        {
+          std::lock_guard lock(mutex_);
+          for (const auto& row : rows) {
+            Seen& s = seen_[row[0].as<std::string>()];
+            s.max_active = std::max(s.max_active, row[1].as<int>());
+            s.max_running = std::max(s.max_running, row[2].as<int>());
+          }
+        }
+        ++samples_;
+        std::this_thread::sleep_for(2ms);  // the sampling period
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mutex_);
+      error_ = e.what();
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::map<std::string, Seen> seen_;
+  std::string error_;
+  std::atomic<long> samples_{0};
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+// Reads a topic with librdkafka: where each partition ends now, and every message after
+// given offsets up to the current end.
+class TopicReader {
+ public:
+  TopicReader(const std::string& bootstrap, std::string topic) : topic_(std::move(topic)) {
+    char errstr[512];
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap.c_str(), errstr, sizeof(errstr));
+    rd_kafka_conf_set(conf, "group.id", "scheduler-test-reader", errstr, sizeof(errstr));
+    rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr, sizeof(errstr));
+    rk_ = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+    EXPECT_NE(rk_, nullptr) << errstr;
+  }
+  ~TopicReader() {
+    if (rk_) {
+      rd_kafka_consumer_close(rk_);
+      rd_kafka_destroy(rk_);
+    }
+  }
+  TopicReader(const TopicReader&) = delete;
+  TopicReader& operator=(const TopicReader&) = delete;
+
+  // Partition -> the offset the next message will get.
+  std::map<int, std::int64_t> ends() {
+    std::map<int, std::int64_t> out;
+    if (!rk_)
+      return out;
+    const rd_kafka_metadata_t* metadata = nullptr;
+    rd_kafka_topic_t* handle = rd_kafka_topic_new(rk_, topic_.c_str(), nullptr);
+    EXPECT_EQ(rd_kafka_metadata(rk_, 0, handle, &metadata, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+    for (int t = 0; metadata && t < metadata->topic_cnt; ++t) {
+      for (int p = 0; p < metadata->topics[t].partition_cnt; ++p) {
+        const int partition = metadata->topics[t].partitions[p].id;
+        std::int64_t low = 0, high = 0;
+        EXPECT_EQ(
+            rd_kafka_query_watermark_offsets(rk_, topic_.c_str(), partition, &low, &high, 10000),
+            RD_KAFKA_RESP_ERR_NO_ERROR);
+        out[partition] = high;
+      }
+    }
+    if (metadata)
+      rd_kafka_metadata_destroy(metadata);
+    rd_kafka_topic_destroy(handle);
+    return out;
+  }
+
+  // The values of the messages from `from` (per partition) up to the current ends.
+  std::vector<std::string> read_since(const std::map<int, std::int64_t>& from) {
+    std::vector<std::string> values;
+    if (!rk_)
+      return values;
+    const auto end = ends();
+    rd_kafka_topic_partition_list_t* assignment = rd_kafka_topic_partition_list_new(8);
+    std::map<int, std::int64_t> next;
+    for (const auto& [partition, high] : end) {
+      const auto it = from.find(partition);
+      const std::int64_t start = it == from.end() ? 0 : it->second;
+      next[partition] = start;
+      if (high > start)
+        rd_kafka_topic_partition_list_add(assignment, topic_.c_str(), partition)->offset = start;
+    }
+    rd_kafka_assign(rk_, assignment);
+    rd_kafka_topic_partition_list_destroy(assignment);
+    auto done = [&] {
+      for (const auto& [partition, high] : end) {
+        if (next[partition] < high)
+          return false;
+      }
+      return true;
+    };
+    const auto until = Clock::now() + 30s;
+    while (!done() && Clock::now() < until) {
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(rk_, 200);
+      if (!m)
+        continue;
+      if (!m->err) {
+        values.emplace_back(static_cast<const char*>(m->payload), m->len);
+        next[m->partition] = m->offset + 1;
+      }
+      rd_kafka_message_destroy(m);
+    }
+    EXPECT_TRUE(done()) << "could not read " << topic_ << " to its end within 30 s";
+    rd_kafka_assign(rk_, nullptr);
+    return values;
+  }
+
+ private:
+  std::string topic_;
+  rd_kafka_t* rk_ = nullptr;
+};
+
+// The result events of `task_ids` published after `marks`, by task id (waits, bounded, for
+// the outbox relay to publish one for each).
+std::map<std::string, std::vector<rapidjson::Document>> result_events(
+    const Fleet& fleet, const std::map<int, std::int64_t>& marks,
+    const std::vector<std::string>& task_ids) {
+  std::map<std::string, std::vector<rapidjson::Document>> events;
+  const std::set<std::string> wanted(task_ids.begin(), task_ids.end());
+  wait_until(
+      30s,
+      [&] {
+        events.clear();
+        TopicReader reader(fleet.bootstrap, kResultsTopic);
+        for (const std::string& value : reader.read_since(marks)) {
+          rapidjson::Document doc;
+          if (codec::validate_json_text(value, "result_event.schema.json", &doc))
+            continue;
+          const std::string id = doc["task_id"].GetString();
+          if (wanted.count(id))
+            events[id].push_back(std::move(doc));
+        }
+        return events.size() == wanted.size();
+      },
+      500ms);
+  return events;
+}
+
+TEST(SchedulerConcurrency, NoUserEverHasMoreTasksActiveThanItsMaxConcurrencyAndEachReachesIt) {
+  const Fleet fleet = Fleet::from_env();
+  struct User {
+    std::string id;
+    int limit;
+    int tasks;
+  };
+  // 200 tasks each; half are interactive and half batch: both draw on the one limit.
+  const std::vector<User> users = {{user_of_run("sched-conc-u1"), 1, 200},
+                                   {user_of_run("sched-conc-u2"), 2, 200},
+                                   {user_of_run("sched-conc-u5"), 5, 200}};
+  std::vector<std::string> ids;
+  int total = 0;
+  for (const User& u : users) {
+    fleet.put_limits(u.id, "\"max_concurrency\":" + std::to_string(u.limit) +
+                               ",\"max_queued\":100000," + kNoRateLimits);
+    ids.push_back(u.id);
+    total += u.tasks;
+  }
+  ActiveSampler sampler(fleet.pg, ids);
+  CancelOnExit backlog(fleet);
+  const auto started = Clock::now();
+  for (const User& u : users) {
+    ASSERT_FALSE(backlog.add(fleet.submit_batch(u.id, "interactive", kFast, u.tasks / 2)).empty());
+    ASSERT_FALSE(
+        backlog.add(fleet.submit_batch(u.id, "batch", kFast, u.tasks - u.tasks / 2)).empty());
+  }
+
+  pqxx::connection db(fleet.pg);
+  std::map<std::string, double> took;
+  const bool ended = wait_until(150s, [&] {
+    int left = 0;
+    for (const User& u : users) {
+      const int n = row_of(db, kNotEnded, u.id)[0].as<int>();
+      if (n == 0 && !took.count(u.id))
+        took[u.id] = seconds_since(started);
+      left += n;
+    }
+    return left == 0;
+  });
+  sampler.stop();
+  ASSERT_TRUE(sampler.error().empty()) << sampler.error();
+  EXPECT_TRUE(ended) << "tasks still queued, dispatched or running after 150 s";
+  if (ended)
+    backlog.dismiss();
+
+  const auto seen = sampler.seen();
+  report("[ concurrency ] %ld samples in %.1f s\n", sampler.samples(), seconds_since(started));
+  int succeeded = 0;
+  for (const User& u : users) {
+    SCOPED_TRACE(u.id);
+    const auto counts = statuses(db, u.id);
+    succeeded += counts.count("succeeded") ? counts.at("succeeded") : 0;
+    EXPECT_EQ(counts.size(), 1u) << describe(counts);
+    const ActiveSampler::Seen s = seen.count(u.id) ? seen.at(u.id) : ActiveSampler::Seen{};
+    report(
+        "[ concurrency ] max_concurrency %d: most dispatched+running seen %d, running %d; "
+        "%d tasks done in %.1f s\n",
+        u.limit, s.max_active, s.max_running, u.tasks, took.count(u.id) ? took[u.id] : -1.0);
+    EXPECT_LE(s.max_active, u.limit) << "dispatched + running above the user's limit";
+    EXPECT_LE(s.max_running, u.limit);
+    EXPECT_GE(s.max_active, u.limit) << "the limit was never reached: the test proves nothing";
+  }
+  EXPECT_EQ(succeeded, total);
+}
+
+// p in [0, 1] of sorted values, nearest rank.
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty())
+    return 0;
+  const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size())));
+  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+TEST(SchedulerFairness, AnInteractiveUserWaitsNoLongerBehindAnotherUsersBatchOf20000) {
+  const Fleet fleet = Fleet::from_env();
+  const std::string a = user_of_run("sched-fair-a");
+  const std::string b = user_of_run("sched-fair-b");
+  constexpr int kBatch = 20000;
+  constexpr int kALimit = 10;
+  fleet.put_limits(a, "\"max_concurrency\":10,\"max_queued\":30000," + std::string(kNoRateLimits));
+  // B's own limit never binds: only A's backlog could make B wait.
+  fleet.put_limits(b, "\"max_concurrency\":50,\"max_queued\":1000," + std::string(kNoRateLimits));
+  pqxx::connection db(fleet.pg);
+
+  ActiveSampler sampler(fleet.pg, {a, b});
+  const auto uploading = Clock::now();
+  CancelOnExit backlog(fleet);
+  const std::string batch = backlog.add(fleet.submit_batch(a, "batch", kFast, kBatch));
+  ASSERT_FALSE(batch.empty());
+  report("[ fairness ] A's batch of %d uploaded in %.1f s\n", kBatch, seconds_since(uploading));
+  const char* kActive =
+      "SELECT count(*) FROM tasks WHERE user_id = $1 AND status IN ('dispatched', 'running')";
+  ASSERT_TRUE(wait_until(
+      30s, [&] { return row_of(db, kActive, a)[0].as<int>() == kALimit; }, 5ms))
+      << "A never had " << kALimit << " tasks dispatched or running";
+
+  const char* kSucceeded = "SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'succeeded'";
+  const int a_before = row_of(db, kSucceeded, a)[0].as<int>();
+  const auto window = Clock::now();
+  int a_active = 0;  // summed after each of B's submissions
+  for (int i = 0; i < 100; ++i) {
+    std::this_thread::sleep_until(window + i * 100ms);  // B's pace: one task every 100 ms
+    ASSERT_FALSE(fleet.submit(task_body(b, kFast)).empty());
+    a_active += row_of(db, kActive, a)[0].as<int>();
+  }
+  const int a_after = row_of(db, kSucceeded, a)[0].as<int>();
+  const double window_s = seconds_since(window);
+
+  // Every B task ran; its queue wait is dispatched_at - created_at.
+  EXPECT_TRUE(wait_all_ended(db, b, 30s)) << describe(statuses(db, b));
+  sampler.stop();
+  ASSERT_TRUE(sampler.error().empty()) << sampler.error();
+  const auto b_counts = statuses(db, b);
+  EXPECT_EQ(b_counts.size(), 1u) << describe(b_counts);
+  EXPECT_EQ(b_counts.count("succeeded") ? b_counts.at("succeeded") : 0, 100);
+  std::vector<double> waits;
+  {
+    pqxx::work tx(db);
+    for (const auto& row :
+         tx.exec_params("SELECT extract(epoch FROM dispatched_at - created_at)::float8 FROM tasks "
+                        "WHERE user_id = $1 AND dispatched_at IS NOT NULL",
+                        b))
+      waits.push_back(row[0].as<double>());
+    tx.commit();
+  }
+  ASSERT_EQ(waits.size(), 100u);
+  std::sort(waits.begin(), waits.end());
+  EXPECT_GE(waits.front(), 0.0) << "a task was dispatched before it was created";
+  const double p50 = percentile(waits, 0.5), p99 = percentile(waits, 0.99);
+  const double a_rate = (a_after - a_before) / window_s;
+  report("[ fairness ] B's queue wait over %zu tasks: p50 %.3f s, p99 %.3f s, max %.3f s\n",
+         waits.size(), p50, p99, waits.back());
+  report(
+      "[ fairness ] A meanwhile: %d tasks succeeded in %.1f s (%.1f tasks/s), on average "
+      "%.1f dispatched+running\n",
+      a_after - a_before, window_s, a_rate, a_active / 100.0);
+  // In first-come order B would wait behind 20,000 tasks run 10 at a time: many minutes.
+  EXPECT_LT(p99, 2.0) << "B waited behind A's batch";
+  EXPECT_GE(a_after - a_before, 10) << "A's batch made (almost) no progress meanwhile";
+  const auto seen = sampler.seen();
+  report("[ fairness ] most dispatched+running seen: A %d, B %d (%ld samples)\n",
+         seen.at(a).max_active, seen.at(b).max_active, sampler.samples());
+  EXPECT_LE(seen.at(a).max_active, kALimit) << "A above its max_concurrency";
+
+  // Cancelling the batch ends its queued tasks at once and stops its running ones.
+  const auto cancelling = Clock::now();
+  backlog.dismiss();
+  auto cancel = fleet.cancel_batch(batch);
+  ASSERT_EQ(cancel.status, 200) << cancel.error_message << cancel.body;
+  const double cancel_s = seconds_since(cancelling);
+  EXPECT_TRUE(wait_all_ended(db, a, 60s)) << describe(statuses(db, a));
+  report("[ fairness ] the batch's cancel answered in %.1f s; every task of A ended in %.1f s\n",
+         cancel_s, seconds_since(cancelling));
+  const auto a_counts = statuses(db, a);
+  int a_total = 0;
+  for (const auto& [status, n] : a_counts) {
+    a_total += n;
+    EXPECT_TRUE(status == "succeeded" || status == "cancelled") << describe(a_counts);
+  }
+  EXPECT_EQ(a_total, kBatch);
+  auto view = call(Verb::get, fleet.api + "/v1/batches/" + batch);
+  ASSERT_EQ(view.status, 200) << view.body;
+  auto doc = parse(view.body);
+  EXPECT_TRUE(doc["cancelled"].GetBool());
+  EXPECT_EQ(doc["total"].GetInt64(), kBatch);
+  EXPECT_EQ(doc["ended"].GetInt64(), kBatch) << view.body;
+  std::int64_t counted = 0;
+  for (const auto& m : doc["counts"].GetObject())
+    counted += m.value.GetInt64();
+  EXPECT_EQ(counted, kBatch) << view.body;
+  EXPECT_EQ(doc["counts"]["succeeded"].GetInt64() + doc["counts"]["cancelled"].GetInt64(), kBatch)
+      << view.body;
+  EXPECT_EQ(doc["counts"]["succeeded"].GetInt64(),
+            a_counts.count("succeeded") ? a_counts.at("succeeded") : 0);
+}
+
+TEST(SchedulerLimits, ARaisedMaxConcurrencyAppliesWithinASecondWhileTasksRun) {
+  const Fleet fleet = Fleet::from_env();
+  const std::string user = user_of_run("sched-live-u1");
+  fleet.put_limits(user, "\"max_concurrency\":1,\"max_queued\":1000," + std::string(kNoRateLimits));
+  pqxx::connection db(fleet.pg);
+  CancelOnExit backlog(fleet);
+  const std::string batch = backlog.add(fleet.submit_batch(user, "interactive", kSlow, 15));
+  ASSERT_FALSE(batch.empty());
+  const char* kActive =
+      "SELECT count(*), count(*) FILTER (WHERE status = 'running') FROM tasks "
+      "WHERE user_id = $1 AND status IN ('dispatched', 'running')";
+  ASSERT_TRUE(wait_until(
+      20s, [&] { return row_of(db, kActive, user)[1].as<int>() == 1; }, 10ms))
+      << "no task of the backlog started";
+  EXPECT_EQ(row_of(db, kActive, user)[0].as<int>(), 1) << "max_concurrency 1 before the change";
+
+  fleet.put_limits(user, "\"max_concurrency\":5,\"max_queued\":1000," + std::string(kNoRateLimits));
+  const auto answered = Clock::now();
+  int most = 0;
+  double reached = -1;
+  // Sampled for 1.5 s: it must reach 5 within the first second, and never pass it.
+  while (seconds_since(answered) < 1.5) {
+    const int active = row_of(db, kActive, user)[0].as<int>();
+    most = std::max(most, active);
+    if (active >= 5 && reached < 0)
+      reached = seconds_since(answered);
+    std::this_thread::sleep_for(2ms);  // the sampling period
+  }
+  report("[ limits ] dispatched+running reached 5 %.3f s after the PUT was answered\n", reached);
+  EXPECT_GE(reached, 0.0) << "never reached the raised limit; most seen " << most;
+  EXPECT_LT(reached, 1.0);
+  EXPECT_EQ(most, 5) << "the most dispatched+running seen after the raise";
+
+  backlog.dismiss();
+  auto cancel = fleet.cancel_batch(batch);
+  ASSERT_EQ(cancel.status, 200) << cancel.error_message << cancel.body;
+  EXPECT_TRUE(wait_all_ended(db, user, 30s)) << describe(statuses(db, user));
+  const auto counts = statuses(db, user);
+  for (const auto& [status, n] : counts)
+    EXPECT_TRUE(status == "succeeded" || status == "cancelled") << describe(counts);
+  EXPECT_GE(counts.count("cancelled") ? counts.at("cancelled") : 0, 1) << describe(counts);
+}
+
+TEST(SchedulerBudget, ASpentMonthlyBudgetEndsLaterTasksQuotaExceededWithoutRunningThem) {
+  const Fleet fleet = Fleet::from_env();
+  const std::string user = user_of_run("sched-budget-u1");
+  fleet.put_limits(
+      user, "\"monthly_budget\":\"0.000001\",\"max_concurrency\":5," + std::string(kNoRateLimits));
+  pqxx::connection db(fleet.pg);
+  const char* kTask =
+      "SELECT status, coalesce(result_type, ''), coalesce(error_code, ''), coalesce(error, ''), "
+      "coalesce(result_message, ''), steps, started_at IS NULL, dispatched_at IS NULL, "
+      "(SELECT count(*) FROM usage_ledger l WHERE l.task_id = t.task_id), cost > 0 "
+      "FROM tasks t WHERE task_id = $1::uuid";
+  auto ended = [&](const std::string& id) {
+    const std::string status = row_of(db, kTask, id)[0].as<std::string>();
+    return status != "queued" && status != "dispatched" && status != "running";
+  };
+
+  // Nothing spent yet: the first task runs, and is billed.
+  const std::string first = fleet.submit(task_body(user, kFast));
+  ASSERT_FALSE(first.empty());
+  ASSERT_TRUE(wait_until(60s, [&] { return ended(first); })) << "the first task did not end";
+  auto ran = row_of(db, kTask, first);
+  EXPECT_EQ(ran[0].as<std::string>(), "succeeded");
+  EXPECT_GE(ran[8].as<int>(), 1) << "ledger rows";
+  EXPECT_TRUE(ran[9].as<bool>()) << "billed";
+  auto spent = row_of(db,
+                      "SELECT coalesce(sum(cost), 0) > 0.000001 FROM usage_ledger "
+                      "WHERE user_id = $1",
+                      user);
+  ASSERT_TRUE(spent[0].as<bool>()) << "the first task did not spend the budget";
+
+  // Spent: later tasks, interactive and batch, end failed without running.
+  TopicReader marks_reader(fleet.bootstrap, kResultsTopic);
+  const auto marks = marks_reader.ends();
+  std::vector<std::string> later;
+  const auto submitted = Clock::now();
+  for (const char* priority : {"interactive", "interactive", "batch"}) {
+    later.push_back(
+        fleet.submit(task_body(user, kFast, R"(,"priority":")" + std::string(priority) + "\"")));
+    ASSERT_FALSE(later.back().empty());
+  }
+  ASSERT_TRUE(wait_until(15s, [&] { return std::all_of(later.begin(), later.end(), ended); }));
+  report("[ budget ] %zu tasks over budget submitted and ended in %.2f s\n", later.size(),
+         seconds_since(submitted));
+  for (const std::string& id : later) {
+    SCOPED_TRACE(id);
+    auto row = row_of(db, kTask, id);
+    EXPECT_EQ(row[0].as<std::string>(), "failed");
+    EXPECT_EQ(row[1].as<std::string>(), "error");
+    EXPECT_EQ(row[2].as<std::string>(), "quota_exceeded");
+    EXPECT_NE(row[3].as<std::string>().find("budget"), std::string::npos) << row[3].c_str();
+    EXPECT_NE(row[4].as<std::string>().find("budget"), std::string::npos) << row[4].c_str();
+    EXPECT_EQ(row[5].as<int>(), 0) << "steps";
+    EXPECT_TRUE(row[6].as<bool>()) << "started_at is set: it ran";
+    EXPECT_TRUE(row[7].as<bool>()) << "dispatched_at is set";
+    EXPECT_EQ(row[8].as<int>(), 0) << "ledger rows";
+  }
+
+  // Announced like any other end: one result event each.
+  auto events = result_events(fleet, marks, later);
+  for (const std::string& id : later) {
+    SCOPED_TRACE(id);
+    ASSERT_EQ(events[id].size(), 1u) << "result events";
+    const auto& event = events[id].front();
+    EXPECT_STREQ(event["status"].GetString(), "failed");
+    ASSERT_TRUE(event.HasMember("error_code"));
+    EXPECT_STREQ(event["error_code"].GetString(), "quota_exceeded");
+    ASSERT_TRUE(event.HasMember("result"));
+    EXPECT_STREQ(event["result"]["type"].GetString(), "error");
+    EXPECT_EQ(event["steps"].GetInt(), 0);
+  }
+}
+
+TEST(SchedulerQueueTimeout, ATaskWaitingPastScheduleTimeoutEndsTimedOutWithoutRunning) {
+  const Fleet fleet = Fleet::from_env();
+  const std::string user = user_of_run("sched-qto-u1");
+  fleet.put_limits(user, "\"max_concurrency\":1,\"max_queued\":1000," + std::string(kNoRateLimits));
+  pqxx::connection db(fleet.pg);
+  const char* kTask =
+      "SELECT status, coalesce(error_code, ''), coalesce(error, ''), steps, started_at IS NULL, "
+      "dispatched_at IS NULL, extract(epoch FROM finished_at - created_at)::float8 "
+      "FROM tasks WHERE task_id = $1::uuid";
+
+  // Six 600 ms model answers: the only slot stays taken for about 4 s.
+  const std::string slow = fleet.submit(task_body(user, "slow: steps=5"));
+  ASSERT_FALSE(slow.empty());
+  ASSERT_TRUE(wait_until(
+      20s, [&] { return row_of(db, kTask, slow)[0].as<std::string>() == "running"; }, 10ms))
+      << "the slow task did not start";
+
+  TopicReader marks_reader(fleet.bootstrap, kResultsTopic);
+  const auto marks = marks_reader.ends();
+  const std::string waiting = fleet.submit(task_body(user, kFast, R"(,"schedule_timeout_s":1)"));
+  ASSERT_FALSE(waiting.empty());
+  ASSERT_TRUE(wait_until(
+      10s, [&] { return row_of(db, kTask, waiting)[0].as<std::string>() != "queued"; }, 10ms))
+      << "still queued 10 s after a schedule_timeout_s of 1";
+  const std::string slow_then = row_of(db, kTask, slow)[0].as<std::string>();
+  auto row = row_of(db, kTask, waiting);
+  EXPECT_EQ(row[0].as<std::string>(), "timed_out");
+  EXPECT_EQ(row[1].as<std::string>(), "schedule_timeout");
+  EXPECT_NE(row[2].as<std::string>().find("schedule_timeout_s"), std::string::npos)
+      << row[2].c_str();
+  EXPECT_EQ(row[3].as<int>(), 0) << "steps";
+  EXPECT_TRUE(row[4].as<bool>()) << "started_at is set: it ran";
+  EXPECT_TRUE(row[5].as<bool>()) << "dispatched_at is set";
+  const double waited = row[6].is_null() ? -1 : row[6].as<double>();
+  report("[ queue timeout ] ended timed_out %.2f s after it was submitted\n", waited);
+  EXPECT_GE(waited, 1.0);
+  EXPECT_LT(waited, 4.0);
+  EXPECT_EQ(slow_then, "running")
+      << "the slot was free before the timeout: the test proves nothing";
+
+  auto events = result_events(fleet, marks, {waiting});
+  ASSERT_EQ(events[waiting].size(), 1u) << "result events";
+  EXPECT_STREQ(events[waiting].front()["status"].GetString(), "timed_out");
+  ASSERT_TRUE(events[waiting].front().HasMember("error_code"));
+  EXPECT_STREQ(events[waiting].front()["error_code"].GetString(), "schedule_timeout");
+
+  EXPECT_TRUE(wait_until(20s, [&] {
+    return row_of(db, kTask, slow)[0].as<std::string>() == "succeeded";
+  })) << "the slow task did not succeed";
+}
+
+}  // namespace
+}  // namespace agentfleet
