@@ -77,8 +77,12 @@ TaskFeed::~TaskFeed() {
 }
 
 void TaskFeed::start() {
+  // A waiter is answered as soon as a fetch brings its result: an idle fetch may wait
+  // 100 ms at most (librdkafka's default is 500), unless the configuration says otherwise.
+  config::KafkaConfig kafka = config_.kafka;
+  kafka.consumer_properties.try_emplace("fetch.wait.max.ms", "100");
   consumer_ = std::make_unique<kafka::Consumer>(
-      config_.kafka, process_group(config_.kafka.dispatcher_group),
+      kafka, process_group(config_.kafka.dispatcher_group),
       std::vector<std::string>{config_.kafka.topics.results, config_.kafka.topics.events},
       [this](kafka::InMessage message) {
         asio::post(io_, [this, m = std::move(message)]() mutable { deliver(std::move(m)); });

@@ -61,7 +61,7 @@ done
   done
 ) >"$run_dir/active.samples" 2>/dev/null &
 sampler=$!
-trap 'kill $sampler 2>/dev/null; fleet_stop "$run_dir"' EXIT
+trap 'kill $sampler 2>/dev/null || true; fleet_stop "$run_dir"' EXIT
 AGENTFLEET_URL=$survivor_url e2e_submit_todos dk 60 dk 10 120
 e2e_busiest_worker "status = 'running'" >/dev/null
 pid=$(awk -v name="$victim" '$2 == name {print $1}' "$run_dir/pids")

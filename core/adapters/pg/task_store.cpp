@@ -151,13 +151,15 @@ std::optional<std::string> task_json(pqxx::connection& c, const std::string& tas
 namespace {
 // Marks the rows `picked` (a query of task_id and status) dispatched and writes their
 // dispatch messages. Returns, per row: the status it was picked in, its priority, user,
-// id, seconds since it was submitted, and whether this is its first dispatch.
+// id, seconds since it was submitted, and whether this is its first dispatch. The time is
+// the statement's, not the pass transaction's start: a task committed while the pass ran
+// is never dispatched "before" it was created.
 std::string dispatch_statement(const std::string& picked, const std::string& extra_set) {
   return R"SQL(
 WITH picked AS ()SQL" +
          picked + R"SQL(
 ), marked AS (
-  UPDATE tasks t SET status = 'dispatched', dispatched_at = now())SQL" +
+  UPDATE tasks t SET status = 'dispatched', dispatched_at = statement_timestamp())SQL" +
          extra_set + R"SQL(
   FROM picked WHERE t.task_id = picked.task_id
   RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
@@ -197,7 +199,7 @@ std::vector<DispatchedTask> read_dispatched(const pqxx::result& rows) {
 // Ends the tasks recovery has given up on, each with its result event, in `tx`.
 int fail_exhausted(pqxx::work& tx, const SchedulerPass& pass) {
   static const std::string kFail = std::string(R"SQL(
-UPDATE tasks SET status = 'failed', finished_at = now(), lease_until = NULL,
+UPDATE tasks SET status = 'failed', finished_at = statement_timestamp(), lease_until = NULL,
        error_code = 'attempts_exhausted',
        error = 'gave up after ' || (attempt - releases) || ' attempts: every worker that ran it stopped '
                'before it finished'
@@ -232,7 +234,8 @@ RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
 
 int expire_queued(pqxx::work& tx, int limit, const std::string& results_topic) {
   static const std::string kExpire = std::string(R"SQL(
-UPDATE tasks SET status = 'timed_out', finished_at = now(), error_code = 'schedule_timeout',
+UPDATE tasks SET status = 'timed_out', finished_at = statement_timestamp(),
+       error_code = 'schedule_timeout',
        error = 'waited in the queue longer than schedule_timeout_s (' || schedule_timeout_s || ' s)'
 WHERE task_id IN (SELECT task_id FROM tasks
                   WHERE status = 'queued' AND started_at IS NULL AND queue_deadline_at < now()
