@@ -17,6 +17,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include "core/adapters/log.hpp"
 #include "core/adapters/pg/batch_store.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "core/codec/json_text.hpp"
@@ -57,8 +58,13 @@ bool is_uuid(std::string_view text) {
 }
 
 http::Response store_unavailable(const http::Request& request, const Error& error) {
+  // The detail (libpq's text names hosts and database users) goes to the log only.
+  const std::string target(request.target());
+  log::write("warn", "api",
+             "store unavailable for " + std::string(request.method_string()) + " " +
+                 std::string(http::target_path(target)) + ": " + error.message);
   auto response = http::make_error(request, http::Status::service_unavailable, "unavailable",
-                                   "the task store is unavailable: " + error.message);
+                                   "the task store is unavailable; retry shortly");
   response.set(bhttp::field::retry_after, "1");
   return response;
 }
@@ -590,7 +596,7 @@ asio::awaitable<http::Response> Api::get_task(http::Request& request, const Call
     if (!caller.may_act_for(view.user_id))
       co_return not_found(request, "task", task_id);
     const auto now = std::chrono::steady_clock::now();
-    if (view.terminal || !subscription || now >= until)
+    if (view.terminal || !subscription || now >= until || feed_.stopped())
       co_return http::make_response(request, http::Status::ok, *body.value());
     co_await subscription->next(std::min(until, now + std::chrono::seconds(1)));
   }
@@ -769,12 +775,16 @@ asio::awaitable<http::Response> Api::cancel_batch(http::Request& request, const 
   // Slices of a few thousand tasks, each one transaction, until none is left; the batch is
   // marked cancelled by the first, so the scheduler admits none of the rest meanwhile.
   constexpr int kSlice = 5000;
+  std::string after;  // the last task id of the slices committed so far
   for (;;) {
+    std::string next;
     auto ended = co_await db_.run([&](pqxx::connection& c) {
-      return pg::cancel_batch_slice(c, header, kSlice, config_.kafka.topics.results);
+      next = after;  // a retried attempt starts where the last committed slice ended
+      return pg::cancel_batch_slice(c, header, next, kSlice, config_.kafka.topics.results);
     });
     if (!ended.ok())
       co_return store_unavailable(request, ended.error());
+    after = next;
     if (ended.value() < kSlice)
       break;
   }

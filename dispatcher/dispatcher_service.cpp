@@ -211,6 +211,11 @@ int run_dispatcher(const config::Config& config) {
   ingest.stop();
   relay_stop.notify_all();
   relay.join();
+  // Coroutines still suspended (long polls, event streams, uploads) see the stop now and
+  // finish while everything they use is alive; a frame left over would otherwise be
+  // destroyed with the io_context, after the objects it points to.
+  io.restart();
+  io.run_for(std::chrono::seconds(3));
   return 0;
 }
 

@@ -124,6 +124,8 @@ void Scheduler::run() {
       }
       if (!leader_) {
         const bool won = pqxx::nontransaction(*connection).exec1(kTryLeader)[0].as<bool>();
+        // A standby hears every submission's NOTIFY too; libpq keeps them until consumed.
+        connection->get_notifs();
         if (!won) {
           metrics_.set_leader(false);
           wait(nullptr, config_.dispatcher.leader_retry_ms);
@@ -169,13 +171,16 @@ void Scheduler::reconcile_ended() {
     std::lock_guard lock(ended_mutex_);
     ended.swap(ended_);
   }
+  // Only tasks this term dispatched (and charged) are corrected, each once: a task that
+  // never ran (cancelled, expired, over budget) was never charged, the charges of another
+  // term's tasks were not carried over (the buckets were seeded from the ledger), and a
+  // repeated result event finds nothing left to correct.
   for (const Ended& e : ended) {
-    std::int64_t estimate = fair_->estimate_tokens(e.user_id);
-    if (auto it = estimates_.find(e.task_id); it != estimates_.end()) {
-      estimate = it->second;
-      estimates_.erase(it);
-    }
-    fair_->reconcile(e.user_id, estimate, e.tokens);
+    auto it = estimates_.find(e.task_id);
+    if (it == estimates_.end())
+      continue;
+    fair_->reconcile(e.user_id, it->second, e.tokens);
+    estimates_.erase(it);
   }
 }
 
@@ -209,7 +214,7 @@ bool Scheduler::pass(pqxx::connection& c) {
       unseeded.push_back(u.user_id);
     users.push_back(std::move(u));
   }
-  const auto spent = pg::month_spend_micros(tx, with_budget, config_.billing.time_zone);
+  const auto spent = pg::month_spend_micros(tx, with_budget, config_.billing.time_zone, currency_);
   std::map<std::string, pg::RecentUsage> recent;
   if (!unseeded.empty())
     recent = pg::recent_usage(tx, unseeded);
@@ -225,6 +230,7 @@ bool Scheduler::pass(pqxx::connection& c) {
 
   const limits::PassPlan plan = fair_->plan(users, backlog.fleet_active);
   int over_budget = 0;
+  int admitted_total = 0;
   try {
     for (const auto& [user_id, count] : plan.over_budget) {
       const auto it = std::find_if(users.begin(), users.end(), [&](const limits::UserBacklog& u) {
@@ -261,6 +267,7 @@ bool Scheduler::pass(pqxx::connection& c) {
     }
     metrics_.admitted(Priority::kInteractive, admitted[0]);
     metrics_.admitted(Priority::kBatch, admitted[1]);
+    admitted_total = admitted[0] + admitted[1];
   } catch (...) {
     // Nothing was dispatched: give every grant's charge back before the error propagates.
     for (const limits::Grant& grant : plan.grants)
@@ -280,12 +287,11 @@ bool Scheduler::pass(pqxx::connection& c) {
   // Tasks whose result never reached this replica (a lost event) must not pile up.
   if (estimates_.size() > 1000000)
     estimates_.clear();
-  int granted = 0;
-  for (const limits::Grant& grant : plan.grants)
-    granted += grant.tasks;
-  const int work = granted + over_budget + expired + swept + recovery.exhausted +
+  // Go again at once only when the slots were really used: a grant whose rows were locked
+  // elsewhere (a batch cancel in progress) must not spin the loop.
+  const int work = admitted_total + over_budget + expired + swept + recovery.exhausted +
                    recovery.lease_expired + recovery.redispatched;
-  return plan.slots > 0 && granted >= plan.slots ? true : work >= spec.limit;
+  return plan.slots > 0 && admitted_total >= plan.slots ? true : work >= spec.limit;
 }
 
 }  // namespace agentfleet::dispatcher

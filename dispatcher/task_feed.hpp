@@ -68,6 +68,8 @@ class TaskFeed {
   void start();
   void stop();
   std::unique_ptr<Subscription> subscribe(const std::string& task_id);
+  // stop() was called: waiters should answer with what they have.
+  bool stopped() const { return stopped_; }
 
  private:
   void deliver(kafka::InMessage message);

@@ -72,8 +72,6 @@ BatchWriter::~BatchWriter() {
 }
 
 bool BatchWriter::create() {
-  // The user's submissions wait for this upload to commit: its queue count holds.
-  lock_user_queue(*tx_, header_.user_id);
   auto rows = tx_->exec_params(
       "INSERT INTO batches (batch_id, user_id, priority) VALUES ($1, $2, $3) "
       "ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id",
@@ -104,6 +102,9 @@ RETURNING 1)SQL",
 }
 
 QueueRoom BatchWriter::room(const QueueLimit& limit) {
+  // Taken at the end, not while the body streams in: the user's other submissions wait
+  // only for this count and the commit.
+  lock_user_queue(*tx_, header_.user_id);
   return queue_room(*tx_, header_.user_id, limit);
 }
 
@@ -195,50 +196,93 @@ LIMIT $4)SQL",
   return out;
 }
 
-int cancel_batch_slice(pqxx::connection& c, const BatchHeader& batch, int limit,
+namespace {
+// Marks a cancelled batch drained once none of its tasks waits to run any more, so the
+// scheduler's sweep stops looking at it.
+void mark_drained_if_empty(pqxx::work& tx, const std::string& batch_id,
+                           const std::string& user_id) {
+  tx.exec_params0(R"SQL(
+UPDATE batches SET drained_at = statement_timestamp()
+WHERE batch_id = $1 AND drained_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM tasks WHERE batch_id = $1 AND user_id = $2
+                                        AND status IN ('queued', 'dispatched')))SQL",
+                  batch_id, user_id);
+}
+}  // namespace
+
+int cancel_batch_slice(pqxx::connection& c, const BatchHeader& batch, std::string& after, int limit,
                        const std::string& results_topic) {
   pqxx::work tx(c);
   tx.exec_params0(
       "UPDATE batches SET cancelled = true, cancelled_at = coalesce(cancelled_at, now()) "
       "WHERE batch_id = $1",
       batch.batch_id);
-  // Not SKIP LOCKED: a row a scheduler pass is dispatching (or a worker claiming) right now
-  // would escape the cancel and run. Wait for that transaction instead (it is short); the
-  // row is then read again: dispatched ones end here, claimed ones are asked to stop below.
+  // Every live row of the slice is locked in one statement, in task_id order (the order the
+  // workers' batched writes and heartbeats lock in), so the cancel never waits in a cycle
+  // with them. Not SKIP LOCKED: a row a scheduler pass is dispatching right now would escape
+  // and run; the short wait re-reads it instead.
   auto picked = tx.exec_params(
-      "SELECT task_id::text FROM tasks WHERE batch_id = $1 AND user_id = $2 AND "
-      "status IN ('queued', 'dispatched') ORDER BY task_id LIMIT $3 FOR UPDATE",
-      batch.batch_id, batch.user_id, limit);
-  std::vector<std::string> ids;
-  for (const auto& row : picked)
-    ids.push_back(row[0].as<std::string>());
-  const auto ended = end_unstarted(
-      tx, ids, Ending{TaskStatus::kCancelled, "its batch was cancelled", "cancelled", std::nullopt},
+      R"SQL(
+SELECT task_id::text, status FROM tasks
+WHERE batch_id = $1 AND user_id = $2 AND task_id > $3::uuid
+  AND (status IN ('queued', 'dispatched') OR (status = 'running' AND NOT cancel_requested))
+ORDER BY task_id
+LIMIT $4
+FOR UPDATE)SQL",
+      batch.batch_id, batch.user_id,
+      after.empty() ? std::string("00000000-0000-0000-0000-000000000000") : after, limit);
+  std::vector<std::string> unstarted, running;
+  for (const auto& row : picked) {
+    (row[1].as<std::string>() == "running" ? running : unstarted)
+        .push_back(row[0].as<std::string>());
+    after = row[0].as<std::string>();
+  }
+  end_unstarted(
+      tx, unstarted,
+      Ending{TaskStatus::kCancelled, "its batch was cancelled", "cancelled", std::nullopt},
       results_topic);
+  // Running ones are asked to stop; their workers end them cancelled.
   tx.exec_params0(
-      "UPDATE tasks SET cancel_requested = true WHERE batch_id = $1 AND user_id = $2 AND "
-      "status = 'running' AND NOT cancel_requested",
-      batch.batch_id, batch.user_id);
+      "UPDATE tasks SET cancel_requested = true "
+      "WHERE task_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb))::uuid[])",
+      json_string_array(running));
+  if (static_cast<int>(picked.size()) < limit)
+    mark_drained_if_empty(tx, batch.batch_id, batch.user_id);
   tx.commit();
-  return static_cast<int>(ended.size());
+  return static_cast<int>(picked.size());
 }
 
 int sweep_cancelled_batches(pqxx::work& tx, int limit, const std::string& results_topic) {
-  auto picked = tx.exec_params(R"SQL(
-SELECT t.task_id::text FROM batches b
-JOIN tasks t ON t.batch_id = b.batch_id AND t.user_id = b.user_id AND t.status = 'queued'
-WHERE b.cancelled
-LIMIT $1
-FOR UPDATE OF t SKIP LOCKED)SQL",
-                               limit);
-  std::vector<std::string> ids;
-  for (const auto& row : picked)
-    ids.push_back(row[0].as<std::string>());
-  return static_cast<int>(end_unstarted(tx, ids,
-                                        Ending{TaskStatus::kCancelled, "its batch was cancelled",
-                                               "cancelled", std::nullopt},
-                                        results_topic)
-                              .size());
+  // Only batches whose cancel was cut short (its request failed, or its replica died)
+  // are looked at; a drained batch never again.
+  auto batches = tx.exec(
+      "SELECT batch_id, user_id FROM batches WHERE cancelled AND drained_at IS NULL "
+      "ORDER BY cancelled_at LIMIT 5");
+  int ended = 0;
+  for (const auto& b : batches) {
+    const std::string batch_id = b[0].as<std::string>();
+    const std::string user_id = b[1].as<std::string>();
+    auto picked = tx.exec_params(
+        "SELECT task_id::text FROM tasks WHERE batch_id = $1 AND user_id = $2 AND "
+        "status IN ('queued', 'dispatched') ORDER BY task_id LIMIT $3 FOR UPDATE SKIP LOCKED",
+        batch_id, user_id, limit - ended);
+    std::vector<std::string> ids;
+    for (const auto& row : picked)
+      ids.push_back(row[0].as<std::string>());
+    if (ids.empty()) {
+      mark_drained_if_empty(tx, batch_id, user_id);
+      continue;
+    }
+    ended +=
+        static_cast<int>(end_unstarted(tx, ids,
+                                       Ending{TaskStatus::kCancelled, "its batch was cancelled",
+                                              "cancelled", std::nullopt},
+                                       results_topic)
+                             .size());
+    if (ended >= limit)
+      break;
+  }
+  return ended;
 }
 
 }  // namespace agentfleet::pg

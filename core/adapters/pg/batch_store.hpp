@@ -40,6 +40,7 @@ class BatchWriter {
   // skipped and counted as a duplicate. Returns how many were inserted.
   int add(const std::vector<NewTask>& tasks);
   // The user's queue after the upload: queued tasks (counted up to the limit + 1) and limit.
+  // Takes the user's submission lock until the commit.
   QueueRoom room(const QueueLimit& limit);
   // Sets the batch's total and commits; the scheduler is notified.
   void commit(std::int64_t total);
@@ -63,15 +64,16 @@ std::optional<std::string> batch_json(pqxx::connection& c, const std::string& ba
 std::string batch_results_page(pqxx::connection& c, const BatchHeader& batch,
                                const std::string& after, int limit, std::string& last);
 
-// POST /v1/batches/{id}/cancel: marks the batch cancelled (the scheduler admits none of its
-// tasks from then on), ends up to `limit` of its not-yet-running tasks cancelled with their
-// result events, and asks its running tasks to stop. Returns the tasks ended by this call;
-// call again until it returns less than `limit`.
-int cancel_batch_slice(pqxx::connection& c, const BatchHeader& batch, int limit,
+// POST /v1/batches/{id}/cancel, one slice: marks the batch cancelled (the scheduler admits
+// none of its tasks from then on), then takes up to `limit` of its live tasks after the
+// task id `after` (empty: from the first): those not yet running end cancelled with their
+// result events, running ones are asked to stop. Advances `after`; returns the tasks
+// taken. Call again until it returns less than `limit`; the batch is then marked drained.
+int cancel_batch_slice(pqxx::connection& c, const BatchHeader& batch, std::string& after, int limit,
                        const std::string& results_topic);
 
-// For the scheduler: queued tasks of cancelled batches (a cancel cut short by a crash),
-// ended cancelled, at most `limit`.
+// For the scheduler: tasks of cancelled batches not yet drained (a cancel cut short by a
+// failure or a crash), ended cancelled, at most `limit`.
 int sweep_cancelled_batches(pqxx::work& tx, int limit, const std::string& results_topic);
 
 }  // namespace agentfleet::pg

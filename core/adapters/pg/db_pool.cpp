@@ -3,6 +3,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include <boost/asio/post.hpp>
 #include <thread>
@@ -87,11 +88,18 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, int st
   // connect_timeout bounds the TCP/handshake part; statement_timeout every statement.
   std::string options = url;
   const bool uri = options.rfind("postgres", 0) == 0 && options.find("://") != std::string::npos;
-  const std::string extra = "connect_timeout=" + std::to_string(connect_timeout_s);
-  if (uri) {
-    options += (options.find('?') == std::string::npos ? "?" : "&") + extra;
-  } else {
-    options += " " + extra;
+  // TCP keepalives: a peer that vanished without a FIN (a dead node, a partition) is
+  // noticed in about 25 s, not the kernel's two hours; for the scheduler this is how long
+  // its advisory lock outlives a lost leader.
+  const std::vector<std::string> extras = {"connect_timeout=" + std::to_string(connect_timeout_s),
+                                           "keepalives=1", "keepalives_idle=10",
+                                           "keepalives_interval=5", "keepalives_count=3"};
+  for (const std::string& extra : extras) {
+    if (uri) {
+      options += (options.find('?') == std::string::npos ? "?" : "&") + extra;
+    } else {
+      options += " " + extra;
+    }
   }
   auto connection = std::make_unique<pqxx::connection>(options);
   {

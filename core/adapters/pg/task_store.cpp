@@ -129,8 +129,17 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
       s.max_steps, std::string(to_string(s.priority)), s.idempotency_key, task.canonical,
       s.batch_id, metadata_json(s.metadata), task.traceparent);
   if (inserted.empty()) {
-    // Unreachable while the user lock is held; kept so a race elsewhere cannot crash.
-    throw std::runtime_error("the idempotency key of task " + s.task_id + " is taken");
+    // A batch upload committed the same key meanwhile (it takes the user lock only at its
+    // end): the key names that task now.
+    auto existing = tx.exec_params1(
+        "SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND "
+        "idempotency_key = $2",
+        s.user_id, s.idempotency_key);
+    tx.commit();
+    result.task_id = existing[0].as<std::string>();
+    result.outcome = existing[1].as<std::string>() == task.canonical ? InsertOutcome::kExisting
+                                                                     : InsertOutcome::kConflict;
+    return result;
   }
   // Wakes the active scheduler, whichever replica runs it.
   tx.exec("SELECT pg_notify('agentfleet_work', '')");
@@ -310,7 +319,8 @@ UserOverrides read_overrides(const pqxx::row& r, int first) {
 
 std::map<std::string, std::int64_t> month_spend_micros(pqxx::work& tx,
                                                        const std::vector<std::string>& users,
-                                                       const std::string& time_zone) {
+                                                       const std::string& time_zone,
+                                                       const std::string& currency) {
   std::map<std::string, std::int64_t> spent;
   if (users.empty())
     return spent;
@@ -318,8 +328,9 @@ std::map<std::string, std::int64_t> month_spend_micros(pqxx::work& tx,
 SELECT user_id, (sum(cost) * 1000000)::bigint FROM usage_ledger
 WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
   AND called_at >= date_trunc('month', now() AT TIME ZONE $2) AT TIME ZONE $2
+  AND currency = $3
 GROUP BY user_id)SQL",
-                             json_string_array(users), time_zone);
+                             json_string_array(users), time_zone, currency);
   for (const auto& row : rows)
     spent[row[0].as<std::string>()] = row[1].as<std::int64_t>();
   return spent;

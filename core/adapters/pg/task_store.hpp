@@ -138,11 +138,12 @@ struct Backlog {
 };
 Backlog read_backlog(pqxx::work& tx, int count_cap, bool count_fleet);
 
-// Each user's cost in the ledger since the start of this month in `time_zone`, in
-// micro-units (users without calls are absent).
+// Each user's cost in `currency` in the ledger since the start of this month in
+// `time_zone`, in micro-units (users without calls are absent).
 std::map<std::string, std::int64_t> month_spend_micros(pqxx::work& tx,
                                                        const std::vector<std::string>& users,
-                                                       const std::string& time_zone);
+                                                       const std::string& time_zone,
+                                                       const std::string& currency);
 
 // Tokens (input + output) in the ledger and dispatches in the last minute, per user: where
 // a new active scheduler starts its rate buckets.

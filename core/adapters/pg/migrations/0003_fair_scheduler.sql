@@ -34,5 +34,7 @@ ALTER TABLE batches ADD COLUMN priority text NOT NULL DEFAULT 'batch'
   CHECK (priority IN ('interactive', 'batch'));
 ALTER TABLE batches ADD COLUMN cancelled_at timestamptz;
 CREATE INDEX batches_user ON batches (user_id, created_at DESC);
--- The scheduler admits no task of a cancelled batch and ends its queued ones.
-CREATE INDEX batches_cancelled ON batches (batch_id) WHERE cancelled;
+-- The scheduler admits no task of a cancelled batch; a cancel cut short is finished by the
+-- scheduler's sweep until none of the batch's tasks waits to run (drained_at).
+ALTER TABLE batches ADD COLUMN drained_at timestamptz;
+CREATE INDEX batches_cancelled ON batches (cancelled_at) WHERE cancelled AND drained_at IS NULL;
