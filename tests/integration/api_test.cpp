@@ -478,6 +478,25 @@ void expect_counts_add_up(const rapidjson::Document& batch, std::int64_t total) 
       << "only ended tasks have a result";
 }
 
+// Reads the batch until all `total` of its tasks ended or `limit` passed (polling a bounded
+// wait), checking at every look that its counts add up; returns the last view.
+rapidjson::Document wait_batch_ended(const std::string& batch_id, std::int64_t total,
+                                     std::chrono::seconds limit) {
+  rapidjson::Document batch;
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    auto response = get("/v1/batches/" + batch_id);
+    EXPECT_EQ(response.status, 200) << response.body;
+    batch = parse(response.body);
+    if (response.status != 200)
+      return batch;
+    expect_counts_add_up(batch, total);
+    if (num(batch, "ended") == total || std::chrono::steady_clock::now() > until)
+      return batch;
+    std::this_thread::sleep_for(100ms);
+  }
+}
+
 TEST(ApiBatches, FiftyLinesInCountsAddUpAndTheResultsListEachTaskOnce) {
   const std::string u = user("batch");
   const std::string batch_id = u + "-b";
@@ -504,17 +523,7 @@ TEST(ApiBatches, FiftyLinesInCountsAddUpAndTheResultsListEachTaskOnce) {
             50);
 
   // Progress, until every task ended (bounded); the counts add up at every look.
-  rapidjson::Document batch;
-  const auto until = std::chrono::steady_clock::now() + 90s;
-  for (;;) {
-    auto response = get("/v1/batches/" + batch_id);
-    ASSERT_EQ(response.status, 200) << response.body;
-    batch = parse(response.body);
-    expect_counts_add_up(batch, 50);
-    if (num(batch, "ended") == 50 || std::chrono::steady_clock::now() > until)
-      break;
-    std::this_thread::sleep_for(200ms);  // polling a bounded wait
-  }
+  const rapidjson::Document batch = wait_batch_ended(batch_id, 50, 90s);
   ASSERT_EQ(num(batch, "ended"), 50) << "the batch did not end within 90 s";
   EXPECT_EQ(num(at(batch, "counts"), "succeeded"), 50);
   EXPECT_EQ(num(at(batch, "result_types"), "action_completed"), 25);
@@ -590,15 +599,7 @@ TEST(ApiBatches, ACancelledBatchStartsNoTaskAfterwardsAndEveryTaskEnds) {
   EXPECT_LT(started, 20);
 
   // Every task ends (bounded); none that had not started when the cancel answered starts.
-  rapidjson::Document batch;
-  const auto end_until = std::chrono::steady_clock::now() + 30s;
-  for (;;) {
-    batch = parse(get("/v1/batches/" + batch_id).body);
-    expect_counts_add_up(batch, 20);
-    if (num(batch, "ended") == 20 || std::chrono::steady_clock::now() > end_until)
-      break;
-    std::this_thread::sleep_for(100ms);  // polling a bounded wait
-  }
+  const rapidjson::Document batch = wait_batch_ended(batch_id, 20, 30s);
   ASSERT_EQ(num(batch, "ended"), 20) << "running tasks stop within cancel_poll_ms";
   EXPECT_EQ(num(at(batch, "counts"), "cancelled") + num(at(batch, "counts"), "succeeded"), 20);
   EXPECT_GE(num(at(batch, "counts"), "cancelled"), 20 - started);
@@ -633,14 +634,7 @@ TEST(ApiBatches, ACancelRightAfterTheUploadLetsNoTaskStart) {
   const std::int64_t started = pg_count(
       "SELECT count(*) FROM tasks WHERE batch_id = $1 AND started_at IS NOT NULL", batch_id);
 
-  rapidjson::Document batch;
-  const auto until = std::chrono::steady_clock::now() + 30s;
-  for (;;) {
-    batch = parse(get("/v1/batches/" + batch_id).body);
-    if (num(batch, "ended") == 20 || std::chrono::steady_clock::now() > until)
-      break;
-    std::this_thread::sleep_for(100ms);  // polling a bounded wait
-  }
+  const rapidjson::Document batch = wait_batch_ended(batch_id, 20, 30s);
   ASSERT_EQ(num(batch, "ended"), 20);
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE batch_id = $1 AND started_at IS NOT NULL",
                      batch_id),

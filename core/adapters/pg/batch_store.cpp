@@ -1,65 +1,9 @@
 #include "core/adapters/pg/batch_store.hpp"
 
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/ended_tasks.hpp"
 
 namespace agentfleet::pg {
-
-namespace {
-using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
-
-void key_string(Writer& w, const char* key, std::string_view value) {
-  w.Key(key);
-  w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
-}
-
-// The tasks of a slice as a JSON array of objects, the input of jsonb_to_recordset.
-std::string tasks_json(const std::vector<NewTask>& tasks) {
-  rapidjson::StringBuffer buffer;
-  Writer w(buffer);
-  w.StartArray();
-  for (const NewTask& t : tasks) {
-    const TaskSpec& s = t.spec;
-    w.StartObject();
-    key_string(w, "task_id", s.task_id);
-    key_string(w, "user_id", s.user_id);
-    key_string(w, "text", s.text);
-    key_string(w, "model", s.model);
-    w.Key("tools");
-    if (s.tools) {
-      w.StartArray();
-      for (const auto& tool : *s.tools)
-        w.String(tool.data(), static_cast<rapidjson::SizeType>(tool.size()));
-      w.EndArray();
-    } else {
-      w.Null();
-    }
-    w.Key("timeout_s");
-    w.Int(s.timeout_s);
-    w.Key("schedule_timeout_s");
-    w.Int(s.schedule_timeout_s);
-    w.Key("max_steps");
-    w.Int(s.max_steps);
-    key_string(w, "priority", to_string(s.priority));
-    key_string(w, "idempotency_key", s.idempotency_key);
-    key_string(w, "request_canonical", t.canonical);
-    key_string(w, "batch_id", s.batch_id);
-    w.Key("metadata");
-    w.StartObject();
-    key_string(w, "device_id", s.metadata.device_id);
-    key_string(w, "time_zone", s.metadata.time_zone);
-    key_string(w, "locale", s.metadata.locale);
-    w.EndObject();
-    key_string(w, "traceparent", t.traceparent);
-    w.EndObject();
-  }
-  w.EndArray();
-  return std::string(buffer.GetString(), buffer.GetSize());
-}
-}  // namespace
 
 BatchWriter::BatchWriter(const std::string& url, int statement_timeout_ms, int connect_timeout_s,
                          BatchHeader header)
@@ -80,25 +24,7 @@ bool BatchWriter::create() {
 }
 
 int BatchWriter::add(const std::vector<NewTask>& tasks) {
-  if (tasks.empty())
-    return 0;
-  auto rows = tx_->exec_params(R"SQL(
-INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
-                   max_steps, priority, idempotency_key, request_canonical, batch_id,
-                   metadata, traceparent)
-SELECT r.task_id, r.user_id, r.text, r.model,
-       CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
-            ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
-       r.timeout_s, r.schedule_timeout_s, r.max_steps, r.priority, NULLIF(r.idempotency_key, ''),
-       r.request_canonical, r.batch_id, r.metadata, NULLIF(r.traceparent, '')
-FROM jsonb_to_recordset($1::jsonb) AS r(
-  task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
-  schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
-  request_canonical text, batch_id text, metadata jsonb, traceparent text)
-ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING 1)SQL",
-                               tasks_json(tasks));
-  return static_cast<int>(rows.size());
+  return static_cast<int>(insert_tasks(*tx_, tasks).size());
 }
 
 QueueRoom BatchWriter::room(const QueueLimit& limit) {

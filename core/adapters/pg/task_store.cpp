@@ -12,20 +12,6 @@
 namespace agentfleet::pg {
 
 namespace {
-std::string metadata_json(const TaskMetadata& m) {
-  rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  w.StartObject();
-  w.Key("device_id");
-  w.String(m.device_id.c_str());
-  w.Key("time_zone");
-  w.String(m.time_zone.c_str());
-  w.Key("locale");
-  w.String(m.locale.c_str());
-  w.EndObject();
-  return std::string(buffer.GetString(), buffer.GetSize());
-}
-
 // The statement text of the task's public JSON, shared by the API reads.
 constexpr const char* kTaskJson = R"SQL(
 SELECT jsonb_build_object(
@@ -55,18 +41,84 @@ FROM tasks t WHERE t.task_id = $1::uuid
 }  // namespace
 
 namespace {
-// The INSERT of one task (its queue deadline is set by a trigger).
-constexpr const char* kInsertTask = R"SQL(
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void key_string(Writer& w, const char* key, std::string_view value) {
+  w.Key(key);
+  w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
+}
+
+// The tasks of a slice as a JSON array of objects, the input of jsonb_to_recordset.
+std::string tasks_json(const std::vector<NewTask>& tasks) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartArray();
+  for (const NewTask& t : tasks) {
+    const TaskSpec& s = t.spec;
+    w.StartObject();
+    key_string(w, "task_id", s.task_id);
+    key_string(w, "user_id", s.user_id);
+    key_string(w, "text", s.text);
+    key_string(w, "model", s.model);
+    w.Key("tools");
+    if (s.tools) {
+      w.StartArray();
+      for (const auto& tool : *s.tools)
+        w.String(tool.data(), static_cast<rapidjson::SizeType>(tool.size()));
+      w.EndArray();
+    } else {
+      w.Null();
+    }
+    w.Key("timeout_s");
+    w.Int(s.timeout_s);
+    w.Key("schedule_timeout_s");
+    w.Int(s.schedule_timeout_s);
+    w.Key("max_steps");
+    w.Int(s.max_steps);
+    key_string(w, "priority", to_string(s.priority));
+    key_string(w, "idempotency_key", s.idempotency_key);
+    key_string(w, "request_canonical", t.canonical);
+    key_string(w, "batch_id", s.batch_id);
+    w.Key("metadata");
+    w.StartObject();
+    key_string(w, "device_id", s.metadata.device_id);
+    key_string(w, "time_zone", s.metadata.time_zone);
+    key_string(w, "locale", s.metadata.locale);
+    w.EndObject();
+    key_string(w, "traceparent", t.traceparent);
+    w.EndObject();
+  }
+  w.EndArray();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+}  // namespace
+
+std::vector<std::string> insert_tasks(pqxx::work& tx, const std::vector<NewTask>& tasks) {
+  std::vector<std::string> ids;
+  if (tasks.empty())
+    return ids;
+  // One statement for any number of rows; the queue deadline is set by a trigger.
+  auto rows = tx.exec_params(R"SQL(
 INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                    max_steps, priority, idempotency_key, request_canonical, batch_id,
                    metadata, traceparent)
-VALUES ($1::uuid, $2, $3, $4,
-        CASE WHEN $5::jsonb IS NULL THEN NULL
-             ELSE ARRAY(SELECT jsonb_array_elements_text($5::jsonb)) END,
-        $6, $7, $8, $9, NULLIF($10, ''), $11, NULLIF($12, ''), $13::jsonb, NULLIF($14, ''))
+SELECT r.task_id, r.user_id, r.text, r.model,
+       CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
+            ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
+       r.timeout_s, r.schedule_timeout_s, r.max_steps, r.priority, NULLIF(r.idempotency_key, ''),
+       r.request_canonical, NULLIF(r.batch_id, ''), r.metadata, NULLIF(r.traceparent, '')
+FROM jsonb_to_recordset($1::jsonb) AS r(
+  task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
+  schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
+  request_canonical text, batch_id text, metadata jsonb, traceparent text)
 ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING task_id::text)SQL";
-}  // namespace
+RETURNING task_id::text)SQL",
+                             tasks_json(tasks));
+  ids.reserve(rows.size());
+  for (const auto& row : rows)
+    ids.push_back(row[0].as<std::string>());
+  return ids;
+}
 
 void lock_user_queue(pqxx::work& tx, const std::string& user_id) {
   tx.exec_params("SELECT pg_advisory_xact_lock(7311002, hashtext($1))", user_id);
@@ -122,12 +174,7 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
     result.room = room;
     return result;
   }
-  const std::optional<std::string> tools =
-      s.tools ? std::optional<std::string>(json_string_array(*s.tools)) : std::nullopt;
-  auto inserted = tx.exec_params(
-      kInsertTask, s.task_id, s.user_id, s.text, s.model, tools, s.timeout_s, s.schedule_timeout_s,
-      s.max_steps, std::string(to_string(s.priority)), s.idempotency_key, task.canonical,
-      s.batch_id, metadata_json(s.metadata), task.traceparent);
+  const auto inserted = insert_tasks(tx, {task});
   if (inserted.empty()) {
     // A batch upload committed the same key meanwhile (it takes the user lock only at its
     // end): the key names that task now.
@@ -145,7 +192,7 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
   tx.exec("SELECT pg_notify('agentfleet_work', '')");
   tx.commit();
   result.outcome = InsertOutcome::kCreated;
-  result.task_id = inserted[0][0].as<std::string>();
+  result.task_id = inserted.front();
   return result;
 }
 

@@ -47,6 +47,10 @@ struct InsertResult {
 // gets kQueueFull and nothing is stored. Notifies the scheduler (channel agentfleet_work).
 InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit = {});
 
+// Inserts tasks (their ids set) in one statement; a task whose (user, idempotency key) is
+// taken is skipped. Returns the ids inserted. Used by insert_task and batch uploads.
+std::vector<std::string> insert_tasks(pqxx::work& tx, const std::vector<NewTask>& tasks);
+
 // Serializes one user's submissions until the transaction ends (advisory lock).
 void lock_user_queue(pqxx::work& tx, const std::string& user_id);
 // The user's queued tasks (counted up to the limit + 1) and their limit.
