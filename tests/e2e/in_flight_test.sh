@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Many tasks in flight on one worker (issue 3): 2,000 tasks of the standard shape (three
+# Many tasks in flight on one worker: 2,000 tasks of the standard shape (three
 # model calls, two tool calls) at 200 ms model latency go through ONE worker, which must
 # hold at least 500 of them at once. The tasks are dispatched before the worker starts, so
 # it meets the whole backlog; prints the figures (most running at once, resident memory,
@@ -16,6 +16,10 @@ source "$root/tools/lib/fleet.sh"
 source "$root/tests/e2e/lib.sh"
 
 export LLM_SIM_LATENCY_MS=200
+# This test is about capacity, not latency: 2,000 calls at once against a simulator on the
+# same two cores (and, in CI, a sanitizer build of every process) queue for longer than the
+# default 60 s call deadline, which would fail tasks for a reason the test does not measure.
+export AGENTFLEET_MODEL_CALL_TIMEOUT_S=240
 fleet_reset "$run_dir"
 trap 'fleet_stop "$run_dir"' EXIT
 fleet_start "$run_dir" "$build_dir" 0
@@ -52,7 +56,12 @@ echo "one worker: $tasks tasks, at most $max_running running at once; peak resid
   "flight, process included); all done $((elapsed_ms / 1000)) s after the worker started" \
   "($(awk -v n="$tasks" -v ms="$elapsed_ms" 'BEGIN {printf "%.0f", n * 1000 / ms}') tasks/s)"
 
-((succeeded == tasks)) || fail "$succeeded of $tasks tasks succeeded"
+if ((succeeded != tasks)); then
+  echo "tasks that did not succeed, by status and error:"
+  psql_q "SELECT status, coalesce(error_code, '-'), left(coalesce(error, '-'), 160), count(*)
+          FROM tasks WHERE status <> 'succeeded' GROUP BY 1, 2, 3 ORDER BY 4 DESC LIMIT 20"
+  fail "$succeeded of $tasks tasks succeeded"
+fi
 ((max_running >= want)) || fail "at most $max_running tasks ran at once; want at least $want"
 bad=$(psql_q "SELECT count(*) FROM tasks t WHERE t.steps <> 3 OR t.tool_calls <> 2
   OR (SELECT count(*) FROM usage_ledger l WHERE l.task_id = t.task_id) <> 3")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SIGTERM of a worker with tasks in flight (issue 3, drain): it stops consuming, lets each
+# SIGTERM of a worker with tasks in flight: it stops consuming, lets each
 # running task reach its next checkpoint, hands it back, and exits 0 well within its grace
 # period; nothing is lost, and after a restart every task finishes with one ledger row per
 # model call and one side effect per tool call.
