@@ -273,6 +273,9 @@ TEST(DispatcherMetricsTest, CountsSubmissionsRequestsAndScheduling) {
             2);
   EXPECT_EQ(sample(text, R"(agentfleet_tasks_submitted_total{outcome="duplicate",source="http"})"),
             0);
+  // Dead-lettered submit-topic messages are counted here; the series exists before the first.
+  EXPECT_EQ(sample(text, R"(agentfleet_tasks_submitted_total{outcome="rejected",source="topic"})"),
+            0);
   EXPECT_EQ(sample(text, R"(agentfleet_http_requests_total{code="201",route="/v1/tasks"})"), 1);
   EXPECT_EQ(
       sample(text,

@@ -141,9 +141,12 @@ DispatcherMetrics::DispatcherMetrics(MetricsRegistry& registry, const config::Co
     f_->topics.add(*topic);
 
   // Series that exist from the start, so rates and alerts see a zero instead of nothing.
-  for (auto outcome :
-       {SubmitOutcome::kAccepted, SubmitOutcome::kDuplicate, SubmitOutcome::kRejected}) {
-    f_->submitted.Add({{"source", "http"}, {"outcome", std::string(to_string(outcome))}});
+  for (auto source : {SubmitSource::kHttp, SubmitSource::kTopic}) {
+    for (auto outcome :
+         {SubmitOutcome::kAccepted, SubmitOutcome::kDuplicate, SubmitOutcome::kRejected}) {
+      f_->submitted.Add({{"source", std::string(to_string(source))},
+                         {"outcome", std::string(to_string(outcome))}});
+    }
   }
   for (auto priority : {Priority::kInteractive, Priority::kBatch})
     f_->admissions.Add({{"priority", std::string(agentfleet::to_string(priority))}});
