@@ -21,6 +21,7 @@
 #include "core/adapters/pg/batch_store.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "core/codec/json_text.hpp"
+#include "core/codec/task_codec.hpp"
 #include "core/domain/conversation.hpp"
 #include "dispatcher/user_limits.hpp"
 
@@ -79,10 +80,13 @@ std::string new_task_id() {
 }
 
 std::string traceparent_for(std::string_view incoming) {
-  // version "00", 32 hex trace id, 16 hex parent id, 2 hex flags.
-  if (incoming.size() == 55 && incoming.substr(0, 3) == "00-" && incoming[35] == '-' &&
-      incoming[52] == '-') {
-    return std::string(incoming);
+  // A valid W3C traceparent (version, 32 hex trace id, 16 hex parent id, 2 hex flags)
+  // continues the caller's trace: rebuilt as version 00 from its validated parts, so a later
+  // version's extra fields are dropped, not stored and forwarded. Anything else starts a new
+  // trace.
+  if (const std::string_view trace = log::trace_id_of(incoming); !trace.empty()) {
+    return "00-" + std::string(trace) + "-" + std::string(incoming.substr(36, 16)) + "-" +
+           std::string(incoming.substr(53, 2));
   }
   return "00-" + random_hex(16) + "-" + random_hex(8) + "-01";
 }
@@ -189,24 +193,6 @@ http::Response forbidden(const http::Request& request, const std::string& user_i
                          std::string_view path) {
   return http::make_error(request, http::Status::forbidden, "forbidden",
                           "this key may not act for user '" + user_id + "'", path);
-}
-
-// An RFC 3339 timestamp or a date (YYYY-MM-DD), as Postgres reads it; false for anything else.
-bool valid_timestamp(const std::string& text) {
-  if (text.size() < 10 || text.size() > 40)
-    return false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    const bool digit = c >= '0' && c <= '9';
-    if (i < 10) {
-      if ((i == 4 || i == 7) ? c != '-' : !digit)
-        return false;
-    } else if (!(digit || c == 'T' || c == 't' || c == ' ' || c == ':' || c == '.' || c == '+' ||
-                 c == '-' || c == 'Z' || c == 'z')) {
-      return false;
-    }
-  }
-  return true;
 }
 
 // One server-sent event.
@@ -357,7 +343,8 @@ Api::~Api() {
 }
 
 std::string_view route_template(std::string_view path) {
-  for (std::string_view fixed : {"/healthz", "/readyz", "/metrics", "/v1/tasks", "/v1/batches"}) {
+  for (std::string_view fixed :
+       {"/healthz", "/readyz", "/metrics", "/v1/tasks", "/v1/batches", "/v1/usage"}) {
     if (path == fixed)
       return fixed;
   }
@@ -478,6 +465,10 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Caller&
       }
       if (parts.size() == 4 && parts[3] == "results")
         co_return not_allowed("GET");
+    } else if (parts[1] == "usage" && parts.size() == 2) {
+      if (method != bhttp::verb::get)
+        co_return not_allowed("GET");
+      co_return co_await fleet_usage(request, caller);
     } else if (parts[1] == "users" && parts.size() == 4) {
       if (parts[3] == "usage") {
         if (method != bhttp::verb::get)
@@ -526,8 +517,15 @@ asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller
       result.outcome == pg::InsertOutcome::kCreated    ? metrics::SubmitOutcome::kAccepted
       : result.outcome == pg::InsertOutcome::kExisting ? metrics::SubmitOutcome::kDuplicate
                                                        : metrics::SubmitOutcome::kRejected);
+  log::TaskContext logged;  // the task's (or the refused submission's) ids in the log
+  logged.task_id = result.task_id;
+  logged.user_id = task.spec.user_id;
+  logged.batch_id = task.spec.batch_id;
+  logged.trace_id = log::trace_id_of(task.traceparent);
   if (result.outcome == pg::InsertOutcome::kQueueFull) {
     metrics_.throttled(metrics::ThrottleReason::kQueueFull, 1);
+    logged.task_id = {};
+    log::info("api", logged, "submission refused: queue_full");
     auto response = http::make_error(
         request, http::Status::too_many_requests, "queue_full",
         "user '" + task.spec.user_id + "' has " + std::to_string(result.room.queued) +
@@ -542,8 +540,10 @@ asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller
         "idempotency_key was used with a different request for task " + result.task_id,
         "/idempotency_key");
   }
-  if (result.outcome == pg::InsertOutcome::kCreated)
+  if (result.outcome == pg::InsertOutcome::kCreated) {
+    log::info("api", logged, "accepted");
     wake_scheduler_();
+  }
   auto body =
       co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, result.task_id); });
   if (!body.ok() || !body.value()) {
@@ -677,13 +677,26 @@ asio::awaitable<http::Response> Api::usage(http::Request& request, const Caller&
                                            std::string user_id) {
   if (!caller.may_act_for(user_id))
     co_return forbidden(request, user_id, "/path/user_id");
+  co_return co_await usage_of(request, user_id);
+}
+
+asio::awaitable<http::Response> Api::fleet_usage(http::Request& request, const Caller& caller) {
+  if (!caller.admin) {
+    co_return http::make_error(request, http::Status::forbidden, "forbidden",
+                               "the usage of every user needs an admin key", kAuthorizationPath);
+  }
+  co_return co_await usage_of(request, std::nullopt);
+}
+
+asio::awaitable<http::Response> Api::usage_of(http::Request& request,
+                                              std::optional<std::string> user_id) {
   const std::string target(request.target());
   pg::UsageQuery query;
-  query.user_id = user_id;
+  query.user_id = user_id.value_or("");
   for (auto [name, field] : {std::pair<const char*, std::string*>{"from", &query.from},
                              std::pair<const char*, std::string*>{"to", &query.to}}) {
     if (auto value = http::query_param(target, name)) {
-      if (!valid_timestamp(*value)) {
+      if (!codec::looks_like_timestamp(*value)) {
         co_return http::make_error(
             request, http::Status::bad_request, "invalid_request",
             std::string(name) + " must be a date (2026-11-01) or an RFC 3339 time",
@@ -702,13 +715,14 @@ asio::awaitable<http::Response> Api::usage(http::Request& request, const Caller&
     }
     co_return store_unavailable(request, body.error());
   }
-  rapidjson::Document doc;
   std::string out = "{\"user_id\":";
-  {
+  if (user_id) {
     rapidjson::StringBuffer b;
     rapidjson::Writer<rapidjson::StringBuffer> w(b);
-    w.String(user_id.data(), static_cast<rapidjson::SizeType>(user_id.size()));
+    w.String(user_id->data(), static_cast<rapidjson::SizeType>(user_id->size()));
     out += std::string(b.GetString(), b.GetSize());
+  } else {
+    out += "null";  // every user
   }
   out += ",\"from\":" + (query.from.empty() ? std::string("null") : "\"" + query.from + "\"");
   out += ",\"to\":" + (query.to.empty() ? std::string("null") : "\"" + query.to + "\"");

@@ -4,14 +4,15 @@
 //   (?wait=N long polling, answered the moment the result lands), POST /v1/tasks/{id}/cancel,
 //   GET /v1/tasks/{id}/events (server-sent events), POST /v1/batches (JSON Lines, streamed),
 //   GET /v1/batches/{id}, GET /v1/batches/{id}/results (JSON Lines), POST
-//   /v1/batches/{id}/cancel, GET /v1/users/{id}/usage?from=&to=, GET|PUT
-//   /v1/users/{id}/limits, /healthz, /readyz, /metrics.
+//   /v1/batches/{id}/cancel, GET /v1/users/{id}/usage?from=&to=, GET /v1/usage?from=&to=
+//   (every user's, admin), GET|PUT /v1/users/{id}/limits, /healthz, /readyz, /metrics.
 // Every route but the operations ones needs a caller (Authenticator): 401 without one; a
 // caller may act only for its users (403 on a collection or submission for another user,
-// 404 for another user's task or batch, so ids do not leak); limits may be changed by
-// admins only. Bodies are validated against the schemas; errors use one JSON shape
-// {"error": {"code", "message", "path"}}. Every request is counted by route template and
-// status code. `handle_ops` serves only the operations routes, for the metrics listener.
+// 404 for another user's task or batch, so ids do not leak); limits may be changed, and
+// every user's usage read, by admins only. Bodies are validated against the schemas;
+// errors use one JSON shape {"error": {"code", "message", "path"}}. Every request is
+// counted by route template and status code. `handle_ops` serves only the operations
+// routes, for the metrics listener.
 //
 // Thread-safety: runs on the dispatcher's single io_context thread (TaskFeed needs it);
 // the database work goes through DbPool.
@@ -57,6 +58,11 @@ class Api {
   boost::asio::awaitable<http::Response> list_tasks(http::Request& request, const Caller& caller);
   boost::asio::awaitable<http::Response> usage(http::Request& request, const Caller& caller,
                                                std::string user_id);
+  // GET /v1/usage: every user's (admin only).
+  boost::asio::awaitable<http::Response> fleet_usage(http::Request& request, const Caller& caller);
+  // The bill of one user, or of every user (nullopt), over ?from=&to=.
+  boost::asio::awaitable<http::Response> usage_of(http::Request& request,
+                                                  std::optional<std::string> user_id);
   boost::asio::awaitable<http::Response> limits(http::Request& request, const Caller& caller,
                                                 std::string user_id);
   boost::asio::awaitable<http::Response> get_batch(http::Request& request, const Caller& caller,
@@ -96,7 +102,8 @@ std::string_view route_template(std::string_view path);
 
 // A random (version 4) UUID.
 std::string new_task_id();
-// A W3C traceparent: the incoming one when valid, else a new trace.
+// A W3C traceparent: the incoming one's trace, parent and flags as version 00 when it is
+// valid, else a new trace.
 std::string traceparent_for(std::string_view incoming);
 
 }  // namespace agentfleet::dispatcher

@@ -116,7 +116,6 @@ int run_dispatcher(const config::Config& config) {
   log::write("info", "dispatcher",
              "dispatcher listening on http://" + config.dispatcher.http.host + ":" +
                  std::to_string(server.port()));
-  std::printf("listening on http://%s:%u\n", config.dispatcher.http.host.c_str(), server.port());
   // The API port serves /metrics too; metrics.port adds a listener with only the
   // operations routes, for a scraper that must not reach the API.
   std::unique_ptr<http::Server> ops_server;
@@ -130,7 +129,6 @@ int run_dispatcher(const config::Config& config) {
                "metrics on http://" + config.metrics.host + ":" +
                    std::to_string(ops_server->port()) + "/metrics");
   }
-  std::fflush(stdout);
   ingest.start();
 
   feed.start();

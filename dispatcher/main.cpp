@@ -4,8 +4,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/adapters/log.hpp"
 #include "core/adapters/pg/migrations.hpp"
 #include "core/config/config.hpp"
+#include "core/domain/redaction.hpp"
 #include "dispatcher/dispatcher_service.hpp"
 
 int main(int argc, char** argv) {
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
       std::printf("%s: ok\n", path.c_str());
       return 0;
     }
+    agentfleet::log::protect_config_secrets(config);
     if (command == "migrate") {
       const auto report = agentfleet::pg::migrate(config.postgres.url);
       for (const auto& name : report.applied)
@@ -48,7 +51,12 @@ int main(int argc, char** argv) {
     }
     return agentfleet::dispatcher::run_dispatcher(config);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "agentfleet-dispatcher: %s\n", e.what());
+    // A running process reports in its log format; a configuration check, to a person.
+    if (check_only)
+      std::fprintf(stderr, "agentfleet-dispatcher: %s\n",
+                   agentfleet::redact_credentials(e.what()).c_str());
+    else
+      agentfleet::log::error("dispatcher", std::string("cannot run: ") + e.what());
     return 1;
   }
 }

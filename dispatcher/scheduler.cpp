@@ -184,6 +184,41 @@ void Scheduler::reconcile_ended() {
   }
 }
 
+void Scheduler::log_endings(
+    const pg::RecoveryReport& recovery, int expired, int swept,
+    const std::vector<std::pair<std::string, std::size_t>>& over_budget_users) const {
+  for (const pg::RecoveryReport::Task& task : recovery.tasks) {
+    log::TaskContext context;
+    context.task_id = task.task_id;
+    context.user_id = task.user_id;
+    context.trace_id = log::trace_id_of(task.traceparent);
+    log::warn("scheduler", context,
+              task.lease_expired
+                  ? "dispatched again: its worker's lease expired"
+                  : "dispatched again: no worker claimed it within redispatch_after_s (" +
+                        std::to_string(config_.dispatcher.redispatch_after_s) + " s)");
+  }
+  if (recovery.exhausted > 0) {
+    log::warn("scheduler", std::to_string(recovery.exhausted) +
+                               " tasks ended failed: attempts_exhausted (every worker that ran "
+                               "them stopped before they finished)");
+  }
+  if (expired > 0) {
+    log::info("scheduler", std::to_string(expired) +
+                               " queued tasks ended timed_out: schedule_timeout (waited longer "
+                               "than their schedule_timeout_s)");
+  }
+  if (swept > 0)
+    log::info("scheduler", std::to_string(swept) + " tasks of cancelled batches ended cancelled");
+  for (const auto& [user_id, count] : over_budget_users) {
+    log::TaskContext context;
+    context.user_id = user_id;
+    log::warn("scheduler", context,
+              std::to_string(count) +
+                  " queued tasks ended failed: quota_exceeded (the monthly budget is spent)");
+  }
+}
+
 bool Scheduler::pass(pqxx::connection& c) {
   const auto started = std::chrono::steady_clock::now();
   reconcile_ended();
@@ -230,6 +265,7 @@ bool Scheduler::pass(pqxx::connection& c) {
 
   const limits::PassPlan plan = fair_->plan(users, backlog.fleet_active);
   int over_budget = 0;
+  std::vector<std::pair<std::string, std::size_t>> over_budget_users;  // for the log
   int admitted_total = 0;
   try {
     for (const auto& [user_id, count] : plan.over_budget) {
@@ -242,11 +278,14 @@ bool Scheduler::pass(pqxx::connection& c) {
       TaskResult result;
       result.type = ResultType::kError;
       result.message = message;
-      over_budget += static_cast<int>(
+      const std::size_t ended =
           pg::end_unstarted(tx, pg::oldest_queued(tx, user_id, count),
                             pg::Ending{TaskStatus::kFailed, message, "quota_exceeded", result},
                             spec.results_topic)
-              .size());
+              .size();
+      over_budget += static_cast<int>(ended);
+      if (ended > 0)
+        over_budget_users.emplace_back(user_id, ended);
     }
     const auto dispatched = pg::dispatch_grants(tx, plan.grants, spec.dispatch_topic);
     tx.commit();
@@ -274,6 +313,7 @@ bool Scheduler::pass(pqxx::connection& c) {
       fair_->dispatched(grant, 0);
     throw;
   }
+  log_endings(recovery, expired, swept, over_budget_users);
   for (int cause = 0; cause < limits::kThrottleCauses; ++cause)
     metrics_.throttled(throttle_reason(cause), plan.throttled[cause]);
   metrics_.recovered(metrics::RecoveryReason::kLeaseExpired, recovery.lease_expired);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
+#include "core/adapters/pg/task_store.hpp"
 #include "core/config/config.hpp"
 #include "core/limits/clock.hpp"
 #include "core/limits/fair_scheduler.hpp"
@@ -63,6 +64,10 @@ class Scheduler {
   void run();
   // One pass; returns true when it used every slot (more may be waiting).
   bool pass(pqxx::connection& c);
+  // The pass's endings and recoveries, once committed: a line per task dispatched again, a
+  // count per kind of ending, a line per user whose budget ended tasks.
+  void log_endings(const pg::RecoveryReport& recovery, int expired, int swept,
+                   const std::vector<std::pair<std::string, std::size_t>>& over_budget_users) const;
   void reconcile_ended();
   // Waits up to `ms` for a wake(), a notification on `c` (when given) or stop().
   void wait(pqxx::connection* c, int ms);

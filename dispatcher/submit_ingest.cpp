@@ -83,16 +83,25 @@ void SubmitIngest::done(const kafka::InMessage& message, bool handled) {
 }
 
 asio::awaitable<bool> SubmitIngest::dead_letter(const kafka::InMessage& message,
-                                                const std::string& reason) {
+                                                const std::string& reason,
+                                                const std::string& user_id,
+                                                const std::string& task_id) {
   metrics_.task_submitted(metrics::SubmitSource::kTopic, metrics::SubmitOutcome::kRejected);
-  log::write("warn", "dispatcher", "dead letter: " + reason,
-             {{"topic", message.topic},
-              {"partition", std::to_string(message.partition)},
-              {"offset", std::to_string(message.offset)}});
+  const std::string traceparent = header_value(message.headers, "traceparent");
+  log::TaskContext task;
+  task.task_id = task_id;
+  task.user_id = user_id;
+  task.trace_id = log::trace_id_of(traceparent);
+  log::warn("dispatcher", task, "dead letter: " + reason,
+            {{"topic", message.topic},
+             {"partition", std::to_string(message.partition)},
+             {"offset", std::to_string(message.offset)}});
   kafka::OutMessage letter = kafka::dead_letter(message, config_.kafka.topics.dlq, reason);
   Status sent = co_await producer_.publish(std::move(letter));
-  if (!sent.ok())
-    log::error("dispatcher", "dead letter not published, message kept: " + sent.error().message);
+  if (!sent.ok()) {
+    log::error("dispatcher", task,
+               "dead letter not published, message kept: " + sent.error().message);
+  }
   co_return sent.ok();
 }
 
@@ -107,7 +116,8 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
   auto& submission = std::get<codec::Submission>(parsed);
   if (auto problem = check_references(config_, submission.spec)) {
     const bool sent = co_await dead_letter(
-        message, "invalid submission at '" + problem->path + "': " + problem->message);
+        message, "invalid submission at '" + problem->path + "': " + problem->message,
+        submission.spec.user_id);
     done(message, sent);
     co_return;
   }
@@ -127,20 +137,24 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
       const pg::InsertResult& result = inserted.value();
       if (result.outcome == pg::InsertOutcome::kQueueFull) {
         // Not held back: a full queue of one user must not stop the partition for others.
-        // The dead letter can be replayed once the user's queue has room.
-        metrics_.task_submitted(metrics::SubmitSource::kTopic, metrics::SubmitOutcome::kRejected);
+        // The dead letter can be replayed once the user's queue has room (dead_letter
+        // counts the rejection).
         metrics_.throttled(metrics::ThrottleReason::kQueueFull, 1);
-        const bool sent = co_await dead_letter(
-            message, "queue_full: user '" + task.spec.user_id + "' has " +
-                         std::to_string(result.room.queued) + " tasks queued (max_queued " +
-                         std::to_string(result.room.max_queued) + ")");
+        const bool sent = co_await dead_letter(message,
+                                               "queue_full: user '" + task.spec.user_id + "' has " +
+                                                   std::to_string(result.room.queued) +
+                                                   " tasks queued (max_queued " +
+                                                   std::to_string(result.room.max_queued) + ")",
+                                               task.spec.user_id);
         done(message, sent);
         co_return;
       }
       if (result.outcome == pg::InsertOutcome::kConflict) {
-        const bool sent = co_await dead_letter(
-            message, "idempotency_key '" + task.spec.idempotency_key +
-                         "' was used with a different request for task " + result.task_id);
+        const bool sent = co_await dead_letter(message,
+                                               "idempotency_key '" + task.spec.idempotency_key +
+                                                   "' was used with a different request for task " +
+                                                   result.task_id,
+                                               task.spec.user_id, result.task_id);
         done(message, sent);
         co_return;
       }
@@ -148,17 +162,27 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
                               result.outcome == pg::InsertOutcome::kCreated
                                   ? metrics::SubmitOutcome::kAccepted
                                   : metrics::SubmitOutcome::kDuplicate);
-      if (result.outcome == pg::InsertOutcome::kCreated)
+      if (result.outcome == pg::InsertOutcome::kCreated) {
+        log::TaskContext context;
+        context.task_id = result.task_id;
+        context.user_id = task.spec.user_id;
+        context.batch_id = task.spec.batch_id;
+        context.trace_id = log::trace_id_of(task.traceparent);
+        log::info("dispatcher", context, "accepted from the submit topic");
         wake_scheduler_();
+      }
       done(message, true);
       co_return;
     }
     if (!inserted.error().retryable() || attempt >= 4 || stopping_) {
-      log::write("warn", "dispatcher",
-                 "submission not stored, left for the next read: " + inserted.error().message,
-                 {{"topic", message.topic},
-                  {"partition", std::to_string(message.partition)},
-                  {"offset", std::to_string(message.offset)}});
+      log::TaskContext context;
+      context.user_id = task.spec.user_id;
+      context.trace_id = log::trace_id_of(task.traceparent);
+      log::warn("dispatcher", context,
+                "submission not stored, left for the next read: " + inserted.error().message,
+                {{"topic", message.topic},
+                 {"partition", std::to_string(message.partition)},
+                 {"offset", std::to_string(message.offset)}});
       done(message, false);
       co_return;
     }

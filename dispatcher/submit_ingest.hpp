@@ -39,8 +39,12 @@ class SubmitIngest {
  private:
   void handle(kafka::InMessage message);
   boost::asio::awaitable<void> ingest(kafka::InMessage message);
+  // `user_id` and `task_id` (an existing task the message conflicts with) for the log,
+  // when known.
   boost::asio::awaitable<bool> dead_letter(const kafka::InMessage& message,
-                                           const std::string& reason);
+                                           const std::string& reason,
+                                           const std::string& user_id = {},
+                                           const std::string& task_id = {});
   void done(const kafka::InMessage& message, bool handled);
 
   boost::asio::io_context& io_;

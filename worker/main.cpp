@@ -5,7 +5,9 @@
 #include <cstring>
 #include <string>
 
+#include "core/adapters/log.hpp"
 #include "core/config/config.hpp"
+#include "core/domain/redaction.hpp"
 #include "worker/worker_service.hpp"
 
 int main(int argc, char** argv) {
@@ -31,9 +33,15 @@ int main(int argc, char** argv) {
       std::printf("%s: ok\n", path.c_str());
       return 0;
     }
+    agentfleet::log::protect_config_secrets(config);
     return agentfleet::worker::run_worker(config);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "agentfleet-worker: %s\n", e.what());
+    // A running process reports in its log format; a configuration check, to a person.
+    if (check_only)
+      std::fprintf(stderr, "agentfleet-worker: %s\n",
+                   agentfleet::redact_credentials(e.what()).c_str());
+    else
+      agentfleet::log::error("worker", std::string("cannot run: ") + e.what());
     return 1;
   }
 }

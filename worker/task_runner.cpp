@@ -106,11 +106,15 @@ std::string truncate_chars(const std::string& text, int limit) {
   return text;
 }
 
-void log_line(const char* level, const std::string& task_id, const std::string& user_id,
-              int attempt, const std::string& message) {
-  const std::string attempt_text = std::to_string(attempt);
-  log::write(level, "worker", message,
-             {{"task_id", task_id}, {"user_id", user_id}, {"attempt", attempt_text}});
+// The error code of an observation's {"error":{"code":...}}, or `fallback`.
+std::string error_code_of(const std::string& content, std::string fallback = "error") {
+  rapidjson::Document error;
+  if (codec::parse_json(error, content) && error.IsObject() && error.HasMember("error") &&
+      error["error"].IsObject() && error["error"].HasMember("code") &&
+      error["error"]["code"].IsString()) {
+    return error["error"]["code"].GetString();
+  }
+  return fallback;
 }
 }  // namespace
 
@@ -139,6 +143,9 @@ struct TaskRunner::Control {
   bool cancel = false;
   bool lease_lost = false;
   bool drain = false;
+  // Its terminal write or hand-back is under way: the lease ends with it, so a heartbeat
+  // that no longer finds the lease has not lost it to another worker.
+  bool ending = false;
   // The timer the run is waiting on right now (a model or tool call), cancelled to wake it.
   asio::steady_timer* waiting = nullptr;
 
@@ -171,12 +178,14 @@ void TaskRunner::cancel(const std::string& task_id) {
   }
 }
 
-void TaskRunner::lease_lost(const std::string& task_id) {
+bool TaskRunner::lease_lost(const std::string& task_id, int attempt) {
   std::lock_guard lock(leases_mutex_);
-  if (auto it = leases_.find(task_id); it != leases_.end()) {
-    it->second.control->lease_lost = true;
-    it->second.control->wake();
-  }
+  auto it = leases_.find(task_id);
+  if (it == leases_.end() || it->second.attempt != attempt || it->second.control->ending)
+    return false;
+  it->second.control->lease_lost = true;
+  it->second.control->wake();
+  return true;
 }
 
 void TaskRunner::drain() {
@@ -188,8 +197,10 @@ void TaskRunner::drain() {
 
 struct TaskRunner::Run {
   std::string task_id;
+  std::string user_id;  // from the dispatch message; the claimed row's afterwards
   std::string traceparent;
   pg::ClaimedTask claimed;
+  int step = -1;  // the ReAct step the run is at (a model call or its tool calls)
   Clock::time_point deadline;
   Clock::time_point claimed_at;
   std::shared_ptr<Control> control = std::make_shared<Control>();
@@ -198,24 +209,42 @@ struct TaskRunner::Run {
   int progress_seq = 0;
   int steps = 0;
   int tool_calls = 0;
+
+  // What every log line about this run carries.
+  log::TaskContext log_context() const {
+    return log::TaskContext{task_id,
+                            claimed.spec.user_id.empty() ? user_id : claimed.spec.user_id,
+                            claimed.spec.batch_id,
+                            claimed.attempt,
+                            step,
+                            log::trace_id_of(traceparent)};
+  }
 };
 
-asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string traceparent) {
+void TaskRunner::mark_ending(Run& run) {
+  std::lock_guard lock(leases_mutex_);
+  run.control->ending = true;
+}
+
+asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string user_id,
+                                            std::string traceparent) {
   Run run;
   run.task_id = std::move(task_id);
+  run.user_id = std::move(user_id);
   run.traceparent = std::move(traceparent);
   auto claim = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
     return pg::claim_task(tx, run.task_id, worker_id_, config_.worker.lease_s,
                           config_.dispatcher.max_attempts);
   });
   if (!claim.ok()) {
-    log_line("error", run.task_id, "", 0, "claim failed: " + claim.error().message);
+    log::error("worker", run.log_context(), "claim failed: " + claim.error().message);
     metrics_.claim(metrics::ClaimOutcome::kStoreUnavailable);
     co_return RunOutcome::kStoreUnavailable;
   }
   if (claim.value().outcome == pg::ClaimOutcome::kUnknown)
     co_return RunOutcome::kUnknownTask;
   if (claim.value().outcome != pg::ClaimOutcome::kClaimed) {
+    log::info("worker", run.log_context(), "skipped: ended already, or leased by another worker");
     metrics_.claim(metrics::ClaimOutcome::kSkipped);
     co_return RunOutcome::kSkipped;  // terminal, or leased elsewhere
   }
@@ -225,6 +254,12 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string tra
   if (run.claimed.attempt == 1)
     metrics_.queue_wait(run.claimed.spec.priority, run.claimed.queued_ms / 1000.0);
   run.deadline = Clock::now() + std::chrono::milliseconds(run.claimed.remaining_ms);
+  log::info(
+      "worker", run.log_context(),
+      run.claimed.steps.empty()
+          ? std::string("claimed")
+          : "claimed, resuming after " + std::to_string(run.claimed.steps.size()) +
+                (run.claimed.steps.size() == 1 ? " checkpointed step" : " checkpointed steps"));
   {
     std::lock_guard lock(leases_mutex_);
     run.control->drain = draining_;
@@ -239,15 +274,14 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string tra
   }
   if (!internal_error.empty()) {
     // The last backstop: record the failure instead of losing the task or the process.
-    log_line("error", run.task_id, run.claimed.spec.user_id, run.claimed.attempt,
-             "task runner failed: " + internal_error);
+    log::error("worker", run.log_context(), "task runner failed: " + internal_error);
     try {
       outcome = co_await finish(run, TaskStatus::kFailed, std::nullopt,
                                 "internal error: " + internal_error);
     } catch (const std::exception& e) {
       // Not even that could be stored: stop holding the lease, so recovery takes the task.
-      log_line("error", run.task_id, run.claimed.spec.user_id, run.claimed.attempt,
-               std::string("could not record the failure: ") + e.what());
+      log::error("worker", run.log_context(),
+                 std::string("could not record the failure: ") + e.what());
       outcome = RunOutcome::kStoreUnavailable;
     }
   }
@@ -265,23 +299,27 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::stop_requested(Run& run,
                                                                       bool at_checkpoint) {
   const Control& control = *run.control;
   if (control.lease_lost) {
-    log_line("warn", run.task_id, run.claimed.spec.user_id, run.claimed.attempt,
-             "lease taken over; stopping without writing");
+    log::warn("worker", run.log_context(), "lease taken over; stopping without writing");
     co_return RunOutcome::kLeaseLost;
   }
   if (control.cancel) {
     co_return co_await finish(run, TaskStatus::kCancelled, std::nullopt, "cancelled while running");
   }
   if (control.drain && at_checkpoint) {
+    mark_ending(run);
     auto released = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
       return pg::release_task(tx, run.task_id, run.claimed.attempt);
     });
-    if (!released.ok())
-      co_return RunOutcome::kStoreUnavailable;  // the lease expires; recovery resumes it
+    if (!released.ok()) {
+      // The lease expires; recovery resumes it.
+      log::warn("worker", run.log_context(),
+                "could not hand back (draining): " + released.error().message);
+      co_return RunOutcome::kStoreUnavailable;
+    }
     if (!released.value().ok())
       co_return RunOutcome::kLeaseLost;
-    log_line("info", run.task_id, run.claimed.spec.user_id, run.claimed.attempt,
-             "handed back at step " + std::to_string(run.steps) + " (draining)");
+    log::info("worker", run.log_context(),
+              "handed back at step " + std::to_string(run.steps) + " (draining)");
     co_return RunOutcome::kReleased;
   }
   co_return std::nullopt;
@@ -371,6 +409,8 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     if (auto* failed = std::get_if<react::Fail>(&next)) {
       co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, failed->message);
     }
+    // The step the run is at: the tool calls of the last model step, or the next model call.
+    run.step = std::holds_alternative<react::CallTools>(next) ? step - 1 : step;
     if (auto stop = co_await stop_requested(run, true))
       co_return *stop;
     if (Clock::now() >= run.deadline) {
@@ -408,9 +448,9 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     const auto started = Clock::now();
     react::FittedContext context = react::fit_context(state.messages, budget);
     if (!context.fits) {
-      log_line("warn", run.task_id, spec.user_id, run.claimed.attempt,
-               "conversation exceeds the context budget even trimmed (" +
-                   std::to_string(context.estimated_tokens) + " estimated tokens)");
+      log::warn("worker", run.log_context(),
+                "conversation exceeds the context budget even trimmed (" +
+                    std::to_string(context.estimated_tokens) + " estimated tokens)");
     }
     auto reply = co_await call_model(run, std::move(context.messages), call_deadline);
     if (!reply) {
@@ -429,6 +469,8 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     const int latency_ms = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count());
     if (!reply->ok()) {
+      log::warn("worker", run.log_context(), "model call failed: " + reply->error().message,
+                {{"model", spec.model}});
       // A call bounded by the task's deadline that gave up on time (it ran out, or the
       // provider asked for a wait past it) ends the task timed_out, not failed.
       const bool out_of_time =
@@ -528,10 +570,14 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::on_store_failure(Run& run
   }
   // A transient failure leaves the task to lease recovery, which resumes it from its last
   // checkpoint. Anything else would fail the same way again: end the task now.
-  if (saved.error().retryable())
+  if (saved.error().retryable()) {
+    log::warn("worker", run.log_context(),
+              std::string("could not store ") + what +
+                  " (left for lease recovery): " + saved.error().message);
     co_return RunOutcome::kStoreUnavailable;
-  log_line("error", run.task_id, run.claimed.spec.user_id, run.claimed.attempt,
-           std::string("could not store ") + what + ": " + saved.error().message);
+  }
+  log::error("worker", run.log_context(),
+             std::string("could not store ") + what + ": " + saved.error().message);
   co_return co_await finish(
       run, TaskStatus::kFailed, std::nullopt,
       std::string("could not store the ") + what + ": " + saved.error().message);
@@ -644,6 +690,21 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
   for (Slot& slot : batch->slots) {
     const ToolObservation& o = slot.outcome.observation;
     const bool refused = !slot.done;  // never sent: permission or arguments
+    if (!o.ok) {
+      const std::string code = error_code_of(o.content);
+      if (refused) {
+        log::info("worker", run.log_context(), "tool call refused",
+                  {{"tool", slot.call.name}, {"code", code}});
+      } else {
+        const std::string excerpt = truncate_chars(o.content, 300);
+        const std::string status = std::to_string(slot.outcome.http_status);
+        log::warn("worker", run.log_context(), "tool call failed",
+                  {{"tool", slot.call.name},
+                   {"code", code},
+                   {"http_status", status},
+                   {"error", excerpt}});
+      }
+    }
     emit_progress(run, "execution", step, slot.call.name,
                   std::string("{\"ok\":") + (o.ok ? "true" : "false") + "}");
     w.StartObject();
@@ -670,18 +731,12 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
   }
   for (const ToolObservation& refused : calls.refused) {
     metrics_.tool_call(refused.tool, metrics::ToolOutcome::kRefused, 0);
+    log::info("worker", run.log_context(), "tool call refused",
+              {{"tool", refused.tool}, {"code", error_code_of(refused.content)}});
     // A refusal that names no tool (the synthetic call answering a react_json reply that
     // could not be read) shows its reason, the error code, where the tool would be.
-    std::string tool = refused.tool;
-    if (tool.empty()) {
-      rapidjson::Document error;
-      tool = "refused";
-      if (codec::parse_json(error, refused.content) && error.IsObject() &&
-          error.HasMember("error") && error["error"].IsObject() &&
-          error["error"].HasMember("code") && error["error"]["code"].IsString()) {
-        tool = error["error"]["code"].GetString();
-      }
-    }
+    const std::string tool =
+        refused.tool.empty() ? error_code_of(refused.content, "refused") : refused.tool;
     w.StartObject();
     w.Key("call_id");
     w.String(refused.call_id.c_str());
@@ -703,6 +758,7 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
                                                std::optional<TaskResult> result,
                                                std::string error) {
   const TaskSpec& spec = run.claimed.spec;
+  mark_ending(run);
   // Errors quote outside text (response excerpts); keep them storable.
   error = codec::sanitize_text(error);
   pg::FinishRecord record;
@@ -737,16 +793,29 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
     event_json = record.result_event_json;
     return pg::finish_task(tx, record);
   });
-  if (!finished.ok())
+  if (!finished.ok()) {
+    log::warn("worker", run.log_context(),
+              "could not store the end " + std::string(to_string(status)) +
+                  " (left for lease recovery): " + finished.error().message);
     co_return RunOutcome::kStoreUnavailable;
-  if (!finished.value().ok())
+  }
+  if (!finished.value().ok()) {
+    log::warn("worker", run.log_context(),
+              "lease taken over; the end " + std::string(to_string(status)) + " was not stored");
     co_return RunOutcome::kLeaseLost;
+  }
   const std::int64_t outbox_id = finished.value().value();
   metrics_.task_finished(status, result ? std::optional(result->type) : std::nullopt,
                          std::chrono::duration<double>(Clock::now() - run.claimed_at).count());
-  log_line("info", run.task_id, spec.user_id, run.claimed.attempt,
-           std::string("finished ") + std::string(to_string(status)) +
-               (result ? std::string(" ") + std::string(to_string(result->type)) : std::string()));
+  if (error.empty()) {
+    log::info(
+        "worker", run.log_context(),
+        std::string("finished ") + std::string(to_string(status)) +
+            (result ? std::string(" ") + std::string(to_string(result->type)) : std::string()));
+  } else {
+    log::write(status == TaskStatus::kFailed ? "warn" : "info", "worker", run.log_context(),
+               std::string("finished ") + std::string(to_string(status)), {{"error", error}});
+  }
   if (status != TaskStatus::kSucceeded) {
     emit_progress(run, "error", run.steps, {},
                   error.empty() ? std::string(to_string(status)) : error);
@@ -765,8 +834,8 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
       return true;
     });
   } else {
-    log_line("warn", run.task_id, spec.user_id, run.claimed.attempt,
-             "result event not published yet (the relay will): " + published.error().message);
+    log::warn("worker", run.log_context(),
+              "result event not published yet (the relay will): " + published.error().message);
   }
   co_return RunOutcome::kFinished;
 }

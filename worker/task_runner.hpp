@@ -53,7 +53,9 @@ class TaskRunner {
              ports::ToolClient& tools, kafka::Producer& producer, metrics::WorkerMetrics& metrics,
              pg::WriteBatcher& writes);
 
-  boost::asio::awaitable<RunOutcome> run(std::string task_id, std::string traceparent);
+  // `user_id` and `traceparent` come from the dispatch message (its key and header).
+  boost::asio::awaitable<RunOutcome> run(std::string task_id, std::string user_id,
+                                         std::string traceparent);
 
   // (task_id, attempt) of every task this worker is running, for lease heartbeats.
   std::vector<std::pair<std::string, int>> held_leases() const;
@@ -61,7 +63,10 @@ class TaskRunner {
   // Stops the run of `task_id` at once, ending it cancelled (or, for a lost lease, without
   // writing anything). Unknown ids are ignored.
   void cancel(const std::string& task_id);
-  void lease_lost(const std::string& task_id);
+  // A heartbeat no longer found the lease of (task_id, attempt): true when that run still
+  // held it, and stops now; false when the run is gone or its end is being written (its
+  // lease ended with it).
+  bool lease_lost(const std::string& task_id, int attempt);
   // Every run (and every later one) stops at its next checkpoint and hands its task back.
   void drain();
   std::size_t running() const;
@@ -71,6 +76,8 @@ class TaskRunner {
   struct Run;
   struct Control;
   boost::asio::awaitable<RunOutcome> execute(Run& run);
+  // From here on the run only writes its end (or hands the task back).
+  void mark_ending(Run& run);
   // Calls the model; nullopt when the run was interrupted before the reply arrived.
   boost::asio::awaitable<std::optional<Result<ModelReply>>> call_model(
       Run& run, std::vector<Message> messages, std::chrono::steady_clock::time_point deadline);

@@ -124,13 +124,17 @@ int run_worker(const config::Config& config) {
 
   // Bad input never blocks a partition: it goes to the dead-letter topic with the reason
   // and where it came from; the offset moves on once the dead letter is stored.
+  // `task_id` is empty when the message names none that could be read.
   auto dead_letter = [&](const kafka::InMessage& message, metrics::DeadLetterReason kind,
-                         const std::string& reason) {
+                         const std::string& reason, const std::string& task_id) {
     worker_metrics.dead_letter(kind);
-    log::write("warn", "worker", "dead letter: " + reason,
-               {{"topic", message.topic},
-                {"partition", std::to_string(message.partition)},
-                {"offset", std::to_string(message.offset)}});
+    const std::string traceparent = header_value(message.headers, "traceparent");
+    log::TaskContext task{task_id, message.key};
+    task.trace_id = log::trace_id_of(traceparent);
+    log::warn("worker", task, "dead letter: " + reason,
+              {{"topic", message.topic},
+               {"partition", std::to_string(message.partition)},
+               {"offset", std::to_string(message.offset)}});
     asio::co_spawn(
         io,
         [&, message,
@@ -169,24 +173,28 @@ int run_worker(const config::Config& config) {
       dead_letter(
           message,
           not_json ? metrics::DeadLetterReason::kNotJson : metrics::DeadLetterReason::kSchema,
-          "invalid dispatch message at '" + violation->path + "': " + violation->message);
+          "invalid dispatch message at '" + violation->path + "': " + violation->message, "");
       return;
     }
     const auto& dispatch = std::get<codec::DispatchMessage>(parsed);
     asio::co_spawn(
-        io, runner.run(dispatch.task_id, header_value(message.headers, "traceparent")),
+        io,
+        runner.run(dispatch.task_id, dispatch.user_id,
+                   header_value(message.headers, "traceparent")),
         [&, message, task_id = dispatch.task_id](std::exception_ptr error, RunOutcome outcome) {
           if (error)
             outcome = RunOutcome::kStoreUnavailable;
           if (outcome == RunOutcome::kUnknownTask) {
-            dead_letter(message, metrics::DeadLetterReason::kUnknownTask,
-                        "unknown task " + task_id);
+            dead_letter(message, metrics::DeadLetterReason::kUnknownTask, "unknown task " + task_id,
+                        task_id);
             return;
           }
           if (outcome == RunOutcome::kStoreUnavailable) {
             // The task stays leased (or dispatched); lease recovery runs it again.
-            log::warn("worker", "left for lease recovery",
-                      {{"task_id", task_id}, {"user_id", message.key}});
+            const std::string traceparent = header_value(message.headers, "traceparent");
+            log::TaskContext task{task_id, message.key};
+            task.trace_id = log::trace_id_of(traceparent);
+            log::warn("worker", task, "left for lease recovery");
           }
           if (outcome == RunOutcome::kLeaseLost)
             worker_metrics.lease_lost();
@@ -254,14 +262,16 @@ int run_worker(const config::Config& config) {
           }
           const pg::LeaseCheck& check = extended.value();
           if (check.held.size() < held.size()) {
-            // Those tasks were taken over: their runs stop now, without writing.
+            // Those tasks were taken over: their runs stop now, without writing. Runs that
+            // ended (or were writing their end) while the statement ran are not counted.
             std::set<std::string> still(check.held.begin(), check.held.end());
+            int lost = 0;
             for (const auto& [task_id, attempt] : held) {
-              if (!still.count(task_id))
-                runner.lease_lost(task_id);
+              if (!still.count(task_id) && runner.lease_lost(task_id, attempt))
+                ++lost;
             }
-            log::warn("worker", std::to_string(held.size() - check.held.size()) +
-                                    " leases were no longer ours");
+            if (lost > 0)
+              log::warn("worker", std::to_string(lost) + " leases were no longer ours");
           }
           for (const auto& task_id : check.cancelled)
             runner.cancel(task_id);

@@ -33,9 +33,11 @@ int nesting_depth(std::string_view text, int limit) {
   return deepest;
 }
 
-// Length of the valid UTF-8 sequence at `p` (1-4), or 0 when it is not one.
-std::size_t utf8_sequence(const unsigned char* p, std::size_t left) {
+// Length of the valid UTF-8 sequence at `p` (1-4), or 0 when it is not one; its code point
+// in `code_point`.
+std::size_t utf8_sequence(const unsigned char* p, std::size_t left, char32_t& code_point) {
   const unsigned char c = p[0];
+  code_point = c;
   if (c < 0x80)
     return 1;
   std::size_t n = 0;
@@ -63,6 +65,7 @@ std::size_t utf8_sequence(const unsigned char* p, std::size_t left) {
   static constexpr std::uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
   if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
     return 0;
+  code_point = cp;
   return n;
 }
 }  // namespace
@@ -81,7 +84,8 @@ std::string sanitize_text(std::string_view text) {
   const auto* p = reinterpret_cast<const unsigned char*>(text.data());
   std::size_t i = 0;
   while (i < text.size()) {
-    const std::size_t n = utf8_sequence(p + i, text.size() - i);
+    char32_t code_point = 0;
+    const std::size_t n = utf8_sequence(p + i, text.size() - i, code_point);
     if (n == 0) {
       out += "\xEF\xBF\xBD";  // U+FFFD
       ++i;
@@ -91,6 +95,15 @@ std::string sanitize_text(std::string_view text) {
       i += n;
     }
   }
+  return out;
+}
+
+Utf8Sequence utf8_sequence_at(std::string_view text, std::size_t i) {
+  Utf8Sequence out;
+  if (i >= text.size())
+    return out;
+  out.length = utf8_sequence(reinterpret_cast<const unsigned char*>(text.data()) + i,
+                             text.size() - i, out.code_point);
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <rapidjson/document.h>
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -20,5 +21,14 @@ bool parse_json(rapidjson::Document& doc, std::string_view text);
 // Makes text storable anywhere (Postgres text/jsonb, headers of logs): invalid UTF-8
 // sequences become U+FFFD and NUL characters are dropped.
 std::string sanitize_text(std::string_view text);
+
+// The UTF-8 sequence starting at `text[i]`: its length in bytes (1-4) and its code point.
+// Length 0 when no well-formed sequence starts there (a stray byte, an overlong form, a
+// surrogate, a sequence cut short, `i` past the end); `code_point` is then the byte.
+struct Utf8Sequence {
+  std::size_t length = 0;
+  char32_t code_point = 0;
+};
+Utf8Sequence utf8_sequence_at(std::string_view text, std::size_t i);
 
 }  // namespace agentfleet::codec

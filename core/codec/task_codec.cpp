@@ -58,6 +58,25 @@ std::string format_rfc3339(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
+bool looks_like_timestamp(std::string_view text) {
+  if (text.size() < 10 || text.size() > 40)
+    return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool digit = c >= '0' && c <= '9';
+    if (i < 10) {
+      if ((i == 4 || i == 7) ? c != '-' : !digit)
+        return false;
+    } else if (i == 10) {
+      if (c != 'T' && c != 't' && c != ' ')
+        return false;
+    } else if (!(digit || c == ':' || c == '.' || c == '+' || c == '-' || c == 'Z' || c == 'z')) {
+      return false;
+    }
+  }
+  return true;
+}
+
 namespace {
 // The path of the first string holding a NUL character (legal JSON as \u0000, but neither
 // Postgres nor the HTTP headers tools receive can carry it). The schema bounds the depth.

@@ -78,5 +78,10 @@ std::string progress_event_json(const ProgressEvent& event);
 std::size_t count_code_points(std::string_view utf8);
 // RFC 3339 UTC with milliseconds: "2026-11-22T03:04:05.123Z".
 std::string format_rfc3339(std::chrono::system_clock::time_point t);
+// Whether `text` has the shape of a date (2026-11-01) or an RFC 3339 time
+// (2026-11-01T08:00:00+08:00, 2026-11-01 08:00:00Z): digits and separators in their
+// places, as Postgres reads them. Whether that day exists (a 30th of February) is not
+// checked here.
+bool looks_like_timestamp(std::string_view text);
 
 }  // namespace agentfleet::codec

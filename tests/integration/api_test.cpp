@@ -411,6 +411,84 @@ TEST(ApiUsage, PerModelCallsTokensAndCostAreTheLedgerSumsAndAFutureRangeIsEmpty)
   }
 }
 
+TEST(ApiUsage, EveryUsersBillIsTheWholeLedgerAndOnlyForAnAdmin) {
+  const std::string a = user("fleet-a");
+  const std::string b = user("fleet-b");
+  const std::string ta = submit(submission(a, "bench: steps=1 calls=1", "f-1"));
+  const std::string tb = submit(submission(b, "bench: steps=2 calls=1", "f-2"));
+  ASSERT_EQ(str(wait_terminal(ta), "status"), "succeeded");
+  ASSERT_EQ(str(wait_terminal(tb), "status"), "succeeded");
+
+  auto range = pg_row(
+      "SELECT (now() - interval '1 day')::date::text, (now() + interval '2 days')::date::text");
+  const std::string from = range[0].as<std::string>();
+  const std::string to = range[1].as<std::string>();
+  // The ledger's totals per currency over the range, as the API words them.
+  auto ledger_totals = [&] {
+    pqxx::connection db(pg_url());
+    pqxx::work tx(db);
+    auto rows = tx.exec_params(
+        R"SQL(SELECT currency, count(*), sum(input_tokens), sum(cached_input_tokens),
+                     sum(output_tokens), to_char(sum(cost), 'FM999999999999990.000000')
+              FROM usage_ledger WHERE called_at >= $1::timestamptz AND called_at < $2::timestamptz
+              GROUP BY currency ORDER BY currency)SQL",
+        from, to);
+    tx.commit();
+    std::vector<std::tuple<std::string, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                           std::string>>
+        out;
+    for (const auto& r : rows) {
+      out.emplace_back(r[0].as<std::string>(), r[1].as<std::int64_t>(), r[2].as<std::int64_t>(),
+                       r[3].as<std::int64_t>(), r[4].as<std::int64_t>(), r[5].as<std::string>());
+    }
+    return out;
+  };
+  // Other tests may bill while this one reads: compare once the ledger stood still around
+  // the request (bounded: a few tries).
+  bool compared = false;
+  for (int attempt = 0; attempt < 10 && !compared; ++attempt) {
+    const auto before = ledger_totals();
+    auto response = get("/v1/usage?from=" + from + "&to=" + to);
+    const auto after = ledger_totals();
+    ASSERT_EQ(response.status, 200) << response.body;
+    if (before != after)
+      continue;
+    compared = true;
+    auto usage = parse(response.body);
+    EXPECT_TRUE(at(usage, "user_id").IsNull()) << response.body;
+    EXPECT_EQ(str(usage, "from"), from);
+    EXPECT_EQ(str(usage, "to"), to);
+    ASSERT_EQ(size_of(at(usage, "totals")), after.size()) << response.body;
+    for (std::size_t i = 0; i < after.size(); ++i) {
+      const auto& t = item(at(usage, "totals"), static_cast<rapidjson::SizeType>(i));
+      EXPECT_EQ(str(t, "currency"), std::get<0>(after[i]));
+      EXPECT_EQ(num(t, "calls"), std::get<1>(after[i]));
+      EXPECT_EQ(num(t, "input_tokens"), std::get<2>(after[i]));
+      EXPECT_EQ(num(t, "cached_input_tokens"), std::get<3>(after[i]));
+      EXPECT_EQ(num(t, "output_tokens"), std::get<4>(after[i]));
+      EXPECT_EQ(str(t, "cost"), std::get<5>(after[i]));
+    }
+    // Both users' calls are in it: one step of one call is two model calls, two steps three.
+    std::int64_t calls = 0;
+    for (const auto& m : array_of(at(usage, "models")))
+      calls += num(m, "calls");
+    std::int64_t total_calls = 0;
+    for (const auto& t : after)
+      total_calls += std::get<1>(t);
+    EXPECT_GE(calls, 5);
+    EXPECT_EQ(calls, total_calls) << "the models add up to the totals";
+  }
+  EXPECT_TRUE(compared) << "the ledger never stood still for one request";
+
+  // A user's key may not read everyone's bill; bad input is a 400 naming the parameter.
+  expect_error(get("/v1/usage", kU1Key), 403, "/header/authorization", "forbidden");
+  expect_error(get("/v1/usage?from=yesterday"), 400, "/query/from", "invalid_request");
+  expect_error(post("/v1/usage", "{}"), 405, "/method");
+  auto empty = parse(get("/v1/usage?from=2099-01-01").body);
+  EXPECT_EQ(size_of(at(empty, "models")), 0u);
+  EXPECT_EQ(size_of(at(empty, "totals")), 0u);
+}
+
 TEST(ApiLimits, AnAdminPutReplacesTheOverridesAndGetShowsTheEffectiveLimits) {
   const std::string u = user("limits");
   auto before = get("/v1/users/" + u + "/limits");

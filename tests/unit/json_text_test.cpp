@@ -55,5 +55,19 @@ TEST(SanitizeText, ReplacesInvalidSequencesAndDropsNul) {
   EXPECT_EQ(sanitize_text("\xed\xa0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
+TEST(Utf8SequenceAt, GivesTheCodePointAndLengthOrZeroForAnInvalidStart) {
+  const std::string text = "a完\xf0\x9f\x98\x80";
+  EXPECT_EQ(utf8_sequence_at(text, 0).length, 1u);
+  EXPECT_EQ(utf8_sequence_at(text, 0).code_point, U'a');
+  EXPECT_EQ(utf8_sequence_at(text, 1).length, 3u);
+  EXPECT_EQ(utf8_sequence_at(text, 1).code_point, U'完');
+  EXPECT_EQ(utf8_sequence_at(text, 4).length, 4u);
+  EXPECT_EQ(utf8_sequence_at(text, 4).code_point, U'\U0001F600');
+  EXPECT_EQ(utf8_sequence_at(text, 2).length, 0u) << "inside a character";
+  EXPECT_EQ(utf8_sequence_at("\xc0\xaf", 0).length, 0u) << "overlong";
+  EXPECT_EQ(utf8_sequence_at("\xe4\xbc", 0).length, 0u) << "cut short";
+  EXPECT_EQ(utf8_sequence_at("a", 1).length, 0u) << "past the end";
+}
+
 }  // namespace
 }  // namespace agentfleet::codec

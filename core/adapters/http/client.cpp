@@ -1,4 +1,5 @@
 #include "core/adapters/http/client.hpp"
+#include "core/adapters/http/stream_client.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -8,7 +9,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include <algorithm>
+#include <array>
 #include <deque>
+#include <limits>
 #include <map>
 
 namespace agentfleet::http {
@@ -400,6 +404,184 @@ asio::awaitable<ClientResponse> fetch(asio::any_io_executor executor, ClientRequ
     }
     co_return std::move(result.response);
   }
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+// When the next read or write must be done: the idle bound, within the deadline.
+Clock::time_point next_expiry(Clock::time_point deadline, std::chrono::milliseconds idle) {
+  if (idle.count() <= 0)
+    return deadline;
+  return std::min(deadline, Clock::now() + idle);
+}
+
+// An answer is waiting on a plain connection while the request body is still being sent
+// (a refusal on the head). TLS connections may have records of their own pending (session
+// tickets), so they are not looked at.
+bool answer_waiting(Connection& c) {
+  if (c.tls)
+    return false;
+  if (c.buffer.size() > 0)
+    return true;
+  boost::system::error_code ec;
+  const std::size_t available = c.plain->socket().available(ec);
+  return !ec && available > 0;
+}
+
+template <typename Fields>
+void set_request_fields(Fields& out, const Url& url, const ClientRequest& request) {
+  out.set(bhttp::field::host, url.host + ":" + url.port);
+  out.set(bhttp::field::user_agent, "agentfleet");
+  for (const auto& [name, value] : request.headers)
+    out.set(name, value);
+}
+
+// Sends the request (whole, or chunked from the source), then reads the answer, handing a
+// 2xx body to the sink as it arrives.
+template <typename Stream>
+asio::awaitable<ClientResponse> stream_exchange(Stream& stream, Connection& c, const Url& url,
+                                                ClientRequest& request, StreamOptions& options) {
+  boost::system::error_code ec;
+  const auto deadline = request.deadline;
+  const auto idle = options.idle_timeout;
+  auto transport_failure = [&](const char* what) {
+    return failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kConnect,
+                   std::string(what) + ": " + ec.message());
+  };
+
+  std::optional<ClientResponse> send_failure;  // the request could not be sent whole
+  bool streamed_body_sent = false;             // the source's body went out to its last chunk
+  if (!options.body_source) {
+    bhttp::request<bhttp::string_body> out{request.method, url.target, 11};
+    set_request_fields(out, url, request);
+    if (!request.body.empty() || request.method == bhttp::verb::post) {
+      out.set(bhttp::field::content_type, request.content_type);
+      out.body() = std::move(request.body);
+    }
+    out.prepare_payload();
+    c.lowest().expires_at(next_expiry(deadline, idle));
+    co_await bhttp::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec)
+      co_return transport_failure("write");
+  } else {
+    bhttp::request<bhttp::empty_body> head{request.method, url.target, 11};
+    set_request_fields(head, url, request);
+    head.set(bhttp::field::content_type, request.content_type);
+    head.chunked(true);
+    bhttp::request_serializer<bhttp::empty_body> serializer{head};
+    c.lowest().expires_at(next_expiry(deadline, idle));
+    co_await bhttp::async_write_header(stream, serializer,
+                                       asio::redirect_error(asio::use_awaitable, ec));
+    if (ec)
+      co_return transport_failure("write");
+    std::string piece;
+    for (;;) {
+      if (answer_waiting(c))
+        break;  // answered before the body was sent: read that answer
+      piece.clear();
+      if (!options.body_source(piece))
+        co_return failure(ClientErrorKind::kProtocol, "request body: the source failed");
+      c.lowest().expires_at(next_expiry(deadline, idle));
+      if (piece.empty()) {
+        co_await asio::async_write(stream, bhttp::make_chunk_last(),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+      } else {
+        co_await asio::async_write(stream, bhttp::make_chunk(asio::buffer(piece)),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+      }
+      if (ec) {
+        // The server may have answered and closed: its answer is worth more than the error.
+        send_failure = transport_failure("write");
+        break;
+      }
+      if (piece.empty()) {
+        streamed_body_sent = true;
+        break;
+      }
+    }
+  }
+
+  bhttp::response_parser<bhttp::buffer_body> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+  // A server reads a streamed body whole before it answers and may then take a while to act
+  // on it (a batch is stored first): that wait is bounded by the deadline alone. Giving up
+  // sooner would leave the caller not knowing whether the upload took effect.
+  c.lowest().expires_at(streamed_body_sent ? deadline : next_expiry(deadline, idle));
+  co_await bhttp::async_read_header(stream, c.buffer, parser,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    if (send_failure)
+      co_return std::move(*send_failure);
+    co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kProtocol,
+                      "read: " + ec.message());
+  }
+  ClientResponse response;
+  response.status = static_cast<int>(parser.get().result_int());
+  for (const auto& field : parser.get())
+    response.headers.insert(field.name_string(), field.value());
+  const bool to_sink = options.on_body && response.status / 100 == 2;
+  std::array<char, 64 * 1024> chunk;
+  while (!parser.is_done()) {
+    parser.get().body().data = chunk.data();
+    parser.get().body().size = chunk.size();
+    c.lowest().expires_at(next_expiry(deadline, idle));
+    // read_some, not read: read waits to fill the buffer, and a stream's events would sit
+    // there until 64 KiB of them had come.
+    co_await bhttp::async_read_some(stream, c.buffer, parser,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == bhttp::error::need_buffer)
+      ec = {};
+    const std::size_t n = chunk.size() - parser.get().body().size;
+    if (n > 0) {
+      const std::string_view piece(chunk.data(), n);
+      if (to_sink) {
+        if (!options.on_body(piece))
+          co_return response;  // the caller has what it wanted
+      } else if (response.body.size() + piece.size() <= options.body_limit) {
+        response.body.append(piece);
+      } else if (response.status / 100 == 2) {
+        // A 2xx body cut short would read as a whole answer.
+        response.error = ClientErrorKind::kProtocol;
+        response.error_message =
+            "read: body over limit (" + std::to_string(options.body_limit) + " bytes)";
+        co_return response;
+      } else {
+        // Enough of an answer that is not a 2xx: the start of its error shape.
+        response.body.append(piece.substr(0, options.body_limit - response.body.size()));
+        break;
+      }
+    }
+    if (ec) {
+      response.error = timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kProtocol;
+      response.error_message = "read: " + ec.message();
+      co_return response;
+    }
+  }
+  co_return response;
+}
+}  // namespace
+
+asio::awaitable<ClientResponse> fetch_stream(asio::any_io_executor executor, ClientRequest request,
+                                             StreamOptions options) {
+  const auto url = Url::parse(request.url);
+  if (!url)
+    co_return failure(ClientErrorKind::kBadUrl, "invalid URL: " + request.url);
+  if (Clock::now() >= request.deadline)
+    co_return failure(ClientErrorKind::kTimeout, "deadline passed before the call");
+  Opened opened =
+      co_await open_connection(executor, *url, next_expiry(request.deadline, options.idle_timeout));
+  if (!opened.connection)
+    co_return std::move(opened.failure);
+  Connection& c = *opened.connection;
+  ClientResponse response;
+  if (c.tls) {
+    response = co_await stream_exchange(*c.tls, c, *url, request, options);
+  } else {
+    response = co_await stream_exchange(*c.plain, c, *url, request, options);
+  }
+  c.close();
+  co_return response;
 }
 
 }  // namespace agentfleet::http

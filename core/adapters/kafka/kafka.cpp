@@ -93,9 +93,12 @@ void delivery_report(rd_kafka_t*, const rd_kafka_message_t* message, void*) {
   }
 }
 
-void log_cb(const rd_kafka_t*, int level, const char* facility, const char* buf) {
-  if (level <= 4)
-    log::warn("kafka", buf, {{"facility", facility}});
+// librdkafka's own lines (syslog levels; debug ones only when the `debug` property asks),
+// from its threads, as JSON lines like every other; never its default stderr printer.
+void log_cb(const rd_kafka_t* rk, int level, const char* facility, const char* buf) {
+  const char* severity = level <= 3 ? "error" : level == 4 ? "warn" : level <= 6 ? "info" : "debug";
+  log::write(severity, "kafka", buf,
+             {{"facility", facility}, {"client", rk != nullptr ? rd_kafka_name(rk) : ""}});
 }
 }  // namespace
 
@@ -368,12 +371,25 @@ void Consumer::pause() {
 }
 
 std::vector<std::pair<std::string, std::int64_t>> Consumer::lag(std::chrono::milliseconds timeout) {
-  std::vector<std::pair<std::string, std::int64_t>> by_topic;
+  return measure_lag(timeout).by_topic;
+}
+
+bool Consumer::LagReport::caught_up() const {
+  if (assigned == 0 || unmeasured > 0)
+    return false;
+  return std::all_of(by_topic.begin(), by_topic.end(),
+                     [](const auto& topic_lag) { return topic_lag.second == 0; });
+}
+
+Consumer::LagReport Consumer::measure_lag(std::chrono::milliseconds timeout) {
+  LagReport report;
+  auto& by_topic = report.by_topic;
   for (const auto& topic : topics_)
     by_topic.emplace_back(topic, 0);
   rd_kafka_topic_partition_list_t* assigned = nullptr;
   if (rd_kafka_assignment(rk_, &assigned) != RD_KAFKA_RESP_ERR_NO_ERROR || !assigned)
-    return by_topic;
+    return report;
+  report.assigned = assigned->cnt;
   const int timeout_ms = static_cast<int>(timeout.count());
   rd_kafka_position(rk_, assigned);
   // Partitions this consumer has read nothing from yet: their committed offset instead.
@@ -400,12 +416,15 @@ std::vector<std::pair<std::string, std::int64_t>> Consumer::lag(std::chrono::mil
         }
       }
     }
-    if (!known)
+    if (!known) {
+      ++report.unmeasured;
       continue;
+    }
     int64_t low = 0;
     int64_t high = 0;
     if (rd_kafka_query_watermark_offsets(rk_, p.topic, p.partition, &low, &high, timeout_ms) !=
         RD_KAFKA_RESP_ERR_NO_ERROR) {
+      ++report.unmeasured;
       continue;
     }
     // Nothing committed: the group starts at the earliest message (auto.offset.reset).
@@ -417,7 +436,7 @@ std::vector<std::pair<std::string, std::int64_t>> Consumer::lag(std::chrono::mil
   }
   rd_kafka_topic_partition_list_destroy(unread);
   rd_kafka_topic_partition_list_destroy(assigned);
-  return by_topic;
+  return report;
 }
 void Consumer::resume() {
   want_pause_ = false;

@@ -130,6 +130,18 @@ class Consumer {
   // the I/O threads. A partition the broker does not answer for counts as 0.
   std::vector<std::pair<std::string, std::int64_t>> lag(std::chrono::milliseconds timeout);
 
+  // The same measurement, saying how much of it is known: a reader that must know it has
+  // reached the end needs every assigned partition answered.
+  struct LagReport {
+    std::vector<std::pair<std::string, std::int64_t>> by_topic;  // as lag()
+    int assigned = 0;    // partitions assigned to this consumer
+    int unmeasured = 0;  // of those, the ones the broker did not answer for
+    // Nothing left to read, and that is known: partitions are assigned, every one answered
+    // and none has a message left.
+    bool caught_up() const;
+  };
+  LagReport measure_lag(std::chrono::milliseconds timeout);
+
  private:
   void poll_loop();
   friend void consumer_rebalance_cb(rd_kafka_s*, int, void*, void*);

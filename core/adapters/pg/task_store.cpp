@@ -232,7 +232,8 @@ WITH picked AS ()SQL" +
   RETURNING id
 )
 SELECT was, priority, user_id, task_id::text,
-       extract(epoch FROM dispatched_at - created_at)::float8, attempt = 0
+       extract(epoch FROM dispatched_at - created_at)::float8, attempt = 0,
+       coalesce(traceparent, '')
 FROM marked)SQL";
 }
 
@@ -247,6 +248,7 @@ std::vector<DispatchedTask> read_dispatched(const pqxx::result& rows) {
     d.task_id = row[3].as<std::string>();
     d.queued_s = row[4].as<double>();
     d.first = row[5].as<bool>();
+    d.traceparent = row[6].as<std::string>();
     out.push_back(std::move(d));
   }
   return out;
@@ -283,8 +285,10 @@ RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
   report.exhausted = fail_exhausted(tx, pass);
   auto recovered = tx.exec_params(kRecover, pass.limit, pass.dispatch_topic,
                                   pass.redispatch_after_s, pass.max_attempts);
-  for (const auto& task : read_dispatched(recovered))
+  for (const auto& task : read_dispatched(recovered)) {
     ++(task.was == "running" ? report.lease_expired : report.redispatched);
+    report.tasks.push_back({task.task_id, task.user_id, task.traceparent, task.was == "running"});
+  }
   return report;
 }
 

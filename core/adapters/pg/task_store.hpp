@@ -103,6 +103,14 @@ struct RecoveryReport {
   int exhausted = 0;
   int lease_expired = 0;
   int redispatched = 0;
+  // Each task dispatched again, for the log.
+  struct Task {
+    std::string task_id;
+    std::string user_id;
+    std::string traceparent;
+    bool lease_expired = false;  // else unclaimed for redispatch_after_s
+  };
+  std::vector<Task> tasks;
 };
 RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass);
 
@@ -167,6 +175,7 @@ struct DispatchedTask {
   std::string was;      // the status it was picked in
   double queued_s = 0;  // since submission
   bool first = true;    // its first dispatch (attempt 0)
+  std::string traceparent;
 };
 std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
                                             const std::vector<limits::Grant>& grants,
@@ -181,8 +190,9 @@ std::optional<UserOverrides> get_user_overrides(pqxx::connection& c, const std::
 void put_user_overrides(pqxx::connection& c, const UserOverrides& overrides);
 
 // Usage from the ledger per model and currency (calls, tasks, tokens, cost) and totals per
-// currency, as JSON {"models": [...], "totals": [...]}, for a user and/or a batch over
-// [from, to) (RFC 3339 timestamps; empty: unbounded).
+// currency, as JSON {"models": [...], "totals": [...]}, for a user and/or a batch, or for
+// every user when both are empty (GET /v1/usage), over [from, to) (RFC 3339 timestamps;
+// empty: unbounded).
 struct UsageQuery {
   std::string user_id;
   std::string batch_id;

@@ -1,0 +1,465 @@
+#!/usr/bin/env bash
+# agentctl against the embedded fleet (the ctest fixture): every subcommand, what it prints
+# and the exit code scripts rely on. Users and batches are this run's own (ctl-*-<run>),
+# limits changed here are cleared again, so the shared fleet is left as it was. Every wait
+# is bounded: each agentctl run by `timeout` (90 s at most) and by the script's own budget,
+# which ends before the ctest TIMEOUT (300 s) with a message naming the step.
+#
+#   agentctl_test.sh PATH/TO/agentctl      (AGENTFLEET_TEST_RUN_DIR names the fleet's folder)
+set -euo pipefail
+ctl=$1
+set -a
+# shellcheck disable=SC1091
+source "$AGENTFLEET_TEST_RUN_DIR/env"
+set +a
+# agentctl takes AGENTFLEET_URL, AGENTFLEET_API_KEY (the admin key) and
+# AGENTFLEET_KAFKA_BOOTSTRAP from the environment; no config file of the machine's.
+unset AGENTCTL_CONFIG
+tmp=$(mktemp -d)
+export HOME="$tmp/home"
+bg_pids=""  # agentctl runs in the background, stopped on exit
+cleanup() {
+  local pid
+  for pid in $bg_pids; do
+    kill "$pid" 2>/dev/null || true
+  done
+  rm -rf "$tmp" || true
+}
+trap cleanup EXIT
+
+run=$(date +%s%N | cut -c6-16)
+# The whole script's budget: under its ctest TIMEOUT, so a slow fleet fails here, naming
+# the step, rather than being killed by ctest.
+budget_end=$(($(date +%s) + 280))
+u1="ctl-u1-$run"
+ub="ctl-b-$run"
+ul="ctl-l-$run"
+uq="ctl-q-$run"
+ut="ctl-t-$run"
+ud="ctl-dlq-$run"
+missing="00000000-0000-4000-8000-000000000000"
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+now_ms() { date +%s%3N; }
+compact_json() {
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    if line.strip():
+        print(json.dumps(json.loads(line), separators=(",", ":"), ensure_ascii=False))'
+}
+
+# bound [MAX]: seconds a command may take: MAX (90), or what is left of the script's budget.
+bound() {
+  local most=${1:-90} left=$((budget_end - $(date +%s)))
+  ((left > 0)) || fail "the script's 280 s budget is spent"
+  echo $((left < most ? left : most))
+}
+# Runs agentctl bounded (bound); its stdout and stderr go where the caller redirects them.
+bounded_ctl() {
+  local limit
+  limit=$(bound)
+  timeout "$limit" "$ctl" "$@"
+}
+
+# ctl CODE ARGS...: runs agentctl; its stdout in $out, its stderr in $err; the exit code
+# must be CODE.
+out=""
+err=""
+ctl() {
+  local want=$1 got=0 limit
+  shift
+  limit=$(bound)
+  timeout "$limit" "$ctl" "$@" >"$tmp/out" 2>"$tmp/err" || got=$?
+  if [[ "$got" == 124 ]]; then
+    fail "agentctl $* did not end within $limit s (killed); stderr: $(cat "$tmp/err")"
+  fi
+  out=$(cat "$tmp/out")
+  err=$(cat "$tmp/err")
+  # JSON output (jsonb text has spaces after ':' and ','), one compact object per line.
+  if [[ " $* " == *" --json "* && -n "$out" ]]; then
+    out=$(compact_json <<<"$out") || fail "agentctl $* printed what is not JSON lines: $out"
+  fi
+  if [[ "$got" != "$want" ]]; then
+    echo "agentctl $*: exit $got, expected $want" >&2
+    echo "--- stdout:" >&2
+    echo "$out" >&2
+    echo "--- stderr:" >&2
+    echo "$err" >&2
+    exit 1
+  fi
+}
+has() { grep -qF -- "$2" <<<"$1" || fail "expected '$2' in:"$'\n'"$1"; }
+lacks() { ! grep -qF -- "$2" <<<"$1" || fail "did not expect '$2' in:"$'\n'"$1"; }
+# One line of stderr naming the problem.
+one_error_line() {
+  [[ $(wc -l <<<"$err") == 1 && "$err" == agentctl:* ]] || fail "expected one error line, got:"$'\n'"$err"
+}
+
+echo "== help and bad flags (exit 2)"
+ctl 0 --help
+for c in submit status wait cancel list tail "batch submit" "batch status" "batch results" \
+  "batch cancel" usage "limits get" "limits set" "dlq list" "dlq replay"; do
+  has "$out" "  $c"
+  # shellcheck disable=SC2086
+  bounded_ctl $c --help | grep -q "usage: agentctl $c" || fail "$c --help"
+done
+has "$out" "7  unreachable"
+ctl 2 frobnicate
+one_error_line
+has "$err" "unknown command 'frobnicate'"
+ctl 2 status
+one_error_line
+ctl 2 list --user "$u1" --limit zero
+has "$err" "--limit needs an integer"
+ctl 2 submit --user "$u1"
+has "$err" "the text is required"
+ctl 2 list --user "$u1" --status sleeping
+ctl 2 submit x --user "$u1" --priority urgent
+
+echo "== submit --wait: succeeded (0), failed and timed_out (1)"
+ctl 0 submit --user "$u1" --wait --wait-timeout-s 30 "bench: steps=1 calls=1"
+has "$out" "succeeded"
+has "$out" "action_completed: bench 完成"
+has "$out" "cost"
+ctl 1 submit --user "$u1" --max-steps 1 --wait --wait-timeout-s 30 "bench: steps=3 calls=1"
+has "$out" "status     failed"
+has "$out" "max_steps"
+ctl 1 submit --user "$u1" --timeout-s 1 --wait --wait-timeout-s 30 "slow: steps=20"
+has "$out" "status     timed_out"
+
+echo "== submit, status, wait, list, --json"
+ctl 0 submit --user "$u1" --idempotency-key "k-$run" "bench: steps=2 calls=1"
+task=$out
+[[ ${#task} == 36 ]] || fail "submit printed '$task', not a task id"
+ctl 0 submit --user "$u1" --idempotency-key "k-$run" "bench: steps=2 calls=1"
+[[ "$out" == "$task" ]] || fail "the same idempotency key gave another task"
+has "$err" "submitted before"
+ctl 0 wait "$task" --trace --wait-timeout-s 30
+has "$out" "task       $task"
+has "$out" "trace:"
+has "$out" "search_items"
+ctl 0 status "$task"
+has "$out" "status     succeeded"
+lacks "$out" "trace:"
+ctl 0 status "$task" --trace
+has "$out" "step 1"
+ctl 0 --json status "$task"
+has "$out" "\"task_id\":\"$task\""
+ctl 0 list --user "$u1"
+has "$out" "TASK"
+has "$out" "$task"
+ctl 0 list --user "$u1" --limit 2 --json
+[[ $(grep -o '"task_id"' <<<"$out" | wc -l) == 2 ]] || fail "list --limit 2 gave: $out"
+ctl 0 list --user "$u1" --status timed_out
+has "$out" "timed_out"
+lacks "$out" "succeeded"
+# Without --idempotency-key, agentctl makes one up: a submit whose answer was lost can be
+# run again with it.
+ctl 0 submit --user "$u1" "bench: steps=1 calls=1"
+ctl 0 --json status "$out"
+[[ "$out" =~ \"idempotency_key\":\"agentctl-[0-9a-f-]{36}\" ]] || fail "no key of agentctl's own: $out"
+
+echo "== cancel"
+ctl 0 submit --user "$u1" --timeout-s 120 "slow: steps=20"
+slow=$out
+ctl 0 cancel "$slow"
+has "$out" "$slow"
+ctl 1 wait "$slow" --wait-timeout-s 30
+has "$out" "status     cancelled"
+ctl 5 cancel "$task"
+one_error_line
+has "$err" "409 already_ended"
+
+echo "== exit codes: not found (3), refused (4), rejected (5), throttled (6), unreachable (7)"
+ctl 3 status "$missing"
+one_error_line
+has "$err" "404 not_found"
+ctl 4 --api-key "wrong-$run" status "$task"
+one_error_line
+has "$err" "401"
+lacks "$err" "wrong-$run"
+ctl 4 --api-key af-dev-u1-key list --user "$u1"
+has "$err" "403 forbidden"
+ctl 5 submit --user "$u1" --model no-such-model "x"
+one_error_line
+has "$err" "(at /model)"
+ctl 5 submit --user "$u1" --timeout-s 7200 "x"
+has "$err" "/timeout_s"
+ctl 7 --url http://127.0.0.1:1 status "$task"
+one_error_line
+has "$err" "cannot reach the dispatcher at http://127.0.0.1:1 (from --url)"
+ctl 7 --url "http://ctl:pw-$run@127.0.0.1:1" status "$task"
+has "$err" "cannot reach the dispatcher at http://[redacted]@127.0.0.1:1 (from --url)"
+lacks "$err" "pw-$run"
+# A queue full: one task a minute for this user, at most one queued.
+ctl 0 limits set "$uq" --requests-per-minute 1 --max-queued 1
+ctl 0 submit --user "$uq" "bench: steps=1 calls=1"
+first=$out
+deadline=$(($(now_ms) + 30000))
+until ctl 0 --json status "$first" && ! grep -q '"status":"queued"' <<<"$out"; do
+  (($(now_ms) < deadline)) || fail "the first task of $uq never left the queue"
+  sleep 0.1
+done
+ctl 0 submit --user "$uq" "bench: steps=1 calls=1"
+second=$out
+ctl 6 submit --user "$uq" "bench: steps=1 calls=1"
+one_error_line
+has "$err" "429 queue_full"
+ctl 0 cancel "$second"
+ctl 0 limits set "$uq" --clear
+has "$out" "tier standard"
+
+echo "== settings: flags > environment > config file"
+printf 'url: http://127.0.0.1:1\napi_key: from-file\n' >"$tmp/ctl.yaml"
+ctl 0 --config "$tmp/ctl.yaml" status "$task"
+AGENTFLEET_URL="" AGENTFLEET_API_KEY="" timeout "$(bound)" "$ctl" --config "$tmp/ctl.yaml" status "$task" \
+  >/dev/null 2>"$tmp/err" && fail "the config file's URL was not used"
+grep -q "from config $tmp/ctl.yaml" "$tmp/err" || fail "$(cat "$tmp/err")"
+printf 'url: %s\napi_key: %s\n' "$AGENTFLEET_URL" "$AGENTFLEET_API_KEY" >"$tmp/good.yaml"
+AGENTFLEET_URL="" AGENTFLEET_API_KEY="" AGENTCTL_CONFIG="$tmp/good.yaml" timeout "$(bound)" "$ctl" status "$task" \
+  >/dev/null || fail "the config file from AGENTCTL_CONFIG was not used"
+printf 'urll: x\n' >"$tmp/bad.yaml"
+ctl 2 --config "$tmp/bad.yaml" status "$task"
+has "$err" "unknown key 'urll'"
+ctl 2 --config "$tmp/none.yaml" status "$task"
+
+echo "== limits get / set (restored)"
+ctl 0 limits get "$ul"
+has "$out" "max_concurrency"
+ctl 0 limits set "$ul" --max-concurrency 3
+ctl 0 limits set "$ul" --requests-per-minute 50 --json
+has "$out" '"overrides":{"max_concurrency":3,"requests_per_minute":50}'
+ctl 0 limits set "$ul" --unset max_concurrency --json
+has "$out" '"overrides":{"requests_per_minute":50}'
+ctl 0 limits set "$ul" --replace --max-queued 7 --json
+has "$out" '"overrides":{"max_queued":7}'
+ctl 0 limits get "$ul"
+has "$out" "max_queued"
+ctl 4 --api-key af-dev-u1-key limits set "$ul" --max-queued 9
+has "$err" "403"
+ctl 2 limits set "$ul"
+ctl 2 limits set "$ul" --max-concurrency none
+ctl 0 limits set "$ul" --clear --json
+has "$out" '"overrides":{}'
+
+echo "== batch submit (progress, final line), status, results, cancel"
+{
+  for i in 1 2 3 4; do
+    printf '{"user_id":"%s","text":"bench: steps=1 calls=1","idempotency_key":"b-%s"}\n' "$ub" "$i"
+  done
+  printf '{"user_id":"%s","text":"bench: steps=3 calls=1","max_steps":1,"idempotency_key":"b-5"}\n' "$ub"
+} >"$tmp/batch.jsonl"
+batch="ctl-batch-$run"
+ctl 1 batch submit "$tmp/batch.jsonl" --user "$ub" --batch-id "$batch" --interval-s 1 \
+  --wait-timeout-s 60
+has "$(head -n 1 <<<"$out")" "batch $batch uploaded: 5 tasks accepted of 5 lines, 0 duplicates"
+last=$(tail -n 1 <<<"$out")
+[[ "$last" =~ ^batch\ $batch\ ended:\ 5\ of\ 5\ tasks\ in\ [0-9hms]+:\ succeeded\ 4,\ failed\ 1,\ timed_out\ 0,\ cancelled\ 0$ ]] ||
+  fail "the final line is '$last'"
+lacks "$out" $'\r'
+ctl 0 batch status "$batch"
+has "$out" "ended      5 of 5"
+has "$out" "succeeded 4, failed 1"
+has "$out" "sim-model"
+ctl 0 batch results "$batch"
+[[ $(grep -c "^[0-9a-f]\{8\}-" <<<"$out") == 5 ]] || fail "batch results: $out"
+has "$out" "IDEMPOTENCY KEY"
+has "$out" "b-5"
+ctl 0 --json batch results "$batch"
+[[ $(grep -c '"task_id"' <<<"$out") == 5 ]] || fail "batch results --json: $out"
+ctl 5 batch submit "$tmp/batch.jsonl" --user "$ub" --batch-id "$batch" --no-follow
+has "$err" "409 batch_exists"
+has "$err" "agentctl batch status $batch"
+# Without --batch-id agentctl makes a UUID up and sends it.
+printf '{"user_id":"%s","text":"bench: steps=1 calls=1","idempotency_key":"own-id"}\n' "$ub" >"$tmp/own.jsonl"
+ctl 0 batch submit "$tmp/own.jsonl" --user "$ub" --no-follow
+[[ "$out" =~ ^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$ ]] ||
+  fail "the made-up batch id is '$out'"
+has "$err" "batch $out uploaded: 1 tasks accepted"
+printf '{"user_id":"%s","text":"x"}\n{"user_id":"%s"}\n' "$ub" "$ub" >"$tmp/bad.jsonl"
+ctl 5 batch submit "$tmp/bad.jsonl" --user "$ub" --no-follow
+has "$err" "(at /line/2"
+ctl 3 batch status "no-such-batch-$run"
+ctl 3 batch results "no-such-batch-$run"
+ctl 2 batch submit "$tmp/none.jsonl" --user "$ub"
+for i in 1 2 3; do
+  printf '{"user_id":"%s","text":"slow: steps=30","timeout_s":120,"idempotency_key":"s-%s"}\n' "$ub" "$i"
+done >"$tmp/slow.jsonl"
+ctl 0 batch submit "$tmp/slow.jsonl" --user "$ub" --batch-id "$batch-slow" --no-follow
+[[ "$out" == "$batch-slow" ]] || fail "--no-follow printed '$out'"
+ctl 0 batch cancel "$batch-slow"
+has "$out" "batch $batch-slow cancelled"
+deadline=$(($(now_ms) + 30000))
+until ctl 0 --json batch status "$batch-slow" && grep -q '"ended":3' <<<"$out"; do
+  (($(now_ms) < deadline)) || fail "the cancelled batch did not end: $out"
+  sleep 0.2
+done
+has "$out" '"cancelled":3'
+
+echo "== usage: a user, a batch, everyone"
+ctl 0 usage --user "$u1"
+has "$out" "usage of user $u1"
+has "$out" "sim-model"
+has "$out" "TOTAL"
+ctl 0 usage --user "$u1" --json
+has "$out" "\"user_id\":\"$u1\""
+ctl 0 usage --batch "$batch"
+has "$out" "usage of batch $batch (user $ub)"
+has "$out" "TOTAL"
+yesterday=$(date -u -d yesterday +%F)
+tomorrow=$(date -u -d tomorrow +%F)
+ctl 0 usage --all --from "$yesterday" --to "${tomorrow}T00:00:00+00:00"
+has "$out" "usage of every user from $yesterday to ${tomorrow}T00:00:00+00:00"
+has "$out" "TOTAL"
+ctl 0 usage --all --json --from 2099-01-01
+has "$out" '"user_id":null'
+has "$out" '"models":[]'
+ctl 4 --api-key af-dev-u1-key usage --all
+has "$err" "403 forbidden"
+ctl 2 usage
+ctl 2 usage --batch "$batch" --from "$yesterday"
+ctl 2 usage --user "$u1" --from yesterday
+ctl 5 usage --user "$u1" --from 2026-02-30
+ctl 3 usage --batch "no-such-batch-$run"
+
+echo "== tail --task: live and replayed events read the same"
+# The followed task waits in the queue behind a slower one of its user (one task at a
+# time), so its followers are attached before it can start: what they print is live, not
+# a replay of its history.
+ctl 0 limits set "$ut" --max-concurrency 1
+ctl 0 submit --user "$ut" "slow: steps=6"
+blocker=$out
+deadline=$(($(now_ms) + 20000))
+until ctl 0 --json status "$blocker" && grep -qE '"status":"(dispatched|running)"' <<<"$out"; do
+  (($(now_ms) < deadline)) || fail "the blocking task was not dispatched: $out"
+  sleep 0.1
+done
+ctl 0 submit --user "$ut" "slow: steps=2"
+live_task=$out
+bounded_ctl tail --task "$live_task" --timeout-s 40 >"$tmp/live.out" 2>"$tmp/live.err" &
+live_pid=$!
+bounded_ctl --json tail --task "$live_task" --timeout-s 40 >"$tmp/live.json" 2>"$tmp/live.json.err" &
+live_json_pid=$!
+bg_pids="$live_pid $live_json_pid"
+sleep 1
+ctl 0 --json status "$live_task"
+has "$out" '"status":"queued"'
+wait "$live_pid" || fail "the live follower exited $?: $(cat "$tmp/live.err")"
+wait "$live_json_pid" || fail "the live --json follower exited $?: $(cat "$tmp/live.json.err")"
+bg_pids=""
+ctl 0 limits set "$ut" --clear
+live=$(cat "$tmp/live.out")
+has "$live" "step 0"
+has "$live" "  call search_items"
+has "$live" "  search_items: ok"
+has "$(tail -n 1 <<<"$live")" "done: succeeded action_completed: slow 完成"
+# Live-shaped: the worker's done, a progress event (event, seq) carrying the result; a
+# replayed done is the task's history.
+tail -n 1 "$tmp/live.json" | python3 -c 'import json, sys
+e = json.loads(sys.stdin.read())
+assert e["event"] == "done" and e["data"]["event"] == "done" and "seq" in e["data"], e' ||
+  fail "the first follower did not see the task live: $(tail -n 1 "$tmp/live.json")"
+ctl 0 tail --task "$live_task" --timeout-s 20
+[[ "$out" == "$live" ]] || fail "replayed events differ from the live ones:"$'\n'"$live"$'\n---\n'"$out"
+ctl 0 --json tail --task "$live_task" --timeout-s 20
+has "$(tail -n 1 <<<"$out")" '{"event":"done"'
+has "$(tail -n 1 <<<"$out")" '"steps":['
+ctl 0 submit --user "$ut" --max-steps 1 "bench: steps=3 calls=1"
+ctl 1 tail --task "$out" --timeout-s 30
+has "$out" "error: "
+has "$out" "done: failed"
+ctl 3 tail --task "$missing"
+
+echo "== tail of the results topic"
+ctl 0 tail --from-beginning --user "$u1" --count 2 --timeout-s 20
+[[ $(grep -c " $u1 " <<<"$out") == 2 ]] || fail "tail --from-beginning: $out"
+has "$err" "following agent.tasks.results"
+ctl 0 --json tail --from-beginning --user "$u1" --count 1 --timeout-s 20
+has "$out" "\"user_id\":\"$u1\""
+ctl 7 tail --user "nobody-$run" --count 1 --timeout-s 2
+has "$err" "0 of 1 results"
+# Quiet after joining (the first join of a group takes the broker 3 s): exit 0; never
+# joined: exit 7.
+ctl 0 tail --user "nobody-$run" --timeout-s 8
+ctl 7 --kafka-bootstrap 127.0.0.1:1 tail --timeout-s 2
+one_error_line
+has "$err" "never joined agent.tasks.results at 127.0.0.1:1"
+# New results only: follow, then submit until one arrives.
+bounded_ctl tail --user "$ut" --count 1 --timeout-s 45 >"$tmp/tail.out" 2>"$tmp/tail.err" &
+bg_pid=$!
+bg_pids=$bg_pid
+deadline=$(($(now_ms) + 20000))
+until grep -q "following" "$tmp/tail.err"; do
+  (($(now_ms) < deadline)) || fail "tail did not join: $(cat "$tmp/tail.err")"
+  sleep 0.1
+done
+deadline=$(($(now_ms) + 30000))
+while kill -0 "$bg_pid" 2>/dev/null; do
+  (($(now_ms) < deadline)) || fail "tail saw no new result: $(cat "$tmp/tail.err")"
+  ctl 0 submit --user "$ut" --wait --wait-timeout-s 20 "bench: steps=1 calls=1"
+done
+wait "$bg_pid" || fail "tail exited $?: $(cat "$tmp/tail.err")"
+bg_pids=""
+grep -q " $ut .*succeeded" "$tmp/tail.out" || fail "tail printed: $(cat "$tmp/tail.out")"
+
+echo "== dlq list and replay"
+printf 'ctl-not-json-%s {\n' "$run" | timeout "$(bound 20)" kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -P -t agent.tasks.submit -k "$ud"
+printf '{"user_id":"%s"}\n' "$ud" | timeout "$(bound 20)" kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -P -t agent.tasks.submit -k "$ud"
+deadline=$(($(now_ms) + 30000))
+until ctl 0 --json dlq list --key "$ud" && [[ $(grep -c '"offset"' <<<"$out") == 2 ]]; do
+  (($(now_ms) < deadline)) || fail "the bad submissions were not dead-lettered: $out"
+  sleep 0.5
+done
+has "$out" "\"value\":\"ctl-not-json-$run {\""
+has "$out" '"source_topic":"agent.tasks.submit"'
+has "$out" "invalid JSON"
+has "$out" "missing required key 'text'"
+bad=$(grep "ctl-not-json-$run" <<<"$out" | sed -E 's/^\{"partition":([0-9]+),"offset":([0-9]+),.*/\1:\2/')
+[[ "$bad" =~ ^[0-9]+:[0-9]+$ ]] || fail "no partition:offset in: $out"
+ctl 0 dlq list --key "$ud"
+has "$out" "$bad"
+has "$out" "agent.tasks.submit/"
+has "$out" "invalid submission"
+has "$out" "ctl-not-json-$run"
+ctl 0 dlq list --key "$ud" --reason "invalid JSON" --json
+[[ $(grep -c '"offset"' <<<"$out") == 1 ]] || fail "--reason: $out"
+ctl 0 dlq list --key "$ud" --topic-filter agent.tasks.dispatch --json
+[[ -z "$out" ]] || fail "--topic-filter: $out"
+ctl 0 dlq list --key "$ud" --count 1 --json
+[[ $(grep -c '"offset"' <<<"$out") == 1 ]] || fail "--count: $out"
+submitted() {
+  timeout "$(bound 30)" kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.submit -e -q -f '%s\n' |
+    grep -c "ctl-not-json-$run" || true
+}
+[[ $(submitted) == 1 ]] || fail "expected the bad submission once in the submit topic"
+ctl 0 dlq replay --offset "$bad" --dry-run
+has "$out" "would send $bad -> agent.tasks.submit key $ud"
+[[ $(submitted) == 1 ]] || fail "--dry-run sent something"
+ctl 0 dlq replay --offset "$bad"
+has "$out" "sent $bad -> agent.tasks.submit key $ud"
+[[ $(submitted) == 2 ]] || fail "the replay is not in the submit topic"
+replayed=$(timeout "$(bound 30)" kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.submit -e -q \
+  -f '%h %s\n' | grep "ctl-not-json-$run" | tail -n 1)
+has "$replayed" "dlq-replayed-from=$bad"
+lacks "$replayed" "dlq-reason"
+# Still bad: it is dead-lettered again, at a new offset, marked as a replay.
+deadline=$(($(now_ms) + 30000))
+until ctl 0 --json dlq list --key "$ud" && [[ $(grep -c '"offset"' <<<"$out") == 3 ]]; do
+  (($(now_ms) < deadline)) || fail "the replay was not dead-lettered again: $out"
+  sleep 0.5
+done
+has "$out" "\"replayed_from\":\"$bad\""
+ctl 0 dlq replay --all --key "$ud" --dry-run
+[[ $(grep -c "^would send" <<<"$out") == 3 ]] || fail "--all --dry-run: $out"
+ctl 3 dlq replay --offset 0:999999999
+has "$err" "no dead letter at 0:999999999"
+ctl 2 dlq replay --key "$ud"
+ctl 2 dlq replay --offset nowhere
+ctl 7 --kafka-bootstrap 127.0.0.1:1 dlq list --timeout-s 3
+one_error_line
+has "$err" "127.0.0.1:1"
+
+echo "agentctl: every command answered with the expected output and exit code"

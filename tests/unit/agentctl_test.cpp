@@ -1,0 +1,635 @@
+// agentctl's pure parts: the command line and where settings come from, exit codes and
+// error lines, retries, batch progress and its ETA, tables, server-sent events and the two
+// shapes of a task's events, limits changes, bills, dead letters. No sockets, no clock:
+// times are passed in.
+
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/codec/task_codec.hpp"
+#include "tools/agentctl/batch_progress.hpp"
+#include "tools/agentctl/dead_letters.hpp"
+#include "tools/agentctl/options.hpp"
+#include "tools/agentctl/outcomes.hpp"
+#include "tools/agentctl/table.hpp"
+#include "tools/agentctl/task_events.hpp"
+#include "tools/agentctl/views.hpp"
+
+namespace agentfleet::agentctl {
+namespace {
+
+using namespace std::chrono_literals;
+
+Invocation parse(std::vector<std::string> argv) {
+  return parse_command_line(argv);
+}
+
+Environment env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end() || it->second.empty())
+      return std::nullopt;
+    return it->second;
+  };
+}
+
+rapidjson::Document json_doc(const std::string& text) {
+  rapidjson::Document doc;
+  doc.Parse(text.c_str(), text.size());
+  EXPECT_FALSE(doc.HasParseError()) << text;
+  return doc;
+}
+
+// ---- the command line ---------------------------------------------------------------
+
+TEST(AgentctlOptions, CommandsGroupsArgumentsAndOptions) {
+  auto inv = parse({"submit", "完成报告提交", "--user", "u1", "--wait", "--tool=search_items",
+                    "--tool", "create_item"});
+  ASSERT_NE(inv.command, nullptr);
+  EXPECT_EQ(inv.command->name, "submit");
+  EXPECT_EQ(inv.args, std::vector<std::string>{"完成报告提交"});
+  EXPECT_EQ(inv.value("--user"), "u1");
+  EXPECT_TRUE(inv.has("--wait"));
+  EXPECT_EQ(inv.values("--tool"), (std::vector<std::string>{"search_items", "create_item"}));
+
+  auto batch = parse({"batch", "submit", "tasks.jsonl", "--user", "u1", "--no-follow"});
+  ASSERT_NE(batch.command, nullptr);
+  EXPECT_EQ(batch.command->name, "batch submit");
+  EXPECT_EQ(batch.args, std::vector<std::string>{"tasks.jsonl"});
+
+  auto stdin_file = parse({"batch", "submit", "-", "--user", "u1"});
+  EXPECT_EQ(stdin_file.args, std::vector<std::string>{"-"});
+
+  auto dashed = parse({"submit", "--user", "u1", "--", "--not-an-option"});
+  EXPECT_EQ(dashed.args, std::vector<std::string>{"--not-an-option"});
+}
+
+TEST(AgentctlOptions, GlobalFlagsGoBeforeOrAfterTheCommandAndTheCommandsOwnNameWins) {
+  auto before = parse({"--url", "http://h:1", "--timeout-s", "5", "--json", "status", "ID"});
+  EXPECT_EQ(before.globals.url, "http://h:1");
+  EXPECT_EQ(before.globals.request_timeout_s, 5);
+  EXPECT_TRUE(before.globals.json);
+
+  auto after = parse({"status", "ID", "--api-key", "k", "--timeout-s", "7"});
+  EXPECT_EQ(after.globals.api_key, "k");
+  EXPECT_EQ(after.globals.request_timeout_s, 7) << "status has no --timeout-s of its own";
+
+  // submit's --timeout-s is the task's; the HTTP deadline stays unset.
+  auto submit = parse({"submit", "x", "--user", "u", "--timeout-s", "60"});
+  EXPECT_EQ(submit.value("--timeout-s"), "60");
+  EXPECT_FALSE(submit.globals.request_timeout_s.has_value());
+  auto both = parse({"--timeout-s", "9", "submit", "x", "--user", "u", "--timeout-s", "60",
+                     "--request-timeout-s", "11"});
+  EXPECT_EQ(both.value("--timeout-s"), "60");
+  EXPECT_EQ(both.globals.request_timeout_s, 11);
+}
+
+TEST(AgentctlOptions, BadCommandLinesAreUsageErrorsNamingTheProblem) {
+  auto message_of = [](std::vector<std::string> argv) {
+    try {
+      parse(argv);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message_of({"frobnicate"}).find("unknown command 'frobnicate'"), std::string::npos);
+  EXPECT_NE(message_of({"batch", "explode"}).find("submit, status, results, cancel"),
+            std::string::npos);
+  EXPECT_NE(message_of({"batch"}).find("needs a command"), std::string::npos);
+  EXPECT_NE(message_of({}).find("a command is needed"), std::string::npos);
+  EXPECT_NE(message_of({"status", "ID", "--bogus"}).find("unknown option --bogus for status"),
+            std::string::npos);
+  EXPECT_NE(message_of({"list", "--user"}).find("--user needs a value"), std::string::npos);
+  EXPECT_NE(message_of({"status"}).find("status takes arguments: ID (got 0)"), std::string::npos);
+  EXPECT_NE(message_of({"status", "a", "b"}).find("(got 2)"), std::string::npos);
+  EXPECT_NE(message_of({"list", "--user", "a", "--user", "b"}).find("--user given twice"),
+            std::string::npos);
+  EXPECT_NE(message_of({"--timeout-s", "soon", "list"}).find("--timeout-s needs an integer"),
+            std::string::npos);
+  EXPECT_NE(message_of({"cancel", "ID", "--wait=yes"}).find("unknown option --wait"),
+            std::string::npos);
+  EXPECT_NE(message_of({"submit", "x", "--wait=yes"}).find("--wait takes no value"),
+            std::string::npos);
+
+  auto inv = parse({"list", "--user", "u", "--limit", "0"});
+  EXPECT_THROW(inv.integer("--limit", 50, 1, 100), UsageError);
+  EXPECT_EQ(parse({"list", "--user", "u"}).integer("--limit", 50, 1, 100), 50);
+  EXPECT_THROW(parse({"list", "--user", ""}).required("--user"), UsageError);
+  EXPECT_THROW(parse({"list"}).required("--user"), UsageError);
+}
+
+TEST(AgentctlOptions, HelpIsAskedAnywhereAndListsEveryCommandAndTheExitCodes) {
+  auto general = parse({"--help"});
+  EXPECT_TRUE(general.help);
+  EXPECT_EQ(general.command, nullptr);
+  const std::string text = general_help();
+  for (const auto& c : command_specs()) {
+    EXPECT_NE(text.find("  " + c.name), std::string::npos) << c.name;
+    const std::string own = command_help(c);
+    EXPECT_NE(own.find("usage: agentctl " + c.name), std::string::npos);
+    EXPECT_NE(own.find("exit codes:"), std::string::npos);
+    for (const auto& o : c.options)
+      EXPECT_NE(own.find(o.name), std::string::npos) << c.name << " " << o.name;
+  }
+  for (const char* code : {"  0  ", "  1  ", "  2  ", "  3  ", "  4  ", "  5  ", "  6  ", "  7  "})
+    EXPECT_NE(text.find(code), std::string::npos) << code;
+  auto command = parse({"tail", "--help"});
+  EXPECT_TRUE(command.help);
+  ASSERT_NE(command.command, nullptr);
+  EXPECT_EQ(command.command->name, "tail");
+  auto group = parse({"dlq", "-h"});
+  EXPECT_TRUE(group.help);
+  EXPECT_EQ(group.group, "dlq");
+  EXPECT_NE(group_help("dlq").find("dlq replay"), std::string::npos);
+}
+
+// ---- settings --------------------------------------------------------------------------
+
+TEST(AgentctlSettings, FlagsBeatTheEnvironmentWhichBeatsTheFileWhichBeatsTheDefaults) {
+  const FileSettings file = parse_config_file(
+      "url: http://file:1/\napi_key: file-key\nkafka_bootstrap: file:9092\ntimeout_s: 12\n"
+      "topics: {results: my.results, dlq: my.dlq}\nkafka_properties: {security.protocol: SSL}\n",
+      "cfg.yaml");
+  GlobalFlags none;
+  auto from_file = resolve_settings(none, env_of({}), file, "cfg.yaml");
+  EXPECT_EQ(from_file.url, "http://file:1") << "the trailing slash is dropped";
+  EXPECT_EQ(from_file.url_source, "config cfg.yaml");
+  EXPECT_EQ(from_file.api_key, "file-key");
+  EXPECT_EQ(from_file.kafka_bootstrap, "file:9092");
+  EXPECT_EQ(from_file.request_timeout, 12s);
+  EXPECT_EQ(from_file.topics.results, "my.results");
+  EXPECT_EQ(from_file.topics.dlq, "my.dlq");
+  EXPECT_EQ(from_file.topics.submit, "agent.tasks.submit");
+  EXPECT_EQ(from_file.kafka_properties.at("security.protocol"), "SSL");
+
+  const auto env = env_of({{"AGENTFLEET_URL", "https://env:2"},
+                           {"AGENTFLEET_API_KEY", "env-key"},
+                           {"AGENTFLEET_KAFKA_BOOTSTRAP", "env:9092"}});
+  auto from_env = resolve_settings(none, env, file, "cfg.yaml");
+  EXPECT_EQ(from_env.url, "https://env:2");
+  EXPECT_EQ(from_env.url_source, "AGENTFLEET_URL");
+  EXPECT_EQ(from_env.api_key, "env-key");
+  EXPECT_EQ(from_env.api_key_source, "AGENTFLEET_API_KEY");
+  EXPECT_EQ(from_env.kafka_bootstrap, "env:9092");
+
+  GlobalFlags flags;
+  flags.url = "http://flag:3";
+  flags.api_key = "flag-key";
+  flags.kafka_bootstrap = "flag:9092";
+  flags.request_timeout_s = 4;
+  auto from_flags = resolve_settings(flags, env, file, "cfg.yaml");
+  EXPECT_EQ(from_flags.url, "http://flag:3");
+  EXPECT_EQ(from_flags.url_source, "--url");
+  EXPECT_EQ(from_flags.api_key, "flag-key");
+  EXPECT_EQ(from_flags.kafka_bootstrap, "flag:9092");
+  EXPECT_EQ(from_flags.request_timeout, 4s);
+
+  auto defaults = resolve_settings(none, env_of({}), FileSettings{}, "");
+  EXPECT_EQ(defaults.url, "http://127.0.0.1:8080");
+  EXPECT_EQ(defaults.url_source, "default");
+  EXPECT_TRUE(defaults.api_key.empty());
+  EXPECT_EQ(defaults.kafka_bootstrap, "127.0.0.1:9092");
+  EXPECT_EQ(defaults.request_timeout, 30s);
+  EXPECT_EQ(defaults.topics.results, "agent.tasks.results");
+
+  GlobalFlags bad;
+  bad.url = "ftp://x";
+  EXPECT_THROW(resolve_settings(bad, env_of({}), FileSettings{}, ""), UsageError);
+}
+
+TEST(AgentctlSettings, TheConfigFileIsChosenByFlagThenEnvironmentThenHome) {
+  GlobalFlags flags;
+  flags.config = "/etc/a.yaml";
+  auto chosen = choose_config_file(flags, env_of({{"AGENTCTL_CONFIG", "/b.yaml"}}));
+  ASSERT_TRUE(chosen);
+  EXPECT_EQ(chosen->path, "/etc/a.yaml");
+  EXPECT_TRUE(chosen->required);
+  chosen = choose_config_file(GlobalFlags{}, env_of({{"AGENTCTL_CONFIG", "/b.yaml"}}));
+  EXPECT_EQ(chosen->path, "/b.yaml");
+  EXPECT_TRUE(chosen->required);
+  chosen = choose_config_file(GlobalFlags{}, env_of({{"HOME", "/home/op"}}));
+  EXPECT_EQ(chosen->path, "/home/op/.config/agentctl/config.yaml");
+  EXPECT_FALSE(chosen->required) << "the default file may be missing";
+  EXPECT_FALSE(choose_config_file(GlobalFlags{}, env_of({})));
+}
+
+TEST(AgentctlSettings, AConfigFileWithAnUnknownKeyOrABadValueIsRefusedWithoutItsSecrets) {
+  auto message_of = [](const std::string& text) {
+    try {
+      parse_config_file(text, "c.yaml");
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message_of("urll: x\n").find("c.yaml: unknown key 'urll'"), std::string::npos);
+  EXPECT_NE(message_of("topics: {resluts: x}\n").find("topics.resluts"), std::string::npos);
+  EXPECT_NE(message_of("timeout_s: soon\n").find("timeout_s"), std::string::npos);
+  EXPECT_NE(message_of("url: [a, b]\n").find("url must be a string"), std::string::npos);
+  EXPECT_NE(message_of("- a\n").find("expected a map"), std::string::npos);
+  const std::string secret = message_of("api_key: [s3cret-value]\n");
+  EXPECT_NE(secret.find("api_key must be a string"), std::string::npos);
+  EXPECT_EQ(secret.find("s3cret"), std::string::npos);
+  EXPECT_FALSE(parse_config_file("", "c.yaml").url.has_value()) << "an empty file is no settings";
+}
+
+TEST(AgentctlSettings, QueriesArePercentEncodedAndTimesCheckedForShape) {
+  EXPECT_EQ(query_string({{"from", "2026-11-01T08:00:00+08:00"}, {"user_id", "u 1/二"}}),
+            "from=2026-11-01T08%3A00%3A00%2B08%3A00&user_id=u%201%2F%E4%BA%8C");
+  EXPECT_EQ(path_segment("a/b"), "a%2Fb");
+  EXPECT_TRUE(codec::looks_like_timestamp("2026-11-01"));
+  EXPECT_TRUE(codec::looks_like_timestamp("2026-11-01T08:00:00Z"));
+  EXPECT_TRUE(codec::looks_like_timestamp("2026-11-01T08:00:00.5+08:00"));
+  EXPECT_FALSE(codec::looks_like_timestamp("yesterday"));
+  EXPECT_FALSE(codec::looks_like_timestamp("2026-1-01"));
+  EXPECT_FALSE(codec::looks_like_timestamp("2026-11-01X08"));
+  EXPECT_FALSE(codec::looks_like_timestamp("2026-11-0108:00"));
+  EXPECT_TRUE(codec::looks_like_timestamp("2026-11-01 08:00:00z"));
+}
+
+// ---- exit codes, errors, retries ---------------------------------------------------------
+
+TEST(AgentctlOutcomes, HttpStatusesAndTaskStatusesMapToTheDocumentedExitCodes) {
+  EXPECT_EQ(exit_code_for_http_status(200), 0);
+  EXPECT_EQ(exit_code_for_http_status(202), 0);
+  EXPECT_EQ(exit_code_for_http_status(404), 3);
+  EXPECT_EQ(exit_code_for_http_status(401), 4);
+  EXPECT_EQ(exit_code_for_http_status(403), 4);
+  for (int status : {400, 405, 409, 413, 422})
+    EXPECT_EQ(exit_code_for_http_status(status), 5) << status;
+  EXPECT_EQ(exit_code_for_http_status(429), 6);
+  for (int status : {0, 500, 502, 503, 504})
+    EXPECT_EQ(exit_code_for_http_status(status), 7) << status;
+  EXPECT_EQ(exit_code_for_task_status("succeeded"), 0);
+  EXPECT_EQ(exit_code_for_task_status("failed"), 1);
+  EXPECT_EQ(exit_code_for_task_status("timed_out"), 1);
+  EXPECT_EQ(exit_code_for_task_status("cancelled"), 1);
+  EXPECT_EQ(exit_code_for_task_status("running"), 7) << "a wait that gave up";
+  EXPECT_EQ(exit_code_for_task_status(""), 7);
+}
+
+TEST(AgentctlOutcomes, AFailureIsOneLineWithTheApisCodeMessageAndPath) {
+  EXPECT_EQ(describe_http_failure(
+                "GET", "/v1/tasks/x", 404,
+                R"({"error":{"code":"not_found","message":"no task x","path":"/path/task_id"}})"),
+            "GET /v1/tasks/x: 404 not_found: no task x (at /path/task_id)");
+  EXPECT_EQ(
+      describe_http_failure("POST", "/v1/tasks", 400,
+                            R"({"error":{"code":"invalid_request","message":"line\nbreak"}})"),
+      "POST /v1/tasks: 400 invalid_request: line break");
+  EXPECT_EQ(describe_http_failure("GET", "/v1/x", 502, "<html>bad\ngateway</html>"),
+            "GET /v1/x: 502: <html>bad gateway</html>");
+  EXPECT_EQ(describe_http_failure("GET", "/v1/x", 503, ""), "GET /v1/x: 503");
+}
+
+TEST(AgentctlOutcomes, AUrlIsShownWithoutItsCredentials) {
+  EXPECT_EQ(url_without_credentials("https://user:pw@host:8443/x?y=1"),
+            "https://[redacted]@host:8443/x?y=1");
+  EXPECT_EQ(url_without_credentials("http://token@host"), "http://[redacted]@host");
+  EXPECT_EQ(url_without_credentials("http://127.0.0.1:8080"), "http://127.0.0.1:8080");
+  EXPECT_EQ(url_without_credentials("http://host/a@b"), "http://host/a@b") << "not userinfo";
+  EXPECT_EQ(url_credentials("https://user:pw@host:8443/x"), "user:pw");
+  EXPECT_EQ(url_credentials("http://host/a@b"), "");
+}
+
+TEST(AgentctlOutcomes, OnlyConnectionFailuresAnd503AreRetriedABoundedNumberOfTimes) {
+  EXPECT_EQ(retry_delay(0, 3, true, 0, ""), 250ms);
+  EXPECT_EQ(retry_delay(1, 3, true, 0, ""), 500ms);
+  EXPECT_EQ(retry_delay(2, 3, true, 0, ""), 1000ms);
+  EXPECT_FALSE(retry_delay(3, 3, true, 0, "")) << "bounded";
+  EXPECT_EQ(retry_delay(0, 3, false, 503, ""), 250ms);
+  EXPECT_EQ(retry_delay(0, 3, false, 503, "1"), 1000ms) << "Retry-After";
+  EXPECT_EQ(retry_delay(0, 3, false, 503, "3600"), 5000ms) << "capped";
+  EXPECT_EQ(retry_delay(0, 3, false, 503, "soon"), 250ms);
+  EXPECT_EQ(retry_delay(6, 9, true, 0, ""), 2000ms) << "the backoff is capped";
+  for (int status : {200, 400, 404, 429, 500, 502})
+    EXPECT_FALSE(retry_delay(0, 3, false, status, "")) << status;
+}
+
+// ---- batch progress ------------------------------------------------------------------------
+
+BatchCounts counts(std::int64_t total, std::int64_t queued, std::int64_t running,
+                   std::int64_t succeeded, std::int64_t failed) {
+  BatchCounts c;
+  c.batch_id = "b1";
+  c.total = total;
+  c.queued = queued;
+  c.running = running;
+  c.succeeded = succeeded;
+  c.failed = failed;
+  c.ended = succeeded + failed;
+  return c;
+}
+
+TEST(AgentctlProgress, TheRateIsOverTheWindowAndTheEtaIsWhatIsLeftAtThatRate) {
+  ProgressMeter meter(60s);
+  const auto t0 = ProgressMeter::Clock::time_point{} + 1000s;
+  EXPECT_FALSE(meter.rate());
+  meter.add(t0, 0);
+  EXPECT_FALSE(meter.rate()) << "one sample is no rate";
+  EXPECT_FALSE(meter.eta_s(100));
+  meter.add(t0 + 10s, 50);
+  ASSERT_TRUE(meter.rate());
+  EXPECT_DOUBLE_EQ(*meter.rate(), 5.0);
+  EXPECT_DOUBLE_EQ(*meter.eta_s(100), 20.0);
+  EXPECT_DOUBLE_EQ(*meter.eta_s(0), 0.0);
+  // Old samples leave the window: the rate follows the recent pace.
+  meter.add(t0 + 70s, 110);
+  meter.add(t0 + 130s, 120);
+  EXPECT_NEAR(*meter.rate(), 10.0 / 60.0, 1e-9);
+  ProgressMeter stalled;
+  stalled.add(t0, 5);
+  stalled.add(t0 + 5s, 5);
+  EXPECT_DOUBLE_EQ(*stalled.rate(), 0.0);
+  EXPECT_FALSE(stalled.eta_s(10)) << "nothing ends: no ETA";
+}
+
+TEST(AgentctlProgress, TheProgressLineAndTheSummaryLine) {
+  EXPECT_EQ(format_duration(0.4), "0s");
+  EXPECT_EQ(format_duration(45), "45s");
+  EXPECT_EQ(format_duration(185), "3m05s");
+  EXPECT_EQ(format_duration(7620), "2h07m");
+  EXPECT_EQ(progress_bar(1, 4, 8), "[##......]");
+  EXPECT_EQ(progress_bar(0, 0, 4), "[####]");
+  auto c = counts(1000, 800, 80, 110, 10);
+  c.timed_out = 3;
+  c.ended += 3;
+  EXPECT_EQ(format_progress_line(c, 12.5, 70.0),
+            "[##..................] 12%  accepted 1000  queued 800  running 80  done 110  "
+            "failed 13  12.5/s  ETA 1m10s");
+  EXPECT_EQ(format_progress_line(counts(10, 10, 0, 0, 0), std::nullopt, std::nullopt),
+            "[....................] 0%  accepted 10  queued 10  running 0  done 0  failed 0  -  "
+            "ETA -");
+  auto done = counts(5, 0, 0, 4, 1);
+  EXPECT_TRUE(done.finished());
+  EXPECT_EQ(done.unsuccessful(), 1);
+  EXPECT_EQ(format_batch_summary(done, 83),
+            "batch b1 ended: 5 of 5 tasks in 1m23s: succeeded 4, failed 1, timed_out 0, "
+            "cancelled 0");
+  done.batch_cancelled = true;
+  EXPECT_EQ(format_batch_summary(done, 1).rfind("batch b1 cancelled: 5 of 5", 0), 0u);
+}
+
+TEST(AgentctlProgress, BatchCountsAreReadFromTheBatchAnswer) {
+  auto c = parse_batch_counts(
+      R"({"batch_id":"b9","total":7,"cancelled":false,"ended":4,"counts":{"queued":1,)"
+      R"("dispatched":1,"running":1,"succeeded":2,"failed":1,"timed_out":0,"cancelled":1}})");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->batch_id, "b9");
+  EXPECT_EQ(c->total, 7);
+  EXPECT_EQ(c->ended, 4);
+  EXPECT_EQ(c->unsuccessful(), 2);
+  EXPECT_FALSE(c->finished());
+  EXPECT_FALSE(parse_batch_counts("{\"error\":{}}"));
+  EXPECT_FALSE(parse_batch_counts("not json"));
+}
+
+// ---- tables ---------------------------------------------------------------------------------
+
+TEST(AgentctlTable, WidthsAreTerminalColumnsAndCellsAreCutWithAnEllipsis) {
+  EXPECT_EQ(display_width("abc"), 3u);
+  EXPECT_EQ(display_width("完成报告"), 8u);
+  EXPECT_EQ(display_width("a完b"), 4u);
+  EXPECT_EQ(display_width("e\xcc\x81"), 1u) << "a combining accent takes no column";
+  EXPECT_EQ(display_width("\xff"), 1u) << "an invalid byte";
+  EXPECT_EQ(display_width("\xc0\xaf"), 2u) << "an overlong form: two invalid bytes";
+  EXPECT_EQ(truncate_to_width("abcdef", 4), "abc…");
+  EXPECT_EQ(truncate_to_width("完成报告提交", 5), "完成…") << "never half a wide character";
+  EXPECT_EQ(truncate_to_width("abc", 3), "abc");
+  EXPECT_EQ(pad_to_width("完成", 6), "完成  ");
+  EXPECT_EQ(pad_to_width("42", 5, true), "   42");
+  EXPECT_EQ(single_line("a\nb\tc"), "a b c");
+}
+
+TEST(AgentctlTable, ColumnsFitTheirWidestCellNumbersAlignRightNoTrailingSpaces) {
+  Table table({{"MODEL"}, {"CALLS", true}, {"NOTE", false, 6}});
+  table.add_row({"sim-model", "3", "完成报告提交"});
+  table.add_row({"m", "120"});
+  EXPECT_EQ(table.render(),
+            "MODEL      CALLS  NOTE\n"
+            "sim-model      3  完成…\n"
+            "m            120\n");
+  EXPECT_EQ(fixed_row({"ab", "7", "rest of the line"}, {4, 3, 0}, {false, true, false}),
+            "ab      7  rest of the line\n");
+}
+
+// ---- server-sent events -----------------------------------------------------------------------
+
+TEST(AgentctlEvents, TheParserSplitsEventsAcrossPiecesAndSkipsHeartbeats) {
+  SseParser parser;
+  std::vector<SseEvent> all;
+  const std::string stream =
+      "id: 0\nevent: step\ndata: {\"step\":0}\n\n: keep-alive\n\nid: 1\r\nevent: delta\r\n"
+      "data: {\"a\":1}\r\ndata: {\"b\":2}\r\n\r\n";
+  for (char c : stream) {  // one byte at a time: any split works
+    for (auto& e : parser.feed(std::string_view(&c, 1)))
+      all.push_back(std::move(e));
+  }
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].event, "step");
+  EXPECT_EQ(all[0].id, "0");
+  EXPECT_EQ(all[0].data, "{\"step\":0}");
+  EXPECT_EQ(all[1].event, "delta");
+  EXPECT_EQ(all[1].data, "{\"a\":1}\n{\"b\":2}");
+}
+
+// The result event inside a live done, and the task's history a replayed done carries:
+// the same end, as the dispatcher words each.
+const char* kLiveDone =
+    R"({"version":1,"task_id":"t1","user_id":"u1","seq":9,"attempt":1,"event":"done","step":2,)"
+    R"("data":{"version":1,"task_id":"t1","user_id":"u1","status":"succeeded","result":)"
+    R"({"type":"action_completed","message":"已完成待办「提交月度报告」","options":[]},)"
+    R"("attempt":1,"steps":2,"tool_calls":2,"usage":{"input_tokens":1200,)"
+    R"("cached_input_tokens":100,"output_tokens":80},"cost":"0.001234","currency":"CNY",)"
+    R"("finished_at":"2026-11-03T10:00:00.000Z"},"at":"2026-11-03T10:00:00.001Z"})";
+const char* kReplayedDone =
+    R"({"task_id":"t1","user_id":"u1","status":"succeeded","error":null,"error_code":null,)"
+    R"("result":{"type":"action_completed","message":"已完成待办「提交月度报告」","options":[]},)"
+    R"("usage":{"input_tokens":1200,"cached_input_tokens":100,"output_tokens":80},)"
+    R"("cost":"0.001234","currency":"CNY","steps":[{"step":0,"content":"","tool_calls":[],)"
+    R"("trace":[]},{"step":1,"content":"","tool_calls":[],"trace":[]}]})";
+
+TEST(AgentctlEvents, ALiveAndAReplayedDoneReadTheSame) {
+  auto live = normalise_task_event({"done", kLiveDone, "9"});
+  auto replayed = normalise_task_event({"done", kReplayedDone, "5"});
+  ASSERT_TRUE(live);
+  ASSERT_TRUE(replayed);
+  EXPECT_EQ(live->steps, 2);
+  EXPECT_EQ(replayed->steps, 2) << "the history's steps, counted";
+  const std::string line = format_task_event(*live);
+  EXPECT_EQ(line, format_task_event(*replayed));
+  EXPECT_EQ(line,
+            "done: succeeded action_completed: 已完成待办「提交月度报告」; steps 2; tokens 1200 in "
+            "(100 cached), 80 out; cost 0.001234 CNY");
+}
+
+TEST(AgentctlEvents, LiveAndReplayedStepsActionsOutcomesAndErrorsReadTheSame) {
+  struct Pair {
+    std::string event;
+    std::string live;
+    std::string replayed;
+    std::string expected;
+  };
+  const std::vector<Pair> pairs = {
+      {"step",
+       R"({"version":1,"task_id":"t","user_id":"u","seq":0,"attempt":1,"event":"step","step":0,"data":{},"at":"x"})",
+       R"({"task_id":"t","step":0,"replayed":true,"data":{}})", "step 0"},
+      {"delta",
+       R"({"version":1,"task_id":"t","user_id":"u","seq":1,"attempt":1,"event":"delta","step":0,"data":{"text":"先搜索"},"at":"x"})",
+       R"({"task_id":"t","step":0,"replayed":true,"data":{"text":"先搜索"}})", "  text: 先搜索"},
+      {"action",
+       R"({"version":1,"task_id":"t","user_id":"u","seq":2,"attempt":1,"event":"action","step":0,"tool":"search_items","data":{"keyword":"报告"},"at":"x"})",
+       R"({"task_id":"t","step":0,"tool":"search_items","replayed":true,"data":{"keyword":"报告"}})",
+       R"(  call search_items {"keyword":"报告"})"},
+      {"execution",
+       R"({"version":1,"task_id":"t","user_id":"u","seq":3,"attempt":1,"event":"execution","step":0,"tool":"search_items","data":{"ok":false},"at":"x"})",
+       R"({"task_id":"t","step":0,"tool":"search_items","replayed":true,"data":{"ok":false,"status":"error"}})",
+       "  search_items: failed"},
+      {"error",
+       R"j({"version":1,"task_id":"t","user_id":"u","seq":4,"attempt":1,"event":"error","step":1,"data":{"text":"reached max_steps (1)"},"at":"x"})j",
+       R"j({"code":"failed","message":"reached max_steps (1)"})j", "error: reached max_steps (1)"},
+  };
+  for (const auto& p : pairs) {
+    SCOPED_TRACE(p.event);
+    auto live = normalise_task_event({p.event, p.live, "1"});
+    auto replayed = normalise_task_event({p.event, p.replayed, "1"});
+    ASSERT_TRUE(live);
+    ASSERT_TRUE(replayed);
+    EXPECT_EQ(format_task_event(*live), p.expected);
+    EXPECT_EQ(format_task_event(*replayed), p.expected);
+  }
+  EXPECT_FALSE(normalise_task_event({"message", "{}", ""})) << "not an event of a task";
+  EXPECT_FALSE(normalise_task_event({"step", "not json", ""}));
+  auto failed = normalise_task_event(
+      {"done",
+       R"j({"task_id":"t","status":"failed","error":"reached max_steps (1)","error_code":null,)j"
+       R"("result":null,"usage":{"input_tokens":1,"cached_input_tokens":0,"output_tokens":2},)"
+       R"("cost":"0.000001","currency":"CNY","steps":[]})",
+       ""});
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(format_task_event(*failed),
+            "done: failed (reached max_steps (1)); steps 0; tokens 1 in (0 cached), 2 out; cost "
+            "0.000001 CNY");
+}
+
+// ---- views -----------------------------------------------------------------------------------
+
+TEST(AgentctlViews, ALimitsChangeKeepsTheOtherOverridesUnlessReplaced) {
+  auto current = json_doc(
+      R"({"user_id":"u","tier":"standard","effective":{},"overrides":{"max_concurrency":2,)"
+      R"("monthly_budget":"100.000000","tool_permission":"write"}})");
+  EXPECT_EQ(limits_put_body(current, {{"requests_per_minute", "30"}}, {}, false),
+            R"({"max_concurrency":2,"monthly_budget":"100.000000","requests_per_minute":30,)"
+            R"("tool_permission":"write"})");
+  EXPECT_EQ(limits_put_body(current, {{"max_concurrency", "4"}}, {"tool_permission"}, false),
+            R"({"max_concurrency":4,"monthly_budget":"100.000000"})");
+  EXPECT_EQ(limits_put_body(current, {{"tier", "premium"}}, {}, true), R"({"tier":"premium"})");
+  EXPECT_THROW(limits_put_body(current, {{"max_concurrency", "0"}}, {}, false), UsageError);
+  EXPECT_THROW(limits_put_body(current, {{"monthly_budget", "lots"}}, {}, false), UsageError);
+  EXPECT_THROW(limits_put_body(current, {}, {"colour"}, false), UsageError);
+}
+
+TEST(AgentctlViews, ABillWithoutTotalsIsAddedUpExactlyPerCurrency) {
+  auto models = json_doc(
+      R"([{"model":"a","currency":"CNY","calls":2,"input_tokens":10,"cached_input_tokens":1,)"
+      R"("output_tokens":5,"cost":"0.100001"},{"model":"b","currency":"CNY","calls":1,)"
+      R"("input_tokens":3,"cached_input_tokens":0,"output_tokens":4,"cost":"0.200002"}])");
+  const rapidjson::Value none;
+  EXPECT_EQ(format_usage(models, none),
+            "MODEL  CURRENCY  CALLS  INPUT  CACHED INPUT  OUTPUT      COST\n"
+            "a      CNY           2     10             1       5  0.100001\n"
+            "b      CNY           1      3             0       4  0.200002\n"
+            "TOTAL  CNY           3     13             1       9  0.300003\n");
+  auto empty = json_doc("[]");
+  EXPECT_EQ(format_usage(empty, empty), "no usage\n");
+}
+
+TEST(AgentctlViews, AResultEventIsOneLineAndOtherValuesAreNot) {
+  const std::string line = format_result_event(
+      R"({"version":1,"task_id":"11111111-2222-4333-8444-555555555555","user_id":"u1",)"
+      R"("status":"succeeded","result":{"type":"action_completed","message":"done it"},)"
+      R"("attempt":1,"steps":2,"tool_calls":1,"usage":{"input_tokens":1,)"
+      R"("cached_input_tokens":0,"output_tokens":1},"cost":"0.000010","currency":"CNY",)"
+      R"("finished_at":"2026-11-03T10:00:00.000Z"})");
+  EXPECT_EQ(line,
+            "2026-11-03T10:00:00.000Z  11111111-2222-4333-8444-555555555555  u1            "
+            "succeeded  action_completed    steps 2   0.000010 CNY  done it\n");
+  EXPECT_NE(format_result_event(
+                R"({"task_id":"t","user_id":"a-user-id-longer-than-its-column","status":"failed",)"
+                R"("error":"why","steps":0,"cost":"0.000000","currency":"CNY"})")
+                .find(" a-user-id-longer-than-its-column  failed     -  "),
+            std::string::npos)
+      << "identifiers are never cut; no result type shows as -";
+  EXPECT_EQ(format_result_event("garbage"), "");
+  EXPECT_EQ(format_result_event("{\"x\":1}"), "");
+}
+
+// ---- dead letters
+// -------------------------------------------------------------------------------
+
+TEST(AgentctlDeadLetters, AReplayGoesToItsSourceWithoutDlqHeadersAndSaysWhereItCameFrom) {
+  const DeadLetter d = read_dead_letter(2, 17, "u1", "not json",
+                                        {{"traceparent", "00-abc"},
+                                         {"dlq-reason", "invalid submission at '': invalid JSON"},
+                                         {"dlq-source-topic", "agent.tasks.submit"},
+                                         {"dlq-source-partition", "1"},
+                                         {"dlq-source-offset", "40"}});
+  EXPECT_EQ(d.reason, "invalid submission at '': invalid JSON");
+  EXPECT_EQ(d.source_topic, "agent.tasks.submit");
+  auto m = replay_of(d);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->topic, "agent.tasks.submit");
+  EXPECT_EQ(m->key, "u1");
+  EXPECT_EQ(m->value, "not json");
+  EXPECT_EQ(m->headers, (MessageHeaders{{"traceparent", "00-abc"}, {"dlq-replayed-from", "2:17"}}));
+  EXPECT_EQ(format_replay(d, *m, true),
+            "would send 2:17 -> agent.tasks.submit key u1 (8 bytes, 2 headers), "
+            "dlq-replayed-from 2:17");
+
+  // A replay that failed again carries the old replay mark and new dlq-* headers; its own
+  // replay drops them all.
+  const DeadLetter again = read_dead_letter(
+      0, 3, "u1", "not json",
+      {{"dlq-replayed-from", "2:17"}, {"dlq-reason", "r2"}, {"dlq-source-topic", "t"}});
+  EXPECT_EQ(again.replayed_from, "2:17");
+  EXPECT_EQ(replay_of(again)->headers, (MessageHeaders{{"dlq-replayed-from", "0:3"}}));
+  EXPECT_FALSE(replay_of(read_dead_letter(0, 1, "k", "v", {}))) << "no source: no replay";
+}
+
+TEST(AgentctlDeadLetters, OffsetsFiltersAndValuePrefixes) {
+  EXPECT_EQ(parse_partition_offset("0:17"), std::make_pair(0, std::int64_t{17}));
+  for (const char* bad : {"", "0", ":1", "1:", "a:1", "1:b", "-1:2", "1:2:3"})
+    EXPECT_FALSE(parse_partition_offset(bad)) << bad;
+  const DeadLetter d = read_dead_letter(
+      1, 5, "u1", "v", {{"dlq-reason", "queue_full: user"}, {"dlq-source-topic", "s"}});
+  DeadLetterFilter f;
+  EXPECT_TRUE(f.matches(d));
+  f.reason_contains = "queue_full";
+  EXPECT_TRUE(f.matches(d));
+  f.source_topic = "other";
+  EXPECT_FALSE(f.matches(d));
+  f = {};
+  f.key = "u2";
+  EXPECT_FALSE(f.matches(d));
+  f = {};
+  f.offsets = {{1, 4}};
+  EXPECT_FALSE(f.matches(d));
+  f.offsets.push_back({1, 5});
+  EXPECT_TRUE(f.matches(d));
+
+  EXPECT_EQ(value_prefix("short", 10), "short");
+  EXPECT_EQ(value_prefix("0123456789abc", 10), "0123456789…");
+  EXPECT_EQ(value_prefix("完成报告", 4), "完…") << "cut on a character boundary";
+  EXPECT_EQ(value_prefix("a\nb", 10), "a b");
+  EXPECT_NE(dead_letter_json(d).find(R"("reason":"queue_full: user")"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace agentfleet::agentctl

@@ -1,0 +1,61 @@
+#pragma once
+// The subcommands of agentctl, one function each, grouped by what they talk to:
+// commands_tasks.cpp (one task over HTTP), commands_batch.cpp (batches),
+// commands_admin.cpp (usage, limits), commands_kafka.cpp (the results and dead-letter
+// topics). Each returns the process's exit code or throws CommandFailure / UsageError,
+// which main turns into one line on stderr and that exit code.
+
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "tools/agentctl/api_client.hpp"
+#include "tools/agentctl/options.hpp"
+
+namespace agentfleet::agentctl {
+
+struct Context {
+  const Invocation& inv;
+  const Settings& settings;
+  const ApiClient& api;
+  bool stdout_is_tty = false;
+};
+
+// The settings for this run: the flags, the environment, the config file (read here).
+// Their credentials (the API key, passwords in the URL and the bootstrap servers, Kafka
+// properties that hold secrets: log::is_secret_property) are registered then, so note()
+// and the logger (librdkafka's lines) never show them.
+Settings load_settings(const GlobalFlags& flags);
+
+// Writes `text` to stdout and flushes (output is read by scripts as it comes).
+void print(const std::string& text);
+// One line on stderr: "agentctl: TEXT", redacted (core/domain/redaction.hpp: URL passwords,
+// `password=...`, bearer tokens, and this run's credentials).
+void note(const std::string& text);
+
+// A random version 4 UUID ("1b4e28ba-2fa1-4d3b-883f-0016d3cca427", std::random_device):
+// the ids agentctl makes up itself (a batch id, an idempotency key, a consumer group).
+std::string new_uuid();
+
+// The function of a command ("batch submit"), or null.
+using CommandFunction = std::function<int(Context&)>;
+CommandFunction command_function(const std::string& name);
+
+int cmd_submit(Context& ctx);
+int cmd_status(Context& ctx);
+int cmd_wait(Context& ctx);
+int cmd_cancel(Context& ctx);
+int cmd_list(Context& ctx);
+int cmd_tail(Context& ctx);  // --task here, the results topic in commands_kafka.cpp
+int cmd_tail_results(Context& ctx);
+int cmd_batch_submit(Context& ctx);
+int cmd_batch_status(Context& ctx);
+int cmd_batch_results(Context& ctx);
+int cmd_batch_cancel(Context& ctx);
+int cmd_usage(Context& ctx);
+int cmd_limits_get(Context& ctx);
+int cmd_limits_set(Context& ctx);
+int cmd_dlq_list(Context& ctx);
+int cmd_dlq_replay(Context& ctx);
+
+}  // namespace agentfleet::agentctl

@@ -1,0 +1,220 @@
+// Batches: upload (a streamed JSON Lines body) and follow with a progress line; status,
+// results (a streamed JSON Lines download), cancel.
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "tools/agentctl/batch_progress.hpp"
+#include "tools/agentctl/commands.hpp"
+#include "tools/agentctl/json_fields.hpp"
+#include "tools/agentctl/outcomes.hpp"
+#include "tools/agentctl/views.hpp"
+
+namespace agentfleet::agentctl {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::string batch_path(const std::string& id) {
+  return "/v1/batches/" + path_segment(id);
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Polls the batch every second until every task ended, showing the progress: one line
+// redrawn on a terminal, else a line every `interval`; then the summary line. Exit 0 when
+// every task succeeded, 1 otherwise, 7 when `limit_s` (> 0) passed first.
+int follow_batch(const Context& ctx, const std::string& id, std::int64_t limit_s,
+                 std::chrono::seconds interval) {
+  const auto started = Clock::now();
+  const bool tty = ctx.stdout_is_tty && !ctx.settings.json;
+  ProgressMeter meter;
+  auto last_line = started;
+  const std::string target = batch_path(id);
+  for (;;) {
+    auto response = ctx.api.get(target);
+    ctx.api.check(response, "GET", target);
+    const auto counts = parse_batch_counts(response.body);
+    if (!counts) {
+      throw CommandFailure(kExitUnavailable,
+                           "GET " + target + ": not a batch: " + response.body.substr(0, 200));
+    }
+    const auto now = Clock::now();
+    meter.add(now, counts->ended);
+    if (counts->finished()) {
+      if (tty)
+        print("\r\033[K");
+      print(ctx.settings.json ? response.body + "\n"
+                              : format_batch_summary(*counts, seconds_since(started)) + "\n");
+      return counts->unsuccessful() > 0 || counts->batch_cancelled ? kExitNotSucceeded : kExitOk;
+    }
+    const std::string line =
+        format_progress_line(*counts, meter.rate(), meter.eta_s(counts->total - counts->ended));
+    if (tty) {
+      print("\r" + line + "\033[K");
+    } else if (!ctx.settings.json && now - last_line >= interval) {
+      print(line + "\n");
+      last_line = now;
+    }
+    if (limit_s > 0 && now - started >= std::chrono::seconds(limit_s)) {
+      if (tty)
+        print("\n");
+      throw CommandFailure(kExitUnavailable,
+                           "batch " + id + " still running after " + std::to_string(limit_s) +
+                               " s (" + std::to_string(counts->ended) + " of " +
+                               std::to_string(counts->total) + " tasks ended); it goes on");
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+}  // namespace
+
+int cmd_batch_submit(Context& ctx) {
+  const Invocation& inv = ctx.inv;
+  const std::string file = inv.args[0];
+  const std::string user = inv.required("--user");
+  const std::string priority = inv.value("--priority");
+  if (!priority.empty() && priority != "batch" && priority != "interactive")
+    throw UsageError("--priority must be batch or interactive, not '" + priority + "'");
+  const std::int64_t limit_s = inv.integer("--wait-timeout-s", 0, 0, 30 * 86400);
+  const std::chrono::seconds interval(inv.integer("--interval-s", 5, 1, 3600));
+
+  std::FILE* in = file == "-" ? stdin : std::fopen(file.c_str(), "rb");
+  if (in == nullptr)
+    throw UsageError("cannot read " + file + ": " + std::strerror(errno));
+  struct Closer {
+    std::FILE* f;
+    ~Closer() {
+      if (f != stdin)
+        std::fclose(f);
+    }
+  } closer{in};
+  int read_errno = 0;      // errno of a failed read, taken when it failed
+  bool body_sent = false;  // the source reached the end of the file
+  auto source = [&](std::string& out) {
+    out.resize(256 * 1024);
+    errno = 0;
+    const std::size_t n = std::fread(out.data(), 1, out.size(), in);
+    out.resize(n);
+    if (std::ferror(in)) {
+      read_errno = errno != 0 ? errno : EIO;  // now: the exchange goes on to use errno
+      return false;
+    }
+    body_sent = body_sent || n == 0;
+    return true;
+  };
+  // An id of agentctl's own when none is given, so an upload whose answer was lost can be
+  // told apart from a new one: a rerun with it is refused (409 batch_exists) when it was
+  // stored after all.
+  const std::string batch_id = inv.has("--batch-id") ? inv.required("--batch-id") : new_uuid();
+  std::vector<std::pair<std::string, std::string>> query = {{"user_id", user},
+                                                            {"batch_id", batch_id}};
+  if (!priority.empty())
+    query.emplace_back("priority", priority);
+  const std::string target = "/v1/batches?" + query_string(query);
+  auto response = ctx.api.post_stream(target, source, "application/x-ndjson");
+  if (read_errno != 0)
+    throw UsageError("reading " + file + " failed: " + std::strerror(read_errno));
+  try {
+    ctx.api.check(response, "POST", target);
+  } catch (const CommandFailure& e) {
+    if (!response.ok() && body_sent) {
+      // The dispatcher had the whole file; it may have stored the batch and the answer was
+      // lost (an incomplete upload is never stored).
+      throw CommandFailure(e.code, std::string(e.what()) +
+                                       "; the whole file was sent, so whether batch " + batch_id +
+                                       " was stored is unknown: `agentctl batch status " +
+                                       batch_id + "` tells (a rerun with --batch-id " + batch_id +
+                                       " is refused with 409 batch_exists if it was)");
+    }
+    if (response.status == 409) {
+      throw CommandFailure(
+          e.code, std::string(e.what()) + "; `agentctl batch status " + batch_id + "` shows it");
+    }
+    throw;
+  }
+  auto doc = ApiClient::parse(response, target);
+  const std::string id = json::str(doc, "batch_id");
+  const std::string summary =
+      "batch " + id + " uploaded: " + std::to_string(json::num(doc, "accepted", 0)) +
+      " tasks accepted of " + std::to_string(json::num(doc, "lines", 0)) + " lines, " +
+      std::to_string(json::num(doc, "duplicates", 0)) + " duplicates";
+  if (inv.has("--no-follow")) {
+    if (ctx.settings.json) {
+      print(response.body + "\n");
+    } else {
+      note(summary);
+      print(id + "\n");
+    }
+    return kExitOk;
+  }
+  print(ctx.settings.json ? response.body + "\n" : summary + "\n");
+  return follow_batch(ctx, id, limit_s, interval);
+}
+
+int cmd_batch_status(Context& ctx) {
+  const std::string target = batch_path(ctx.inv.args[0]);
+  auto response = ctx.api.get(target);
+  ctx.api.check(response, "GET", target);
+  auto doc = ApiClient::parse(response, target);
+  print(ctx.settings.json ? response.body + "\n" : format_batch(doc));
+  return kExitOk;
+}
+
+int cmd_batch_results(Context& ctx) {
+  const std::string target = batch_path(ctx.inv.args[0]) + "/results";
+  std::string pending;
+  bool header_shown = false;
+  auto sink = [&](std::string_view piece) {
+    if (ctx.settings.json) {
+      print(std::string(piece));
+      return true;
+    }
+    if (!header_shown) {
+      print(batch_results_header());
+      header_shown = true;
+    }
+    pending.append(piece);
+    std::size_t start = 0;
+    std::string rows;
+    for (auto nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n', start)) {
+      rows += format_batch_result(std::string_view(pending).substr(start, nl - start));
+      start = nl + 1;
+    }
+    pending.erase(0, start);
+    print(rows);
+    return true;
+  };
+  const auto idle =
+      std::max<std::chrono::seconds>(ctx.settings.request_timeout, std::chrono::seconds(60));
+  auto response = ctx.api.get_stream(target, sink, idle, Clock::now() + std::chrono::hours(24));
+  ctx.api.check(response, "GET", target);
+  if (!pending.empty() && !ctx.settings.json)
+    print(format_batch_result(pending));
+  if (!header_shown && !ctx.settings.json)
+    print(batch_results_header());
+  return kExitOk;
+}
+
+int cmd_batch_cancel(Context& ctx) {
+  const std::string& id = ctx.inv.args[0];
+  const std::string target = batch_path(id) + "/cancel";
+  auto response = ctx.api.post(target, "");
+  ctx.api.check(response, "POST", target);
+  auto doc = ApiClient::parse(response, target);
+  if (ctx.settings.json) {
+    print(response.body + "\n");
+  } else {
+    print("batch " + id +
+          " cancelled: its tasks not yet running end cancelled, running ones "
+          "stop\n" +
+          format_batch(doc));
+  }
+  return kExitOk;
+}
+
+}  // namespace agentfleet::agentctl

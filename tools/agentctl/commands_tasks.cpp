@@ -1,0 +1,295 @@
+// One task over HTTP: submit, status, wait, cancel, list, and `tail --task` (its
+// server-sent events).
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iterator>
+#include <tuple>
+
+#include "core/codec/json_text.hpp"
+#include "tools/agentctl/commands.hpp"
+#include "tools/agentctl/json_fields.hpp"
+#include "tools/agentctl/outcomes.hpp"
+#include "tools/agentctl/task_events.hpp"
+#include "tools/agentctl/views.hpp"
+
+namespace agentfleet::agentctl {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+const char* const kStatuses[] = {"queued", "dispatched", "running",  "succeeded",
+                                 "failed", "timed_out",  "cancelled"};
+
+bool is_terminal(const std::string& status) {
+  return status == "succeeded" || status == "failed" || status == "timed_out" ||
+         status == "cancelled";
+}
+
+std::string task_path(const std::string& id) {
+  return "/v1/tasks/" + path_segment(id);
+}
+
+void show_task(const Context& ctx, const rapidjson::Value& task, const std::string& body,
+               bool trace) {
+  print(ctx.settings.json ? body + "\n" : format_task(task, trace));
+}
+
+// Long polls (at most 30 s each) until the task ends or `wait_timeout_s` passes (0: no
+// bound); shows it; the exit code of its status (7 when it had not ended).
+int wait_and_show(const Context& ctx, const std::string& id, std::int64_t wait_timeout_s,
+                  bool trace) {
+  const auto started = Clock::now();
+  const auto until = wait_timeout_s > 0 ? started + std::chrono::seconds(wait_timeout_s)
+                                        : Clock::time_point::max();
+  for (;;) {
+    std::int64_t wait_s = 30;
+    if (wait_timeout_s > 0) {
+      // Rounded up: a last part of a second is one more long poll, not a burst of ?wait=0.
+      const auto left = std::chrono::ceil<std::chrono::seconds>(until - Clock::now()).count();
+      wait_s = std::clamp<std::int64_t>(left, 1, 30);
+    }
+    const std::string target = task_path(id) + "?wait=" + std::to_string(wait_s);
+    auto response = ctx.api.get(target, std::chrono::seconds(wait_s));
+    ctx.api.check(response, "GET", target);
+    auto doc = ApiClient::parse(response, target);
+    const std::string status = json::str(doc, "status");
+    if (is_terminal(status) || Clock::now() >= until) {
+      show_task(ctx, doc, response.body, trace);
+      if (!is_terminal(status)) {
+        note("task " + id + " is still " + status + " after " + std::to_string(wait_timeout_s) +
+             " s; `agentctl wait " + id + "` goes on waiting");
+      }
+      return exit_code_for_task_status(status);
+    }
+  }
+}
+
+void member(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* name,
+            const std::string& value) {
+  w.Key(name);
+  w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
+}
+
+std::string choice(const Invocation& inv, const std::string& name,
+                   std::initializer_list<const char*> allowed) {
+  const std::string value = inv.value(name);
+  if (value.empty())
+    return value;
+  std::string listed;
+  for (const char* a : allowed) {
+    if (value == a)
+      return value;
+    listed += (listed.empty() ? "" : ", ") + std::string(a);
+  }
+  throw UsageError(name + " must be one of " + listed + ", not '" + value + "'");
+}
+}  // namespace
+
+int cmd_submit(Context& ctx) {
+  const Invocation& inv = ctx.inv;
+  const std::string user = inv.required("--user");
+  if (!inv.args.empty() && inv.has("--text"))
+    throw UsageError("submit: give the text as the argument or with --text, not both");
+  const std::string text = inv.args.empty() ? inv.value("--text") : inv.args[0];
+  if (text.empty())
+    throw UsageError("submit: the text is required (the argument or --text)");
+  const std::string priority = choice(inv, "--priority", {"interactive", "batch"});
+
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  member(w, "user_id", user);
+  member(w, "text", text);
+  if (inv.has("--model"))
+    member(w, "model", inv.value("--model"));
+  if (!priority.empty())
+    member(w, "priority", priority);
+  for (const auto& [flag, name, hi] :
+       {std::tuple<const char*, const char*, std::int64_t>{"--timeout-s", "timeout_s", 86400},
+        {"--schedule-timeout-s", "schedule_timeout_s", 30 * 86400},
+        {"--max-steps", "max_steps", 1000}}) {
+    if (auto n = inv.integer(flag, 1, hi)) {
+      w.Key(name);
+      w.Int64(*n);
+    }
+  }
+  // A key of agentctl's own when none is given: a submit whose answer was lost can be run
+  // again with it and is stored once (the same key and body give the task stored first).
+  const std::string idempotency_key =
+      inv.has("--idempotency-key") ? inv.value("--idempotency-key") : "agentctl-" + new_uuid();
+  member(w, "idempotency_key", idempotency_key);
+  if (inv.has("--batch"))
+    member(w, "batch_id", inv.value("--batch"));
+  if (inv.has("--tool")) {
+    w.Key("tools");
+    w.StartArray();
+    for (const auto& tool : inv.values("--tool"))
+      w.String(tool.data(), static_cast<rapidjson::SizeType>(tool.size()));
+    w.EndArray();
+  }
+  if (inv.has("--time-zone") || inv.has("--locale") || inv.has("--device-id")) {
+    w.Key("metadata");
+    w.StartObject();
+    for (const auto& [flag, name] :
+         {std::pair<const char*, const char*>{"--time-zone", "time_zone"},
+          {"--locale", "locale"},
+          {"--device-id", "device_id"}}) {
+      if (inv.has(flag))
+        member(w, name, inv.value(flag));
+    }
+    w.EndObject();
+  }
+  w.EndObject();
+  const std::int64_t wait_timeout = inv.integer("--wait-timeout-s", 300, 0, 30 * 86400);
+
+  auto response = ctx.api.post("/v1/tasks", std::string(buffer.GetString(), buffer.GetSize()));
+  try {
+    ctx.api.check(response, "POST", "/v1/tasks");
+  } catch (const CommandFailure& e) {
+    // An answer, or a request that never went out (refused, a bad URL): nothing is unknown.
+    if (response.ok() ||
+        (response.status == 0 && response.error != http::ClientErrorKind::kTimeout &&
+         response.error != http::ClientErrorKind::kProtocol))
+      throw;
+    throw CommandFailure(e.code, std::string(e.what()) +
+                                     "; the task may have been stored: run the same submit "
+                                     "with --idempotency-key " +
+                                     idempotency_key + " to get it rather than a second one");
+  }
+  auto doc = ApiClient::parse(response, "/v1/tasks");
+  const std::string id = json::str(doc, "task_id");
+  if (response.status == 200)
+    note("this idempotency key and body were submitted before: task " + id);
+  if (!inv.has("--wait")) {
+    print(ctx.settings.json ? response.body + "\n" : id + "\n");
+    return kExitOk;
+  }
+  if (!ctx.settings.json)
+    note("task " + id + " submitted, waiting for its result");
+  return wait_and_show(ctx, id, wait_timeout, false);
+}
+
+int cmd_status(Context& ctx) {
+  const std::string target = task_path(ctx.inv.args[0]);
+  auto response = ctx.api.get(target);
+  ctx.api.check(response, "GET", target);
+  show_task(ctx, ApiClient::parse(response, target), response.body, ctx.inv.has("--trace"));
+  return kExitOk;
+}
+
+int cmd_wait(Context& ctx) {
+  return wait_and_show(ctx, ctx.inv.args[0],
+                       ctx.inv.integer("--wait-timeout-s", 300, 0, 30 * 86400),
+                       ctx.inv.has("--trace"));
+}
+
+int cmd_cancel(Context& ctx) {
+  const std::string& id = ctx.inv.args[0];
+  const std::string target = task_path(id) + "/cancel";
+  auto response = ctx.api.post(target, "");
+  ctx.api.check(response, "POST", target);
+  auto doc = ApiClient::parse(response, target);
+  if (ctx.settings.json) {
+    print(response.body + "\n");
+  } else if (response.status == 202) {
+    print("task " + id + ": cancel requested; it is running and stops within moments\n");
+  } else {
+    print("task " + id + ": " + json::str(doc, "status") + "\n");
+  }
+  return kExitOk;
+}
+
+int cmd_list(Context& ctx) {
+  const Invocation& inv = ctx.inv;
+  const std::string user = inv.required("--user");
+  const std::string status = inv.value("--status");
+  if (!status.empty() &&
+      std::find(std::begin(kStatuses), std::end(kStatuses), status) == std::end(kStatuses)) {
+    throw UsageError(
+        "--status must be one of queued, dispatched, running, succeeded, failed, "
+        "timed_out, cancelled, not '" +
+        status + "'");
+  }
+  std::int64_t left = inv.integer("--limit", 50, 1, 1000000);
+  rapidjson::Document all;
+  all.SetObject();
+  rapidjson::Value tasks(rapidjson::kArrayType);
+  std::string before;
+  while (left > 0) {
+    const std::int64_t page = std::min<std::int64_t>(left, 500);
+    std::vector<std::pair<std::string, std::string>> query = {{"user_id", user},
+                                                              {"limit", std::to_string(page)}};
+    if (!status.empty())
+      query.emplace_back("status", status);
+    if (!before.empty())
+      query.emplace_back("before", before);
+    auto doc = ctx.api.get_json("/v1/tasks?" + query_string(query));
+    const auto& got = json::at(doc, "tasks");
+    if (!got.IsArray())
+      break;
+    for (const auto& t : got.GetArray()) {
+      tasks.PushBack(rapidjson::Value(t, all.GetAllocator()), all.GetAllocator());
+      before = json::str(t, "task_id");
+    }
+    left -= got.Size();
+    if (static_cast<std::int64_t>(got.Size()) < page || before.empty())
+      break;
+  }
+  all.AddMember("tasks", tasks, all.GetAllocator());
+  print(ctx.settings.json ? json::text_of(all) + "\n" : format_task_list(all["tasks"]));
+  return kExitOk;
+}
+
+int cmd_tail(Context& ctx) {
+  if (!ctx.inv.has("--task"))
+    return cmd_tail_results(ctx);
+  for (const char* flag : {"--user", "--from-beginning", "--count"}) {
+    if (ctx.inv.has(flag))
+      throw UsageError(std::string("tail --task takes no ") + flag);
+  }
+  const std::string id = ctx.inv.required("--task");
+  const std::int64_t give_up_s = ctx.inv.integer("--timeout-s", 0, 0, 30 * 86400);
+  const auto deadline = give_up_s > 0 ? Clock::now() + std::chrono::seconds(give_up_s)
+                                      : Clock::now() + std::chrono::hours(25);
+  // The dispatcher sends a heartbeat comment every stream_heartbeat_s (15 s by default).
+  const auto idle =
+      std::max<std::chrono::seconds>(ctx.settings.request_timeout, std::chrono::seconds(60));
+  SseParser parser;
+  std::optional<std::string> final_status;
+  auto sink = [&](std::string_view piece) {
+    for (const SseEvent& e : parser.feed(piece)) {
+      const auto event = normalise_task_event(e);
+      if (ctx.settings.json) {
+        rapidjson::Document data;
+        const bool is_json = codec::parse_json(data, e.data);
+        print("{\"event\":" + json::quoted(e.event) + ",\"id\":" + json::quoted(e.id) +
+              ",\"data\":" + (is_json ? json::text_of(data) : json::quoted(e.data)) + "}\n");
+      } else if (event) {
+        print(format_task_event(*event) + "\n");
+      }
+      if (e.event == "done") {
+        final_status = event ? event->status : std::string();
+        return false;
+      }
+    }
+    return true;
+  };
+  const std::string target = task_path(id) + "/events";
+  auto response = ctx.api.get_stream(target, sink, idle, deadline);
+  if (final_status)
+    return exit_code_for_task_status(*final_status);
+  if (!response.ok() && Clock::now() >= deadline) {
+    throw CommandFailure(kExitUnavailable,
+                         "task " + id + " did not end within " + std::to_string(give_up_s) + " s");
+  }
+  ctx.api.check(response, "GET", target);
+  throw CommandFailure(kExitUnavailable,
+                       "the event stream of task " + id +
+                           " ended before the task did (streams close after an hour; run "
+                           "again to go on)");
+}
+
+}  // namespace agentfleet::agentctl

@@ -1,0 +1,376 @@
+#include "tools/agentctl/views.hpp"
+
+#include <cstdint>
+#include <iterator>
+#include <map>
+
+#include "core/billing/money.hpp"
+#include "core/codec/json_text.hpp"
+#include "tools/agentctl/json_fields.hpp"
+#include "tools/agentctl/options.hpp"
+#include "tools/agentctl/outcomes.hpp"
+#include "tools/agentctl/table.hpp"
+
+namespace agentfleet::agentctl {
+
+namespace {
+std::string number_text(const rapidjson::Value& v, const char* name) {
+  const auto& m = json::at(v, name);
+  if (m.IsInt64())
+    return std::to_string(m.GetInt64());
+  if (m.IsString())
+    return std::string(m.GetString(), m.GetStringLength());
+  return "-";
+}
+
+// "name       value\n", the value on one line; nothing for an empty value.
+void field(std::string& out, std::string_view name, const std::string& value) {
+  if (value.empty())
+    return;
+  out += pad_to_width(name, 10) + " " + single_line(value) + "\n";
+}
+
+std::string options_text(const rapidjson::Value& result) {
+  std::string out;
+  const auto& options = json::at(result, "options");
+  if (!options.IsArray())
+    return out;
+  for (const auto& o : options.GetArray()) {
+    if (!o.IsString())
+      continue;
+    if (!out.empty())
+      out += " | ";
+    out += o.GetString();
+  }
+  return out;
+}
+
+std::string result_text(const rapidjson::Value& task) {
+  const auto& result = json::at(task, "result");
+  const std::string type = json::str(result, "type");
+  const std::string message = json::str(result, "message");
+  if (type.empty())
+    return {};
+  return message.empty() ? type : type + ": " + message;
+}
+
+std::string tokens_text(const rapidjson::Value& usage) {
+  if (!usage.IsObject())
+    return {};
+  return number_text(usage, "input_tokens") + " in (" + number_text(usage, "cached_input_tokens") +
+         " cached), " + number_text(usage, "output_tokens") + " out";
+}
+}  // namespace
+
+std::string format_task(const rapidjson::Value& task, bool with_trace) {
+  std::string out;
+  field(out, "task", json::str(task, "task_id"));
+  field(out, "user", json::str(task, "user_id"));
+  field(out, "status",
+        json::str(task, "status") +
+            (json::flag(task, "cancel_requested") && json::str(task, "status") == "running"
+                 ? " (cancel requested)"
+                 : ""));
+  field(out, "result", result_text(task));
+  field(out, "options", options_text(json::at(task, "result")));
+  field(out, "error", json::str(task, "error"));
+  field(out, "text", json::str(task, "text"));
+  std::string model = json::str(task, "model");
+  if (!model.empty() && !json::str(task, "priority").empty())
+    model += " (" + json::str(task, "priority") + ")";
+  field(out, "model", model);
+  field(out, "batch", json::str(task, "batch_id"));
+  if (json::at(task, "steps").IsInt64()) {
+    field(out, "steps",
+          number_text(task, "steps") + ", tool calls " + number_text(task, "tool_calls") +
+              (json::at(task, "attempt").IsInt64() ? ", attempt " + number_text(task, "attempt")
+                                                   : std::string()));
+  }
+  field(out, "tokens", tokens_text(json::at(task, "usage")));
+  const std::string cost = json::str(task, "cost");
+  field(out, "cost", cost.empty() ? cost : cost + " " + json::str(task, "currency"));
+  field(out, "created", json::str(task, "created_at"));
+  field(out, "started", json::str(task, "started_at"));
+  field(out, "finished", json::str(task, "finished_at"));
+  if (!with_trace)
+    return out;
+  const auto& trace = json::at(task, "trace");
+  if (!trace.IsArray() || trace.Empty()) {
+    out += "trace: no steps\n";
+    return out;
+  }
+  out += "trace:\n";
+  for (const auto& step : trace.GetArray()) {
+    std::string head = "  step " + number_text(step, "step");
+    if (json::at(step, "model_latency_ms").IsInt64())
+      head += "  model " + number_text(step, "model_latency_ms") + " ms";
+    const auto& usage = json::at(step, "usage");
+    if (usage.IsObject()) {
+      head += ", tokens " + number_text(usage, "input_tokens") + " in (" +
+              number_text(usage, "cached_input_tokens") + " cached), " +
+              number_text(usage, "output_tokens") + " out";
+    }
+    out += head + "\n";
+    const std::string reasoning = json::str(step, "reasoning");
+    if (!reasoning.empty())
+      out += "    reasoning: " + single_line(reasoning) + "\n";
+    const std::string content = json::str(step, "content");
+    if (!content.empty())
+      out += "    text: " + single_line(content) + "\n";
+    const auto& calls = json::at(step, "tool_calls");
+    if (!calls.IsArray())
+      continue;
+    for (const auto& call : calls.GetArray()) {
+      std::string line = "    " + json::str(call, "tool") + " " +
+                         single_line(json::str(call, "arguments")) + " -> " +
+                         json::str(call, "status");
+      if (json::at(call, "http_status").IsInt64())
+        line += " " + number_text(call, "http_status");
+      if (json::at(call, "latency_ms").IsInt64())
+        line += ", " + number_text(call, "latency_ms") + " ms";
+      out += line + "\n";
+      const std::string result = json::str(call, "result");
+      if (!result.empty())
+        out += "      " + truncate_to_width(single_line(result), 160) + "\n";
+    }
+  }
+  return out;
+}
+
+std::string format_task_list(const rapidjson::Value& tasks) {
+  Table table({{"TASK"}, {"STATUS"}, {"RESULT"}, {"CREATED"}, {"TEXT", false, 50}});
+  if (tasks.IsArray()) {
+    for (const auto& t : tasks.GetArray()) {
+      table.add_row({json::str(t, "task_id"), json::str(t, "status"),
+                     json::str(json::at(t, "result"), "type"), json::str(t, "created_at"),
+                     json::str(t, "text")});
+    }
+  }
+  return table.render();
+}
+
+std::string format_result_event(std::string_view text) {
+  rapidjson::Document doc;
+  if (!codec::parse_json(doc, text) || !doc.IsObject() || !doc.HasMember("task_id") ||
+      !doc.HasMember("status")) {
+    return {};
+  }
+  const auto& result = json::at(doc, "result");
+  std::string message = json::str(result, "message");
+  if (message.empty())
+    message = json::str(doc, "error");
+  const std::string cost = json::str(doc, "cost");
+  // Columns line up while the values are as wide as usual; nothing is cut but the message.
+  const std::string cells[] = {json::str(doc, "finished_at"),
+                               json::str(doc, "task_id"),
+                               json::str(doc, "user_id"),
+                               json::str(doc, "status"),
+                               json::str(result, "type").empty() ? "-" : json::str(result, "type"),
+                               "steps " + number_text(doc, "steps"),
+                               cost.empty() ? "-" : cost + " " + json::str(doc, "currency")};
+  const std::size_t widths[] = {24, 36, 12, 9, 18, 8, 12};
+  std::string line;
+  for (std::size_t i = 0; i < std::size(cells); ++i)
+    line += pad_at_least(single_line(cells[i]), widths[i]) + "  ";
+  return line + single_line(message) + "\n";
+}
+
+std::string format_usage(const rapidjson::Value& models, const rapidjson::Value& totals) {
+  bool with_tasks = false;
+  if (models.IsArray()) {
+    for (const auto& m : models.GetArray())
+      with_tasks = with_tasks || json::at(m, "tasks").IsInt64();
+  }
+  std::vector<Column> columns = {{"MODEL"}, {"CURRENCY"}, {"CALLS", true}};
+  if (with_tasks)
+    columns.push_back({"TASKS", true});
+  for (const char* title : {"INPUT", "CACHED INPUT", "OUTPUT", "COST"})
+    columns.push_back({title, true});
+  Table table(columns);
+  struct Sum {
+    std::int64_t calls = 0, input = 0, cached = 0, output = 0, micros = 0;
+  };
+  std::map<std::string, Sum> sums;  // by currency, when the API gave no totals
+  if (models.IsArray()) {
+    for (const auto& m : models.GetArray()) {
+      std::vector<std::string> row = {json::str(m, "model"), json::str(m, "currency"),
+                                      number_text(m, "calls")};
+      if (with_tasks)
+        row.push_back(number_text(m, "tasks"));
+      for (const char* name : {"input_tokens", "cached_input_tokens", "output_tokens", "cost"})
+        row.push_back(number_text(m, name));
+      table.add_row(std::move(row));
+      Sum& s = sums[json::str(m, "currency")];
+      s.calls += json::num(m, "calls", 0);
+      s.input += json::num(m, "input_tokens", 0);
+      s.cached += json::num(m, "cached_input_tokens", 0);
+      s.output += json::num(m, "output_tokens", 0);
+      s.micros += billing::parse_decimal_micros(json::str(m, "cost")).value_or(0);
+    }
+  }
+  auto total_row = [&](const std::string& currency, const std::string& calls,
+                       const std::string& input, const std::string& cached,
+                       const std::string& output, const std::string& cost) {
+    std::vector<std::string> row = {"TOTAL", currency, calls};
+    if (with_tasks)
+      row.push_back("");
+    for (const auto& cell : {input, cached, output, cost})
+      row.push_back(cell);
+    table.add_row(std::move(row));
+  };
+  if (totals.IsArray()) {
+    for (const auto& t : totals.GetArray()) {
+      total_row(json::str(t, "currency"), number_text(t, "calls"), number_text(t, "input_tokens"),
+                number_text(t, "cached_input_tokens"), number_text(t, "output_tokens"),
+                number_text(t, "cost"));
+    }
+  } else {
+    for (const auto& [currency, s] : sums) {
+      total_row(currency, std::to_string(s.calls), std::to_string(s.input),
+                std::to_string(s.cached), std::to_string(s.output),
+                billing::format_micros(s.micros));
+    }
+  }
+  if (table.rows() == 0)
+    return "no usage\n";
+  return table.render();
+}
+
+namespace {
+constexpr const char* kLimitNames[] = {"max_concurrency",   "requests_per_minute",
+                                       "tokens_per_minute", "max_queued",
+                                       "monthly_budget",    "tool_permission"};
+}
+
+std::string format_limits(const rapidjson::Value& limits) {
+  std::string out =
+      "user " + json::str(limits, "user_id") + ", tier " + json::str(limits, "tier") +
+      (json::str(json::at(limits, "overrides"), "tier").empty() ? "\n" : " (override)\n");
+  Table table({{"LIMIT"}, {"EFFECTIVE", true}, {"OVERRIDE", true}});
+  const auto& effective = json::at(limits, "effective");
+  const auto& overrides = json::at(limits, "overrides");
+  for (const char* name : kLimitNames) {
+    table.add_row({name, number_text(effective, name),
+                   json::at(overrides, name).IsNull() ? "-" : number_text(overrides, name)});
+  }
+  if (json::at(effective, "weight").IsInt64())
+    table.add_row({"weight", number_text(effective, "weight"), "-"});
+  return out + table.render();
+}
+
+std::string limits_put_body(const rapidjson::Value& current,
+                            const std::map<std::string, std::string>& set,
+                            const std::vector<std::string>& unset, bool replace) {
+  auto known = [](const std::string& name) {
+    if (name == "tier")
+      return true;
+    for (const char* n : kLimitNames) {
+      if (name == n)
+        return true;
+    }
+    return false;
+  };
+  // name -> JSON text of the value
+  std::map<std::string, std::string> body;
+  const auto& overrides = json::at(current, "overrides");
+  if (!replace && overrides.IsObject()) {
+    for (const auto& m : overrides.GetObject()) {
+      const std::string name(m.name.GetString(), m.name.GetStringLength());
+      if (known(name))
+        body[name] = json::text_of(m.value);
+    }
+  }
+  for (const auto& name : unset) {
+    if (!known(name)) {
+      throw UsageError("--unset " + name +
+                       ": not a limit (tier, max_concurrency, requests_per_minute, "
+                       "tokens_per_minute, max_queued, monthly_budget, tool_permission)");
+    }
+    body.erase(name);
+  }
+  for (const auto& [name, value] : set) {
+    if (name == "tier" || name == "tool_permission") {
+      body[name] = json::quoted(value);
+    } else if (name == "monthly_budget") {
+      if (!billing::parse_decimal_micros(value))
+        throw UsageError("--monthly-budget needs a decimal amount such as 100.50, not '" + value +
+                         "'");
+      body[name] = json::quoted(value);
+    } else if (name == "tokens_per_minute") {
+      body[name] = std::to_string(parse_integer(value, 1, INT64_MAX, "--tokens-per-minute"));
+    } else if (known(name)) {
+      std::string flag = "--" + name;
+      for (char& c : flag) {
+        if (c == '_')
+          c = '-';
+      }
+      body[name] = std::to_string(parse_integer(value, 1, 2147483647, flag));
+    } else {
+      throw UsageError("not a limit: " + name);
+    }
+  }
+  std::string out = "{";
+  for (const auto& [name, value] : body) {
+    if (out.size() > 1)
+      out += ",";
+    out += json::quoted(name) + ":" + value;
+  }
+  return out + "}";
+}
+
+std::string format_batch(const rapidjson::Value& batch) {
+  std::string out;
+  field(out, "batch", json::str(batch, "batch_id"));
+  field(out, "user", json::str(batch, "user_id"));
+  field(out, "priority", json::str(batch, "priority"));
+  field(out, "created", json::str(batch, "created_at"));
+  if (json::flag(batch, "cancelled"))
+    field(out, "cancelled",
+          json::str(batch, "cancelled_at").empty() ? std::string("yes")
+                                                   : json::str(batch, "cancelled_at"));
+  field(out, "ended", number_text(batch, "ended") + " of " + number_text(batch, "total"));
+  const auto& counts = json::at(batch, "counts");
+  std::string by_status;
+  for (const char* s :
+       {"queued", "dispatched", "running", "succeeded", "failed", "timed_out", "cancelled"}) {
+    by_status += (by_status.empty() ? "" : ", ") + std::string(s) + " " + number_text(counts, s);
+  }
+  field(out, "status", by_status);
+  const auto& types = json::at(batch, "result_types");
+  std::string by_type;
+  for (const char* t : {"action_completed", "need_clarification", "error"})
+    by_type += (by_type.empty() ? "" : ", ") + std::string(t) + " " + number_text(types, t);
+  field(out, "results", by_type);
+  static const rapidjson::Value kNoTotals;
+  const auto& usage = json::at(batch, "usage");
+  if (usage.IsArray() && !usage.Empty())
+    out += "usage:\n" + format_usage(usage, kNoTotals);
+  return out;
+}
+
+namespace {
+const std::vector<std::size_t> kResultWidths = {36, 24, 9, 18, 5, 16, 0};
+const std::vector<bool> kResultRight = {false, false, false, false, true, true, false};
+}  // namespace
+
+std::string batch_results_header() {
+  return fixed_row({"TASK", "IDEMPOTENCY KEY", "STATUS", "RESULT", "STEPS", "COST", "MESSAGE"},
+                   kResultWidths, kResultRight);
+}
+
+std::string format_batch_result(std::string_view line) {
+  rapidjson::Document doc;
+  if (!codec::parse_json(doc, line) || !doc.IsObject())
+    return {};
+  const auto& result = json::at(doc, "result");
+  std::string message = json::str(result, "message");
+  if (message.empty())
+    message = json::str(doc, "error");
+  const std::string cost = json::str(doc, "cost");
+  return fixed_row({json::str(doc, "task_id"), json::str(doc, "idempotency_key"),
+                    json::str(doc, "status"), json::str(result, "type"), number_text(doc, "steps"),
+                    cost.empty() ? "-" : cost + " " + json::str(doc, "currency"), message},
+                   kResultWidths, kResultRight);
+}
+
+}  // namespace agentfleet::agentctl
