@@ -191,8 +191,9 @@ has "$err" "/timeout_s"
 ctl 7 --url http://127.0.0.1:1 status "$task"
 one_error_line
 has "$err" "cannot reach the dispatcher at http://127.0.0.1:1 (from --url)"
-ctl 7 --url "http://ctl:pw-$run@127.0.0.1:1" status "$task"
-has "$err" "cannot reach the dispatcher at http://[redacted]@127.0.0.1:1 (from --url)"
+# Credentials in the URL are refused (they belong in the API key), without being shown.
+ctl 2 --url "http://ctl:pw-$run@127.0.0.1:1" status "$task"
+has "$err" "the dispatcher URL (from --url) is not valid: http://[redacted]@127.0.0.1:1"
 lacks "$err" "pw-$run"
 # A queue full: one task a minute for this user, at most one queued.
 ctl 0 limits set "$uq" --requests-per-minute 1 --max-queued 1

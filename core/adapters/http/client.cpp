@@ -1,5 +1,6 @@
 #include "core/adapters/http/client.hpp"
 #include "core/adapters/http/stream_client.hpp"
+#include "core/domain/redaction.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -34,7 +35,9 @@ std::optional<Url> Url::parse(std::string_view text) {
   const auto slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   url.target = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
-  if (authority.empty())
+  // Credentials in a URL (user:password@) are not sent; they belong in headers. Refused, so
+  // they never become part of a host name in an error.
+  if (authority.empty() || authority.find('@') != std::string_view::npos)
     return std::nullopt;
   if (authority.front() == '[') {  // [v6]:port
     const auto close = authority.find(']');
@@ -348,7 +351,7 @@ asio::awaitable<ClientResponse> fetch(asio::any_io_executor executor, ClientRequ
                                       ConnectionPool* pool) {
   const auto url = Url::parse(request.url);
   if (!url)
-    co_return failure(ClientErrorKind::kBadUrl, "invalid URL: " + request.url);
+    co_return failure(ClientErrorKind::kBadUrl, "invalid URL: " + redact_credentials(request.url));
   if (std::chrono::steady_clock::now() >= request.deadline) {
     co_return failure(ClientErrorKind::kTimeout, "deadline passed before the call");
   }
@@ -566,7 +569,7 @@ asio::awaitable<ClientResponse> fetch_stream(asio::any_io_executor executor, Cli
                                              StreamOptions options) {
   const auto url = Url::parse(request.url);
   if (!url)
-    co_return failure(ClientErrorKind::kBadUrl, "invalid URL: " + request.url);
+    co_return failure(ClientErrorKind::kBadUrl, "invalid URL: " + redact_credentials(request.url));
   if (Clock::now() >= request.deadline)
     co_return failure(ClientErrorKind::kTimeout, "deadline passed before the call");
   Opened opened =
