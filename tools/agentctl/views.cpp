@@ -60,6 +60,12 @@ std::string tokens_text(const rapidjson::Value& usage) {
   return number_text(usage, "input_tokens") + " in (" + number_text(usage, "cached_input_tokens") +
          " cached), " + number_text(usage, "output_tokens") + " out";
 }
+
+// A task's result message, or its error when it has none.
+std::string message_or_error(const rapidjson::Value& task) {
+  std::string message = json::str(json::at(task, "result"), "message");
+  return message.empty() ? json::str(task, "error") : message;
+}
 }  // namespace
 
 std::string format_task(const rapidjson::Value& task, bool with_trace) {
@@ -156,9 +162,7 @@ std::string format_result_event(std::string_view text) {
     return {};
   }
   const auto& result = json::at(doc, "result");
-  std::string message = json::str(result, "message");
-  if (message.empty())
-    message = json::str(doc, "error");
+  const std::string message = message_or_error(doc);
   const std::string cost = json::str(doc, "cost");
   // Columns line up while the values are as wide as usual; nothing is cut but the message.
   const std::string cells[] = {json::str(doc, "finished_at"),
@@ -363,9 +367,7 @@ std::string format_batch_result(std::string_view line) {
   if (!codec::parse_json(doc, line) || !doc.IsObject())
     return {};
   const auto& result = json::at(doc, "result");
-  std::string message = json::str(result, "message");
-  if (message.empty())
-    message = json::str(doc, "error");
+  const std::string message = message_or_error(doc);
   const std::string cost = json::str(doc, "cost");
   return fixed_row({json::str(doc, "task_id"), json::str(doc, "idempotency_key"),
                     json::str(doc, "status"), json::str(result, "type"), number_text(doc, "steps"),
