@@ -340,12 +340,22 @@ until ctl 0 --json status "$blocker" && grep -qE '"status":"(dispatched|running)
 done
 ctl 0 submit --user "$ut" "slow: steps=2"
 live_task=$out
+# Event streams open on the dispatcher (its gauge), so the followers' attachment is seen.
+open_streams() {
+  curl -sS --max-time 5 "$AGENTFLEET_DISPATCHER_METRICS_URL/metrics" |
+    awk '/^agentfleet_api_open_waits\{kind="event_stream"\}/ {print int($2)}'
+}
+streams_before=$(open_streams)
 bounded_ctl tail --task "$live_task" --timeout-s 40 >"$tmp/live.out" 2>"$tmp/live.err" &
 live_pid=$!
 bounded_ctl --json tail --task "$live_task" --timeout-s 40 >"$tmp/live.json" 2>"$tmp/live.json.err" &
 live_json_pid=$!
 bg_pids="$live_pid $live_json_pid"
-sleep 1
+deadline=$(($(now_ms) + 20000))
+until (($(open_streams) >= streams_before + 2)); do
+  (($(now_ms) < deadline)) || fail "the two followers did not attach within 20 s"
+  sleep 0.05
+done
 ctl 0 --json status "$live_task"
 has "$out" '"status":"queued"'
 wait "$live_pid" || fail "the live follower exited $?: $(cat "$tmp/live.err")"
