@@ -31,14 +31,16 @@ constexpr std::string_view kSchemaFile = "config.schema.json";
 constexpr int kMaxYamlDepth = 64;
 
 // A problem found while converting or reading the document: a JSON pointer and what is
-// wrong there. load_config_text adds the source name and the YAML line.
+// wrong there. load_config_text adds the source name and the YAML line: `line` when the
+// problem knows it more exactly than the node at `path` does, else the node's.
 struct Problem : std::runtime_error {
-  Problem(std::string where, const std::string& what)
-      : std::runtime_error(what), path(std::move(where)) {}
+  Problem(std::string where, const std::string& what, int at_line = 0)
+      : std::runtime_error(what), path(std::move(where)), line(at_line) {}
   std::string path;
+  int line;
 };
 
-// ---- Interpolation ----
+// ---- Environment references ----
 
 bool is_name_start(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
@@ -46,6 +48,77 @@ bool is_name_start(char c) {
 
 bool is_name_char(char c) {
   return is_name_start(c) || (c >= '0' && c <= '9');
+}
+
+// A reference that cannot be replaced: what is wrong, and the line of the text (1-based)
+// it is on.
+struct ReferenceError : std::runtime_error {
+  ReferenceError(const std::string& what, int at_line, std::string_view ref)
+      : std::runtime_error(what), line(at_line), reference(ref) {}
+  int line;
+  // The reference's text as written ("${NAME...}"), to find it in the source.
+  std::string reference;
+};
+
+// Replaces `${NAME}` and `${NAME:-default}` (the default when NAME is unset or empty) in
+// one string; `$${` is a literal `${`. A reference does not span lines.
+std::string substitute(std::string_view text, EnvLookup lookup) {
+  std::string out;
+  out.reserve(text.size());
+  int line = 1;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    char c = text[i];
+    if (c == '\n') {
+      ++line;
+    }
+    if (c == '$' && text.substr(i, 3) == "$${") {
+      out += "${";
+      i += 3;
+      continue;
+    }
+    if (c != '$' || text.substr(i, 2) != "${") {
+      out += c;
+      ++i;
+      continue;
+    }
+    std::size_t close = text.find('}', i + 2);
+    std::size_t newline = text.find('\n', i + 2);
+    if (close == std::string_view::npos || (newline != std::string_view::npos && newline < close)) {
+      throw ReferenceError(
+          "unterminated '${' (write $${ for a literal ${)", line,
+          text.substr(i, (newline == std::string_view::npos ? text.size() : newline) - i));
+    }
+    std::string_view body = text.substr(i + 2, close - i - 2);
+    std::size_t n = 0;
+    while (n < body.size() && is_name_char(body[n])) {
+      ++n;
+    }
+    std::string name(body.substr(0, n));
+    std::optional<std::string> fallback;
+    if (n < body.size() && body.substr(n, 2) == ":-") {
+      fallback = std::string(body.substr(n + 2));
+    } else if (n != body.size()) {
+      name.clear();
+    }
+    if (name.empty() || !is_name_start(name[0])) {
+      throw ReferenceError("invalid reference '${" + std::string(body) +
+                               "}': expected ${NAME} or ${NAME:-default}; write $${ for a "
+                               "literal ${",
+                           line, text.substr(i, close + 1 - i));
+    }
+    std::optional<std::string> value = lookup(name);
+    if (fallback && (!value || value->empty())) {
+      value = fallback;
+    }
+    if (!value) {
+      throw ReferenceError("environment variable " + name + " is not set", line,
+                           text.substr(i, close + 1 - i));
+    }
+    out += *value;
+    i = close + 1;
+  }
+  return out;
 }
 
 // ---- YAML -> JSON ----
@@ -117,9 +190,8 @@ bool looks_like_float(std::string_view s) {
 
 // Plain scalars follow the YAML 1.2 core schema; quoted and block scalars (tag "!") and
 // explicit !!str stay strings, so "8080" and "2.00" are strings and 8080 is an integer.
-void scalar_to_json(const YAML::Node& node, Value& out, Allocator& alloc) {
-  const std::string& text = node.Scalar();
-  const std::string& tag = node.Tag();
+// `text` is the scalar's value after substitution, never parsed as YAML again.
+void scalar_to_json(const std::string& text, const std::string& tag, Value& out, Allocator& alloc) {
   if (tag == "!" || tag == "tag:yaml.org,2002:str") {
     out.SetString(text.c_str(), static_cast<SizeType>(text.size()), alloc);
     return;
@@ -171,8 +243,56 @@ void scalar_to_json(const YAML::Node& node, Value& out, Allocator& alloc) {
   out.SetString(text.c_str(), static_cast<SizeType>(text.size()), alloc);
 }
 
+// Whether plain-scalar typing keeps `text` as it is: empty (null), true, false, or an
+// integer in canonical decimal form (no sign but '-', no leading zero).
+bool reads_back_as_itself(std::string_view text) {
+  if (text.empty() || text == "true" || text == "false") {
+    return true;
+  }
+  std::string_view digits = text[0] == '-' ? text.substr(1) : text;
+  if (digits.empty() || !all_digits(digits, is_dec) || (digits[0] == '0' && digits.size() > 1) ||
+      text == "-0") {
+    return false;
+  }
+  return parse_int(text, 10).has_value();
+}
+
+// What scalar values are substituted from: the environment, and the YAML text the nodes
+// were parsed from (to place an error inside a block scalar on its line).
+struct Substitution {
+  EnvLookup lookup;
+  std::string_view source;
+};
+
+// The scalar's value with its environment references replaced. References are replaced in
+// values after parsing, so whatever a variable holds is never YAML syntax.
+std::string substituted_value(const YAML::Node& node, const std::string& path,
+                              const Substitution& env) {
+  try {
+    return substitute(node.Scalar(), env.lookup);
+  } catch (const ReferenceError& e) {
+    const YAML::Mark mark = node.Mark();
+    if (mark.is_null()) {
+      throw Problem(path, e.what());
+    }
+    // The value's lines are not the source's (folded and multi-line scalars join them), so
+    // the reference is looked up in the source from where the scalar starts. A reference
+    // never spans lines, so it is there as written.
+    int line = mark.line + e.line;
+    const std::size_t start = mark.pos >= 0 ? static_cast<std::size_t>(mark.pos) : 0;
+    const std::size_t found = env.source.find(e.reference, start);
+    if (found != std::string_view::npos) {
+      line = mark.line + 1 +
+             static_cast<int>(std::count(env.source.begin() + static_cast<std::ptrdiff_t>(start),
+                                         env.source.begin() + static_cast<std::ptrdiff_t>(found),
+                                         '\n'));
+    }
+    throw Problem(path, e.what(), line);
+  }
+}
+
 void yaml_to_json(const YAML::Node& node, Value& out, Allocator& alloc, const std::string& path,
-                  LineMap& lines, int depth) {
+                  LineMap& lines, const Substitution& env, int depth) {
   if (depth > kMaxYamlDepth) {
     throw Problem(path, "nested too deeply");
   }
@@ -181,9 +301,18 @@ void yaml_to_json(const YAML::Node& node, Value& out, Allocator& alloc, const st
     case YAML::NodeType::Null:
       out.SetNull();
       return;
-    case YAML::NodeType::Scalar:
-      scalar_to_json(node, out, alloc);
+    case YAML::NodeType::Scalar: {
+      std::string value = substituted_value(node, path, env);
+      std::string tag = node.Tag();
+      // A plain value that came from the environment is typed only when it reads back as
+      // itself: "60" is the integer 60 and "true" a boolean, but a password "007", "0x10"
+      // or "1e3" stays exactly that text.
+      if (tag == "?" && value != node.Scalar() && !reads_back_as_itself(value)) {
+        tag = "!";
+      }
+      scalar_to_json(value, tag, out, alloc);
       return;
+    }
     case YAML::NodeType::Sequence: {
       out.SetArray();
       std::size_t index = 0;
@@ -193,7 +322,7 @@ void yaml_to_json(const YAML::Node& node, Value& out, Allocator& alloc, const st
           lines.emplace(item_path, item.Mark().line + 1);
         }
         Value v;
-        yaml_to_json(item, v, alloc, item_path, lines, depth + 1);
+        yaml_to_json(item, v, alloc, item_path, lines, env, depth + 1);
         out.PushBack(v, alloc);
       }
       return;
@@ -216,7 +345,7 @@ void yaml_to_json(const YAML::Node& node, Value& out, Allocator& alloc, const st
         }
         Value k(name.c_str(), static_cast<SizeType>(name.size()), alloc);
         Value v;
-        yaml_to_json(entry.second, v, alloc, key_path, lines, depth + 1);
+        yaml_to_json(entry.second, v, alloc, key_path, lines, env, depth + 1);
         out.AddMember(k, v, alloc);
       }
       return;
@@ -803,10 +932,35 @@ std::string line_suffix(const LineMap& lines, std::string path) {
   return "";
 }
 
+// `line`, when known (non-zero), is more exact than the line of the node at `path`.
 [[noreturn]] void fail(const std::string& source, const std::string& path,
-                       const std::string& message, const LineMap& lines) {
+                       const std::string& message, const LineMap& lines, int line = 0) {
   throw ConfigError(source + ": " + (path.empty() ? "(root)" : path) + ": " + message +
-                    line_suffix(lines, path));
+                    (line > 0 ? " (line " + std::to_string(line) + ")" : line_suffix(lines, path)));
+}
+
+// Braces are flow syntax inside [...] and {...}, so an unquoted ${VAR} there is not valid
+// YAML; yaml-cpp only says the collection is not closed.
+std::string flow_reference_hint(const std::string& text, const YAML::Exception& e) {
+  if (e.mark.is_null() || e.msg.find("flow") == std::string::npos) {
+    return "";
+  }
+  std::size_t begin = 0;
+  for (int n = 0; n < e.mark.line; ++n) {
+    begin = text.find('\n', begin);
+    if (begin == std::string::npos) {
+      return "";
+    }
+    ++begin;
+  }
+  std::size_t end = text.find('\n', begin);
+  std::string_view line =
+      std::string_view(text).substr(begin, end == std::string::npos ? end : end - begin);
+  if (line.find("${") == std::string_view::npos) {
+    return "";
+  }
+  return " (an unquoted ${...} cannot be inside [...] or {...}: quote it, or write the "
+         "collection in block style)";
 }
 
 }  // namespace
@@ -855,107 +1009,33 @@ std::optional<std::string> process_environment(const std::string& name) {
 }
 
 std::string interpolate(const std::string& text, EnvLookup lookup) {
-  if (lookup == nullptr) {
-    lookup = process_environment;
+  try {
+    return substitute(text, lookup == nullptr ? process_environment : lookup);
+  } catch (const ReferenceError& e) {
+    throw ConfigError(std::string(e.what()) + " (line " + std::to_string(e.line) + ")");
   }
-  std::string out;
-  out.reserve(text.size());
-  int line = 1;
-  bool line_start = true;
-  std::size_t i = 0;
-  while (i < text.size()) {
-    // A whole-line comment is copied as it is, so documentation such as "set ${FOO}" in a
-    // comment never needs FOO.
-    if (line_start) {
-      line_start = false;
-      std::size_t first = text.find_first_not_of(" \t", i);
-      if (first != std::string::npos && text[first] == '#') {
-        std::size_t end = text.find('\n', first);
-        end = end == std::string::npos ? text.size() : end;
-        out.append(text, i, end - i);
-        i = end;
-        continue;
-      }
-    }
-    char c = text[i];
-    if (c == '\n') {
-      out += c;
-      ++line;
-      line_start = true;
-      ++i;
-      continue;
-    }
-    if (c == '$' && text.compare(i, 3, "$${") == 0) {
-      out += "${";
-      i += 3;
-      continue;
-    }
-    if (c != '$' || text.compare(i, 2, "${") != 0) {
-      out += c;
-      ++i;
-      continue;
-    }
-    std::size_t close = text.find('}', i + 2);
-    std::size_t newline = text.find('\n', i + 2);
-    if (close == std::string::npos || (newline != std::string::npos && newline < close)) {
-      throw ConfigError("unterminated '${' at line " + std::to_string(line));
-    }
-    std::string_view body(text.data() + i + 2, close - i - 2);
-    std::size_t n = 0;
-    while (n < body.size() && is_name_char(body[n])) {
-      ++n;
-    }
-    std::string name(body.substr(0, n));
-    std::optional<std::string> fallback;
-    if (n < body.size() && body.substr(n, 2) == ":-") {
-      fallback = std::string(body.substr(n + 2));
-    } else if (n != body.size()) {
-      name.clear();
-    }
-    if (name.empty() || !is_name_start(name[0])) {
-      throw ConfigError("invalid reference '${" + std::string(body) + "}' at line " +
-                        std::to_string(line) +
-                        " (expected ${NAME} or ${NAME:-default}; write $${ for a literal ${)");
-    }
-    std::optional<std::string> value = lookup(name);
-    if (fallback && (!value || value->empty())) {
-      value = fallback;
-    }
-    if (!value) {
-      throw ConfigError("environment variable " + name + " is not set (used at line " +
-                        std::to_string(line) + ")");
-    }
-    out += *value;
-    i = close + 1;
-  }
-  return out;
 }
 
 Config load_config_text(const std::string& yaml_text, const std::string& source_name,
                         EnvLookup lookup) {
-  std::string text;
-  try {
-    text = interpolate(yaml_text, lookup);
-  } catch (const ConfigError& e) {
-    throw ConfigError(source_name + ": " + e.what());
-  }
-
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    root = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
     std::string where = e.mark.is_null() ? ""
                                          : "line " + std::to_string(e.mark.line + 1) + ", column " +
                                                std::to_string(e.mark.column + 1) + ": ";
-    throw ConfigError(source_name + ": invalid YAML: " + where + e.msg);
+    throw ConfigError(source_name + ": invalid YAML: " + where + e.msg +
+                      flow_reference_hint(yaml_text, e));
   }
 
   LineMap lines;
   rapidjson::Document doc;
+  const Substitution env{lookup == nullptr ? process_environment : lookup, yaml_text};
   try {
-    yaml_to_json(root, doc, doc.GetAllocator(), "", lines, 0);
+    yaml_to_json(root, doc, doc.GetAllocator(), "", lines, env, 0);
   } catch (const Problem& p) {
-    fail(source_name, p.path, p.what(), lines);
+    fail(source_name, p.path, p.what(), lines, p.line);
   } catch (const YAML::Exception& e) {
     throw ConfigError(source_name + ": invalid YAML: " + e.msg);
   }
@@ -977,7 +1057,7 @@ Config load_config_text(const std::string& yaml_text, const std::string& source_
     read_system_prompt_file(config.react, source_name);
     return config;
   } catch (const Problem& p) {
-    fail(source_name, p.path, p.what(), lines);
+    fail(source_name, p.path, p.what(), lines, p.line);
   }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
-// The configuration both binaries read: one YAML file, `${VAR}` / `${VAR:-default}`
-// interpolated, converted to JSON, validated against schemas/config.schema.json, then
+// The configuration both binaries read: one YAML file, parsed, each value's `${VAR}` /
+// `${VAR:-default}` filled from the environment, converted to JSON, validated against
+// schemas/config.schema.json, then
 // turned into these plain structs with their defaults. Everything below the loader takes
 // these structs and never sees YAML. Immutable once loaded; safe to share across threads.
 
@@ -256,9 +257,9 @@ struct Config {
                                  const std::string& user_override) const;
 };
 
-// Replaces `${VAR}` and `${VAR:-default}` in `text` from `lookup` (the environment by
+// Replaces `${VAR}` and `${VAR:-default}` in one string from `lookup` (the environment by
 // default). `$${` is a literal `${`. An unset variable without a default is an error
-// naming the variable.
+// naming the variable. The loader applies it to each YAML value after parsing.
 using EnvLookup = std::optional<std::string> (*)(const std::string& name);
 std::optional<std::string> process_environment(const std::string& name);
 std::string interpolate(const std::string& text, EnvLookup lookup = process_environment);
@@ -267,7 +268,8 @@ std::string interpolate(const std::string& text, EnvLookup lookup = process_envi
 // directory); `--config FILE` overrides it in both binaries.
 std::string default_config_path();
 
-// Reads, interpolates, validates and converts. Throws ConfigError.
+// Reads, parses, fills in each value's references, validates and converts. Throws
+// ConfigError.
 Config load_config_file(const std::string& path, EnvLookup lookup = process_environment);
 Config load_config_text(const std::string& yaml_text, const std::string& source_name,
                         EnvLookup lookup = process_environment);

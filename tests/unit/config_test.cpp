@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
@@ -280,8 +281,10 @@ TEST_F(ConfigTest, ProductionExampleLoadsWithItsEnvironment) {
     load_config_file(kProductionFile, fake_lookup);
     FAIL() << "expected a ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_CONTAINS(e.what(), "environment variable KAFKA_PASSWORD is not set (used at line");
-    EXPECT_CONTAINS(e.what(), kProductionFile);
+    EXPECT_CONTAINS(e.what(), kProductionFile +
+                                  ": /kafka/properties/sasl.password: "
+                                  "environment variable KAFKA_PASSWORD is not set "
+                                  "(line ");
   }
 }
 
@@ -368,13 +371,38 @@ models: [{name: m, endpoints: [{url: "http://h/x"}]}]
 
 TEST_F(ConfigTest, UnsetVariableIsAnErrorNamingIt) {
   try {
-    interpolate("a: 1\nb: ${NOT_SET_ANYWHERE}\n", fake_lookup);
+    interpolate("first line\nuses ${NOT_SET_ANYWHERE}\n", fake_lookup);
     FAIL() << "expected a ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "environment variable NOT_SET_ANYWHERE is not set (used at line 2)");
+    EXPECT_STREQ(e.what(), "environment variable NOT_SET_ANYWHERE is not set (line 2)");
   }
-  std::string msg = error_of(kMinimal + "metrics:\n  host: ${METRICS_HOST}\n");
-  EXPECT_CONTAINS(msg, "test.yaml: environment variable METRICS_HOST is not set (used at line");
+}
+
+TEST_F(ConfigTest, UnsetVariableErrorNamesTheVariablePathAndLine) {
+  const std::string text = R"(postgres:
+  url: postgresql://localhost/agentfleet
+metrics:
+  host: ${METRICS_HOST}
+)";
+  EXPECT_EQ(error_of(text),
+            "test.yaml: /metrics/host: environment variable METRICS_HOST is not set (line 4)");
+  // A value on the line after its key, and a line inside a block scalar.
+  EXPECT_EQ(error_of("metrics:\n  host:\n    ${METRICS_HOST}\n"),
+            "test.yaml: /metrics/host: environment variable METRICS_HOST is not set (line 3)");
+  EXPECT_EQ(error_of("react:\n  system_prompt: |\n    You are helpful.\n    Today: ${TODAY}\n"),
+            "test.yaml: /react/system_prompt: environment variable TODAY is not set (line 4)");
+  EXPECT_EQ(error_of("worker:\n  id: \"${WORKER-ID}\"\n"),
+            "test.yaml: /worker/id: invalid reference '${WORKER-ID}': expected ${NAME} or "
+            "${NAME:-default}; write $${ for a literal ${ (line 2)");
+  EXPECT_EQ(error_of("models:\n  - name: m1\n    provider_model: ${MODEL\n"),
+            "test.yaml: /models/0/provider_model: unterminated '${' (write $${ for a literal ${) "
+            "(line 3)");
+  // Folded and multi-line plain scalars join their lines; the line is still the source's.
+  EXPECT_EQ(error_of("react:\n  system_prompt: >\n    You are helpful.\n\n    Be brief.\n"
+                     "    Today: ${TODAY}\n"),
+            "test.yaml: /react/system_prompt: environment variable TODAY is not set (line 6)");
+  EXPECT_EQ(error_of("react:\n  system_prompt: You are\n    helpful.\n\n    Today is ${TODAY}\n"),
+            "test.yaml: /react/system_prompt: environment variable TODAY is not set (line 5)");
 }
 
 TEST_F(ConfigTest, InterpolationDefaultsAndLiterals) {
@@ -385,16 +413,107 @@ TEST_F(ConfigTest, InterpolationDefaultsAndLiterals) {
   EXPECT_EQ(interpolate("[${EMPTY}]", fake_lookup), "[]");
   EXPECT_EQ(interpolate("url: http://h:${UNSET:-80}/x", fake_lookup), "url: http://h:80/x");
   EXPECT_EQ(interpolate("a: $${SET} and $$ and $x", fake_lookup), "a: ${SET} and $$ and $x");
-  EXPECT_EQ(interpolate("# a comment may mention ${UNSET}\nx: ${SET}", fake_lookup),
-            "# a comment may mention ${UNSET}\nx: value");
+  // One string, whatever it holds: a '#' starts no comment here (comments are skipped by
+  // the loader, which substitutes values only).
+  EXPECT_THROW(interpolate("# mentions ${UNSET}", fake_lookup), ConfigError);
   EXPECT_THROW(interpolate("x: ${UNTERMINATED", fake_lookup), ConfigError);
   EXPECT_THROW(interpolate("x: ${BAD-NAME}", fake_lookup), ConfigError);
   EXPECT_THROW(interpolate("x: ${}", fake_lookup), ConfigError);
 }
 
+TEST_F(ConfigTest, SecretsAreSubstitutedIntoValuesVerbatim) {
+  // Each of these broke or changed the configuration when it was substituted into the text.
+  const std::vector<std::string> secrets = {
+      "p#a: *x\"y\\z",   "s3cret #not-a-comment", "user: admin", "*alias", "&anchor",
+      "say \"hi\" \\o/", "line one\nline two",    "{[,]}",       "- item", "!tag",
+      "'single'",        "@at `tick` %pct",       "  padded  "};
+  for (const std::string& secret : secrets) {
+    SCOPED_TRACE(secret);
+    fake_env() = {{"SECRET", secret}};
+    const std::string text = R"(
+postgres:
+  url: ${SECRET}
+kafka:
+  bootstrap_servers: 127.0.0.1:9092
+  properties:
+    sasl.password: "${SECRET}"
+    sasl.username: '${SECRET}'
+billing:
+  prices:
+    - {model: m1, effective_from: "2026-01-01", input_per_million: "1"}
+models:
+  - name: m1
+    endpoints:
+      - url: http://127.0.0.1:8090/v1/chat/completions
+        api_key: "Bearer ${SECRET}" # a comment; ${SECRET} here is not substituted
+react:
+  system_prompt: |
+    before
+    ${SECRET}
+)";
+    Config c = load(text);
+    EXPECT_EQ(c.postgres.url, secret);
+    EXPECT_EQ(c.kafka.properties.at("sasl.password"), secret);
+    EXPECT_EQ(c.kafka.properties.at("sasl.username"), secret);
+    EXPECT_EQ(c.models.at(0).endpoints.at(0).api_key, "Bearer " + secret);
+    EXPECT_EQ(c.react.system_prompt, "before\n" + secret + "\n");
+  }
+}
+
+TEST_F(ConfigTest, PlainReferencesAreTypedQuotedOnesStayStrings) {
+  EXPECT_EQ(load(kMinimal + "task_defaults:\n  timeout_s: ${T:-60}\n").task_defaults.timeout_s, 60);
+  fake_env() = {{"T", "60"}, {"B", "true"}};
+  EXPECT_EQ(load(kMinimal + "task_defaults:\n  timeout_s: ${T}\n").task_defaults.timeout_s, 60);
+  EXPECT_CONTAINS(error_of(kMinimal + "task_defaults:\n  timeout_s: \"${T}\"\n"),
+                  "test.yaml: /task_defaults/timeout_s: expected integer, got string");
+  EXPECT_EQ(load(kMinimal + "worker:\n  id: \"${T}\"\n").worker.id, "60");
+  EXPECT_CONTAINS(error_of(kMinimal + "worker:\n  id: ${T}\n"),
+                  "/worker/id: expected string, got integer");
+  EXPECT_CONTAINS(error_of(kMinimal + "worker:\n  id: ${B}\n"),
+                  "/worker/id: expected string, got boolean");
+  EXPECT_EQ(load(kMinimal + "worker:\n  id: \"${B}\"\n").worker.id, "true");
+  // An empty plain value is null, like an empty `timeout_s:`; quoted it is "".
+  EXPECT_CONTAINS(error_of(kMinimal + "task_defaults:\n  timeout_s: ${UNSET:-}\n"),
+                  "/task_defaults/timeout_s: expected integer, got null");
+  EXPECT_EQ(load(kMinimal + "worker:\n  id: \"${UNSET:-}\"\n").worker.id, "");
+  // A value that plain typing would change (a leading zero, hex, an exponent, a '+', a
+  // capitalised boolean) stays the text it is: Helm's toYaml writes ${SECRET} unquoted.
+  for (const std::string secret : {"007", "0x10", "0o17", "1e3", "+5", "1.50", "True", "-0"}) {
+    fake_env() = {{"P", secret}};
+    Config c = load(kMinimal + "worker:\n  id: ${P}\n");
+    EXPECT_EQ(c.worker.id, secret);
+  }
+  fake_env() = {{"P", "42"}};
+  EXPECT_EQ(load(kMinimal + "task_defaults:\n  timeout_s: ${P}\n").task_defaults.timeout_s, 42);
+}
+
+TEST_F(ConfigTest, CommentsAndKeysAreNotSubstituted) {
+  Config c = load(kMinimal +
+                  "# set ${UNSET_IN_A_COMMENT} to change this\n"
+                  "worker:\n"
+                  "  id: w-1  # or ${UNSET_AFTER_A_VALUE}, or even ${UNTERMINATED\n"
+                  "    # an indented ${UNSET_TOO}\n");
+  EXPECT_EQ(c.worker.id, "w-1");
+  fake_env() = {{"KEY", "host"}};
+  EXPECT_CONTAINS(error_of(kMinimal + "metrics:\n  ${KEY}: 0.0.0.0\n"),
+                  "/metrics/${KEY}: unknown key '${KEY}'");
+}
+
+TEST_F(ConfigTest, UnquotedReferenceInAFlowCollectionIsExplained) {
+  fake_env() = {{"PORT", "9999"}};
+  EXPECT_CONTAINS(error_of(kMinimal + "dispatcher: {http: {port: ${PORT}}}\n"),
+                  "quote it, or write the collection in block style");
+  EXPECT_EQ(load(kMinimal + "worker: {id: \"${PORT}\"}\n").worker.id, "9999");
+}
+
 TEST_F(ConfigTest, LiteralDollarBraceSurvivesIntoValues) {
   Config c = load(kMinimal + "react:\n  system_prompt: \"Use $${name} here\"\n");
   EXPECT_EQ(c.react.system_prompt, "Use ${name} here");
+  c = load(kMinimal + "worker:\n  id: $${HOSTNAME}\n");
+  EXPECT_EQ(c.worker.id, "${HOSTNAME}");
+  // A variable's value is not substituted again.
+  fake_env() = {{"OUTER", "${INNER} and $${"}};
+  EXPECT_EQ(load(kMinimal + "worker:\n  id: ${OUTER}\n").worker.id, "${INNER} and $${");
 }
 
 TEST_F(ConfigTest, InterpolatedIntegerIsAnInteger) {
