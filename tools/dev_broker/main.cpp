@@ -16,8 +16,13 @@
 //      external process would, and checks that every broker and topic is visible.
 //   5. Print `bootstrap.servers=<list>` and one line per topic on stdout; write the
 //      bootstrap list to --bootstrap-file (atomically: temporary file + rename).
-//   6. Wait in sigwait() for SIGINT/SIGTERM; then remove the bootstrap file, destroy
-//      the cluster and the handle, exit 0. Runtime failures exit 1.
+//   6. With --control-port or --control-file: start the fault-injection port
+//      (control.hpp), print `control.port=P`, write P to --control-file.
+//   7. Wait in sigwait() for SIGINT/SIGTERM; then stop the control port (restoring any
+//      fault still in force), remove the files, destroy the cluster and the handle, exit
+//      0. Runtime failures exit 1.
+
+#include "tools/dev_broker/control.hpp"
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -56,6 +61,8 @@ struct Options {
   int replication = 0;  // 0: min(3, brokers)
   std::vector<TopicSpec> topics;
   std::string bootstrap_file;
+  std::optional<int> control_port;  // set: start the control port (0 picks one)
+  std::string control_file;
   bool help = false;
 };
 
@@ -68,6 +75,10 @@ const char kUsage[] =
     "  --topic NAME[:PARTS]     create a topic (repeatable); without any, creates\n"
     "                           agent.tasks.{submit,dispatch,results,events,dlq}\n"
     "  --bootstrap-file PATH    write the bootstrap servers + newline to PATH once ready\n"
+    "  --control-port N         fault injection on 127.0.0.1:N (0 picks a port); see\n"
+    "                           tools/dev_broker/README.md for the commands\n"
+    "  --control-file PATH      write the control port + newline to PATH once ready\n"
+    "                           (implies --control-port 0 unless one is given)\n"
     "  --help                   show this help\n"
     "Prints `bootstrap.servers=<list>` and one `topic=...` line per topic on stdout.\n";
 
@@ -108,9 +119,9 @@ std::string ParseArgs(int argc, char** argv, Options& opts) {
       opts.help = true;
       continue;
     }
-    const bool takes_value = arg == "--brokers" || arg == "--partitions" ||
-                             arg == "--replication" || arg == "--topic" ||
-                             arg == "--bootstrap-file";
+    const bool takes_value =
+        arg == "--brokers" || arg == "--partitions" || arg == "--replication" || arg == "--topic" ||
+        arg == "--bootstrap-file" || arg == "--control-port" || arg == "--control-file";
     if (!takes_value) {
       return "unknown argument: " + std::string(argv[i]);
     }
@@ -128,6 +139,17 @@ std::string ParseArgs(int argc, char** argv, Options& opts) {
       (arg == "--brokers"      ? opts.brokers
        : arg == "--partitions" ? opts.partitions
                                : opts.replication) = *n;
+    } else if (arg == "--control-port") {
+      auto n = ParseInt(value, 0, 65535);
+      if (!n) {
+        return "invalid value for --control-port: '" + std::string(value) + "'";
+      }
+      opts.control_port = *n;
+    } else if (arg == "--control-file") {
+      if (value.empty()) {
+        return "empty value for --control-file";
+      }
+      opts.control_file = std::string(value);
     } else if (arg == "--topic") {
       TopicSpec spec;
       std::string_view name = value;
@@ -153,6 +175,9 @@ std::string ParseArgs(int argc, char** argv, Options& opts) {
   }
   if (opts.replication == 0) {
     opts.replication = std::min(3, opts.brokers);
+  }
+  if (!opts.control_file.empty() && !opts.control_port) {
+    opts.control_port = 0;
   }
   if (opts.replication > opts.brokers) {
     return "--replication " + std::to_string(opts.replication) + " exceeds --brokers " +
@@ -291,16 +316,35 @@ int Run(const Options& opts, const sigset_t& stop_signals) {
                   opts.replication);
     }
     std::fflush(stdout);
-    if (!opts.bootstrap_file.empty() &&
-        !WriteFileAtomically(opts.bootstrap_file, bootstraps + "\n")) {
+  }
+  agentfleet::dev_broker::ControlServer control(mcluster, opts.brokers);
+  if (rc == 0 && opts.control_port) {
+    std::string error;
+    if (auto port = control.start(*opts.control_port, error)) {
+      std::printf("control.port=%d\n", *port);
+      std::fflush(stdout);
+      if (!opts.control_file.empty() &&
+          !WriteFileAtomically(opts.control_file, std::to_string(*port) + "\n")) {
+        rc = kExitFailure;
+      }
+    } else {
+      std::fprintf(stderr, "dev-broker: %s\n", error.c_str());
       rc = kExitFailure;
     }
+  }
+  // The bootstrap file comes last: whoever waits for it finds the control file there too.
+  if (rc == 0 && !opts.bootstrap_file.empty() &&
+      !WriteFileAtomically(opts.bootstrap_file, bootstraps + "\n")) {
+    rc = kExitFailure;
   }
   if (rc == 0) {
     int sig = WaitForStopSignal(stop_signals);
     std::fprintf(stderr, "dev-broker: %s received, shutting down\n", strsignal(sig));
-    if (!opts.bootstrap_file.empty()) {
-      std::remove(opts.bootstrap_file.c_str());
+  }
+  control.stop();
+  for (const std::string& file : {opts.bootstrap_file, opts.control_file}) {
+    if (!file.empty()) {
+      std::remove(file.c_str());
     }
   }
   rd_kafka_mock_cluster_destroy(mcluster);

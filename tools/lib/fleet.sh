@@ -81,11 +81,15 @@ fleet_start() {
   export AGENTFLEET_PG_URL
 
   af_log "starting the dev broker"
-  rm -f "$run_dir/kafka.bootstrap"
-  _fleet_spawn "$run_dir" dev-broker "$bin_broker" --bootstrap-file "$run_dir/kafka.bootstrap"
+  rm -f "$run_dir/kafka.bootstrap" "$run_dir/kafka.control"
+  # The control port injects Kafka faults at run time (tools/dev_broker/README.md); it
+  # is written before the bootstrap file.
+  _fleet_spawn "$run_dir" dev-broker "$bin_broker" --bootstrap-file "$run_dir/kafka.bootstrap" \
+    --control-file "$run_dir/kafka.control"
   _fleet_wait_file "$run_dir/kafka.bootstrap" dev-broker "$run_dir"
   AGENTFLEET_KAFKA_BOOTSTRAP=$(cat "$run_dir/kafka.bootstrap")
-  export AGENTFLEET_KAFKA_BOOTSTRAP
+  AGENTFLEET_KAFKA_CONTROL_PORT=$(cat "$run_dir/kafka.control")
+  export AGENTFLEET_KAFKA_BOOTSTRAP AGENTFLEET_KAFKA_CONTROL_PORT
 
   af_log "starting llm-sim and tool-sim"
   rm -f "$run_dir/llm-sim.port" "$run_dir/tool-sim.port"
