@@ -41,7 +41,8 @@ COPY dispatcher dispatcher
 COPY worker worker
 COPY tools tools
 RUN cmake -S . -B build/release -G Ninja \
-      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTFLEET_SANITIZE=OFF -DAGENTFLEET_TESTS=OFF \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTFLEET_SANITIZE=OFF -DAGENTFLEET_TSAN=OFF \
+      -DAGENTFLEET_TESTS=OFF \
  && cmake --build build/release --target agentfleet-dispatcher agentfleet-worker agentctl \
  && mkdir -p /out \
  && strip --strip-debug -o /out/agentfleet-dispatcher build/release/dispatcher/agentfleet-dispatcher \

@@ -121,7 +121,8 @@ std::optional<codec::SchemaViolation> check_references(const config::Config& con
 }
 
 namespace {
-// The segments of a path: "/v1/tasks/x/cancel" -> {"v1", "tasks", "x", "cancel"}.
+// The segments of a path, each percent-decoded: "/v1/users/a%20b/usage" -> {"v1", "users",
+// "a b", "usage"}.
 std::vector<std::string> segments(std::string_view path) {
   std::vector<std::string> parts;
   std::size_t start = 0;
@@ -131,13 +132,38 @@ std::vector<std::string> segments(std::string_view path) {
       continue;
     }
     const std::size_t end = path.find('/', start);
-    parts.emplace_back(path.substr(start, end == std::string_view::npos ? end : end - start));
+    parts.push_back(http::decode_path_segment(
+        path.substr(start, end == std::string_view::npos ? end : end - start)));
     if (end == std::string_view::npos)
       break;
     start = end;
   }
   return parts;
 }
+
+// What is wrong with an id a URL names (a user or a batch), or nothing. Ids are stored only
+// as task_submission.schema.json allows them: 1 to `max_chars` characters of UTF-8 without
+// control characters. Anything else names nothing stored, would make Postgres refuse the
+// query (not UTF-8) and must never reach a header (CR, LF).
+std::optional<std::string> id_problem(std::string_view id, std::size_t max_chars) {
+  if (id.empty())
+    return "must not be empty";
+  if (codec::sanitize_text(id) != id)
+    return "must be valid UTF-8 without NUL characters";
+  for (const char c : id) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f)
+      return "must not contain control characters";
+  }
+  if (codec::count_code_points(id) > max_chars)
+    return "must be at most " + std::to_string(max_chars) + " characters";
+  return std::nullopt;
+}
+
+// The most characters of a user id (task_submission.schema.json).
+constexpr std::size_t kMaxUserIdChars = 128;
+// The most bytes of a batch id (an upload's ?batch_id=).
+constexpr std::size_t kMaxBatchIdBytes = 200;
 
 // A query parameter that must be an integer in [lo, hi]; nullopt when absent, an error
 // response's message when malformed.
@@ -610,6 +636,10 @@ asio::awaitable<http::Response> Api::list_tasks(http::Request& request, const Ca
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
                                "user_id is required", "/query/user_id");
   }
+  if (auto problem = id_problem(*user, kMaxUserIdChars)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               "user_id " + *problem, "/query/user_id");
+  }
   if (!caller.may_act_for(*user))
     co_return forbidden(request, *user, "/query/user_id");
   query.user_id = *user;
@@ -675,6 +705,10 @@ asio::awaitable<http::Response> Api::cancel_task(http::Request& request, const C
 
 asio::awaitable<http::Response> Api::usage(http::Request& request, const Caller& caller,
                                            std::string user_id) {
+  if (auto problem = id_problem(user_id, kMaxUserIdChars)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               "user_id " + *problem, "/path/user_id");
+  }
   if (!caller.may_act_for(user_id))
     co_return forbidden(request, user_id, "/path/user_id");
   co_return co_await usage_of(request, user_id);
@@ -732,6 +766,10 @@ asio::awaitable<http::Response> Api::usage_of(http::Request& request,
 
 asio::awaitable<http::Response> Api::limits(http::Request& request, const Caller& caller,
                                             std::string user_id) {
+  if (auto problem = id_problem(user_id, kMaxUserIdChars)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               "user_id " + *problem, "/path/user_id");
+  }
   if (request.method() == bhttp::verb::put) {
     if (!caller.admin) {
       co_return http::make_error(request, http::Status::forbidden, "forbidden",
@@ -765,6 +803,8 @@ asio::awaitable<http::Response> Api::limits(http::Request& request, const Caller
 
 asio::awaitable<http::Response> Api::get_batch(http::Request& request, const Caller& caller,
                                                std::string batch_id) {
+  if (id_problem(batch_id, kMaxBatchIdBytes))
+    co_return not_found(request, "batch", batch_id);
   auto batch = co_await db_.run([&](pqxx::connection& c) { return pg::find_batch(c, batch_id); });
   if (!batch.ok())
     co_return store_unavailable(request, batch.error());
@@ -780,6 +820,8 @@ asio::awaitable<http::Response> Api::get_batch(http::Request& request, const Cal
 
 asio::awaitable<http::Response> Api::cancel_batch(http::Request& request, const Caller& caller,
                                                   std::string batch_id) {
+  if (id_problem(batch_id, kMaxBatchIdBytes))
+    co_return not_found(request, "batch", batch_id);
   auto batch = co_await db_.run([&](pqxx::connection& c) { return pg::find_batch(c, batch_id); });
   if (!batch.ok())
     co_return store_unavailable(request, batch.error());
@@ -901,10 +943,22 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     }
     priority = *parsed;
   }
-  if (!batch_id.empty() && (batch_id.size() > 200 || codec::sanitize_text(batch_id) != batch_id)) {
+  // The batch id goes into the Location header: a CR or LF in it would write headers of
+  // its own.
+  if (!batch_id.empty() &&
+      (batch_id.size() > kMaxBatchIdBytes || id_problem(batch_id, kMaxBatchIdBytes))) {
     co_await refuse(http::Status::bad_request, "invalid_request",
-                    "batch_id must be valid UTF-8 of at most 200 bytes", "/query/batch_id");
+                    "batch_id must be valid UTF-8 of at most " + std::to_string(kMaxBatchIdBytes) +
+                        " bytes without control characters",
+                    "/query/batch_id");
     co_return;
+  }
+  if (!user_id.empty()) {
+    if (auto problem = id_problem(user_id, kMaxUserIdChars)) {
+      co_await refuse(http::Status::bad_request, "invalid_request", "user_id " + *problem,
+                      "/query/user_id");
+      co_return;
+    }
   }
   if (!user_id.empty() && !caller.may_act_for(user_id)) {
     co_await respond(exchange, answered, forbidden(head, user_id, "/query/user_id"));
@@ -1077,13 +1131,14 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     take_line(buffer);
   if (body_failed) {
     co_await refuse(http::Status::bad_request, "invalid_request",
-                    "the request body could not be read to its end; nothing was stored");
+                    "the request body could not be read to its end; nothing was stored", "/");
     co_return;
   }
   if (too_many) {
     co_await refuse(http::Status::payload_too_large, "payload_too_large",
                     "a batch has at most " + std::to_string(config_.dispatcher.max_batch_lines) +
-                        " lines; nothing was stored");
+                        " lines; nothing was stored",
+                    "/line/" + std::to_string(config_.dispatcher.max_batch_lines + 1));
     co_return;
   }
   if (errors.empty() && lines == 0) {
@@ -1169,6 +1224,10 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
 asio::awaitable<void> Api::batch_results(http::Exchange& exchange, const Caller& caller,
                                          int& answered, std::string batch_id) {
   const http::Request& head = exchange.head();
+  if (id_problem(batch_id, kMaxBatchIdBytes)) {
+    co_await respond(exchange, answered, not_found(head, "batch", batch_id));
+    co_return;
+  }
   auto batch = co_await db_.run([&](pqxx::connection& c) { return pg::find_batch(c, batch_id); });
   if (!batch.ok()) {
     co_await respond(exchange, answered, store_unavailable(head, batch.error()));
@@ -1263,6 +1322,17 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
             (item->event == "execution" && replay.last_tools_done)));
       if (covered)
         continue;
+      if (item->event == "error" || item->event == "done") {
+        // Only the row says a task ended: an ending event while the row is not terminal (a
+        // forged or garbled message on the events topic) is not passed on, nor does it end
+        // the stream.
+        auto ended = co_await db_.run(
+            [&](pqxx::connection& c) { return pg::task_history_json(c, task_id); });
+        rapidjson::Document row;
+        if (!ended.ok() || !ended.value() || !codec::parse_json(row, *ended.value()) ||
+            !replay_of(row, task_id).terminal)
+          continue;
+      }
       if (key_of(item->event, item->step).first >= 0 && item->event != "step" &&
           sent[key_of("step", item->step)] == 0) {
         // The step started after the history was read but before the subscription.

@@ -269,9 +269,11 @@ bool Scheduler::pass(pqxx::connection& c) {
   int admitted_total = 0;
   try {
     for (const auto& [user_id, count] : plan.over_budget) {
-      const auto it = std::find_if(users.begin(), users.end(), [&](const limits::UserBacklog& u) {
-        return u.user_id == user_id;
-      });
+      // The binding is captured through a name of its own: clang 14 cannot capture
+      // structured bindings (the fuzz build, tests/fuzz).
+      const auto it =
+          std::find_if(users.begin(), users.end(),
+                       [&id = user_id](const limits::UserBacklog& u) { return u.user_id == id; });
       const std::string message =
           budget_message(currency_, it == users.end() ? 0 : it->limits.monthly_budget_micros,
                          it == users.end() ? 0 : it->spent_micros, config_.billing.time_zone);

@@ -70,7 +70,48 @@ void SubmitIngest::handle(kafka::InMessage message) {
   if (stopping_ || !owned_.count({message.topic, message.partition}))
     return;  // read again by the partition's owner
   offsets_.started({message.topic, message.partition}, message.offset);
-  asio::co_spawn(io_, ingest(std::move(message)), asio::detached);
+  if (message.key.empty()) {
+    asio::co_spawn(io_, ingest(std::move(message)), asio::detached);
+    return;
+  }
+  // Concurrent inserts of one user's messages could store a later one first: a later
+  // submission with the same idempotency key would then be the task, and the earlier one
+  // its duplicate or conflict.
+  auto& waiting = in_order_[message.key];
+  waiting.push_back(std::move(message));
+  if (waiting.size() == 1)
+    asio::co_spawn(io_, ingest_in_order(waiting.front().key), asio::detached);
+}
+
+asio::awaitable<void> SubmitIngest::ingest_in_order(std::string key) {
+  for (;;) {
+    auto waiting = in_order_.find(key);
+    if (waiting == in_order_.end())
+      co_return;
+    if (stopping_) {
+      // Not started: left uncommitted, read again by the partition's next owner.
+      in_order_.erase(waiting);
+      co_return;
+    }
+    // A copy: the message stays first in line (later ones wait) until it is done.
+    kafka::InMessage message = waiting->second.front();
+    bool ingested = true;
+    try {
+      co_await ingest(message);
+    } catch (const std::exception& e) {
+      ingested = false;
+      log::error("dispatcher",
+                 "submission not ingested, left for the next read: " + std::string(e.what()));
+    }
+    if (!ingested)
+      done(message, false);
+    waiting = in_order_.find(key);
+    waiting->second.pop_front();
+    if (waiting->second.empty()) {
+      in_order_.erase(waiting);
+      co_return;
+    }
+  }
 }
 
 void SubmitIngest::done(const kafka::InMessage& message, bool handled) {

@@ -7,14 +7,19 @@
 // unknown model or tool, a key reused with another body) go to the dead-letter topic with
 // the reason and their origin in headers; the partition moves on. A store outage is
 // retried a bounded number of times with backoff; a message still not stored is left
-// uncommitted, so the group reads it again.
+// uncommitted, so the group reads it again. Messages of one key (one user) are stored one
+// after the other, in the order they were sent, so the first of two submissions with the
+// same idempotency key is the task and the second the duplicate or the conflict; messages
+// of different keys are stored concurrently.
 //
 // Lifecycle: start() after construction, stop() before the io_context goes away.
 // Thread-safety: runs on the io_context's thread; librdkafka's poll thread only posts.
 
 #include <boost/asio/io_context.hpp>
 
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -38,6 +43,8 @@ class SubmitIngest {
 
  private:
   void handle(kafka::InMessage message);
+  // Ingests the messages waiting under `key`, oldest first, until none is left.
+  boost::asio::awaitable<void> ingest_in_order(std::string key);
   boost::asio::awaitable<void> ingest(kafka::InMessage message);
   // `user_id` and `task_id` (an existing task the message conflicts with) for the log,
   // when known.
@@ -56,6 +63,8 @@ class SubmitIngest {
   codec::SubmissionDefaults defaults_;
   OffsetTracker offsets_;
   std::set<std::pair<std::string, int>> owned_;
+  // Messages per key, the first one being ingested; a key is here while any are.
+  std::map<std::string, std::deque<kafka::InMessage>> in_order_;
   bool stopping_ = false;
   std::unique_ptr<kafka::Consumer> consumer_;
 };

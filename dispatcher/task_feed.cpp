@@ -4,6 +4,8 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
+#include <limits>
 #include <random>
 
 #include "core/adapters/log.hpp"
@@ -126,9 +128,17 @@ void TaskFeed::deliver(kafka::InMessage message) {
     auto usage = doc.FindMember("usage");
     if (on_result_ && user != doc.MemberEnd() && user->value.IsString()) {
       std::int64_t tokens = 0;
-      if (usage != doc.MemberEnd() && usage->value.IsObject())
-        tokens = int64_member(usage->value, "input_tokens") +
-                 int64_member(usage->value, "output_tokens");
+      if (usage != doc.MemberEnd() && usage->value.IsObject()) {
+        // Counts from the topic are not trusted to be sane: negative ones count 0 and the
+        // sum saturates instead of overflowing.
+        const std::int64_t input =
+            std::max<std::int64_t>(0, int64_member(usage->value, "input_tokens"));
+        const std::int64_t output =
+            std::max<std::int64_t>(0, int64_member(usage->value, "output_tokens"));
+        tokens = input > std::numeric_limits<std::int64_t>::max() - output
+                     ? std::numeric_limits<std::int64_t>::max()
+                     : input + output;
+      }
       on_result_(user->value.GetString(), task_id, tokens);
     }
   } else {

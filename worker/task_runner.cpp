@@ -28,6 +28,24 @@ namespace agentfleet::worker {
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 
+namespace {
+// A claim that failed on a store outage is tried again after 0.25, 0.5, 1, 2 and 4 s: long
+// enough to ride out a Postgres restart.
+constexpr int kClaimRetries = 5;
+constexpr int kClaimRetryBaseMs = 250;
+
+// The dispatch message's traceparent goes on to the model and tool calls as a header: only a
+// valid one, rebuilt as version 00 from its checked parts (a later version may append
+// fields, which could hold anything, a line break included); anything else is none.
+std::string traceparent_to_forward(std::string_view incoming) {
+  const std::string_view trace = log::trace_id_of(incoming);
+  if (trace.empty())
+    return {};
+  return "00-" + std::string(trace) + "-" + std::string(incoming.substr(36, 16)) + "-" +
+         std::string(incoming.substr(53, 2));
+}
+}  // namespace
+
 std::string_view to_string(RunOutcome outcome) {
   switch (outcome) {
     case RunOutcome::kFinished:
@@ -231,11 +249,32 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string use
   Run run;
   run.task_id = std::move(task_id);
   run.user_id = std::move(user_id);
-  run.traceparent = std::move(traceparent);
-  auto claim = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
-    return pg::claim_task(tx, run.task_id, worker_id_, config_.worker.lease_s,
-                          config_.dispatcher.max_attempts);
-  });
+  run.traceparent = traceparent_to_forward(traceparent);
+  auto claim_once = [&] {
+    return writes_.run(run.task_id, [&](pqxx::work& tx) {
+      return pg::claim_task(tx, run.task_id, worker_id_, config_.worker.lease_s,
+                            config_.dispatcher.max_attempts);
+    });
+  };
+  auto claim = co_await claim_once();
+  // A claim that failed on a store outage (a Postgres restart) is tried again for a few
+  // seconds: left alone, the task would wait in `dispatched` for the scheduler's
+  // redispatch_after_s (a minute), its deadline running if an earlier attempt started it.
+  // A claim whose commit was in doubt finds the task leased to this worker and skips it;
+  // that lease then expires and recovery dispatches it again.
+  for (int retry = 0; !claim.ok() && claim.error().retryable() && retry < kClaimRetries; ++retry) {
+    {
+      std::lock_guard lock(leases_mutex_);
+      if (draining_)
+        break;
+    }
+    log::warn("worker", run.log_context(), "claim failed, trying again: " + claim.error().message);
+    asio::steady_timer pause(co_await asio::this_coro::executor,
+                             std::chrono::milliseconds(kClaimRetryBaseMs << retry));
+    boost::system::error_code ec;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    claim = co_await claim_once();
+  }
   if (!claim.ok()) {
     log::error("worker", run.log_context(), "claim failed: " + claim.error().message);
     metrics_.claim(metrics::ClaimOutcome::kStoreUnavailable);

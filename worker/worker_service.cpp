@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "core/adapters/http/model_client.hpp"
 #include "core/adapters/http/tool_client.hpp"
@@ -113,7 +114,10 @@ int run_worker(const config::Config& config) {
     worker_metrics.set_in_flight(in_flight);
     if (!handled) {
       offsets.forget_offset({message.topic, message.partition}, message.offset);
-    } else if (auto commit = offsets.finished({message.topic, message.partition}, message.offset)) {
+    } else if (auto commit = offsets.finished({message.topic, message.partition}, message.offset);
+               commit && !draining) {
+      // Not while draining: the consumer has left the group (the next owner reads the
+      // messages again and skips their tasks, ended or leased here).
       consumer->commit(message.topic, message.partition, *commit);
     }
     if (!draining && in_flight < static_cast<std::size_t>(config.worker.max_in_flight)) {
@@ -279,8 +283,15 @@ int run_worker(const config::Config& config) {
       },
       asio::detached);
 
-  // Drain: stop consuming, let every run reach its next checkpoint and hand its task back
-  // (or finish), within the grace period; then flush, commit and leave the group.
+  // Drain: stop consuming and leave the group, let every run reach its next checkpoint and
+  // hand its task back (or finish), within the grace period; then flush.
+  // The group is left at once, not at exit: the scheduler dispatches a handed-back task
+  // again right away, to its user's partition, and new work keeps arriving there; while this
+  // worker held its partitions, all of that waited for the drain to end (up to the grace
+  // period) and a rebalance after it. Leaving blocks (a round trip to the coordinator, at
+  // most 10 s), so it runs on a thread of its own, joined before the consumer goes away
+  // (a jthread: also when an exception unwinds this function).
+  std::jthread leaving;
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (ec)
@@ -288,6 +299,7 @@ int run_worker(const config::Config& config) {
     draining = true;
     log::write("info", "worker", "draining: " + std::to_string(in_flight) + " tasks in flight");
     consumer->pause();
+    leaving = std::jthread([&consumer] { consumer->stop(); });
     runner.drain();
     asio::co_spawn(
         io,
@@ -355,6 +367,8 @@ int run_worker(const config::Config& config) {
   if (ops)
     ops->stop();
   const bool flushed = producer.flush(std::chrono::seconds(10));
+  if (leaving.joinable())
+    leaving.join();
   consumer->stop();
   // Postgres work still queued finishes before the runner and the clients it uses go away.
   db.join();

@@ -5,6 +5,7 @@
 #endif
 
 #include "core/codec/json_schema.hpp"
+#include "core/codec/json_text.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -816,6 +817,10 @@ std::optional<SchemaViolation> validate_json_text(std::string_view json,
   if (doc.HasParseError()) {
     return SchemaViolation{"", "invalid JSON at offset " + std::to_string(doc.GetErrorOffset()) +
                                    ": " + rapidjson::GetParseError_En(doc.GetParseError())};
+  }
+  if (auto offset = lone_surrogate_escape(json)) {
+    return SchemaViolation{"", "invalid JSON at offset " + std::to_string(*offset) +
+                                   ": a lone low surrogate escape is not a character"};
   }
   return validate(doc, schema_file);
 }

@@ -70,8 +70,46 @@ std::size_t utf8_sequence(const unsigned char* p, std::size_t left, char32_t& co
 }
 }  // namespace
 
+std::optional<std::size_t> lone_surrogate_escape(std::string_view json) {
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+  };
+  bool in_string = false;
+  bool after_high = false;  // the string's last character was a \uD800-\uDBFF escape
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (!in_string) {
+      in_string = c == '"';
+      after_high = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = false;
+    } else if (c != '\\') {
+      after_high = false;
+    } else if (i + 5 < json.size() && json[i + 1] == 'u' && hex(json[i + 2]) >= 0 &&
+               hex(json[i + 3]) >= 0 && hex(json[i + 4]) >= 0 && hex(json[i + 5]) >= 0) {
+      const int code = ((hex(json[i + 2]) * 16 + hex(json[i + 3])) * 16 + hex(json[i + 4])) * 16 +
+                       hex(json[i + 5]);
+      if (code >= 0xDC00 && code <= 0xDFFF && !after_high)
+        return i;
+      after_high = code >= 0xD800 && code <= 0xDBFF;
+      i += 5;
+    } else {
+      after_high = false;
+      ++i;  // the escaped character, a quote included
+    }
+  }
+  return std::nullopt;
+}
+
 bool parse_json(rapidjson::Document& doc, std::string_view text) {
   if (nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
+    return false;
+  if (lone_surrogate_escape(text))
     return false;
   doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(text.data(),
                                                                                     text.size());

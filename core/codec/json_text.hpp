@@ -5,6 +5,7 @@
 #include <rapidjson/document.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -13,10 +14,16 @@ namespace agentfleet::codec {
 inline constexpr int kMaxJsonDepth = 64;
 
 // Parses `text` into `doc` iteratively (no recursion on the input's nesting), requires
-// valid UTF-8, and refuses nesting deeper than kMaxJsonDepth, so a hostile body cannot
-// exhaust the stack of whoever later walks or serializes the document. False on any of
-// these; `doc` is then unusable.
+// valid UTF-8 (lone surrogate escapes included), and refuses nesting deeper than kMaxJsonDepth, so
+// a hostile body cannot exhaust the stack of whoever later walks or serializes the document. False
+// on any of these; `doc` is then unusable.
 bool parse_json(rapidjson::Document& doc, std::string_view text);
+
+// The offset of the first `\uDC00`-`\uDFFF` escape in a JSON string that does not follow a
+// `\uD800`-`\uDBFF` escape: a lone low surrogate, no character at all. RapidJSON 1.1
+// refuses a lone high surrogate but turns a lone low one into bytes that are not UTF-8
+// (which Postgres then refuses), so every parse of outside JSON checks for it first.
+std::optional<std::size_t> lone_surrogate_escape(std::string_view json);
 
 // Makes text storable anywhere (Postgres text/jsonb, headers of logs): invalid UTF-8
 // sequences become U+FFFD and NUL characters are dropped.

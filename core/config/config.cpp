@@ -29,6 +29,11 @@ using Allocator = rapidjson::Document::AllocatorType;
 
 constexpr std::string_view kSchemaFile = "config.schema.json";
 constexpr int kMaxYamlDepth = 64;
+// Values of the converted document at most. Aliases are copied where they are used, so an
+// alias of a list of aliases of lists... grows exponentially (450 bytes of YAML made 10^8
+// values and hung the loader: tests/fuzz/regressions/config_fuzz); a real configuration has a
+// few thousand.
+constexpr std::size_t kMaxYamlValues = 100000;
 
 // A problem found while converting or reading the document: a JSON pointer and what is
 // wrong there. load_config_text adds the source name and the YAML line: `line` when the
@@ -291,10 +296,15 @@ std::string substituted_value(const YAML::Node& node, const std::string& path,
   }
 }
 
+// `values` counts the values converted so far, against kMaxYamlValues.
 void yaml_to_json(const YAML::Node& node, Value& out, Allocator& alloc, const std::string& path,
-                  LineMap& lines, const Substitution& env, int depth) {
+                  LineMap& lines, const Substitution& env, int depth, std::size_t& values) {
   if (depth > kMaxYamlDepth) {
     throw Problem(path, "nested too deeply");
+  }
+  if (++values > kMaxYamlValues) {
+    throw Problem(path, "the configuration has more than " + std::to_string(kMaxYamlValues) +
+                            " values once its aliases are expanded");
   }
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
@@ -322,7 +332,7 @@ void yaml_to_json(const YAML::Node& node, Value& out, Allocator& alloc, const st
           lines.emplace(item_path, item.Mark().line + 1);
         }
         Value v;
-        yaml_to_json(item, v, alloc, item_path, lines, env, depth + 1);
+        yaml_to_json(item, v, alloc, item_path, lines, env, depth + 1, values);
         out.PushBack(v, alloc);
       }
       return;
@@ -345,7 +355,7 @@ void yaml_to_json(const YAML::Node& node, Value& out, Allocator& alloc, const st
         }
         Value k(name.c_str(), static_cast<SizeType>(name.size()), alloc);
         Value v;
-        yaml_to_json(entry.second, v, alloc, key_path, lines, env, depth + 1);
+        yaml_to_json(entry.second, v, alloc, key_path, lines, env, depth + 1, values);
         out.AddMember(k, v, alloc);
       }
       return;
@@ -1033,7 +1043,8 @@ Config load_config_text(const std::string& yaml_text, const std::string& source_
   rapidjson::Document doc;
   const Substitution env{lookup == nullptr ? process_environment : lookup, yaml_text};
   try {
-    yaml_to_json(root, doc, doc.GetAllocator(), "", lines, env, 0);
+    std::size_t values = 0;
+    yaml_to_json(root, doc, doc.GetAllocator(), "", lines, env, 0, values);
   } catch (const Problem& p) {
     fail(source_name, p.path, p.what(), lines, p.line);
   } catch (const YAML::Exception& e) {

@@ -16,6 +16,9 @@
 # letter for a submission naming the model `password=SECRET` (a secret nothing registers,
 # so only the `password=` pattern hides it). Then:
 #   - no planted secret (nor the right API key) is in any log file of any process;
+#   - nor in what the fleet stored or published: the database's rows (errors, results,
+#     traces, the ledger, the outbox) and every message and header of the five topics (the
+#     refused submission's own message aside), nor in the answers to the wrong keys;
 #   - those two lines show `[redacted]` where the secret was;
 #   - every line the dispatchers and workers wrote parses as a JSON object with ts, level,
 #     component and msg;
@@ -98,15 +101,18 @@ grep -qzF "AGENTFLEET_PG_URL=$planted_pg_url" "/proc/$FLEET_LAST_PID/environ" ||
 e2e_wait_consuming "$run_dir" worker-1 worker-2
 llm="http://127.0.0.1:$LLM_SIM_PORT"
 
-# Wrong keys (planted) are refused and must not be logged; so must the right one.
+# Wrong keys (planted) are refused, neither quoted in the answer (body or headers) nor
+# logged; the right one must not be logged either.
 for header in "Authorization: Bearer $wrong_key" "X-API-Key: $wrong_key"; do
-  code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -X POST "$api/v1/tasks" \
+  answer=$(curl -sS -i --max-time 10 -X POST "$api/v1/tasks" \
     -H "$header" -d '{"user_id":"logs-u1","text":"今天下午去买东西"}')
-  [[ "$code" == 401 ]] || fail "a wrong API key answered $code"
+  [[ "$answer" == "HTTP/1.1 401"* ]] || fail "a wrong API key answered ${answer%%$'\r'*}"
+  [[ "$answer" != *"$wrong_key"* ]] || fail "the answer to a wrong API key quotes it: $answer"
 done
-code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 "$api/v1/tasks?user_id=logs-u1" \
+answer=$(curl -sS -i --max-time 10 "$api/v1/tasks?user_id=logs-u1" \
   -H "Authorization: Bearer $wrong_key")
-[[ "$code" == 401 ]] || fail "a wrong API key answered $code"
+[[ "$answer" == "HTTP/1.1 401"* ]] || fail "a wrong API key answered ${answer%%$'\r'*}"
+[[ "$answer" != *"$wrong_key"* ]] || fail "the answer to a wrong API key quotes it: $answer"
 
 # submit TEXT USER TIMEOUT_S [TRACEPARENT] [MODEL]: prints the new task's id.
 submit() {
@@ -201,6 +207,22 @@ kill -KILL "$victim_pid"
 { wait "$victim_pid"; } 2>/dev/null || true
 ends "$recovered_task" succeeded action_completed 45
 
+# What the fleet stored and published, while Postgres and the broker still run: every row
+# of the database (the tasks' errors and results, each step's model reply and trace with
+# the tool results, the ledger, the outbox) and every message of the five topics, headers
+# included (the dead letters' reasons).
+pg_dump --data-only --no-owner "$AGENTFLEET_PG_URL" >"$run_dir/stored.sql" ||
+  fail "pg_dump of the fleet's database failed"
+[[ $(psql_q "SELECT count(*) FROM task_steps WHERE trace IS NOT NULL") -gt 0 ]] ||
+  fail "no step has a trace to look at"
+: >"$run_dir/published.txt"
+for topic in agent.tasks.submit agent.tasks.dispatch agent.tasks.results agent.tasks.events \
+  agent.tasks.dlq; do
+  timeout 30 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t "$topic" -e -q \
+    -f "$topic %k %h %s\n" >>"$run_dir/published.txt" || fail "kcat could not read $topic"
+done
+grep -q '^agent.tasks.results ' "$run_dir/published.txt" || fail "no result event was read"
+
 # Stop everything, so every line (drains, closing reports) is written.
 fleet_stop "$run_dir"
 
@@ -213,6 +235,22 @@ for secret in "$pg_secret" "$model_secret" "$kafka_secret" "$tool_secret" "$tool
   grep -nF -- "$secret" "${logs[@]}" >&2 || found=$?
   ((found == 1)) || fail "a secret ($secret) is in the logs (above: file:line), or grep failed"
 done
+# 1b. Nor in the database or on a topic: no error, result, trace or reason quotes one. The
+# one exception is the submission that put `password=...` in its model name itself: the
+# submit topic and its dead letter hold that message as it was sent (the sender's secret).
+for secret in "$pg_secret" "$model_secret" "$kafka_secret" "$tool_secret" "$tool_url_secret" \
+  "$wrong_key" "$right_key"; do
+  found=0
+  grep -nF -- "$secret" "$run_dir/stored.sql" "$run_dir/published.txt" >&2 || found=$?
+  ((found == 1)) || fail "a secret ($secret) is stored or published (above: file:line), or grep failed"
+done
+found=0
+grep -nF -- "$submit_secret" "$run_dir/stored.sql" >&2 || found=$?
+((found == 1)) || fail "the refused submission's secret is in the database (above)"
+found=0
+grep -F -- "$submit_secret" "$run_dir/published.txt" | grep -v '^agent.tasks.\(submit\|dlq\) ' >&2 ||
+  found=$?
+((found == 1)) || fail "the refused submission's secret is on a topic other than its own (above)"
 grep -q 'sasl.password = \[redacted\]' "$run_dir/logs/worker-1.log" ||
   fail "librdkafka did not print its configuration through the log (debug: conf)"
 

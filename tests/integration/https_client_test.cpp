@@ -22,8 +22,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/adapters/http/client.hpp"
+#include "core/adapters/http/model_client.hpp"
 
 namespace agentfleet::http {
 namespace {
@@ -63,10 +65,12 @@ std::filesystem::path cert_dir() {
   return dir;
 }
 
-// A TLS server answering every request with 200 "ok over tls"; remembers the SNI it saw.
+// A TLS server answering every request with 200 and `body` ("ok over tls"); remembers the
+// SNI it saw and counts the requests it read (after a handshake the client accepted).
 class TlsServer {
  public:
-  explicit TlsServer(const std::string& name) : context_(asio::ssl::context::tls_server) {
+  explicit TlsServer(const std::string& name, std::string body = "ok over tls")
+      : context_(asio::ssl::context::tls_server), body_(std::move(body)) {
     context_.use_certificate_chain_file((cert_dir() / (name + ".pem")).string());
     context_.use_private_key_file((cert_dir() / (name + ".key")).string(), asio::ssl::context::pem);
     acceptor_.open(asio::ip::tcp::v4());
@@ -83,6 +87,10 @@ class TlsServer {
   std::string sni() {
     std::lock_guard lock(mutex_);
     return sni_;
+  }
+  int requests() {
+    std::lock_guard lock(mutex_);
+    return requests_;
   }
 
  private:
@@ -113,8 +121,13 @@ class TlsServer {
                                      asio::redirect_error(asio::use_awaitable, ec));
     if (ec)
       co_return;
+    {
+      std::lock_guard lock(mutex_);
+      ++requests_;
+    }
     beast::http::response<beast::http::string_body> response{beast::http::status::ok, 11};
-    response.body() = "ok over tls";
+    response.set(beast::http::field::content_type, "application/json");
+    response.body() = body_;
     response.prepare_payload();
     co_await beast::http::async_write(stream, response,
                                       asio::redirect_error(asio::use_awaitable, ec));
@@ -126,6 +139,8 @@ class TlsServer {
   std::thread thread_;
   std::mutex mutex_;
   std::string sni_;
+  std::string body_;
+  int requests_ = 0;
 };
 
 // A pool's connections belong to the io_context that opened them: pass the one the pool
@@ -181,6 +196,64 @@ TEST(HttpsClient, AnUntrustedCertificateIsRefused) {
   TlsServer server("other");  // self-signed, not issued by the trusted CA
   auto response = get("https://localhost:" + std::to_string(server.port()) + "/");
   EXPECT_EQ(response.error, ClientErrorKind::kTls) << response.error_message;
+}
+
+// The model client on the same TLS stack (verification on, no option to turn it off): an
+// endpoint with a self-signed certificate is refused at the handshake, not retried, and no
+// request reaches it; the same endpoint is accepted once its certificate is issued by a CA
+// the deployment trusts (configured as the system trust store is: SSL_CERT_FILE or
+// SSL_CERT_DIR, which cert_dir() points at the test's CA).
+TEST(HttpsClient, AModelEndpointWithASelfSignedCertificateIsRefusedAndATrustedOneAnswers) {
+  cert_dir();
+  const std::string completion =
+      R"({"id":"c-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,)"
+      R"("message":{"role":"assistant","content":"hello over tls"},"finish_reason":"stop"}],)"
+      R"("usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}})";
+  TlsServer self_signed("other", completion);
+  TlsServer trusted("server", completion);
+  struct Asked {
+    Result<ModelReply> reply;
+    std::vector<ModelOutcome> attempts;
+  };
+  auto ask = [&](unsigned short port) {
+    config::ModelConfig model;
+    model.name = "m";
+    model.max_retries = 3;
+    model.retry.base_ms = 1;
+    model.retry.max_ms = 5;
+    config::ModelEndpoint endpoint;
+    endpoint.name = "tls";
+    endpoint.url = "https://localhost:" + std::to_string(port) + "/v1/chat/completions";
+    endpoint.api_key = "sk-test";
+    model.endpoints.push_back(endpoint);
+    asio::io_context io;
+    OpenAiModelClient client(io.get_executor(), {model});
+    std::vector<ModelOutcome> attempts;
+    client.set_observer([&](const ModelAttempt& a) { attempts.push_back(a.outcome); });
+    std::vector<Message> messages{Message{Role::kUser, "hello", {}, {}, {}}};
+    std::vector<ports::ToolSchema> tools;
+    ports::ModelRequest request;
+    request.model = "m";
+    request.messages = &messages;
+    request.tools = &tools;
+    request.deadline = std::chrono::steady_clock::now() + 10s;
+    auto future = asio::co_spawn(io, client.complete(std::move(request)), asio::use_future);
+    io.run();
+    return Asked{future.get(), attempts};
+  };
+
+  const Asked refused = ask(self_signed.port());
+  ASSERT_FALSE(refused.reply.ok());
+  EXPECT_NE(refused.reply.error().message.find("TLS"), std::string::npos)
+      << refused.reply.error().message;
+  EXPECT_EQ(refused.attempts, std::vector<ModelOutcome>{ModelOutcome::kConnectError})
+      << "one attempt: a certificate that is not trusted is not tried again";
+  EXPECT_EQ(self_signed.requests(), 0) << "the request (and its API key) reached the endpoint";
+
+  const Asked answered = ask(trusted.port());
+  ASSERT_TRUE(answered.reply.ok()) << answered.reply.error().message;
+  EXPECT_EQ(answered.reply.value().content, "hello over tls");
+  EXPECT_EQ(trusted.requests(), 1);
 }
 
 TEST(HttpsClient, PlainHttpToATlsPortFailsWithinTheDeadline) {

@@ -932,6 +932,23 @@ TEST_F(ConfigTest, ToolResultContextChars) {
                   "/react/tool_result_context_chars");
 }
 
+TEST_F(ConfigTest, AliasesThatExpandPastTheValueLimitAreRefused) {
+  // Each alias is copied where it is used: eight levels of ten aliases are 10^8 values from
+  // 450 bytes (tests/fuzz/regressions/config_fuzz/alias-expansion-bomb.yaml).
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int level = 1; level < 8; ++level) {
+    bomb += "a" + std::to_string(level) + ": &a" + std::to_string(level) + " [";
+    for (int i = 0; i < 10; ++i)
+      bomb += (i ? ", *a" : "*a") + std::to_string(level - 1);
+    bomb += "]\n";
+  }
+  EXPECT_CONTAINS(error_of(bomb), "values once its aliases are expanded");
+  // An alias used the ordinary way still works.
+  const Config c = load(kMinimal + "worker: {lease_s: &n 40, max_in_flight: *n}\n");
+  EXPECT_EQ(c.worker.lease_s, 40);
+  EXPECT_EQ(c.worker.max_in_flight, 40);
+}
+
 TEST_F(ConfigTest, PromptFileMatchesTheBuiltInPrompt) {
   std::ifstream in(std::string(AGENTFLEET_SOURCE_DIR) + "/config/system-prompt.zh.md",
                    std::ios::binary);

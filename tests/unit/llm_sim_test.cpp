@@ -439,7 +439,7 @@ TEST(LlmSimTest, DemoFileLoadsAndScriptsTheSixTasks) {
   }
   EXPECT_EQ(names, (std::vector<std::string>{"move_meeting", "move_named_meeting", "create_meeting",
                                              "complete_todo", "create_todo", "impossible_date",
-                                             "bench", "slow"}));
+                                             "bench", "slow", "impersonate"}));
 
   {  // 1. move the only meeting
     Chat chat("2月8日的会议改到晚上8点");

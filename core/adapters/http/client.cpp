@@ -99,6 +99,23 @@ ClientResponse failure(ClientErrorKind kind, std::string message) {
   return response;
 }
 
+// A header whose name or value holds CR, LF or NUL would end the header early and write
+// headers of its own (Beast sends values as they are): such a request is not sent. The
+// value is not quoted, as it may be a credential.
+std::optional<ClientResponse> unsendable_header(const ClientRequest& request) {
+  static constexpr std::string_view kBreaks("\r\n\0", 3);
+  for (const auto& [name, value] : request.headers) {
+    const auto bad_name = name.find_first_of(kBreaks);
+    if (name.empty() || bad_name != std::string::npos ||
+        value.find_first_of(kBreaks) != std::string::npos) {
+      return failure(ClientErrorKind::kUnsupported,
+                     "header '" + name.substr(0, bad_name) +
+                         "' holds a line break or NUL; the request was not sent");
+    }
+  }
+  return std::nullopt;
+}
+
 bool timed_out(const boost::system::error_code& ec) {
   return ec == beast::error::timeout || ec == asio::error::timed_out;
 }
@@ -352,6 +369,8 @@ asio::awaitable<ClientResponse> fetch(asio::any_io_executor executor, ClientRequ
   const auto url = Url::parse(request.url);
   if (!url)
     co_return failure(ClientErrorKind::kBadUrl, "invalid URL: " + redact_credentials(request.url));
+  if (auto refused = unsendable_header(request))
+    co_return std::move(*refused);
   if (std::chrono::steady_clock::now() >= request.deadline) {
     co_return failure(ClientErrorKind::kTimeout, "deadline passed before the call");
   }
@@ -570,6 +589,8 @@ asio::awaitable<ClientResponse> fetch_stream(asio::any_io_executor executor, Cli
   const auto url = Url::parse(request.url);
   if (!url)
     co_return failure(ClientErrorKind::kBadUrl, "invalid URL: " + redact_credentials(request.url));
+  if (auto refused = unsendable_header(request))
+    co_return std::move(*refused);
   if (Clock::now() >= request.deadline)
     co_return failure(ClientErrorKind::kTimeout, "deadline passed before the call");
   Opened opened =

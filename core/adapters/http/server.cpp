@@ -15,6 +15,8 @@
 #include <boost/beast/core.hpp>
 #include <limits>
 
+#include "core/codec/json_text.hpp"
+
 namespace agentfleet::http {
 
 namespace asio = boost::asio;
@@ -66,8 +68,9 @@ asio::awaitable<void> linger(beast::tcp_stream& stream, std::chrono::seconds lim
 }
 
 Response payload_too_large(const Request& head, std::uint64_t limit) {
+  // The path of the problem is the body as a whole.
   Response response = make_error(head, Status::payload_too_large, "payload_too_large",
-                                 "request body exceeds " + std::to_string(limit) + " bytes");
+                                 "request body exceeds " + std::to_string(limit) + " bytes", "/");
   response.keep_alive(false);
   return response;
 }
@@ -512,7 +515,11 @@ Response make_response(const Request& request, Status status, std::string body,
 }
 
 Response make_error(const Request& request, Status status, std::string_view code,
-                    std::string_view message, std::string_view path) {
+                    std::string_view raw_message, std::string_view raw_path) {
+  // Messages and paths may quote what the client sent (an id from the URL): the body stays
+  // valid UTF-8 JSON whatever those bytes were.
+  const std::string message = codec::sanitize_text(raw_message);
+  const std::string path = codec::sanitize_text(raw_path);
   rapidjson::StringBuffer out;
   rapidjson::Writer<rapidjson::StringBuffer> writer(out);
   writer.StartObject();
@@ -546,11 +553,12 @@ int hex_value(char c) {
   return -1;
 }
 
-std::string percent_decode(std::string_view text) {
+// `plus_is_space`: a query's '+' is a space (form encoding); a path's is itself.
+std::string percent_decode(std::string_view text, bool plus_is_space = true) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '+') {
+    if (plus_is_space && text[i] == '+') {
       out.push_back(' ');
     } else if (text[i] == '%' && i + 2 < text.size() && hex_value(text[i + 1]) >= 0 &&
                hex_value(text[i + 2]) >= 0) {
@@ -563,6 +571,10 @@ std::string percent_decode(std::string_view text) {
   return out;
 }
 }  // namespace
+
+std::string decode_path_segment(std::string_view segment) {
+  return percent_decode(segment, false);
+}
 
 std::optional<std::string> query_param(std::string_view target, std::string_view name) {
   const auto question = target.find('?');

@@ -194,5 +194,8 @@ Response make_error(const Request& request, Status status, std::string_view code
 // The path of a request target without its query, and one decoded query parameter.
 std::string_view target_path(std::string_view target);
 std::optional<std::string> query_param(std::string_view target, std::string_view name);
+// One segment of a path (split at '/' first), percent-decoded ('+' stays '+'): an id with
+// characters a URL cannot carry as they are arrives as the client encoded it.
+std::string decode_path_segment(std::string_view segment);
 
 }  // namespace agentfleet::http

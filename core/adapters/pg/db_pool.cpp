@@ -83,6 +83,19 @@ void DbPool::post_with_connection(std::function<void(pqxx::connection*, const Er
   });
 }
 
+pqxx::connection* DbPool::reopen_connection(int attempt, std::optional<Error>& error) {
+  drop_connection();
+  if (attempt > 0)
+    backoff(attempt - 1);
+  try {
+    return &connection();
+  } catch (const std::exception& e) {
+    drop_connection();
+    error = map_pg_error(e);
+    return nullptr;
+  }
+}
+
 std::unique_ptr<pqxx::connection> open_connection(const std::string& url, int statement_timeout_ms,
                                                   int connect_timeout_s) {
   // connect_timeout bounds the TCP/handshake part; statement_timeout every statement.

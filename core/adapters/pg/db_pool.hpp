@@ -17,6 +17,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -69,6 +70,12 @@ class DbPool {
   // Fire and forget: f runs on a pool thread with that thread's connection, or with nullptr
   // and the error when no connection could be opened. f must not throw.
   void post_with_connection(std::function<void(pqxx::connection*, const Error*)> f);
+
+  // Only inside a post_with_connection function, whose connection turned out broken (one
+  // that Postgres closed in a restart looks open until it is used): drops it and opens a
+  // new one for this thread, after a short backoff from the second try on (`attempt` > 0).
+  // nullptr and `error` set when Postgres cannot be reached.
+  pqxx::connection* reopen_connection(int attempt, std::optional<Error>& error);
 
   // The same on the calling thread (for start-up and dedicated loops).
   template <typename F>

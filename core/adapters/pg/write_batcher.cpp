@@ -4,6 +4,12 @@
 
 namespace agentfleet::pg {
 
+namespace {
+// New connections a batch may try after the one it started on broke (restart-stale
+// connections of every pool thread are found one by one, so one retry is usually enough).
+constexpr int kBrokenConnectionRetries = 3;
+}  // namespace
+
 WriteBatcher::WriteBatcher(DbPool& pool, int max_batches, int max_batch_size)
     : pool_(pool),
       max_batches_(std::max(1, max_batches)),
@@ -42,7 +48,19 @@ void WriteBatcher::start_batch_locked() {
       for (Write& write : batch)
         write.fail(*no_connection);
     } else if (!batch.empty()) {
-      write_batch(*c, batch);
+      for (int attempt = 0;; ++attempt) {
+        std::optional<Error> broken = write_batch(*c, batch);
+        if (!broken)
+          break;
+        std::optional<Error> unreachable;
+        if (attempt < kBrokenConnectionRetries)
+          c = pool_.reopen_connection(attempt, unreachable);
+        if (attempt >= kBrokenConnectionRetries || c == nullptr) {
+          for (Write& write : batch)
+            write.fail(unreachable ? *unreachable : *broken);
+          break;
+        }
+      }
     }
     for (Write& write : batch)
       write.complete();
@@ -53,9 +71,10 @@ void WriteBatcher::start_batch_locked() {
   });
 }
 
-void WriteBatcher::write_batch(pqxx::connection& c, std::deque<Write>& batch) {
+std::optional<Error> WriteBatcher::write_batch(pqxx::connection& c, std::deque<Write>& batch) {
   std::stable_sort(batch.begin(), batch.end(),
                    [](const Write& a, const Write& b) { return a.key < b.key; });
+  bool committing = false;
   try {
     pqxx::work tx(c);
     for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -72,15 +91,21 @@ void WriteBatcher::write_batch(pqxx::connection& c, std::deque<Write>& batch) {
         batch[i].fail(map_pg_error(e));
       }
     }
+    committing = true;
     tx.commit();
   } catch (const std::exception& e) {
-    // The commit (or the connection) failed: none of the batch is known to be written.
-    // An in-doubt commit is reported as transient, like any lost connection: the callers
-    // leave their tasks to lease recovery, which reads what was committed.
     const Error error = map_pg_error(e);
+    // Broken before the COMMIT was sent: nothing of the batch was written (values and
+    // errors stored so far are replaced when it runs again).
+    if (!committing && (dynamic_cast<const pqxx::broken_connection*>(&e) || !c.is_open()))
+      return error;
+    // The commit failed, or its outcome is unknown: none of the batch is known to be
+    // written. An in-doubt commit is reported as transient, like any lost connection: the
+    // callers leave their tasks to lease recovery, which reads what was committed.
     for (std::size_t i = 0; i < batch.size(); ++i)
       batch[i].fail(error);
   }
+  return std::nullopt;
 }
 
 }  // namespace agentfleet::pg

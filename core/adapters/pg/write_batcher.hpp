@@ -8,6 +8,12 @@
 // task id): rows are then locked in one global order, by batches and by the lease
 // heartbeat alike, so concurrent batches cannot deadlock.
 //
+// A connection that Postgres closed (a restart) looks open until it is used, so the first
+// batch after a restart breaks on it before writing anything; such a batch runs again, whole,
+// on a new connection (a few tries). A batch whose COMMIT was sent is never run again: its
+// outcome is unknown, and its callers get the error (they leave their tasks to lease
+// recovery, which reads what was committed).
+//
 // There is no timer: a batch is whatever queued while the previous batches were being
 // written, so an idle worker commits each write at once and a busy one commits hundreds
 // together. At most `max_batches` batches run at once on the DbPool's threads.
@@ -84,7 +90,10 @@ class WriteBatcher {
 
   void enqueue(Write write);
   void start_batch_locked();
-  void write_batch(pqxx::connection& c, std::deque<Write>& batch);
+  // Writes the batch in one transaction; every write gets its value or its error. Except
+  // when the connection broke before the COMMIT was sent: then nothing is written, nothing
+  // is answered, and the error is returned so that the batch can run again elsewhere.
+  std::optional<Error> write_batch(pqxx::connection& c, std::deque<Write>& batch);
 
   DbPool& pool_;
   const int max_batches_;

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# tests/fuzz/run_fuzzers.sh [SECONDS] [BUILD_DIR]: builds the fuzzers if needed (tools/build
+# fuzz, the fuzz targets only), replays every committed input of tests/fuzz/regressions/,
+# then runs each fuzzer for SECONDS (default 60), two at a time, on its seed corpus. New
+# inputs go to a temporary folder, never into the repository. Fails on any crash, leak,
+# timeout, out-of-memory or broken invariant, printing the reproducer's path (kept under
+# BUILD_DIR/fuzz-artifacts/) and its bytes in base64. BUILD_DIR defaults to build/fuzz.
+#
+# One fuzzer by hand: build/fuzz/tests/fuzz/config_fuzz -max_len=16384 NEW_DIR tests/fuzz/corpus/config_fuzz
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+seconds=${1:-60}
+build_dir=${2:-$root/build/fuzz}
+parallel=${AGENTFLEET_FUZZ_JOBS:-2}
+
+# Target and its -max_len: the largest input worth trying (the seeds fit).
+targets=(submission_fuzz model_response_fuzz react_json_fuzz config_fuzz api_request_fuzz)
+declare -A max_len=([submission_fuzz]=16384 [model_response_fuzz]=16384 [react_json_fuzz]=8192
+                    [config_fuzz]=16384 [api_request_fuzz]=16384)
+
+command -v clang++ >/dev/null || {
+  echo "run_fuzzers.sh: clang++ is missing (tools/setup installs clang and libclang-rt-14-dev)" >&2
+  exit 1
+}
+# One build of build/fuzz at a time (another run, or someone's tools/build fuzz).
+if [[ "$build_dir" == "$root/build/fuzz" ]]; then
+  flock /tmp/af-build-fuzz.lock "$root/tools/build" fuzz "${targets[@]}"
+else
+  flock /tmp/af-build-fuzz.lock cmake --build "$build_dir" --target "${targets[@]}"
+fi
+bin_dir=$build_dir/tests/fuzz
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/agentfleet-fuzz.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+artifacts=$build_dir/fuzz-artifacts
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_return=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+# Prints a failed run's reproducers (crash-*, leak-*, timeout-*, oom-*) and keeps them.
+report() {
+  local target=$1 dir=$2 found=0 file
+  mkdir -p "$artifacts/$target"
+  for file in "$dir"/crash-* "$dir"/leak-* "$dir"/timeout-* "$dir"/oom-* "$dir"/slow-unit-*; do
+    [[ -e "$file" ]] || continue
+    found=1
+    cp "$file" "$artifacts/$target/"
+    echo "run_fuzzers.sh: $target reproducer: $artifacts/$target/$(basename "$file")"
+    echo "  input (base64): $(base64 -w0 "$file")"
+    echo "  replay: $bin_dir/$target $artifacts/$target/$(basename "$file")"
+  done
+  ((found)) || echo "run_fuzzers.sh: $target failed without a reproducer file; see its log above"
+}
+
+status=0
+
+# 1. The committed regression inputs, each run once.
+for target in "${targets[@]}"; do
+  mapfile -t inputs < <(find "$root/tests/fuzz/regressions/$target" -type f ! -name '.*' \
+                        ! -name '*.md' | sort)
+  ((${#inputs[@]})) || continue
+  mkdir -p "$work/$target/regressions"
+  if ! (cd "$work/$target/regressions" && "$bin_dir/$target" "${inputs[@]}") \
+      >"$work/$target.regressions.log" 2>&1; then
+    cat "$work/$target.regressions.log"
+    echo "run_fuzzers.sh: $target fails on a committed regression input" >&2
+    status=1
+  else
+    echo "run_fuzzers.sh: $target: ${#inputs[@]} regression input(s) pass"
+  fi
+done
+((status == 0)) || exit 1
+
+# 2. Fuzzing, `parallel` fuzzers at a time. Each runs in an empty folder of its own (the
+# configuration loader resolves relative file names there) on a fresh corpus folder, first
+# so that libFuzzer writes only there, and the committed seeds.
+run_one() {
+  local target=$1 dir=$work/$1
+  mkdir -p "$dir/corpus" "$dir/run" "$dir/artifacts"
+  (cd "$dir/run" && "$bin_dir/$target" -max_total_time="$seconds" -rss_limit_mb=2048 \
+      -timeout=10 -print_final_stats=1 -max_len="${max_len[$target]}" \
+      -artifact_prefix="$dir/artifacts/" "$dir/corpus" "$root/tests/fuzz/corpus/$target") \
+    >"$dir/log" 2>&1
+}
+
+declare -A pid_of=()
+failed=()
+finish() {
+  local target=$1 pid=$2
+  if wait "$pid"; then
+    local execs speed
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$target/log" | tail -1)
+    speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/$target/log" | tail -1)
+    echo "run_fuzzers.sh: $target: clean for ${seconds}s, ${execs:-?} runs, ${speed:-?} exec/s"
+  else
+    tail -n 60 "$work/$target/log"
+    report "$target" "$work/$target/artifacts"
+    failed+=("$target")
+  fi
+}
+
+for target in "${targets[@]}"; do
+  while ((${#pid_of[@]} >= parallel)); do
+    wait -n || true
+    for t in "${!pid_of[@]}"; do
+      if ! kill -0 "${pid_of[$t]}" 2>/dev/null; then
+        finish "$t" "${pid_of[$t]}"
+        unset "pid_of[$t]"
+      fi
+    done
+  done
+  run_one "$target" &
+  pid_of[$target]=$!
+done
+for t in "${!pid_of[@]}"; do
+  finish "$t" "${pid_of[$t]}"
+done
+
+if ((${#failed[@]})); then
+  echo "run_fuzzers.sh: FAILED: ${failed[*]}" >&2
+  exit 1
+fi
+echo "run_fuzzers.sh: every fuzzer ran clean for ${seconds}s"
