@@ -15,8 +15,18 @@
 // glibc defines thrd_t as pthread_t, and mtx_t, cnd_t and once_flag with the size and
 // layout of pthread_mutex_t, pthread_cond_t and pthread_once_t (its own implementation
 // casts between them); the C11 types are not named here, so <threads.h> is not needed.
+//
+// A lock or condition that librdkafka creates on one thread and hands to another reaches
+// it through librdkafka's own reference counts, atomic instructions ThreadSanitizer does not
+// see in an uninstrumented library; it then reports the other thread's first
+// pthread_mutex_lock as racing with pthread_mutex_init (seen in a worker: a broker thread
+// made the lock, the io thread's produce took it). Every use of a lock or condition
+// happens after its initialization in any correct program, so init releases the object's
+// address and every later operation (destroy included) acquires it first: the annotation
+// states that ordering and nothing more. Our own code uses no C11 locks.
 
 #include <pthread.h>
+#include <sanitizer/tsan_interface.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -89,18 +99,22 @@ int mtx_init(pthread_mutex_t* mutex, int type) {
                             (type & 1) != 0 ? PTHREAD_MUTEX_RECURSIVE : PTHREAD_MUTEX_DEFAULT);
   const int error = pthread_mutex_init(mutex, &attributes);
   pthread_mutexattr_destroy(&attributes);
+  __tsan_release(mutex);
   return from_errno(error);
 }
 
 int mtx_lock(pthread_mutex_t* mutex) {
+  __tsan_acquire(mutex);
   return from_errno(pthread_mutex_lock(mutex));
 }
 
 int mtx_trylock(pthread_mutex_t* mutex) {
+  __tsan_acquire(mutex);
   return from_errno(pthread_mutex_trylock(mutex));
 }
 
 int mtx_timedlock(pthread_mutex_t* mutex, const struct timespec* until) {
+  __tsan_acquire(mutex);
   return from_errno(pthread_mutex_timedlock(mutex, until));
 }
 
@@ -109,31 +123,39 @@ int mtx_unlock(pthread_mutex_t* mutex) {
 }
 
 void mtx_destroy(pthread_mutex_t* mutex) {
+  __tsan_acquire(mutex);
   pthread_mutex_destroy(mutex);
 }
 
 int cnd_init(pthread_cond_t* condition) {
-  return from_errno(pthread_cond_init(condition, nullptr));
+  const int error = pthread_cond_init(condition, nullptr);
+  __tsan_release(condition);
+  return from_errno(error);
 }
 
 int cnd_signal(pthread_cond_t* condition) {
+  __tsan_acquire(condition);
   return from_errno(pthread_cond_signal(condition));
 }
 
 int cnd_broadcast(pthread_cond_t* condition) {
+  __tsan_acquire(condition);
   return from_errno(pthread_cond_broadcast(condition));
 }
 
 int cnd_wait(pthread_cond_t* condition, pthread_mutex_t* mutex) {
+  __tsan_acquire(condition);
   return from_errno(pthread_cond_wait(condition, mutex));
 }
 
 // `until` is on the TIME_UTC clock, which is CLOCK_REALTIME, the condition's default.
 int cnd_timedwait(pthread_cond_t* condition, pthread_mutex_t* mutex, const struct timespec* until) {
+  __tsan_acquire(condition);
   return from_errno(pthread_cond_timedwait(condition, mutex, until));
 }
 
 void cnd_destroy(pthread_cond_t* condition) {
+  __tsan_acquire(condition);
   pthread_cond_destroy(condition);
 }
 

@@ -298,7 +298,8 @@ void Server::start() {
   acceptor_.bind(endpoint);
   acceptor_.listen(asio::socket_base::max_listen_connections);
   bound_port_ = acceptor_.local_endpoint().port();
-  asio::co_spawn(executor_, accept_loop(), asio::detached);
+  std::lock_guard lock(acceptor_mutex_);
+  accept_next();
 }
 
 void Server::stop() {
@@ -310,8 +311,12 @@ void Server::stop() {
     stopped_ = true;
     open.swap(connections_);
   }
-  boost::system::error_code ignored;
-  acceptor_.close(ignored);
+  {
+    // The pending accept completes with operation_aborted and arms no other.
+    std::lock_guard lock(acceptor_mutex_);
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+  }
   for (const auto& connection : open) {
     // On the connection's strand: its coroutine (and a stream handler) may be using the
     // socket on another thread right now.
@@ -323,28 +328,38 @@ void Server::stop() {
   }
 }
 
-asio::awaitable<void> Server::accept_loop() {
-  for (;;) {
-    boost::system::error_code ec;
-    // Each connection gets its own strand: its socket, its deadline timer and its
-    // coroutine never run on two threads at once, and stop() can join in safely.
-    asio::any_io_executor strand = asio::make_strand(executor_);
-    tcp::socket socket =
-        co_await acceptor_.async_accept(strand, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec == asio::error::operation_aborted || !acceptor_.is_open())
-      co_return;
-    if (ec)
-      continue;  // a failed accept (e.g. peer reset) must not stop the listener
-    socket.set_option(tcp::no_delay(true), ec);
-    auto connection = std::make_shared<Connection>(std::move(socket));
+void Server::accept_next() {
+  if (!acceptor_.is_open())
+    return;
+  // Each connection gets its own strand: its socket, its deadline timer and its coroutine
+  // never run on two threads at once, and stop() can join in safely.
+  asio::any_io_executor strand = asio::make_strand(executor_);
+  acceptor_.async_accept(strand, [this, strand](boost::system::error_code ec, tcp::socket socket) {
     {
-      std::lock_guard lock(connections_mutex_);
-      if (stopped_)
-        co_return;
-      connections_.insert(connection);
+      std::lock_guard lock(acceptor_mutex_);
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open())
+        return;
     }
-    asio::co_spawn(strand, serve(connection), asio::detached);
+    // A failed accept (a peer that reset at once, no descriptor left) does not stop the
+    // listener.
+    if (!ec)
+      accepted(strand, std::move(socket));
+    std::lock_guard lock(acceptor_mutex_);
+    accept_next();
+  });
+}
+
+void Server::accepted(asio::any_io_executor strand, tcp::socket socket) {
+  boost::system::error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);
+  auto connection = std::make_shared<Connection>(std::move(socket));
+  {
+    std::lock_guard lock(connections_mutex_);
+    if (stopped_)
+      return;
+    connections_.insert(connection);
   }
+  asio::co_spawn(strand, serve(connection), asio::detached);
 }
 
 asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {

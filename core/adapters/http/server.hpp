@@ -161,7 +161,10 @@ class Server {
 
  private:
   struct Connection;
-  boost::asio::awaitable<void> accept_loop();
+  // Arms the next accept; the caller holds acceptor_mutex_.
+  void accept_next();
+  // Starts serving a connection the listener accepted on `strand`.
+  void accepted(boost::asio::any_io_executor strand, boost::asio::ip::tcp::socket socket);
   boost::asio::awaitable<void> serve(std::shared_ptr<Connection> connection);
   // Hands the request whose head `parser` holds to the stream handler; the connection
   // is closed afterwards. True when part of the request body was left unread.
@@ -177,6 +180,9 @@ class Server {
   ReplyHandler handler_;
   StreamPredicate wants_stream_;
   StreamHandler stream_handler_;
+  // The listener is touched only under acceptor_mutex_: the accept handler runs on the
+  // io_context's threads and stop() may close it from any thread.
+  std::mutex acceptor_mutex_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::uint16_t bound_port_ = 0;
   std::mutex connections_mutex_;
