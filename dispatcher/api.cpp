@@ -120,10 +120,7 @@ std::optional<codec::SchemaViolation> check_references(const config::Config& con
   return std::nullopt;
 }
 
-namespace {
-// The segments of a path, each percent-decoded: "/v1/users/a%20b/usage" -> {"v1", "users",
-// "a b", "usage"}.
-std::vector<std::string> segments(std::string_view path) {
+std::vector<std::string> path_segments(std::string_view path) {
   std::vector<std::string> parts;
   std::size_t start = 0;
   while (start < path.size()) {
@@ -141,10 +138,6 @@ std::vector<std::string> segments(std::string_view path) {
   return parts;
 }
 
-// What is wrong with an id a URL names (a user or a batch), or nothing. Ids are stored only
-// as task_submission.schema.json allows them: 1 to `max_chars` characters of UTF-8 without
-// control characters. Anything else names nothing stored, would make Postgres refuse the
-// query (not UTF-8) and must never reach a header (CR, LF).
 std::optional<std::string> id_problem(std::string_view id, std::size_t max_chars) {
   if (id.empty())
     return "must not be empty";
@@ -160,11 +153,7 @@ std::optional<std::string> id_problem(std::string_view id, std::size_t max_chars
   return std::nullopt;
 }
 
-// The most characters of a user id (task_submission.schema.json).
-constexpr std::size_t kMaxUserIdChars = 128;
-// The most bytes of a batch id (an upload's ?batch_id=).
-constexpr std::size_t kMaxBatchIdBytes = 200;
-
+namespace {
 // A query parameter that must be an integer in [lo, hi]; nullopt when absent, an error
 // response's message when malformed.
 std::variant<std::nullopt_t, int, std::string> int_param(std::string_view target,
@@ -374,7 +363,7 @@ std::string_view route_template(std::string_view path) {
     if (path == fixed)
       return fixed;
   }
-  const auto parts = segments(path);
+  const auto parts = path_segments(path);
   if (parts.size() < 3 || parts[0] != "v1")
     return "unmatched";
   if (parts[1] == "tasks") {
@@ -450,7 +439,7 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Caller&
   const std::string target(request.target());
   const std::string path(http::target_path(target));
   const auto method = request.method();
-  const auto parts = segments(path);
+  const auto parts = path_segments(path);
   auto not_allowed = [&](std::string_view allowed) {
     return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
                             "use " + std::string(allowed) + " on " + path, "/method");
@@ -885,7 +874,7 @@ asio::awaitable<bool> respond(http::Exchange& exchange, int& answered, http::Res
 
 bool Api::wants_stream(const http::Request& head) const {
   const std::string target(head.target());
-  const auto parts = segments(http::target_path(target));
+  const auto parts = path_segments(http::target_path(target));
   if (parts.size() < 2 || parts[0] != "v1")
     return false;
   if (head.method() == bhttp::verb::post && parts.size() == 2 && parts[1] == "batches")
@@ -902,7 +891,7 @@ asio::awaitable<void> Api::stream(http::Exchange& exchange) {
   const http::Request& head = exchange.head();
   const std::string target(head.target());
   const std::string path(http::target_path(target));
-  const auto parts = segments(path);
+  const auto parts = path_segments(path);
   int code = 200;
   auto caller = auth_.authenticate(head);
   if (auto* failure = std::get_if<AuthFailure>(&caller)) {

@@ -19,10 +19,13 @@
 
 #include <boost/asio/thread_pool.hpp>
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/adapters/http/server.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
@@ -99,6 +102,20 @@ std::optional<codec::SchemaViolation> check_references(const config::Config& con
 // The route template of a request path for the metrics ("/v1/tasks/{id}"); "unmatched"
 // for a path no route serves, so raw paths never become label values.
 std::string_view route_template(std::string_view path);
+
+// The segments of a request path, each percent-decoded, empty ones dropped:
+// "/v1/users/a%20b/usage" -> {"v1", "users", "a b", "usage"}; how the API routes.
+std::vector<std::string> path_segments(std::string_view path);
+
+// What is wrong with an id a URL names (a user or a batch), or nothing. Ids are stored only
+// as task_submission.schema.json allows them: 1 to `max_chars` characters of UTF-8 without
+// control characters. Anything else names nothing stored, would make Postgres refuse the
+// query (not UTF-8) and must never reach a header (CR, LF).
+std::optional<std::string> id_problem(std::string_view id, std::size_t max_chars);
+// The most characters of a user id (task_submission.schema.json).
+inline constexpr std::size_t kMaxUserIdChars = 128;
+// The most bytes of a batch id (an upload's ?batch_id=).
+inline constexpr std::size_t kMaxBatchIdBytes = 200;
 
 // A random (version 4) UUID.
 std::string new_task_id();

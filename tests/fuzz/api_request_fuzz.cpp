@@ -11,10 +11,11 @@
 //     reads, route_template, traceparent_for, Authenticator::authenticate in each auth mode
 //     (api_keys, gateway, none) and Caller::may_act_for, http::make_error / make_response
 //     with what the client sent quoted in them (the body must stay a JSON object);
-//   - the body codecs of the routes (by the path's segments, split and decoded as Api::route
-//     does): POST /v1/tasks -> codec::parse_submission (Api's submission_defaults) and
-//     check_references; PUT /v1/users/{id}/limits with a valid id -> parse_limits_body,
-//     then effective_limits and limits_json (a JSON object); POST /v1/batches (streamed)
+//   - the body codecs of the routes (by the path's segments: dispatcher::path_segments, as
+//     Api::route splits them): POST /v1/tasks -> codec::parse_submission (Api's
+//     submission_defaults) and check_references; PUT /v1/users/{id}/limits with a valid id ->
+//     parse_limits_body, then effective_limits and limits_json (a JSON object); POST /v1/batches
+//     (streamed)
 //     -> the query's priority, batch_id and user_id checks and, per JSON line,
 //     parse_submission with check_references.
 // Nothing here throws on input: any exception, crash, leak or UB is a finding.
@@ -124,41 +125,6 @@ Fixture& fixture() {
   return *f;
 }
 
-// Copies of two of api.cpp's private helpers, so the fuzzer takes the same turns as
-// Api::route. The split of a path into percent-decoded segments ("/v1//tasks/" -> {v1, tasks}):
-std::vector<std::string> segments(std::string_view path) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (start < path.size()) {
-    if (path[start] == '/') {
-      ++start;
-      continue;
-    }
-    const std::size_t end = path.find('/', start);
-    parts.push_back(http::decode_path_segment(
-        path.substr(start, end == std::string_view::npos ? end : end - start)));
-    if (end == std::string_view::npos)
-      break;
-    start = end;
-  }
-  return parts;
-}
-
-// and the check of an id from the URL (id_problem): 1 to `max_chars` characters of UTF-8,
-// no NUL, no control characters. The API answers 400 before using any other id.
-bool id_ok(std::string_view id, std::size_t max_chars) {
-  if (id.empty() || codec::sanitize_text(id) != id)
-    return false;
-  for (const char c : id) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f)
-      return false;
-  }
-  return codec::count_code_points(id) <= max_chars;
-}
-constexpr std::size_t kMaxUserIdChars = 128;
-constexpr std::size_t kMaxBatchIdBytes = 200;
-
 bool is_json_object(const std::string& text) {
   rapidjson::Document doc;
   return codec::parse_json(doc, text) && doc.IsObject();
@@ -226,7 +192,7 @@ void handle(http::Request& request, bool streamed) {
   require(is_json_object(forbidden.body()), "an error body that is not a JSON object");
   (void)http::make_response(request, http::Status::ok, R"({"status":"ok"})");
 
-  const auto parts = segments(path);
+  const auto parts = dispatcher::path_segments(path);
   if (parts.size() < 2 || parts[0] != "v1")
     return;
   const auto method = request.method();
@@ -243,10 +209,10 @@ void handle(http::Request& request, bool streamed) {
       batch.priority = *priority;
     }
     const std::string batch_id = query[7].value_or("");
-    if (!batch_id.empty() &&
-        (batch_id.size() > kMaxBatchIdBytes || !id_ok(batch_id, kMaxBatchIdBytes)))
+    if (!batch_id.empty() && (batch_id.size() > dispatcher::kMaxBatchIdBytes ||
+                              dispatcher::id_problem(batch_id, dispatcher::kMaxBatchIdBytes)))
       return;
-    if (!user_id.empty() && !id_ok(user_id, kMaxUserIdChars))
+    if (!user_id.empty() && dispatcher::id_problem(user_id, dispatcher::kMaxUserIdChars))
       return;
     const std::string_view body = request.body();
     std::size_t start = 0;
@@ -265,7 +231,8 @@ void handle(http::Request& request, bool streamed) {
   if (parts[1] == "tasks" && parts.size() == 2 && method == bhttp::verb::post) {
     check_submission(request.body(), f.defaults, callers);
   } else if (parts[1] == "users" && parts.size() == 4 && parts[3] == "limits" &&
-             method == bhttp::verb::put && id_ok(parts[2], kMaxUserIdChars)) {
+             method == bhttp::verb::put &&
+             !dispatcher::id_problem(parts[2], dispatcher::kMaxUserIdChars)) {
     auto parsed = dispatcher::parse_limits_body(f.api_keys, parts[2], request.body());
     if (auto* overrides = std::get_if<agentfleet::pg::UserOverrides>(&parsed)) {
       const auto effective = dispatcher::effective_limits(f.api_keys, *overrides);

@@ -30,6 +30,7 @@
 
 #include "core/adapters/http/client.hpp"
 #include "core/domain/task.hpp"
+#include "tests/integration/fleet_client.hpp"
 #include "tests/integration/fleet_env.hpp"
 
 namespace agentfleet {
@@ -37,6 +38,11 @@ namespace {
 
 using namespace std::chrono_literals;
 namespace bhttp = boost::beast::http;
+using test::at;
+using test::num;
+using test::pg_count;
+using test::pg_row;
+using test::str;
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
 const std::string kU1Key = "af-dev-u1-key";  // acts for u1 only
@@ -78,22 +84,10 @@ struct Call {
 };
 
 http::ClientResponse call(Call c) {
-  boost::asio::io_context io;
-  http::ClientRequest request;
-  request.method = c.method;
-  request.url = base_url() + c.path;
-  request.body = std::move(c.body);
-  request.content_type = c.content_type;
-  request.headers = std::move(c.headers);
   if (!c.key.empty())
-    request.headers.emplace_back("Authorization", "Bearer " + c.key);
-  request.deadline = std::chrono::steady_clock::now() + c.timeout;
-  auto future = boost::asio::co_spawn(io, http::fetch(io.get_executor(), std::move(request)),
-                                      boost::asio::use_future);
-  io.run();
-  auto response = future.get();
-  EXPECT_TRUE(response.ok()) << c.path << ": " << response.error_message;
-  return response;
+    c.headers.emplace_back("Authorization", "Bearer " + c.key);
+  return test::fetch(base_url() + c.path, c.method, std::move(c.body), std::move(c.headers),
+                     c.timeout, c.content_type);
 }
 
 http::ClientResponse get(const std::string& path, const std::string& key = admin_key()) {
@@ -117,30 +111,8 @@ rapidjson::Document parse(const std::string& text) {
   return doc;
 }
 
-std::string str(const rapidjson::Value& v, const char* name) {
-  if (!v.IsObject())
-    return {};
-  auto it = v.FindMember(name);
-  return it != v.MemberEnd() && it->value.IsString() ? it->value.GetString() : std::string();
-}
-
-std::int64_t num(const rapidjson::Value& v, const char* name) {
-  if (!v.IsObject())
-    return -1;
-  auto it = v.FindMember(name);
-  return it != v.MemberEnd() && it->value.IsInt64() ? it->value.GetInt64() : -1;
-}
-
-// Safe reads of answers that may not have the expected shape (RapidJSON asserts on a
-// member of a non-object): a missing member or element reads as null, a non-array as empty.
-const rapidjson::Value& at(const rapidjson::Value& v, const char* name) {
-  static const rapidjson::Value kNull;
-  if (!v.IsObject())
-    return kNull;
-  auto it = v.FindMember(name);
-  return it != v.MemberEnd() ? it->value : kNull;
-}
-
+// Safe reads of answers that may not have the expected shape (fleet_client.hpp): a missing
+// element reads as null, a non-array as empty.
 const rapidjson::Value& item(const rapidjson::Value& v, rapidjson::SizeType i) {
   static const rapidjson::Value kNull;
   return v.IsArray() && i < v.Size() ? v[i] : kNull;
@@ -177,21 +149,6 @@ std::int64_t sum_of(const rapidjson::Value& v) {
 bool is_terminal_status(const std::string& status) {
   auto parsed = parse_task_status(status);
   return parsed && is_terminal(*parsed);
-}
-
-template <typename... Args>
-pqxx::row pg_row(const std::string& sql, const Args&... args) {
-  pqxx::connection db(pg_url());
-  pqxx::work tx(db);
-  pqxx::row row = tx.exec_params1(sql, args...);
-  tx.commit();
-  return row;
-}
-
-template <typename... Args>
-std::int64_t pg_count(const std::string& sql, const Args&... args) {
-  const pqxx::row row = pg_row(sql, args...);
-  return row[0].as<std::int64_t>();
 }
 
 std::string submission(const std::string& user_id, const std::string& text, const std::string& key,

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/adapters/http/client.hpp"
+#include "tests/integration/fleet_client.hpp"
 #include "tests/integration/fleet_env.hpp"
 
 namespace agentfleet {
@@ -44,22 +45,18 @@ namespace {
 
 using namespace std::chrono_literals;
 namespace bhttp = boost::beast::http;
-using Headers = std::vector<std::pair<std::string, std::string>>;
-
-std::map<std::string, std::string>& env() {
-  static std::map<std::string, std::string> values = test::fleet_env();
-  return values;
-}
-
-// This run's tag, in every id the tests make up.
-const std::string& run_tag() {
-  static const std::string tag =
-      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count() %
-                     1000000000);
-  return tag;
-}
+using test::at;
+using test::env;
+using test::fetch;
+using test::Headers;
+using test::metric_sum;
+using test::parse;
+using test::pg_count;
+using test::pg_row;
+using test::run_tag;
+using test::str;
+using test::url_encode;
+using test::worker_metrics_urls;
 
 std::string user(const std::string& name) {
   return "cat-" + name + "-" + run_tag();
@@ -77,58 +74,16 @@ struct Call {
   std::chrono::seconds timeout = 15s;
 };
 
-http::ClientResponse fetch(const std::string& url, bhttp::verb method, std::string body,
-                           Headers headers, std::string content_type = "application/json",
-                           std::chrono::seconds timeout = 15s) {
-  boost::asio::io_context io;
-  http::ClientRequest request;
-  request.method = method;
-  request.url = url;
-  request.body = std::move(body);
-  request.content_type = std::move(content_type);
-  request.headers = std::move(headers);
-  request.deadline = std::chrono::steady_clock::now() + timeout;
-  auto future = boost::asio::co_spawn(io, http::fetch(io.get_executor(), std::move(request)),
-                                      boost::asio::use_future);
-  io.run();
-  auto response = future.get();
-  EXPECT_TRUE(response.ok()) << url << ": " << response.error_message;
-  return response;
-}
-
 http::ClientResponse call(const Call& c) {
   Headers headers;
   if (!c.key.empty())
     headers.emplace_back("Authorization", "Bearer " + c.key);
-  return fetch(env()["AGENTFLEET_URL"] + c.target, c.method, c.body, headers, c.content_type,
-               c.timeout);
+  return fetch(env()["AGENTFLEET_URL"] + c.target, c.method, c.body, headers, c.timeout,
+               c.content_type);
 }
 
 http::ClientResponse get(const std::string& target) {
   return call({bhttp::verb::get, target});
-}
-
-rapidjson::Document parse(const std::string& text) {
-  rapidjson::Document doc;
-  doc.Parse(text.c_str(), text.size());
-  return doc;
-}
-
-std::string str(const rapidjson::Value& v, const char* name) {
-  if (!v.IsObject())
-    return {};
-  auto it = v.FindMember(name);
-  return it != v.MemberEnd() && it->value.IsString()
-             ? std::string(it->value.GetString(), it->value.GetStringLength())
-             : std::string();
-}
-
-const rapidjson::Value& at(const rapidjson::Value& v, const char* name) {
-  static const rapidjson::Value kNull;
-  if (!v.IsObject())
-    return kNull;
-  auto it = v.FindMember(name);
-  return it != v.MemberEnd() ? it->value : kNull;
 }
 
 // The one error shape, {"error":{"code","message","path"}}: the status, the code, a
@@ -156,23 +111,6 @@ void expect_error(const http::ClientResponse& response, int status, const std::s
   EXPECT_TRUE(response.header("X-Injected").empty()) << "a header was injected";
 }
 
-// Percent-encoding of one URL component.
-std::string encode(const std::string& text) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (std::isalnum(u) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(c);
-    } else {
-      out += '%';
-      out += kHex[u >> 4];
-      out += kHex[u & 0xf];
-    }
-  }
-  return out;
-}
-
 // Every process of the fleet answers /healthz: the dispatcher (API and metrics ports) and
 // each worker's metrics port.
 void expect_fleet_alive() {
@@ -188,41 +126,8 @@ void expect_fleet_alive() {
   }
 }
 
-// The sum of the samples of a series (a metric with some of its labels) over the given
-// processes' /metrics.
-double metric_sum(const std::vector<std::string>& urls, const std::string& prefix) {
-  double sum = 0;
-  for (const auto& url : urls) {
-    std::istringstream lines(fetch(url + "/metrics", bhttp::verb::get, {}, {}).body);
-    for (std::string line; std::getline(lines, line);) {
-      if (line.rfind(prefix, 0) == 0)
-        sum += std::stod(line.substr(line.rfind(' ') + 1));
-    }
-  }
-  return sum;
-}
-
-std::vector<std::string> worker_metrics_urls() {
-  return test::split_list(env()["AGENTFLEET_WORKER_METRICS_URLS"]);
-}
-
 // ---------------------------------------------------------------------------------------
 // Postgres
-
-template <typename... Args>
-pqxx::row pg_row(const std::string& sql, const Args&... args) {
-  pqxx::connection db(env()["AGENTFLEET_PG_URL"]);
-  pqxx::work tx(db);
-  pqxx::row row = tx.exec_params1(sql, args...);
-  tx.commit();
-  return row;
-}
-
-template <typename... Args>
-std::int64_t pg_count(const std::string& sql, const Args&... args) {
-  const pqxx::row row = pg_row(sql, args...);
-  return row[0].as<std::int64_t>();
-}
 
 std::int64_t tasks_of(const std::string& user_id) {
   return pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", user_id);
@@ -759,17 +664,17 @@ TEST(BadInputCatalogue, InjectionStringsAreStoredVerbatimOrRefusedAndNeverExecut
   EXPECT_EQ(tasks_of(u), 1);
 
   // The user in a query string and in a path, percent-encoded: the same user.
-  auto list = call({bhttp::verb::get, "/v1/tasks?user_id=" + encode(u)});
+  auto list = call({bhttp::verb::get, "/v1/tasks?user_id=" + url_encode(u)});
   ASSERT_EQ(list.status, 200) << list.body;
   auto tasks = parse(list.body);
   ASSERT_TRUE(at(tasks, "tasks").IsArray());
   ASSERT_EQ(at(tasks, "tasks").Size(), 1u) << list.body;
   EXPECT_EQ(str(at(tasks, "tasks")[0], "task_id"), id);
-  auto usage = call({bhttp::verb::get, "/v1/users/" + encode(u) + "/usage"});
+  auto usage = call({bhttp::verb::get, "/v1/users/" + url_encode(u) + "/usage"});
   ASSERT_EQ(usage.status, 200) << usage.body;
   EXPECT_EQ(str(parse(usage.body), "user_id"), u) << "the path names the user, decoded";
-  auto limits =
-      call({bhttp::verb::put, "/v1/users/" + encode(u) + "/limits", R"({"max_concurrency":3})"});
+  auto limits = call(
+      {bhttp::verb::put, "/v1/users/" + url_encode(u) + "/limits", R"({"max_concurrency":3})"});
   ASSERT_EQ(limits.status, 200) << limits.body;
   EXPECT_EQ(str(parse(limits.body), "user_id"), u);
   EXPECT_EQ(pg_count("SELECT max_concurrency FROM user_limits WHERE user_id = $1", u), 3);
@@ -780,29 +685,29 @@ TEST(BadInputCatalogue, InjectionStringsAreStoredVerbatimOrRefusedAndNeverExecut
       call({bhttp::verb::post, "/v1/tasks", submission(wild + "-a", "删除2月30日的日程", "w")})
           .status,
       201);
-  auto none = parse(call({bhttp::verb::get, "/v1/tasks?user_id=" + encode(wild + "-%")}).body);
+  auto none = parse(call({bhttp::verb::get, "/v1/tasks?user_id=" + url_encode(wild + "-%")}).body);
   ASSERT_TRUE(at(none, "tasks").IsArray());
   EXPECT_EQ(at(none, "tasks").Size(), 0u) << "'%' is not a pattern";
-  auto none2 = parse(call({bhttp::verb::get, "/v1/tasks?user_id=" + encode(wild + "-_")}).body);
+  auto none2 = parse(call({bhttp::verb::get, "/v1/tasks?user_id=" + url_encode(wild + "-_")}).body);
   EXPECT_EQ(at(none2, "tasks").Size(), 0u) << "'_' is not a pattern";
 
   // A batch id with SQL in it: stored as it is, found again by the path that names it.
   const std::string batch_id = user("sql-batch") + "'; DROP TABLE batches;--";
   auto uploaded =
-      call({bhttp::verb::post, "/v1/batches?batch_id=" + encode(batch_id),
+      call({bhttp::verb::post, "/v1/batches?batch_id=" + url_encode(batch_id),
             submission(user("sql-b"), "删除2月30日的日程", "b-1") + "\n", "application/x-ndjson"});
   ASSERT_EQ(uploaded.status, 201) << uploaded.body;
   EXPECT_EQ(str(parse(uploaded.body), "batch_id"), batch_id);
   EXPECT_EQ(uploaded.header("Location"), "/v1/batches/" + batch_id);
-  auto found = call({bhttp::verb::get, "/v1/batches/" + encode(batch_id)});
+  auto found = call({bhttp::verb::get, "/v1/batches/" + url_encode(batch_id)});
   ASSERT_EQ(found.status, 200) << found.body;
   EXPECT_EQ(str(parse(found.body), "batch_id"), batch_id);
   EXPECT_EQ(pg_count("SELECT count(*) FROM batches WHERE batch_id = $1", batch_id), 1);
 
   // A header break in the batch id writes no header: refused before anything is stored.
-  auto injected =
-      call({bhttp::verb::post, "/v1/batches?batch_id=" + encode(user("hdr") + "\r\nX-Injected: 1"),
-            submission(user("hdr-b"), "删除2月30日的日程", "h-1") + "\n", "application/x-ndjson"});
+  auto injected = call(
+      {bhttp::verb::post, "/v1/batches?batch_id=" + url_encode(user("hdr") + "\r\nX-Injected: 1"),
+       submission(user("hdr-b"), "删除2月30日的日程", "h-1") + "\n", "application/x-ndjson"});
   expect_error(injected, 400, "invalid_request", "/query/batch_id");
   EXPECT_EQ(tasks_of(user("hdr-b")), 0);
   expect_fleet_alive();
@@ -1057,7 +962,7 @@ TEST(BadInputCatalogue, TheDispatchTopicDeadLettersEachWithItsReasonAndTheNextTa
 std::vector<std::pair<std::string, std::string>> read_stream(const std::string& task_id) {
   Headers headers = {{"Authorization", "Bearer af-dev-admin-key"}, {"Accept", "text/event-stream"}};
   auto response = fetch(env()["AGENTFLEET_URL"] + "/v1/tasks/" + task_id + "/events",
-                        bhttp::verb::get, {}, headers, "application/json", 60s);
+                        bhttp::verb::get, {}, headers, 60s);
   EXPECT_EQ(response.status, 200) << response.body;
   std::vector<std::pair<std::string, std::string>> events;
   std::istringstream lines(response.body);
@@ -1078,6 +983,13 @@ TEST(BadInputCatalogue, TheFeedIgnoresBadResultsAndEventsAndAnswersWaitersFromTh
   auto created = call({bhttp::verb::post, "/v1/tasks", submission(u, "slow: steps=5", "feed-1")});
   ASSERT_EQ(created.status, 201) << created.body;
   const std::string id = str(parse(created.body), "task_id");
+  const std::vector<std::string> dispatcher_metrics = {env()["AGENTFLEET_DISPATCHER_METRICS_URL"]};
+  const auto open_waits = [&](std::string_view kind) {
+    return metric_sum(dispatcher_metrics,
+                      "agentfleet_api_open_waits{kind=\"" + std::string(kind) + "\"}");
+  };
+  const double polls_before = open_waits("long_poll");
+  const double streams_before = open_waits("event_stream");
   auto poll = std::async(std::launch::async, [&] {
     return call({bhttp::verb::get,
                  "/v1/tasks/" + id + "?wait=30",
@@ -1093,7 +1005,15 @@ TEST(BadInputCatalogue, TheFeedIgnoresBadResultsAndEventsAndAnswersWaitersFromTh
          std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(50ms);  // polling a bounded wait
   }
-  std::this_thread::sleep_for(300ms);  // the stream and the poll are open by now
+  // The long poll and the stream are subscribed to the feed (each gauge counts a wait from
+  // its subscription on) before the garbage goes out.
+  while (
+      (open_waits("long_poll") <= polls_before || open_waits("event_stream") <= streams_before) &&
+      std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(50ms);  // polling a bounded wait
+  }
+  ASSERT_GT(open_waits("long_poll"), polls_before) << "the long poll never opened";
+  ASSERT_GT(open_waits("event_stream"), streams_before) << "the event stream never opened";
 
   // Garbage on both topics, a result and progress events that say the task ended while it
   // runs, and token counts that overflow.

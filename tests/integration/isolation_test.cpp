@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "core/adapters/http/client.hpp"
+#include "tests/integration/fleet_client.hpp"
 #include "tests/integration/fleet_env.hpp"
 
 namespace agentfleet {
@@ -59,45 +60,24 @@ namespace {
 
 using namespace std::chrono_literals;
 namespace bhttp = boost::beast::http;
-using Headers = std::vector<std::pair<std::string, std::string>>;
+using test::Headers;
 
 const std::string kAdminKey = "af-dev-admin-key";
 const std::string kU1Key = "af-dev-u1-key";  // acts for u1 only
 const std::string kU2Key = "af-dev-u2-key";  // acts for u2 only
 
-std::map<std::string, std::string>& env() {
-  static std::map<std::string, std::string> values = test::fleet_env();
-  return values;
-}
-
-const std::string& run_tag() {
-  static const std::string tag =
-      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count() %
-                     1000000000);
-  return tag;
-}
+using test::at;
+using test::env;
+using test::fetch;
+using test::num;
+using test::parse;
+using test::pg_row;
+using test::run_tag;
+using test::str;
+using test::url_encode;
 
 std::string user(const std::string& name) {
   return "iso-" + name + "-" + run_tag();
-}
-
-http::ClientResponse fetch(const std::string& url, bhttp::verb method, std::string body = {},
-                           Headers headers = {}, std::chrono::seconds timeout = 15s) {
-  boost::asio::io_context io;
-  http::ClientRequest request;
-  request.method = method;
-  request.url = url;
-  request.body = std::move(body);
-  request.headers = std::move(headers);
-  request.deadline = std::chrono::steady_clock::now() + timeout;
-  auto future = boost::asio::co_spawn(io, http::fetch(io.get_executor(), std::move(request)),
-                                      boost::asio::use_future);
-  io.run();
-  auto response = future.get();
-  EXPECT_TRUE(response.ok()) << url << ": " << response.error_message;
-  return response;
 }
 
 // The dispatcher's API as `key`.
@@ -112,34 +92,6 @@ http::ClientResponse api(bhttp::verb method, const std::string& target, const st
 http::ClientResponse tool_sim(bhttp::verb method, const std::string& target, std::string body = {},
                               Headers headers = {}) {
   return fetch(env()["TOOL_SIM_URL"] + target, method, std::move(body), std::move(headers));
-}
-
-rapidjson::Document parse(const std::string& text) {
-  rapidjson::Document doc;
-  doc.Parse(text.c_str(), text.size());
-  return doc;
-}
-
-std::string str(const rapidjson::Value& v, const char* name) {
-  if (!v.IsObject())
-    return {};
-  auto it = v.FindMember(name);
-  return it != v.MemberEnd() && it->value.IsString()
-             ? std::string(it->value.GetString(), it->value.GetStringLength())
-             : std::string();
-}
-
-const rapidjson::Value& at(const rapidjson::Value& v, const char* name) {
-  static const rapidjson::Value kNull;
-  if (!v.IsObject())
-    return kNull;
-  auto it = v.FindMember(name);
-  return it != v.MemberEnd() ? it->value : kNull;
-}
-
-std::int64_t num(const rapidjson::Value& v, const char* name) {
-  const auto& m = at(v, name);
-  return m.IsInt64() ? m.GetInt64() : -1;
 }
 
 void expect_error(const http::ClientResponse& response, int status, const std::string& code,
@@ -176,31 +128,6 @@ rapidjson::Document wait_terminal(const std::string& task_id, const std::string&
       return doc;
     }
   }
-}
-
-std::string encode(const std::string& text) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (std::isalnum(u) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(c);
-    } else {
-      out += '%';
-      out += kHex[u >> 4];
-      out += kHex[u & 0xf];
-    }
-  }
-  return out;
-}
-
-template <typename... Args>
-pqxx::row pg_row(const std::string& sql, const Args&... args) {
-  pqxx::connection db(env()["AGENTFLEET_PG_URL"]);
-  pqxx::work tx(db);
-  pqxx::row row = tx.exec_params1(sql, args...);
-  tx.commit();
-  return row;
 }
 
 // The sum over the workers' /metrics of the samples of `name` that carry every label.
@@ -272,7 +199,7 @@ const rapidjson::Value* trace_entry(const std::vector<const rapidjson::Value*>& 
 
 // tool-sim's record of executed calls for one user.
 rapidjson::Document records_of(const std::string& user_id) {
-  auto response = tool_sim(bhttp::verb::get, "/records?user_id=" + encode(user_id));
+  auto response = tool_sim(bhttp::verb::get, "/records?user_id=" + url_encode(user_id));
   EXPECT_EQ(response.status, 200) << response.body;
   return parse(response.body);
 }
@@ -494,7 +421,7 @@ TEST(Isolation, AToolCallCarriesTheTasksUserWhateverTheModelOrTheMessageSays) {
   EXPECT_EQ(str(attacker_calls[0], "idempotency_key"), id + ":0:1");
   EXPECT_EQ(num(attacker_calls[0], "status"), 404);
   EXPECT_EQ(calls_of_task(victim, id), 0) << "a call of the task was made as the victim";
-  auto items = tool_sim(bhttp::verb::get, "/items?user_id=" + encode(victim));
+  auto items = tool_sim(bhttp::verb::get, "/items?user_id=" + url_encode(victim));
   EXPECT_NE(items.body.find("\"" + item + "\""), std::string::npos) << items.body;
 
   // The same from the dispatch topic: a message naming the victim, for the attacker's task

@@ -2,9 +2,12 @@
 // limits (tier defaults + overrides), and the limits API's body.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/config/config.hpp"
+#include "dispatcher/api.hpp"
 #include "dispatcher/auth.hpp"
 #include "dispatcher/user_limits.hpp"
 
@@ -39,10 +42,10 @@ http::Request request_with(std::initializer_list<std::pair<std::string, std::str
 }
 
 TEST(DispatcherAuth, ApiKeysAreMatchedByTheirHashAndActOnlyForTheirUsers) {
-  const auto config = config_with("auth:\n  api_keys:\n    - {name: ops, sha256: " +
-                                  sha256_hex("admin-secret") +
-                                  ", admin: true}\n    - {name: svc, sha256: " +
-                                  sha256_hex("svc-secret") + ", users: [alice]}\n");
+  const auto config =
+      config_with("auth:\n  api_keys:\n    - {name: ops, sha256: " + sha256_hex("admin-secret") +
+                  ", admin: true}\n    - {name: svc, sha256: " + sha256_hex("svc-secret") +
+                  ", users: [alice]}\n");
   Authenticator auth(config.auth);
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 
@@ -70,8 +73,8 @@ TEST(DispatcherAuth, ApiKeysAreMatchedByTheirHashAndActOnlyForTheirUsers) {
 }
 
 TEST(DispatcherAuth, AKeyForAnyUserIsNotAnAdmin) {
-  const auto config = config_with("auth:\n  api_keys:\n    - {name: up, sha256: " +
-                                  sha256_hex("k") + ", users: [\"*\"]}\n");
+  const auto config = config_with(
+      "auth:\n  api_keys:\n    - {name: up, sha256: " + sha256_hex("k") + ", users: [\"*\"]}\n");
   Authenticator auth(config.auth);
   auto caller = auth.authenticate(request_with({{"Authorization", "Bearer k"}}));
   ASSERT_TRUE(std::holds_alternative<Caller>(caller));
@@ -120,8 +123,8 @@ TEST(UserLimits, TierDefaultsWithTheUsersOverridesFieldByField) {
   free_user.requests_per_minute = 60;
   auto free_limits = effective_limits(config, free_user);
   EXPECT_EQ(free_limits.tier, "free");
-  EXPECT_EQ(free_limits.max_concurrency, 1);         // the tier's
-  EXPECT_EQ(free_limits.requests_per_minute, 60);    // the override
+  EXPECT_EQ(free_limits.max_concurrency, 1);       // the tier's
+  EXPECT_EQ(free_limits.requests_per_minute, 60);  // the override
   EXPECT_EQ(free_limits.monthly_budget_micros, 2500000);
   EXPECT_EQ(free_limits.tool_permission, "read");
   EXPECT_EQ(free_limits.for_scheduler().monthly_budget_micros, 2500000);
@@ -186,6 +189,40 @@ TEST(UserLimits, TheLimitsJsonShowsEffectiveValuesAndOnlyTheOverridesSet) {
       << json;
   EXPECT_NE(json.find(R"("overrides":{"max_concurrency":9})"), std::string::npos) << json;
   EXPECT_NE(json.find(R"("monthly_budget":"0.000000")"), std::string::npos) << json;
+}
+
+TEST(ApiPaths, SegmentsArePercentDecodedAndEmptyOnesDropped) {
+  using Parts = std::vector<std::string>;
+  EXPECT_EQ(path_segments("/v1/users/a%20b/usage"), (Parts{"v1", "users", "a b", "usage"}));
+  EXPECT_EQ(path_segments("//v1///tasks/"), (Parts{"v1", "tasks"}));
+  EXPECT_EQ(path_segments("/"), Parts{});
+  EXPECT_EQ(path_segments(""), Parts{});
+  // A decoded slash stays inside its segment; it never makes a route of its own.
+  EXPECT_EQ(path_segments("/v1/users/a%2Fb/limits"), (Parts{"v1", "users", "a/b", "limits"}));
+  // Whatever bytes a client encodes come out as they are, for id_problem to judge.
+  EXPECT_EQ(path_segments("/v1/users/%FF%0D%0A"), (Parts{"v1", "users", "\xff\r\n"}));
+}
+
+TEST(ApiPaths, AnIdIsOneToMaxCharactersOfUtf8WithoutControlCharacters) {
+  EXPECT_EQ(id_problem("alice", kMaxUserIdChars), std::nullopt);
+  EXPECT_EQ(id_problem("用户-42", kMaxUserIdChars), std::nullopt);
+  // Characters, not bytes: 128 three-byte characters are a valid user id, 129 are not.
+  std::string han;
+  for (int i = 0; i < 128; ++i)
+    han += "用";
+  EXPECT_EQ(id_problem(han, kMaxUserIdChars), std::nullopt);
+  EXPECT_EQ(id_problem(han + "用", kMaxUserIdChars), "must be at most 128 characters");
+  EXPECT_EQ(id_problem("", kMaxUserIdChars), "must not be empty");
+  EXPECT_EQ(id_problem("a\xff"
+                       "b",
+                       kMaxUserIdChars),
+            "must be valid UTF-8 without NUL characters");
+  EXPECT_EQ(id_problem(std::string("a\0b", 3), kMaxUserIdChars),
+            "must be valid UTF-8 without NUL characters");
+  EXPECT_EQ(id_problem("a\r\nX-Injected: 1", kMaxBatchIdBytes),
+            "must not contain control characters");
+  EXPECT_EQ(id_problem("tab\there", kMaxBatchIdBytes), "must not contain control characters");
+  EXPECT_EQ(id_problem("del\x7f", kMaxBatchIdBytes), "must not contain control characters");
 }
 
 }  // namespace

@@ -30,6 +30,28 @@ TEST(ParseJson, RefusesInvalidUtf8) {
   EXPECT_FALSE(parse_json(doc, "{\"s\":\"\xff\xfe\"}"));
 }
 
+TEST(LoneSurrogateEscape, FindsALowSurrogateThatNoHighOneOpens) {
+  // Where the lone one starts: its backslash.
+  EXPECT_EQ(lone_surrogate_escape(R"({"s":"\udc00"})"), 6u);
+  EXPECT_EQ(lone_surrogate_escape(R"({"s":"ab\uDFFF"})"), 8u);
+  // After a character that is not a high surrogate escape, or across strings.
+  EXPECT_EQ(lone_surrogate_escape(R"({"s":"\u0041\udc00"})"), 12u);
+  EXPECT_EQ(lone_surrogate_escape(R"({"a":"\ud800","b":"\udc00"})"), 19u);
+  EXPECT_EQ(lone_surrogate_escape(R"({"s":"\ud800x\udc00"})"), 13u);
+  // A pair is a character; escaped backslashes and text outside strings are not escapes.
+  EXPECT_EQ(lone_surrogate_escape(R"({"s":"\ud83d\ude00"})"), std::nullopt);
+  EXPECT_EQ(lone_surrogate_escape(R"({"s":"\\udc00"})"), std::nullopt);
+  EXPECT_EQ(lone_surrogate_escape(R"({"s":"\"\\","t":"udc00"})"), std::nullopt);
+  EXPECT_EQ(lone_surrogate_escape(R"({"s":"\udc0"})"), std::nullopt);  // not an escape
+  EXPECT_EQ(lone_surrogate_escape(""), std::nullopt);
+  // parse_json refuses it (RapidJSON alone would store bytes that are not UTF-8) and takes
+  // the pair.
+  rapidjson::Document doc;
+  EXPECT_FALSE(parse_json(doc, R"({"s":"\udc00"})"));
+  ASSERT_TRUE(parse_json(doc, R"({"s":"\ud83d\ude00"})"));
+  EXPECT_STREQ(doc["s"].GetString(), "\xF0\x9F\x98\x80");
+}
+
 TEST(ParseChatResponse, ADeepOrGarbledBodyIsAnErrorValue) {
   EXPECT_FALSE(parse_chat_response(std::string(200'000, '[')).ok());
   EXPECT_FALSE(parse_chat_response("{\"choices\":\"\xc3\x28\"}").ok());

@@ -1,0 +1,146 @@
+#pragma once
+// What the integration tests that talk to the fleet share: the fixture's values, one HTTP
+// exchange on a private io_context, safe reads of JSON answers, one-statement Postgres
+// reads and the sum of a metric over processes' /metrics.
+
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/beast/http/verb.hpp>
+#include <pqxx/pqxx>
+
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/adapters/http/client.hpp"
+#include "tests/integration/fleet_env.hpp"
+
+namespace agentfleet::test {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// The fixture's env file (fleet_env), read once.
+inline std::map<std::string, std::string>& env() {
+  static std::map<std::string, std::string> values = fleet_env();
+  return values;
+}
+
+// This run's tag, in every id a test makes up, so a second run on the same fleet starts
+// clean.
+inline const std::string& run_tag() {
+  static const std::string tag =
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count() %
+                     1000000000);
+  return tag;
+}
+
+// One request to `url`, answered within `timeout`; a transport failure is a test failure
+// (and a response with ok() false).
+inline http::ClientResponse fetch(const std::string& url, boost::beast::http::verb method,
+                                  std::string body = {}, Headers headers = {},
+                                  std::chrono::seconds timeout = std::chrono::seconds(15),
+                                  std::string content_type = "application/json") {
+  boost::asio::io_context io;
+  http::ClientRequest request;
+  request.method = method;
+  request.url = url;
+  request.body = std::move(body);
+  request.content_type = std::move(content_type);
+  request.headers = std::move(headers);
+  request.deadline = std::chrono::steady_clock::now() + timeout;
+  auto future = boost::asio::co_spawn(io, http::fetch(io.get_executor(), std::move(request)),
+                                      boost::asio::use_future);
+  io.run();
+  auto response = future.get();
+  EXPECT_TRUE(response.ok()) << url << ": " << response.error_message;
+  return response;
+}
+
+// Percent-encoding of one URL component (RFC 3986 unreserved characters kept).
+inline std::string url_encode(const std::string& text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(c);
+    } else {
+      out += '%';
+      out += kHex[u >> 4];
+      out += kHex[u & 0xf];
+    }
+  }
+  return out;
+}
+
+// Reads of answers that may not have the expected shape (RapidJSON asserts on a member of
+// a non-object): a missing member reads as null, "" or -1. parse() of a non-JSON text is a
+// document with a parse error, for the caller to check where it matters.
+inline rapidjson::Document parse(const std::string& text) {
+  rapidjson::Document doc;
+  doc.Parse(text.c_str(), text.size());
+  return doc;
+}
+
+inline const rapidjson::Value& at(const rapidjson::Value& v, const char* name) {
+  static const rapidjson::Value kNull;
+  if (!v.IsObject())
+    return kNull;
+  auto it = v.FindMember(name);
+  return it != v.MemberEnd() ? it->value : kNull;
+}
+
+inline std::string str(const rapidjson::Value& v, const char* name) {
+  const auto& m = at(v, name);
+  return m.IsString() ? std::string(m.GetString(), m.GetStringLength()) : std::string();
+}
+
+inline std::int64_t num(const rapidjson::Value& v, const char* name) {
+  const auto& m = at(v, name);
+  return m.IsInt64() ? m.GetInt64() : -1;
+}
+
+// One statement in a transaction of its own on the fleet's database; the one row it returns.
+template <typename... Args>
+pqxx::row pg_row(const std::string& sql, const Args&... args) {
+  pqxx::connection db(env()["AGENTFLEET_PG_URL"]);
+  pqxx::work tx(db);
+  pqxx::row row = tx.exec_params1(sql, args...);
+  tx.commit();
+  return row;
+}
+
+template <typename... Args>
+std::int64_t pg_count(const std::string& sql, const Args&... args) {
+  return pg_row(sql, args...)[0].template as<std::int64_t>();
+}
+
+// The sum of the samples of a series (a metric name with the start of its labels, such as
+// `agentfleet_tool_calls_total{outcome="refused"`) over the given processes' /metrics.
+inline double metric_sum(const std::vector<std::string>& urls, const std::string& prefix) {
+  double sum = 0;
+  for (const auto& url : urls) {
+    std::istringstream lines(fetch(url + "/metrics", boost::beast::http::verb::get).body);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind(prefix, 0) == 0)
+        sum += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return sum;
+}
+
+inline std::vector<std::string> worker_metrics_urls() {
+  return split_list(env()["AGENTFLEET_WORKER_METRICS_URLS"]);
+}
+
+}  // namespace agentfleet::test

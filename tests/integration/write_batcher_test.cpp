@@ -1,0 +1,108 @@
+// The worker's write batcher on the fleet's Postgres when Postgres drops its connections
+// (a restart, a failover, an operator's pg_terminate_backend). libpqxx reports such a
+// connection as open until it is used, so the first batch on each pool thread fails on it;
+// a batch whose COMMIT was never sent runs again on a fresh connection, and its writes
+// succeed instead of failing a claim or a checkpoint.
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <pqxx/pqxx>
+
+#include <chrono>
+#include <future>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/adapters/pg/db_pool.hpp"
+#include "core/adapters/pg/write_batcher.hpp"
+#include "tests/integration/fleet_client.hpp"
+
+// libpqxx 6.4 leaks the PGresult of a statement that fails on a connection the server
+// closed (pqxx::internal::make_result throws before taking ownership); this test makes
+// exactly that happen, so LeakSanitizer is told to ignore leaks allocated inside libpqxx
+// in this test program (tools/chaos does the same for its fleet, docs/chaos.md).
+extern "C" const char* __lsan_default_suppressions() {
+  return "leak:libpqxx-6.4.so\n";
+}
+
+namespace agentfleet {
+namespace {
+
+using namespace std::chrono_literals;
+
+// `n` writes at once, each on its own key (so they may share a batch or not); the backend
+// pid each one's transaction ran on, or -1 for a write that failed.
+std::vector<int> backend_pids_of_writes(pg::WriteBatcher& batcher, int n) {
+  boost::asio::io_context io;
+  std::vector<std::future<Result<int>>> futures;
+  for (int i = 0; i < n; ++i) {
+    futures.push_back(boost::asio::co_spawn(
+        io,
+        batcher.run(
+            "write-batcher-test-" + std::to_string(i),
+            [](pqxx::work& tx) { return tx.exec1("SELECT pg_backend_pid()")[0].as<int>(); }),
+        boost::asio::use_future));
+  }
+  io.run();
+  std::vector<int> pids;
+  for (auto& future : futures) {
+    Result<int> result = future.get();
+    EXPECT_TRUE(result.ok()) << (result.ok() ? "" : result.error().message);
+    pids.push_back(result.ok() ? result.value() : -1);
+  }
+  return pids;
+}
+
+TEST(WriteBatcher, ABatchOnAConnectionPostgresClosedRunsAgainOnAFreshOne) {
+  const std::string url = test::env()["AGENTFLEET_PG_URL"];
+  pg::DbPool pool(url, 2, 5000, 5);
+  pg::WriteBatcher batcher(pool, 2, 100);
+
+  // Every pool thread opens its connection.
+  std::set<int> before;
+  for (int round = 0; round < 20 && before.size() < 2; ++round) {
+    for (int pid : backend_pids_of_writes(batcher, 4))
+      before.insert(pid);
+  }
+  ASSERT_EQ(before.size(), 2u) << "two pool threads, two connections";
+
+  // Postgres ends both sessions; the pool does not notice.
+  pqxx::connection admin(url);
+  for (int pid : before) {
+    pqxx::work tx(admin);
+    EXPECT_TRUE(tx.exec_params1("SELECT pg_terminate_backend($1)", pid)[0].as<bool>());
+    tx.commit();
+  }
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    pqxx::work tx(admin);
+    const auto alive =
+        tx.exec_params1("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1::int[])",
+                        "{" + std::to_string(*before.begin()) + "," +
+                            std::to_string(*before.rbegin()) + "}")[0]
+            .as<int>();
+    tx.commit();
+    if (alive == 0)
+      break;
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the sessions did not end";
+    std::this_thread::sleep_for(50ms);  // polling a bounded wait
+  }
+
+  // The next writes all succeed, on new sessions.
+  for (int round = 0; round < 3; ++round) {
+    for (int pid : backend_pids_of_writes(batcher, 4)) {
+      EXPECT_GT(pid, 0);
+      EXPECT_EQ(before.count(pid), 0u) << "a write reported success on a closed session";
+    }
+  }
+  const auto stats = batcher.stats();
+  EXPECT_GE(stats.writes, 20u);
+}
+
+}  // namespace
+}  // namespace agentfleet
