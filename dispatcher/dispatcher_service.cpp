@@ -93,7 +93,17 @@ int run_dispatcher(const config::Config& config) {
 
   // The scheduler (active on one replica at a time) and the feed of results and progress
   // events that frees slots, answers long polls and streams events.
-  Scheduler scheduler(config, metrics);
+  // The relay's wake-up (see the relay below): stop, or new outbox rows from the scheduler.
+  std::mutex relay_mutex;
+  std::condition_variable relay_wake;
+  bool relay_due = false;  // guarded by relay_mutex
+  Scheduler scheduler(config, metrics, limits::SteadyClock::instance(), [&] {
+    {
+      std::lock_guard lock(relay_mutex);
+      relay_due = true;
+    }
+    relay_wake.notify_one();
+  });
   std::atomic<bool> stopping{false};
   TaskFeed feed(io, config,
                 [&](const std::string& user, const std::string& task, std::int64_t tokens) {
@@ -160,9 +170,9 @@ int run_dispatcher(const config::Config& config) {
       },
       asio::detached);
 
-  // The relay: its own thread and connection (see relay_once).
-  std::mutex relay_mutex;
-  std::condition_variable relay_stop;
+  // The relay: its own thread and connection (see relay_once). It polls every
+  // relay_interval_ms (rows another replica's scheduler or a worker's fallback wrote) and
+  // runs at once when this replica's scheduler has committed outbox rows.
   std::thread relay([&] {
     pg::DbPool relay_db(config.postgres.url, 1,
                         config.postgres.statement_timeout_ms + config.kafka.delivery_timeout_ms,
@@ -184,8 +194,9 @@ int run_dispatcher(const config::Config& config) {
           continue;
       }
       std::unique_lock lock(relay_mutex);
-      relay_stop.wait_for(lock, std::chrono::milliseconds(wait_ms),
-                          [&] { return stopping.load(); });
+      relay_wake.wait_for(lock, std::chrono::milliseconds(wait_ms),
+                          [&] { return stopping.load() || (failures == 0 && relay_due); });
+      relay_due = false;
     }
   });
 
@@ -207,7 +218,7 @@ int run_dispatcher(const config::Config& config) {
   scheduler.stop();
   feed.stop();
   ingest.stop();
-  relay_stop.notify_all();
+  relay_wake.notify_all();
   relay.join();
   // Coroutines still suspended (long polls, event streams, uploads) see the stop now and
   // finish while everything they use is alive; a frame left over would otherwise be

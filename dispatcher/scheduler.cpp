@@ -51,8 +51,11 @@ std::string budget_message(const std::string& currency, std::int64_t budget, std
 }  // namespace
 
 Scheduler::Scheduler(const config::Config& config, metrics::DispatcherMetrics& metrics,
-                     const limits::Clock& clock)
-    : config_(config), metrics_(metrics), clock_(clock) {
+                     const limits::Clock& clock, std::function<void()> outbox_written)
+    : config_(config),
+      metrics_(metrics),
+      clock_(clock),
+      outbox_written_(std::move(outbox_written)) {
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0)
     throw std::runtime_error("scheduler: eventfd failed");
@@ -291,6 +294,11 @@ bool Scheduler::pass(pqxx::connection& c) {
     }
     const auto dispatched = pg::dispatch_grants(tx, plan.grants, spec.dispatch_topic);
     tx.commit();
+    const bool wrote_outbox = !dispatched.empty() || recovery.lease_expired > 0 ||
+                              recovery.redispatched > 0 || recovery.exhausted > 0 || expired > 0 ||
+                              swept > 0 || over_budget > 0;
+    if (wrote_outbox && outbox_written_)
+      outbox_written_();
 
     std::map<std::pair<std::string, Priority>, std::vector<const pg::DispatchedTask*>> by_grant;
     for (const auto& task : dispatched)

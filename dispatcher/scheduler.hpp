@@ -15,6 +15,10 @@
 // channel agentfleet_work (a submission on any replica, a limits change), after wake(),
 // and right away again when a pass used every slot it had.
 //
+// After a pass commits outbox rows (dispatch messages, or the results of tasks it ended),
+// it calls the `outbox_written` callback, so the relay publishes them at once instead of at
+// its next poll.
+//
 // Lifecycle: start() spawns the thread; stop() (or the destructor) ends it and closes the
 // connection, which releases the lock. Thread-safety: wake(), task_ended(), leader() may be
 // called from any thread; the rest runs on the scheduler's own thread.
@@ -23,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,7 +46,8 @@ namespace agentfleet::dispatcher {
 class Scheduler {
  public:
   Scheduler(const config::Config& config, metrics::DispatcherMetrics& metrics,
-            const limits::Clock& clock = limits::SteadyClock::instance());
+            const limits::Clock& clock = limits::SteadyClock::instance(),
+            std::function<void()> outbox_written = {});
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -75,6 +81,7 @@ class Scheduler {
   const config::Config& config_;
   metrics::DispatcherMetrics& metrics_;
   const limits::Clock& clock_;
+  std::function<void()> outbox_written_;  // called on the scheduler's thread
   std::unique_ptr<limits::FairScheduler> fair_;
   // Users whose buckets were seeded from the ledger in this leadership term.
   std::unordered_map<std::string, bool> seeded_;
