@@ -6,12 +6,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <variant>
 
 #include "tools/llm_sim/fault_schedule.hpp"
 #include "tools/llm_sim/latency.hpp"
 #include "tools/llm_sim/llm_faults.hpp"
+#include "tools/llm_sim/timing_log.hpp"
 
 namespace agentfleet::sim {
 namespace {
@@ -259,6 +264,49 @@ TEST(SimFaultScheduleTest, LlmFaultAnswersHaveOpenAiShapes) {
   rapidjson::Document document;
   document.Parse(not_json.body.c_str());
   EXPECT_TRUE(document.HasParseError());
+}
+
+// The timing log tools/bench reads: the traceparent's trace id, and the two instants in
+// microseconds since the epoch, one line per record, appended.
+TEST(TimingLog, WritesTraceIdAndMicrosecondsPerLineAndAppends) {
+  const std::string path = ::testing::TempDir() + "timing_log_test.log";
+  std::remove(path.c_str());
+  const std::chrono::system_clock::time_point received{std::chrono::microseconds(1700000000123456)};
+  {
+    TimingLog log(path);
+    log.record("model", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", received,
+               received + 2500us);
+  }
+  {
+    TimingLog log(path);
+    log.record("search_items", "not a traceparent", received, received);
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(),
+            "model 0af7651916cd43dd8448eb211c80319c 1700000000123456 1700000000125956\n"
+            "search_items - 1700000000123456 1700000000123456\n");
+  std::remove(path.c_str());
+}
+
+TEST(TimingLog, TraceIdOnlyFromAWellFormedTraceparent) {
+  EXPECT_EQ(TimingLog::trace_id_of("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            "0af7651916cd43dd8448eb211c80319c");
+  EXPECT_EQ(TimingLog::trace_id_of(""), "-");
+  EXPECT_EQ(TimingLog::trace_id_of("00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"), "-");
+  EXPECT_EQ(TimingLog::trace_id_of("00-0af7651916cd43dd8448eb211c8031-b7ad6b7169203331-01"), "-");
+  EXPECT_EQ(TimingLog::trace_id_of("00-0af7651916cd43dd8448eb211c80319c\n-b7ad6b71692033-01"), "-");
+}
+
+TEST(TimingLog, AnUnwritablePathIsNamedInTheError) {
+  try {
+    TimingLog log("/nonexistent-agentfleet-dir/timing.log");
+    FAIL() << "opened an unwritable path";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-agentfleet-dir/timing.log"),
+              std::string::npos);
+  }
 }
 
 }  // namespace

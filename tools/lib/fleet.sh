@@ -16,7 +16,8 @@
 #
 # Knobs (environment): LLM_SIM_LATENCY_MS (each model answer), TOOL_SIM_LATENCY (a
 # distribution such as fixed:1500, each tool call), AGENTFLEET_LEASE_S,
-# AGENTFLEET_HEARTBEAT_S, AGENTFLEET_MAX_IN_FLIGHT, AGENTFLEET_SHUTDOWN_GRACE_S.
+# AGENTFLEET_HEARTBEAT_S, AGENTFLEET_MAX_IN_FLIGHT, AGENTFLEET_SHUTDOWN_GRACE_S,
+# SIM_TIMING_DIR (both simulators write a --timing-log there: llm-sim.timing, tool-sim.timing).
 #   fleet_stop RUN_DIR                        stops everything fleet_start started
 #   fleet_reset RUN_DIR                       stops it and removes its database and logs
 #
@@ -94,9 +95,11 @@ fleet_start() {
   af_log "starting llm-sim and tool-sim"
   rm -f "$run_dir/llm-sim.port" "$run_dir/tool-sim.port"
   _fleet_spawn "$run_dir" llm-sim "$bin_llm" --scenarios "$AF_ROOT/config/llm-sim-scenarios.yaml" \
-    --port-file "$run_dir/llm-sim.port" ${LLM_SIM_LATENCY_MS:+--latency-ms "$LLM_SIM_LATENCY_MS"}
+    --port-file "$run_dir/llm-sim.port" ${LLM_SIM_LATENCY_MS:+--latency-ms "$LLM_SIM_LATENCY_MS"} \
+    ${SIM_TIMING_DIR:+--timing-log "$SIM_TIMING_DIR/llm-sim.timing"}
   _fleet_spawn "$run_dir" tool-sim "$bin_tool" --seed "$AF_ROOT/config/tool-sim-seed.yaml" \
-    --port-file "$run_dir/tool-sim.port" ${TOOL_SIM_LATENCY:+--latency "$TOOL_SIM_LATENCY"}
+    --port-file "$run_dir/tool-sim.port" ${TOOL_SIM_LATENCY:+--latency "$TOOL_SIM_LATENCY"} \
+    ${SIM_TIMING_DIR:+--timing-log "$SIM_TIMING_DIR/tool-sim.timing"}
   _fleet_wait_file "$run_dir/llm-sim.port" llm-sim "$run_dir"
   _fleet_wait_file "$run_dir/tool-sim.port" tool-sim "$run_dir"
   LLM_SIM_PORT=$(cat "$run_dir/llm-sim.port")

@@ -32,6 +32,7 @@
 #include "tools/llm_sim/latency.hpp"
 #include "tools/llm_sim/llm_faults.hpp"
 #include "tools/llm_sim/simulator.hpp"
+#include "tools/llm_sim/timing_log.hpp"
 
 namespace {
 
@@ -61,6 +62,8 @@ constexpr const char* kUsage =
     "  --default-scenario NAME|TEXT\n"
     "                     answers text no scenario matches with this scenario (a name, or a\n"
     "                     text such as 'bench: steps=3 calls=2' chosen as if the user wrote it)\n"
+    "  --timing-log PATH  append one line per answered completion: model, the traceparent's\n"
+    "                     trace id, received and answered (µs since the epoch); tools/bench\n"
     "  --verbose          log one line per request to stderr\n"
     "  --help             show this text\n"
     "\n"
@@ -76,6 +79,7 @@ struct Options {
   std::uint64_t seed = 1;
   llm_sim::ResponseStyle style = llm_sim::ResponseStyle::kOpenAI;
   std::string default_scenario;
+  std::string timing_log;
   bool verbose = false;
 };
 
@@ -132,6 +136,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
         throw UsageError{"--latency: " + problem};
       }
       options.latency = *latency;
+    } else if (flag == "--timing-log") {
+      options.timing_log = value;
     } else if (flag == "--seed") {
       options.seed = static_cast<std::uint64_t>(
           parse_number(flag, value, std::numeric_limits<std::int64_t>::max()));
@@ -293,6 +299,7 @@ struct App {
   sim::RandomSource& random;
   sim::FaultSchedule& faults;
   RuntimeSettings& settings;
+  sim::TimingLog* timing = nullptr;  // --timing-log, when given
 };
 
 // OpenAI's error shape: {"error": {"message", "type", "param", "code"}}.
@@ -480,6 +487,7 @@ asio::awaitable<http::Reply> handle(App& app, http::Request& request) {
                                     "use POST /v1/chat/completions", "invalid_request_error"));
   }
   app.stats.record_received();
+  const auto received = std::chrono::system_clock::now();
 
   // Unscoped faults answer before the request is even read.
   std::optional<sim::FaultSpec> fault = app.faults.next(std::nullopt);
@@ -560,6 +568,11 @@ asio::awaitable<http::Reply> handle(App& app, http::Request& request) {
               << completion.usage.cached_tokens << ", completion "
               << completion.usage.completion_tokens << ", " << delay.count() << " ms)" << std::endl;
   }
+  if (app.timing) {
+    const auto traceparent = request["traceparent"];
+    app.timing->record("model", std::string_view(traceparent.data(), traceparent.size()), received,
+                       std::chrono::system_clock::now());
+  }
   co_return reply_of(std::move(response));
 }
 
@@ -594,7 +607,10 @@ int main(int argc, char** argv) {
       faults.add(fault, sim::FaultSchedule::Origin::kStartup);
     }
     RuntimeSettings settings(options.style, options.latency);
-    App app{simulator, options, stats, random, faults, settings};
+    std::optional<sim::TimingLog> timing;
+    if (!options.timing_log.empty())
+      timing.emplace(options.timing_log);
+    App app{simulator, options, stats, random, faults, settings, timing ? &*timing : nullptr};
 
     asio::io_context io;
     http::ServerOptions server_options;

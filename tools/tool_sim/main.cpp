@@ -4,6 +4,7 @@
 #include "core/adapters/http/server.hpp"
 #include "tools/llm_sim/fault_schedule.hpp"
 #include "tools/llm_sim/latency.hpp"
+#include "tools/llm_sim/timing_log.hpp"
 #include "tools/tool_sim/seed.hpp"
 #include "tools/tool_sim/time_model.hpp"
 #include "tools/tool_sim/tool_service.hpp"
@@ -16,6 +17,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <unistd.h>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -59,6 +61,8 @@ complete_todo, get_event_groups) that agentfleet workers call over HTTP.
   --utc-offset +HH:MM  fixed offset for "today" and timestamps (default +08:00)
   --threads N          io_context threads (default 1)
   --max-keys N         idempotency keys kept before the oldest are forgotten (default 1000000)
+  --timing-log PATH    append one line per executed tool call: the tool, the traceparent's
+                       trace id, received and answered (µs since the epoch); tools/bench
   --help               this text
 
 Always prints "listening on http://HOST:PORT" on stdout once ready. SIGINT/SIGTERM exit 0.
@@ -77,6 +81,7 @@ struct Flags {
   int utc_offset_minutes = 8 * 60;
   int threads = 1;
   long long max_keys = 1000000;
+  std::string timing_log;
 };
 
 struct UsageError {
@@ -127,6 +132,8 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
       flags.port_file = value();
     } else if (flag == "--seed") {
       flags.seed = value();
+    } else if (flag == "--timing-log") {
+      flags.timing_log = value();
     } else if (flag == "--latency-ms") {
       flags.latency = sim::LatencyDistribution::fixed(
           static_cast<double>(parse_number(flag, value(), 0, 600000)));
@@ -226,6 +233,7 @@ struct App {
   sim::RandomSource* random = nullptr;
   sim::FaultSchedule* faults = nullptr;
   LatencySetting* latency = nullptr;
+  sim::TimingLog* timing = nullptr;  // --timing-log, when given
 };
 
 // The modes tool-sim serves; a fault may be scoped to one tool ("tool": "create_item").
@@ -311,6 +319,7 @@ asio::awaitable<http::Reply> handle_reply(App* app, http::Request& request) {
       request.method() != boost::beast::http::verb::post) {
     co_return reply_of(co_await handle(app, request));
   }
+  const auto received = std::chrono::system_clock::now();
   const tool_sim::ToolCall call{path.substr(kToolsPrefix.size()), header(request, "X-User-Id"),
                                 header(request, "Idempotency-Key"), request.body()};
   std::optional<sim::FaultSpec> fault = app->faults->next(std::nullopt);
@@ -356,6 +365,10 @@ asio::awaitable<http::Reply> handle_reply(App* app, http::Request& request) {
     // The call executed (and its key is stored); only the answer is lost.
     reply.delivery = http::Delivery::kTruncate;
     reply.truncate_at = reply.response.body().size() / 2;
+  }
+  if (app->timing) {
+    app->timing->record(call.tool, header(request, "traceparent"), received,
+                        std::chrono::system_clock::now());
   }
   co_return reply;
 }
@@ -453,7 +466,16 @@ int main(int argc, char** argv) {
       faults.add(failure, sim::FaultSchedule::Origin::kStartup);
     }
     LatencySetting latency(flags.latency);
-    App app{&service, flags.seed, flags.latency, &random, &faults, &latency};
+    std::optional<sim::TimingLog> timing;
+    if (!flags.timing_log.empty())
+      timing.emplace(flags.timing_log);
+    App app{&service,
+            flags.seed,
+            flags.latency,
+            &random,
+            &faults,
+            &latency,
+            timing ? &*timing : nullptr};
     reset(app);
 
     asio::io_context io(flags.threads);
