@@ -44,6 +44,8 @@ struct Options {
   std::string key_prefix = "load";
   std::string api_key;      // --api-key, else $AGENTFLEET_API_KEY
   int max_concurrency = 0;  // > 0: set as each user's override before submitting
+  double rate = 0;          // > 0: tasks per second, paced
+  std::string priority = "batch";
 };
 
 [[noreturn]] void usage(const char* problem) {
@@ -51,7 +53,8 @@ struct Options {
                "agentfleet-loadgen: %s\n"
                "usage: agentfleet-loadgen --url URL --pg PGURL [--tasks N] [--users N] "
                "[--text TEXT] [--concurrency N] [--task-timeout-s N] [--limit-s N] "
-               "[--sample-ms N] [--key-prefix P] [--api-key KEY] [--max-concurrency N]\n",
+               "[--sample-ms N] [--key-prefix P] [--api-key KEY] [--max-concurrency N] "
+               "[--rate R] [--priority batch|interactive]\n",
                problem);
   std::exit(2);
 }
@@ -96,6 +99,15 @@ Options parse_options(int argc, char** argv) {
       o.api_key = value;
     } else if (arg == "--max-concurrency") {
       number(o.max_concurrency);
+    } else if (arg == "--rate") {
+      char* end = nullptr;
+      o.rate = std::strtod(value.c_str(), &end);
+      if (*end != '\0' || !(o.rate > 0 && o.rate <= 1e6))
+        usage("--rate needs a number of tasks per second in (0, 1000000]");
+    } else if (arg == "--priority") {
+      if (value != "batch" && value != "interactive")
+        usage("--priority is batch or interactive");
+      o.priority = value;
     } else {
       usage(("unknown argument " + arg).c_str());
     }
@@ -134,8 +146,9 @@ asio::awaitable<bool> set_limits(const Options& o) {
     request.method = boost::beast::http::verb::put;
     request.url = o.url + "/v1/users/" + o.key_prefix + "-u" + std::to_string(u) + "/limits";
     request.body = "{\"max_concurrency\":" + std::to_string(o.max_concurrency) +
-                   ",\"requests_per_minute\":1000000,\"max_queued\":" + std::to_string(o.tasks) +
-                   "}";
+                   ",\"requests_per_minute\":1000000,\"tokens_per_minute\":1000000000000"
+                   ",\"max_queued\":" +
+                   std::to_string(o.tasks) + "}";
     request.headers.emplace_back("Authorization", "Bearer " + o.api_key);
     request.deadline = Clock::now() + std::chrono::seconds(10);
     auto response = co_await agentfleet::http::fetch(executor, std::move(request));
@@ -150,14 +163,20 @@ asio::awaitable<bool> set_limits(const Options& o) {
 
 // One submitter: takes the next index until none is left; a refused or failed request is
 // retried (bounded, backing off) so a busy dispatcher slows the load instead of losing it.
-asio::awaitable<void> submitter(const Options& o, Submitted& s) {
+asio::awaitable<void> submitter(const Options& o, Submitted& s, Clock::time_point start) {
   auto executor = co_await asio::this_coro::executor;
   for (int i = s.next++; i < o.tasks; i = s.next++) {
-    const std::string body =
-        "{\"user_id\":\"" + o.key_prefix + "-u" + std::to_string(i % o.users) + "\",\"text\":\"" +
-        json_escape(o.text) +
-        "\",\"priority\":\"batch\",\"timeout_s\":" + std::to_string(o.task_timeout_s) +
-        ",\"idempotency_key\":\"" + o.key_prefix + "-" + std::to_string(i) + "\"}";
+    if (o.rate > 0) {
+      asio::steady_timer due(executor, start + std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::duration<double>(i / o.rate)));
+      boost::system::error_code ec;
+      co_await due.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    const std::string body = "{\"user_id\":\"" + o.key_prefix + "-u" + std::to_string(i % o.users) +
+                             "\",\"text\":\"" + json_escape(o.text) + "\",\"priority\":\"" +
+                             o.priority + "\",\"timeout_s\":" + std::to_string(o.task_timeout_s) +
+                             ",\"idempotency_key\":\"" + o.key_prefix + "-" + std::to_string(i) +
+                             "\"}";
     bool done = false;
     for (int attempt = 0; attempt < 6 && !done; ++attempt) {
       agentfleet::http::ClientRequest request;
@@ -235,8 +254,9 @@ int main(int argc, char** argv) {
   Submitted submitted;
   {
     asio::io_context io(1);
+    const auto start = Clock::now();
     for (int i = 0; i < o.concurrency; ++i)
-      asio::co_spawn(io, submitter(o, submitted), asio::detached);
+      asio::co_spawn(io, submitter(o, submitted, start), asio::detached);
     io.run();
   }
   const double submit_s = seconds_since(started);
