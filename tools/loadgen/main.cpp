@@ -213,8 +213,10 @@ int main(int argc, char** argv) {
     return std::chrono::duration<double>(Clock::now() - from).count();
   };
 
-  // Watch Postgres on a thread of its own while the submitters run.
+  // Watch Postgres on a thread of its own while the submitters run, until as many tasks
+  // ended as were accepted (all of them until the submission is over).
   std::atomic<bool> stop{false};
+  std::atomic<int> expected{o.tasks};
   Observed seen;
   std::string watch_error;
   std::thread watcher([&] {
@@ -233,7 +235,7 @@ int main(int argc, char** argv) {
         if (running > 0 && seen.first_running_s < 0)
           seen.first_running_s = seconds_since(started);
         seen.max_running = std::max(seen.max_running, running);
-        if (seen.terminal >= o.tasks) {
+        if (seen.terminal >= expected.load()) {
           seen.all_terminal_s = seconds_since(started);
           break;
         }
@@ -248,24 +250,33 @@ int main(int argc, char** argv) {
     asio::io_context io(1);
     auto ok = asio::co_spawn(io, set_limits(o), asio::use_future);
     io.run();
-    if (!ok.get())
+    bool limits_set = false;
+    try {
+      limits_set = ok.get();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loadgen: setting limits failed: %s\n", e.what());
+    }
+    if (!limits_set) {
+      stop = true;
+      watcher.join();
       return 1;
+    }
   }
   Submitted submitted;
+  const auto submit_start = Clock::now();
   {
     asio::io_context io(1);
-    const auto start = Clock::now();
     for (int i = 0; i < o.concurrency; ++i)
-      asio::co_spawn(io, submitter(o, submitted, start), asio::detached);
+      asio::co_spawn(io, submitter(o, submitted, submit_start), asio::detached);
     io.run();
   }
-  const double submit_s = seconds_since(started);
+  expected = submitted.accepted.load();
+  const double submit_s = seconds_since(submit_start);
   std::printf("submitted %d of %d tasks in %.2f s (%.0f/s), %d refused or failed\n",
               submitted.accepted.load(), o.tasks, submit_s, submitted.accepted / submit_s,
               submitted.failed.load());
   std::fflush(stdout);
   watcher.join();
-  stop = true;
   if (!watch_error.empty()) {
     std::fprintf(stderr, "agentfleet-loadgen: watching Postgres failed: %s\n", watch_error.c_str());
     return 1;
@@ -308,5 +319,5 @@ FROM tasks WHERE idempotency_key LIKE $1 || '-%')SQL",
     std::fprintf(stderr, "agentfleet-loadgen: reading the results failed: %s\n", e.what());
     return 1;
   }
-  return seen.terminal >= o.tasks ? 0 : 1;
+  return seen.terminal >= o.tasks && submitted.accepted == o.tasks ? 0 : 1;
 }
