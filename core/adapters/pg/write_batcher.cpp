@@ -77,11 +77,15 @@ std::optional<Error> WriteBatcher::write_batch(pqxx::connection& c, std::deque<W
   bool committing = false;
   try {
     pqxx::work tx(c);
+    // Each write runs after a savepoint of its own; the release of one and the next one's
+    // savepoint go in one round trip (the last is released by the commit). ROLLBACK TO
+    // keeps the savepoint, so the write after a failed one needs no new one.
+    tx.exec0("SAVEPOINT write");
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      tx.exec0("SAVEPOINT write");
       try {
         batch[i].apply(tx);
-        tx.exec0("RELEASE SAVEPOINT write");
+        if (i + 1 < batch.size())
+          tx.exec0("RELEASE SAVEPOINT write; SAVEPOINT write");
       } catch (const pqxx::broken_connection&) {
         throw;  // nothing more can be written on this connection
       } catch (const std::exception& e) {
