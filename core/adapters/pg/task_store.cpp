@@ -1,6 +1,7 @@
 #include "core/adapters/pg/task_store.hpp"
 
 #include "core/adapters/pg/ended_tasks.hpp"
+#include "core/adapters/pg/prepared.hpp"
 #include "core/codec/task_codec.hpp"
 
 #include <map>
@@ -98,7 +99,7 @@ std::vector<std::string> insert_tasks(pqxx::work& tx, const std::vector<NewTask>
   if (tasks.empty())
     return ids;
   // One statement for any number of rows; the queue deadline is set by a trigger.
-  auto rows = tx.exec_params(R"SQL(
+  auto rows = exec_prepared(tx, "af_insert_tasks", R"SQL(
 INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                    max_steps, priority, idempotency_key, request_canonical, batch_id,
                    metadata, traceparent)
@@ -113,7 +114,7 @@ FROM jsonb_to_recordset($1::jsonb) AS r(
   request_canonical text, batch_id text, metadata jsonb, traceparent text)
 ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING task_id::text)SQL",
-                             tasks_json(tasks));
+                            tasks_json(tasks));
   ids.reserve(rows.size());
   for (const auto& row : rows)
     ids.push_back(row[0].as<std::string>());
@@ -121,14 +122,16 @@ RETURNING task_id::text)SQL",
 }
 
 void lock_user_queue(pqxx::work& tx, const std::string& user_id) {
-  tx.exec_params("SELECT pg_advisory_xact_lock(7311002, hashtext($1))", user_id);
+  exec_prepared(tx, "af_queue_lock", "SELECT pg_advisory_xact_lock(7311002, hashtext($1))",
+                user_id);
 }
 
 QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimit& limit) {
   QueueRoom room;
   if (!limit)
     return room;
-  auto overrides = tx.exec_params(
+  auto overrides = exec_prepared(
+      tx, "af_queue_overrides",
       "SELECT coalesce(tier, ''), max_queued FROM user_limits WHERE user_id = $1", user_id);
   std::string tier;
   std::optional<int> max_queued;
@@ -139,10 +142,10 @@ QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimi
   }
   room.max_queued = limit(tier, max_queued);
   // Counting stops just past the limit: a deep queue costs no more than a full one.
-  room.queued = tx.exec_params1(
-                      "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND "
-                      "status = 'queued' LIMIT $2::bigint + 1) q",
-                      user_id, room.max_queued)[0]
+  room.queued = exec_prepared1(tx, "af_queue_count",
+                               "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND "
+                               "status = 'queued' LIMIT $2::bigint + 1) q",
+                               user_id, room.max_queued)[0]
                     .as<std::int64_t>();
   return room;
 }
@@ -155,10 +158,11 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
   lock_user_queue(tx, s.user_id);
   InsertResult result;
   if (!s.idempotency_key.empty()) {
-    auto existing = tx.exec_params(
-        "SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND "
-        "idempotency_key = $2",
-        s.user_id, s.idempotency_key);
+    auto existing =
+        exec_prepared(tx, "af_idempotency",
+                      "SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND "
+                      "idempotency_key = $2",
+                      s.user_id, s.idempotency_key);
     if (!existing.empty()) {
       tx.commit();
       result.task_id = existing[0][0].as<std::string>();
@@ -178,10 +182,11 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
   if (inserted.empty()) {
     // A batch upload committed the same key meanwhile (it takes the user lock only at its
     // end): the key names that task now.
-    auto existing = tx.exec_params1(
-        "SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND "
-        "idempotency_key = $2",
-        s.user_id, s.idempotency_key);
+    auto existing =
+        exec_prepared1(tx, "af_idempotency",
+                       "SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND "
+                       "idempotency_key = $2",
+                       s.user_id, s.idempotency_key);
     tx.commit();
     result.task_id = existing[0].as<std::string>();
     result.outcome = existing[1].as<std::string>() == task.canonical ? InsertOutcome::kExisting
@@ -198,7 +203,7 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
 
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id) {
   pqxx::read_transaction tx(c);
-  auto rows = tx.exec_params(kTaskJson, task_id);
+  auto rows = exec_prepared(tx, "af_task_json", kTaskJson, task_id);
   if (rows.empty())
     return std::nullopt;
   return rows[0][0].as<std::string>();
@@ -547,7 +552,7 @@ std::int64_t count_due_outbox(pqxx::connection& c) {
 
 Claim claim_task(pqxx::work& tx, const std::string& task_id, const std::string& worker_id,
                  int lease_s, int max_attempts) {
-  auto rows = tx.exec_params(R"SQL(
+  auto rows = exec_prepared(tx, "af_claim", R"SQL(
 WITH claimed AS (
   UPDATE tasks SET status = 'running', attempt = attempt + 1, worker_id = $2,
          lease_until = now() + make_interval(secs => $3),
@@ -568,9 +573,10 @@ SELECT t.user_id, t.text, t.model, array_to_json(t.tools)::text, t.timeout_s,
        (extract(epoch FROM now() - t.created_at) * 1000)::bigint
 FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
 )SQL",
-                             task_id, worker_id, lease_s, max_attempts);
+                            task_id, worker_id, lease_s, max_attempts);
   if (rows.empty()) {
-    auto known = tx.exec_params("SELECT 1 FROM tasks WHERE task_id = $1::uuid", task_id);
+    auto known = exec_prepared(tx, "af_task_exists", "SELECT 1 FROM tasks WHERE task_id = $1::uuid",
+                               task_id);
     return Claim{known.empty() ? ClaimOutcome::kUnknown : ClaimOutcome::kBusyOrDone, {}};
   }
   const auto& r = rows[0];
@@ -605,7 +611,11 @@ FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
   claimed.user_tier = r[17].as<std::string>();
   claimed.user_tool_permission = r[18].as<std::string>();
   claimed.queued_ms = r[19].as<std::int64_t>();
-  auto steps = tx.exec_params(
+  // Checkpoints exist only from an earlier attempt: a first claim has none to read.
+  if (claimed.attempt == 1)
+    return Claim{ClaimOutcome::kClaimed, std::move(claimed)};
+  auto steps = exec_prepared(
+      tx, "af_claim_steps",
       "SELECT step, model_reply::text, coalesce(observations::text, '') FROM task_steps "
       "WHERE task_id = $1::uuid ORDER BY step",
       task_id);
@@ -619,7 +629,8 @@ FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
 namespace {
 // The fence every worker write goes through: the row must still be ours.
 bool still_ours(pqxx::work& tx, const std::string& task_id, int attempt) {
-  auto rows = tx.exec_params(
+  auto rows = exec_prepared(
+      tx, "af_still_ours",
       "SELECT 1 FROM tasks WHERE task_id = $1::uuid AND attempt = $2 AND status = 'running' "
       "FOR UPDATE",
       task_id, attempt);
@@ -636,24 +647,24 @@ Status save_model_step(pqxx::work& tx, const std::string& task_id, int attempt, 
                        const LedgerRow& ledger) {
   if (!still_ours(tx, task_id, attempt))
     return lease_lost(task_id);
-  tx.exec_params0(
-      "INSERT INTO task_steps (task_id, step, attempt, model_reply, model_latency_ms) "
-      "VALUES ($1::uuid, $2, $3, $4::jsonb, $5)",
-      task_id, step, attempt, model_reply_json, latency_ms);
-  tx.exec_params0(R"SQL(
+  exec_prepared0(tx, "af_step_insert",
+                 "INSERT INTO task_steps (task_id, step, attempt, model_reply, model_latency_ms) "
+                 "VALUES ($1::uuid, $2, $3, $4::jsonb, $5)",
+                 task_id, step, attempt, model_reply_json, latency_ms);
+  exec_prepared0(tx, "af_ledger_insert", R"SQL(
 INSERT INTO usage_ledger (task_id, step, user_id, batch_id, model, input_tokens,
                           cached_input_tokens, output_tokens, reasoning_tokens, cost, currency)
 VALUES ($1::uuid, $2, $3, NULLIF($4, ''), $5, $6, $7, $8, $9, $10::numeric, $11))SQL",
-                  task_id, step, ledger.user_id, ledger.batch_id, ledger.model, ledger.usage.input,
-                  ledger.usage.cached_input, ledger.usage.output, ledger.usage.reasoning,
-                  ledger.cost, ledger.currency);
-  tx.exec_params0(R"SQL(
+                 task_id, step, ledger.user_id, ledger.batch_id, ledger.model, ledger.usage.input,
+                 ledger.usage.cached_input, ledger.usage.output, ledger.usage.reasoning,
+                 ledger.cost, ledger.currency);
+  exec_prepared0(tx, "af_step_totals", R"SQL(
 UPDATE tasks SET steps = $2 + 1, input_tokens = input_tokens + $3,
        cached_input_tokens = cached_input_tokens + $4, output_tokens = output_tokens + $5,
        cost = cost + $6::numeric, currency = $7
 WHERE task_id = $1::uuid)SQL",
-                  task_id, step, ledger.usage.input, ledger.usage.cached_input, ledger.usage.output,
-                  ledger.cost, ledger.currency);
+                 task_id, step, ledger.usage.input, ledger.usage.cached_input, ledger.usage.output,
+                 ledger.cost, ledger.currency);
   return ok_status();
 }
 
@@ -662,13 +673,15 @@ Status save_tool_results(pqxx::work& tx, const std::string& task_id, int attempt
                          int executed_calls) {
   if (!still_ours(tx, task_id, attempt))
     return lease_lost(task_id);
-  auto updated = tx.exec_params(
+  auto updated = exec_prepared(
+      tx, "af_tool_results",
       "UPDATE task_steps SET observations = $3::jsonb, trace = $4::jsonb, attempt = $5, "
       "tools_done_at = now() WHERE task_id = $1::uuid AND step = $2 RETURNING step",
       task_id, step, observations_json, trace_json, attempt);
   if (!updated.empty()) {
-    tx.exec_params0("UPDATE tasks SET tool_calls = tool_calls + $2 WHERE task_id = $1::uuid",
-                    task_id, executed_calls);
+    exec_prepared0(tx, "af_tool_count",
+                   "UPDATE tasks SET tool_calls = tool_calls + $2 WHERE task_id = $1::uuid",
+                   task_id, executed_calls);
   }
   return ok_status();
 }
@@ -682,14 +695,15 @@ Result<std::int64_t> finish_task(pqxx::work& tx, const FinishRecord& record) {
     message = record.result->message;
     options = json_string_array(record.result->options);
   }
-  tx.exec_params0(R"SQL(
+  exec_prepared0(tx, "af_finish", R"SQL(
 UPDATE tasks SET status = $2, result_type = $3, result_message = $4,
        result_options = $5::jsonb, error = NULLIF($6, ''), finished_at = now(),
        lease_until = NULL
 WHERE task_id = $1::uuid)SQL",
-                  record.task_id, std::string(to_string(record.status)), result_type, message,
-                  options, record.error);
-  auto id = tx.exec_params1(
+                 record.task_id, std::string(to_string(record.status)), result_type, message,
+                 options, record.error);
+  auto id = exec_prepared1(
+      tx, "af_finish_outbox",
       "INSERT INTO outbox (topic, message_key, payload, traceparent, publish_after) "
       "VALUES ($1, $2, $3, NULLIF($4, ''), now() + make_interval(secs => $5)) RETURNING id",
       record.results_topic, record.user_id, record.result_event_json, record.traceparent,
@@ -698,11 +712,11 @@ WHERE task_id = $1::uuid)SQL",
 }
 
 TaskTotals task_totals(pqxx::transaction_base& tx, const std::string& task_id) {
-  auto r = tx.exec_params1(
-      "SELECT input_tokens, cached_input_tokens, output_tokens, "
-      "to_char(cost, 'FM999999999999990.000000'), coalesce(currency, '') "
-      "FROM tasks WHERE task_id = $1::uuid",
-      task_id);
+  auto r = exec_prepared1(tx, "af_task_totals",
+                          "SELECT input_tokens, cached_input_tokens, output_tokens, "
+                          "to_char(cost, 'FM999999999999990.000000'), coalesce(currency, '') "
+                          "FROM tasks WHERE task_id = $1::uuid",
+                          task_id);
   TaskTotals totals;
   totals.usage.input = r[0].as<std::int64_t>();
   totals.usage.cached_input = r[1].as<std::int64_t>();
@@ -713,7 +727,7 @@ TaskTotals task_totals(pqxx::transaction_base& tx, const std::string& task_id) {
 }
 
 void delete_outbox_row(pqxx::work& tx, std::int64_t id) {
-  tx.exec_params0("DELETE FROM outbox WHERE id = $1", id);
+  exec_prepared0(tx, "af_outbox_delete", "DELETE FROM outbox WHERE id = $1", id);
 }
 
 namespace {
