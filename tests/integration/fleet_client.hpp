@@ -22,6 +22,7 @@
 
 #include "core/adapters/http/client.hpp"
 #include "tests/integration/fleet_env.hpp"
+#include "tools/agentctl/json_fields.hpp"
 
 namespace agentfleet::test {
 
@@ -92,23 +93,10 @@ inline rapidjson::Document parse(const std::string& text) {
   return doc;
 }
 
-inline const rapidjson::Value& at(const rapidjson::Value& v, const char* name) {
-  static const rapidjson::Value kNull;
-  if (!v.IsObject())
-    return kNull;
-  auto it = v.FindMember(name);
-  return it != v.MemberEnd() ? it->value : kNull;
-}
-
-inline std::string str(const rapidjson::Value& v, const char* name) {
-  const auto& m = at(v, name);
-  return m.IsString() ? std::string(m.GetString(), m.GetStringLength()) : std::string();
-}
-
-inline std::int64_t num(const rapidjson::Value& v, const char* name) {
-  const auto& m = at(v, name);
-  return m.IsInt64() ? m.GetInt64() : -1;
-}
+// at(), str(), num(): agentctl's reads of the same answers.
+using agentctl::json::at;
+using agentctl::json::num;
+using agentctl::json::str;
 
 // One statement in a transaction of its own on the fleet's database; the one row it returns.
 template <typename... Args>
