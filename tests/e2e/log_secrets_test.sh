@@ -96,8 +96,13 @@ for worker in worker-1 worker-2; do
   AGENTFLEET_CONFIG=$config AGENTFLEET_PG_URL=$planted_pg_url \
     fleet_start_worker "$run_dir" "$build_dir" "$worker"
 done
-grep -qzF "AGENTFLEET_PG_URL=$planted_pg_url" "/proc/$FLEET_LAST_PID/environ" ||
-  fail "the worker does not run with the planted Postgres URL"
+# /proc/PID/environ is the program's only once it has been exec'd (a moment after the fork).
+planted_env_seen() { grep -qzF "AGENTFLEET_PG_URL=$planted_pg_url" "/proc/$FLEET_LAST_PID/environ"; }
+deadline=$(($(af_now_ms) + 10000))
+until planted_env_seen; do
+  (($(af_now_ms) < deadline)) || fail "the worker does not run with the planted Postgres URL"
+  sleep 0.1
+done
 e2e_wait_consuming "$run_dir" worker-1 worker-2
 llm="http://127.0.0.1:$LLM_SIM_PORT"
 
