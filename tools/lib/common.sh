@@ -33,6 +33,12 @@ af_port_in_use() {
 # port-0 listeners such as the dev broker's take ports from there). Another process may
 # still take it before the caller binds it: callers that pick the port themselves should
 # retry on "address in use". Returns 1 after 100 busy candidates.
+# Ports handed out earlier by this shell and its children (each call runs in a command
+# substitution, so the record is a file) are never handed out again: a fleet picks several
+# ports before any process binds one, and two picks of the same port made a process fail
+# with "address in use" at start.
+_AF_PORTS_GIVEN=${_AF_PORTS_GIVEN:-$(mktemp "${TMPDIR:-/tmp}/af-ports.XXXXXX")}
+export _AF_PORTS_GIVEN
 af_free_port() {
   local lo=20000 hi=40000 eph_lo eph_hi port _
   if read -r eph_lo eph_hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null; then
@@ -44,7 +50,9 @@ af_free_port() {
   fi
   for _ in $(seq 100); do
     port=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
+    grep -qx "$port" "$_AF_PORTS_GIVEN" 2>/dev/null && continue
     if ! af_port_in_use "$port"; then
+      echo "$port" >>"$_AF_PORTS_GIVEN"
       echo "$port"
       return 0
     fi
