@@ -645,44 +645,68 @@ Error lease_lost(const std::string& task_id) {
 Status save_model_step(pqxx::work& tx, const std::string& task_id, int attempt, int step,
                        const std::string& model_reply_json, int latency_ms,
                        const LedgerRow& ledger) {
-  if (!still_ours(tx, task_id, attempt))
+  // One statement: the fence (the row still ours, locked), the step row, the ledger row and
+  // the task's totals; nothing is written when the fence finds no row.
+  auto fenced =
+      exec_prepared1(tx, "af_model_step", R"SQL(
+WITH ours AS (
+  SELECT task_id FROM tasks
+  WHERE task_id = $1::uuid AND attempt = $3::integer AND status = 'running'
+  FOR UPDATE
+), step_row AS (
+  INSERT INTO task_steps (task_id, step, attempt, model_reply, model_latency_ms)
+  SELECT task_id, $2::integer, $3::integer, $4::jsonb, $5::integer FROM ours
+  RETURNING 1
+), ledger_row AS (
+  INSERT INTO usage_ledger (task_id, step, user_id, batch_id, model, input_tokens,
+                            cached_input_tokens, output_tokens, reasoning_tokens, cost, currency)
+  SELECT task_id, $2::integer, $6::text, NULLIF($7::text, ''), $8::text, $9::bigint,
+         $10::bigint, $11::bigint, $12::bigint, $13::numeric, $14::text
+  FROM ours
+  RETURNING 1
+), totals AS (
+  UPDATE tasks t SET steps = $2::integer + 1, input_tokens = t.input_tokens + $9::bigint,
+         cached_input_tokens = t.cached_input_tokens + $10::bigint,
+         output_tokens = t.output_tokens + $11::bigint, cost = t.cost + $13::numeric,
+         currency = $14::text
+  FROM ours WHERE t.task_id = ours.task_id
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM ours), (SELECT count(*) FROM step_row),
+       (SELECT count(*) FROM ledger_row), (SELECT count(*) FROM totals))SQL",
+                     task_id, step, attempt, model_reply_json, latency_ms, ledger.user_id,
+                     ledger.batch_id, ledger.model, ledger.usage.input, ledger.usage.cached_input,
+                     ledger.usage.output, ledger.usage.reasoning, ledger.cost, ledger.currency);
+  if (fenced[0].as<int>() == 0)
     return lease_lost(task_id);
-  exec_prepared0(tx, "af_step_insert",
-                 "INSERT INTO task_steps (task_id, step, attempt, model_reply, model_latency_ms) "
-                 "VALUES ($1::uuid, $2, $3, $4::jsonb, $5)",
-                 task_id, step, attempt, model_reply_json, latency_ms);
-  exec_prepared0(tx, "af_ledger_insert", R"SQL(
-INSERT INTO usage_ledger (task_id, step, user_id, batch_id, model, input_tokens,
-                          cached_input_tokens, output_tokens, reasoning_tokens, cost, currency)
-VALUES ($1::uuid, $2, $3, NULLIF($4, ''), $5, $6, $7, $8, $9, $10::numeric, $11))SQL",
-                 task_id, step, ledger.user_id, ledger.batch_id, ledger.model, ledger.usage.input,
-                 ledger.usage.cached_input, ledger.usage.output, ledger.usage.reasoning,
-                 ledger.cost, ledger.currency);
-  exec_prepared0(tx, "af_step_totals", R"SQL(
-UPDATE tasks SET steps = $2 + 1, input_tokens = input_tokens + $3,
-       cached_input_tokens = cached_input_tokens + $4, output_tokens = output_tokens + $5,
-       cost = cost + $6::numeric, currency = $7
-WHERE task_id = $1::uuid)SQL",
-                 task_id, step, ledger.usage.input, ledger.usage.cached_input, ledger.usage.output,
-                 ledger.cost, ledger.currency);
   return ok_status();
 }
 
 Status save_tool_results(pqxx::work& tx, const std::string& task_id, int attempt, int step,
                          const std::string& observations_json, const std::string& trace_json,
                          int executed_calls) {
-  if (!still_ours(tx, task_id, attempt))
+  // One statement: the fence, the step's observations and trace, and the task's tool-call
+  // count (only when the step row was there to update).
+  auto fenced =
+      exec_prepared1(tx, "af_tool_results", R"SQL(
+WITH ours AS (
+  SELECT task_id FROM tasks
+  WHERE task_id = $1::uuid AND attempt = $5::integer AND status = 'running'
+  FOR UPDATE
+), updated AS (
+  UPDATE task_steps s SET observations = $3::jsonb, trace = $4::jsonb, attempt = $5::integer,
+         tools_done_at = now()
+  FROM ours WHERE s.task_id = ours.task_id AND s.step = $2::integer
+  RETURNING 1
+), counted AS (
+  UPDATE tasks t SET tool_calls = t.tool_calls + $6::integer
+  FROM ours WHERE t.task_id = ours.task_id AND EXISTS (SELECT 1 FROM updated)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM ours), (SELECT count(*) FROM counted))SQL",
+                     task_id, step, observations_json, trace_json, attempt, executed_calls);
+  if (fenced[0].as<int>() == 0)
     return lease_lost(task_id);
-  auto updated = exec_prepared(
-      tx, "af_tool_results",
-      "UPDATE task_steps SET observations = $3::jsonb, trace = $4::jsonb, attempt = $5, "
-      "tools_done_at = now() WHERE task_id = $1::uuid AND step = $2 RETURNING step",
-      task_id, step, observations_json, trace_json, attempt);
-  if (!updated.empty()) {
-    exec_prepared0(tx, "af_tool_count",
-                   "UPDATE tasks SET tool_calls = tool_calls + $2 WHERE task_id = $1::uuid",
-                   task_id, executed_calls);
-  }
   return ok_status();
 }
 
