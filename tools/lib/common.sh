@@ -35,10 +35,19 @@ af_port_in_use() {
 # retry on "address in use". Returns 1 after 100 busy candidates.
 # Ports handed out earlier by this shell and its children (each call runs in a command
 # substitution, so the record is a file) are never handed out again: a fleet picks several
-# ports before any process binds one, and two picks of the same port made a process fail
-# with "address in use" at start.
-_AF_PORTS_GIVEN=${_AF_PORTS_GIVEN:-$(mktemp "${TMPDIR:-/tmp}/af-ports.XXXXXX")}
-export _AF_PORTS_GIVEN
+# ports before any process binds one, and two equal picks would make a process fail with
+# "address in use" at start. The record is named after the shell that first sourced this
+# file (its children inherit the name) and appears with the first port handed out;
+# records of shells that have exited are removed here.
+if [[ -z "${_AF_PORTS_GIVEN:-}" ]]; then
+  for _af_record in "${TMPDIR:-/tmp}"/af-ports.*; do
+    if [[ -e "$_af_record" ]] && ! kill -0 "${_af_record##*.}" 2>/dev/null; then
+      rm -f "$_af_record"
+    fi
+  done
+  unset _af_record
+  export _AF_PORTS_GIVEN="${TMPDIR:-/tmp}/af-ports.$$"
+fi
 af_free_port() {
   local lo=20000 hi=40000 eph_lo eph_hi port _
   if read -r eph_lo eph_hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null; then
