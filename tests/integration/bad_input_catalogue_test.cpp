@@ -165,6 +165,17 @@ std::string wait_terminal_row(const std::string& task_id, std::chrono::seconds l
   }
 }
 
+// Waits (bounded, polling) until the task's row is running, or `limit` has passed.
+void wait_running(const std::string& task_id, std::chrono::seconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (
+      pg_row("SELECT status FROM tasks WHERE task_id = $1::uuid", task_id)[0].as<std::string>() !=
+          "running" &&
+      std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(50ms);  // polling a bounded wait
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Kafka
 
@@ -897,13 +908,7 @@ TEST(BadInputCatalogue, TheDispatchTopicDeadLettersEachWithItsReasonAndTheNextTa
   auto slow = call({bhttp::verb::post, "/v1/tasks", submission(u, "slow: steps=3", "running")});
   ASSERT_EQ(slow.status, 201) << slow.body;
   const std::string running = str(parse(slow.body), "task_id");
-  const auto started_until = std::chrono::steady_clock::now() + 30s;
-  while (
-      pg_row("SELECT status FROM tasks WHERE task_id = $1::uuid", running)[0].as<std::string>() !=
-          "running" &&
-      std::chrono::steady_clock::now() < started_until) {
-    std::this_thread::sleep_for(50ms);  // polling a bounded wait
-  }
+  wait_running(running, 30s);
 
   // After the bad ones, on the same key (so the same partition and worker): a task that only
   // this message dispatches.
@@ -999,12 +1004,8 @@ TEST(BadInputCatalogue, TheFeedIgnoresBadResultsAndEventsAndAnswersWaitersFromTh
                  40s});
   });
   auto stream = std::async(std::launch::async, [&] { return read_stream(id); });
+  wait_running(id, 30s);
   const auto until = std::chrono::steady_clock::now() + 30s;
-  while (pg_row("SELECT status FROM tasks WHERE task_id = $1::uuid", id)[0].as<std::string>() !=
-             "running" &&
-         std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(50ms);  // polling a bounded wait
-  }
   // The long poll and the stream are subscribed to the feed (each gauge counts a wait from
   // its subscription on) before the garbage goes out.
   while (
