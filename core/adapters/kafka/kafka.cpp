@@ -86,6 +86,21 @@ void delivery_report(rd_kafka_t*, const rd_kafka_message_t* message, void*) {
   if (!delivery)
     return;
   Status status = message->err ? Status(map_kafka_error(message->err, "delivery")) : ok_status();
+  if (!message->err && message->offset < 0) {
+    // Success without an offset: librdkafka's idempotent producer counts a failed request's
+    // messages as written when a later request to the partition succeeds, trusting the
+    // broker to refuse sequences out of order. The dev broker (librdkafka's mock cluster)
+    // does not refuse them, so such a message may be missing from the log. Callers keep
+    // their fallback (an outbox row, an uncommitted offset) and publish again; with a real
+    // broker that is an identical duplicate, which readers de-duplicate.
+    const std::string where = std::string(rd_kafka_topic_name(message->rkt)) + " [" +
+                              std::to_string(message->partition) + "]";
+    log::write("warn", "kafka",
+               "delivery to " + where + " acknowledged without an offset: not confirmed");
+    status = Error{ErrorKind::kTransient,
+                   "delivery to " + where +
+                       ": acknowledged without an offset (after a failed request), not confirmed"};
+  }
   try {
     delivery->callback(std::move(status));
   } catch (...) {
