@@ -4,6 +4,7 @@
 
 #include "core/react/context_budget.hpp"
 #include "core/react/json_string.hpp"
+#include "core/react/strategy.hpp"
 
 namespace agentfleet::react {
 
@@ -17,6 +18,8 @@ std::string_view to_string(FailReason reason) {
       return "content_filter";
     case FailReason::kEmptyReply:
       return "empty_reply";
+    case FailReason::kNoPlan:
+      return "no_plan";
   }
   return "unknown";
 }
@@ -181,5 +184,11 @@ Step ReactLoop::on_tool_results(ReactState& state, const CallTools& step,
   state.tool_calls += static_cast<int>(step.calls.size());
   return CallModel{};
 }
+
+ReactStrategy::ReactStrategy(Limits limits, ResultMarkers markers,
+                             std::set<std::string> allowed_tools, std::string system_prompt,
+                             std::string user_text)
+    : loop_(limits, std::move(markers), std::move(allowed_tools)),
+      state_(loop_.start(std::move(system_prompt), std::move(user_text))) {}
 
 }  // namespace agentfleet::react

@@ -45,11 +45,14 @@ struct CallTools {
   std::vector<ToolCall> calls;           // to execute, in order
   std::vector<int> call_indices;         // each call's position among the reply's tool calls
   std::vector<ToolObservation> refused;  // answered without a call (not allowed, ...)
+  // A checkpoint of its own (plan_execute's tool steps) rather than the results of the
+  // model call before it (ReAct, and a plan step whose arguments the executor filled in).
+  bool own_checkpoint = false;
 };
 struct Finish {
   TaskResult result;
 };
-enum class FailReason { kMaxSteps, kTruncated, kContentFilter, kEmptyReply };
+enum class FailReason { kMaxSteps, kTruncated, kContentFilter, kEmptyReply, kNoPlan };
 struct Fail {
   FailReason reason;
   std::string message;
