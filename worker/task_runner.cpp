@@ -17,6 +17,7 @@
 #include "core/codec/checkpoint_codec.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/codec/openai_codec.hpp"
+#include "core/codec/plan_codec.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/codec/tool_call_check.hpp"
 #include "core/config/time_zone_loader.hpp"
@@ -111,6 +112,17 @@ react::ResultMarkers make_markers(const config::ResultMarkers& m) {
   return markers;
 }
 
+react::PlanPolicy make_plan_policy(const config::PlanExecuteConfig& c) {
+  react::PlanPolicy policy;
+  policy.reflection =
+      react::parse_reflection_schedule(c.reflection).value_or(react::ReflectionSchedule::kAtEnd);
+  policy.pass_confidence = c.pass_confidence;
+  policy.max_corrections = c.max_corrections;
+  policy.weights = react::CriticWeights{c.weight_accuracy, c.weight_completeness,
+                                        c.weight_relevance, c.weight_logic};
+  return policy;
+}
+
 // First `limit` code points of `text`, for the trace.
 std::string truncate_chars(const std::string& text, int limit) {
   std::size_t count = 0;
@@ -148,7 +160,11 @@ TaskRunner::TaskRunner(const config::Config& config, std::string worker_id,
       producer_(producer),
       metrics_(metrics),
       prices_(make_price_table(config.billing)),
-      markers_(make_markers(config.react.markers)) {
+      markers_(make_markers(config.react.markers)),
+      plan_policy_(make_plan_policy(config.plan_execute)),
+      no_tools_(std::make_shared<const std::vector<ports::ToolSchema>>()),
+      finish_only_(std::make_shared<const std::vector<ports::ToolSchema>>(
+          std::vector<ports::ToolSchema>{codec::finish_tool_schema()})) {
   for (const auto& tool : config.tools) {
     rapidjson::Document schema;
     schema.Parse(tool.parameters_schema.c_str());
@@ -223,7 +239,8 @@ struct TaskRunner::Run {
   Clock::time_point claimed_at;
   std::shared_ptr<Control> control = std::make_shared<Control>();
   std::shared_ptr<const std::vector<ports::ToolSchema>> schemas;
-  std::set<std::string> permitted;  // tools the user's permission level allows
+  std::set<std::string> allowed;    // the task's allow-list within the registry
+  std::set<std::string> permitted;  // of those, the tools the user's permission level allows
   int progress_seq = 0;
   int steps = 0;
   int tool_calls = 0;
@@ -384,14 +401,13 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
   // call is refused and the model reads why.
   const config::Permission permission =
       config_.tool_permission_for(run.claimed.user_tier, run.claimed.user_tool_permission);
-  std::set<std::string> allowed;
   auto schemas = std::make_shared<std::vector<ports::ToolSchema>>();
   for (const auto& tool : config_.tools) {
     if (spec.tools &&
         std::find(spec.tools->begin(), spec.tools->end(), tool.name) == spec.tools->end()) {
       continue;
     }
-    allowed.insert(tool.name);
+    run.allowed.insert(tool.name);
     if (tool.permission <= permission) {
       run.permitted.insert(tool.name);
       schemas->push_back(ports::ToolSchema{tool.name, tool.description, tool.parameters_schema});
@@ -400,27 +416,50 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
   schemas->push_back(codec::finish_tool_schema());
   run.schemas = std::move(schemas);
 
-  const react::ReactLoop loop(
-      react::Limits{spec.max_steps, config_.react.tool_result_context_chars}, markers_, allowed);
   const std::string zone_name =
       spec.metadata.time_zone.empty() ? config_.task_defaults.time_zone : spec.metadata.time_zone;
   const auto zone = config::load_time_zone(zone_name);
   react::PromptValues values{to_local(zone.zone, std::chrono::system_clock::now()),
                              zone.found ? zone_name : "UTC", spec.metadata.locale};
-  react::ReactState state =
-      loop.start(react::render_system_prompt(config_.react.system_prompt, values), spec.text);
+  auto made = make_strategy(run, values);
+  if (!made.ok())
+    co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, made.error().message);
+  react::Strategy& strategy = *made.value();
 
   // Replay the checkpoints of earlier attempts: no model call and no bill for them.
-  react::Step next = react::CallModel{};
+  react::Step next = strategy.start();
   int step = 0;
+  // The pending CallTools of a plan tool step already has its step row (written before
+  // its calls ran); their results go into that row.
+  bool tool_row_written = false;
   for (const pg::StepRecord& record : run.claimed.steps) {
+    step = record.step + 1;
+    if (codec::is_tool_step_checkpoint(record.model_reply)) {
+      // A plan step's tool call, a checkpoint of its own.
+      auto* calls = std::get_if<react::CallTools>(&next);
+      if (calls == nullptr || !calls->own_checkpoint) {
+        co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
+                                  "unreadable checkpoint: step " + std::to_string(record.step) +
+                                      " is a tool step the plan does not have there");
+      }
+      if (record.observations.empty()) {
+        tool_row_written = true;  // its calls did not finish: they run again, same keys
+        continue;
+      }
+      auto observations = codec::parse_observations_json(record.observations);
+      if (!observations.ok()) {
+        co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
+                                  "unreadable checkpoint: " + observations.error().message);
+      }
+      next = strategy.on_tool_results(*calls, std::move(observations.value()));
+      continue;
+    }
     auto reply = codec::parse_model_reply_json(record.model_reply);
     if (!reply.ok()) {
       co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
                                 "unreadable checkpoint: " + reply.error().message);
     }
-    next = loop.on_model_reply(state, reply.value());
-    step = record.step + 1;
+    next = strategy.on_model_reply(reply.value());
     if (!record.observations.empty()) {
       if (auto* calls = std::get_if<react::CallTools>(&next)) {
         auto observations = codec::parse_observations_json(record.observations);
@@ -428,12 +467,34 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
           co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
                                     "unreadable checkpoint: " + observations.error().message);
         }
-        next = loop.on_tool_results(state, *calls, std::move(observations.value()));
+        next = strategy.on_tool_results(*calls, std::move(observations.value()));
       }
     }
   }
   run.steps = step;
-  run.tool_calls = state.tool_calls;
+  run.tool_calls = strategy.tool_calls();
+
+  // What a call offers: the task's tools (ReAct), only finish (the synthesizer), the plan
+  // step's tool (an executor filling it in), or nothing.
+  auto offered_tools = [this](const Run& r, const react::NextCall& call) {
+    switch (call.tools) {
+      case react::ToolOffer::kTaskTools:
+        return r.schemas;
+      case react::ToolOffer::kFinishOnly:
+        return finish_only_;
+      case react::ToolOffer::kStepTool: {
+        auto one = std::make_shared<std::vector<ports::ToolSchema>>();
+        for (const auto& schema : *r.schemas) {
+          if (schema.name == call.tool)
+            one->push_back(schema);
+        }
+        return std::shared_ptr<const std::vector<ports::ToolSchema>>(std::move(one));
+      }
+      case react::ToolOffer::kNone:
+        break;
+    }
+    return no_tools_;
+  };
 
   const config::ModelConfig& model = *config_.find_model(spec.model);
   // What one request may hold: the conversation sent is a trimmed copy (old tool outputs
@@ -448,8 +509,12 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     if (auto* failed = std::get_if<react::Fail>(&next)) {
       co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, failed->message);
     }
-    // The step the run is at: the tool calls of the last model step, or the next model call.
-    run.step = std::holds_alternative<react::CallTools>(next) ? step - 1 : step;
+    // The step the run is at: the tool calls of the last model step (or a plan's tool step,
+    // a step of its own), or the next model call.
+    const auto* pending_tools = std::get_if<react::CallTools>(&next);
+    run.step = pending_tools != nullptr && (!pending_tools->own_checkpoint || tool_row_written)
+                   ? step - 1
+                   : step;
     if (auto stop = co_await stop_requested(run, true))
       co_return *stop;
     if (Clock::now() >= run.deadline) {
@@ -457,10 +522,25 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
                                 "deadline of " + std::to_string(spec.timeout_s) + " s passed");
     }
     if (auto* calls = std::get_if<react::CallTools>(&next)) {
+      if (calls->own_checkpoint && !tool_row_written) {
+        // A plan tool step is recorded with its calls before they run, as a model step is,
+        // so every side effect belongs to a checkpointed step.
+        const std::string row = codec::tool_step_checkpoint_json(calls->calls);
+        auto written = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
+          return pg::save_tool_step(tx, run.task_id, run.claimed.attempt, step, row);
+        });
+        if (auto stop = co_await on_store_failure(run, written, "tool step"))
+          co_return *stop;
+        ++step;
+        run.steps = step;
+        run.step = step - 1;
+        tool_row_written = true;
+      }
       // A step whose tools ran before a crash but were not checkpointed runs them again
       // with the same idempotency keys, so their side effects happen once.
+      const int tools_step = step - 1;
       std::string trace;
-      auto observations = co_await run_tools(run, step - 1, *calls, &trace);
+      auto observations = co_await run_tools(run, tools_step, *calls, &trace);
       if (!observations) {
         if (auto stop = co_await stop_requested(run, false))
           co_return *stop;
@@ -471,13 +551,14 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
       const std::string obs_json = codec::observations_json(*observations);
       const int executed = static_cast<int>(calls->calls.size());
       auto saved = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
-        return pg::save_tool_results(tx, run.task_id, run.claimed.attempt, step - 1, obs_json,
+        return pg::save_tool_results(tx, run.task_id, run.claimed.attempt, tools_step, obs_json,
                                      trace, executed);
       });
       if (auto stop = co_await on_store_failure(run, saved, "tool results"))
         co_return *stop;
-      next = loop.on_tool_results(state, *calls, std::move(*observations));
-      run.tool_calls = state.tool_calls;
+      tool_row_written = false;
+      next = strategy.on_tool_results(*calls, std::move(*observations));
+      run.tool_calls = strategy.tool_calls();
       continue;
     }
     // CallModel.
@@ -485,13 +566,15 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
         std::min(run.deadline, Clock::now() + std::chrono::seconds(model.call_timeout_s));
     emit_progress(run, "step", step, {}, "{}");
     const auto started = Clock::now();
-    react::FittedContext context = react::fit_context(state.messages, budget);
+    const react::NextCall request = strategy.request();
+    react::FittedContext context = react::fit_context(*request.messages, budget);
     if (!context.fits) {
       log::warn("worker", run.log_context(),
                 "conversation exceeds the context budget even trimmed (" +
                     std::to_string(context.estimated_tokens) + " estimated tokens)");
     }
-    auto reply = co_await call_model(run, std::move(context.messages), call_deadline);
+    auto reply = co_await call_model(run, std::move(context.messages), offered_tools(run, request),
+                                     call_deadline);
     if (!reply) {
       if (auto stop = co_await stop_requested(run, false))
         co_return *stop;
@@ -530,7 +613,8 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     pg::LedgerRow ledger{
         spec.user_id, spec.batch_id, spec.model, answer.usage, billing::format_micros(cost.micros),
         cost.currency};
-    const std::string reply_json = codec::model_reply_json(answer);
+    const std::string reply_json =
+        codec::model_reply_json(answer, request.role == "react" ? std::string() : request.role);
     auto saved = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
       return pg::save_model_step(tx, run.task_id, run.claimed.attempt, step, reply_json, latency_ms,
                                  ledger);
@@ -549,12 +633,43 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     }
     ++step;
     run.steps = step;
-    next = loop.on_model_reply(state, answer);
+    next = strategy.on_model_reply(answer);
   }
 }
 
+Result<std::unique_ptr<react::Strategy>> TaskRunner::make_strategy(
+    const Run& run, const react::PromptValues& values) const {
+  const TaskSpec& spec = run.claimed.spec;
+  const AgentStrategy kind = spec.strategy
+                                 ? *spec.strategy
+                                 : parse_agent_strategy(config_.strategy_for(run.claimed.user_tier))
+                                       .value_or(AgentStrategy::kReact);
+  if (kind == AgentStrategy::kReact) {
+    return std::unique_ptr<react::Strategy>(std::make_unique<react::ReactStrategy>(
+        react::Limits{spec.max_steps, config_.react.tool_result_context_chars}, markers_,
+        run.allowed, react::render_system_prompt(config_.react.system_prompt, values), spec.text));
+  }
+  const config::ModelConfig& model = *config_.find_model(spec.model);
+  if (codec::chat_protocol(model.protocol) != codec::ChatProtocol::kFunctionCalling) {
+    return Error{ErrorKind::kInvalid,
+                 "strategy plan_execute needs a model that calls functions "
+                 "(protocol function_calling); model '" +
+                     spec.model + "' uses " + model.protocol};
+  }
+  // The planner sees the tools the user may call (finish is the synthesizer's alone).
+  std::vector<ports::ToolSchema> tools;
+  for (const auto& schema : *run.schemas) {
+    if (schema.name != kFinishTool)
+      tools.push_back(schema);
+  }
+  return std::unique_ptr<react::Strategy>(std::make_unique<react::PlanExecute>(
+      react::PlanExecuteLimits{spec.max_steps, config_.react.tool_result_context_chars},
+      plan_policy_, markers_, std::move(tools), codec::plan_parsers(), values, spec.text));
+}
+
 asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
-    Run& run, std::vector<Message> messages, Clock::time_point deadline) {
+    Run& run, std::vector<Message> messages,
+    std::shared_ptr<const std::vector<ports::ToolSchema>> tools, Clock::time_point deadline) {
   // The call runs as its own coroutine owning what it reads, so that a cancellation can
   // stop waiting for it at once; an abandoned call ends at its own deadline.
   struct Call {
@@ -565,7 +680,7 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
   };
   auto call = std::make_shared<Call>();
   call->messages = std::move(messages);
-  call->schemas = run.schemas;
+  call->schemas = std::move(tools);
   auto executor = co_await asio::this_coro::executor;
   ports::ModelRequest request{run.claimed.spec.model, &call->messages, call->schemas.get(),
                               deadline, run.traceparent};

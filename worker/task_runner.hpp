@@ -32,7 +32,9 @@
 #include "core/config/config.hpp"
 #include "core/ports/model_client.hpp"
 #include "core/ports/tool_client.hpp"
+#include "core/react/plan_execute.hpp"
 #include "core/react/react_loop.hpp"
+#include "core/react/strategy.hpp"
 
 namespace agentfleet::worker {
 
@@ -79,8 +81,15 @@ class TaskRunner {
   // From here on the run only writes its end (or hands the task back).
   void mark_ending(Run& run);
   // Calls the model; nullopt when the run was interrupted before the reply arrived.
+  // `tools`: what the call offers (the task's tools, only finish, one tool, or none).
   boost::asio::awaitable<std::optional<Result<ModelReply>>> call_model(
-      Run& run, std::vector<Message> messages, std::chrono::steady_clock::time_point deadline);
+      Run& run, std::vector<Message> messages,
+      std::shared_ptr<const std::vector<ports::ToolSchema>> tools,
+      std::chrono::steady_clock::time_point deadline);
+  // The strategy a claimed task runs (its own, its user's tier's, or the default), set up
+  // with the run's tools and prompt; an error when it cannot run with the task's model.
+  Result<std::unique_ptr<react::Strategy>> make_strategy(const Run& run,
+                                                         const react::PromptValues& values) const;
   // How the run stops now (interrupted, drained at a checkpoint), or nullopt to go on.
   boost::asio::awaitable<std::optional<RunOutcome>> stop_requested(Run& run, bool at_checkpoint);
   // The observations of a step's calls; nullopt when interrupted or past the deadline.
@@ -105,7 +114,11 @@ class TaskRunner {
   metrics::WorkerMetrics& metrics_;
   billing::PriceTable prices_;
   react::ResultMarkers markers_;
+  react::PlanPolicy plan_policy_;
   std::map<std::string, std::shared_ptr<codec::CompiledSchema>> argument_schemas_;
+  // What a plan_execute call offers when it is not the task's tools.
+  std::shared_ptr<const std::vector<ports::ToolSchema>> no_tools_;
+  std::shared_ptr<const std::vector<ports::ToolSchema>> finish_only_;
   bool draining_ = false;
 
   mutable std::mutex leases_mutex_;

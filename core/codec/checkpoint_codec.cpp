@@ -15,6 +15,19 @@ void put(Writer& w, const char* key, std::string_view value) {
   w.Key(key);
   w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
 }
+
+void put_tool_calls(Writer& w, const std::vector<ToolCall>& calls) {
+  w.Key("tool_calls");
+  w.StartArray();
+  for (const ToolCall& call : calls) {
+    w.StartObject();
+    put(w, "id", call.id);
+    put(w, "name", call.name);
+    put(w, "arguments", call.arguments);
+    w.EndObject();
+  }
+  w.EndArray();
+}
 std::string str(const rapidjson::Value& o, const char* key) {
   auto it = o.FindMember(key);
   return it != o.MemberEnd() && it->value.IsString()
@@ -27,10 +40,12 @@ std::int64_t num(const rapidjson::Value& o, const char* key) {
 }
 }  // namespace
 
-std::string model_reply_json(const ModelReply& reply) {
+std::string model_reply_json(const ModelReply& reply, std::string_view role) {
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
   w.StartObject();
+  if (!role.empty())
+    put(w, "role", role);
   put(w, "content", reply.content);
   put(w, "reasoning", reply.reasoning);
   put(w, "finish_reason", reply.finish_reason);
@@ -40,16 +55,7 @@ std::string model_reply_json(const ModelReply& reply) {
     put(w, "final_text", *reply.final_text);
   if (!reply.unreadable.empty())
     put(w, "unreadable", reply.unreadable);
-  w.Key("tool_calls");
-  w.StartArray();
-  for (const ToolCall& call : reply.tool_calls) {
-    w.StartObject();
-    put(w, "id", call.id);
-    put(w, "name", call.name);
-    put(w, "arguments", call.arguments);
-    w.EndObject();
-  }
-  w.EndArray();
+  put_tool_calls(w, reply.tool_calls);
   w.Key("usage");
   w.StartObject();
   w.Key("input_tokens");
@@ -63,6 +69,25 @@ std::string model_reply_json(const ModelReply& reply) {
   w.EndObject();
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+std::string tool_step_checkpoint_json(const std::vector<ToolCall>& calls) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  put(w, "kind", "tool_step");
+  put_tool_calls(w, calls);
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+bool is_tool_step_checkpoint(std::string_view json) {
+  rapidjson::Document doc;
+  if (!parse_json(doc, json) || !doc.IsObject())
+    return false;
+  auto kind = doc.FindMember("kind");
+  return kind != doc.MemberEnd() && kind->value.IsString() &&
+         std::string_view(kind->value.GetString()) == "tool_step";
 }
 
 Result<ModelReply> parse_model_reply_json(std::string_view json) {

@@ -14,8 +14,16 @@
 
 namespace agentfleet::codec {
 
-std::string model_reply_json(const ModelReply& reply);
+// `role` (plan_execute's "planner", "executor", "critic", "synthesizer") is stored beside
+// the reply for the trace; empty for ReAct.
+std::string model_reply_json(const ModelReply& reply, std::string_view role = {});
 Result<ModelReply> parse_model_reply_json(std::string_view json);
+
+// The model_reply of a plan_execute tool step's checkpoint, which no model call made:
+// {"kind":"tool_step","tool_calls":[{"id","name","arguments"}]} (the calls as a model
+// reply lists them), written before the calls run.
+std::string tool_step_checkpoint_json(const std::vector<ToolCall>& calls);
+bool is_tool_step_checkpoint(std::string_view model_reply_json);
 
 std::string observations_json(const std::vector<ToolObservation>& observations);
 Result<std::vector<ToolObservation>> parse_observations_json(std::string_view json);

@@ -135,6 +135,8 @@ std::variant<Submission, SchemaViolation> parse_submission(std::string_view json
   spec.priority = priority.empty() ? defaults.priority : *parse_priority(priority);
   spec.idempotency_key = get_string(doc, "idempotency_key");
   spec.batch_id = get_string(doc, "batch_id");
+  if (const std::string strategy = get_string(doc, "strategy"); !strategy.empty())
+    spec.strategy = parse_agent_strategy(strategy);
   spec.metadata.time_zone = defaults.time_zone;
   spec.metadata.locale = defaults.locale;
   if (auto metadata = doc.FindMember("metadata"); metadata != doc.MemberEnd()) {
@@ -172,6 +174,9 @@ std::variant<Submission, SchemaViolation> parse_submission(std::string_view json
   key_string(w, "device_id", spec.metadata.device_id);
   key_string(w, "time_zone", spec.metadata.time_zone);
   key_string(w, "locale", spec.metadata.locale);
+  // Only when given, so the canonical form of submissions without it stays as it was.
+  if (spec.strategy)
+    key_string(w, "strategy", to_string(*spec.strategy));
   w.EndObject();
   submission.canonical.assign(buffer.GetString(), buffer.GetSize());
   return submission;

@@ -417,6 +417,15 @@ class Section {
     }
   }
 
+  void read(const char* key, double& out) const {
+    if (const Value* v = get(key)) {
+      if (!v->IsNumber()) {
+        throw Problem(path(key), "expected number");
+      }
+      out = v->GetDouble();
+    }
+  }
+
   void read(const char* key, bool& out) const {
     if (const Value* v = get(key)) {
       if (!v->IsBool()) {
@@ -643,6 +652,7 @@ void read_task_defaults(const Section& s, TaskDefaults& out) {
   s.read("tier", out.tier);
   s.read("time_zone", out.time_zone);
   s.read("locale", out.locale);
+  s.read("strategy", out.strategy);
 }
 
 // Host of an http(s) URL (the schema has checked its shape), without port or brackets.
@@ -834,6 +844,21 @@ void read_react(const Section& s, ReactConfig& out) {
   markers.read("fallback", out.markers.fallback);
 }
 
+void read_plan_execute(const Section& s, PlanExecuteConfig& out) {
+  s.read("reflection", out.reflection);
+  s.read("pass_confidence", out.pass_confidence);
+  s.read("max_corrections", out.max_corrections);
+  Section weights = s.child("weights");
+  weights.read("accuracy", out.weight_accuracy);
+  weights.read("completeness", out.weight_completeness);
+  weights.read("relevance", out.weight_relevance);
+  weights.read("logic", out.weight_logic);
+  if (out.weight_accuracy + out.weight_completeness + out.weight_relevance + out.weight_logic <=
+      0) {
+    throw Problem(weights.path(), "at least one weight must be above 0");
+  }
+}
+
 void read_tiers(const Section& root, std::vector<UserTierLimits>& out) {
   root.each("tiers", [&](const Section& s) {
     UserTierLimits t;
@@ -852,6 +877,7 @@ void read_tiers(const Section& root, std::vector<UserTierLimits>& out) {
                     "must be one of read, write, execute, admin (got '" + permission + "')");
     }
     t.tool_permission = *parsed;
+    s.read("strategy", t.strategy);
     for (const UserTierLimits& other : out) {
       if (other.tier == t.tier) {
         throw Problem(s.path("tier"), "duplicate tier '" + t.tier + "'");
@@ -882,6 +908,7 @@ Config read_config(const Value& doc) {
     }
   }
   read_react(root.child("react"), c.react);
+  read_plan_execute(root.child("plan_execute"), c.plan_execute);
   read_tiers(root, c.tiers);
   Section metrics = root.child("metrics");
   metrics.read("host", c.metrics.host);
@@ -1000,6 +1027,13 @@ Permission Config::tool_permission_for(const std::string& user_tier,
   if (tier == nullptr)
     tier = find_tier(task_defaults.tier);
   return tier ? tier->tool_permission : Permission::kWrite;
+}
+
+const std::string& Config::strategy_for(const std::string& user_tier) const {
+  const UserTierLimits* tier = user_tier.empty() ? nullptr : find_tier(user_tier);
+  if (tier == nullptr)
+    tier = find_tier(task_defaults.tier);
+  return tier != nullptr && !tier->strategy.empty() ? tier->strategy : task_defaults.strategy;
 }
 
 const ToolConfig* Config::find_tool(const std::string& name) const {

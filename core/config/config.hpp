@@ -123,6 +123,7 @@ struct TaskDefaults {
   std::string tier = "standard";  // of a user without an override in user_limits
   std::string time_zone = "Asia/Shanghai";
   std::string locale = "zh-CN";
+  std::string strategy = "react";  // of tasks that name none and whose tier names none
 };
 
 struct ModelEndpoint {
@@ -223,6 +224,18 @@ struct UserTierLimits {
   std::string monthly_budget = "0";  // decimal; "0" means unlimited
   int weight = 1;  // share of scarce capacity relative to other tiers (round-robin weight)
   Permission tool_permission = Permission::kWrite;  // highest tool level the user may call
+  std::string strategy;  // "react" or "plan_execute" for tasks that name none; empty: default
+};
+
+// The plan_execute strategy (core/react/plan_execute.hpp).
+struct PlanExecuteConfig {
+  std::string reflection = "at_end";  // every_step, every_third_step or at_end
+  double pass_confidence = 0.7;       // the critic's weighted score that passes
+  int max_corrections = 3;            // new plans after the first
+  double weight_accuracy = 0.4;
+  double weight_completeness = 0.3;
+  double weight_relevance = 0.2;
+  double weight_logic = 0.1;
 };
 
 struct MetricsConfig {
@@ -244,6 +257,7 @@ struct Config {
   std::vector<ToolConfig> tools;
   BillingConfig billing;
   ReactConfig react;
+  PlanExecuteConfig plan_execute;
   std::vector<UserTierLimits> tiers;
   MetricsConfig metrics;
   AuthConfig auth;
@@ -255,6 +269,9 @@ struct Config {
   // else their tier's (their tier when set and known, else task_defaults.tier), else write.
   Permission tool_permission_for(const std::string& user_tier,
                                  const std::string& user_override) const;
+  // The strategy of a task that names none: its user's tier's (as above), else
+  // task_defaults.strategy.
+  const std::string& strategy_for(const std::string& user_tier) const;
 };
 
 // Replaces `${VAR}` and `${VAR:-default}` in one string from `lookup` (the environment by

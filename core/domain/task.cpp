@@ -63,6 +63,18 @@ std::string_view to_string(Priority priority) {
   return priority == Priority::kBatch ? "batch" : "interactive";
 }
 
+std::string_view to_string(AgentStrategy strategy) {
+  return strategy == AgentStrategy::kPlanExecute ? "plan_execute" : "react";
+}
+
+std::optional<AgentStrategy> parse_agent_strategy(std::string_view text) {
+  if (text == "react")
+    return AgentStrategy::kReact;
+  if (text == "plan_execute")
+    return AgentStrategy::kPlanExecute;
+  return std::nullopt;
+}
+
 std::optional<TaskStatus> parse_task_status(std::string_view text) {
   for (auto s :
        {TaskStatus::kQueued, TaskStatus::kDispatched, TaskStatus::kRunning, TaskStatus::kSucceeded,

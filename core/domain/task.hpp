@@ -21,13 +21,17 @@ enum class TaskStatus {
 };
 enum class ResultType { kActionCompleted, kNeedClarification, kError };
 enum class Priority { kInteractive, kBatch };
+// How the worker runs a task: one ReAct loop, or plan, execute, reflect and synthesize.
+enum class AgentStrategy { kReact, kPlanExecute };
 
 std::string_view to_string(TaskStatus status);
 std::string_view to_string(ResultType type);
 std::string_view to_string(Priority priority);
+std::string_view to_string(AgentStrategy strategy);
 std::optional<TaskStatus> parse_task_status(std::string_view text);
 std::optional<ResultType> parse_result_type(std::string_view text);
 std::optional<Priority> parse_priority(std::string_view text);
+std::optional<AgentStrategy> parse_agent_strategy(std::string_view text);
 bool is_terminal(TaskStatus status);
 
 struct TaskMetadata {
@@ -50,6 +54,8 @@ struct TaskSpec {
   std::string idempotency_key;
   std::string batch_id;
   TaskMetadata metadata;
+  // As submitted; nullopt: the user's tier's strategy, else task_defaults.strategy.
+  std::optional<AgentStrategy> strategy;
 };
 
 // What the model declared (through `finish`) or what its plain-text answer was classed as.

@@ -19,16 +19,31 @@ e2e_wait_consuming() {
   done
 }
 
+# e2e_post_task JSON KEY: POST /v1/tasks, which must answer 201.
+e2e_post_task() {
+  local code
+  code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -X POST "$AGENTFLEET_URL/v1/tasks" \
+    -H "Authorization: Bearer $AGENTFLEET_API_KEY" -d "$1")
+  [[ "$code" == 201 ]] || fail "submit $2 answered $code"
+}
+
 # e2e_submit_todos USER_PREFIX COUNT KEY_PREFIX [USERS] [TIMEOUT_S]: COUNT tasks
 # "今天下午去买东西" (two model calls, one create_item) from users USER_PREFIX-u0.. (20 by
 # default, so the keys spread over the partitions).
 e2e_submit_todos() {
-  local prefix=$1 count=$2 key=$3 users=${4:-20} timeout_s=${5:-120} i code
+  local prefix=$1 count=$2 key=$3 users=${4:-20} timeout_s=${5:-120} i
   for ((i = 0; i < count; i++)); do
-    code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -X POST "$AGENTFLEET_URL/v1/tasks" \
-      -H "Authorization: Bearer $AGENTFLEET_API_KEY" \
-      -d "{\"user_id\":\"$prefix-u$((i % users))\",\"text\":\"今天下午去买东西\",\"idempotency_key\":\"$key$i\",\"timeout_s\":$timeout_s}")
-    [[ "$code" == 201 ]] || fail "submit $key$i answered $code"
+    e2e_post_task "{\"user_id\":\"$prefix-u$((i % users))\",\"text\":\"今天下午去买东西\",\"idempotency_key\":\"$key$i\",\"timeout_s\":$timeout_s}" "$key$i"
+  done
+}
+
+# e2e_submit_plan_todos USER_PREFIX COUNT KEY_PREFIX [TIMEOUT_S]: COUNT plan_execute tasks
+# "计划：创建待办「整理周报」" (llm-sim's plan_todo: a replan, six model calls, four tool steps,
+# one todo) from users USER_PREFIX-u0.., one task each.
+e2e_submit_plan_todos() {
+  local prefix=$1 count=$2 key=$3 timeout_s=${4:-120} i
+  for ((i = 0; i < count; i++)); do
+    e2e_post_task "{\"user_id\":\"$prefix-u$i\",\"text\":\"计划：创建待办「整理周报」\",\"strategy\":\"plan_execute\",\"idempotency_key\":\"$key$i\",\"timeout_s\":$timeout_s}" "$key$i"
   done
 }
 
@@ -58,24 +73,28 @@ e2e_wait_terminal() {
   done
 }
 
-# e2e_check_ledger STEPS: invariant 3 for every task: one step row and one ledger row per
-# model call, numbered 0..n-1, totals equal to the ledger, STEPS model calls each.
+# e2e_check_ledger MODEL_CALLS: invariant 3 for every task: step rows numbered 0..n-1, one
+# ledger row for each step row of a model call and none for the others (plan_execute's tool
+# steps), totals equal to the ledger, MODEL_CALLS model calls each.
 e2e_check_ledger() {
   local bad
   bad=$(psql_q "SELECT count(*) FROM tasks t WHERE
-    (SELECT count(*) FROM usage_ledger l WHERE l.task_id = t.task_id) <> t.steps
-    OR (SELECT count(*) FROM task_steps s WHERE s.task_id = t.task_id) <> t.steps
-    OR (SELECT coalesce(max(step), -1) FROM usage_ledger l WHERE l.task_id = t.task_id) <> t.steps - 1
-    OR t.cost <> (SELECT coalesce(sum(cost), 0) FROM usage_ledger l WHERE l.task_id = t.task_id)
-    OR t.steps <> $1")
+    (SELECT count(*) FROM task_steps s WHERE s.task_id = t.task_id) <> t.steps
+    OR (SELECT coalesce(max(step), -1) FROM task_steps s WHERE s.task_id = t.task_id) <> t.steps - 1
+    OR EXISTS (SELECT 1 FROM task_steps s FULL JOIN usage_ledger l USING (task_id, step)
+               WHERE coalesce(s.task_id, l.task_id) = t.task_id
+                 AND (s.task_id IS NULL OR l.task_id IS NULL) <> (s.model_reply->>'kind' IS NOT DISTINCT FROM 'tool_step'))
+    OR (SELECT count(*) FROM usage_ledger l WHERE l.task_id = t.task_id) <> $1
+    OR t.cost <> (SELECT coalesce(sum(cost), 0) FROM usage_ledger l WHERE l.task_id = t.task_id)")
   ((bad == 0)) || fail "$bad tasks whose steps, ledger and totals disagree"
 }
 
-# e2e_count_todos USER_PREFIX [USERS]: the "去买东西" todos tool-sim holds for those users.
+# e2e_count_todos USER_PREFIX [USERS] [TITLE]: the todos titled TITLE ("去买东西" by default)
+# tool-sim holds for those users.
 e2e_count_todos() {
-  local prefix=$1 users=${2:-20} u n created=0
+  local prefix=$1 users=${2:-20} title=${3:-去买东西} u n created=0
   for ((u = 0; u < users; u++)); do
-    n=$(curl -sS --max-time 10 "$TOOL_SIM_URL/items?user_id=$prefix-u$u" | grep -o '"title":"去买东西"' | wc -l)
+    n=$(curl -sS --max-time 10 "$TOOL_SIM_URL/items?user_id=$prefix-u$u" | grep -o "\"title\":\"$title\"" | wc -l)
     created=$((created + n))
   done
   echo "$created"

@@ -8,6 +8,9 @@
 #   worker_kill_test.sh BUILD_DIR RUN_DIR tool    the kill lands while tool calls are in
 #                                                 flight (1.5 s each), so resumed steps
 #                                                 re-send them with their original keys
+#   worker_kill_test.sh BUILD_DIR RUN_DIR plan    plan_execute tasks (the plan_todo scenario:
+#                                                 six model calls, four tool steps of 1.5 s);
+#                                                 the kill lands in the middle of a plan
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build_dir=$1
@@ -21,8 +24,8 @@ source "$root/tests/e2e/lib.sh"
 export AGENTFLEET_LEASE_S=4 AGENTFLEET_HEARTBEAT_S=1
 case "$mode" in
   model) export LLM_SIM_LATENCY_MS=300 ;;
-  tool) export LLM_SIM_LATENCY_MS=50 TOOL_SIM_LATENCY=fixed:1500 ;;
-  *) echo "usage: worker_kill_test.sh BUILD_DIR RUN_DIR model|tool" >&2; exit 2 ;;
+  tool | plan) export LLM_SIM_LATENCY_MS=50 TOOL_SIM_LATENCY=fixed:1500 ;;
+  *) echo "usage: worker_kill_test.sh BUILD_DIR RUN_DIR model|tool|plan" >&2; exit 2 ;;
 esac
 fleet_reset "$run_dir"
 trap 'fleet_stop "$run_dir"' EXIT
@@ -31,14 +34,28 @@ e2e_wait_consuming "$run_dir" worker-1 worker-2
 
 # 40 tasks from 20 users (keys spread over the partitions), each creating one todo: two
 # model calls and one tool call with a side effect.
-tasks=40
-e2e_submit_todos kill "$tasks" k 20 30
+# plan: 20 plan_execute tasks, one per user, each creating one todo.
+if [[ "$mode" == plan ]]; then
+  tasks=20
+  e2e_submit_plan_todos kill "$tasks" p 120
+  todo_title=整理周报
+  model_calls=6
+else
+  tasks=40
+  e2e_submit_todos kill "$tasks" k 20 30
+  todo_title=去买东西
+  model_calls=2
+fi
 
 # Kill the worker running the most tasks, as soon as it runs some (in tool mode: as soon as
 # some of its tasks have a checkpointed model step whose tool calls have not finished).
 if [[ "$mode" == tool ]]; then
   in_flight_where="status = 'running' AND EXISTS (SELECT 1 FROM task_steps s
     WHERE s.task_id = tasks.task_id AND s.observations IS NULL)"
+elif [[ "$mode" == plan ]]; then
+  # Planned and into its steps: a tool step (1.5 s) is running or about to.
+  in_flight_where="status = 'running' AND EXISTS (SELECT 1 FROM task_steps s
+    WHERE s.task_id = tasks.task_id AND s.model_reply->>'role' = 'planner')"
 else
   in_flight_where="status = 'running'"
 fi
@@ -60,12 +77,13 @@ bad=$(psql_q "SELECT count(*) FROM tasks WHERE status <> 'succeeded' OR result_t
 resumed=$(psql_q "SELECT count(*) FROM tasks WHERE attempt > 1")
 ((resumed > 0)) || fail "no task was resumed, so the kill tested nothing"
 
-# Invariant 3: one ledger row per model call, steps numbered 0..n-1, task totals = ledger.
-e2e_check_ledger 2
+# Invariant 3: one ledger row per model call, steps numbered 0..n-1, task totals = ledger
+# (plan_execute's tool steps are steps without a model call, and without a ledger row).
+e2e_check_ledger "$model_calls"
 
 # Invariant 4: one todo per task in tool-sim, whatever was replayed.
 stats=$(curl -sS --max-time 10 "$TOOL_SIM_URL/stats")
-created=$(e2e_count_todos kill)
+created=$(e2e_count_todos kill 20 "$todo_title")
 ((created == tasks)) || fail "tool-sim holds $created todos for $tasks tasks ($stats)"
 
 # Every task announced once at least (at-least-once; the relay may repeat after a kill).

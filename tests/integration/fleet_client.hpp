@@ -127,6 +127,45 @@ inline double metric_sum(const std::vector<std::string>& urls, const std::string
   return sum;
 }
 
+// The development keys of config/agentfleet.yaml.
+inline const std::string kAdminKey = "af-dev-admin-key";
+inline const std::string kU1Key = "af-dev-u1-key";  // acts for u1 only
+inline const std::string kU2Key = "af-dev-u2-key";  // acts for u2 only
+
+// The dispatcher's API as `key`.
+inline http::ClientResponse api(boost::beast::http::verb method, const std::string& target,
+                                const std::string& key, std::string body = {}, Headers headers = {},
+                                std::chrono::seconds timeout = std::chrono::seconds(15)) {
+  headers.emplace_back("Authorization", "Bearer " + key);
+  return fetch(env()["AGENTFLEET_URL"] + target, method, std::move(body), std::move(headers),
+               timeout);
+}
+
+// POST /v1/tasks as `key`, expecting 201; the new task's id.
+inline std::string submit(const std::string& body, const std::string& key = kAdminKey) {
+  auto response = api(boost::beast::http::verb::post, "/v1/tasks", key, body);
+  EXPECT_EQ(response.status, 201) << response.body;
+  return str(parse(response.body), "task_id");
+}
+
+// The task once it ended, as `key` reads it (bounded long polls, 90 s in all).
+inline rapidjson::Document wait_terminal(const std::string& task_id,
+                                         const std::string& key = kAdminKey) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  for (;;) {
+    auto response = api(boost::beast::http::verb::get, "/v1/tasks/" + task_id + "?wait=30", key, {},
+                        {}, std::chrono::seconds(40));
+    rapidjson::Document doc = parse(response.body);
+    const std::string status = str(doc, "status");
+    if (response.status != 200 || status == "succeeded" || status == "failed" ||
+        status == "timed_out" || status == "cancelled" ||
+        std::chrono::steady_clock::now() > until) {
+      EXPECT_EQ(response.status, 200) << response.body;
+      return doc;
+    }
+  }
+}
+
 inline std::vector<std::string> worker_metrics_urls() {
   return split_list(env()["AGENTFLEET_WORKER_METRICS_URLS"]);
 }

@@ -62,31 +62,24 @@ using namespace std::chrono_literals;
 namespace bhttp = boost::beast::http;
 using test::Headers;
 
-const std::string kAdminKey = "af-dev-admin-key";
-const std::string kU1Key = "af-dev-u1-key";  // acts for u1 only
-const std::string kU2Key = "af-dev-u2-key";  // acts for u2 only
-
+using test::api;
 using test::at;
 using test::env;
 using test::fetch;
+using test::kAdminKey;
+using test::kU1Key;
+using test::kU2Key;
 using test::num;
 using test::parse;
 using test::pg_row;
 using test::run_tag;
 using test::str;
+using test::submit;
 using test::url_encode;
+using test::wait_terminal;
 
 std::string user(const std::string& name) {
   return "iso-" + name + "-" + run_tag();
-}
-
-// The dispatcher's API as `key`.
-http::ClientResponse api(bhttp::verb method, const std::string& target, const std::string& key,
-                         std::string body = {}, Headers headers = {},
-                         std::chrono::seconds timeout = 15s) {
-  headers.emplace_back("Authorization", "Bearer " + key);
-  return fetch(env()["AGENTFLEET_URL"] + target, method, std::move(body), std::move(headers),
-               timeout);
 }
 
 http::ClientResponse tool_sim(bhttp::verb method, const std::string& target, std::string body = {},
@@ -106,28 +99,6 @@ std::string submission(const std::string& u, const std::string& text, const std:
                        const std::string& extra = {}) {
   return R"({"user_id":")" + u + R"(","text":")" + text + R"(","idempotency_key":")" + key + "\"" +
          extra + "}";
-}
-
-std::string submit(const std::string& body, const std::string& key = kAdminKey) {
-  auto response = api(bhttp::verb::post, "/v1/tasks", key, body);
-  EXPECT_EQ(response.status, 201) << response.body;
-  return str(parse(response.body), "task_id");
-}
-
-// The task once it ended, as its owner's key reads it (bounded long polls).
-rapidjson::Document wait_terminal(const std::string& task_id, const std::string& key = kAdminKey) {
-  const auto until = std::chrono::steady_clock::now() + 90s;
-  for (;;) {
-    auto response = api(bhttp::verb::get, "/v1/tasks/" + task_id + "?wait=30", key, {}, {}, 40s);
-    rapidjson::Document doc = parse(response.body);
-    const std::string status = str(doc, "status");
-    if (response.status != 200 || status == "succeeded" || status == "failed" ||
-        status == "timed_out" || status == "cancelled" ||
-        std::chrono::steady_clock::now() > until) {
-      EXPECT_EQ(response.status, 200) << response.body;
-      return doc;
-    }
-  }
 }
 
 // The sum over the workers' /metrics of the samples of `name` that carry every label.

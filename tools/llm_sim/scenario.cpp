@@ -22,7 +22,8 @@ namespace {
 
 // Names a template may start with outside options_from.format (see README.md).
 const std::set<std::string, std::less<>> kContextRoots = {
-    "today", "tomorrow", "year", "text", "step", "match", "r", "results", "steps"};
+    "today", "tomorrow", "year",  "text",  "step",      "match",
+    "r",     "results",  "steps", "round", "plan_step", "deps"};
 
 std::optional<std::int64_t> parse_int(std::string_view text) {
   std::int64_t value = 0;
@@ -101,6 +102,8 @@ class Loader {
   }
 
  private:
+  bool role_step_ = false;  // loading a step of `roles`: text-only answers are allowed
+
   void check_keys(const YAML::Node& node, const std::string& pointer,
                   std::initializer_list<std::string_view> allowed) const {
     for (auto it = node.begin(); it != node.end(); ++it) {
@@ -161,7 +164,8 @@ class Loader {
     if (kContextRoots.find(root) == kContextRoots.end()) {
       fail(node, pointer,
            "unknown name '" + root +
-               "' (known: today, tomorrow, year, text, step, match, r, results, steps)");
+               "' (known: today, tomorrow, year, text, step, match, r, results, steps, "
+               "round, plan_step, deps)");
     }
     if (root == "match" && root.size() < path.size()) {
       const std::string rest = path.substr(root.size() + 1);
@@ -179,7 +183,7 @@ class Loader {
       fail(node, pointer, "expected a mapping (name, match, steps)");
     }
     check_keys(node, pointer,
-               {"name", "match", "latency_ms", "latency", "style", "faults", "steps"});
+               {"name", "match", "latency_ms", "latency", "style", "faults", "steps", "roles"});
     Scenario scenario;
     const YAML::Node name = node["name"];
     if (!name) {
@@ -252,7 +256,29 @@ class Loader {
         scenario.faults.push_back(std::move(spec));
       }
     }
+    if (const YAML::Node roles = node["roles"]) {
+      if (!roles.IsMap() || roles.size() == 0) {
+        fail(roles, pointer + "/roles",
+             "expected a mapping of roles (planner, executor, critic, synthesizer) to steps");
+      }
+      check_keys(roles, pointer + "/roles", {"planner", "executor", "critic", "synthesizer"});
+      for (auto it = roles.begin(); it != roles.end(); ++it) {
+        const std::string role = it->first.Scalar();
+        const std::string role_pointer = pointer + "/roles/" + role;
+        if (!it->second.IsSequence() || it->second.size() == 0) {
+          fail(it->second, role_pointer, "expected a non-empty list of steps");
+        }
+        role_step_ = true;
+        for (std::size_t i = 0; i < it->second.size(); ++i) {
+          scenario.roles[role].push_back(
+              load_step(it->second[i], role_pointer + "/" + std::to_string(i)));
+        }
+        role_step_ = false;
+      }
+    }
     const YAML::Node steps = node["steps"];
+    if (!steps && !scenario.roles.empty())
+      return scenario;
     if (!steps || !steps.IsSequence() || steps.size() == 0) {
       fail(steps ? steps : node, pointer + "/steps", "expected a non-empty list of steps");
     }
@@ -345,7 +371,12 @@ class Loader {
       fail(node, pointer, "has both 'calls' and 'finish'; a step does one");
     }
     if (!calls && !finish) {
-      fail(node, pointer, "needs 'calls', 'finish' or 'branches'");
+      // plan_execute's planner, critic and executor may answer in text alone.
+      if (role_step_ && action.content)
+        return action;
+      fail(node, pointer,
+           role_step_ ? "needs 'content', 'calls', 'finish' or 'branches'"
+                      : "needs 'calls', 'finish' or 'branches'");
     }
     if (calls) {
       if (!calls.IsSequence() || calls.size() == 0) {
@@ -635,6 +666,26 @@ Scenario builtin_default_scenario() {
   step.action = std::move(action);
   scenario.steps.push_back(std::move(step));
   return scenario;
+}
+
+const std::map<std::string, std::vector<Step>, std::less<>>& builtin_role_steps() {
+  static const auto* const kSteps = [] {
+    const ScenarioSet set = parse_scenarios(R"(scenarios:
+  - name: default
+    roles:
+      planner:
+        - content: '[{"step_number": 1, "description": "完成用户的指令", "tool": null, "input": {}, "expected_output": "指令的结果", "estimated_time": 1, "dependencies": []}]'
+      executor:
+        - content: '已完成：{{text}}'
+      critic:
+        - content: '{"accuracy": 1, "completeness": 1, "relevance": 1, "logic": 1, "need_replan": false, "feedback": "结果符合指令", "suggestions": []}'
+      synthesizer:
+        - finish: {type: action_completed, message: '已完成：{{text}}'}
+)",
+                                            "built-in roles");
+    return new std::map<std::string, std::vector<Step>, std::less<>>(set.fallback.roles);
+  }();
+  return *kSteps;
 }
 
 ScenarioSet parse_scenarios(std::string_view yaml, const std::string& source) {

@@ -6,6 +6,7 @@
 // not start); immutable afterwards and safe to read from any thread.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <regex>
 #include <stdexcept>
@@ -97,6 +98,10 @@ std::optional<ResponseStyle> parse_response_style(std::string_view name);
 // "openai, arguments_object, ..." for messages.
 std::string response_style_names();
 
+// plan_execute's model calls carry "Agent-Role: <role>" in their system message; a
+// scenario answers them from `roles` (README.md, "plan_execute").
+inline constexpr std::string_view kPlanRoles[] = {"planner", "executor", "critic", "synthesizer"};
+
 struct Scenario {
   std::string name;
   std::string pattern;  // empty for the default scenario
@@ -104,7 +109,10 @@ struct Scenario {
   std::optional<sim::LatencyDistribution> latency;  // `latency` or `latency_ms`
   std::optional<ResponseStyle> style;
   std::vector<sim::FaultSpec> faults;  // scope = this scenario's name
-  std::vector<Step> steps;
+  std::vector<Step> steps;             // empty when the scenario answers only plan_execute's roles
+  // plan_execute: each role's answers, indexed by the plan round (planner, critic,
+  // synthesizer) or by the plan step number (executor); past the end the last one repeats.
+  std::map<std::string, std::vector<Step>, std::less<>> roles;
 };
 
 struct ScenarioSet {
@@ -121,5 +129,10 @@ ScenarioSet parse_scenarios(std::string_view yaml, const std::string& source);
 // The scenario used when nothing matches and the file has no `default`:
 // one step, finish error "无法理解该指令".
 Scenario builtin_default_scenario();
+
+// What a role answers when the matched scenario does not script it: the planner a
+// one-step plan without tools, the executor "已完成：<step>", the critic full marks, the
+// synthesizer action_completed.
+const std::map<std::string, std::vector<Step>, std::less<>>& builtin_role_steps();
 
 }  // namespace agentfleet::llm_sim

@@ -214,6 +214,12 @@ FinishOutcome render_finish(const FinishSpec& spec, const Value& context) {
 // The conversation as llm-sim reads it from the request.
 struct Conversation {
   std::string user_text;
+  // plan_execute: the role line of the system message ("planner", ...), its round and plan
+  // step, and the last user message (what the step is about); empty role otherwise.
+  std::string role;
+  std::int64_t round = 1;
+  std::int64_t plan_step = 0;
+  std::string material;
   std::optional<std::chrono::year_month_day> system_date;
   std::size_t step = 0;  // assistant messages so far
   std::set<std::string, std::less<>> offered_tools;
@@ -378,22 +384,104 @@ std::optional<RequestError> validate_request(const rapidjson::Document& request)
   return std::nullopt;
 }
 
+// plan_execute's material lists step results after one of these labels (the executor's:
+// the steps it depends on; the critic's and the synthesizer's: every step run), as a JSON
+// array of {step_number, ok, result}; each result that is JSON text becomes JSON.
+constexpr std::string_view kResultLabels[] = {"依赖步骤的结果：", "已执行步骤的结果：",
+                                              "各步骤的结果："};
+
+Value dependency_results(std::string_view material, Allocator& allocator) {
+  Value out(rapidjson::kArrayType);
+  std::string_view rest;
+  for (const std::string_view label : kResultLabels) {
+    if (const auto at = material.find(label); at != std::string_view::npos) {
+      rest = material.substr(at + label.size());
+      const auto end = rest.find('\n');
+      rest = rest.substr(0, end);
+      break;
+    }
+  }
+  if (rest.empty()) {
+    return out;
+  }
+  rapidjson::Document doc(&allocator);
+  doc.Parse(rest.data(), rest.size());
+  if (doc.HasParseError() || !doc.IsArray()) {
+    return out;
+  }
+  for (auto& item : doc.GetArray()) {
+    if (Value* result = item.IsObject() ? &item : nullptr;
+        result != nullptr && result->HasMember("result") && (*result)["result"].IsString()) {
+      rapidjson::Document parsed(&allocator);
+      const Value& text = (*result)["result"];
+      parsed.Parse(text.GetString(), text.GetStringLength());
+      if (!parsed.HasParseError()) {
+        Value copy(parsed, allocator);
+        (*result)["result"] = copy;
+      }
+    }
+    Value element(item, allocator);
+    out.PushBack(element, allocator);
+  }
+  return out;
+}
+
+// The value after `prefix` on a line of `text` that starts with it, trimmed; nullopt when no
+// line does.
+std::optional<std::string> line_value(std::string_view text, std::string_view prefix) {
+  while (!text.empty()) {
+    const auto newline = text.find('\n');
+    const std::string_view line = trim(text.substr(0, newline));
+    if (line.substr(0, prefix.size()) == prefix) {
+      return std::string(trim(line.substr(prefix.size())));
+    }
+    if (newline == std::string_view::npos) {
+      break;
+    }
+    text.remove_prefix(newline + 1);
+  }
+  return std::nullopt;
+}
+
+std::int64_t number_or(const std::optional<std::string>& text, std::int64_t fallback) {
+  if (!text) {
+    return fallback;
+  }
+  std::int64_t value = 0;
+  const auto [end, error] = std::from_chars(text->data(), text->data() + text->size(), value);
+  return error == std::errc() && end == text->data() + text->size() ? value : fallback;
+}
+
 Conversation read_conversation(const Value& request) {
   Conversation conversation;
   const Value& messages = *member(request, "messages");
   for (const auto& message : messages.GetArray()) {
-    if (role_of(message) == "system" && has_react_marker(content_text(message))) {
+    if (role_of(message) != "system") {
+      continue;
+    }
+    const std::string text = content_text(message);
+    if (has_react_marker(text)) {
       conversation.protocol = Protocol::kReactJson;
+    }
+    if (auto role = line_value(text, kAgentRoleLine)) {
+      conversation.role = std::move(*role);
+      conversation.round = number_or(line_value(text, kPlanRoundLine), 1);
+      conversation.plan_step = number_or(line_value(text, kPlanStepLine), 0);
     }
   }
   const bool react = conversation.protocol == Protocol::kReactJson;
+  bool first_user = true;
   for (const auto& message : messages.GetArray()) {
     const std::string_view role = role_of(message);
     if (role == "assistant") {
       ++conversation.step;
     } else if (role == "user") {
       std::string text = content_text(message);
-      if (!react || !observation_of(text)) {
+      if (!conversation.role.empty()) {
+        // plan_execute: the task's text comes first, what the call is about last.
+        (first_user ? conversation.user_text : conversation.material) = std::move(text);
+        first_user = false;
+      } else if (!react || !observation_of(text)) {
         conversation.user_text = std::move(text);
       }
     } else if (role == "system" && !conversation.system_date) {
@@ -412,14 +500,16 @@ Conversation read_conversation(const Value& request) {
   return conversation;
 }
 
-// Resolves the step at `conversation.step` of `scenario` against `context`.
-StepOutcome run_step(const Scenario& scenario, const Conversation& conversation,
-                     const Value& context, Allocator& allocator) {
+// Resolves the step at `conversation.step` of `steps` (a scenario's, or one role's)
+// against `context`; past the end, the last step answers when `repeat_last`.
+StepOutcome run_step(const Scenario& scenario, const std::vector<Step>& steps,
+                     const Conversation& conversation, const Value& context, Allocator& allocator,
+                     bool repeat_last) {
   const Scope scope{&context, nullptr};
   std::size_t remaining = conversation.step;
   const Step* current = nullptr;
-  for (std::size_t i = 0; i < scenario.steps.size(); ++i) {
-    const Step& step = scenario.steps[i];
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const Step& step = steps[i];
     const auto count = repeat_count(step.repeat, scope);
     if (!count) {
       return simulator_error("场景「" + scenario.name + "」第 " + std::to_string(i) +
@@ -430,6 +520,9 @@ StepOutcome run_step(const Scenario& scenario, const Conversation& conversation,
       break;
     }
     remaining -= static_cast<std::size_t>(*count);
+  }
+  if (current == nullptr && repeat_last && !steps.empty()) {
+    current = &steps.back();
   }
   if (current == nullptr) {
     return simulator_error("场景已结束");
@@ -458,6 +551,9 @@ StepOutcome run_step(const Scenario& scenario, const Conversation& conversation,
   if (action->finish) {
     outcome.finish = render_finish(*action->finish, context);
     return outcome;
+  }
+  if (action->calls.empty()) {
+    return outcome;  // a text answer (plan_execute's planner, executor, critic)
   }
   for (const auto& call : action->calls) {
     // react_json lists its tools in the prompt's text, which llm-sim does not read.
@@ -773,6 +869,9 @@ std::variant<Completion, RequestError> Simulator::complete(
     match_array.PushBack(string_value(capture, allocator), allocator);
   }
   context.AddMember("match", match_array, allocator);
+  context.AddMember("round", Value(conversation.round), allocator);
+  context.AddMember("plan_step", Value(conversation.plan_step), allocator);
+  context.AddMember("deps", dependency_results(conversation.material, allocator), allocator);
   Value steps(rapidjson::kArrayType);
   if (conversation.protocol == Protocol::kReactJson) {
     collect_observations(*member(request, "messages"), steps, allocator);
@@ -791,7 +890,24 @@ std::variant<Completion, RequestError> Simulator::complete(
   context.AddMember("results", previous, allocator);
   context.AddMember("steps", steps, allocator);
 
-  StepOutcome outcome = run_step(*scenario, conversation, context, allocator);
+  StepOutcome outcome;
+  if (!conversation.role.empty()) {
+    // plan_execute: the role's steps, by round (by plan step for the executor).
+    const auto& roles =
+        scenario->roles.count(conversation.role) != 0 ? scenario->roles : builtin_role_steps();
+    const auto role = roles.find(conversation.role);
+    Conversation indexed = conversation;
+    const std::int64_t index =
+        (conversation.role == "executor" ? conversation.plan_step : conversation.round) - 1;
+    indexed.step = static_cast<std::size_t>(std::max<std::int64_t>(0, index));
+    outcome = role == roles.end()
+                  ? simulator_error("未知角色「" + conversation.role + "」")
+                  : run_step(*scenario, role->second, indexed, context, allocator, true);
+  } else {
+    const std::vector<Step>& scripted =
+        scenario->steps.empty() ? set_.fallback.steps : scenario->steps;
+    outcome = run_step(*scenario, scripted, conversation, context, allocator, false);
+  }
   const ResponseStyle style = scenario->style.value_or(options.style);
 
   // The assistant message, first in OpenAI's shape: usage is counted on it, so every
@@ -819,6 +935,9 @@ std::variant<Completion, RequestError> Simulator::complete(
         finish_reason = "stop";
         summary += " (text)";
       }
+    } else if (outcome.calls.empty()) {
+      summary = "text";
+      finish_reason = "stop";
     } else {
       summary = "tool_calls";
       for (std::size_t i = 0; i < outcome.calls.size(); ++i) {

@@ -41,6 +41,11 @@ std::string_view protocol_name(Protocol protocol);  // "function_calling", "reac
 
 // The literal line of a system message that selects react_json.
 inline constexpr std::string_view kReactJsonMarker = "Protocol: react_json";
+// plan_execute's lines (core/react/plan_execute.hpp): which role a call is for, its plan
+// round and plan step.
+inline constexpr std::string_view kAgentRoleLine = "Agent-Role:";
+inline constexpr std::string_view kPlanRoundLine = "Plan-Round:";
+inline constexpr std::string_view kPlanStepLine = "Plan-Step:";
 // The prefix of a react_json observation (a user message).
 inline constexpr std::string_view kObservationPrefix = "Observation:";
 

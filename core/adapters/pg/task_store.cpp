@@ -19,7 +19,8 @@ SELECT jsonb_build_object(
   'task_id', t.task_id, 'user_id', t.user_id, 'text', t.text, 'model', t.model,
   'tools', to_jsonb(t.tools), 'priority', t.priority, 'status', t.status,
   'timeout_s', t.timeout_s, 'schedule_timeout_s', t.schedule_timeout_s,
-  'max_steps', t.max_steps, 'idempotency_key', t.idempotency_key, 'batch_id', t.batch_id,
+  'max_steps', t.max_steps, 'strategy', t.strategy, 'idempotency_key', t.idempotency_key,
+  'batch_id', t.batch_id,
   'metadata', t.metadata,
   'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
       'type', t.result_type, 'message', t.result_message,
@@ -33,6 +34,8 @@ SELECT jsonb_build_object(
   'finished_at', t.finished_at,
   'trace', (SELECT coalesce(jsonb_agg(jsonb_build_object(
       'step', s.step, 'attempt', s.attempt,
+      'role', CASE WHEN s.model_reply->>'kind' = 'tool_step' THEN '"tool"'::jsonb
+                   ELSE s.model_reply->'role' END,
       'content', s.model_reply->'content', 'reasoning', s.model_reply->'reasoning',
       'tool_calls', coalesce(s.trace, '[]'::jsonb), 'usage', s.model_reply->'usage',
       'model_latency_ms', s.model_latency_ms, 'at', s.created_at) ORDER BY s.step), '[]'::jsonb)
@@ -87,6 +90,7 @@ std::string tasks_json(const std::vector<NewTask>& tasks) {
     key_string(w, "locale", s.metadata.locale);
     w.EndObject();
     key_string(w, "traceparent", t.traceparent);
+    key_string(w, "strategy", s.strategy ? to_string(*s.strategy) : std::string_view());
     w.EndObject();
   }
   w.EndArray();
@@ -102,16 +106,17 @@ std::vector<std::string> insert_tasks(pqxx::work& tx, const std::vector<NewTask>
   auto rows = exec_prepared(tx, "af_insert_tasks", R"SQL(
 INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                    max_steps, priority, idempotency_key, request_canonical, batch_id,
-                   metadata, traceparent)
+                   metadata, traceparent, strategy)
 SELECT r.task_id, r.user_id, r.text, r.model,
        CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
             ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
        r.timeout_s, r.schedule_timeout_s, r.max_steps, r.priority, NULLIF(r.idempotency_key, ''),
-       r.request_canonical, NULLIF(r.batch_id, ''), r.metadata, NULLIF(r.traceparent, '')
+       r.request_canonical, NULLIF(r.batch_id, ''), r.metadata, NULLIF(r.traceparent, ''),
+       NULLIF(r.strategy, '')
 FROM jsonb_to_recordset($1::jsonb) AS r(
   task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
   schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
-  request_canonical text, batch_id text, metadata jsonb, traceparent text)
+  request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text)
 ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING task_id::text)SQL",
                             tasks_json(tasks));
@@ -570,7 +575,7 @@ SELECT t.user_id, t.text, t.model, array_to_json(t.tools)::text, t.timeout_s,
        (extract(epoch FROM t.deadline_at - now()) * 1000)::bigint, t.cancel_requested,
        (t.attempt = 1 AND now() - t.created_at > make_interval(secs => t.schedule_timeout_s)),
        coalesce(u.tier, ''), coalesce(u.tool_permission, ''),
-       (extract(epoch FROM now() - t.created_at) * 1000)::bigint
+       (extract(epoch FROM now() - t.created_at) * 1000)::bigint, coalesce(t.strategy, '')
 FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
 )SQL",
                             task_id, worker_id, lease_s, max_attempts);
@@ -611,6 +616,7 @@ FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
   claimed.user_tier = r[17].as<std::string>();
   claimed.user_tool_permission = r[18].as<std::string>();
   claimed.queued_ms = r[19].as<std::int64_t>();
+  s.strategy = parse_agent_strategy(r[20].as<std::string>());
   // Checkpoints exist only from an earlier attempt: a first claim has none to read.
   if (claimed.attempt == 1)
     return Claim{ClaimOutcome::kClaimed, std::move(claimed)};
@@ -705,6 +711,29 @@ WITH ours AS (
 )
 SELECT (SELECT count(*) FROM ours), (SELECT count(*) FROM counted))SQL",
                      task_id, step, observations_json, trace_json, attempt, executed_calls);
+  if (fenced[0].as<int>() == 0)
+    return lease_lost(task_id);
+  return ok_status();
+}
+
+Status save_tool_step(pqxx::work& tx, const std::string& task_id, int attempt, int step,
+                      const std::string& tool_step_json) {
+  // One statement, fenced like the others: the step row and the task's step count.
+  auto fenced = exec_prepared1(tx, "af_tool_step", R"SQL(
+WITH ours AS (
+  SELECT task_id FROM tasks
+  WHERE task_id = $1::uuid AND attempt = $3::integer AND status = 'running'
+  FOR UPDATE
+), step_row AS (
+  INSERT INTO task_steps (task_id, step, attempt, model_reply)
+  SELECT task_id, $2::integer, $3::integer, $4::jsonb FROM ours
+  RETURNING 1
+), counted AS (
+  UPDATE tasks t SET steps = $2::integer + 1 FROM ours WHERE t.task_id = ours.task_id
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM ours), (SELECT count(*) FROM step_row), (SELECT count(*) FROM counted))SQL",
+                               task_id, step, attempt, tool_step_json);
   if (fenced[0].as<int>() == 0)
     return lease_lost(task_id);
   return ok_status();

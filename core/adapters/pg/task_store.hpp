@@ -289,6 +289,12 @@ Status save_tool_results(pqxx::work& tx, const std::string& task_id, int attempt
                          const std::string& observations_json, const std::string& trace_json,
                          int executed_calls);
 
+// A plan_execute tool step, recorded before its calls run: a step row of its own with no
+// model call (model_reply is codec::tool_step_checkpoint_json of the calls, no ledger row);
+// the task's step count moves on. Its results go in with save_tool_results.
+Status save_tool_step(pqxx::work& tx, const std::string& task_id, int attempt, int step,
+                      const std::string& tool_step_json);
+
 struct FinishRecord {
   std::string task_id;
   int attempt = 0;
