@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <random>
 #include <variant>
@@ -23,6 +24,7 @@
 #include "core/codec/json_text.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/domain/conversation.hpp"
+#include "dispatcher/api_responses.hpp"
 #include "dispatcher/user_limits.hpp"
 
 namespace agentfleet::dispatcher {
@@ -58,6 +60,8 @@ bool is_uuid(std::string_view text) {
   return true;
 }
 
+}  // namespace
+
 http::Response store_unavailable(const http::Request& request, const Error& error) {
   // The detail (libpq's text names hosts and database users) goes to the log only.
   const std::string target(request.target());
@@ -69,7 +73,51 @@ http::Response store_unavailable(const http::Request& request, const Error& erro
   response.set(bhttp::field::retry_after, "1");
   return response;
 }
-}  // namespace
+
+std::optional<http::Response> check_query_user(const http::Request& request, const Caller& caller,
+                                               const std::string& user_id) {
+  if (auto problem = id_problem(user_id, kMaxUserIdChars)) {
+    return http::make_error(request, http::Status::bad_request, "invalid_request",
+                            "user_id " + *problem, "/query/user_id");
+  }
+  if (!caller.may_act_for(user_id))
+    return forbidden(request, user_id, "/query/user_id");
+  return std::nullopt;
+}
+
+std::optional<http::Response> read_time_window(const http::Request& request, std::string* from,
+                                               std::string* to) {
+  const std::string target(request.target());
+  for (auto [name, field] : {std::pair<const char*, std::string*>{"from", from},
+                             std::pair<const char*, std::string*>{"to", to}}) {
+    if (auto value = http::query_param(target, name)) {
+      if (!codec::looks_like_timestamp(*value)) {
+        return http::make_error(
+            request, http::Status::bad_request, "invalid_request",
+            std::string(name) + " must be a date (2026-11-01) or an RFC 3339 time",
+            std::string("/query/") + name);
+      }
+      *field = *value;
+    }
+  }
+  return std::nullopt;
+}
+
+http::Response window_query_failed(const http::Request& request, const Error& error) {
+  // A timestamp Postgres cannot read (a 30th of February) is the caller's mistake.
+  if (error.kind == ErrorKind::kInvalid ||
+      error.message.find("out of range") != std::string::npos) {
+    return http::make_error(request, http::Status::bad_request, "invalid_request",
+                            "from or to is not a valid time", "/query");
+  }
+  return store_unavailable(request, error);
+}
+
+http::Response forbidden(const http::Request& request, const std::string& user_id,
+                         std::string_view path) {
+  return http::make_error(request, http::Status::forbidden, "forbidden",
+                          "this key may not act for user '" + user_id + "'", path);
+}
 
 std::string new_task_id() {
   std::string hex = random_hex(16);
@@ -195,19 +243,10 @@ TaskView view_of(const std::string& task_json) {
   return view;
 }
 
-// Where an error about the caller's credentials points.
-constexpr std::string_view kAuthorizationPath = "/header/authorization";
-
 http::Response not_found(const http::Request& request, std::string_view what, std::string_view id) {
   return http::make_error(request, http::Status::not_found, "not_found",
                           "no " + std::string(what) + " " + std::string(id),
                           "/path/" + std::string(what) + "_id");
-}
-
-http::Response forbidden(const http::Request& request, const std::string& user_id,
-                         std::string_view path) {
-  return http::make_error(request, http::Status::forbidden, "forbidden",
-                          "this key may not act for user '" + user_id + "'", path);
 }
 
 // One server-sent event.
@@ -351,15 +390,21 @@ Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wak
       auth_(config.auth),
       defaults_(submission_defaults(config)),
       batch_pool_(std::make_unique<asio::thread_pool>(
-          static_cast<std::size_t>(config.dispatcher.max_batch_uploads))) {}
+          static_cast<std::size_t>(config.dispatcher.max_batch_uploads))) {
+  for (const auto& tool : config.tools) {
+    rapidjson::Document schema;
+    schema.Parse(tool.parameters_schema.c_str());
+    tool_schemas_.emplace(tool.name, std::make_shared<codec::CompiledSchema>(schema));
+  }
+}
 
 Api::~Api() {
   batch_pool_->join();
 }
 
 std::string_view route_template(std::string_view path) {
-  for (std::string_view fixed :
-       {"/healthz", "/readyz", "/metrics", "/v1/tasks", "/v1/batches", "/v1/usage"}) {
+  for (std::string_view fixed : {"/healthz", "/readyz", "/metrics", "/v1/tasks", "/v1/batches",
+                                 "/v1/usage", "/v1/tools", "/v1/stats"}) {
     if (path == fixed)
       return fixed;
   }
@@ -380,6 +425,8 @@ std::string_view route_template(std::string_view path) {
       return "/v1/batches/{id}/results";
     if (parts.size() == 4 && parts[3] == "cancel")
       return "/v1/batches/{id}/cancel";
+  } else if (parts[1] == "tools" && parts.size() == 3 && parts[2].ends_with(":call")) {
+    return "/v1/tools/{name}:call";
   } else if (parts[1] == "users" && parts.size() == 4) {
     if (parts[3] == "usage")
       return "/v1/users/{id}/usage";
@@ -484,6 +531,19 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Caller&
       if (method != bhttp::verb::get)
         co_return not_allowed("GET");
       co_return co_await fleet_usage(request, caller);
+    } else if (parts[1] == "stats" && parts.size() == 2) {
+      if (method != bhttp::verb::get)
+        co_return not_allowed("GET");
+      co_return co_await stats(request, caller);
+    } else if (parts[1] == "tools" && parts.size() == 2) {
+      if (method != bhttp::verb::get)
+        co_return not_allowed("GET");
+      co_return co_await list_tools(request, caller);
+    } else if (parts[1] == "tools" && parts.size() == 3 && parts[2].ends_with(":call")) {
+      if (method != bhttp::verb::post)
+        co_return not_allowed("POST");
+      co_return co_await call_tool(request, caller,
+                                   parts[2].substr(0, parts[2].size() - std::strlen(":call")));
     } else if (parts[1] == "users" && parts.size() == 4) {
       if (parts[3] == "usage") {
         if (method != bhttp::verb::get)
@@ -625,12 +685,8 @@ asio::awaitable<http::Response> Api::list_tasks(http::Request& request, const Ca
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
                                "user_id is required", "/query/user_id");
   }
-  if (auto problem = id_problem(*user, kMaxUserIdChars)) {
-    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
-                               "user_id " + *problem, "/query/user_id");
-  }
-  if (!caller.may_act_for(*user))
-    co_return forbidden(request, *user, "/query/user_id");
+  if (auto refused = check_query_user(request, caller, *user))
+    co_return std::move(*refused);
   query.user_id = *user;
   if (auto status = http::query_param(target, "status")) {
     if (!parse_task_status(*status)) {
@@ -716,28 +772,11 @@ asio::awaitable<http::Response> Api::usage_of(http::Request& request,
   const std::string target(request.target());
   pg::UsageQuery query;
   query.user_id = user_id.value_or("");
-  for (auto [name, field] : {std::pair<const char*, std::string*>{"from", &query.from},
-                             std::pair<const char*, std::string*>{"to", &query.to}}) {
-    if (auto value = http::query_param(target, name)) {
-      if (!codec::looks_like_timestamp(*value)) {
-        co_return http::make_error(
-            request, http::Status::bad_request, "invalid_request",
-            std::string(name) + " must be a date (2026-11-01) or an RFC 3339 time",
-            std::string("/query/") + name);
-      }
-      *field = *value;
-    }
-  }
+  if (auto bad = read_time_window(request, &query.from, &query.to))
+    co_return std::move(*bad);
   auto body = co_await db_.run([&](pqxx::connection& c) { return pg::usage_json(c, query); });
-  if (!body.ok()) {
-    // A timestamp Postgres cannot read (a 30th of February) is the caller's mistake.
-    if (body.error().kind == ErrorKind::kInvalid ||
-        body.error().message.find("out of range") != std::string::npos) {
-      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
-                                 "from or to is not a valid time", "/query");
-    }
-    co_return store_unavailable(request, body.error());
-  }
+  if (!body.ok())
+    co_return window_query_failed(request, body.error());
   std::string out = "{\"user_id\":";
   if (user_id) {
     rapidjson::StringBuffer b;

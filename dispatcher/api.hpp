@@ -5,7 +5,9 @@
 //   GET /v1/tasks/{id}/events (server-sent events), POST /v1/batches (JSON Lines, streamed),
 //   GET /v1/batches/{id}, GET /v1/batches/{id}/results (JSON Lines), POST
 //   /v1/batches/{id}/cancel, GET /v1/users/{id}/usage?from=&to=, GET /v1/usage?from=&to=
-//   (every user's, admin), GET|PUT /v1/users/{id}/limits, /healthz, /readyz, /metrics.
+//   (every user's, admin), GET|PUT /v1/users/{id}/limits, GET /v1/tools (the registry),
+//   POST /v1/tools/{name}:call (a direct, audited tool call), GET /v1/stats?user_id=&from=&to=
+//   (success statistics), /healthz, /readyz, /metrics.
 // Every route but the operations ones needs a caller (Authenticator): 401 without one; a
 // caller may act only for its users (403 on a collection or submission for another user,
 // 404 for another user's task or batch, so ids do not leak); limits may be changed, and
@@ -21,6 +23,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,8 +33,10 @@
 #include "core/adapters/http/server.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
 #include "core/adapters/pg/db_pool.hpp"
+#include "core/codec/json_schema.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
+#include "core/ports/tool_client.hpp"
 #include "dispatcher/auth.hpp"
 #include "dispatcher/task_feed.hpp"
 
@@ -73,6 +78,13 @@ class Api {
   boost::asio::awaitable<http::Response> cancel_batch(http::Request& request, const Caller& caller,
                                                       std::string batch_id);
   boost::asio::awaitable<http::Response> ready(http::Request& request);
+  // api_tools.cpp: GET /v1/tools, POST /v1/tools/{name}:call, GET /v1/stats.
+  boost::asio::awaitable<http::Response> list_tools(http::Request& request, const Caller& caller);
+  boost::asio::awaitable<http::Response> call_tool(http::Request& request, const Caller& caller,
+                                                   std::string tool);
+  boost::asio::awaitable<http::Response> stats(http::Request& request, const Caller& caller);
+  // The user's tool permission level: their override, else their tier's.
+  boost::asio::awaitable<Result<config::Permission>> permission_of(const std::string& user_id);
   // The streamed routes; `answered` gets the status of a whole (error) response.
   boost::asio::awaitable<void> submit_batch(http::Exchange& exchange, const Caller& caller,
                                             int& answered);
@@ -91,7 +103,17 @@ class Api {
   int batch_uploads_ = 0;  // in progress on this replica
   // Blocking work of batch uploads (each holds a transaction on its own connection).
   std::unique_ptr<boost::asio::thread_pool> batch_pool_;
+  // Direct tool calls: the tools' argument schemas, and a client made on first use (on the
+  // io thread, whose executor it keeps).
+  std::map<std::string, std::shared_ptr<codec::CompiledSchema>> tool_schemas_;
+  std::unique_ptr<ports::ToolClient> tool_client_;
 };
+
+// The registry as GET /v1/tools answers it: {"tools": [{name, description, category,
+// parameters (the JSON Schema), permission, idempotent, timeout_s, permitted?}], "count"};
+// with `user_permission`, each tool says whether that level may call it.
+std::string tool_registry_json(const config::Config& config,
+                               std::optional<config::Permission> user_permission);
 
 // The defaults a submission gets from configuration, and the checks beyond its schema
 // (the model and tools must exist): shared by the HTTP API and the submit topic.

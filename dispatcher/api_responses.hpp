@@ -1,0 +1,35 @@
+#pragma once
+// Error answers the API's routes share (api.cpp, api_tools.cpp).
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/adapters/http/server.hpp"
+#include "core/domain/error.hpp"
+#include "dispatcher/auth.hpp"
+
+namespace agentfleet::dispatcher {
+
+// Where an error about the caller's credentials points.
+inline constexpr std::string_view kAuthorizationPath = "/header/authorization";
+
+// 503 with Retry-After; the store's detail goes to the log only.
+http::Response store_unavailable(const http::Request& request, const Error& error);
+// 403: this key may not act for `user_id` (the JSON path of the user id in `path`).
+http::Response forbidden(const http::Request& request, const std::string& user_id,
+                         std::string_view path);
+
+// The 400 or 403 answer when `user_id` of a query (?user_id=) is not an id, or not one of
+// the caller's users; nothing when it may be read.
+std::optional<http::Response> check_query_user(const http::Request& request, const Caller& caller,
+                                               const std::string& user_id);
+// Reads ?from=&to= (a date or an RFC 3339 time each) into `from` and `to`; the 400 answer
+// when one is neither.
+std::optional<http::Response> read_time_window(const http::Request& request, std::string* from,
+                                               std::string* to);
+// The answer to a failed query over such a window: 400 for a time Postgres cannot read (a
+// 30th of February), else 503.
+http::Response window_query_failed(const http::Request& request, const Error& error);
+
+}  // namespace agentfleet::dispatcher
