@@ -579,6 +579,28 @@ asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
                                problem->message, problem->path);
   }
+  if (const std::string& parent_id = submission.spec.parent_task_id; !parent_id.empty()) {
+    // A follow-up continues an ended task of the same user; another user's task is as
+    // unknown as a task that does not exist.
+    auto parent = co_await db_.run([&](pqxx::connection& c) {
+      return pg::find_parent(c, submission.spec.user_id, parent_id, {});
+    });
+    if (!parent.ok())
+      co_return store_unavailable(request, parent.error());
+    if (!parent.value() || !is_terminal(parent.value()->status)) {
+      metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
+      if (!parent.value()) {
+        co_return http::make_error(
+            request, http::Status::bad_request, "invalid_request",
+            "no task " + parent_id + " of user '" + submission.spec.user_id + "'",
+            "/parent_task_id");
+      }
+      co_return http::make_error(
+          request, http::Status::conflict, "parent_not_ended",
+          "task " + parent_id + " has not ended; submit its follow-up once it has",
+          "/parent_task_id");
+    }
+  }
   pg::NewTask task{submission.spec, submission.canonical,
                    traceparent_for(std::string(request["traceparent"]))};
   task.spec.task_id = new_task_id();

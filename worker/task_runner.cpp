@@ -421,7 +421,21 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
   const auto zone = config::load_time_zone(zone_name);
   react::PromptValues values{to_local(zone.zone, std::chrono::system_clock::now()),
                              zone.found ? zone_name : "UTC", spec.metadata.locale};
-  auto made = make_strategy(run, values);
+  std::vector<Message> history;
+  if (!spec.parent_task_id.empty()) {
+    auto loaded = co_await load_history(run);
+    if (!loaded.ok()) {
+      if (loaded.error().retryable()) {
+        log::warn(
+            "worker", run.log_context(),
+            "could not read the parent task (left for lease recovery): " + loaded.error().message);
+        co_return RunOutcome::kStoreUnavailable;
+      }
+      co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, loaded.error().message);
+    }
+    history = std::move(loaded.value());
+  }
+  auto made = make_strategy(run, values, std::move(history));
   if (!made.ok())
     co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, made.error().message);
   react::Strategy& strategy = *made.value();
@@ -637,8 +651,90 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
   }
 }
 
+namespace {
+// The conversation a follow-up starts with: its parent's text, its ReAct turns with every
+// call answered (rebuilt from its checkpoints; a plan_execute parent gives its text only),
+// and its answer as an assistant message (the result with its options, or how it ended).
+std::vector<Message> parent_conversation(const pg::ParentTask& parent, const config::Config& config,
+                                         const react::ResultMarkers& markers) {
+  std::vector<Message> history;
+  const bool planned =
+      parent.strategy == AgentStrategy::kPlanExecute ||
+      std::any_of(parent.steps.begin(), parent.steps.end(), [](const pg::StepRecord& r) {
+        return !codec::checkpoint_role(r.model_reply).empty();
+      });
+  if (planned || parent.steps.empty()) {
+    history.push_back(Message{Role::kUser, parent.text, {}, {}, {}});
+  } else {
+    // The ReAct conversation as its checkpoints rebuild it, every call with its result.
+    std::set<std::string> allowed;
+    for (const auto& tool : config.tools) {
+      if (!parent.tools ||
+          std::find(parent.tools->begin(), parent.tools->end(), tool.name) != parent.tools->end()) {
+        allowed.insert(tool.name);
+      }
+    }
+    const react::ReactLoop loop(react::Limits{static_cast<int>(parent.steps.size()) + 1,
+                                              config.react.tool_result_context_chars},
+                                markers, allowed);
+    react::ReactState state = loop.start({}, parent.text);
+    for (const pg::StepRecord& record : parent.steps) {
+      auto reply = codec::parse_model_reply_json(record.model_reply);
+      if (!reply.ok())
+        break;
+      react::Step next = loop.on_model_reply(state, reply.value());
+      auto* calls = std::get_if<react::CallTools>(&next);
+      auto observations = codec::parse_observations_json(record.observations);
+      if (calls == nullptr || record.observations.empty() || !observations.ok())
+        break;
+      loop.on_tool_results(state, *calls, std::move(observations.value()));
+    }
+    history.assign(std::make_move_iterator(state.messages.begin() + 1),
+                   std::make_move_iterator(state.messages.end()));
+    // A last assistant turn whose calls have no results (the finish, or calls cut short)
+    // gives way to the answer below.
+    if (!history.empty() && history.back().role == Role::kAssistant &&
+        !history.back().tool_calls.empty()) {
+      history.pop_back();
+    }
+  }
+  std::string answer;
+  if (parent.result) {
+    const auto& list =
+        parent.result->type == ResultType::kActionCompleted     ? markers.action_completed
+        : parent.result->type == ResultType::kNeedClarification ? markers.need_clarification
+                                                                : markers.error;
+    answer = (list.empty() ? std::string() : list.front() + " ") + parent.result->message;
+    for (std::size_t i = 0; i < parent.result->options.size(); ++i)
+      answer += "\n" + std::to_string(i + 1) + ". " + parent.result->options[i];
+  } else if (is_terminal(parent.status)) {
+    answer = "（该任务以 " + std::string(to_string(parent.status)) + " 结束" +
+             (parent.error.empty() ? std::string() : "：" + parent.error) + "）";
+  } else {
+    answer = "（该任务尚未结束）";
+  }
+  history.push_back(Message{Role::kAssistant, std::move(answer), {}, {}, {}});
+  return history;
+}
+}  // namespace
+
+asio::awaitable<Result<std::vector<Message>>> TaskRunner::load_history(Run& run) {
+  const TaskSpec& spec = run.claimed.spec;
+  auto parent = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
+    return pg::load_parent(tx, spec.parent_task_id, spec.user_id);
+  });
+  if (!parent.ok())
+    co_return parent.error();
+  if (!parent.value()) {
+    // Only the same user's tasks are parents: another user's is as unknown as none.
+    co_return Error{ErrorKind::kNotFound,
+                    "no task " + spec.parent_task_id + " of this user to continue"};
+  }
+  co_return parent_conversation(*parent.value(), config_, markers_);
+}
+
 Result<std::unique_ptr<react::Strategy>> TaskRunner::make_strategy(
-    const Run& run, const react::PromptValues& values) const {
+    const Run& run, const react::PromptValues& values, std::vector<Message> history) const {
   const TaskSpec& spec = run.claimed.spec;
   const AgentStrategy kind = spec.strategy
                                  ? *spec.strategy
@@ -647,7 +743,8 @@ Result<std::unique_ptr<react::Strategy>> TaskRunner::make_strategy(
   if (kind == AgentStrategy::kReact) {
     return std::unique_ptr<react::Strategy>(std::make_unique<react::ReactStrategy>(
         react::Limits{spec.max_steps, config_.react.tool_result_context_chars}, markers_,
-        run.allowed, react::render_system_prompt(config_.react.system_prompt, values), spec.text));
+        run.allowed, react::render_system_prompt(config_.react.system_prompt, values), spec.text,
+        std::move(history)));
   }
   const config::ModelConfig& model = *config_.find_model(spec.model);
   if (codec::chat_protocol(model.protocol) != codec::ChatProtocol::kFunctionCalling) {
@@ -664,7 +761,7 @@ Result<std::unique_ptr<react::Strategy>> TaskRunner::make_strategy(
   }
   return std::unique_ptr<react::Strategy>(std::make_unique<react::PlanExecute>(
       react::PlanExecuteLimits{spec.max_steps, config_.react.tool_result_context_chars},
-      plan_policy_, markers_, std::move(tools), codec::plan_parsers(), values, spec.text));
+      plan_policy_, markers_, std::move(tools), codec::plan_parsers(), values, spec.text, history));
 }
 
 asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(

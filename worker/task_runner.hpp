@@ -88,8 +88,12 @@ class TaskRunner {
       std::chrono::steady_clock::time_point deadline);
   // The strategy a claimed task runs (its own, its user's tier's, or the default), set up
   // with the run's tools and prompt; an error when it cannot run with the task's model.
+  // `history`: a follow-up's earlier conversation.
   Result<std::unique_ptr<react::Strategy>> make_strategy(const Run& run,
-                                                         const react::PromptValues& values) const;
+                                                         const react::PromptValues& values,
+                                                         std::vector<Message> history) const;
+  // A follow-up's parent conversation (parent_conversation), read from the store.
+  boost::asio::awaitable<Result<std::vector<Message>>> load_history(Run& run);
   // How the run stops now (interrupted, drained at a checkpoint), or nullopt to go on.
   boost::asio::awaitable<std::optional<RunOutcome>> stop_requested(Run& run, bool at_checkpoint);
   // The observations of a step's calls; nullopt when interrupted or past the deadline.

@@ -82,12 +82,16 @@ std::string tool_step_checkpoint_json(const std::vector<ToolCall>& calls) {
 }
 
 bool is_tool_step_checkpoint(std::string_view json) {
+  return checkpoint_role(json) == "tool_step";
+}
+
+std::string checkpoint_role(std::string_view json) {
   rapidjson::Document doc;
   if (!parse_json(doc, json) || !doc.IsObject())
-    return false;
-  auto kind = doc.FindMember("kind");
-  return kind != doc.MemberEnd() && kind->value.IsString() &&
-         std::string_view(kind->value.GetString()) == "tool_step";
+    return {};
+  if (str(doc, "kind") == "tool_step")
+    return "tool_step";
+  return str(doc, "role");
 }
 
 Result<ModelReply> parse_model_reply_json(std::string_view json) {

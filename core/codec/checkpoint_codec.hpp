@@ -24,6 +24,9 @@ Result<ModelReply> parse_model_reply_json(std::string_view json);
 // reply lists them), written before the calls run.
 std::string tool_step_checkpoint_json(const std::vector<ToolCall>& calls);
 bool is_tool_step_checkpoint(std::string_view model_reply_json);
+// The role a checkpointed model call was made for ("planner", ..., "tool_step" for a plan
+// tool step), or "" for a ReAct step or an unreadable one.
+std::string checkpoint_role(std::string_view model_reply_json);
 
 std::string observations_json(const std::vector<ToolObservation>& observations);
 Result<std::vector<ToolObservation>> parse_observations_json(std::string_view json);

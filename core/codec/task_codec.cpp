@@ -1,5 +1,7 @@
 #include "core/codec/task_codec.hpp"
 
+#include <cctype>
+
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -137,6 +139,10 @@ std::variant<Submission, SchemaViolation> parse_submission(std::string_view json
   spec.batch_id = get_string(doc, "batch_id");
   if (const std::string strategy = get_string(doc, "strategy"); !strategy.empty())
     spec.strategy = parse_agent_strategy(strategy);
+  spec.parent_task_id = get_string(doc, "parent_task_id");
+  for (char& c : spec.parent_task_id)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  spec.session_id = get_string(doc, "session_id");
   spec.metadata.time_zone = defaults.time_zone;
   spec.metadata.locale = defaults.locale;
   if (auto metadata = doc.FindMember("metadata"); metadata != doc.MemberEnd()) {
@@ -177,6 +183,10 @@ std::variant<Submission, SchemaViolation> parse_submission(std::string_view json
   // Only when given, so the canonical form of submissions without it stays as it was.
   if (spec.strategy)
     key_string(w, "strategy", to_string(*spec.strategy));
+  if (!spec.parent_task_id.empty())
+    key_string(w, "parent_task_id", spec.parent_task_id);
+  if (!spec.session_id.empty())
+    key_string(w, "session_id", spec.session_id);
   w.EndObject();
   submission.canonical.assign(buffer.GetString(), buffer.GetSize());
   return submission;

@@ -56,6 +56,10 @@ struct TaskSpec {
   TaskMetadata metadata;
   // As submitted; nullopt: the user's tier's strategy, else task_defaults.strategy.
   std::optional<AgentStrategy> strategy;
+  // A follow-up: the task whose conversation this one continues (given, or the latest task
+  // of `session_id` when stored), empty for none.
+  std::string parent_task_id;
+  std::string session_id;
 };
 
 // What the model declared (through `finish`) or what its plain-text answer was classed as.

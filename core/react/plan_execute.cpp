@@ -203,7 +203,8 @@ Limits classifier_limits() {
 
 PlanExecute::PlanExecute(PlanExecuteLimits limits, PlanPolicy policy, ResultMarkers markers,
                          std::vector<ports::ToolSchema> tools, PlanParsers parsers,
-                         PromptValues prompt, std::string task_text)
+                         PromptValues prompt, std::string task_text,
+                         const std::vector<Message>& history)
     : limits_(limits),
       policy_(policy),
       classifier_(classifier_limits(), std::move(markers), {}),
@@ -213,6 +214,18 @@ PlanExecute::PlanExecute(PlanExecuteLimits limits, PlanPolicy policy, ResultMark
       task_text_(std::move(task_text)) {
   for (const auto& tool : tools_)
     tool_names_.insert(tool.name);
+  for (const Message& m : history) {
+    if (m.role == Role::kUser) {
+      history_text_ += "用户：" + m.content + "\n";
+    } else if (m.role == Role::kAssistant && !m.content.empty()) {
+      history_text_ += "助手：" + m.content + "\n";
+    } else if (m.role == Role::kTool) {
+      history_text_ += "工具 " + m.name + " 的结果：" +
+                       truncate_for_context(m.content, limits_.tool_result_context_chars) + "\n";
+    }
+  }
+  if (!history_text_.empty())
+    history_text_ = "先前的对话（本任务接着它）：\n" + history_text_;
 }
 
 Step PlanExecute::start() {
@@ -318,8 +331,9 @@ void PlanExecute::build_messages() {
       std::string system = role_system_prompt(kPlannerPrompt, "planner", round_, 0, prompt_);
       system += "\n可用工具：\n" + tools_text();
       messages_.push_back(Message{Role::kSystem, std::move(system), {}, {}, {}});
+      material = history_text_;
       if (!planner_note_.empty())
-        material = planner_note_;
+        material += planner_note_;
       break;
     }
     case Phase::kExecute: {
@@ -356,7 +370,8 @@ void PlanExecute::build_messages() {
                   {},
                   {},
                   {}});
-      material = "计划：" + plan_json() + "\n各步骤的结果：" + results_json(nullptr);
+      material =
+          history_text_ + "计划：" + plan_json() + "\n各步骤的结果：" + results_json(nullptr);
       if (!planner_note_.empty())
         material += "\n" + planner_note_;
       break;

@@ -114,9 +114,11 @@ class PlanExecute final : public Strategy {
  public:
   // `tools`: the tools the planner may use (name, description, argument schema), already
   // within the task's allow-list and the user's permission level.
+  // `history`: a follow-up's earlier conversation, shown to the planner and the
+  // synthesizer as text (tool results cut to tool_result_context_chars).
   PlanExecute(PlanExecuteLimits limits, PlanPolicy policy, ResultMarkers markers,
               std::vector<ports::ToolSchema> tools, PlanParsers parsers, PromptValues prompt,
-              std::string task_text);
+              std::string task_text, const std::vector<Message>& history = {});
 
   Step start() override;
   NextCall request() const override;
@@ -157,6 +159,7 @@ class PlanExecute final : public Strategy {
   PlanParsers parsers_;
   PromptValues prompt_;
   std::string task_text_;
+  std::string history_text_;  // "先前的对话：..." or empty
 
   Phase phase_ = Phase::kPlan;
   int round_ = 1;

@@ -69,6 +69,17 @@ ReactState ReactLoop::start(std::string system_prompt, std::string user_text) co
   return state;
 }
 
+ReactState ReactLoop::start(std::string system_prompt, std::vector<Message> history,
+                            std::string user_text) const {
+  ReactState state;
+  state.messages.reserve(history.size() + 2);
+  state.messages.push_back(Message{Role::kSystem, std::move(system_prompt), {}, {}, {}});
+  for (Message& m : history)
+    state.messages.push_back(std::move(m));
+  state.messages.push_back(Message{Role::kUser, std::move(user_text), {}, {}, {}});
+  return state;
+}
+
 TaskResult ReactLoop::classify_text(const std::string& text) const {
   TaskResult result;
   result.message = text;
@@ -187,8 +198,8 @@ Step ReactLoop::on_tool_results(ReactState& state, const CallTools& step,
 
 ReactStrategy::ReactStrategy(Limits limits, ResultMarkers markers,
                              std::set<std::string> allowed_tools, std::string system_prompt,
-                             std::string user_text)
+                             std::string user_text, std::vector<Message> history)
     : loop_(limits, std::move(markers), std::move(allowed_tools)),
-      state_(loop_.start(std::move(system_prompt), std::move(user_text))) {}
+      state_(loop_.start(std::move(system_prompt), std::move(history), std::move(user_text))) {}
 
 }  // namespace agentfleet::react

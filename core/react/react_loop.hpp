@@ -69,6 +69,10 @@ class ReactLoop {
   ReactLoop(Limits limits, ResultMarkers markers, std::set<std::string> allowed_tools);
 
   ReactState start(std::string system_prompt, std::string user_text) const;
+  // A follow-up: the conversation starts with `history` (an earlier task's messages, each
+  // tool call answered) between the system prompt and the user's text.
+  ReactState start(std::string system_prompt, std::vector<Message> history,
+                   std::string user_text) const;
   // A reply whose `unreadable` is set (react_json text that could not be read) is not a
   // finish: the assistant message gets one synthetic call ("unreadable-<model call>")
   // answered with that problem (tool error code "unreadable_reply"), so the model reads it

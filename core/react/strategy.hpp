@@ -47,8 +47,10 @@ class Strategy {
 // ReactLoop and its state as a Strategy.
 class ReactStrategy final : public Strategy {
  public:
+  // `history`: a follow-up's earlier conversation (ReactLoop::start).
   ReactStrategy(Limits limits, ResultMarkers markers, std::set<std::string> allowed_tools,
-                std::string system_prompt, std::string user_text);
+                std::string system_prompt, std::string user_text,
+                std::vector<Message> history = {});
   Step start() override { return CallModel{}; }
   NextCall request() const override {
     return NextCall{&state_.messages, ToolOffer::kTaskTools, "react", {}};

@@ -167,3 +167,36 @@ TEST(LlmSimRoles, RolesAreCheckedWhenTheFileLoads) {
 
 }  // namespace
 }  // namespace agentfleet::llm_sim
+
+namespace agentfleet::llm_sim {
+namespace {
+
+// A follow-up's request: the earlier conversation (a search and its clarification), then
+// the new text. The step index counts from the new text; `earlier` holds the search.
+TEST(LlmSimFollowUp, TheSecondEarlierResultIsTheOneAFollowUpChanges) {
+  const Simulator simulator(
+      load_scenario_file(std::string(AGENTFLEET_SOURCE_DIR) + "/config/llm-sim-scenarios.yaml"));
+  const std::string body =
+      R"({"model":"m","tools":[{"type":"function","function":{"name":"update_item"}}],
+    "messages":[{"role":"system","content":"今天是 2025-02-05。"},
+      {"role":"user","content":"2月8日的会议改到晚上8点"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"c0","type":"function",
+        "function":{"name":"search_items","arguments":"{}"}}]},
+      {"role":"tool","tool_call_id":"c0","content":"{\"items\":[{\"id\":\"e1\",\"title\":\"晨会\"},{\"id\":\"e2\",\"title\":\"团队会议\"},{\"id\":\"e3\",\"title\":\"项目评审\"}]}"},
+      {"role":"assistant","content":"⚠️ 找到 3 个会议"},
+      {"role":"user","content":"改第二个"}]})";
+  auto result = simulator.complete(body, kNow, 1);
+  auto* completion = std::get_if<Completion>(&result);
+  ASSERT_NE(completion, nullptr);
+  EXPECT_EQ(completion->scenario, "pick_second_meeting");
+  EXPECT_EQ(completion->step, 0u);
+  auto reply = codec::parse_chat_response(completion->body);
+  ASSERT_TRUE(reply.ok());
+  ASSERT_EQ(reply.value().tool_calls.size(), 1u) << completion->body;
+  EXPECT_EQ(reply.value().tool_calls[0].name, "update_item");
+  EXPECT_EQ(reply.value().tool_calls[0].arguments,
+            R"({"id":"e2","start_time":"20:00","end_time":"21:00"})");
+}
+
+}  // namespace
+}  // namespace agentfleet::llm_sim

@@ -437,9 +437,10 @@ TEST(LlmSimTest, DemoFileLoadsAndScriptsTheSixTasks) {
   for (const auto& scenario : simulator.scenarios().scenarios) {
     names.push_back(scenario.name);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"move_meeting", "move_named_meeting", "create_meeting",
-                                             "complete_todo", "create_todo", "plan_todo",
-                                             "impossible_date", "bench", "slow", "impersonate"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"move_meeting", "move_named_meeting", "pick_second_meeting",
+                                      "create_meeting", "complete_todo", "create_todo", "plan_todo",
+                                      "impossible_date", "bench", "slow", "impersonate"}));
 
   {  // 1. move the only meeting
     Chat chat("2月8日的会议改到晚上8点");

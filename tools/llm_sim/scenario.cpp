@@ -22,8 +22,8 @@ namespace {
 
 // Names a template may start with outside options_from.format (see README.md).
 const std::set<std::string, std::less<>> kContextRoots = {
-    "today", "tomorrow", "year",  "text",  "step",      "match",
-    "r",     "results",  "steps", "round", "plan_step", "deps"};
+    "today",   "tomorrow", "year",  "text",      "step", "match",  "r",
+    "results", "steps",    "round", "plan_step", "deps", "earlier"};
 
 std::optional<std::int64_t> parse_int(std::string_view text) {
   std::int64_t value = 0;
@@ -165,7 +165,7 @@ class Loader {
       fail(node, pointer,
            "unknown name '" + root +
                "' (known: today, tomorrow, year, text, step, match, r, results, steps, "
-               "round, plan_step, deps)");
+               "round, plan_step, deps, earlier)");
     }
     if (root == "match" && root.size() < path.size()) {
       const std::string rest = path.substr(root.size() + 1);

@@ -221,7 +221,9 @@ struct Conversation {
   std::int64_t plan_step = 0;
   std::string material;
   std::optional<std::chrono::year_month_day> system_date;
-  std::size_t step = 0;  // assistant messages so far
+  std::size_t step = 0;  // assistant messages after the last user message (this task's)
+  // Assistant messages before it: an earlier conversation a follow-up task carries on.
+  std::size_t earlier_steps = 0;
   std::set<std::string, std::less<>> offered_tools;
   Protocol protocol = Protocol::kFunctionCalling;
 };
@@ -483,6 +485,8 @@ Conversation read_conversation(const Value& request) {
         first_user = false;
       } else if (!react || !observation_of(text)) {
         conversation.user_text = std::move(text);
+        conversation.earlier_steps += conversation.step;
+        conversation.step = 0;
       }
     } else if (role == "system" && !conversation.system_date) {
       conversation.system_date = first_date(content_text(message));
@@ -878,6 +882,23 @@ std::variant<Completion, RequestError> Simulator::complete(
   } else {
     collect_results(*member(request, "messages"), steps, allocator);
   }
+  // The results of an earlier conversation (a follow-up's parent task), flattened, apart
+  // from this task's steps.
+  Value earlier(rapidjson::kArrayType);
+  if (conversation.earlier_steps > 0 && conversation.earlier_steps <= steps.Size()) {
+    Value own(rapidjson::kArrayType);
+    for (rapidjson::SizeType i = 0; i < steps.Size(); ++i) {
+      if (i < conversation.earlier_steps) {
+        for (auto& result : steps[i].GetArray()) {
+          earlier.PushBack(Value(result, allocator), allocator);
+        }
+      } else {
+        own.PushBack(Value(steps[i], allocator), allocator);
+      }
+    }
+    steps = std::move(own);
+  }
+  context.AddMember("earlier", earlier, allocator);
   Value previous(rapidjson::kArrayType);
   if (!steps.Empty()) {
     previous.CopyFrom(steps[steps.Size() - 1], allocator);

@@ -20,7 +20,7 @@ SELECT jsonb_build_object(
   'tools', to_jsonb(t.tools), 'priority', t.priority, 'status', t.status,
   'timeout_s', t.timeout_s, 'schedule_timeout_s', t.schedule_timeout_s,
   'max_steps', t.max_steps, 'strategy', t.strategy, 'idempotency_key', t.idempotency_key,
-  'batch_id', t.batch_id,
+  'batch_id', t.batch_id, 'parent_task_id', t.parent_task_id, 'session_id', t.session_id,
   'metadata', t.metadata,
   'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
       'type', t.result_type, 'message', t.result_message,
@@ -91,6 +91,8 @@ std::string tasks_json(const std::vector<NewTask>& tasks) {
     w.EndObject();
     key_string(w, "traceparent", t.traceparent);
     key_string(w, "strategy", s.strategy ? to_string(*s.strategy) : std::string_view());
+    key_string(w, "parent_task_id", s.parent_task_id);
+    key_string(w, "session_id", s.session_id);
     w.EndObject();
   }
   w.EndArray();
@@ -106,17 +108,23 @@ std::vector<std::string> insert_tasks(pqxx::work& tx, const std::vector<NewTask>
   auto rows = exec_prepared(tx, "af_insert_tasks", R"SQL(
 INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                    max_steps, priority, idempotency_key, request_canonical, batch_id,
-                   metadata, traceparent, strategy)
+                   metadata, traceparent, strategy, parent_task_id, session_id)
 SELECT r.task_id, r.user_id, r.text, r.model,
        CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
             ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
        r.timeout_s, r.schedule_timeout_s, r.max_steps, r.priority, NULLIF(r.idempotency_key, ''),
        r.request_canonical, NULLIF(r.batch_id, ''), r.metadata, NULLIF(r.traceparent, ''),
-       NULLIF(r.strategy, '')
+       NULLIF(r.strategy, ''),
+       coalesce(NULLIF(r.parent_task_id, '')::uuid,
+                (SELECT p.task_id FROM tasks p
+                 WHERE r.session_id <> '' AND p.user_id = r.user_id AND p.session_id = r.session_id
+                 ORDER BY p.created_at DESC LIMIT 1)),
+       NULLIF(r.session_id, '')
 FROM jsonb_to_recordset($1::jsonb) AS r(
   task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
   schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
-  request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text)
+  request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
+  parent_task_id text, session_id text)
 ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING task_id::text)SQL",
                             tasks_json(tasks));
@@ -555,6 +563,39 @@ std::int64_t count_due_outbox(pqxx::connection& c) {
   return tx.exec1("SELECT count(*) FROM outbox WHERE publish_after <= now()")[0].as<std::int64_t>();
 }
 
+namespace {
+// A task's tool allow-list from array_to_json(tools): nullopt for NULL (every tool).
+std::optional<std::vector<std::string>> tool_list(const pqxx::field& field) {
+  if (field.is_null())
+    return std::nullopt;
+  rapidjson::Document tools;
+  tools.Parse(field.c_str());
+  std::vector<std::string> out;
+  if (tools.IsArray()) {
+    for (const auto& t : tools.GetArray()) {
+      if (t.IsString())
+        out.emplace_back(t.GetString());
+    }
+  }
+  return out;
+}
+
+// A task's checkpoints in step order.
+std::vector<StepRecord> step_records(pqxx::work& tx, const std::string& task_id) {
+  auto rows = exec_prepared(
+      tx, "af_task_steps",
+      "SELECT step, model_reply::text, coalesce(observations::text, '') FROM task_steps "
+      "WHERE task_id = $1::uuid ORDER BY step",
+      task_id);
+  std::vector<StepRecord> steps;
+  steps.reserve(rows.size());
+  for (const auto& row : rows)
+    steps.push_back(
+        StepRecord{row[0].as<int>(), row[1].as<std::string>(), row[2].as<std::string>()});
+  return steps;
+}
+}  // namespace
+
 Claim claim_task(pqxx::work& tx, const std::string& task_id, const std::string& worker_id,
                  int lease_s, int max_attempts) {
   auto rows = exec_prepared(tx, "af_claim", R"SQL(
@@ -575,7 +616,8 @@ SELECT t.user_id, t.text, t.model, array_to_json(t.tools)::text, t.timeout_s,
        (extract(epoch FROM t.deadline_at - now()) * 1000)::bigint, t.cancel_requested,
        (t.attempt = 1 AND now() - t.created_at > make_interval(secs => t.schedule_timeout_s)),
        coalesce(u.tier, ''), coalesce(u.tool_permission, ''),
-       (extract(epoch FROM now() - t.created_at) * 1000)::bigint, coalesce(t.strategy, '')
+       (extract(epoch FROM now() - t.created_at) * 1000)::bigint, coalesce(t.strategy, ''),
+       coalesce(t.parent_task_id::text, ''), coalesce(t.session_id, '')
 FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
 )SQL",
                             task_id, worker_id, lease_s, max_attempts);
@@ -591,15 +633,7 @@ FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
   s.user_id = r[0].as<std::string>();
   s.text = r[1].as<std::string>();
   s.model = r[2].as<std::string>();
-  if (!r[3].is_null()) {
-    rapidjson::Document tools;
-    tools.Parse(r[3].c_str());
-    s.tools.emplace();
-    if (tools.IsArray()) {
-      for (const auto& t : tools.GetArray())
-        s.tools->emplace_back(t.GetString());
-    }
-  }
+  s.tools = tool_list(r[3]);
   s.timeout_s = r[4].as<int>();
   s.schedule_timeout_s = r[5].as<int>();
   s.max_steps = r[6].as<int>();
@@ -617,18 +651,12 @@ FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
   claimed.user_tool_permission = r[18].as<std::string>();
   claimed.queued_ms = r[19].as<std::int64_t>();
   s.strategy = parse_agent_strategy(r[20].as<std::string>());
+  s.parent_task_id = r[21].as<std::string>();
+  s.session_id = r[22].as<std::string>();
   // Checkpoints exist only from an earlier attempt: a first claim has none to read.
   if (claimed.attempt == 1)
     return Claim{ClaimOutcome::kClaimed, std::move(claimed)};
-  auto steps = exec_prepared(
-      tx, "af_claim_steps",
-      "SELECT step, model_reply::text, coalesce(observations::text, '') FROM task_steps "
-      "WHERE task_id = $1::uuid ORDER BY step",
-      task_id);
-  for (const auto& row : steps) {
-    claimed.steps.push_back(
-        StepRecord{row[0].as<int>(), row[1].as<std::string>(), row[2].as<std::string>()});
-  }
+  claimed.steps = step_records(tx, task_id);
   return Claim{ClaimOutcome::kClaimed, std::move(claimed)};
 }
 
@@ -737,6 +765,56 @@ SELECT (SELECT count(*) FROM ours), (SELECT count(*) FROM step_row), (SELECT cou
   if (fenced[0].as<int>() == 0)
     return lease_lost(task_id);
   return ok_status();
+}
+
+std::optional<ParentTask> load_parent(pqxx::work& tx, const std::string& parent_id,
+                                      const std::string& user_id) {
+  auto rows = exec_prepared(tx, "af_parent", R"SQL(
+SELECT text, coalesce(strategy, ''), status, coalesce(result_type, ''),
+       coalesce(result_message, ''), coalesce(result_options::text, '[]'), coalesce(error, ''),
+       array_to_json(tools)::text
+FROM tasks WHERE task_id = $1::uuid AND user_id = $2)SQL",
+                            parent_id, user_id);
+  if (rows.empty())
+    return std::nullopt;
+  const auto& r = rows[0];
+  ParentTask parent;
+  parent.text = r[0].as<std::string>();
+  parent.strategy = parse_agent_strategy(r[1].as<std::string>());
+  parent.status = parse_task_status(r[2].as<std::string>()).value_or(TaskStatus::kQueued);
+  if (const auto type = parse_result_type(r[3].as<std::string>())) {
+    TaskResult result;
+    result.type = *type;
+    result.message = r[4].as<std::string>();
+    rapidjson::Document options;
+    options.Parse(r[5].c_str());
+    if (options.IsArray()) {
+      for (const auto& o : options.GetArray()) {
+        if (o.IsString())
+          result.options.emplace_back(o.GetString());
+      }
+    }
+    parent.result = std::move(result);
+  }
+  parent.error = r[6].as<std::string>();
+  parent.tools = tool_list(r[7]);
+  parent.steps = step_records(tx, parent_id);
+  return parent;
+}
+
+std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& user_id,
+                                     const std::string& parent_id, const std::string& session_id) {
+  pqxx::read_transaction tx(c);
+  auto rows = tx.exec_params(R"SQL(
+SELECT task_id::text, status FROM tasks
+WHERE user_id = $1 AND (($2 <> '' AND task_id = NULLIF($2, '')::uuid)
+                        OR ($2 = '' AND session_id = $3))
+ORDER BY created_at DESC LIMIT 1)SQL",
+                             user_id, parent_id, session_id);
+  if (rows.empty())
+    return std::nullopt;
+  return ParentRef{rows[0][0].as<std::string>(),
+                   parse_task_status(rows[0][1].as<std::string>()).value_or(TaskStatus::kQueued)};
 }
 
 Result<std::int64_t> finish_task(pqxx::work& tx, const FinishRecord& record) {

@@ -295,6 +295,28 @@ Status save_tool_results(pqxx::work& tx, const std::string& task_id, int attempt
 Status save_tool_step(pqxx::work& tx, const std::string& task_id, int attempt, int step,
                       const std::string& tool_step_json);
 
+// A follow-up's parent as the worker rebuilds its conversation: only a task of `user_id`.
+struct ParentTask {
+  std::string text;
+  std::optional<AgentStrategy> strategy;
+  TaskStatus status = TaskStatus::kQueued;
+  std::optional<TaskResult> result;
+  std::string error;
+  std::optional<std::vector<std::string>> tools;  // its allow-list
+  std::vector<StepRecord> steps;
+};
+std::optional<ParentTask> load_parent(pqxx::work& tx, const std::string& parent_id,
+                                      const std::string& user_id);
+
+// The parent a submission names (`parent_id`), or its session's latest task (`session_id`,
+// when `parent_id` is empty), among `user_id`'s tasks; nullopt when there is none.
+struct ParentRef {
+  std::string task_id;
+  TaskStatus status = TaskStatus::kQueued;
+};
+std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& user_id,
+                                     const std::string& parent_id, const std::string& session_id);
+
 struct FinishRecord {
   std::string task_id;
   int attempt = 0;
