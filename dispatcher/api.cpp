@@ -404,7 +404,7 @@ Api::~Api() {
 
 std::string_view route_template(std::string_view path) {
   for (std::string_view fixed : {"/healthz", "/readyz", "/metrics", "/v1/tasks", "/v1/batches",
-                                 "/v1/usage", "/v1/tools", "/v1/stats"}) {
+                                 "/v1/usage", "/v1/tools", "/v1/stats", "/v1/plan"}) {
     if (path == fixed)
       return fixed;
   }
@@ -531,6 +531,10 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Caller&
       if (method != bhttp::verb::get)
         co_return not_allowed("GET");
       co_return co_await fleet_usage(request, caller);
+    } else if (parts[1] == "plan" && parts.size() == 2) {
+      if (method != bhttp::verb::post)
+        co_return not_allowed("POST");
+      co_return co_await plan(request, caller);
     } else if (parts[1] == "stats" && parts.size() == 2) {
       if (method != bhttp::verb::get)
         co_return not_allowed("GET");
@@ -560,6 +564,51 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Caller&
   co_return http::make_error(request, http::Status::not_found, "not_found",
                              "no route for " + std::string(request.method_string()) + " " + path,
                              "/path");
+}
+
+asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submission(
+    http::Request& request, const codec::Submission& submission) {
+  pg::NewTask task{submission.spec, submission.canonical,
+                   traceparent_for(std::string(request["traceparent"]))};
+  task.spec.task_id = new_task_id();
+  auto inserted = co_await db_.run(
+      [&](pqxx::connection& c) { return pg::insert_task(c, task, queue_limit(config_)); });
+  if (!inserted.ok())
+    co_return store_unavailable(request, inserted.error());
+  const pg::InsertResult result = inserted.value();
+  metrics_.task_submitted(
+      metrics::SubmitSource::kHttp,
+      result.outcome == pg::InsertOutcome::kCreated    ? metrics::SubmitOutcome::kAccepted
+      : result.outcome == pg::InsertOutcome::kExisting ? metrics::SubmitOutcome::kDuplicate
+                                                       : metrics::SubmitOutcome::kRejected);
+  log::TaskContext logged;  // the task's (or the refused submission's) ids in the log
+  logged.task_id = result.task_id;
+  logged.user_id = task.spec.user_id;
+  logged.batch_id = task.spec.batch_id;
+  logged.trace_id = log::trace_id_of(task.traceparent);
+  if (result.outcome == pg::InsertOutcome::kQueueFull) {
+    metrics_.throttled(metrics::ThrottleReason::kQueueFull, 1);
+    logged.task_id = {};
+    log::info("api", logged, "submission refused: queue_full");
+    auto response = http::make_error(
+        request, http::Status::too_many_requests, "queue_full",
+        "user '" + task.spec.user_id + "' has " + std::to_string(result.room.queued) +
+            " tasks queued, the most allowed (max_queued " +
+            std::to_string(result.room.max_queued) + "); retry once some have run");
+    response.set(bhttp::field::retry_after, "5");
+    co_return response;
+  }
+  if (result.outcome == pg::InsertOutcome::kConflict) {
+    co_return http::make_error(
+        request, http::Status::conflict, "idempotency_conflict",
+        "idempotency_key was used with a different request for task " + result.task_id,
+        "/idempotency_key");
+  }
+  if (result.outcome == pg::InsertOutcome::kCreated) {
+    log::info("api", logged, "accepted");
+    wake_scheduler_();
+  }
+  co_return result;
 }
 
 asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller& caller) {
@@ -601,46 +650,10 @@ asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller
           "/parent_task_id");
     }
   }
-  pg::NewTask task{submission.spec, submission.canonical,
-                   traceparent_for(std::string(request["traceparent"]))};
-  task.spec.task_id = new_task_id();
-  auto inserted = co_await db_.run(
-      [&](pqxx::connection& c) { return pg::insert_task(c, task, queue_limit(config_)); });
-  if (!inserted.ok())
-    co_return store_unavailable(request, inserted.error());
-  const pg::InsertResult& result = inserted.value();
-  metrics_.task_submitted(
-      metrics::SubmitSource::kHttp,
-      result.outcome == pg::InsertOutcome::kCreated    ? metrics::SubmitOutcome::kAccepted
-      : result.outcome == pg::InsertOutcome::kExisting ? metrics::SubmitOutcome::kDuplicate
-                                                       : metrics::SubmitOutcome::kRejected);
-  log::TaskContext logged;  // the task's (or the refused submission's) ids in the log
-  logged.task_id = result.task_id;
-  logged.user_id = task.spec.user_id;
-  logged.batch_id = task.spec.batch_id;
-  logged.trace_id = log::trace_id_of(task.traceparent);
-  if (result.outcome == pg::InsertOutcome::kQueueFull) {
-    metrics_.throttled(metrics::ThrottleReason::kQueueFull, 1);
-    logged.task_id = {};
-    log::info("api", logged, "submission refused: queue_full");
-    auto response = http::make_error(
-        request, http::Status::too_many_requests, "queue_full",
-        "user '" + task.spec.user_id + "' has " + std::to_string(result.room.queued) +
-            " tasks queued, the most allowed (max_queued " +
-            std::to_string(result.room.max_queued) + "); retry once some have run");
-    response.set(bhttp::field::retry_after, "5");
-    co_return response;
-  }
-  if (result.outcome == pg::InsertOutcome::kConflict) {
-    co_return http::make_error(
-        request, http::Status::conflict, "idempotency_conflict",
-        "idempotency_key was used with a different request for task " + result.task_id,
-        "/idempotency_key");
-  }
-  if (result.outcome == pg::InsertOutcome::kCreated) {
-    log::info("api", logged, "accepted");
-    wake_scheduler_();
-  }
+  auto stored = co_await store_submission(request, submission);
+  if (auto* refused = std::get_if<http::Response>(&stored))
+    co_return std::move(*refused);
+  const pg::InsertResult& result = std::get<pg::InsertResult>(stored);
   auto body =
       co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, result.task_id); });
   if (!body.ok() || !body.value()) {
@@ -665,10 +678,18 @@ asio::awaitable<http::Response> Api::get_task(http::Request& request, const Call
     co_return http::make_error(request, http::Status::bad_request, "invalid_request", *problem,
                                "/query/wait");
   }
-  // ?wait=N: answer as soon as the task ends (its result event, from the feed), or after
-  // N seconds with it as it is. The row is the truth: it is re-read on every wake-up, and
-  // every second in case the event went past this replica.
   const int wait_s = std::holds_alternative<int>(wait) ? std::get<int>(wait) : 0;
+  auto read = co_await read_task(request, caller, task_id, wait_s);
+  if (auto* answered = std::get_if<http::Response>(&read))
+    co_return std::move(*answered);
+  co_return http::make_response(request, http::Status::ok, std::get<std::string>(read));
+}
+
+asio::awaitable<std::variant<http::Response, std::string>> Api::read_task(
+    http::Request& request, const Caller& caller, const std::string& task_id, int wait_s) {
+  // Answer as soon as the task ends (its result event, from the feed), or after wait_s
+  // seconds with it as it is. The row is the truth: it is re-read on every wake-up, and
+  // every second in case the event went past this replica.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
   std::unique_ptr<TaskFeed::Subscription> subscription;
   if (wait_s > 0) {
@@ -694,7 +715,7 @@ asio::awaitable<http::Response> Api::get_task(http::Request& request, const Call
       co_return not_found(request, "task", task_id);
     const auto now = std::chrono::steady_clock::now();
     if (view.terminal || !subscription || now >= until || feed_.stopped())
-      co_return http::make_response(request, http::Status::ok, *body.value());
+      co_return std::move(*body.value());
     co_await subscription->next(std::min(until, now + std::chrono::seconds(1)));
   }
 }

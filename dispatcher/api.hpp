@@ -28,11 +28,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "core/adapters/http/server.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
 #include "core/adapters/pg/db_pool.hpp"
+#include "core/adapters/pg/task_store.hpp"
 #include "core/codec/json_schema.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
@@ -59,8 +61,17 @@ class Api {
   boost::asio::awaitable<std::optional<http::Response>> ops(http::Request& request,
                                                             const std::string& path);
   boost::asio::awaitable<http::Response> submit(http::Request& request, const Caller& caller);
+  // Stores a checked submission (the queue limit, idempotency); the refusal as a response.
+  boost::asio::awaitable<std::variant<http::Response, pg::InsertResult>> store_submission(
+      http::Request& request, const codec::Submission& submission);
+  // POST /v1/plan (api_tools.cpp): a plan_only task, answered with its plan once made.
+  boost::asio::awaitable<http::Response> plan(http::Request& request, const Caller& caller);
   boost::asio::awaitable<http::Response> get_task(http::Request& request, const Caller& caller,
                                                   std::string task_id);
+  // The task's JSON as `caller` may read it, once it has ended or after `wait_s` seconds;
+  // the 404 (or 503) answer instead when it may not.
+  boost::asio::awaitable<std::variant<http::Response, std::string>> read_task(
+      http::Request& request, const Caller& caller, const std::string& task_id, int wait_s);
   boost::asio::awaitable<http::Response> cancel_task(http::Request& request, const Caller& caller,
                                                      std::string task_id);
   boost::asio::awaitable<http::Response> list_tasks(http::Request& request, const Caller& caller);

@@ -13,6 +13,7 @@
 #include "core/adapters/pg/directory_store.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "core/codec/json_text.hpp"
+#include "core/codec/plan_codec.hpp"
 #include "core/codec/tool_call_check.hpp"
 #include "dispatcher/api.hpp"
 #include "dispatcher/api_responses.hpp"
@@ -268,6 +269,100 @@ asio::awaitable<http::Response> Api::stats(http::Request& request, const Caller&
   out.pop_back();  // the closing brace: the statistics' members follow
   out += "," + body.value().substr(1);
   co_return http::make_response(request, http::Status::ok, out);
+}
+
+}  // namespace agentfleet::dispatcher
+
+namespace agentfleet::dispatcher {
+
+asio::awaitable<http::Response> Api::plan(http::Request& request, const Caller& caller) {
+  rapidjson::Document body;
+  if (auto violation =
+          codec::validate_json_text(request.body(), "plan_request.schema.json", &body)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               violation->message, violation->path.empty() ? "/" : violation->path);
+  }
+  const std::string user_id = body["user_id"].GetString();
+  if (!caller.may_act_for(user_id))
+    co_return forbidden(request, user_id, "/user_id");
+
+  // A plan is a task: the request's fields as a submission, the planner alone with room
+  // for its corrections, queued, limited, billed and traced like any task.
+  rapidjson::Document fields(rapidjson::kObjectType);
+  auto& allocator = fields.GetAllocator();
+  for (const char* name : {"user_id", "text", "model", "tools", "timeout_s", "idempotency_key"}) {
+    if (body.HasMember(name)) {
+      fields.AddMember(rapidjson::StringRef(name), rapidjson::Value(body[name], allocator),
+                       allocator);
+    }
+  }
+  fields.AddMember("max_steps", std::min(50, 1 + config_.plan_execute.max_corrections), allocator);
+  rapidjson::StringBuffer text;
+  Writer w(text);
+  fields.Accept(w);
+  auto parsed =
+      codec::parse_submission(std::string_view(text.GetString(), text.GetSize()), defaults_);
+  if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               violation->message, violation->path.empty() ? "/" : violation->path);
+  }
+  auto& submission = std::get<codec::Submission>(parsed);
+  submission.spec.strategy = AgentStrategy::kPlanOnly;
+  submission.canonical.insert(submission.canonical.size() - 1, R"(,"strategy":"plan_only")");
+  if (auto problem = check_references(config_, submission.spec)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               problem->message, problem->path);
+  }
+  auto stored = co_await store_submission(request, submission);
+  if (auto* refused = std::get_if<http::Response>(&stored))
+    co_return std::move(*refused);
+  const std::string task_id = std::get<pg::InsertResult>(stored).task_id;
+
+  const int wait_s = body.HasMember("wait_s") ? body["wait_s"].GetInt() : 30;
+  auto read = co_await read_task(request, caller, task_id, wait_s);
+  if (auto* answered = std::get_if<http::Response>(&read))
+    co_return std::move(*answered);
+  rapidjson::Document task;
+  codec::parse_json(task, std::get<std::string>(read));
+  const auto status = parse_task_status(task["status"].GetString());
+  rapidjson::StringBuffer out;
+  Writer o(out);
+  o.StartObject();
+  key_string(o, "task_id", task_id);
+  key_string(o, "status", task["status"].GetString());
+  if (!status || !is_terminal(*status)) {
+    o.EndObject();
+    auto response = http::make_response(request, http::Status::accepted,
+                                        std::string(out.GetString(), out.GetSize()));
+    response.set(bhttp::field::location, "/v1/tasks/" + task_id);
+    co_return response;
+  }
+  const rapidjson::Value* result =
+      task.HasMember("result") && task["result"].IsObject() ? &task["result"] : nullptr;
+  auto made = result != nullptr && (*result)["message"].IsString()
+                  ? codec::parse_plan((*result)["message"].GetString())
+                  : Result<react::Plan>(Error{ErrorKind::kInvalid, "no plan"});
+  if (*status != TaskStatus::kSucceeded || !made.ok()) {
+    const std::string error = task.HasMember("error") && task["error"].IsString()
+                                  ? task["error"].GetString()
+                              : made.ok() ? ""
+                                          : made.error().message;
+    co_return http::make_error(request, http::Status::bad_gateway, "plan_failed",
+                               "no plan for task " + task_id + " (" + task["status"].GetString() +
+                                   (error.empty() ? "" : ": " + error) + ")");
+  }
+  const std::string plan = codec::plan_response_json(made.value());
+  o.Key("plan");
+  o.RawValue(plan.data(), plan.size(), rapidjson::kObjectType);
+  for (const char* name : {"usage", "cost", "currency"}) {
+    if (task.HasMember(name)) {
+      o.Key(name);
+      task[name].Accept(o);
+    }
+  }
+  o.EndObject();
+  co_return http::make_response(request, http::Status::ok,
+                                std::string(out.GetString(), out.GetSize()));
 }
 
 }  // namespace agentfleet::dispatcher

@@ -760,7 +760,8 @@ Result<std::unique_ptr<react::Strategy>> TaskRunner::make_strategy(
       tools.push_back(schema);
   }
   return std::unique_ptr<react::Strategy>(std::make_unique<react::PlanExecute>(
-      react::PlanExecuteLimits{spec.max_steps, config_.react.tool_result_context_chars},
+      react::PlanExecuteLimits{spec.max_steps, config_.react.tool_result_context_chars,
+                               kind == AgentStrategy::kPlanOnly},
       plan_policy_, markers_, std::move(tools), codec::plan_parsers(), values, spec.text, history));
 }
 

@@ -64,14 +64,22 @@ std::string_view to_string(Priority priority) {
 }
 
 std::string_view to_string(AgentStrategy strategy) {
-  return strategy == AgentStrategy::kPlanExecute ? "plan_execute" : "react";
+  switch (strategy) {
+    case AgentStrategy::kPlanExecute:
+      return "plan_execute";
+    case AgentStrategy::kPlanOnly:
+      return "plan_only";
+    case AgentStrategy::kReact:
+      break;
+  }
+  return "react";
 }
 
 std::optional<AgentStrategy> parse_agent_strategy(std::string_view text) {
-  if (text == "react")
-    return AgentStrategy::kReact;
-  if (text == "plan_execute")
-    return AgentStrategy::kPlanExecute;
+  for (auto s : {AgentStrategy::kReact, AgentStrategy::kPlanExecute, AgentStrategy::kPlanOnly}) {
+    if (to_string(s) == text)
+      return s;
+  }
   return std::nullopt;
 }
 

@@ -21,8 +21,9 @@ enum class TaskStatus {
 };
 enum class ResultType { kActionCompleted, kNeedClarification, kError };
 enum class Priority { kInteractive, kBatch };
-// How the worker runs a task: one ReAct loop, or plan, execute, reflect and synthesize.
-enum class AgentStrategy { kReact, kPlanExecute };
+// How the worker runs a task: one ReAct loop, or plan, execute, reflect and synthesize;
+// kPlanOnly is POST /v1/plan's task: the planner alone, its plan the result.
+enum class AgentStrategy { kReact, kPlanExecute, kPlanOnly };
 
 std::string_view to_string(TaskStatus status);
 std::string_view to_string(ResultType type);

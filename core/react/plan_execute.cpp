@@ -1,6 +1,7 @@
 #include "core/react/plan_execute.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "core/react/context_budget.hpp"
@@ -229,6 +230,8 @@ PlanExecute::PlanExecute(PlanExecuteLimits limits, PlanPolicy policy, ResultMark
 }
 
 Step PlanExecute::start() {
+  if (limits_.plan_only)
+    return plan_call({});
   if (limits_.max_model_calls < 2) {
     return Fail{FailReason::kMaxSteps,
                 "plan_execute needs max_steps of 2 or more (a planner and a synthesizer call)"};
@@ -298,6 +301,9 @@ std::string PlanExecute::plan_json() const {
     out += ",\"input\":" + (step.input.empty() ? std::string("{}") : step.input);
     out += ",\"expected_output\":";
     append_json_string(out, step.expected_output);
+    char estimated[32];
+    std::snprintf(estimated, sizeof(estimated), "%.6g", step.estimated_time_s);
+    out += ",\"estimated_time\":" + std::string(estimated);
     out += ",\"dependencies\":[";
     for (std::size_t d = 0; d < step.dependencies.size(); ++d)
       out += (d ? "," : "") + std::to_string(step.dependencies[d]);
@@ -460,7 +466,8 @@ Step PlanExecute::on_model_reply(const ModelReply& reply) {
       }
       if (problem) {
         // Another plan (one correction) if the budget leaves room for it and a synthesis.
-        if (corrections_ < policy_.max_corrections && calls_left() >= 2) {
+        if (corrections_ < policy_.max_corrections &&
+            calls_left() >= (limits_.plan_only ? 1 : 2)) {
           ++corrections_;
           ++round_;
           return plan_call("上一个计划无法使用：" + *problem + "。请按格式重新输出完整的计划。");
@@ -472,6 +479,10 @@ Step PlanExecute::on_model_reply(const ModelReply& reply) {
       next_ = 0;
       results_.clear();
       planner_note_.clear();
+      if (limits_.plan_only) {
+        phase_ = Phase::kDone;
+        return Finish{TaskResult{ResultType::kActionCompleted, plan_json(), {}}};
+      }
       return next_plan_step();
     }
     case Phase::kExecute: {

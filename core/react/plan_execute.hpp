@@ -108,6 +108,9 @@ inline constexpr std::string_view kStepLine = "Plan-Step: ";
 struct PlanExecuteLimits {
   int max_model_calls = 10;              // the task's max_steps
   int tool_result_context_chars = 4000;  // as Limits::tool_result_context_chars
+  // The planner alone (POST /v1/plan): the first usable plan finishes the run, as JSON in
+  // the result's message (plan_json).
+  bool plan_only = false;
 };
 
 class PlanExecute final : public Strategy {
@@ -131,6 +134,9 @@ class PlanExecute final : public Strategy {
   int corrections() const { return corrections_; }
   int model_calls() const { return model_calls_; }
   const Plan& plan() const { return plan_; }
+  // The plan as the prompts show it: [{step_number, description, tool, input,
+  // expected_output, estimated_time, dependencies}].
+  std::string plan_json() const;
 
  private:
   enum class Phase { kPlan, kExecute, kCritique, kSynthesize, kDone };
@@ -148,7 +154,6 @@ class PlanExecute final : public Strategy {
   Step synthesize();
   void build_messages();
   std::string results_json(const std::vector<int>* only) const;
-  std::string plan_json() const;
   std::string tools_text() const;
 
   PlanExecuteLimits limits_;

@@ -218,3 +218,55 @@ TEST(StatsApi, AUsersTasksCountSucceedByResultTypeWithDurationsStepsTokensAndCos
 
 }  // namespace
 }  // namespace agentfleet
+
+namespace agentfleet {
+namespace {
+
+TEST(PlanApi, ThePlannerAloneAnswersWithThePlanAndItsTimeBilledAsATaskOfItsOwn) {
+  const std::string u = "plan-api-" + test::run_tag();
+  auto answer = test::api(boost::beast::http::verb::post, "/v1/plan", test::kAdminKey,
+                          R"({"user_id":")" + u + R"(","text":"计划：创建待办「周报」"})", {},
+                          std::chrono::seconds(40));
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  auto doc = test::parse(answer.body);
+  const auto& plan = test::at(doc, "plan");
+  EXPECT_EQ(test::num(plan, "total_steps"), 1);  // plan_todo's first plan: the search
+  ASSERT_TRUE(test::at(plan, "steps").IsArray() && test::at(plan, "steps").Size() == 1u);
+  EXPECT_EQ(test::str(test::at(plan, "steps")[0], "tool"), "search_items");
+  EXPECT_TRUE(test::at(test::at(plan, "steps")[0], "input").IsObject());
+  EXPECT_TRUE(test::at(plan, "estimated_total_time_s").IsNumber());
+  EXPECT_DOUBLE_EQ(test::at(plan, "estimated_total_time_s").GetDouble(), 1.0);
+  EXPECT_EQ(test::str(doc, "status"), "succeeded");
+
+  // A task of its own: strategy plan_only, one model call, billed, nothing run.
+  const std::string id = test::str(doc, "task_id");
+  auto task = test::wait_terminal(id);
+  EXPECT_EQ(test::str(task, "strategy"), "plan_only");
+  EXPECT_EQ(test::num(task, "steps"), 1);
+  EXPECT_EQ(test::num(task, "tool_calls"), 0);
+  EXPECT_EQ(test::pg_count("SELECT count(*) FROM usage_ledger WHERE task_id = $1::uuid", id), 1);
+  EXPECT_TRUE(test::at(doc, "usage").IsObject()) << answer.body;
+  EXPECT_EQ(test::str(doc, "cost"), test::str(task, "cost"));
+  auto records = test::parse(test::fetch(test::env()["TOOL_SIM_URL"] + "/records?user_id=" + u,
+                                         boost::beast::http::verb::get)
+                                 .body);
+  EXPECT_TRUE(records.IsArray() && records.Empty()) << "planning called a tool";
+
+  // Not waiting: 202 with the task to poll.
+  auto later =
+      test::api(boost::beast::http::verb::post, "/v1/plan", test::kAdminKey,
+                R"({"user_id":")" + u + R"(","text":"计划：创建待办「月报」","wait_s":0})");
+  EXPECT_EQ(later.status, 202) << later.body;
+  EXPECT_FALSE(test::str(test::parse(later.body), "task_id").empty());
+  EXPECT_EQ(test::api(boost::beast::http::verb::post, "/v1/plan", test::kAdminKey,
+                      R"({"user_id":")" + u + R"("})")
+                .status,
+            400);
+  EXPECT_EQ(test::api(boost::beast::http::verb::post, "/v1/plan", test::kU1Key,
+                      R"({"user_id":"u2","text":"x"})")
+                .status,
+            403);
+}
+
+}  // namespace
+}  // namespace agentfleet

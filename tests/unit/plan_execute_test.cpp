@@ -400,5 +400,29 @@ TEST(PlanExecuteRun, FailsWhenMaxStepsCannotCoverThePlan) {
   EXPECT_TRUE(std::holds_alternative<Fail>(machine({}, 1).start()));
 }
 
+TEST(PlanExecuteRun, PlanOnlyFinishesWithTheFirstUsablePlanAsJson) {
+  std::vector<ports::ToolSchema> tools{ports::ToolSchema{"search_items", "d", "{}"}};
+  PromptValues values;
+  values.now = LocalTime{2025, 2, 8, 10, 30, 0, 6, std::chrono::hours(8)};
+  PlanExecute m(PlanExecuteLimits{4, 4000, true}, PlanPolicy{}, ResultMarkers{}, tools,
+                codec::plan_parsers(), values, "x");
+  ASSERT_TRUE(std::holds_alternative<CallModel>(m.start()));
+  // A refused plan is asked for again; the next one ends the run.
+  ASSERT_TRUE(std::holds_alternative<CallModel>(m.on_model_reply(text_reply("[]"))));
+  Step s = m.on_model_reply(text_reply(
+      R"([{"step_number":1,"description":"找","tool":"search_items","input":{"q":"a"},"estimated_time":2.5}])"));
+  auto* finished = std::get_if<Finish>(&s);
+  ASSERT_NE(finished, nullptr);
+  EXPECT_EQ(finished->result.message,
+            R"([{"step_number":1,"description":"找","tool":"search_items","input":{"q":"a"},)"
+            R"("expected_output":"","estimated_time":2.5,"dependencies":[]}])");
+  EXPECT_EQ(m.model_calls(), 2);
+  EXPECT_EQ(m.tool_calls(), 0);
+  // What the API answers with reads it back.
+  auto plan = codec::parse_plan(finished->result.message);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_DOUBLE_EQ(plan.value().steps[0].estimated_time_s, 2.5);
+}
+
 }  // namespace
 }  // namespace agentfleet::react
