@@ -466,8 +466,7 @@ Step PlanExecute::on_model_reply(const ModelReply& reply) {
       }
       if (problem) {
         // Another plan (one correction) if the budget leaves room for it and a synthesis.
-        if (corrections_ < policy_.max_corrections &&
-            calls_left() >= (limits_.plan_only ? 1 : 2)) {
+        if (corrections_ < policy_.max_corrections && calls_left() >= (limits_.plan_only ? 1 : 2)) {
           ++corrections_;
           ++round_;
           return plan_call("上一个计划无法使用：" + *problem + "。请按格式重新输出完整的计划。");
