@@ -628,26 +628,29 @@ asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
                                problem->message, problem->path);
   }
-  if (const std::string& parent_id = submission.spec.parent_task_id; !parent_id.empty()) {
-    // A follow-up continues an ended task of the same user; another user's task is as
-    // unknown as a task that does not exist.
+  if (const TaskSpec& spec = submission.spec;
+      !spec.parent_task_id.empty() || !spec.session_id.empty()) {
+    // A follow-up continues an ended task of the same user (the one named, or its session's
+    // latest); another user's task is as unknown as a task that does not exist.
     auto parent = co_await db_.run([&](pqxx::connection& c) {
-      return pg::find_parent(c, submission.spec.user_id, parent_id, {});
+      return pg::find_parent(c, spec.user_id, spec.parent_task_id, spec.session_id,
+                             spec.idempotency_key);
     });
     if (!parent.ok())
       co_return store_unavailable(request, parent.error());
-    if (!parent.value() || !is_terminal(parent.value()->status)) {
+    const std::string path = spec.parent_task_id.empty() ? "/session_id" : "/parent_task_id";
+    if (!parent.value() && !spec.parent_task_id.empty()) {
       metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
-      if (!parent.value()) {
-        co_return http::make_error(
-            request, http::Status::bad_request, "invalid_request",
-            "no task " + parent_id + " of user '" + submission.spec.user_id + "'",
-            "/parent_task_id");
-      }
+      co_return http::make_error(
+          request, http::Status::bad_request, "invalid_request",
+          "no task " + spec.parent_task_id + " of user '" + spec.user_id + "'", path);
+    }
+    if (parent.value() && !is_terminal(parent.value()->status)) {
+      metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
       co_return http::make_error(
           request, http::Status::conflict, "parent_not_ended",
-          "task " + parent_id + " has not ended; submit its follow-up once it has",
-          "/parent_task_id");
+          "task " + parent.value()->task_id + " has not ended; submit its follow-up once it has",
+          path);
     }
   }
   auto stored = co_await store_submission(request, submission);

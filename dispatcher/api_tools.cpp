@@ -127,16 +127,19 @@ asio::awaitable<http::Response> Api::call_tool(http::Request& request, const Cal
   }
   const std::string device_id =
       body.HasMember("device_id") ? std::string(body["device_id"].GetString()) : std::string();
-  // A caller retrying a call sends the same key, and the tool answers it once.
+  // A caller retrying a call sends the same key, and the tool answers it once. The key the
+  // tool sees is in a namespace of direct calls and of the user, so it can never be a
+  // task's "<task_id>:<step>:<call>".
   std::string key(request["idempotency-key"]);
   if (key.empty()) {
-    key = "direct:" + new_task_id();
+    key = new_task_id();
   } else if (key.size() > kMaxIdempotencyKeyBytes || codec::sanitize_text(key) != key ||
              key.find_first_of("\r\n") != std::string::npos) {
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
                                "Idempotency-Key must be at most 200 bytes of UTF-8 text",
                                "/header/idempotency-key");
   }
+  key = "direct:" + user_id + ":" + key;
 
   // The same checks as a model's call: the user's permission level (an admin key may call
   // any tool for any user) and the tool's JSON Schema.
@@ -343,13 +346,21 @@ asio::awaitable<http::Response> Api::plan(http::Request& request, const Caller& 
                   ? codec::parse_plan((*result)["message"].GetString())
                   : Result<react::Plan>(Error{ErrorKind::kInvalid, "no plan"});
   if (*status != TaskStatus::kSucceeded || !made.ok()) {
-    const std::string error = task.HasMember("error") && task["error"].IsString()
-                                  ? task["error"].GetString()
-                              : made.ok() ? ""
-                                          : made.error().message;
-    co_return http::make_error(request, http::Status::bad_gateway, "plan_failed",
-                               "no plan for task " + task_id + " (" + task["status"].GetString() +
-                                   (error.empty() ? "" : ": " + error) + ")");
+    std::string error = task.HasMember("error") && task["error"].IsString()
+                            ? std::string(task["error"].GetString())
+                            : std::string();
+    if (error.empty() && !made.ok())
+      error = made.error().message;
+    const std::string message = "no plan for task " + task_id + " (" + task["status"].GetString() +
+                                (error.empty() ? "" : ": " + error) + ")";
+    if (*status == TaskStatus::kCancelled) {
+      co_return http::make_error(request, http::Status::conflict, "plan_cancelled", message, "/");
+    }
+    if (*status == TaskStatus::kTimedOut) {
+      co_return http::make_error(request, http::Status::gateway_timeout, "plan_timed_out", message,
+                                 "/");
+    }
+    co_return http::make_error(request, http::Status::bad_gateway, "plan_failed", message, "/");
   }
   const std::string plan = codec::plan_response_json(made.value());
   o.Key("plan");

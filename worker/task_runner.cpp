@@ -446,16 +446,30 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
   // The pending CallTools of a plan tool step already has its step row (written before
   // its calls ran); their results go into that row.
   bool tool_row_written = false;
+  // A checkpoint the replay does not lead to (the strategy's settings changed since it was
+  // written) ends the task rather than running steps again under new keys.
+  auto diverged = [&](const pg::StepRecord& record) {
+    return finish(run, TaskStatus::kFailed, std::nullopt,
+                  "checkpoint " + std::to_string(record.step) +
+                      " does not match the replay (the strategy or its settings changed since "
+                      "it was written)");
+  };
   for (const pg::StepRecord& record : run.claimed.steps) {
     step = record.step + 1;
-    if (codec::is_tool_step_checkpoint(record.model_reply)) {
-      // A plan step's tool call, a checkpoint of its own.
+    const std::string role = codec::checkpoint_role(record.model_reply);
+    if (role == "tool_step") {
+      // A plan step's tool call, a checkpoint of its own, with the calls it was made for.
       auto* calls = std::get_if<react::CallTools>(&next);
-      if (calls == nullptr || !calls->own_checkpoint) {
-        co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
-                                  "unreadable checkpoint: step " + std::to_string(record.step) +
-                                      " is a tool step the plan does not have there");
-      }
+      auto recorded = codec::parse_model_reply_json(record.model_reply);
+      const bool same =
+          calls != nullptr && calls->own_checkpoint && recorded.ok() &&
+          recorded.value().tool_calls.size() == calls->calls.size() &&
+          std::equal(calls->calls.begin(), calls->calls.end(), recorded.value().tool_calls.begin(),
+                     [](const ToolCall& a, const ToolCall& b) {
+                       return a.name == b.name && a.arguments == b.arguments;
+                     });
+      if (!same)
+        co_return co_await diverged(record);
       if (record.observations.empty()) {
         tool_row_written = true;  // its calls did not finish: they run again, same keys
         continue;
@@ -472,6 +486,10 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     if (!reply.ok()) {
       co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
                                 "unreadable checkpoint: " + reply.error().message);
+    }
+    if (!std::holds_alternative<react::CallModel>(next) ||
+        role != (strategy.request().role == "react" ? std::string() : strategy.request().role)) {
+      co_return co_await diverged(record);
     }
     next = strategy.on_model_reply(reply.value());
     if (!record.observations.empty()) {
@@ -736,10 +754,17 @@ asio::awaitable<Result<std::vector<Message>>> TaskRunner::load_history(Run& run)
 Result<std::unique_ptr<react::Strategy>> TaskRunner::make_strategy(
     const Run& run, const react::PromptValues& values, std::vector<Message> history) const {
   const TaskSpec& spec = run.claimed.spec;
-  const AgentStrategy kind = spec.strategy
-                                 ? *spec.strategy
-                                 : parse_agent_strategy(config_.strategy_for(run.claimed.user_tier))
-                                       .value_or(AgentStrategy::kReact);
+  // A task that names none runs its tier's strategy; a resumed one the strategy its
+  // checkpoints were written by (the tier or its strategy may have changed since).
+  AgentStrategy kind = parse_agent_strategy(config_.strategy_for(run.claimed.user_tier))
+                           .value_or(AgentStrategy::kReact);
+  if (spec.strategy) {
+    kind = *spec.strategy;
+  } else if (!run.claimed.steps.empty()) {
+    kind = codec::checkpoint_role(run.claimed.steps.front().model_reply).empty()
+               ? AgentStrategy::kReact
+               : AgentStrategy::kPlanExecute;
+  }
   if (kind == AgentStrategy::kReact) {
     return std::unique_ptr<react::Strategy>(std::make_unique<react::ReactStrategy>(
         react::Limits{spec.max_steps, config_.react.tool_result_context_chars}, markers_,

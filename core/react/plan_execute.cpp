@@ -366,7 +366,8 @@ void PlanExecute::build_messages() {
                                   {},
                                   {},
                                   {}});
-      material = "计划：" + plan_json() + "\n已执行步骤的结果：" + results_json(nullptr);
+      material =
+          earlier_rounds_ + "计划：" + plan_json() + "\n已执行步骤的结果：" + results_json(nullptr);
       break;
     case Phase::kSynthesize:
     case Phase::kDone:
@@ -376,8 +377,8 @@ void PlanExecute::build_messages() {
                   {},
                   {},
                   {}});
-      material =
-          history_text_ + "计划：" + plan_json() + "\n各步骤的结果：" + results_json(nullptr);
+      material = history_text_ + earlier_rounds_ + "计划：" + plan_json() + "\n各步骤的结果：" +
+                 results_json(nullptr);
       if (!planner_note_.empty())
         material += "\n" + planner_note_;
       break;
@@ -408,11 +409,18 @@ Step PlanExecute::next_plan_step() {
     call.own_checkpoint = true;
     return call;
   }
-  // An executor call, and one left for the synthesizer.
+  // An executor call, and one left for the synthesizer. Without room for both, what has
+  // been done so far is written up (its side effects happened) and the rest is not run.
   if (calls_left() < 2) {
-    return Fail{FailReason::kMaxSteps,
-                "reached max_steps (" + std::to_string(limits_.max_model_calls) +
-                    ") before the plan's step " + std::to_string(step.number) + " could run"};
+    if (calls_left() < 1) {
+      return Fail{FailReason::kMaxSteps,
+                  "reached max_steps (" + std::to_string(limits_.max_model_calls) +
+                      ") before the plan's step " + std::to_string(step.number) + " could run"};
+    }
+    planner_note_ = "模型调用次数已用尽（max_steps " + std::to_string(limits_.max_model_calls) +
+                    "），计划从第 " + std::to_string(step.number) +
+                    " 步起未执行；只根据已执行步骤的结果给出结果。";
+    return synthesize();
   }
   build_messages();
   return CallModel{};
@@ -497,7 +505,8 @@ Step PlanExecute::on_model_reply(const ModelReply& reply) {
           return call;
         }
       }
-      StepResult result{step.number, !text.empty(),
+      // A tool step answered in text did not run its tool: not a success.
+      StepResult result{step.number, step.tool.empty() && !text.empty(),
                         text.empty()
                             ? tool_error_json("empty_reply", "the executor returned no answer")
                             : truncate_for_context(text, limits_.tool_result_context_chars)};
@@ -510,6 +519,10 @@ Step PlanExecute::on_model_reply(const ModelReply& reply) {
       if (critique.ok() && calls_left() >= 2) {
         const Verdict verdict = judge(critique.value(), policy_, corrections_);
         if (verdict == Verdict::kReplan) {
+          // The critic and the synthesizer keep seeing what earlier rounds did: their side
+          // effects happened.
+          earlier_rounds_ += "第 " + std::to_string(round_) + " 轮计划已执行的步骤及结果：" +
+                             results_json(nullptr) + "\n";
           ++corrections_;
           ++round_;
           std::string note = "上一轮计划：" + plan_json() + "\n上一轮结果：" +

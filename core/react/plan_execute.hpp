@@ -164,7 +164,8 @@ class PlanExecute final : public Strategy {
   PlanParsers parsers_;
   PromptValues prompt_;
   std::string task_text_;
-  std::string history_text_;  // "先前的对话：..." or empty
+  std::string history_text_;    // "先前的对话：..." or empty
+  std::string earlier_rounds_;  // what the rounds before a replan ran, for critic and synthesis
 
   Phase phase_ = Phase::kPlan;
   int round_ = 1;

@@ -387,17 +387,52 @@ TEST(PlanExecuteRun, ReflectsOnTheConfiguredScheduleWithinTheCallBudget) {
   EXPECT_EQ(roles(ReflectionSchedule::kEveryStep, 6), "peeees");
 }
 
-TEST(PlanExecuteRun, FailsWhenMaxStepsCannotCoverThePlan) {
+TEST(PlanExecuteRun, WritesUpWhatRanWhenMaxStepsCannotCoverThePlan) {
   PlanExecute tight = machine({}, 3);
   tight.start();
   Step t = tight.on_model_reply(text_reply(R"([{"description":"a"},{"description":"b"}])"));
   ASSERT_TRUE(std::holds_alternative<CallModel>(t));  // executor a (leaves one call)
   t = tight.on_model_reply(text_reply("r"));
-  auto* failed = std::get_if<Fail>(&t);
-  ASSERT_NE(failed, nullptr);
-  EXPECT_EQ(failed->reason, FailReason::kMaxSteps);
-  EXPECT_EQ(failed->message, "reached max_steps (3) before the plan's step 2 could run");
+  // Step b cannot run: the last call goes to the synthesizer, told what did not run.
+  ASSERT_TRUE(std::holds_alternative<CallModel>(t));
+  EXPECT_EQ(tight.request().role, "synthesizer");
+  EXPECT_NE(tight.request().messages->back().content.find("计划从第 2 步起未执行"),
+            std::string::npos);
+  t = tight.on_model_reply(finish_reply(ResultType::kError, "只完成了 a"));
+  ASSERT_TRUE(std::holds_alternative<Finish>(t));
+  EXPECT_EQ(tight.model_calls(), 3);
   EXPECT_TRUE(std::holds_alternative<Fail>(machine({}, 1).start()));
+}
+
+TEST(PlanExecuteRun, TheSynthesizerSeesWhatEarlierRoundsDidAndAToolStepAnsweredInTextFailed) {
+  PlanPolicy policy;
+  policy.reflection = ReflectionSchedule::kAtEnd;
+  PlanExecute m = machine(policy);
+  m.start();
+  Step s = m.on_model_reply(
+      text_reply(R"([{"step_number":1,"description":"建","tool":"create_item","input":{"t":1}}])"));
+  auto* tools = std::get_if<CallTools>(&s);
+  ASSERT_NE(tools, nullptr);
+  m.on_tool_results(*tools, {ToolObservation{"plan-1-1", "create_item", true, R"({"id":"x1"})"}});
+  m.on_model_reply(text_reply(kCritiqueFail));  // a new plan
+  // Round 2: an update the executor answers in text instead of calling the tool.
+  s = m.on_model_reply(text_reply(
+      R"([{"step_number":1,"description":"改","tool":"update_item","input":{},"dependencies":[]},
+          {"step_number":2,"description":"再改","tool":"update_item","input":{},"dependencies":[1]}])"));
+  tools = std::get_if<CallTools>(&s);
+  ASSERT_NE(tools, nullptr);
+  m.on_tool_results(*tools, {ToolObservation{"plan-2-1", "update_item", true, R"({"ok":1})"}});
+  ASSERT_EQ(m.request().role, "executor");
+  m.on_model_reply(text_reply("不用改了"));
+  ASSERT_EQ(m.request().role, "critic");
+  const std::string critic = m.request().messages->back().content;
+  EXPECT_NE(critic.find("第 1 轮计划已执行的步骤及结果"), std::string::npos) << critic;
+  EXPECT_NE(critic.find(R"(\"id\":\"x1\")"), std::string::npos) << critic;
+  EXPECT_NE(critic.find(R"({"step_number":2,"ok":false,"result":"不用改了"})"), std::string::npos)
+      << critic;
+  m.on_model_reply(text_reply(kCritiquePass));
+  ASSERT_EQ(m.request().role, "synthesizer");
+  EXPECT_NE(m.request().messages->back().content.find(R"(\"id\":\"x1\")"), std::string::npos);
 }
 
 TEST(PlanExecuteRun, PlanOnlyFinishesWithTheFirstUsablePlanAsJson) {

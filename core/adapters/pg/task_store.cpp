@@ -803,14 +803,16 @@ FROM tasks WHERE task_id = $1::uuid AND user_id = $2)SQL",
 }
 
 std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& user_id,
-                                     const std::string& parent_id, const std::string& session_id) {
+                                     const std::string& parent_id, const std::string& session_id,
+                                     const std::string& idempotency_key) {
   pqxx::read_transaction tx(c);
   auto rows = tx.exec_params(R"SQL(
 SELECT task_id::text, status FROM tasks
 WHERE user_id = $1 AND (($2 <> '' AND task_id = NULLIF($2, '')::uuid)
                         OR ($2 = '' AND session_id = $3))
+  AND ($4 = '' OR idempotency_key IS DISTINCT FROM $4)
 ORDER BY created_at DESC LIMIT 1)SQL",
-                             user_id, parent_id, session_id);
+                             user_id, parent_id, session_id, idempotency_key);
   if (rows.empty())
     return std::nullopt;
   return ParentRef{rows[0][0].as<std::string>(),

@@ -309,13 +309,15 @@ std::optional<ParentTask> load_parent(pqxx::work& tx, const std::string& parent_
                                       const std::string& user_id);
 
 // The parent a submission names (`parent_id`), or its session's latest task (`session_id`,
-// when `parent_id` is empty), among `user_id`'s tasks; nullopt when there is none.
+// when `parent_id` is empty), among `user_id`'s tasks; nullopt when there is none. A task
+// with `idempotency_key` (the submission itself, sent again) is not its own parent.
 struct ParentRef {
   std::string task_id;
   TaskStatus status = TaskStatus::kQueued;
 };
 std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& user_id,
-                                     const std::string& parent_id, const std::string& session_id);
+                                     const std::string& parent_id, const std::string& session_id,
+                                     const std::string& idempotency_key = {});
 
 struct FinishRecord {
   std::string task_id;
