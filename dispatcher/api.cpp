@@ -113,6 +113,12 @@ http::Response window_query_failed(const http::Request& request, const Error& er
   return store_unavailable(request, error);
 }
 
+http::Response invalid_request(const http::Request& request,
+                               const codec::SchemaViolation& violation) {
+  return http::make_error(request, http::Status::bad_request, "invalid_request", violation.message,
+                          violation.path.empty() ? "/" : violation.path);
+}
+
 http::Response forbidden(const http::Request& request, const std::string& user_id,
                          std::string_view path) {
   return http::make_error(request, http::Status::forbidden, "forbidden",
@@ -615,8 +621,7 @@ asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller
   auto parsed = codec::parse_submission(request.body(), defaults_);
   if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
     metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
-    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
-                               violation->message, violation->path.empty() ? "/" : violation->path);
+    co_return invalid_request(request, *violation);
   }
   auto& submission = std::get<codec::Submission>(parsed);
   if (!caller.may_act_for(submission.spec.user_id)) {

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/adapters/http/server.hpp"
+#include "core/codec/json_schema.hpp"
 #include "core/domain/error.hpp"
 #include "dispatcher/auth.hpp"
 
@@ -16,6 +17,9 @@ inline constexpr std::string_view kAuthorizationPath = "/header/authorization";
 
 // 503 with Retry-After; the store's detail goes to the log only.
 http::Response store_unavailable(const http::Request& request, const Error& error);
+// 400 invalid_request at the violation's JSON path ("/" for the body as a whole).
+http::Response invalid_request(const http::Request& request,
+                               const codec::SchemaViolation& violation);
 // 403: this key may not act for `user_id` (the JSON path of the user id in `path`).
 http::Response forbidden(const http::Request& request, const std::string& user_id,
                          std::string_view path);

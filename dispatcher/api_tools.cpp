@@ -17,7 +17,6 @@
 #include "core/codec/tool_call_check.hpp"
 #include "dispatcher/api.hpp"
 #include "dispatcher/api_responses.hpp"
-#include "dispatcher/user_limits.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -83,9 +82,9 @@ asio::awaitable<Result<config::Permission>> Api::permission_of(const std::string
       co_await db_.run([&](pqxx::connection& c) { return pg::get_user_overrides(c, user_id); });
   if (!row.ok())
     co_return row.error();
+  // The rule the worker applies to a task's tool calls.
   const pg::UserOverrides overrides = row.value().value_or(pg::UserOverrides{user_id});
-  co_return config::parse_permission(effective_limits(config_, overrides).tool_permission)
-      .value_or(config::Permission::kRead);
+  co_return config_.tool_permission_for(overrides.tier, overrides.tool_permission.value_or(""));
 }
 
 asio::awaitable<http::Response> Api::list_tools(http::Request& request, const Caller& caller) {
@@ -107,8 +106,7 @@ asio::awaitable<http::Response> Api::call_tool(http::Request& request, const Cal
   rapidjson::Document body;
   if (auto violation =
           codec::validate_json_text(request.body(), "tool_call_request.schema.json", &body)) {
-    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
-                               violation->message, violation->path.empty() ? "/" : violation->path);
+    co_return invalid_request(request, *violation);
   }
   const std::string user_id = body["user_id"].GetString();
   if (!caller.may_act_for(user_id))
@@ -274,16 +272,11 @@ asio::awaitable<http::Response> Api::stats(http::Request& request, const Caller&
   co_return http::make_response(request, http::Status::ok, out);
 }
 
-}  // namespace agentfleet::dispatcher
-
-namespace agentfleet::dispatcher {
-
 asio::awaitable<http::Response> Api::plan(http::Request& request, const Caller& caller) {
   rapidjson::Document body;
   if (auto violation =
           codec::validate_json_text(request.body(), "plan_request.schema.json", &body)) {
-    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
-                               violation->message, violation->path.empty() ? "/" : violation->path);
+    co_return invalid_request(request, *violation);
   }
   const std::string user_id = body["user_id"].GetString();
   if (!caller.may_act_for(user_id))
@@ -306,8 +299,7 @@ asio::awaitable<http::Response> Api::plan(http::Request& request, const Caller& 
   auto parsed =
       codec::parse_submission(std::string_view(text.GetString(), text.GetSize()), defaults_);
   if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
-    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
-                               violation->message, violation->path.empty() ? "/" : violation->path);
+    co_return invalid_request(request, *violation);
   }
   auto& submission = std::get<codec::Submission>(parsed);
   submission.spec.strategy = AgentStrategy::kPlanOnly;
