@@ -2,7 +2,8 @@
 // (a restart, a failover, an operator's pg_terminate_backend). libpqxx reports such a
 // connection as open until it is used, so the first batch on each pool thread fails on it;
 // a batch whose COMMIT was never sent runs again on a fresh connection, and its writes
-// succeed instead of failing a claim or a checkpoint.
+// succeed instead of failing a claim or a checkpoint. And a batch is written without
+// savepoints until one of its writes fails: then that write alone is undone.
 
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include <pqxx/pqxx>
 
 #include <chrono>
+#include <cstdint>
 #include <future>
 #include <set>
 #include <string>
@@ -102,6 +104,99 @@ TEST(WriteBatcher, ABatchOnAConnectionPostgresClosedRunsAgainOnAFreshOne) {
   }
   const auto stats = batcher.stats();
   EXPECT_GE(stats.writes, 20u);
+}
+
+TEST(WriteBatcher, AFailingWriteIsUndoneAloneAndTheOthersCommitTogether) {
+  const std::string url = test::env()["AGENTFLEET_PG_URL"];
+  pqxx::connection admin(url);
+  {
+    pqxx::work tx(admin);
+    tx.exec0(
+        "CREATE TABLE IF NOT EXISTS write_batcher_test_rows "
+        "(k text PRIMARY KEY, v integer NOT NULL CHECK (v >= 0))");
+    tx.exec0("TRUNCATE write_batcher_test_rows");
+    tx.commit();
+  }
+  pg::DbPool pool(url, 1, 5000, 5);
+  pg::WriteBatcher batcher(pool, 1, 100);
+
+  // The only batch slot waits on a lock the test holds, so the writes below queue up
+  // behind it and form the next batch together.
+  static constexpr long long kLock = 7311999;
+  pqxx::nontransaction(admin).exec_params("SELECT pg_advisory_lock($1)", kLock);
+  boost::asio::io_context blocker_io;
+  auto blocker =
+      boost::asio::co_spawn(blocker_io,
+                            batcher.run("0-blocker",
+                                        [](pqxx::work& tx) {
+                                          tx.exec_params("SELECT pg_advisory_xact_lock($1)", kLock);
+                                          return true;
+                                        }),
+                            boost::asio::use_future);
+  std::thread blocker_thread([&] { blocker_io.run(); });
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    const auto waiting = pqxx::nontransaction(admin)
+                             .exec1(
+                                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                                 "AND NOT granted")[0]
+                             .as<int>();
+    if (waiting > 0)
+      break;
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the blocking write never ran";
+    std::this_thread::sleep_for(20ms);  // polling a bounded wait
+  }
+
+  boost::asio::io_context io;
+  std::vector<std::future<Result<std::int64_t>>> futures;
+  for (int i = 0; i < 10; ++i) {
+    const std::string key = "row-" + std::to_string(i);
+    const int value = i == 5 ? -1 : i;  // row 5 breaks the CHECK constraint
+    futures.push_back(boost::asio::co_spawn(
+        io,
+        batcher.run(key,
+                    [key, value](pqxx::work& tx) {
+                      return tx
+                          .exec_params1(
+                              "INSERT INTO write_batcher_test_rows (k, v) VALUES ($1, $2) "
+                              "RETURNING txid_current()",
+                              key, value)[0]
+                          .as<std::int64_t>();
+                    }),
+        boost::asio::use_future));
+  }
+  // Once all ten wait in the queue, the lock goes.
+  std::thread writes_thread([&] { io.run(); });
+  while (batcher.stats().queued < 10) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the writes were never queued";
+    std::this_thread::sleep_for(5ms);  // polling a bounded wait
+  }
+  pqxx::nontransaction(admin).exec_params("SELECT pg_advisory_unlock($1)", kLock);
+  writes_thread.join();
+  blocker_thread.join();
+  const Result<bool> blocked = blocker.get();
+  ASSERT_TRUE(blocked.ok()) << blocked.error().message;
+
+  std::set<std::int64_t> transactions;
+  for (int i = 0; i < 10; ++i) {
+    Result<std::int64_t> result = futures[i].get();
+    if (i == 5) {
+      ASSERT_FALSE(result.ok()) << "a write that breaks a constraint reported success";
+      EXPECT_NE(result.error().message.find("write_batcher_test_rows_v_check"), std::string::npos)
+          << result.error().message;
+      continue;
+    }
+    ASSERT_TRUE(result.ok()) << result.error().message;
+    transactions.insert(result.value());
+  }
+  EXPECT_EQ(transactions.size(), 1u) << "the nine good writes committed in one transaction";
+  EXPECT_EQ(batcher.stats().isolated, 1u) << "the batch was written again with savepoints";
+  const auto rows =
+      pqxx::nontransaction(admin).exec("SELECT k FROM write_batcher_test_rows ORDER BY k");
+  ASSERT_EQ(rows.size(), 9u);
+  for (const auto& row : rows)
+    EXPECT_NE(row[0].as<std::string>(), "row-5");
+  pqxx::nontransaction(admin).exec0("DROP TABLE write_batcher_test_rows");
 }
 
 }  // namespace

@@ -17,7 +17,9 @@ WriteBatcher::WriteBatcher(DbPool& pool, int max_batches, int max_batch_size)
 
 WriteBatcher::Stats WriteBatcher::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  Stats stats = stats_;
+  stats.queued = queue_.size();
+  return stats;
 }
 
 void WriteBatcher::enqueue(Write write) {
@@ -74,42 +76,64 @@ void WriteBatcher::start_batch_locked() {
 std::optional<Error> WriteBatcher::write_batch(pqxx::connection& c, std::deque<Write>& batch) {
   std::stable_sort(batch.begin(), batch.end(),
                    [](const Write& a, const Write& b) { return a.key < b.key; });
-  bool committing = false;
-  try {
-    pqxx::work tx(c);
-    // Each write runs after a savepoint of its own; the release of one and the next one's
-    // savepoint go in one round trip (the last is released by the commit). ROLLBACK TO
-    // keeps the savepoint, so the write after a failed one needs no new one.
-    tx.exec0("SAVEPOINT write");
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      try {
-        batch[i].apply(tx);
-        if (i + 1 < batch.size())
-          tx.exec0("RELEASE SAVEPOINT write; SAVEPOINT write");
-      } catch (const pqxx::broken_connection&) {
-        throw;  // nothing more can be written on this connection
-      } catch (const std::exception& e) {
-        // This write alone is undone (a deadlock, a constraint, a bad row); the batch goes
-        // on. Should the rollback itself fail, the whole batch fails below.
-        tx.exec0("ROLLBACK TO SAVEPOINT write");
-        batch[i].fail(map_pg_error(e));
+  // First without savepoints: a write rarely fails, and a savepoint costs a round trip per
+  // write. A batch of one needs none (its write's failure is the batch's). When a write of a
+  // larger batch fails, the transaction is rolled back and the whole batch written again,
+  // each write after a savepoint of its own, so that only the failing one is undone.
+  bool isolate = false;
+  for (;;) {
+    bool committing = false;
+    try {
+      pqxx::work tx(c);
+      if (isolate)
+        write_isolated(tx, batch);
+      else
+        for (Write& write : batch)
+          write.apply(tx);
+      committing = true;
+      tx.commit();
+      return std::nullopt;
+    } catch (const std::exception& e) {
+      const Error error = map_pg_error(e);
+      // Broken before the COMMIT was sent: nothing of the batch was written (values and
+      // errors stored so far are replaced when it runs again).
+      if (!committing && (dynamic_cast<const pqxx::broken_connection*>(&e) || !c.is_open()))
+        return error;
+      if (!committing && !isolate && batch.size() > 1) {
+        isolate = true;
+        std::lock_guard lock(mutex_);
+        ++stats_.isolated;
+        continue;
       }
+      // The commit failed, or its outcome is unknown: none of the batch is known to be
+      // written. An in-doubt commit is reported as transient, like any lost connection: the
+      // callers leave their tasks to lease recovery, which reads what was committed.
+      for (Write& write : batch)
+        write.fail(error);
+      return std::nullopt;
     }
-    committing = true;
-    tx.commit();
-  } catch (const std::exception& e) {
-    const Error error = map_pg_error(e);
-    // Broken before the COMMIT was sent: nothing of the batch was written (values and
-    // errors stored so far are replaced when it runs again).
-    if (!committing && (dynamic_cast<const pqxx::broken_connection*>(&e) || !c.is_open()))
-      return error;
-    // The commit failed, or its outcome is unknown: none of the batch is known to be
-    // written. An in-doubt commit is reported as transient, like any lost connection: the
-    // callers leave their tasks to lease recovery, which reads what was committed.
-    for (std::size_t i = 0; i < batch.size(); ++i)
-      batch[i].fail(error);
   }
-  return std::nullopt;
+}
+
+void WriteBatcher::write_isolated(pqxx::work& tx, std::deque<Write>& batch) {
+  // Each write runs after a savepoint of its own; the release of one and the next one's
+  // savepoint go in one round trip (the last is released by the commit). ROLLBACK TO keeps
+  // the savepoint, so the write after a failed one needs no new one.
+  tx.exec0("SAVEPOINT write");
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    try {
+      batch[i].apply(tx);
+      if (i + 1 < batch.size())
+        tx.exec0("RELEASE SAVEPOINT write; SAVEPOINT write");
+    } catch (const pqxx::broken_connection&) {
+      throw;  // nothing more can be written on this connection
+    } catch (const std::exception& e) {
+      // This write alone is undone (a deadlock, a constraint, a bad row); the batch goes
+      // on. Should the rollback itself fail, the whole batch fails.
+      tx.exec0("ROLLBACK TO SAVEPOINT write");
+      batch[i].fail(map_pg_error(e));
+    }
+  }
 }
 
 }  // namespace agentfleet::pg

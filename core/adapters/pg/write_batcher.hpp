@@ -2,11 +2,12 @@
 // Group commit for the worker: many tasks' small write transactions (claims, checkpoints,
 // finishes) run in ONE Postgres transaction and one commit (one WAL flush) instead of one
 // each. Durability is unchanged: a caller resumes only after the commit that holds its
-// write, and gets the error when that commit failed. Each write runs inside its own
-// savepoint, so a write that fails (a constraint, a lost fence is not a failure) is rolled
-// back alone and the others commit. Writes are applied in the order of their keys (the
-// task id): rows are then locked in one global order, by batches and by the lease
-// heartbeat alike, so concurrent batches cannot deadlock.
+// write, and gets the error when that commit failed. A write that fails (a constraint; a
+// lost fence is not a failure) is rolled back alone and the others commit. Writes are applied in
+// the order of their keys (the task id): rows are then locked in one global order, by batches and
+// by the lease heartbeat alike, so concurrent batches cannot deadlock. A batch is first written
+// without savepoints (one round trip per write fewer); only when one of its writes fails is it
+// rolled back and written again with a savepoint per write.
 //
 // A connection that Postgres closed (a restart) looks open until it is used, so the first
 // batch after a restart breaks on it before writing anything; such a batch runs again, whole,
@@ -48,6 +49,8 @@ class WriteBatcher {
     std::uint64_t batches = 0;
     std::uint64_t writes = 0;
     std::uint64_t largest = 0;
+    std::uint64_t isolated = 0;  // batches written again with a savepoint per write
+    std::uint64_t queued = 0;    // writes waiting for a batch now
   };
 
   WriteBatcher(DbPool& pool, int max_batches, int max_batch_size);
@@ -94,6 +97,8 @@ class WriteBatcher {
   // when the connection broke before the COMMIT was sent: then nothing is written, nothing
   // is answered, and the error is returned so that the batch can run again elsewhere.
   std::optional<Error> write_batch(pqxx::connection& c, std::deque<Write>& batch);
+  // The batch with a savepoint per write: a write that throws is undone and gets its error.
+  static void write_isolated(pqxx::work& tx, std::deque<Write>& batch);
 
   DbPool& pool_;
   const int max_batches_;
