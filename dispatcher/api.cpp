@@ -578,7 +578,7 @@ asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submi
                    traceparent_for(std::string(request["traceparent"]))};
   task.spec.task_id = new_task_id();
   auto inserted = co_await db_.run(
-      [&](pqxx::connection& c) { return pg::insert_task(c, task, queue_limit(config_)); });
+      [&](pqxx::connection& c) { return pg::insert_task(c, task, queue_limit(config_), true); });
   if (!inserted.ok())
     co_return store_unavailable(request, inserted.error());
   const pg::InsertResult result = inserted.value();
@@ -662,16 +662,13 @@ asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller
   if (auto* refused = std::get_if<http::Response>(&stored))
     co_return std::move(*refused);
   const pg::InsertResult& result = std::get<pg::InsertResult>(stored);
-  auto body =
-      co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, result.task_id); });
-  if (!body.ok() || !body.value()) {
-    co_return store_unavailable(
-        request, body.ok() ? Error{ErrorKind::kTransient, "task vanished"} : body.error());
+  if (result.task_json.empty()) {
+    co_return store_unavailable(request, Error{ErrorKind::kTransient, "task vanished"});
   }
   auto response = http::make_response(
       request,
       result.outcome == pg::InsertOutcome::kCreated ? http::Status::created : http::Status::ok,
-      *body.value());
+      result.task_json);
   response.set(bhttp::field::location, "/v1/tasks/" + result.task_id);
   co_return response;
 }

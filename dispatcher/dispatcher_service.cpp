@@ -21,6 +21,7 @@
 #include "core/adapters/metrics/db_pool_metrics.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
 #include "core/adapters/pg/db_pool.hpp"
+#include "core/adapters/pg/prepared.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "dispatcher/api.hpp"
 #include "dispatcher/scheduler.hpp"
@@ -39,7 +40,8 @@ namespace {
 int relay_once(pqxx::connection& c, kafka::Producer& producer, int batch, int timeout_ms,
                metrics::DispatcherMetrics& metrics) {
   pqxx::work tx(c);
-  auto rows = tx.exec_params(
+  auto rows = pg::exec_prepared(
+      tx, "af_relay_due",
       "SELECT id, topic, message_key, payload, coalesce(traceparent, '') FROM outbox "
       "WHERE publish_after <= now() ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
       batch);
@@ -72,7 +74,8 @@ int relay_once(pqxx::connection& c, kafka::Producer& producer, int batch, int ti
   }
   delivered += "}";
   if (count)
-    tx.exec_params0("DELETE FROM outbox WHERE id = ANY($1::bigint[])", delivered);
+    pg::exec_prepared0(tx, "af_outbox_delete", "DELETE FROM outbox WHERE id = ANY($1::bigint[])",
+                       delivered);
   tx.commit();
   for (const auto& [topic, published] : by_topic)
     metrics.outbox_published(topic, published);

@@ -136,6 +136,7 @@ void Scheduler::run() {
         }
         // A new term: fresh buckets, seeded from the ledger as users show up.
         leader_ = true;
+        housekeeping_backlog_ = true;
         fair_ = std::make_unique<limits::FairScheduler>(
             limits::FairSchedulerOptions{config_.dispatcher.scheduler_batch,
                                          config_.dispatcher.max_active_tasks,
@@ -230,9 +231,18 @@ bool Scheduler::pass(pqxx::connection& c) {
                                config_.dispatcher.redispatch_after_s,
                                config_.dispatcher.max_attempts};
   pqxx::work tx(c);
-  const pg::RecoveryReport recovery = pg::recover_tasks(tx, spec);
-  const int expired = pg::expire_queued(tx, spec.limit, spec.results_topic);
-  const int swept = pg::sweep_cancelled_batches(tx, spec.limit, spec.results_topic);
+  // Leases, queue deadlines and cancelled batches are about time, not about the wake-up:
+  // they are looked at once per interval (and again at once while they find full passes).
+  const bool housekeeping = housekeeping_backlog_ ||
+                            started - housekeeping_at_ >=
+                                std::chrono::milliseconds(config_.dispatcher.scheduler_interval_ms);
+  pg::RecoveryReport recovery;
+  int expired = 0, swept = 0;
+  if (housekeeping) {
+    recovery = pg::recover_tasks(tx, spec);
+    expired = pg::expire_queued(tx, spec.limit, spec.results_topic);
+    swept = pg::sweep_cancelled_batches(tx, spec.limit, spec.results_topic);
+  }
   const pg::Backlog backlog =
       pg::read_backlog(tx, spec.limit, config_.dispatcher.max_active_tasks > 0);
 
@@ -313,6 +323,12 @@ bool Scheduler::pass(pqxx::connection& c) {
           metrics_.queue_wait(task->priority, task->queued_s);
       }
       admitted[grant.priority == Priority::kBatch ? 1 : 0] += static_cast<int>(tasks.size());
+    }
+    if (housekeeping) {
+      housekeeping_at_ = started;
+      housekeeping_backlog_ =
+          recovery.exhausted + recovery.lease_expired + recovery.redispatched >= spec.limit ||
+          expired >= spec.limit || swept >= spec.limit;
     }
     metrics_.admitted(Priority::kInteractive, admitted[0]);
     metrics_.admitted(Priority::kBatch, admitted[1]);

@@ -9,7 +9,11 @@
 // A pass is one transaction on the lock-holding connection: recover, expire, read the
 // backlog (users with queued work, their exact dispatched + running counts, their limits),
 // plan, end over-budget tasks (quota_exceeded), dispatch the grants (status dispatched and
-// the dispatch message in the outbox, which the relay publishes).
+// the dispatch message in the outbox, which the relay publishes). The time-driven part
+// (recovery of expired leases and unclaimed dispatches, queue timeouts, cancelled batches)
+// runs at most once per dispatcher.scheduler_interval_ms, and again at once when it found a
+// full pass of work; the passes woken between (by every submission and every result) only
+// admit. Every statement of a pass is a prepared statement of this connection.
 //
 // Wake-ups: a pass runs every dispatcher.scheduler_interval_ms, at once after a NOTIFY on
 // channel agentfleet_work (a submission on any replica, a limits change), after wake(),
@@ -26,6 +30,7 @@
 #include <pqxx/pqxx>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -93,6 +98,9 @@ class Scheduler {
   std::atomic<bool> stopping_{false};
   int wake_fd_ = -1;
   std::string currency_;
+  // When the time-driven part of a pass last ran, and whether it left work behind.
+  std::chrono::steady_clock::time_point housekeeping_at_{};
+  bool housekeeping_backlog_ = true;
   std::thread thread_;
 };
 

@@ -1044,14 +1044,11 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   record.status = status;
   record.result = result;
   record.error = error;
-  record.steps = run.steps;
-  record.tool_calls = run.tool_calls;
   record.results_topic = config_.kafka.topics.results;
   record.user_id = spec.user_id;
   record.traceparent = run.traceparent;
   std::string event_json;
-  auto finished = co_await writes_.run(run.task_id, [&](pqxx::work& tx) -> Result<std::int64_t> {
-    const pg::TaskTotals totals = pg::task_totals(tx, run.task_id);
+  const auto event_of = [&](const pg::TaskTotals& totals) {
     codec::ResultEvent event;
     event.task_id = run.task_id;
     event.user_id = spec.user_id;
@@ -1066,10 +1063,11 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
     event.cost = totals.cost;
     event.currency = totals.currency.empty() ? "CNY" : totals.currency;
     event.finished_at = codec::format_rfc3339(std::chrono::system_clock::now());
-    record.result_event_json = codec::result_event_json(event);
-    event_json = record.result_event_json;
-    return pg::finish_task(tx, record);
-  });
+    event_json = codec::result_event_json(event);
+    return event_json;
+  };
+  auto finished = co_await writes_.run(
+      run.task_id, [&](pqxx::work& tx) { return pg::finish_task(tx, record, event_of); });
   if (!finished.ok()) {
     log::warn("worker", run.log_context(),
               "could not store the end " + std::string(to_string(status)) +
@@ -1106,15 +1104,37 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   kafka::OutMessage announcement{config_.kafka.topics.results, spec.user_id, event_json, headers};
   Status published = co_await producer_.publish(std::move(announcement));
   if (published.ok()) {
-    co_await writes_.run(run.task_id, [outbox_id](pqxx::work& tx) {
-      pg::delete_outbox_row(tx, outbox_id);
-      return true;
-    });
+    remove_outbox_row(co_await asio::this_coro::executor, outbox_id);
   } else {
     log::warn("worker", run.log_context(),
               "result event not published yet (the relay will): " + published.error().message);
   }
   co_return RunOutcome::kFinished;
+}
+
+void TaskRunner::remove_outbox_row(const asio::any_io_executor& executor, std::int64_t id) {
+  published_rows_.push_back(id);
+  if (removing_rows_)
+    return;  // the removal under way takes it next
+  removing_rows_ = true;
+  asio::co_spawn(
+      executor,
+      [this]() -> asio::awaitable<void> {
+        while (!published_rows_.empty()) {
+          std::vector<std::int64_t> ids;
+          ids.swap(published_rows_);
+          auto removed = co_await writes_.run({}, [&ids](pqxx::work& tx) {
+            pg::delete_outbox_rows(tx, ids);
+            return true;
+          });
+          // Rows left behind are published again by the relay after their delay: an
+          // identical repeat of an event readers already have.
+          if (!removed.ok())
+            log::warn("worker",
+                      "published result events left in the outbox: " + removed.error().message);
+        }
+      },
+      [this](std::exception_ptr) { removing_rows_ = false; });
 }
 
 void TaskRunner::emit_progress(Run& run, std::string event, int step, std::string tool,

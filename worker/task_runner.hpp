@@ -14,8 +14,10 @@
 // heartbeat and drain calls); only the model/tool clients' own state and DbPool threads
 // are elsewhere. held_leases() may also be read from another thread (guarded).
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -72,6 +74,9 @@ class TaskRunner {
   // Every run (and every later one) stops at its next checkpoint and hands its task back.
   void drain();
   std::size_t running() const;
+  // True while published result events' rows are being removed from the outbox (a
+  // shutdown waits for it, or the relay would publish them again).
+  bool removing_outbox_rows() const { return removing_rows_; }
   const std::string& worker_id() const { return worker_id_; }
 
  private:
@@ -108,6 +113,9 @@ class TaskRunner {
                                             std::optional<TaskResult> result, std::string error);
   void emit_progress(Run& run, std::string event, int step, std::string tool,
                      std::string data_json);
+  // The outbox row of a result event the run has published goes: rows published meanwhile
+  // are removed together, one statement per batch, one removal at a time.
+  void remove_outbox_row(const boost::asio::any_io_executor& executor, std::int64_t id);
 
   const config::Config& config_;
   std::string worker_id_;
@@ -124,6 +132,8 @@ class TaskRunner {
   std::shared_ptr<const std::vector<ports::ToolSchema>> no_tools_;
   std::shared_ptr<const std::vector<ports::ToolSchema>> finish_only_;
   bool draining_ = false;
+  std::vector<std::int64_t> published_rows_;  // outbox rows to remove
+  bool removing_rows_ = false;
 
   mutable std::mutex leases_mutex_;
   struct Held {

@@ -307,7 +307,8 @@ int run_worker(const config::Config& config) {
           asio::steady_timer timer(io);
           const auto until = std::chrono::steady_clock::now() +
                              std::chrono::seconds(config.worker.shutdown_grace_s);
-          while (in_flight > 0 && std::chrono::steady_clock::now() < until) {
+          while ((in_flight > 0 || runner.removing_outbox_rows()) &&
+                 std::chrono::steady_clock::now() < until) {
             timer.expires_after(std::chrono::milliseconds(20));
             boost::system::error_code wait_ec;
             co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, wait_ec));

@@ -1,5 +1,7 @@
 #include "core/adapters/pg/batch_store.hpp"
 
+#include "core/adapters/pg/prepared.hpp"
+
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/ended_tasks.hpp"
 
@@ -181,9 +183,10 @@ FOR UPDATE)SQL",
 int sweep_cancelled_batches(pqxx::work& tx, int limit, const std::string& results_topic) {
   // Only batches whose cancel was cut short (its request failed, or its replica died)
   // are looked at; a drained batch never again.
-  auto batches = tx.exec(
-      "SELECT batch_id, user_id FROM batches WHERE cancelled AND drained_at IS NULL "
-      "ORDER BY cancelled_at LIMIT 5");
+  auto batches =
+      exec_prepared(tx, "af_sched_cancelled_batches",
+                    "SELECT batch_id, user_id FROM batches WHERE cancelled AND drained_at IS NULL "
+                    "ORDER BY cancelled_at LIMIT 5");
   int ended = 0;
   for (const auto& b : batches) {
     const std::string batch_id = b[0].as<std::string>();

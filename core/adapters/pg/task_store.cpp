@@ -163,7 +163,16 @@ QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimi
   return room;
 }
 
-InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit) {
+namespace {
+// The task as the API shows it, read in `tx` (so a task inserted there is seen).
+std::string task_json_in(pqxx::transaction_base& tx, const std::string& task_id) {
+  auto rows = exec_prepared(tx, "af_task_json", kTaskJson, task_id);
+  return rows.empty() ? std::string() : rows[0][0].as<std::string>();
+}
+}  // namespace
+
+InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit,
+                         bool with_json) {
   const TaskSpec& s = task.spec;
   pqxx::work tx(c);
   // One submission of a user at a time: the queue count and the idempotency check hold
@@ -177,8 +186,10 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
                       "idempotency_key = $2",
                       s.user_id, s.idempotency_key);
     if (!existing.empty()) {
-      tx.commit();
       result.task_id = existing[0][0].as<std::string>();
+      if (with_json)
+        result.task_json = task_json_in(tx, result.task_id);
+      tx.commit();
       result.outcome = existing[0][1].as<std::string>() == task.canonical
                            ? InsertOutcome::kExisting
                            : InsertOutcome::kConflict;
@@ -200,26 +211,30 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
                        "SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND "
                        "idempotency_key = $2",
                        s.user_id, s.idempotency_key);
-    tx.commit();
     result.task_id = existing[0].as<std::string>();
+    if (with_json)
+      result.task_json = task_json_in(tx, result.task_id);
+    tx.commit();
     result.outcome = existing[1].as<std::string>() == task.canonical ? InsertOutcome::kExisting
                                                                      : InsertOutcome::kConflict;
     return result;
   }
-  // Wakes the active scheduler, whichever replica runs it.
-  tx.exec("SELECT pg_notify('agentfleet_work', '')");
-  tx.commit();
   result.outcome = InsertOutcome::kCreated;
   result.task_id = inserted.front();
+  if (with_json)
+    result.task_json = task_json_in(tx, result.task_id);
+  // Wakes the active scheduler, whichever replica runs it.
+  exec_prepared(tx, "af_notify_work", "SELECT pg_notify('agentfleet_work', '')");
+  tx.commit();
   return result;
 }
 
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id) {
   pqxx::read_transaction tx(c);
-  auto rows = exec_prepared(tx, "af_task_json", kTaskJson, task_id);
-  if (rows.empty())
+  std::string json = task_json_in(tx, task_id);
+  if (json.empty())
     return std::nullopt;
-  return rows[0][0].as<std::string>();
+  return json;
 }
 
 namespace {
@@ -283,7 +298,7 @@ WHERE task_id IN (SELECT task_id FROM tasks
                   WHERE status = 'running' AND lease_until < now() AND attempt - releases >= $2
                   ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED)
 RETURNING )SQL") + kEndedColumns;
-  auto rows = tx.exec_params(kFail, pass.limit, pass.max_attempts);
+  auto rows = exec_prepared(tx, "af_sched_exhausted", kFail.c_str(), pass.limit, pass.max_attempts);
   announce_ended(tx, rows, pass.results_topic);
   return static_cast<int>(rows.size());
 }
@@ -301,8 +316,8 @@ RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
                                                          ", lease_until = NULL");
   RecoveryReport report;
   report.exhausted = fail_exhausted(tx, pass);
-  auto recovered = tx.exec_params(kRecover, pass.limit, pass.dispatch_topic,
-                                  pass.redispatch_after_s, pass.max_attempts);
+  auto recovered = exec_prepared(tx, "af_sched_recover", kRecover.c_str(), pass.limit,
+                                 pass.dispatch_topic, pass.redispatch_after_s, pass.max_attempts);
   for (const auto& task : read_dispatched(recovered)) {
     ++(task.was == "running" ? report.lease_expired : report.redispatched);
     report.tasks.push_back({task.task_id, task.user_id, task.traceparent, task.was == "running"});
@@ -319,7 +334,7 @@ WHERE task_id IN (SELECT task_id FROM tasks
                   WHERE status = 'queued' AND started_at IS NULL AND queue_deadline_at < now()
                   ORDER BY queue_deadline_at LIMIT $1 FOR UPDATE SKIP LOCKED)
 RETURNING )SQL") + kEndedColumns;
-  auto rows = tx.exec_params(kExpire, limit);
+  auto rows = exec_prepared(tx, "af_sched_expire", kExpire.c_str(), limit);
   announce_ended(tx, rows, results_topic);
   return static_cast<int>(rows.size());
 }
@@ -327,7 +342,7 @@ RETURNING )SQL") + kEndedColumns;
 Backlog read_backlog(pqxx::work& tx, int count_cap, bool count_fleet) {
   // A skip scan of tasks_queued_user finds each user with queued work in one index probe;
   // each count stops at count_cap (the pass never admits more).
-  auto rows = tx.exec_params(R"SQL(
+  auto rows = exec_prepared(tx, "af_sched_backlog", R"SQL(
 WITH RECURSIVE users AS (
   (SELECT user_id FROM tasks WHERE status = 'queued' ORDER BY user_id LIMIT 1)
   UNION ALL
@@ -347,7 +362,7 @@ SELECT u.user_id,
 FROM users u LEFT JOIN user_limits l ON l.user_id = u.user_id
 WHERE u.user_id IS NOT NULL
 ORDER BY u.user_id)SQL",
-                             count_cap);
+                            count_cap);
   Backlog backlog;
   backlog.users.reserve(rows.size());
   for (const auto& r : rows) {
@@ -362,7 +377,8 @@ ORDER BY u.user_id)SQL",
   }
   if (count_fleet && !backlog.users.empty()) {
     backlog.fleet_active =
-        tx.exec1("SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running')")[0]
+        exec_prepared1(tx, "af_sched_fleet_active",
+                       "SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running')")[0]
             .as<std::int64_t>();
   }
   return backlog;
@@ -393,13 +409,13 @@ std::map<std::string, std::int64_t> month_spend_micros(pqxx::work& tx,
   std::map<std::string, std::int64_t> spent;
   if (users.empty())
     return spent;
-  auto rows = tx.exec_params(R"SQL(
+  auto rows = exec_prepared(tx, "af_sched_month_spend", R"SQL(
 SELECT user_id, (sum(cost) * 1000000)::bigint FROM usage_ledger
 WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
   AND called_at >= date_trunc('month', now() AT TIME ZONE $2) AT TIME ZONE $2
   AND currency = $3
 GROUP BY user_id)SQL",
-                             json_string_array(users), time_zone, currency);
+                            json_string_array(users), time_zone, currency);
   for (const auto& row : rows)
     spent[row[0].as<std::string>()] = row[1].as<std::int64_t>();
   return spent;
@@ -464,8 +480,9 @@ std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
     w.EndObject();
   }
   w.EndArray();
-  return read_dispatched(
-      tx.exec_params(kAdmit, std::string(buffer.GetString(), buffer.GetSize()), dispatch_topic));
+  return read_dispatched(exec_prepared(tx, "af_sched_admit", kAdmit.c_str(),
+                                       std::string(buffer.GetString(), buffer.GetSize()),
+                                       dispatch_topic));
 }
 
 std::vector<std::string> oldest_queued(pqxx::work& tx, const std::string& user_id, int limit) {
@@ -819,48 +836,53 @@ ORDER BY created_at DESC LIMIT 1)SQL",
                    parse_task_status(rows[0][1].as<std::string>()).value_or(TaskStatus::kQueued)};
 }
 
-Result<std::int64_t> finish_task(pqxx::work& tx, const FinishRecord& record) {
-  if (!still_ours(tx, record.task_id, record.attempt))
-    return lease_lost(record.task_id);
+Result<std::int64_t> finish_task(pqxx::work& tx, const FinishRecord& record,
+                                 const std::function<std::string(const TaskTotals&)>& event_of) {
   std::optional<std::string> result_type, message, options;
   if (record.result) {
     result_type = std::string(to_string(record.result->type));
     message = record.result->message;
     options = json_string_array(record.result->options);
   }
-  exec_prepared0(tx, "af_finish", R"SQL(
-UPDATE tasks SET status = $2, result_type = $3, result_message = $4,
-       result_options = $5::jsonb, error = NULLIF($6, ''), finished_at = now(),
+  // The fence and the end in one statement: the row is updated only while this attempt
+  // still runs it, and the update returns the totals the result event reports.
+  auto rows = exec_prepared(tx, "af_finish", R"SQL(
+UPDATE tasks SET status = $3, result_type = $4, result_message = $5,
+       result_options = $6::jsonb, error = NULLIF($7, ''), finished_at = now(),
        lease_until = NULL
-WHERE task_id = $1::uuid)SQL",
-                 record.task_id, std::string(to_string(record.status)), result_type, message,
-                 options, record.error);
+WHERE task_id = $1::uuid AND attempt = $2::integer AND status = 'running'
+RETURNING input_tokens, cached_input_tokens, output_tokens,
+          to_char(cost, 'FM999999999999990.000000'), coalesce(currency, ''))SQL",
+                            record.task_id, record.attempt, std::string(to_string(record.status)),
+                            result_type, message, options, record.error);
+  if (rows.empty())
+    return lease_lost(record.task_id);
+  TaskTotals totals;
+  totals.usage.input = rows[0][0].as<std::int64_t>();
+  totals.usage.cached_input = rows[0][1].as<std::int64_t>();
+  totals.usage.output = rows[0][2].as<std::int64_t>();
+  totals.cost = rows[0][3].as<std::string>();
+  totals.currency = rows[0][4].as<std::string>();
   auto id = exec_prepared1(
       tx, "af_finish_outbox",
       "INSERT INTO outbox (topic, message_key, payload, traceparent, publish_after) "
       "VALUES ($1, $2, $3, NULLIF($4, ''), now() + make_interval(secs => $5)) RETURNING id",
-      record.results_topic, record.user_id, record.result_event_json, record.traceparent,
+      record.results_topic, record.user_id, event_of(totals), record.traceparent,
       record.relay_delay_s);
   return id[0].as<std::int64_t>();
 }
 
-TaskTotals task_totals(pqxx::transaction_base& tx, const std::string& task_id) {
-  auto r = exec_prepared1(tx, "af_task_totals",
-                          "SELECT input_tokens, cached_input_tokens, output_tokens, "
-                          "to_char(cost, 'FM999999999999990.000000'), coalesce(currency, '') "
-                          "FROM tasks WHERE task_id = $1::uuid",
-                          task_id);
-  TaskTotals totals;
-  totals.usage.input = r[0].as<std::int64_t>();
-  totals.usage.cached_input = r[1].as<std::int64_t>();
-  totals.usage.output = r[2].as<std::int64_t>();
-  totals.cost = r[3].as<std::string>();
-  totals.currency = r[4].as<std::string>();
-  return totals;
-}
-
-void delete_outbox_row(pqxx::work& tx, std::int64_t id) {
-  exec_prepared0(tx, "af_outbox_delete", "DELETE FROM outbox WHERE id = $1", id);
+void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids) {
+  if (ids.empty())
+    return;
+  std::string array = "{";
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0)
+      array += ',';
+    array += std::to_string(ids[i]);
+  }
+  array += '}';
+  exec_prepared0(tx, "af_outbox_delete", "DELETE FROM outbox WHERE id = ANY($1::bigint[])", array);
 }
 
 namespace {
@@ -985,22 +1007,6 @@ Status save_tool_results(pqxx::connection& c, const std::string& task_id, int at
   return in_transaction(c, [&](pqxx::work& tx) {
     return save_tool_results(tx, task_id, attempt, step, observations_json, trace_json,
                              executed_calls);
-  });
-}
-
-Result<std::int64_t> finish_task(pqxx::connection& c, const FinishRecord& record) {
-  return in_transaction(c, [&](pqxx::work& tx) { return finish_task(tx, record); });
-}
-
-TaskTotals task_totals(pqxx::connection& c, const std::string& task_id) {
-  pqxx::read_transaction tx(c);
-  return task_totals(tx, task_id);
-}
-
-void delete_outbox_row(pqxx::connection& c, std::int64_t id) {
-  in_transaction(c, [&](pqxx::work& tx) {
-    delete_outbox_row(tx, id);
-    return true;
   });
 }
 

@@ -39,13 +39,16 @@ struct QueueRoom {
 enum class InsertOutcome { kCreated, kExisting, kConflict, kQueueFull };
 struct InsertResult {
   InsertOutcome outcome = InsertOutcome::kCreated;
-  std::string task_id;  // the new task, or the one the idempotency key already names
-  QueueRoom room;       // set for kQueueFull
+  std::string task_id;    // the new task, or the one the idempotency key already names
+  QueueRoom room;         // set for kQueueFull
+  std::string task_json;  // with_json: the task as the API shows it (not for kQueueFull)
 };
 // Stores a submission, one transaction: the same idempotency key returns the existing task
 // (kExisting, or kConflict when its request differs); a user with max_queued tasks queued
 // gets kQueueFull and nothing is stored. Notifies the scheduler (channel agentfleet_work).
-InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit = {});
+// `with_json`: the task's JSON is read in the same transaction (the API's answer).
+InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit = {},
+                         bool with_json = false);
 
 // Inserts tasks (their ids set) in one statement; a task whose (user, idempotency key) is
 // taken is skipped. Returns the ids inserted. Used by insert_task and batch uploads.
@@ -325,31 +328,27 @@ struct FinishRecord {
   TaskStatus status = TaskStatus::kFailed;
   std::optional<TaskResult> result;
   std::string error;
-  int steps = 0;
-  int tool_calls = 0;
   std::string results_topic;
   std::string user_id;
-  std::string result_event_json;
   std::string traceparent;
   int relay_delay_s = 10;  // the relay publishes it if the worker has not by then
 };
 
-// Task row (status, result, totals from the ledger) and the result announcement in the
-// outbox, one transaction. Returns the outbox row id.
-Result<std::int64_t> finish_task(pqxx::connection& c, const FinishRecord& record);
-Result<std::int64_t> finish_task(pqxx::work& tx, const FinishRecord& record);
-
-// Totals over the ledger, for the result event.
+// The task's totals over its ledger, for the result event.
 struct TaskTotals {
   TokenUsage usage;
   std::string cost = "0.000000";
   std::string currency;
 };
-TaskTotals task_totals(pqxx::connection& c, const std::string& task_id);
-TaskTotals task_totals(pqxx::transaction_base& tx, const std::string& task_id);
 
-void delete_outbox_row(pqxx::connection& c, std::int64_t id);
-void delete_outbox_row(pqxx::work& tx, std::int64_t id);
+// Ends the task (status, result; fenced: only while this attempt still runs it) and puts
+// its result event, which `event_of` builds from the totals the end read, into the outbox:
+// two statements in `tx`. Returns the outbox row id, or lease_lost.
+Result<std::int64_t> finish_task(pqxx::work& tx, const FinishRecord& record,
+                                 const std::function<std::string(const TaskTotals&)>& event_of);
+
+// Removes published result events from the outbox, in one statement.
+void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids);
 
 // Extends the leases of the given (task_id, attempt) pairs held by this worker. Returns
 // the pairs still ours (the rest were taken over: their runs must stop), and which of
