@@ -45,6 +45,7 @@ TaskFeed::Subscription::~Subscription() {
   for (auto it = begin; it != end; ++it) {
     if (it->second == this) {
       feed_.subscribers_.erase(it);
+      --feed_.subscriptions_;
       break;
     }
   }
@@ -87,6 +88,8 @@ void TaskFeed::start() {
       kafka, process_group(config_.kafka.dispatcher_group),
       std::vector<std::string>{config_.kafka.topics.results, config_.kafka.topics.events},
       [this](kafka::InMessage message) {
+        if (subscriptions_ == 0 && message.topic != config_.kafka.topics.results)
+          return;  // a progress event nobody here is watching
         asio::post(io_, [this, m = std::move(message)]() mutable { deliver(std::move(m)); });
       },
       kafka::Consumer::RebalanceHandler{}, "latest");
@@ -106,6 +109,7 @@ void TaskFeed::stop() {
 std::unique_ptr<TaskFeed::Subscription> TaskFeed::subscribe(const std::string& task_id) {
   std::unique_ptr<Subscription> subscription(new Subscription(*this, task_id));
   subscribers_.emplace(task_id, subscription.get());
+  ++subscriptions_;
   return subscription;
 }
 

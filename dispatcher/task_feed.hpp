@@ -10,12 +10,15 @@
 //
 // Lifecycle: construct, start(), stop() before the io_context goes away; a Subscription
 // must not outlive its feed. Thread-safety: subscribe() and Subscription run on the
-// io_context's thread (the dispatcher runs one); the consumer's thread only posts.
+// io_context's thread (the dispatcher runs one); the consumer's thread only posts, and
+// drops progress events while nobody subscribes (most tasks are never watched, and a
+// task's progress events outnumber its result several times).
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -78,6 +81,7 @@ class TaskFeed {
   const config::Config& config_;
   ResultObserver on_result_;
   std::unordered_multimap<std::string, Subscription*> subscribers_;
+  std::atomic<std::size_t> subscriptions_{0};  // subscribers_.size(), for the consumer thread
   bool stopped_ = false;
   std::unique_ptr<kafka::Consumer> consumer_;
 };
