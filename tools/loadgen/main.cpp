@@ -163,7 +163,8 @@ asio::awaitable<bool> set_limits(const Options& o) {
 
 // One submitter: takes the next index until none is left; a refused or failed request is
 // retried (bounded, backing off) so a busy dispatcher slows the load instead of losing it.
-asio::awaitable<void> submitter(const Options& o, Submitted& s, Clock::time_point start) {
+asio::awaitable<void> submitter(const Options& o, Submitted& s, Clock::time_point start,
+                                agentfleet::http::ConnectionPool& connections) {
   auto executor = co_await asio::this_coro::executor;
   for (int i = s.next++; i < o.tasks; i = s.next++) {
     if (o.rate > 0) {
@@ -184,7 +185,7 @@ asio::awaitable<void> submitter(const Options& o, Submitted& s, Clock::time_poin
       request.body = body;
       request.headers.emplace_back("Authorization", "Bearer " + o.api_key);
       request.deadline = Clock::now() + std::chrono::seconds(10);
-      auto response = co_await agentfleet::http::fetch(executor, std::move(request));
+      auto response = co_await agentfleet::http::fetch(executor, std::move(request), &connections);
       if (response.ok() && (response.status == 201 || response.status == 200)) {
         done = true;
         break;
@@ -266,9 +267,16 @@ int main(int argc, char** argv) {
   const auto submit_start = Clock::now();
   {
     asio::io_context io(1);
+    // Keep-alive, as an upstream service submits: one connection per submitter at most.
+    agentfleet::http::ConnectionPool connections(agentfleet::http::ConnectionPoolOptions{
+        static_cast<std::size_t>(o.concurrency), std::chrono::milliseconds(30000)});
     for (int i = 0; i < o.concurrency; ++i)
-      asio::co_spawn(io, submitter(o, submitted, submit_start), asio::detached);
+      asio::co_spawn(io, submitter(o, submitted, submit_start, connections), asio::detached);
     io.run();
+    std::fprintf(stderr, "loadgen: %llu connections opened for %d submissions\n",
+                 static_cast<unsigned long long>(connections.stats().opened),
+                 submitted.accepted.load() + submitted.failed.load());
+    connections.clear();
   }
   expected = submitted.accepted.load();
   const double submit_s = seconds_since(submit_start);
