@@ -1133,8 +1133,13 @@ void TaskRunner::remove_outbox_row(const asio::any_io_executor& executor, std::i
             log::warn("worker",
                       "published result events left in the outbox: " + removed.error().message);
         }
+        // In the same step as the check above: an id queued after it starts a removal.
+        removing_rows_ = false;
       },
-      [this](std::exception_ptr) { removing_rows_ = false; });
+      [this](std::exception_ptr error) {
+        if (error)
+          removing_rows_ = false;  // it ended before its own reset
+      });
 }
 
 void TaskRunner::emit_progress(Run& run, std::string event, int step, std::string tool,
