@@ -15,6 +15,7 @@
 #include <memory>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "core/adapters/kafka/kafka.hpp"
 #include "core/adapters/log.hpp"
@@ -61,25 +62,19 @@ int relay_once(pqxx::connection& c, kafka::Producer& producer, int batch, int ti
   }
   auto results =
       producer.produce_and_wait(std::move(messages), std::chrono::milliseconds(timeout_ms));
-  std::string delivered = "{";
-  int count = 0;
+  std::vector<std::int64_t> delivered;
   std::map<std::string, int> by_topic;
   for (std::size_t i = 0; i < results.size(); ++i) {
     if (!results[i].ok())
       continue;
-    if (count++)
-      delivered += ",";
-    delivered += std::to_string(ids[i]);
+    delivered.push_back(ids[i]);
     ++by_topic[topics[i]];
   }
-  delivered += "}";
-  if (count)
-    pg::exec_prepared0(tx, "af_outbox_delete", "DELETE FROM outbox WHERE id = ANY($1::bigint[])",
-                       delivered);
+  pg::delete_outbox_rows(tx, delivered);
   tx.commit();
   for (const auto& [topic, published] : by_topic)
     metrics.outbox_published(topic, published);
-  return count;
+  return static_cast<int>(delivered.size());
 }
 }  // namespace
 

@@ -3,7 +3,9 @@
 // connection as open until it is used, so the first batch on each pool thread fails on it;
 // a batch whose COMMIT was never sent runs again on a fresh connection, and its writes
 // succeed instead of failing a claim or a checkpoint. And a batch is written without
-// savepoints until one of its writes fails: then that write alone is undone.
+// savepoints until one of its writes fails: then that write alone is undone. And the
+// worker's deletion of published outbox rows, which shares those batches, skips a row the
+// relay holds instead of waiting for it.
 
 #include <gtest/gtest.h>
 
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "core/adapters/pg/db_pool.hpp"
+#include "core/adapters/pg/task_store.hpp"
 #include "core/adapters/pg/write_batcher.hpp"
 #include "tests/integration/fleet_client.hpp"
 
@@ -197,6 +200,47 @@ TEST(WriteBatcher, AFailingWriteIsUndoneAloneAndTheOthersCommitTogether) {
   for (const auto& row : rows)
     EXPECT_NE(row[0].as<std::string>(), "row-5");
   pqxx::nontransaction(admin).exec0("DROP TABLE write_batcher_test_rows");
+}
+
+TEST(OutboxDeletion, ARowAnotherTransactionHoldsIsSkippedAndTheRestAreDeletedAtOnce) {
+  const std::string url = test::env()["AGENTFLEET_PG_URL"];
+  pqxx::connection admin(url);
+  // Due in an hour: the fleet's relay leaves these rows alone.
+  const auto inserted = pqxx::nontransaction(admin).exec(
+      "INSERT INTO outbox (topic, message_key, payload, publish_after) "
+      "SELECT 'outbox-deletion-test', 'k', 'p', now() + interval '1 hour' "
+      "FROM generate_series(1, 3) RETURNING id");
+  ASSERT_EQ(inserted.size(), 3u);
+  std::vector<std::int64_t> ids;
+  for (const auto& row : inserted)
+    ids.push_back(row[0].as<std::int64_t>());
+
+  // The relay's hold on the middle row, as relay_once takes it while it publishes.
+  pqxx::connection relay(url);
+  pqxx::work held(relay);
+  held.exec_params("SELECT id FROM outbox WHERE id = $1 FOR UPDATE", ids[1]);
+
+  pqxx::connection worker(url);
+  {
+    pqxx::work tx(worker);
+    tx.exec0("SET LOCAL statement_timeout = 5000");  // a wait fails instead of hanging
+    ASSERT_NO_THROW(pg::delete_outbox_rows(tx, ids));
+    tx.commit();
+  }
+  const auto left = [&] {
+    return pqxx::nontransaction(admin).exec_params(
+        "SELECT id FROM outbox WHERE id = ANY($1::bigint[]) ORDER BY id",
+        "{" + std::to_string(ids[0]) + "," + std::to_string(ids[1]) + "," + std::to_string(ids[2]) +
+            "}");
+  };
+  auto rows = left();
+  ASSERT_EQ(rows.size(), 1u) << "the two rows nobody held are deleted";
+  EXPECT_EQ(rows[0][0].as<std::int64_t>(), ids[1]);
+
+  // The holder deletes its row in its own transaction, as the relay does once published.
+  ASSERT_NO_THROW(pg::delete_outbox_rows(held, {ids[1]}));
+  held.commit();
+  EXPECT_EQ(left().size(), 0u) << "the relay deletes a row it holds";
 }
 
 }  // namespace

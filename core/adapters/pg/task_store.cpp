@@ -882,7 +882,12 @@ void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids) {
     array += std::to_string(ids[i]);
   }
   array += '}';
-  exec_prepared0(tx, "af_outbox_delete", "DELETE FROM outbox WHERE id = ANY($1::bigint[])", array);
+  // A row another transaction holds is the relay's, publishing it: the relay deletes it,
+  // and waiting for it here would hold every write batched with this one.
+  exec_prepared0(tx, "af_outbox_delete",
+                 "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE id = "
+                 "ANY($1::bigint[]) FOR UPDATE SKIP LOCKED)",
+                 array);
 }
 
 namespace {

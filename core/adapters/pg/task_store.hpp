@@ -347,7 +347,8 @@ struct TaskTotals {
 Result<std::int64_t> finish_task(pqxx::work& tx, const FinishRecord& record,
                                  const std::function<std::string(const TaskTotals&)>& event_of);
 
-// Removes published result events from the outbox, in one statement.
+// Removes published outbox rows, in one statement; skips rows another transaction holds
+// (the relay's, which it deletes itself) instead of waiting for them.
 void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids);
 
 // Extends the leases of the given (task_id, attempt) pairs held by this worker. Returns
