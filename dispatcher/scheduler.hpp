@@ -13,7 +13,8 @@
 // (recovery of expired leases and unclaimed dispatches, queue timeouts, cancelled batches)
 // runs at most once per dispatcher.scheduler_interval_ms, and again at once when it found a
 // full pass of work; the passes woken between (by every submission and every result) only
-// admit. Every statement of a pass is a prepared statement of this connection.
+// admit. The statements every pass runs are prepared statements of this connection; the
+// rare ones (seeding a user's rate window, ending over-budget tasks) go as text.
 //
 // Wake-ups: a pass runs every dispatcher.scheduler_interval_ms, at once after a NOTIFY on
 // channel agentfleet_work (a submission on any replica, a limits change), after wake(),
