@@ -25,6 +25,7 @@ namespace {
 constexpr const char* kTryLeader = "SELECT pg_try_advisory_lock(7311001)";
 // A leadership term drops per-user state idle this long.
 constexpr auto kForgetIdleAfter = std::chrono::minutes(10);
+constexpr auto kReplanEvery = std::chrono::seconds(1);
 
 metrics::ThrottleReason throttle_reason(int cause) {
   switch (static_cast<limits::ThrottleCause>(cause)) {
@@ -230,6 +231,14 @@ bool Scheduler::pass(pqxx::connection& c) {
                                config_.dispatcher.scheduler_batch,
                                config_.dispatcher.redispatch_after_s,
                                config_.dispatcher.max_attempts};
+  // A generic plan is costed with the table sizes of the moment it was built: one cached
+  // while tasks was small (a fresh fleet, then a flood of 100,000) joins it by a sequential
+  // scan in every pass until autovacuum analyzes it. Dropped every second, the plans are
+  // rebuilt from the current sizes.
+  if (started - plans_at_ >= kReplanEvery) {
+    pqxx::nontransaction(c).exec0("DISCARD PLANS");
+    plans_at_ = started;
+  }
   pqxx::work tx(c);
   // Leases, queue deadlines and cancelled batches are about time, not about the wake-up:
   // they are looked at once per interval (and again at once while they find full passes).

@@ -13,8 +13,9 @@
 // (recovery of expired leases and unclaimed dispatches, queue timeouts, cancelled batches)
 // runs at most once per dispatcher.scheduler_interval_ms, and again at once when it found a
 // full pass of work; the passes woken between (by every submission and every result) only
-// admit. The statements every pass runs are prepared statements of this connection; the
-// rare ones (seeding a user's rate window, ending over-budget tasks) go as text.
+// admit. The statements every pass runs are prepared statements of this connection, their
+// cached plans dropped every second so they follow the tables' sizes; the rare ones
+// (seeding a user's rate window, ending over-budget tasks) go as text.
 //
 // Wake-ups: a pass runs every dispatcher.scheduler_interval_ms, at once after a NOTIFY on
 // channel agentfleet_work (a submission on any replica, a limits change), after wake(),
@@ -102,6 +103,9 @@ class Scheduler {
   // When the time-driven part of a pass last ran, and whether it left work behind.
   std::chrono::steady_clock::time_point housekeeping_at_{};
   bool housekeeping_backlog_ = true;
+  // When the pass's cached plans were last dropped (DISCARD PLANS), so that they are
+  // rebuilt from the tables' current sizes.
+  std::chrono::steady_clock::time_point plans_at_{};
   std::thread thread_;
 };
 
