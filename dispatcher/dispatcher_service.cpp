@@ -14,7 +14,7 @@
 #include <map>
 #include <memory>
 #include <thread>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/adapters/kafka/kafka.hpp"
@@ -150,16 +150,16 @@ int run_dispatcher(const config::Config& config) {
       [&]() -> asio::awaitable<void> {
         while (!stopping) {
           auto counts = co_await db.run([](pqxx::connection& c) {
-            return std::make_tuple(pg::count_live_tasks(c), pg::count_due_outbox(c),
-                                   pg::count_queued(c));
+            return std::make_pair(pg::count_live_tasks(c), pg::count_due_outbox(c));
           });
           if (counts.ok()) {
-            const auto& [live, outbox, queued] = counts.value();
-            for (const auto& [status, tasks] : live)
-              metrics.set_tasks(status, tasks);
+            const auto& [live, outbox] = counts.value();
+            metrics.set_tasks(TaskStatus::kQueued, live.queued_interactive + live.queued_batch);
+            metrics.set_tasks(TaskStatus::kDispatched, live.dispatched);
+            metrics.set_tasks(TaskStatus::kRunning, live.running);
             metrics.set_outbox_backlog(outbox);
-            metrics.set_queue_depth(Priority::kInteractive, queued.first);
-            metrics.set_queue_depth(Priority::kBatch, queued.second);
+            metrics.set_queue_depth(Priority::kInteractive, live.queued_interactive);
+            metrics.set_queue_depth(Priority::kBatch, live.queued_batch);
           }
           refresh_wake.expires_after(std::chrono::seconds(config.metrics.refresh_interval_s));
           boost::system::error_code ec;

@@ -1,6 +1,7 @@
 // The metrics endpoints of the embedded fleet (started by the ctest fixture in
 // fleet_fixture.sh): each process's /healthz and /readyz answer 200, and after a task ran
-// through the fleet the dispatcher's and the workers' /metrics show it. When Debian's
+// through the fleet the dispatcher's and the workers' /metrics show it; the task gauges
+// count what Postgres holds, queued tasks by priority. When Debian's
 // `promtool` is installed, every exposition also passes `promtool check metrics`.
 
 #include <gtest/gtest.h>
@@ -122,6 +123,59 @@ TEST(Metrics, EveryProcessAnswersHealthAndReadiness) {
   }
   auto wrong = call(bhttp::verb::get, env["AGENTFLEET_DISPATCHER_METRICS_URL"] + "/v1/tasks");
   EXPECT_EQ(wrong.status, 404) << "the metrics port serves no API";
+}
+
+// A user held to one running task by its limit: the rest wait queued, and within a refresh
+// (metrics.refresh_interval_s, 5 s in the fleet's configuration) the dispatcher's gauges
+// count them by priority, the queued total agreeing with the two priorities.
+TEST(Metrics, TheTaskGaugesCountQueuedTasksByPriorityAndTheRunningOne) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  const std::string run =
+      std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+  const std::string user = "u-gauges-" + run;
+  auto limits =
+      call(bhttp::verb::put, base + "/v1/users/" + user + "/limits", R"({"max_concurrency":1})");
+  ASSERT_EQ(limits.status, 200) << limits.body;
+
+  std::vector<std::string> locations;
+  const auto submit = [&](const std::string& priority) {
+    const std::string key = "gauges-" + run + "-" + std::to_string(locations.size());
+    auto submitted = call(bhttp::verb::post, base + "/v1/tasks",
+                          R"({"user_id":")" + user + R"(","text":"slow: steps=40","priority":")" +
+                              priority + R"(","idempotency_key":")" + key + R"("})");
+    ASSERT_EQ(submitted.status, 201) << submitted.body;
+    locations.push_back(submitted.header("Location"));
+  };
+  submit("interactive");  // runs (about 25 s), the others wait behind it
+  for (const char* priority : {"batch", "batch", "batch", "interactive", "interactive"})
+    submit(priority);
+  ASSERT_EQ(locations.size(), 6u);
+
+  const std::string metrics = env["AGENTFLEET_DISPATCHER_METRICS_URL"] + "/metrics";
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  double batch = -1, interactive = -1, queued = -1, running = -1;
+  while (std::chrono::steady_clock::now() < until) {
+    const auto scraped = call(bhttp::verb::get, metrics);
+    ASSERT_EQ(scraped.status, 200);
+    batch = value_of(scraped.body, "agentfleet_queue_depth", {R"(priority="batch")"});
+    interactive = value_of(scraped.body, "agentfleet_queue_depth", {R"(priority="interactive")"});
+    queued = value_of(scraped.body, "agentfleet_tasks_by_status", {R"(status="queued")"});
+    running = value_of(scraped.body, "agentfleet_tasks_by_status", {R"(status="running")"});
+    // Other tests' tasks may be counted too: at least this user's.
+    if (batch >= 3 && interactive >= 2 && running >= 1)
+      break;
+    std::this_thread::sleep_for(250ms);  // polling interval of a bounded wait
+  }
+  EXPECT_GE(batch, 3);
+  EXPECT_GE(interactive, 2);
+  EXPECT_GE(running, 1);
+  EXPECT_EQ(queued, batch + interactive) << "the queued total is the two priorities' sum";
+
+  for (const auto& location : locations) {  // 200 ends a queued task, 202 asks a running one
+    const int status = call(bhttp::verb::post, base + location + "/cancel").status;
+    EXPECT_TRUE(status == 200 || status == 202) << location << ": " << status;
+  }
 }
 
 TEST(Metrics, DispatcherAndWorkersCountATaskThatRan) {

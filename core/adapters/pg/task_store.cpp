@@ -549,30 +549,21 @@ CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
   return CancelOutcome::kCancelled;
 }
 
-std::vector<std::pair<TaskStatus, std::int64_t>> count_live_tasks(pqxx::connection& c) {
+LiveTaskCounts count_live_tasks(pqxx::connection& c) {
   pqxx::read_transaction tx(c);
-  std::vector<std::pair<TaskStatus, std::int64_t>> counts;
-  for (TaskStatus status : {TaskStatus::kQueued, TaskStatus::kDispatched, TaskStatus::kRunning})
-    counts.emplace_back(status, 0);
-  auto rows = tx.exec(
-      "SELECT status, count(*) FROM tasks WHERE status IN ('queued', 'dispatched', 'running') "
-      "GROUP BY status");
-  for (const auto& row : rows) {
-    const auto status = parse_task_status(row[0].as<std::string>());
-    for (auto& [known, count] : counts) {
-      if (status && *status == known)
-        count = row[1].as<std::int64_t>();
-    }
-  }
-  return counts;
-}
-
-std::pair<std::int64_t, std::int64_t> count_queued(pqxx::connection& c) {
-  pqxx::read_transaction tx(c);
-  auto row = tx.exec1(
+  LiveTaskCounts counts;
+  const auto queued = tx.exec1(
       "SELECT count(*) FILTER (WHERE priority = 'interactive'), "
       "count(*) FILTER (WHERE priority = 'batch') FROM tasks WHERE status = 'queued'");
-  return {row[0].as<std::int64_t>(), row[1].as<std::int64_t>()};
+  counts.queued_interactive = queued[0].as<std::int64_t>();
+  counts.queued_batch = queued[1].as<std::int64_t>();
+  const auto active = tx.exec1(
+      "SELECT count(*) FILTER (WHERE status = 'dispatched'), "
+      "count(*) FILTER (WHERE status = 'running') FROM tasks "
+      "WHERE status IN ('dispatched', 'running')");
+  counts.dispatched = active[0].as<std::int64_t>();
+  counts.running = active[1].as<std::int64_t>();
+  return counts;
 }
 
 std::int64_t count_due_outbox(pqxx::connection& c) {
