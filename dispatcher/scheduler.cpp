@@ -25,6 +25,7 @@ namespace {
 constexpr const char* kTryLeader = "SELECT pg_try_advisory_lock(7311001)";
 // A leadership term drops per-user state idle this long.
 constexpr auto kForgetIdleAfter = std::chrono::minutes(10);
+// How often a pass drops the connection's cached plans (see pass()).
 constexpr auto kReplanEvery = std::chrono::seconds(1);
 
 metrics::ThrottleReason throttle_reason(int cause) {
