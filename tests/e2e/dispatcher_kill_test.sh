@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # SIGKILL of the active dispatcher (the replica holding the scheduler's advisory lock)
-# while tasks are queued and running: the other replica takes the lock over within
-# seconds, its scheduler admits the rest under the same per-user limits, and every task
-# still ends exactly once (one terminal status, one de-duplicated result event, one ledger
-# row per model call). Prints how long the takeover took.
+# while tasks are queued: the other replica takes the lock over within seconds, its
+# scheduler admits the rest under the same per-user limits, and every task still ends
+# exactly once (one terminal status, one de-duplicated result event, one ledger row per
+# model call). Prints how long the takeover took.
+#
+# The backlog at the kill is held by the users' limits, not by racing the workers: one
+# task a minute per user, so the active replica admits one task of each user and the rest
+# stay queued however fast or slow the machine is. After the kill the limit is raised
+# through the surviving replica, whose scheduler must take over to admit them.
 #   dispatcher_kill_test.sh BUILD_DIR RUN_DIR
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -36,22 +41,29 @@ while [[ -z "$leader" ]]; do
   sleep 0.1
 done
 if [[ "$leader" == first ]]; then
-  victim=dispatcher survivor_url=$second_url survivor_metrics=$second_metrics
+  victim=dispatcher survivor=dispatcher-2 survivor_url=$second_url survivor_metrics=$second_metrics
 else
-  victim=dispatcher-2 survivor_url=$first_url survivor_metrics=$first_metrics
+  victim=dispatcher-2 survivor=dispatcher survivor_url=$first_url survivor_metrics=$first_metrics
 fi
 is_leader "$survivor_metrics" && fail "both replicas say they are the scheduler"
 
-# 60 tasks of 10 users limited to one task at a time, submitted through the replica that
-# survives (two model calls of 200 ms and one tool call each): most of them are still
-# queued when the scheduler dies. A sampler watches invariant 5 through the takeover.
+# set_limits USER JSON: PUT /v1/users/USER/limits through the replica that survives.
+set_limits() {
+  local code
+  code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
+    -H "Authorization: Bearer $AGENTFLEET_API_KEY" "$survivor_url/v1/users/$1/limits" -d "$2")
+  [[ "$code" == 200 ]] || fail "setting the limits of $1 answered $code"
+}
+
+# 60 tasks of 10 users (dk-u*) limited to one task at a time and one task a minute,
+# submitted through the replica that survives (two model calls of 200 ms and one tool
+# call each): the active scheduler admits one task of each user and holds the other 50
+# back until the limit is raised after the kill. The users of the work that arrives
+# during the takeover (dk2-u*) have one task at a time only. A sampler watches
+# invariant 5 through the takeover.
 for ((u = 0; u < 10; u++)); do
-  for user in "dk-u$u" "dk2-u$u"; do
-    code=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
-      -H "Authorization: Bearer $AGENTFLEET_API_KEY" "$survivor_url/v1/users/$user/limits" \
-      -d '{"max_concurrency":1,"requests_per_minute":10000}')
-    [[ "$code" == 200 ]] || fail "setting the limits of $user answered $code"
-  done
+  set_limits "dk-u$u" '{"max_concurrency":1,"requests_per_minute":1}'
+  set_limits "dk2-u$u" '{"max_concurrency":1,"requests_per_minute":10000}'
 done
 (
   while :; do
@@ -63,7 +75,13 @@ done
 sampler=$!
 trap 'kill $sampler 2>/dev/null || true; fleet_stop "$run_dir"' EXIT
 AGENTFLEET_URL=$survivor_url e2e_submit_todos dk 60 dk 10 120
-e2e_busiest_worker "status = 'running'" >/dev/null
+# The active replica's scheduler is at work: it has admitted a task of every user (60 s).
+admitted="SELECT count(DISTINCT user_id) FROM tasks WHERE user_id LIKE 'dk-u%' AND status <> 'queued'"
+deadline=$(($(af_now_ms) + 60000))
+until (($(psql_q "$admitted") == 10)); do
+  (($(af_now_ms) < deadline)) || fail "the active scheduler admitted tasks of only $(psql_q "$admitted") of 10 users in 60 s"
+  sleep 0.1
+done
 pid=$(awk -v name="$victim" '$2 == name {print $1}' "$run_dir/pids")
 killed_at=$(af_now_ms)
 kill -KILL "$pid"
@@ -71,14 +89,24 @@ queued=$(psql_q "SELECT count(*) FROM tasks WHERE status = 'queued'")
 af_log "killed the active dispatcher ($victim, pid $pid) with $queued tasks still queued"
 ((queued > 0)) || fail "nothing was queued at the kill, so the takeover admitted nothing"
 
-# More work arrives during the takeover, through the survivor.
+# Through the survivor: the held users' limit is raised (still one task at a time), and
+# more work arrives during the takeover. Only a scheduler on the survivor can admit any
+# of it now.
+for ((u = 0; u < 10; u++)); do
+  set_limits "dk-u$u" '{"max_concurrency":1,"requests_per_minute":10000}'
+done
 AGENTFLEET_URL=$survivor_url e2e_submit_todos dk2 40 dk2 10 120
 deadline=$(($(af_now_ms) + 30000))
 until is_leader "$survivor_metrics"; do
   (($(af_now_ms) < deadline)) || fail "the surviving replica did not take over within 30 s"
   sleep 0.05
 done
-takeover_ms=$(($(af_now_ms) - killed_at))
+# The takeover's moment is the survivor's own log line (the submissions above took a
+# while); the polling above only bounds it.
+took_over=$(grep '"msg":"this replica is now the active scheduler"' "$run_dir/logs/$survivor.log" |
+  tail -n 1 | sed -n 's/^{"ts":"\([^"]*\)".*/\1/p')
+[[ -n "$took_over" ]] || fail "the survivor is the scheduler but did not log when it took over"
+takeover_ms=$(($(date -u -d "$took_over" +%s%3N) - killed_at))
 
 e2e_wait_terminal "the dispatcher kill"
 kill "$sampler" 2>/dev/null || true
@@ -90,6 +118,9 @@ most=$(sort -n "$run_dir/active.samples" | tail -n 1)
 bad=$(psql_q "SELECT count(*) FROM tasks WHERE status <> 'succeeded'")
 ((bad == 0)) || fail "$bad tasks did not succeed: $(psql_q "SELECT task_id, status, error FROM tasks WHERE status <> 'succeeded' LIMIT 5")"
 e2e_check_ledger 2
+# Every result event is on the topic once the outbox (the worker's unconfirmed publishes,
+# the relay's) is empty.
+e2e_wait_outbox_empty "the dispatcher kill"
 events=$(timeout 30 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.results -e -q -f '%s\n' |
   grep -o '"task_id":"[0-9a-f-]*"' | sort -u | wc -l)
 ((events == 100)) || fail "result events for $events of 100 tasks"

@@ -73,6 +73,20 @@ e2e_wait_terminal() {
   done
 }
 
+# e2e_wait_outbox_empty WHAT: until the outbox is empty (60 s), so that every result event
+# of an ended task is on the results topic: a worker publishes after its finish commits and
+# a result it could not confirm (killed, say) is sent by a dispatcher's relay 10 s later.
+# Read the topic after this, not as soon as the rows are terminal.
+e2e_wait_outbox_empty() {
+  local left deadline=$(($(af_now_ms) + 60000))
+  while :; do
+    left=$(psql_q "SELECT count(*) FROM outbox")
+    ((left == 0)) && return 0
+    (($(af_now_ms) < deadline)) || fail "$left outbox rows still unpublished 60 s after $1"
+    sleep 0.2
+  done
+}
+
 # e2e_check_ledger MODEL_CALLS: invariant 3 for every task: step rows numbered 0..n-1, one
 # ledger row for each step row of a model call and none for the others (plan_execute's tool
 # steps), totals equal to the ledger, MODEL_CALLS model calls each.

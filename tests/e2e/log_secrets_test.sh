@@ -210,6 +210,10 @@ victim_pid=$(awk -v name="$victim" '$2 == name {print $1}' "$run_dir/pids")
 [[ -n "$victim_pid" ]] || fail "task $recovered_task runs on '$victim', not one of ours"
 kill -KILL "$victim_pid"
 { wait "$victim_pid"; } 2>/dev/null || true
+# The kill landed before the task ended, or there is nothing to recover. Read after the
+# kill: the task cannot end now before its lease (3 s) expires and another worker resumes it.
+[[ $(psql_q "SELECT finished_at IS NULL FROM tasks WHERE task_id = '$recovered_task'") == t ]] ||
+  fail "task $recovered_task had ended on $victim before the kill: nothing to recover"
 ends "$recovered_task" succeeded action_completed 45
 
 # What the fleet stored and published, while Postgres and the broker still run: every row

@@ -42,7 +42,9 @@ if [[ "$mode" == plan ]]; then
   model_calls=6
 else
   tasks=40
-  e2e_submit_todos kill "$tasks" k 20 30
+  # A deadline far from what a resumed task needs (lease expiry, the dead member's session
+  # timeout and rebalance, the rest of its steps): the kill, not the clock, is under test.
+  e2e_submit_todos kill "$tasks" k 20 120
   todo_title=去买东西
   model_calls=2
 fi
@@ -60,13 +62,17 @@ else
   in_flight_where="status = 'running'"
 fi
 victim=$(e2e_busiest_worker "$in_flight_where")
+pid=$(awk -v name="$victim" '$2 == name {print $1}' "$run_dir/pids")
+kill -KILL "$pid"
+# What the victim held at the kill, counted after it: a dead worker's rows stay as they
+# were until their leases expire (3-4 s), whereas counted before the kill its tasks could
+# still move on in between.
 held=$(psql_q "SELECT count(*) FROM tasks WHERE status = 'running' AND worker_id = '$victim'")
 in_tools=$(psql_q "SELECT count(*) FROM tasks WHERE $in_flight_where AND worker_id = '$victim'
                    AND EXISTS (SELECT 1 FROM task_steps s WHERE s.task_id = tasks.task_id
                                AND s.observations IS NULL)")
-pid=$(awk -v name="$victim" '$2 == name {print $1}' "$run_dir/pids")
-kill -KILL "$pid"
 af_log "killed $victim (pid $pid) while it ran $held tasks, $in_tools of them in tool calls"
+((held > 0)) || fail "$victim held no running task at the kill, so the kill tests nothing"
 
 e2e_wait_terminal "the kill"
 
@@ -86,7 +92,10 @@ stats=$(curl -sS --max-time 10 "$TOOL_SIM_URL/stats")
 created=$(e2e_count_todos kill 20 "$todo_title")
 ((created == tasks)) || fail "tool-sim holds $created todos for $tasks tasks ($stats)"
 
-# Every task announced once at least (at-least-once; the relay may repeat after a kill).
+# Every task announced once at least (at-least-once; the relay may repeat after a kill). A
+# result the victim committed but had not published is sent by the relay 10 s later: read
+# the topic once the outbox is empty.
+e2e_wait_outbox_empty "the kill"
 events=$(timeout 30 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.results -e -q -f '%s\n' |
   grep -o '"task_id":"[0-9a-f-]*"' | sort -u | wc -l)
 ((events == tasks)) || fail "result events for $events of $tasks tasks"

@@ -400,16 +400,20 @@ TEST(ApiUsage, EveryUsersBillIsTheWholeLedgerAndOnlyForAnAdmin) {
     }
     return out;
   };
-  // Other tests may bill while this one reads: compare once the ledger stood still around
-  // the request (bounded: a few tries).
+  // Tasks of earlier tests may still bill while this one reads: compare once the ledger
+  // stood still around the request (bounded in time, not in tries: a busy fleet bills for a
+  // while).
   bool compared = false;
-  for (int attempt = 0; attempt < 10 && !compared; ++attempt) {
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (!compared && std::chrono::steady_clock::now() < until) {
     const auto before = ledger_totals();
     auto response = get("/v1/usage?from=" + from + "&to=" + to);
     const auto after = ledger_totals();
     ASSERT_EQ(response.status, 200) << response.body;
-    if (before != after)
+    if (before != after) {
+      std::this_thread::sleep_for(200ms);  // polling a bounded wait
       continue;
+    }
     compared = true;
     auto usage = parse(response.body);
     EXPECT_TRUE(at(usage, "user_id").IsNull()) << response.body;
@@ -785,11 +789,14 @@ TEST(ApiLongPoll, AnswersTheMomentTheResultLandsAndAShortWaitWithTheTaskAsItIs) 
       worst = std::max(worst, at - finished);
       std::printf("long poll %d.%zu: answered %.3f s after finished_at\n", run, i, at - finished);
       EXPECT_GE(at - finished, -0.05) << "not before the task ended";
-      // The dev broker delivers to the dispatcher's feed in fetch rounds of up to 500 ms.
-      EXPECT_LT(at - finished, 0.75) << "the answer goes out when the result lands";
+      // Generous for a sanitizer build on a busy machine; what tells the feed from the
+      // once-a-second re-read of the row is the spread below.
+      EXPECT_LT(at - finished, 1.5) << "the answer goes out when the result lands";
     }
     std::printf("long poll %d: answers spread over %.3f s\n", run, last - first);
-    EXPECT_LT(last - first, 0.15) << "answered together, the moment the result landed";
+    // Answered by each poll's own once-a-second re-read, polls opened 250 ms apart would be
+    // answered 0.75 s apart; from the feed, together.
+    EXPECT_LT(last - first, 0.4) << "answered together, the moment the result landed";
   }
   std::printf("long poll: worst answer %.3f s after finished_at\n", worst);
 
@@ -802,7 +809,7 @@ TEST(ApiLongPoll, AnswersTheMomentTheResultLandsAndAShortWaitWithTheTaskAsItIs) 
   ASSERT_EQ(early.status, 200) << early.body;
   EXPECT_FALSE(is_terminal_status(str(parse(early.body), "status"))) << early.body;
   EXPECT_GE(took, 0.95);
-  EXPECT_LT(took, 2.0);
+  EXPECT_LT(took, 3.0);
   post("/v1/tasks/" + slow + "/cancel", "");
   EXPECT_EQ(str(wait_terminal(slow), "status"), "cancelled");
 }
@@ -1054,7 +1061,14 @@ TEST(ApiAuth, AKeyActsOnlyForItsUsersAndAnotherUsersTaskIsNotFound) {
 
 TEST(ApiBadInput, EachIsAClear4xxOfTheErrorShapeAndNothingIsStored) {
   const std::string u = user("bad");
-  const std::int64_t tasks_before = pg_count("SELECT count(*) FROM tasks");
+  // This test's users (api-bad-<run>, api-bad-<name>-<run>, ...): tasks of other tests may
+  // still be arriving (a submission on the submit topic is stored when the dispatcher reads
+  // it), so the whole table is not counted.
+  const std::string ours = "api-bad%-" + u.substr(u.rfind('-') + 1) + "%";
+  const auto our_tasks = [&] {
+    return pg_count("SELECT count(*) FROM tasks WHERE user_id LIKE $1", ours);
+  };
+  const std::int64_t tasks_before = our_tasks();
   const std::int64_t batches_before = pg_count("SELECT count(*) FROM batches");
   struct Case {
     std::string name;
@@ -1181,7 +1195,7 @@ TEST(ApiBadInput, EachIsAClear4xxOfTheErrorShapeAndNothingIsStored) {
                "/query/priority");
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 0)
       << "no task of a refused submission or batch is stored";
-  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks"), tasks_before + 2) << "only ok_user's two";
+  EXPECT_EQ(our_tasks(), tasks_before + 2) << "only ok_user's two";
   EXPECT_EQ(pg_count("SELECT count(*) FROM batches"), batches_before);
 
   // A batch id used before: 409, the first batch as it was, nothing added.

@@ -904,11 +904,16 @@ TEST(BadInputCatalogue, TheDispatchTopicDeadLettersEachWithItsReasonAndTheNextTa
   };
   const std::string ended_before = ended_row();
   // And one for a task running under another claim (its lease held): skipped too, the run
-  // goes on undisturbed as attempt 1.
-  auto slow = call({bhttp::verb::post, "/v1/tasks", submission(u, "slow: steps=3", "running")});
+  // goes on undisturbed as attempt 1. Nine answers of 600 ms: it still runs when the
+  // messages below go out.
+  auto slow = call({bhttp::verb::post, "/v1/tasks", submission(u, "slow: steps=8", "running")});
   ASSERT_EQ(slow.status, 201) << slow.body;
   const std::string running = str(parse(slow.body), "task_id");
   wait_running(running, 30s);
+  ASSERT_EQ(
+      pg_row("SELECT status FROM tasks WHERE task_id = $1::uuid", running)[0].as<std::string>(),
+      "running")
+      << "the task to dispatch again did not start within 30 s";
 
   // After the bad ones, on the same key (so the same partition and worker): a task that only
   // this message dispatches.
@@ -948,7 +953,7 @@ TEST(BadInputCatalogue, TheDispatchTopicDeadLettersEachWithItsReasonAndTheNextTa
   EXPECT_EQ(wait_terminal_row(running), "succeeded");
   auto ran = pg_row("SELECT attempt, steps FROM tasks WHERE task_id = $1::uuid", running);
   EXPECT_EQ(ran[0].as<int>(), 1) << "the repeated dispatch claimed the running task again";
-  EXPECT_EQ(ran[1].as<int>(), 4) << "three steps of a call, then the answer";
+  EXPECT_EQ(ran[1].as<int>(), 9) << "eight steps of a call, then the answer";
   EXPECT_FALSE(letters.count("next"));
   EXPECT_EQ(ended_row(), ended_before) << "the ended task was not claimed or changed again";
   EXPECT_GE(metric_sum(worker_metrics_urls(), R"(agentfleet_task_claims_total{outcome="skipped"})"),
@@ -983,9 +988,9 @@ std::vector<std::pair<std::string, std::string>> read_stream(const std::string& 
 
 TEST(BadInputCatalogue, TheFeedIgnoresBadResultsAndEventsAndAnswersWaitersFromTheRow) {
   const std::string u = user("feed");
-  // A task that runs for a few seconds (six model answers of 600 ms), with a long poll and an
-  // event stream waiting on it.
-  auto created = call({bhttp::verb::post, "/v1/tasks", submission(u, "slow: steps=5", "feed-1")});
+  // A task that runs for several seconds (ten model answers of 600 ms, max_steps' worth),
+  // with a long poll and an event stream waiting on it.
+  auto created = call({bhttp::verb::post, "/v1/tasks", submission(u, "slow: steps=9", "feed-1")});
   ASSERT_EQ(created.status, 201) << created.body;
   const std::string id = str(parse(created.body), "task_id");
   const std::vector<std::string> dispatcher_metrics = {env()["AGENTFLEET_DISPATCHER_METRICS_URL"]};
@@ -1054,6 +1059,10 @@ TEST(BadInputCatalogue, TheFeedIgnoresBadResultsAndEventsAndAnswersWaitersFromTh
                     R"(","event":"done","step":2147483647,"seq":-2147483648})"});
   produce("agent.tasks.results", u, results);
   produce("agent.tasks.events", u, events);
+  // The forged endings were on the topics while the task ran, or what follows proves nothing.
+  ASSERT_EQ(pg_row("SELECT status FROM tasks WHERE task_id = $1::uuid", id)[0].as<std::string>(),
+            "running")
+      << "the task ended before the forged events went out";
 
   // The long poll answers with the task as the row has it once it really ended, and the
   // stream ends with the real result: neither believed the forged ending.
@@ -1061,7 +1070,7 @@ TEST(BadInputCatalogue, TheFeedIgnoresBadResultsAndEventsAndAnswersWaitersFromTh
   ASSERT_EQ(answered.status, 200) << answered.body;
   auto doc = parse(answered.body);
   EXPECT_EQ(str(doc, "status"), "succeeded") << answered.body.substr(0, 300);
-  EXPECT_EQ(str(at(doc, "result"), "message"), "slow 完成：5 步") << answered.body.substr(0, 300);
+  EXPECT_EQ(str(at(doc, "result"), "message"), "slow 完成：9 步") << answered.body.substr(0, 300);
   EXPECT_EQ(wait_terminal_row(id), "succeeded");
   const auto shown = stream.get();
   ASSERT_FALSE(shown.empty());
@@ -1073,7 +1082,7 @@ TEST(BadInputCatalogue, TheFeedIgnoresBadResultsAndEventsAndAnswersWaitersFromTh
       std::count_if(shown.begin(), shown.end(), [](const auto& e) { return e.first == "error"; }),
       0)
       << "a forged error event reached the stream of a task that succeeded";
-  EXPECT_NE(shown.back().second.find("slow 完成：5 步"), std::string::npos) << shown.back().second;
+  EXPECT_NE(shown.back().second.find("slow 完成：9 步"), std::string::npos) << shown.back().second;
   EXPECT_EQ(shown.back().second.find("forged"), std::string::npos) << shown.back().second;
   for (const auto& [event, data] : shown)
     EXPECT_EQ(data.find("\"forged\""), std::string::npos) << event << ": " << data;

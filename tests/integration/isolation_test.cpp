@@ -504,8 +504,19 @@ TEST(Isolation, AnApiKeyIsNeverEchoedInAnAnswerNorWrittenToALog) {
   EXPECT_EQ(forbidden.body.find(kU1Key), std::string::npos) << forbidden.body;
 
   // No log line of any process of the fleet holds the planted key or a real one, although
-  // every test of the fleet sends the real ones.
-  std::this_thread::sleep_for(200ms);  // the dispatcher's lines are written as they happen
+  // every test of the fleet sends the real ones. The dispatcher writes its lines in order:
+  // once the line of a submission sent after the attempts is in its log, theirs are too.
+  const std::string marker =
+      submit(submission(user("log-marker"), "删除2月30日的日程", user("log-marker")));
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (
+      log_lines("dispatcher", {"\"task_id\":\"" + marker + "\"", "\"msg\":\"accepted"}).empty() &&
+      std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(50ms);  // polling a bounded wait
+  }
+  ASSERT_FALSE(
+      log_lines("dispatcher", {"\"task_id\":\"" + marker + "\"", "\"msg\":\"accepted"}).empty())
+      << "the marker submission's line never reached the dispatcher's log";
   for (const std::string& secret : {planted, kAdminKey, kU1Key, kU2Key}) {
     const auto lines = log_lines("", {secret});
     EXPECT_TRUE(lines.empty()) << secret << " is in a log: " << lines.front();

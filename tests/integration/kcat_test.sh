@@ -35,7 +35,17 @@ if [[ "$status" != "succeeded action_completed" ]]; then
   echo "the task kcat submitted did not succeed within 60 s (status: '${status:-not stored}')"
   exit 1
 fi
-results=$(timeout 30 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.results -e -q -f '%k %s\n')
-grep -q "^kcat-user .*\"status\":\"succeeded\"" <<<"$results" ||
-  { echo "no result event for the task kcat submitted"; exit 1; }
+# The worker publishes the result event after the row says succeeded (or, if that publish
+# failed, a relay 10 s later): read the topic until it is there (30 tries, 1 s apart).
+task_id=$(psql "$AGENTFLEET_PG_URL" -X -At -c "SELECT task_id FROM tasks WHERE idempotency_key = '$key'")
+found=""
+for _ in $(seq 1 30); do
+  results=$(timeout 30 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.results -e -q -f '%k %s\n')
+  if grep -q "^kcat-user .*\"task_id\":\"$task_id\".*\"status\":\"succeeded\"" <<<"$results"; then
+    found=yes
+    break
+  fi
+  sleep 1
+done
+[[ -n "$found" ]] || { echo "no result event for the task kcat submitted ($task_id)"; exit 1; }
 echo "kcat: 3 brokers, 5 topics, $count result events; a submission produced by kcat ran to its result"

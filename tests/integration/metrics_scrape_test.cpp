@@ -141,9 +141,10 @@ TEST(Metrics, TheTaskGaugesCountQueuedTasksByPriorityAndTheRunningOne) {
   std::vector<std::string> locations;
   const auto submit = [&](const std::string& priority) {
     const std::string key = "gauges-" + run + "-" + std::to_string(locations.size());
-    auto submitted = call(bhttp::verb::post, base + "/v1/tasks",
-                          R"({"user_id":")" + user + R"(","text":"slow: steps=40","priority":")" +
-                              priority + R"(","idempotency_key":")" + key + R"("})");
+    auto submitted =
+        call(bhttp::verb::post, base + "/v1/tasks",
+             R"({"user_id":")" + user + R"(","text":"slow: steps=40","max_steps":50,"priority":")" +
+                 priority + R"(","idempotency_key":")" + key + R"("})");
     ASSERT_EQ(submitted.status, 201) << submitted.body;
     locations.push_back(submitted.header("Location"));
   };

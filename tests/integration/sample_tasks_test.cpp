@@ -259,16 +259,27 @@ TEST(SampleTasks, EachEndsAsExpectedWithItsRowsLedgerAndExactlyOneResultEvent) {
   }
   tx.commit();
   // The worker deletes a result's outbox row once the broker has it; wait for that (bounded).
+  // Only this test's rows: earlier tests' work may still be in the outbox.
+  std::string ids_json = "[";
+  for (const std::string& id : ids)
+    ids_json += (ids_json.size() > 1 ? ",\"" : "\"") + id + "\"";
+  ids_json += "]";
   const auto outbox_until = std::chrono::steady_clock::now() + 30s;
   int pending = 0;
   do {
     pqxx::work check(db);
-    pending = check.exec1("SELECT count(*) FROM outbox")[0].as<int>();
+    pending = check
+                  .exec_params1(
+                      "SELECT count(*) FROM outbox o WHERE EXISTS (SELECT 1 FROM "
+                      "jsonb_array_elements_text($1::jsonb) AS t(id) "
+                      "WHERE strpos(o.payload, '\"task_id\":\"' || t.id || '\"') > 0)",
+                      ids_json)[0]
+                  .as<int>();
     check.commit();
     if (pending)
       std::this_thread::sleep_for(100ms);
   } while (pending && std::chrono::steady_clock::now() < outbox_until);
-  EXPECT_EQ(pending, 0) << "outbox rows still waiting to be published";
+  EXPECT_EQ(pending, 0) << "outbox rows of these tasks still waiting to be published";
 
   // Exactly one result event per task on the results topic, valid against its schema.
   // (Other tests put garbage and forged events on the topic; only this test's tasks are
@@ -492,7 +503,8 @@ TEST(Deadline, ATaskWhoseDeadlinePassesMidLoopEndsTimedOutBilledForItsCalls) {
   EXPECT_STREQ(task["status"].GetString(), "timed_out");
   EXPECT_TRUE(task["result"].IsNull());
   const int steps = task["steps"].GetInt();
-  EXPECT_GE(steps, 2) << "the calls made before the deadline were checkpointed";
+  // At least one answer (600 ms) fits in 2 s however slow the worker; more depend on speed.
+  EXPECT_GE(steps, 1) << "the calls made before the deadline were checkpointed";
   EXPECT_LT(steps, 10);
   EXPECT_GT(task["usage"]["input_tokens"].GetInt64(), 0) << "the tokens used so far are billed";
 
