@@ -13,6 +13,14 @@
 #                                             /metrics, /healthz and /readyz
 #   fleet_start_worker RUN_DIR BUILD_DIR NAME  one more worker in the running fleet
 #   fleet_start_dispatcher RUN_DIR BUILD_DIR NAME  one more dispatcher replica
+#   fleet_start_faultproxy RUN_DIR BUILD_DIR NAME TARGET_HOST:PORT
+#                                             a fault proxy (tools/faultproxy) in front of
+#                                             TARGET; sets FLEET_LAST_PROXY_PORT (point the
+#                                             client at 127.0.0.1 and this port) and
+#                                             FLEET_LAST_PROXY_CONTROL (its control port)
+#   fleet_fault CONTROL_PORT COMMAND...       sends one command to a fault proxy (blackhole
+#                                             5, latency 300, reset, pass, status, ...) and
+#                                             prints its reply; fails on an `error` reply
 #
 # Knobs (environment): LLM_SIM_LATENCY_MS (each model answer), TOOL_SIM_LATENCY (a
 # distribution such as fixed:1500, each tool call), AGENTFLEET_LEASE_S,
@@ -178,6 +186,49 @@ fleet_start_dispatcher() {
     tail -n 20 "$run_dir/logs/$name.log" >&2 || true
     return 1
   fi
+}
+
+# fleet_start_faultproxy RUN_DIR BUILD_DIR NAME TARGET_HOST:PORT: starts a fault proxy
+# (tools/faultproxy/README.md) on 127.0.0.1 in front of TARGET (a loopback address), logging
+# to logs/NAME.log; fleet_stop stops it. Its ports are in RUN_DIR/NAME.port and
+# RUN_DIR/NAME.control. Waits for its port file and sets FLEET_LAST_PID,
+# FLEET_LAST_PROXY_PORT and FLEET_LAST_PROXY_CONTROL. fleet_stop stops processes whose NAME
+# starts with dispatcher or worker- first (they drain through their proxies): name a proxy
+# after what it fronts, e.g. pg-proxy-worker-1, not worker-1-pg.
+fleet_start_faultproxy() {
+  local run_dir=$1 build_dir=$2 name=$3 target=$4
+  mkdir -p "$run_dir/logs"
+  rm -f "$run_dir/$name.port" "$run_dir/$name.control"
+  _fleet_spawn "$run_dir" "$name" "$build_dir/tools/faultproxy/agentfleet-faultproxy" \
+    --target "$target" --port-file "$run_dir/$name.port" --control-file "$run_dir/$name.control"
+  FLEET_LAST_PID=$!
+  _fleet_wait_file "$run_dir/$name.port" "$name" "$run_dir" || return 1
+  FLEET_LAST_PROXY_PORT=$(cat "$run_dir/$name.port")
+  FLEET_LAST_PROXY_CONTROL=$(cat "$run_dir/$name.control")
+}
+
+# fleet_fault CONTROL_PORT COMMAND...: sends COMMAND (its words joined by spaces) to the
+# fault proxy whose control port is CONTROL_PORT and prints the reply line. Returns 0 on an
+# `ok` reply, 1 on an `error` reply, no reply within 10 s, or no proxy on that port.
+fleet_fault() {
+  local port=$1 reply="" fd
+  shift
+  # The braces keep 2>/dev/null from outliving the exec (which would make it permanent).
+  if ! { exec {fd}<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null; then
+    af_log "fleet_fault: no fault proxy answers on 127.0.0.1:$port"
+    return 1
+  fi
+  # In a subshell: a proxy that closed at once (too many control connections) must not
+  # kill the caller with SIGPIPE.
+  (printf '%s\n' "$*" >&"$fd") 2>/dev/null || true
+  IFS= read -r -t 10 reply <&"$fd" || true
+  exec {fd}>&-
+  if [[ -z "$reply" ]]; then
+    af_log "fleet_fault: no reply from 127.0.0.1:$port to '$*'"
+    return 1
+  fi
+  printf '%s\n' "$reply"
+  [[ "$reply" == ok* ]]
 }
 
 # fleet_reset RUN_DIR: stops whatever an earlier run left and removes its cluster and logs,
