@@ -194,7 +194,8 @@ std::int64_t FairScheduler::estimate_of(const UserState& state) const {
   return std::max<std::int64_t>(std::llround(state.average_tokens), 1);
 }
 
-PassPlan FairScheduler::plan(const std::vector<UserBacklog>& users, std::int64_t fleet_active) {
+PassPlan FairScheduler::plan(const std::vector<UserBacklog>& users, std::int64_t fleet_active,
+                             std::int64_t fleet_capacity) {
   const auto now = clock_.now();
   PassPlan plan;
 
@@ -246,9 +247,14 @@ PassPlan FairScheduler::plan(const std::vector<UserBacklog>& users, std::int64_t
     pass_room -= fail;
   }
   std::int64_t slots = pass_room;
+  const std::int64_t active = std::max<std::int64_t>(fleet_active, 0);
   if (options_.max_active > 0)
-    slots = std::min(slots, std::max<std::int64_t>(
-                                options_.max_active - std::max<std::int64_t>(fleet_active, 0), 0));
+    slots = std::min(slots, std::max<std::int64_t>(options_.max_active - active, 0));
+  // What the workers can start now; the rest waits here, where it can be scheduled fairly.
+  const bool capacity_binds =
+      fleet_capacity >= 0 && std::max<std::int64_t>(fleet_capacity - active, 0) < slots;
+  if (capacity_binds)
+    slots = std::max<std::int64_t>(fleet_capacity - active, 0);
   plan.slots = static_cast<int>(slots);
 
   // Batch's guaranteed share, only when some batch work could use it now.
@@ -275,13 +281,18 @@ PassPlan FairScheduler::plan(const std::vector<UserBacklog>& users, std::int64_t
   used += run(Priority::kBatch, plan.slots - used);
   run(Priority::kInteractive, plan.slots - used);
 
-  // Held back by a limit: queued work, nothing granted, and a limit (not the lack of
-  // slots) in the way. Over-budget users were counted above.
+  // Held back by a limit: queued work, nothing granted, and a limit in the way; or, when the
+  // workers' capacity was what ran out, that. Over-budget users were counted above.
+  int granted = 0;
+  for (const Grant& g : plan.grants)
+    granted += g.tasks;
   for (const Candidate& c : candidates) {
     if (c.over_budget || c.queued_total() == 0 || c.granted_total() > 0)
       continue;
     if (const auto cause = limit_reached(c, now))
       ++plan.throttled[static_cast<int>(*cause)];
+    else if (capacity_binds && granted >= plan.slots)
+      ++plan.throttled[static_cast<int>(ThrottleCause::kFleetCapacity)];
   }
   return plan;
 }

@@ -7,7 +7,10 @@
 //
 // Policy, per pass:
 //   - a pass admits at most `pass_limit` tasks, and never lets the fleet's active tasks
-//     (dispatched + running, all users) exceed `max_active` (0: no fleet-wide cap);
+//     (dispatched + running, all users) exceed `max_active` (0: no fleet-wide cap) nor the
+//     capacity the live workers report (admission by capacity: the backlog waits in the
+//     queue, not in the workers); users held back only by that are counted under
+//     kFleetCapacity;
 //   - a user is admitted only while `active < max_concurrency`, its requests-per-minute
 //     bucket has one admission left, its tokens-per-minute bucket has room for the
 //     estimate of one task, and its monthly budget (when set) is not spent;
@@ -65,8 +68,8 @@ struct UserBacklog {
   std::int64_t spent_micros = 0;        // this month's cost so far (when a budget is set)
 };
 
-enum class ThrottleCause { kConcurrency, kRpm, kTpm, kBudget };
-inline constexpr int kThrottleCauses = 4;
+enum class ThrottleCause { kConcurrency, kRpm, kTpm, kBudget, kFleetCapacity };
+inline constexpr int kThrottleCauses = 5;
 
 struct Grant {
   std::string user_id;
@@ -80,7 +83,7 @@ struct PassPlan {
   // `quota_exceeded` this pass (at most the pass limit in all).
   std::vector<std::pair<std::string, int>> over_budget;
   // Users with queued work held back this pass, by the first limit that stopped them.
-  int throttled[kThrottleCauses] = {0, 0, 0, 0};
+  int throttled[kThrottleCauses] = {0, 0, 0, 0, 0};
   // What the pass could admit (pass limit less the over_budget failures, and fleet cap);
   // the grants add up to at most this.
   int slots = 0;
@@ -97,10 +100,12 @@ class FairScheduler {
  public:
   FairScheduler(FairSchedulerOptions options, const Clock& clock);
 
-  // Decides the pass. `fleet_active` is every user's dispatched + running tasks. Charges
-  // the rate and token buckets of every grant (see dispatched() to give back what the
-  // store could not dispatch).
-  PassPlan plan(const std::vector<UserBacklog>& users, std::int64_t fleet_active);
+  // Decides the pass. `fleet_active` is every user's dispatched + running tasks;
+  // `fleet_capacity` what the live workers can run at once (negative: unknown, no cap).
+  // Charges the rate and token buckets of every grant (see dispatched() to give back what
+  // the store could not dispatch).
+  PassPlan plan(const std::vector<UserBacklog>& users, std::int64_t fleet_active,
+                std::int64_t fleet_capacity = -1);
 
   // What the store really dispatched of a grant (<= grant.tasks): the rest is given
   // back to the user's buckets. Returns the token estimate charged per task, for

@@ -703,5 +703,44 @@ TEST(FairScheduler, SameInputsSamePlans) {
   EXPECT_EQ(run(), run());
 }
 
+TEST(FairScheduler, AdmitsNoMoreThanTheWorkersReportTheyCanStart) {
+  ManualClock clock;
+  FairScheduler scheduler(options(200), clock);
+  // The live workers can run 30 at once; 24 are dispatched or running: 6 more go now, the
+  // rest waits in the queue, and the users left out are counted as held by capacity.
+  auto plan = scheduler.plan({backlog("a", 50), backlog("b", 50), backlog("c", 50)}, 24, 30);
+  EXPECT_EQ(plan.slots, 6);
+  EXPECT_EQ(granted(plan, "a") + granted(plan, "b") + granted(plan, "c"), 6);
+  EXPECT_EQ(granted(plan, "a"), 2) << "round robin still shares what capacity there is";
+  EXPECT_EQ(plan.throttled[static_cast<int>(ThrottleCause::kFleetCapacity)], 0)
+      << "every user got some";
+  // Full: nothing is admitted, and every user waiting is held by capacity.
+  plan = scheduler.plan({backlog("a", 50), backlog("b", 50), backlog("c", 50)}, 30, 30);
+  EXPECT_EQ(plan.slots, 0);
+  EXPECT_TRUE(plan.grants.empty());
+  EXPECT_EQ(plan.throttled[static_cast<int>(ThrottleCause::kFleetCapacity)], 3);
+  // More active than the capacity (a worker left): no slot, never a negative one.
+  plan = scheduler.plan({backlog("a", 50)}, 40, 30);
+  EXPECT_EQ(plan.slots, 0);
+}
+
+TEST(FairScheduler, TheTighterOfTheFleetCapAndTheWorkersCapacityBinds) {
+  ManualClock clock;
+  FairScheduler scheduler(options(200, /*max_active=*/10), clock);
+  EXPECT_EQ(scheduler.plan({backlog("a", 50)}, 0, 1000).slots, 10) << "the configured cap";
+  EXPECT_EQ(scheduler.plan({backlog("a", 50)}, 0, 4).slots, 4) << "the workers' capacity";
+  EXPECT_EQ(scheduler.plan({backlog("a", 50)}, 0, -1).slots, 10) << "capacity unknown";
+}
+
+TEST(FairScheduler, AUserHeldByItsOwnLimitIsCountedThereNotUnderCapacity) {
+  ManualClock clock;
+  FairScheduler scheduler(options(200), clock);
+  UserLimits one = open_limits();
+  one.max_concurrency = 1;
+  auto plan = scheduler.plan({backlog("a", 5, 0, one, /*active=*/1), backlog("b", 5)}, 10, 10);
+  EXPECT_EQ(plan.throttled[static_cast<int>(ThrottleCause::kConcurrency)], 1);
+  EXPECT_EQ(plan.throttled[static_cast<int>(ThrottleCause::kFleetCapacity)], 1);
+}
+
 }  // namespace
 }  // namespace agentfleet::limits

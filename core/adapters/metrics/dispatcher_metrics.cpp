@@ -39,6 +39,8 @@ std::string_view to_string(ThrottleReason reason) {
       return "budget";
     case ThrottleReason::kQueueFull:
       return "queue_full";
+    case ThrottleReason::kFleetCapacity:
+      return "fleet_capacity";
   }
   return "other";
 }
@@ -150,8 +152,9 @@ DispatcherMetrics::DispatcherMetrics(MetricsRegistry& registry, const config::Co
   }
   for (auto priority : {Priority::kInteractive, Priority::kBatch})
     f_->admissions.Add({{"priority", std::string(agentfleet::to_string(priority))}});
-  for (auto reason : {ThrottleReason::kConcurrency, ThrottleReason::kRpm, ThrottleReason::kTpm,
-                      ThrottleReason::kBudget, ThrottleReason::kQueueFull}) {
+  for (auto reason :
+       {ThrottleReason::kConcurrency, ThrottleReason::kRpm, ThrottleReason::kTpm,
+        ThrottleReason::kBudget, ThrottleReason::kQueueFull, ThrottleReason::kFleetCapacity}) {
     f_->throttled.Add({{"reason", std::string(to_string(reason))}});
   }
   for (auto reason : {RecoveryReason::kLeaseExpired, RecoveryReason::kRedispatch})

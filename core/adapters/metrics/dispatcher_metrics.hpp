@@ -21,7 +21,7 @@ namespace agentfleet::metrics {
 
 enum class SubmitSource { kHttp, kTopic };
 enum class SubmitOutcome { kAccepted, kDuplicate, kRejected };
-enum class ThrottleReason { kConcurrency, kRpm, kTpm, kBudget, kQueueFull };
+enum class ThrottleReason { kConcurrency, kRpm, kTpm, kBudget, kQueueFull, kFleetCapacity };
 enum class RecoveryReason { kLeaseExpired, kRedispatch };
 enum class SchedulerEnd { kScheduleTimeout, kQuotaExceeded };
 enum class WaitKind { kLongPoll, kEventStream };
