@@ -23,6 +23,7 @@
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/prepared.hpp"
+#include "core/adapters/pg/sql.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "dispatcher/api.hpp"
 #include "dispatcher/scheduler.hpp"
@@ -39,13 +40,9 @@ namespace {
 // transaction that spans the broker round trip. Returns rows published; counts them by
 // topic in `metrics` once the deletion committed.
 int relay_once(pqxx::connection& c, kafka::Producer& producer, int batch, int timeout_ms,
-               metrics::DispatcherMetrics& metrics) {
+               const std::string& dispatch_topic, metrics::DispatcherMetrics& metrics) {
   pqxx::work tx(c);
-  auto rows = pg::exec_prepared(
-      tx, "af_relay_due",
-      "SELECT id, topic, message_key, payload, coalesce(traceparent, '') FROM outbox "
-      "WHERE publish_after <= now() ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
-      batch);
+  auto rows = pg::exec_named(tx, "relay_due", batch, dispatch_topic);
   if (rows.empty())
     return 0;
   std::vector<kafka::OutMessage> messages;
@@ -179,12 +176,13 @@ int run_dispatcher(const config::Config& config) {
     while (!stopping) {
       auto sent = relay_db.run_blocking([&](pqxx::connection& c) {
         return relay_once(c, producer, config.dispatcher.relay_batch,
-                          config.kafka.delivery_timeout_ms, metrics);
+                          config.kafka.delivery_timeout_ms, config.kafka.topics.dispatch, metrics);
       });
       int wait_ms = config.dispatcher.relay_interval_ms;
       if (!sent.ok()) {
-        // Back off on a failing store, up to 5 s, so an outage is not a busy loop.
-        wait_ms = std::min(5000, config.dispatcher.relay_interval_ms << std::min(++failures, 7));
+        // Back off on a failing store, up to 2 s, so an outage is not a busy loop and the
+        // relay is back within seconds of the store.
+        wait_ms = std::min(2000, config.dispatcher.relay_interval_ms << std::min(++failures, 7));
         log::write("warn", "dispatcher", "relay: " + sent.error().message);
       } else {
         failures = 0;

@@ -38,6 +38,8 @@ metrics::ThrottleReason throttle_reason(int cause) {
       return metrics::ThrottleReason::kTpm;
     case limits::ThrottleCause::kBudget:
       return metrics::ThrottleReason::kBudget;
+    case limits::ThrottleCause::kFleetCapacity:
+      return metrics::ThrottleReason::kFleetCapacity;
   }
   return metrics::ThrottleReason::kConcurrency;
 }
@@ -125,8 +127,18 @@ void Scheduler::run() {
         connection =
             pg::open_connection(config_.postgres.url, config_.postgres.statement_timeout_ms,
                                 config_.postgres.connect_timeout_s);
-        pqxx::nontransaction(*connection).exec0("LISTEN agentfleet_work");
+        pqxx::nontransaction(*connection)
+            .exec0("LISTEN agentfleet_work; SET idle_session_timeout = " +
+                   std::to_string(config_.dispatcher.leader_silence_s * 1000));
       }
+      // Every statement of this round has a client-side deadline: twice the statement
+      // timeout, at least five seconds more (a pass is a few statements, each bounded by the
+      // server's statement_timeout when the server hears them).
+      const auto armed = watchdog_.arm(
+          connection->sock(),
+          std::chrono::steady_clock::now() +
+              std::chrono::milliseconds(std::max(2 * config_.postgres.statement_timeout_ms,
+                                                 config_.postgres.statement_timeout_ms + 5000)));
       if (!leader_) {
         const bool won = pqxx::nontransaction(*connection).exec1(kTryLeader)[0].as<bool>();
         // A standby hears every submission's NOTIFY too; libpq keeps them until consumed.
@@ -150,13 +162,20 @@ void Scheduler::run() {
         metrics_.set_leader(true);
         log::write("info", "scheduler", "this replica is now the active scheduler");
       }
+      const auto started = std::chrono::steady_clock::now();
       const bool more = pass(*connection);
       failures = 0;
       if (!more)
         wait(connection.get(), config_.dispatcher.scheduler_interval_ms);
+      // Passes woken by every submission and every result are coalesced: at most one per
+      // scheduler_min_gap_ms, so a burst of wake-ups costs one pass, not one each.
+      const auto gap = std::chrono::milliseconds(config_.dispatcher.scheduler_min_gap_ms) -
+                       (std::chrono::steady_clock::now() - started);
+      if (gap > std::chrono::milliseconds(0) && !stopping_)
+        std::this_thread::sleep_for(gap);
     } catch (const std::exception& e) {
       // The lock lives and dies with the connection: whatever failed, start over from a
-      // new connection and compete for the lock again. Back off up to 5 s.
+      // new connection and compete for the lock again.
       if (leader_)
         log::write("warn", "scheduler", std::string("lost the scheduler lock: ") + e.what());
       else
@@ -164,7 +183,8 @@ void Scheduler::run() {
       leader_ = false;
       metrics_.set_leader(false);
       connection.reset();
-      const int backoff = std::min(5000, 100 << std::min(++failures, 6));
+      // At most 2 s apart: after an outage, admission resumes within seconds of the store.
+      const int backoff = std::min(2000, 100 << std::min(++failures, 5));
       wait(nullptr, backoff);
     }
   }
@@ -252,6 +272,7 @@ bool Scheduler::pass(pqxx::connection& c) {
     recovery = pg::recover_tasks(tx, spec);
     expired = pg::expire_queued(tx, spec.limit, spec.results_topic);
     swept = pg::sweep_cancelled_batches(tx, spec.limit, spec.results_topic);
+    pg::forget_workers(tx);
   }
   const pg::Backlog backlog =
       pg::read_backlog(tx, spec.limit, config_.dispatcher.max_active_tasks > 0);
@@ -286,7 +307,7 @@ bool Scheduler::pass(pqxx::connection& c) {
     }
   }
 
-  const limits::PassPlan plan = fair_->plan(users, backlog.fleet_active);
+  const limits::PassPlan plan = fair_->plan(users, backlog.fleet_active, backlog.fleet_capacity);
   int over_budget = 0;
   std::vector<std::pair<std::string, std::size_t>> over_budget_users;  // for the log
   int admitted_total = 0;

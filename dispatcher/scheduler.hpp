@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
+#include "core/adapters/pg/call_watchdog.hpp"
 #include "core/adapters/pg/task_store.hpp"
 #include "core/config/config.hpp"
 #include "core/limits/clock.hpp"
@@ -106,6 +107,9 @@ class Scheduler {
   // When the pass's cached plans were last dropped (DISCARD PLANS), so that they are
   // rebuilt from the tables' current sizes.
   std::chrono::steady_clock::time_point plans_at_{};
+  // Cuts a statement the server never answers (a half-open connection): the lock is then
+  // given up here, and the server ends the silent session after leader_silence_s.
+  pg::CallWatchdog watchdog_;
   std::thread thread_;
 };
 

@@ -70,6 +70,11 @@ void SubmitIngest::handle(kafka::InMessage message) {
   if (stopping_ || !owned_.count({message.topic, message.partition}))
     return;  // read again by the partition's owner
   offsets_.started({message.topic, message.partition}, message.offset);
+  // Bounded: a flood on the topic (or a store that does not answer) waits in Kafka, not here.
+  if (++in_flight_ >= kMaxInFlight && !paused_) {
+    paused_ = true;
+    consumer_->pause();
+  }
   if (message.key.empty()) {
     asio::co_spawn(io_, ingest(std::move(message)), asio::detached);
     return;
@@ -115,6 +120,11 @@ asio::awaitable<void> SubmitIngest::ingest_in_order(std::string key) {
 }
 
 void SubmitIngest::done(const kafka::InMessage& message, bool handled) {
+  --in_flight_;
+  if (paused_ && in_flight_ <= kMaxInFlight * 9 / 10 && !stopping_) {
+    paused_ = false;
+    consumer_->resume();
+  }
   if (!handled) {
     offsets_.forget_offset({message.topic, message.partition}, message.offset);
   } else if (auto commit = offsets_.finished({message.topic, message.partition}, message.offset)) {
@@ -169,8 +179,10 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
                                 ":" + std::to_string(message.offset);
   }
   task.spec.task_id = new_task_id();
-  // A store outage: a few tries with backoff (0.2 s to 3.2 s), then the message is left
-  // uncommitted for the next read.
+  // A store outage: tried again with backoff (0.2 s, doubling to 2 s) for up to ten minutes,
+  // so the message is stored within seconds of the store's return (later messages of its
+  // key wait behind it; the consumer pauses once kMaxInFlight wait). Only then, or on
+  // shutdown, is it left uncommitted for the next read.
   for (int attempt = 0;; ++attempt) {
     auto inserted = co_await db_.run(
         [&](pqxx::connection& c) { return pg::insert_task(c, task, queue_limit(config_)); });
@@ -215,7 +227,7 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
       done(message, true);
       co_return;
     }
-    if (!inserted.error().retryable() || attempt >= 4 || stopping_) {
+    if (!inserted.error().retryable() || attempt >= kStoreRetries || stopping_) {
       log::TaskContext context;
       context.user_id = task.spec.user_id;
       context.trace_id = log::trace_id_of(task.traceparent);
@@ -227,7 +239,12 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
       done(message, false);
       co_return;
     }
-    asio::steady_timer pause(io_, std::chrono::milliseconds(200 << attempt));
+    if (attempt == 0) {
+      log::warn("dispatcher", "submission not stored yet, trying again until the store answers: " +
+                                  inserted.error().message);
+    }
+    asio::steady_timer pause(
+        io_, std::chrono::milliseconds(std::min(2000, 200 << std::min(attempt, 4))));
     boost::system::error_code ec;
     co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }

@@ -6,11 +6,13 @@
 // (after a restart or a rebalance) is still one task. Bad messages (not JSON, schema,
 // unknown model or tool, a key reused with another body) go to the dead-letter topic with
 // the reason and their origin in headers; the partition moves on. A store outage is
-// retried a bounded number of times with backoff; a message still not stored is left
-// uncommitted, so the group reads it again. Messages of one key (one user) are stored one
-// after the other, in the order they were sent, so the first of two submissions with the
-// same idempotency key is the task and the second the duplicate or the conflict; messages
-// of different keys are stored concurrently.
+// retried with backoff (at most 2 s apart) for up to ten minutes, so nothing is abandoned
+// and the message is stored within seconds of the store's return; at most kMaxInFlight
+// messages are under way at once (the consumer pauses beyond), so a flood or an outage waits
+// in Kafka. A message still not stored is left uncommitted, so the group reads it again. Messages
+// of one key (one user) are stored one after the other, in the order they were sent, so the first
+// of two submissions with the same idempotency key is the task and the second the duplicate or the
+// conflict; messages of different keys are stored concurrently.
 //
 // Lifecycle: start() after construction, stop() before the io_context goes away.
 // Thread-safety: runs on the io_context's thread; librdkafka's poll thread only posts.
@@ -66,6 +68,10 @@ class SubmitIngest {
   // Messages per key, the first one being ingested; a key is here while any are.
   std::map<std::string, std::deque<kafka::InMessage>> in_order_;
   bool stopping_ = false;
+  static constexpr int kMaxInFlight = 1000;
+  static constexpr int kStoreRetries = 300;  // about ten minutes at 2 s apart
+  int in_flight_ = 0;
+  bool paused_ = false;
   std::unique_ptr<kafka::Consumer> consumer_;
 };
 

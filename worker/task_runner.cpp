@@ -13,7 +13,6 @@
 #include <set>
 
 #include "core/adapters/log.hpp"
-#include "core/adapters/pg/task_store.hpp"
 #include "core/codec/checkpoint_codec.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/codec/openai_codec.hpp"
@@ -27,13 +26,16 @@
 namespace agentfleet::worker {
 
 namespace asio = boost::asio;
-using Clock = std::chrono::steady_clock;
+using TimePoint = limits::Clock::time_point;
 
 namespace {
 // A claim that failed on a store outage is tried again after 0.25, 0.5, 1, 2 and 4 s: long
 // enough to ride out a Postgres restart.
 constexpr int kClaimRetries = 5;
 constexpr int kClaimRetryBaseMs = 250;
+// A claim that arrives while the worker is fenced waits up to 30 s for a new incarnation.
+constexpr int kFencedClaimWaits = 300;
+constexpr int kFencedClaimWaitMs = 100;
 
 // The dispatch message's traceparent goes on to the model and tool calls as a header: only a
 // valid one, rebuilt as version 00 from its checked parts (a later version may append
@@ -149,16 +151,17 @@ std::string error_code_of(const std::string& content, std::string fallback = "er
 }  // namespace
 
 TaskRunner::TaskRunner(const config::Config& config, std::string worker_id,
-                       ports::ModelClient& model, ports::ToolClient& tools,
-                       kafka::Producer& producer, metrics::WorkerMetrics& metrics,
-                       pg::WriteBatcher& writes)
+                       ports::ModelClient& model, ports::ToolClient& tools, ports::RunStore& store,
+                       ports::Publisher& publisher, metrics::WorkerMetrics& metrics,
+                       const limits::Clock& clock)
     : config_(config),
       worker_id_(std::move(worker_id)),
       model_(model),
       tools_(tools),
-      writes_(writes),
-      producer_(producer),
+      store_(store),
+      publisher_(publisher),
       metrics_(metrics),
+      clock_(clock),
       prices_(make_price_table(config.billing)),
       markers_(make_markers(config.react.markers)),
       plan_policy_(make_plan_policy(config.plan_execute)),
@@ -173,12 +176,11 @@ TaskRunner::TaskRunner(const config::Config& config, std::string worker_id,
 }
 
 // What outside events ask of one run. Lives as long as the run or a call it abandoned.
-struct TaskRunner::Control {
+struct RunControl {
   bool cancel = false;
-  bool lease_lost = false;
+  bool lease_lost = false;  // fenced: the worker can no longer prove it owns the task
   bool drain = false;
-  // Its terminal write or hand-back is under way: the lease ends with it, so a heartbeat
-  // that no longer finds the lease has not lost it to another worker.
+  // Its terminal write or hand-back is under way.
   bool ending = false;
   // The timer the run is waiting on right now (a model or tool call), cancelled to wake it.
   asio::steady_timer* waiting = nullptr;
@@ -190,12 +192,12 @@ struct TaskRunner::Control {
   bool interrupted() const { return cancel || lease_lost; }
 };
 
-std::vector<std::pair<std::string, int>> TaskRunner::held_leases() const {
+std::vector<ports::HeldTask> TaskRunner::held() const {
   std::lock_guard lock(leases_mutex_);
-  std::vector<std::pair<std::string, int>> held;
+  std::vector<ports::HeldTask> held;
   held.reserve(leases_.size());
   for (const auto& [task_id, h] : leases_)
-    held.emplace_back(task_id, h.attempt);
+    held.push_back(ports::HeldTask{task_id, h.attempt});
   return held;
 }
 
@@ -212,14 +214,22 @@ void TaskRunner::cancel(const std::string& task_id) {
   }
 }
 
-bool TaskRunner::lease_lost(const std::string& task_id, int attempt) {
+void TaskRunner::fence() {
   std::lock_guard lock(leases_mutex_);
-  auto it = leases_.find(task_id);
-  if (it == leases_.end() || it->second.attempt != attempt || it->second.control->ending)
-    return false;
-  it->second.control->lease_lost = true;
-  it->second.control->wake();
-  return true;
+  fenced_ = true;
+  for (auto& [task_id, held] : leases_) {
+    held.control->lease_lost = true;
+    held.control->wake();
+  }
+}
+
+void TaskRunner::unfence() {
+  {
+    std::lock_guard lock(leases_mutex_);
+    fenced_ = false;
+  }
+  for (asio::steady_timer* waiting : fence_waiters_)
+    waiting->cancel();
 }
 
 void TaskRunner::drain() {
@@ -229,21 +239,21 @@ void TaskRunner::drain() {
     held.control->drain = true;
 }
 
-struct TaskRunner::Run {
-  std::string task_id;
+struct TaskRunner::Run : ClaimedRun {
   std::string user_id;  // from the dispatch message; the claimed row's afterwards
   std::string traceparent;
-  pg::ClaimedTask claimed;
+  ports::ClaimedTask claimed;
   int step = -1;  // the ReAct step the run is at (a model call or its tool calls)
-  Clock::time_point deadline;
-  Clock::time_point claimed_at;
-  std::shared_ptr<Control> control = std::make_shared<Control>();
+  TimePoint deadline;
+  TimePoint claimed_at;
+  std::shared_ptr<RunControl> control = std::make_shared<RunControl>();
   std::shared_ptr<const std::vector<ports::ToolSchema>> schemas;
   std::set<std::string> allowed;    // the task's allow-list within the registry
   std::set<std::string> permitted;  // of those, the tools the user's permission level allows
   int progress_seq = 0;
   int steps = 0;
   int tool_calls = 0;
+  ports::TaskTotals totals;  // billed so far: earlier attempts' and this run's saved steps
 
   // What every log line about this run carries.
   log::TaskContext log_context() const {
@@ -263,68 +273,107 @@ void TaskRunner::mark_ending(Run& run) {
 
 asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string user_id,
                                             std::string traceparent) {
-  Run run;
-  run.task_id = std::move(task_id);
-  run.user_id = std::move(user_id);
-  run.traceparent = traceparent_to_forward(traceparent);
-  auto claim_once = [&] {
-    return writes_.run(run.task_id, [&](pqxx::work& tx) {
-      return pg::claim_task(tx, run.task_id, worker_id_, config_.worker.lease_s,
-                            config_.dispatcher.max_attempts);
-    });
-  };
-  auto claim = co_await claim_once();
+  ClaimResult claimed =
+      co_await claim(std::move(task_id), std::move(user_id), std::move(traceparent));
+  if (!claimed.run)
+    co_return claimed.outcome;
+  co_return co_await execute(std::move(claimed.run));
+}
+
+asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string user_id,
+                                               std::string traceparent) {
+  auto run = std::make_shared<Run>();
+  run->task_id = std::move(task_id);
+  run->user_id = std::move(user_id);
+  run->traceparent = traceparent_to_forward(traceparent);
+  auto executor = co_await asio::this_coro::executor;
+  // A fenced worker owns nothing until its lease keeper has a new incarnation: a message that
+  // arrived meanwhile waits for it (its partition is paused), bounded.
+  for (int waited = 0; waited < kFencedClaimWaits; ++waited) {
+    {
+      std::lock_guard lock(leases_mutex_);
+      if (!fenced_ || draining_)
+        break;
+    }
+    asio::steady_timer pause(executor, std::chrono::milliseconds(kFencedClaimWaitMs));
+    fence_waiters_.insert(&pause);  // unfence() wakes it
+    boost::system::error_code ec;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    fence_waiters_.erase(&pause);
+  }
+  {
+    std::lock_guard lock(leases_mutex_);
+    if (fenced_) {
+      log::warn("worker", run->log_context(), "not claimed: this worker is fenced");
+      co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
+    }
+  }
+  auto claim = co_await store_.claim(run->task_id);
   // A claim that failed on a store outage (a Postgres restart) is tried again for a few
   // seconds: left alone, the task would wait in `dispatched` for the scheduler's
   // redispatch_after_s (a minute), its deadline running if an earlier attempt started it.
-  // A claim whose commit was in doubt finds the task leased to this worker and skips it;
-  // that lease then expires and recovery dispatches it again.
+  // A claim whose commit was in doubt may have made the task this worker's without anyone
+  // running it: such a task is reported abandoned (attempt unknown), and the lease keeper
+  // hands it back if this worker holds it.
+  bool in_doubt = false;
   for (int retry = 0; !claim.ok() && claim.error().retryable() && retry < kClaimRetries; ++retry) {
+    in_doubt = true;
     {
       std::lock_guard lock(leases_mutex_);
       if (draining_)
         break;
     }
-    log::warn("worker", run.log_context(), "claim failed, trying again: " + claim.error().message);
-    asio::steady_timer pause(co_await asio::this_coro::executor,
-                             std::chrono::milliseconds(kClaimRetryBaseMs << retry));
+    log::warn("worker", run->log_context(), "claim failed, trying again: " + claim.error().message);
+    asio::steady_timer pause(executor, std::chrono::milliseconds(kClaimRetryBaseMs << retry));
     boost::system::error_code ec;
     co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    claim = co_await claim_once();
+    claim = co_await store_.claim(run->task_id);
+  }
+  if (!claim.ok() || claim.value().outcome != ports::ClaimOutcome::kClaimed) {
+    if (in_doubt && abandoned_)
+      abandoned_(ports::HeldTask{run->task_id, -1});
   }
   if (!claim.ok()) {
-    log::error("worker", run.log_context(), "claim failed: " + claim.error().message);
+    log::error("worker", run->log_context(), "claim failed: " + claim.error().message);
     metrics_.claim(metrics::ClaimOutcome::kStoreUnavailable);
-    co_return RunOutcome::kStoreUnavailable;
+    co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
   }
-  if (claim.value().outcome == pg::ClaimOutcome::kUnknown)
-    co_return RunOutcome::kUnknownTask;
-  if (claim.value().outcome != pg::ClaimOutcome::kClaimed) {
-    log::info("worker", run.log_context(), "skipped: ended already, or leased by another worker");
+  if (claim.value().outcome == ports::ClaimOutcome::kUnknown)
+    co_return ClaimResult{nullptr, RunOutcome::kUnknownTask};
+  if (claim.value().outcome != ports::ClaimOutcome::kClaimed) {
+    log::info("worker", run->log_context(), "skipped: ended already, or run by another worker");
     metrics_.claim(metrics::ClaimOutcome::kSkipped);
-    co_return RunOutcome::kSkipped;  // terminal, or leased elsewhere
+    co_return ClaimResult{nullptr, RunOutcome::kSkipped};  // terminal, or owned elsewhere
   }
-  run.claimed = std::move(*claim.value().task);
-  run.claimed_at = Clock::now();
+  run->claimed = std::move(*claim.value().task);
+  run->attempt = run->claimed.attempt;
+  run->totals = run->claimed.totals;
+  run->claimed_at = clock_.now();
   metrics_.claim(metrics::ClaimOutcome::kClaimed);
-  if (run.claimed.attempt == 1)
-    metrics_.queue_wait(run.claimed.spec.priority, run.claimed.queued_ms / 1000.0);
-  run.deadline = Clock::now() + std::chrono::milliseconds(run.claimed.remaining_ms);
+  if (run->claimed.attempt == 1)
+    metrics_.queue_wait(run->claimed.spec.priority, run->claimed.queued_ms / 1000.0);
+  run->deadline = clock_.now() + std::chrono::milliseconds(run->claimed.remaining_ms);
   log::info(
-      "worker", run.log_context(),
-      run.claimed.steps.empty()
+      "worker", run->log_context(),
+      run->claimed.steps.empty()
           ? std::string("claimed")
-          : "claimed, resuming after " + std::to_string(run.claimed.steps.size()) +
-                (run.claimed.steps.size() == 1 ? " checkpointed step" : " checkpointed steps"));
+          : "claimed, resuming after " + std::to_string(run->claimed.steps.size()) +
+                (run->claimed.steps.size() == 1 ? " checkpointed step" : " checkpointed steps"));
   {
     std::lock_guard lock(leases_mutex_);
-    run.control->drain = draining_;
-    leases_[run.task_id] = Held{run.claimed.attempt, run.control};
+    run->control->drain = draining_;
+    run->control->lease_lost = fenced_;
+    leases_[run->task_id] = Held{run->claimed.attempt, run->control};
   }
+  co_return ClaimResult{std::move(run), RunOutcome::kFinished};
+}
+
+asio::awaitable<RunOutcome> TaskRunner::execute(std::shared_ptr<ClaimedRun> claimed) {
+  Run& run = static_cast<Run&>(*claimed);
   RunOutcome outcome = RunOutcome::kFinished;
   std::string internal_error;
   try {
-    outcome = co_await execute(run);
+    outcome = co_await run_strategy(run);
   } catch (const std::exception& e) {
     internal_error = e.what();
   }
@@ -335,7 +384,7 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string use
       outcome = co_await finish(run, TaskStatus::kFailed, std::nullopt,
                                 "internal error: " + internal_error);
     } catch (const std::exception& e) {
-      // Not even that could be stored: stop holding the lease, so recovery takes the task.
+      // Not even that could be stored: stop holding the task, so it is handed back.
       log::error("worker", run.log_context(),
                  std::string("could not record the failure: ") + e.what());
       outcome = RunOutcome::kStoreUnavailable;
@@ -348,14 +397,18 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string use
     if (held != leases_.end() && held->second.attempt == run.claimed.attempt)
       leases_.erase(held);
   }
+  // Still this worker's in the store, and nobody runs it: the lease keeper hands it back.
+  if (outcome == RunOutcome::kStoreUnavailable && abandoned_)
+    abandoned_(ports::HeldTask{run.task_id, run.claimed.attempt});
   co_return outcome;
 }
 
 asio::awaitable<std::optional<RunOutcome>> TaskRunner::stop_requested(Run& run,
                                                                       bool at_checkpoint) {
-  const Control& control = *run.control;
+  const RunControl& control = *run.control;
   if (control.lease_lost) {
-    log::warn("worker", run.log_context(), "lease taken over; stopping without writing");
+    log::warn("worker", run.log_context(),
+              "stopping without writing: this worker can no longer prove it owns the task");
     co_return RunOutcome::kLeaseLost;
   }
   if (control.cancel) {
@@ -363,9 +416,7 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::stop_requested(Run& run,
   }
   if (control.drain && at_checkpoint) {
     mark_ending(run);
-    auto released = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
-      return pg::release_task(tx, run.task_id, run.claimed.attempt);
-    });
+    auto released = co_await store_.release(run.task_id, run.claimed.attempt);
     if (!released.ok()) {
       // The lease expires; recovery resumes it.
       log::warn("worker", run.log_context(),
@@ -381,7 +432,7 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::stop_requested(Run& run,
   co_return std::nullopt;
 }
 
-asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
+asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
   const TaskSpec& spec = run.claimed.spec;
   if (run.claimed.cancel_requested) {
     co_return co_await finish(run, TaskStatus::kCancelled, std::nullopt, "cancelled before it ran");
@@ -419,8 +470,8 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
   const std::string zone_name =
       spec.metadata.time_zone.empty() ? config_.task_defaults.time_zone : spec.metadata.time_zone;
   const auto zone = config::load_time_zone(zone_name);
-  react::PromptValues values{to_local(zone.zone, std::chrono::system_clock::now()),
-                             zone.found ? zone_name : "UTC", spec.metadata.locale};
+  react::PromptValues values{to_local(zone.zone, clock_.wall_now()), zone.found ? zone_name : "UTC",
+                             spec.metadata.locale};
   std::vector<Message> history;
   if (!spec.parent_task_id.empty()) {
     auto loaded = co_await load_history(run);
@@ -448,13 +499,13 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
   bool tool_row_written = false;
   // A checkpoint the replay does not lead to (the strategy's settings changed since it was
   // written) ends the task rather than running steps again under new keys.
-  auto diverged = [&](const pg::StepRecord& record) {
+  auto diverged = [&](const ports::StepRecord& record) {
     return finish(run, TaskStatus::kFailed, std::nullopt,
                   "checkpoint " + std::to_string(record.step) +
                       " does not match the replay (the strategy or its settings changed since "
                       "it was written)");
   };
-  for (const pg::StepRecord& record : run.claimed.steps) {
+  for (const ports::StepRecord& record : run.claimed.steps) {
     step = record.step + 1;
     const std::string role = codec::checkpoint_role(record.model_reply);
     if (role == "tool_step") {
@@ -549,7 +600,7 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
                    : step;
     if (auto stop = co_await stop_requested(run, true))
       co_return *stop;
-    if (Clock::now() >= run.deadline) {
+    if (clock_.now() >= run.deadline) {
       co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt,
                                 "deadline of " + std::to_string(spec.timeout_s) + " s passed");
     }
@@ -558,9 +609,9 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
         // A plan tool step is recorded with its calls before they run, as a model step is,
         // so every side effect belongs to a checkpointed step.
         const std::string row = codec::tool_step_checkpoint_json(calls->calls);
-        auto written = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
-          return pg::save_tool_step(tx, run.task_id, run.claimed.attempt, step, row);
-        });
+        // Named, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
+        ports::ToolStep tool_step{run.task_id, run.claimed.attempt, step, row};
+        auto written = co_await store_.save_tool_step(std::move(tool_step));
         if (auto stop = co_await on_store_failure(run, written, "tool step"))
           co_return *stop;
         ++step;
@@ -582,10 +633,9 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
       }
       const std::string obs_json = codec::observations_json(*observations);
       const int executed = static_cast<int>(calls->calls.size());
-      auto saved = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
-        return pg::save_tool_results(tx, run.task_id, run.claimed.attempt, tools_step, obs_json,
-                                     trace, executed);
-      });
+      ports::ToolResults results{run.task_id, run.claimed.attempt, tools_step,
+                                 obs_json,    std::move(trace),    executed};
+      auto saved = co_await store_.save_tool_results(std::move(results));
       if (auto stop = co_await on_store_failure(run, saved, "tool results"))
         co_return *stop;
       tool_row_written = false;
@@ -595,9 +645,9 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
     }
     // CallModel.
     const auto call_deadline =
-        std::min(run.deadline, Clock::now() + std::chrono::seconds(model.call_timeout_s));
+        std::min(run.deadline, clock_.now() + std::chrono::seconds(model.call_timeout_s));
     emit_progress(run, "step", step, {}, "{}");
-    const auto started = Clock::now();
+    const auto started = clock_.now();
     const react::NextCall request = strategy.request();
     react::FittedContext context = react::fit_context(*request.messages, budget);
     if (!context.fits) {
@@ -621,14 +671,14 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
           "deadline of " + std::to_string(spec.timeout_s) + " s passed during a model call");
     }
     const int latency_ms = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count());
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() - started).count());
     if (!reply->ok()) {
       log::warn("worker", run.log_context(), "model call failed: " + reply->error().message,
                 {{"model", spec.model}});
       // A call bounded by the task's deadline that gave up on time (it ran out, or the
       // provider asked for a wait past it) ends the task timed_out, not failed.
       const bool out_of_time =
-          Clock::now() >= run.deadline ||
+          clock_.now() >= run.deadline ||
           (reply->error().kind == ErrorKind::kTimeout && call_deadline >= run.deadline);
       if (out_of_time) {
         co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt,
@@ -638,21 +688,27 @@ asio::awaitable<RunOutcome> TaskRunner::execute(Run& run) {
                                 "model call failed: " + reply->error().message);
     }
     const ModelReply& answer = reply->value();
-    const auto now = std::chrono::system_clock::now();
+    const auto now = clock_.wall_now();
     const billing::Money cost = prices_.cost(spec.model, answer.usage, now);
     metrics_.tokens(spec.model, answer.usage);
     metrics_.cost(spec.model, cost.currency, cost.micros);
-    pg::LedgerRow ledger{
+    ports::LedgerRow ledger{
         spec.user_id, spec.batch_id, spec.model, answer.usage, billing::format_micros(cost.micros),
         cost.currency};
     const std::string reply_json =
         codec::model_reply_json(answer, request.role == "react" ? std::string() : request.role);
-    auto saved = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
-      return pg::save_model_step(tx, run.task_id, run.claimed.attempt, step, reply_json, latency_ms,
-                                 ledger);
-    });
+    ports::ModelStep model_step{run.task_id, run.claimed.attempt, step,
+                                reply_json,  latency_ms,          std::move(ledger)};
+    auto saved = co_await store_.save_model_step(std::move(model_step));
     if (auto stop = co_await on_store_failure(run, saved, "model step"))
       co_return *stop;
+    // Billed: the totals the result event reports (input, cached input and output, as the
+    // task row sums them).
+    run.totals.usage.input += answer.usage.input;
+    run.totals.usage.cached_input += answer.usage.cached_input;
+    run.totals.usage.output += answer.usage.output;
+    run.totals.cost_micros += cost.micros;
+    run.totals.currency = cost.currency;
     if (!answer.content.empty()) {
       // The model's text of the step, always as {"text": ...} (react_json text is JSON too).
       rapidjson::StringBuffer text;
@@ -673,12 +729,13 @@ namespace {
 // The conversation a follow-up starts with: its parent's text, its ReAct turns with every
 // call answered (rebuilt from its checkpoints; a plan_execute parent gives its text only),
 // and its answer as an assistant message (the result with its options, or how it ended).
-std::vector<Message> parent_conversation(const pg::ParentTask& parent, const config::Config& config,
+std::vector<Message> parent_conversation(const ports::ParentTask& parent,
+                                         const config::Config& config,
                                          const react::ResultMarkers& markers) {
   std::vector<Message> history;
   const bool planned =
       parent.strategy == AgentStrategy::kPlanExecute ||
-      std::any_of(parent.steps.begin(), parent.steps.end(), [](const pg::StepRecord& r) {
+      std::any_of(parent.steps.begin(), parent.steps.end(), [](const ports::StepRecord& r) {
         return !codec::checkpoint_role(r.model_reply).empty();
       });
   if (planned || parent.steps.empty()) {
@@ -696,7 +753,7 @@ std::vector<Message> parent_conversation(const pg::ParentTask& parent, const con
                                               config.react.tool_result_context_chars},
                                 markers, allowed);
     react::ReactState state = loop.start({}, parent.text);
-    for (const pg::StepRecord& record : parent.steps) {
+    for (const ports::StepRecord& record : parent.steps) {
       auto reply = codec::parse_model_reply_json(record.model_reply);
       if (!reply.ok())
         break;
@@ -738,9 +795,7 @@ std::vector<Message> parent_conversation(const pg::ParentTask& parent, const con
 
 asio::awaitable<Result<std::vector<Message>>> TaskRunner::load_history(Run& run) {
   const TaskSpec& spec = run.claimed.spec;
-  auto parent = co_await writes_.run(run.task_id, [&](pqxx::work& tx) {
-    return pg::load_parent(tx, spec.parent_task_id, spec.user_id);
-  });
+  auto parent = co_await store_.load_parent(spec.parent_task_id, spec.user_id);
   if (!parent.ok())
     co_return parent.error();
   if (!parent.value()) {
@@ -792,7 +847,7 @@ Result<std::unique_ptr<react::Strategy>> TaskRunner::make_strategy(
 
 asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
     Run& run, std::vector<Message> messages,
-    std::shared_ptr<const std::vector<ports::ToolSchema>> tools, Clock::time_point deadline) {
+    std::shared_ptr<const std::vector<ports::ToolSchema>> tools, TimePoint deadline) {
   // The call runs as its own coroutine owning what it reads, so that a cancellation can
   // stop waiting for it at once; an abandoned call ends at its own deadline.
   struct Call {
@@ -823,10 +878,12 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
         }
       });
   // The call's own deadline bounds it; the timer is a backstop a little past it.
-  asio::steady_timer timer(executor, deadline + std::chrono::seconds(1));
+  const TimePoint backstop = deadline + std::chrono::seconds(1);
+  asio::steady_timer timer(executor);
   call->waiter = &timer;
   run.control->waiting = &timer;
-  while (!call->reply && !run.control->interrupted() && Clock::now() < timer.expiry()) {
+  while (!call->reply && !run.control->interrupted() && clock_.now() < backstop) {
+    timer.expires_after(backstop - clock_.now());
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
@@ -887,7 +944,7 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
   std::vector<std::size_t> to_call;
   for (std::size_t i = 0; i < batch->slots.size(); ++i) {
     Slot& slot = batch->slots[i];
-    slot.at = std::chrono::system_clock::now();
+    slot.at = clock_.wall_now();
     slot.outcome.observation.call_id = slot.call.id;
     slot.outcome.observation.tool = slot.call.name;
     auto schema = argument_schemas_.find(slot.call.name);
@@ -908,7 +965,8 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
   // At most max_tool_calls_per_step calls of one step run at once.
   const std::size_t window =
       static_cast<std::size_t>(std::max(1, config_.worker.max_tool_calls_per_step));
-  asio::steady_timer timer(executor, run.deadline + std::chrono::seconds(1));
+  const TimePoint backstop = run.deadline + std::chrono::seconds(1);
+  asio::steady_timer timer(executor);
   for (std::size_t begin = 0; begin < to_call.size(); begin += window) {
     const std::size_t end = std::min(to_call.size(), begin + window);
     batch->pending = end - begin;
@@ -950,7 +1008,8 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
     }
     batch->waiter = &timer;
     run.control->waiting = &timer;
-    while (batch->pending > 0 && !run.control->interrupted() && Clock::now() < timer.expiry()) {
+    while (batch->pending > 0 && !run.control->interrupted() && clock_.now() < backstop) {
+      timer.expires_after(backstop - clock_.now());
       boost::system::error_code ec;
       co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
@@ -1038,36 +1097,26 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   mark_ending(run);
   // Errors quote outside text (response excerpts); keep them storable.
   error = codec::sanitize_text(error);
-  pg::FinishRecord record;
-  record.task_id = run.task_id;
-  record.attempt = run.claimed.attempt;
-  record.status = status;
-  record.result = result;
-  record.error = error;
-  record.results_topic = config_.kafka.topics.results;
-  record.user_id = spec.user_id;
-  record.traceparent = run.traceparent;
-  std::string event_json;
-  const auto event_of = [&](const pg::TaskTotals& totals) {
-    codec::ResultEvent event;
-    event.task_id = run.task_id;
-    event.user_id = spec.user_id;
-    event.batch_id = spec.batch_id;
-    event.status = status;
-    event.result = result;
-    event.error = error;
-    event.attempt = run.claimed.attempt;
-    event.steps = run.steps;
-    event.tool_calls = run.tool_calls;
-    event.usage = totals.usage;
-    event.cost = totals.cost;
-    event.currency = totals.currency.empty() ? "CNY" : totals.currency;
-    event.finished_at = codec::format_rfc3339(std::chrono::system_clock::now());
-    event_json = codec::result_event_json(event);
-    return event_json;
-  };
-  auto finished = co_await writes_.run(
-      run.task_id, [&](pqxx::work& tx) { return pg::finish_task(tx, record, event_of); });
+  // The result event, from the totals the run kept (what earlier attempts billed, plus each
+  // model step it saved): the store writes it with the end, in the same statement.
+  codec::ResultEvent event;
+  event.task_id = run.task_id;
+  event.user_id = spec.user_id;
+  event.batch_id = spec.batch_id;
+  event.status = status;
+  event.result = result;
+  event.error = error;
+  event.attempt = run.claimed.attempt;
+  event.steps = run.steps;
+  event.tool_calls = run.tool_calls;
+  event.usage = run.totals.usage;
+  event.cost = billing::format_micros(run.totals.cost_micros);
+  event.currency = run.totals.currency.empty() ? "CNY" : run.totals.currency;
+  event.finished_at = codec::format_rfc3339(clock_.wall_now());
+  const std::string event_json = codec::result_event_json(event);
+  ports::TaskEnd end{run.task_id, run.claimed.attempt, status,          result,
+                     error,       spec.user_id,        run.traceparent, event_json};
+  auto finished = co_await store_.finish(std::move(end));
   if (!finished.ok()) {
     log::warn("worker", run.log_context(),
               "could not store the end " + std::string(to_string(status)) +
@@ -1081,7 +1130,7 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   }
   const std::int64_t outbox_id = finished.value().value();
   metrics_.task_finished(status, result ? std::optional(result->type) : std::nullopt,
-                         std::chrono::duration<double>(Clock::now() - run.claimed_at).count());
+                         std::chrono::duration<double>(clock_.now() - run.claimed_at).count());
   if (error.empty()) {
     log::info(
         "worker", run.log_context(),
@@ -1098,48 +1147,18 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   emit_progress(run, "done", run.steps, {}, event_json);
 
   // Announce now; if this fails the relay publishes the outbox row after its delay.
-  kafka::Headers headers;
+  ports::Headers headers;
   if (!run.traceparent.empty())
     headers.emplace_back("traceparent", run.traceparent);
-  kafka::OutMessage announcement{config_.kafka.topics.results, spec.user_id, event_json, headers};
-  Status published = co_await producer_.publish(std::move(announcement));
+  ports::OutMessage announcement{config_.kafka.topics.results, spec.user_id, event_json, headers};
+  Status published = co_await publisher_.publish(std::move(announcement));
   if (published.ok()) {
-    remove_outbox_row(co_await asio::this_coro::executor, outbox_id);
+    store_.announced(outbox_id);
   } else {
     log::warn("worker", run.log_context(),
               "result event not published yet (the relay will): " + published.error().message);
   }
   co_return RunOutcome::kFinished;
-}
-
-void TaskRunner::remove_outbox_row(const asio::any_io_executor& executor, std::int64_t id) {
-  published_rows_.push_back(id);
-  if (removing_rows_)
-    return;  // the removal under way takes it next
-  removing_rows_ = true;
-  asio::co_spawn(
-      executor,
-      [this]() -> asio::awaitable<void> {
-        while (!published_rows_.empty()) {
-          std::vector<std::int64_t> ids;
-          ids.swap(published_rows_);
-          auto removed = co_await writes_.run({}, [&ids](pqxx::work& tx) {
-            pg::delete_outbox_rows(tx, ids);
-            return true;
-          });
-          // Rows left behind are published again by the relay after their delay: an
-          // identical repeat of an event readers already have.
-          if (!removed.ok())
-            log::warn("worker",
-                      "published result events left in the outbox: " + removed.error().message);
-        }
-        // In the same step as the check above: an id queued after it starts a removal.
-        removing_rows_ = false;
-      },
-      [this](std::exception_ptr error) {
-        if (error)
-          removing_rows_ = false;  // it ended before its own reset
-      });
 }
 
 void TaskRunner::emit_progress(Run& run, std::string event, int step, std::string tool,
@@ -1156,20 +1175,14 @@ void TaskRunner::emit_progress(Run& run, std::string event, int step, std::strin
     w.EndObject();
     data_json.assign(buffer.GetString(), buffer.GetSize());
   }
-  codec::ProgressEvent progress{run.task_id,
-                                run.claimed.spec.user_id,
-                                run.progress_seq++,
-                                run.claimed.attempt,
-                                std::move(event),
-                                step,
-                                std::move(tool),
-                                std::move(data_json),
-                                codec::format_rfc3339(std::chrono::system_clock::now())};
-  producer_.produce(kafka::OutMessage{config_.kafka.topics.events,
-                                      run.claimed.spec.user_id,
-                                      codec::progress_event_json(progress),
-                                      {}},
-                    [](Status) {});
+  codec::ProgressEvent progress{
+      run.task_id,         run.claimed.spec.user_id, run.progress_seq++,
+      run.claimed.attempt, std::move(event),         step,
+      std::move(tool),     std::move(data_json),     codec::format_rfc3339(clock_.wall_now())};
+  publisher_.post(ports::OutMessage{config_.kafka.topics.events,
+                                    run.claimed.spec.user_id,
+                                    codec::progress_event_json(progress),
+                                    {}});
 }
 
 }  // namespace agentfleet::worker

@@ -5,84 +5,85 @@
 // deadline; then the task row, totals and result announcement in one transaction, then
 // the result event. The last backstop: nothing thrown inside escapes as a crash.
 //
-// A run can be stopped from outside: `cancel` (the API asked) and `lease_lost` (a
-// heartbeat found the task taken over) interrupt it at once, even while it waits on the
-// model or a tool; `drain` (SIGTERM) lets each run reach its next checkpoint and hand the
-// task back (status queued again) so another worker resumes it from there.
+// A run can be stopped from outside: `cancel` (the API asked) and `fence` (the worker's
+// liveness lapsed: it can no longer prove it owns its tasks) interrupt it at once, even while
+// it waits on the model or a tool; `drain` (SIGTERM) lets each run reach its next checkpoint
+// and hand the task back (status queued again) so another worker resumes it from there.
 //
 // Thread-safety: everything runs on the worker's single io thread (task coroutines, the
-// heartbeat and drain calls); only the model/tool clients' own state and DbPool threads
-// are elsewhere. held_leases() may also be read from another thread (guarded).
+// lease keeper and drain calls); only the model/tool clients' own state and the store's
+// threads are elsewhere. held() and running() may also be read from another thread
+// (guarded).
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
-#include "core/adapters/kafka/kafka.hpp"
 #include "core/adapters/metrics/worker_metrics.hpp"
-#include "core/adapters/pg/db_pool.hpp"
-#include "core/adapters/pg/write_batcher.hpp"
 #include "core/billing/price_table.hpp"
 #include "core/codec/json_schema.hpp"
 #include "core/config/config.hpp"
+#include "core/limits/clock.hpp"
 #include "core/ports/model_client.hpp"
+#include "core/ports/publisher.hpp"
+#include "core/ports/run_store.hpp"
 #include "core/ports/tool_client.hpp"
 #include "core/react/plan_execute.hpp"
 #include "core/react/react_loop.hpp"
 #include "core/react/strategy.hpp"
+#include "worker/runs.hpp"
 
 namespace agentfleet::worker {
 
-// kReleased: handed back during a drain. kUnknownTask: no such task (a dead letter).
-enum class RunOutcome {
-  kFinished,
-  kSkipped,
-  kLeaseLost,
-  kStoreUnavailable,
-  kReleased,
-  kUnknownTask
-};
-std::string_view to_string(RunOutcome outcome);
+// What outside events ask of one run (task_runner.cpp).
+struct RunControl;
 
-class TaskRunner {
+class TaskRunner final : public Runs {
  public:
+  // Time (deadlines, timestamps, prices in force) comes from `clock`.
   TaskRunner(const config::Config& config, std::string worker_id, ports::ModelClient& model,
-             ports::ToolClient& tools, kafka::Producer& producer, metrics::WorkerMetrics& metrics,
-             pg::WriteBatcher& writes);
+             ports::ToolClient& tools, ports::RunStore& store, ports::Publisher& publisher,
+             metrics::WorkerMetrics& metrics,
+             const limits::Clock& clock = limits::SteadyClock::instance());
 
-  // `user_id` and `traceparent` come from the dispatch message (its key and header).
+  boost::asio::awaitable<ClaimResult> claim(std::string task_id, std::string user_id,
+                                            std::string traceparent) override;
+  boost::asio::awaitable<RunOutcome> execute(std::shared_ptr<ClaimedRun> run) override;
+  // claim() and, when claimed, execute().
   boost::asio::awaitable<RunOutcome> run(std::string task_id, std::string user_id,
                                          std::string traceparent);
 
-  // (task_id, attempt) of every task this worker is running, for lease heartbeats.
-  std::vector<std::pair<std::string, int>> held_leases() const;
+  std::vector<ports::HeldTask> held() const override;
+  std::size_t running() const override;
+  void cancel(const std::string& task_id) override;
+  void fence() override;
+  void unfence() override;
+  void drain() override;
 
-  // Stops the run of `task_id` at once, ending it cancelled (or, for a lost lease, without
-  // writing anything). Unknown ids are ignored.
-  void cancel(const std::string& task_id);
-  // A heartbeat no longer found the lease of (task_id, attempt): true when that run still
-  // held it, and stops now; false when the run is gone or its end is being written (its
-  // lease ended with it).
-  bool lease_lost(const std::string& task_id, int attempt);
-  // Every run (and every later one) stops at its next checkpoint and hands its task back.
-  void drain();
-  std::size_t running() const;
-  // True while published result events' rows are being removed from the outbox (a
-  // shutdown waits for it, or the relay would publish them again).
-  bool removing_outbox_rows() const { return removing_rows_; }
+  // Told of each task a run stopped holding without ending it or handing it back (a store
+  // error left it running under this worker): (task_id, attempt), the attempt -1 when the
+  // claim itself was in doubt. The lease keeper hands those back.
+  void set_abandoned_handler(std::function<void(ports::HeldTask)> handler) {
+    abandoned_ = std::move(handler);
+  }
+  // True while the store is still forgetting result events the runs published (a shutdown
+  // waits for it, or the relay would publish them again).
+  bool removing_outbox_rows() const { return store_.settling(); }
   const std::string& worker_id() const { return worker_id_; }
 
  private:
-  struct Run;
-  struct Control;
-  boost::asio::awaitable<RunOutcome> execute(Run& run);
+  struct Run;  // the state of one run: a ClaimedRun
+  boost::asio::awaitable<RunOutcome> run_strategy(Run& run);
   // From here on the run only writes its end (or hands the task back).
   void mark_ending(Run& run);
   // Calls the model; nullopt when the run was interrupted before the reply arrived.
@@ -90,7 +91,7 @@ class TaskRunner {
   boost::asio::awaitable<std::optional<Result<ModelReply>>> call_model(
       Run& run, std::vector<Message> messages,
       std::shared_ptr<const std::vector<ports::ToolSchema>> tools,
-      std::chrono::steady_clock::time_point deadline);
+      limits::Clock::time_point deadline);
   // The strategy a claimed task runs (its own, its user's tier's, or the default), set up
   // with the run's tools and prompt; an error when it cannot run with the task's model.
   // `history`: a follow-up's earlier conversation.
@@ -113,17 +114,15 @@ class TaskRunner {
                                             std::optional<TaskResult> result, std::string error);
   void emit_progress(Run& run, std::string event, int step, std::string tool,
                      std::string data_json);
-  // The outbox row of a result event the run has published goes: rows published meanwhile
-  // are removed together, one statement per batch, one removal at a time.
-  void remove_outbox_row(const boost::asio::any_io_executor& executor, std::int64_t id);
 
   const config::Config& config_;
   std::string worker_id_;
   ports::ModelClient& model_;
   ports::ToolClient& tools_;
-  pg::WriteBatcher& writes_;  // claims, checkpoints and finishes: group-committed
-  kafka::Producer& producer_;
+  ports::RunStore& store_;  // claims, checkpoints, ends, hand-backs
+  ports::Publisher& publisher_;
   metrics::WorkerMetrics& metrics_;
+  const limits::Clock& clock_;
   billing::PriceTable prices_;
   react::ResultMarkers markers_;
   react::PlanPolicy plan_policy_;
@@ -132,13 +131,14 @@ class TaskRunner {
   std::shared_ptr<const std::vector<ports::ToolSchema>> no_tools_;
   std::shared_ptr<const std::vector<ports::ToolSchema>> finish_only_;
   bool draining_ = false;
-  std::vector<std::int64_t> published_rows_;  // outbox rows to remove
-  bool removing_rows_ = false;
+  bool fenced_ = false;
+  std::set<boost::asio::steady_timer*> fence_waiters_;  // claims waiting for unfence()
+  std::function<void(ports::HeldTask)> abandoned_;
 
   mutable std::mutex leases_mutex_;
   struct Held {
     int attempt = 0;
-    std::shared_ptr<Control> control;
+    std::shared_ptr<RunControl> control;
   };
   std::map<std::string, Held> leases_;
 };

@@ -3,15 +3,9 @@
 #include <unistd.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
 #include <cstdio>
-#include <mutex>
-#include <set>
 #include <thread>
 
 #include "core/adapters/http/model_client.hpp"
@@ -21,9 +15,14 @@
 #include "core/adapters/metrics/db_pool_metrics.hpp"
 #include "core/adapters/metrics/worker_metrics.hpp"
 #include "core/adapters/pg/db_pool.hpp"
-#include "core/adapters/pg/task_store.hpp"
-#include "core/codec/task_codec.hpp"
-#include "core/domain/offset_tracker.hpp"
+#include "core/adapters/pg/liveness_store.hpp"
+#include "core/adapters/pg/run_store.hpp"
+#include "core/adapters/pg/write_batcher.hpp"
+#include "core/limits/concurrency_limit.hpp"
+#include "worker/dispatch_consumer.hpp"
+#include "worker/drain.hpp"
+#include "worker/lease_keeper.hpp"
+#include "worker/measured_run_store.hpp"
 #include "worker/ops_endpoint.hpp"
 #include "worker/task_runner.hpp"
 
@@ -64,26 +63,45 @@ metrics::ModelOutcome to_metrics(http::ModelOutcome outcome) {
   return metrics::ModelOutcome::kServerError;
 }
 
-std::string header_value(const kafka::Headers& headers, const std::string& name) {
-  for (const auto& [key, value] : headers) {
-    if (key == name)
-      return value;
-  }
-  return {};
+limits::ConcurrencyLimitOptions limit_options(const config::WorkerConfig& w) {
+  limits::ConcurrencyLimitOptions o;
+  o.max = w.max_in_flight;
+  o.min = std::min(w.in_flight_min, w.max_in_flight);
+  o.initial = std::clamp(w.in_flight_initial, o.min, o.max);
+  o.target = std::chrono::milliseconds(w.round_trip_target_ms);
+  return o;
+}
+
+LeaseKeeperOptions keeper_options(const config::WorkerConfig& w) {
+  LeaseKeeperOptions o;
+  o.tick = std::chrono::milliseconds(w.cancel_poll_ms);
+  o.renew_every = std::chrono::seconds(w.heartbeat_s);
+  o.lease = std::chrono::seconds(w.lease_s);
+  // Fenced well before recovery may take the tasks over: a fifth of the lease, at least a
+  // second (and never more than the time between the last renewal and the lapse).
+  o.margin = std::min(std::chrono::milliseconds(std::max(1000, w.lease_s * 200)),
+                      std::chrono::milliseconds((w.lease_s - w.heartbeat_s) * 1000 / 2));
+  return o;
 }
 }  // namespace
 
 int run_worker(const config::Config& config) {
   const std::string worker_id = config.worker.id.empty() ? default_worker_id() : config.worker.id;
+  const limits::Clock& clock = limits::SteadyClock::instance();
   asio::io_context io(1);
+  // Task writes go through the write batcher on this pool; the lease keeper has a pool (one
+  // connection) of its own, so a heartbeat never waits behind a batch of checkpoints.
   pg::DbPool db(config.postgres.url, config.worker.db_threads, config.postgres.statement_timeout_ms,
                 config.postgres.connect_timeout_s);
+  pg::DbPool liveness_db(config.postgres.url, 1, config.worker.heartbeat_timeout_ms,
+                         config.postgres.connect_timeout_s);
   metrics::MetricsRegistry registry;
   metrics::WorkerMetrics worker_metrics(registry, config);
   metrics::DbPoolMetrics db_metrics(registry);
   db.set_queue_wait_observer([&](double seconds) { db_metrics.queue_wait(seconds); });
   registry.add_render_hook([&] { db_metrics.set_pool(db.in_use(), db.size()); });
   kafka::Producer producer(config.kafka);
+  kafka::ProducerPublisher publisher(producer);
   http::OpenAiModelClient model(io.get_executor(), config.models);
   http::HttpToolClient tools(io.get_executor(), config.tools);
   // Every HTTP attempt at a model endpoint is counted; retries by the failure retried.
@@ -97,243 +115,98 @@ int run_worker(const config::Config& config) {
     if (attempt.retry_follows)
       worker_metrics.model_retry(attempt.model, outcome);
   });
-  // Task writes are group-committed; one pool thread stays free for heartbeats and polls.
-  pg::WriteBatcher writes(db, std::max(1, config.worker.db_threads - 1), 500);
-  TaskRunner runner(config, worker_id, model, tools, producer, worker_metrics, writes);
 
-  OffsetTracker offsets;                        // touched only on the io thread
-  std::set<std::pair<std::string, int>> owned;  // assigned partitions; io thread only
-  std::size_t in_flight = 0;
+  // Claims, checkpoints and ends are group-committed; each round trip (queueing included)
+  // is a sample of the adaptive in-flight limit.
+  pg::WriteBatcher writes(db, config.worker.db_threads, 500);
+  pg::RunStore store(
+      io.get_executor(), writes,
+      pg::RunStoreOptions{worker_id, config.worker.lease_s, config.dispatcher.max_attempts,
+                          config.kafka.topics.results});
+  limits::ConcurrencyLimit limit(limit_options(config.worker), clock.now());
+  std::unique_ptr<DispatchConsumer> consumer;
+  auto publish_limit = [&] {
+    worker_metrics.set_in_flight_limit(
+        limit.limit(), std::chrono::duration<double>(limit.quiet_round_trip()).count());
+  };
+  MeasuredRunStore measured(store, clock, [&](std::chrono::microseconds round_trip, bool ok) {
+    const int before = limit.limit();
+    limit.sample(round_trip, ok, clock.now());
+    if (limit.limit() != before) {
+      publish_limit();
+      if (consumer)
+        consumer->limit_changed();
+    }
+  });
+  publish_limit();
+  TaskRunner runner(config, worker_id, model, tools, measured, publisher, worker_metrics, clock);
+
+  kafka::ConsumerSubscription subscription(config.kafka, config.kafka.worker_group,
+                                           {config.kafka.topics.dispatch});
+  consumer = std::make_unique<DispatchConsumer>(
+      io.get_executor(), subscription, publisher, runner, worker_metrics,
+      DispatchConsumerOptions{config.kafka.topics.dlq, config.worker.max_in_flight},
+      [&] { return limit.limit(); });
+  consumer->on_in_flight = [&](std::size_t running) {
+    const int before = limit.limit();
+    limit.in_flight(static_cast<int>(running), clock.now());
+    if (limit.limit() != before)
+      publish_limit();
+  };
+
   bool draining = false;
-  std::unique_ptr<kafka::Consumer> consumer;
-
-  // `handled` false keeps the message's offset uncommitted (and the partition's commits
-  // behind it), so the group reads it again after a restart or rebalance.
-  auto on_done = [&](const kafka::InMessage& message, bool handled) {
-    --in_flight;
-    worker_metrics.set_in_flight(in_flight);
-    if (!handled) {
-      offsets.forget_offset({message.topic, message.partition}, message.offset);
-    } else if (auto commit = offsets.finished({message.topic, message.partition}, message.offset);
-               commit && !draining) {
-      // Not while draining: the consumer has left the group (the next owner reads the
-      // messages again and skips their tasks, ended or leased here).
-      consumer->commit(message.topic, message.partition, *commit);
-    }
-    if (!draining && in_flight < static_cast<std::size_t>(config.worker.max_in_flight)) {
-      consumer->resume();
-      worker_metrics.set_paused(false);
-    }
+  pg::LivenessStore liveness(liveness_db);
+  LeaseKeeper keeper(io.get_executor(), liveness, runner, clock, keeper_options(config.worker),
+                     worker_id, [&] {
+                       ports::WorkerReport report;
+                       report.capacity = draining ? 0 : limit.limit();
+                       report.running = static_cast<int>(runner.running());
+                       report.dispatch_lag = subscription.backlog();
+                       report.draining = draining;
+                       return report;
+                     });
+  keeper.on_incarnation = [&](std::int64_t incarnation) { store.set_incarnation(incarnation); };
+  keeper.on_fence = [&](bool fenced) {
+    if (fenced)
+      worker_metrics.fenced();
+    consumer->set_fenced(fenced);
   };
+  keeper.on_handed_back = [&](int tasks) { worker_metrics.handed_back(tasks); };
+  runner.set_abandoned_handler([&](ports::HeldTask task) { keeper.abandoned(std::move(task)); });
 
-  // Bad input never blocks a partition: it goes to the dead-letter topic with the reason
-  // and where it came from; the offset moves on once the dead letter is stored.
-  // `task_id` is empty when the message names none that could be read.
-  auto dead_letter = [&](const kafka::InMessage& message, metrics::DeadLetterReason kind,
-                         const std::string& reason, const std::string& task_id) {
-    worker_metrics.dead_letter(kind);
-    const std::string traceparent = header_value(message.headers, "traceparent");
-    log::TaskContext task{task_id, message.key};
-    task.trace_id = log::trace_id_of(traceparent);
-    log::warn("worker", task, "dead letter: " + reason,
-              {{"topic", message.topic},
-               {"partition", std::to_string(message.partition)},
-               {"offset", std::to_string(message.offset)}});
-    asio::co_spawn(
-        io,
-        [&, message,
-         letter = kafka::dead_letter(message, config.kafka.topics.dlq,
-                                     reason)]() mutable -> asio::awaitable<void> {
-          Status sent = co_await producer.publish(std::move(letter));
-          if (!sent.ok()) {
-            log::error("worker",
-                       "dead letter not published, message kept: " + sent.error().message);
-          }
-          on_done(message, sent.ok());
-        },
-        [&, message](std::exception_ptr error) {
-          if (error)
-            on_done(message, false);
-        });
-  };
-
-  auto handle = [&](kafka::InMessage message) {
-    // Messages fetched before the drain began, or before their partition was revoked, are
-    // left unstarted and uncommitted: the partition's next owner runs them.
-    if (draining || !owned.count({message.topic, message.partition}))
-      return;
-    ++in_flight;
-    worker_metrics.set_in_flight(in_flight);
-    offsets.started({message.topic, message.partition}, message.offset);
-    if (in_flight >= static_cast<std::size_t>(config.worker.max_in_flight)) {
-      consumer->pause();
-      worker_metrics.set_paused(true);
-    }
-    auto parsed = codec::parse_dispatch_message(message.value);
-    if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
-      // The codec reports unparsable text at the root with "invalid JSON".
-      const bool not_json =
-          violation->path.empty() && violation->message.rfind("invalid JSON", 0) == 0;
-      dead_letter(
-          message,
-          not_json ? metrics::DeadLetterReason::kNotJson : metrics::DeadLetterReason::kSchema,
-          "invalid dispatch message at '" + violation->path + "': " + violation->message, "");
-      return;
-    }
-    const auto& dispatch = std::get<codec::DispatchMessage>(parsed);
-    asio::co_spawn(
-        io,
-        runner.run(dispatch.task_id, dispatch.user_id,
-                   header_value(message.headers, "traceparent")),
-        [&, message, task_id = dispatch.task_id](std::exception_ptr error, RunOutcome outcome) {
-          if (error)
-            outcome = RunOutcome::kStoreUnavailable;
-          if (outcome == RunOutcome::kUnknownTask) {
-            dead_letter(message, metrics::DeadLetterReason::kUnknownTask, "unknown task " + task_id,
-                        task_id);
-            return;
-          }
-          if (outcome == RunOutcome::kStoreUnavailable) {
-            // The task stays leased (or dispatched); lease recovery runs it again.
-            const std::string traceparent = header_value(message.headers, "traceparent");
-            log::TaskContext task{task_id, message.key};
-            task.trace_id = log::trace_id_of(traceparent);
-            log::warn("worker", task, "left for lease recovery");
-          }
-          if (outcome == RunOutcome::kLeaseLost)
-            worker_metrics.lease_lost();
-          on_done(message, true);
-        });
-  };
-
-  consumer = std::make_unique<kafka::Consumer>(
-      config.kafka, config.kafka.worker_group,
-      std::vector<std::string>{config.kafka.topics.dispatch},
-      [&](kafka::InMessage message) {
-        asio::post(io, [&, m = std::move(message)]() mutable { handle(std::move(m)); });
-      },
-      [&](bool assigned, const std::vector<std::pair<std::string, int>>& partitions) {
-        // Posted like the messages, so the io thread sees assignments and messages in the
-        // order the consumer delivered them.
-        asio::post(io, [&, assigned, partitions] {
-          for (const auto& [topic, partition] : partitions) {
-            if (assigned) {
-              owned.insert({topic, partition});
-            } else {
-              owned.erase({topic, partition});
-              offsets.forget({topic, partition});
-            }
-          }
-        });
-      });
-
-  // Heartbeats: one statement extends every lease this worker holds and reports lost
-  // leases and cancellations; between heartbeats a cheap read looks for cancellations, so
-  // a cancelled task stops within cancel_poll_ms even in the middle of a model call.
-  bool stopped = false;
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        asio::steady_timer timer(io);
-        const auto heartbeat = std::chrono::seconds(config.worker.heartbeat_s);
-        auto next_heartbeat = std::chrono::steady_clock::now() + heartbeat;
-        while (!stopped) {
-          timer.expires_after(std::chrono::milliseconds(config.worker.cancel_poll_ms));
-          boost::system::error_code ec;
-          co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-          auto held = runner.held_leases();
-          if (held.empty())
-            continue;
-          if (std::chrono::steady_clock::now() < next_heartbeat) {
-            std::vector<std::string> ids;
-            for (const auto& [task_id, attempt] : held)
-              ids.push_back(task_id);
-            auto cancelled =
-                co_await db.run([&](pqxx::connection& c) { return pg::cancel_requested(c, ids); });
-            if (cancelled.ok()) {
-              for (const auto& task_id : cancelled.value())
-                runner.cancel(task_id);
-            }
-            continue;
-          }
-          next_heartbeat = std::chrono::steady_clock::now() + heartbeat;
-          auto extended = co_await db.run([&](pqxx::connection& c) {
-            return pg::extend_leases(c, worker_id, held, config.worker.lease_s);
-          });
-          if (!extended.ok()) {
-            log::warn("worker", "lease heartbeat failed: " + extended.error().message);
-            continue;
-          }
-          const pg::LeaseCheck& check = extended.value();
-          if (check.held.size() < held.size()) {
-            // Those tasks were taken over: their runs stop now, without writing. Runs that
-            // ended (or were writing their end) while the statement ran are not counted.
-            std::set<std::string> still(check.held.begin(), check.held.end());
-            int lost = 0;
-            for (const auto& [task_id, attempt] : held) {
-              if (!still.count(task_id) && runner.lease_lost(task_id, attempt))
-                ++lost;
-            }
-            if (lost > 0)
-              log::warn("worker", std::to_string(lost) + " leases were no longer ours");
-          }
-          for (const auto& task_id : check.cancelled)
-            runner.cancel(task_id);
-        }
-      },
-      asio::detached);
-
-  // Drain: stop consuming and leave the group, let every run reach its next checkpoint and
-  // hand its task back (or finish), within the grace period; then flush.
-  // The group is left at once, not at exit: the scheduler dispatches a handed-back task
-  // again right away, to its user's partition, and new work keeps arriving there; while this
-  // worker held its partitions, all of that waited for the drain to end (up to the grace
-  // period) and a rebalance after it. Leaving blocks (a round trip to the coordinator, at
-  // most 10 s), so it runs on a thread of its own, joined before the consumer goes away
-  // (a jthread: also when an exception unwinds this function).
-  std::jthread leaving;
+  // SIGTERM or SIGINT: drain (stop consuming and leave the group at once, let runs reach a
+  // checkpoint and hand their tasks back within the grace period, hand back the rest, retire
+  // the incarnation), then stop.
+  Drain drain(runner, measured, keeper, clock,
+              DrainOptions{std::chrono::seconds(config.worker.shutdown_grace_s)},
+              [&] { consumer->stop_consuming(); });
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (ec)
       return;
     draining = true;
-    log::write("info", "worker", "draining: " + std::to_string(in_flight) + " tasks in flight");
-    consumer->pause();
-    leaving = std::jthread([&consumer] { consumer->stop(); });
-    runner.drain();
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {
-          asio::steady_timer timer(io);
-          const auto until = std::chrono::steady_clock::now() +
-                             std::chrono::seconds(config.worker.shutdown_grace_s);
-          while ((in_flight > 0 || runner.removing_outbox_rows()) &&
-                 std::chrono::steady_clock::now() < until) {
-            timer.expires_after(std::chrono::milliseconds(20));
-            boost::system::error_code wait_ec;
-            co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, wait_ec));
-          }
-          // Runs still waiting on a model or tool call when the grace ran out: hand their
-          // tasks back now (fenced by attempt, so a late write of theirs stores nothing),
-          // rather than let the leases expire and count as lost attempts.
-          if (auto held = runner.held_leases(); !held.empty()) {
-            auto released = co_await db.run(
-                [&](pqxx::connection& c) { return pg::release_tasks(c, worker_id, held); });
-            log::write("warn", "worker",
-                       "grace period over: handed back " +
-                           std::to_string(released.ok() ? released.value() : 0) + " of " +
-                           std::to_string(held.size()) + " running tasks" +
-                           (released.ok() ? "" : " (" + released.error().message + ")"));
-          }
-          stopped = true;
+          co_await drain.run();
           io.stop();
         },
         asio::detached);
   });
 
-  consumer->start();
-  log::write("info", "worker",
-             "worker " + worker_id + " consuming " + config.kafka.topics.dispatch);
+  // Consuming starts once the worker holds its liveness: nothing is claimed before.
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        const bool registered = co_await keeper.start();
+        if (!registered || draining)
+          co_return;
+        consumer->start();
+        log::write("info", "worker",
+                   "worker " + worker_id + " consuming " + config.kafka.topics.dispatch);
+      },
+      asio::detached);
+
   // /metrics, /healthz, /readyz on their own port; consumer lag refreshed off the io thread.
   std::unique_ptr<OpsEndpoint> ops;
   if (config.metrics.port != 0) {
@@ -348,6 +221,10 @@ int run_worker(const config::Config& config) {
             readiness.reason = "draining";
             co_return readiness;
           }
+          if (keeper.fenced()) {
+            readiness.reason = "fenced: its liveness could not be renewed";
+            co_return readiness;
+          }
           auto ping = co_await db.run([](pqxx::connection& c) {
             pqxx::nontransaction tx(c);
             tx.exec1("SELECT 1");
@@ -359,8 +236,10 @@ int run_worker(const config::Config& config) {
           co_return readiness;
         },
         [&] {
-          for (const auto& [topic, lag] : consumer->lag(std::chrono::seconds(2)))
-            worker_metrics.set_consumer_lag(topic, lag);
+          if (kafka::Consumer* c = subscription.consumer()) {
+            for (const auto& [topic, lag] : c->lag(std::chrono::seconds(2)))
+              worker_metrics.set_consumer_lag(topic, lag);
+          }
         });
     ops->start();
   }
@@ -368,16 +247,18 @@ int run_worker(const config::Config& config) {
   if (ops)
     ops->stop();
   const bool flushed = producer.flush(std::chrono::seconds(10));
-  if (leaving.joinable())
-    leaving.join();
-  consumer->stop();
+  consumer.reset();  // joins a group leave still under way
+  subscription.stop();
   // Postgres work still queued finishes before the runner and the clients it uses go away.
   db.join();
+  liveness_db.join();
   const pg::WriteBatcher::Stats batches = writes.stats();
   log::write("info", "worker",
              "task writes " + std::to_string(batches.writes) + " in " +
                  std::to_string(batches.batches) + " commits (largest " +
-                 std::to_string(batches.largest) + ")");
+                 std::to_string(batches.largest) + "); in-flight limit " +
+                 std::to_string(limit.limit()) + " (" + std::to_string(limit.counters().backoffs) +
+                 " back-offs)");
   const http::ModelClientCounters& calls = model.counters();
   log::write("info", "worker",
              "model calls " + std::to_string(calls.calls) + " (failed " +
@@ -385,9 +266,10 @@ int run_worker(const config::Config& config) {
                  std::to_string(calls.attempts) + ", retries " + std::to_string(calls.retries) +
                  ", failovers " + std::to_string(calls.failovers) + ", waits for room " +
                  std::to_string(calls.waits_for_room));
+  const std::size_t left = runner.running();
   log::write("info", "worker",
-             "stopped with " + std::to_string(in_flight) + " tasks in flight" +
-                 (in_flight > 0 ? " (their leases expire and recovery resumes them)" : "") +
+             "stopped with " + std::to_string(left) + " tasks in flight" +
+                 (left > 0 ? " (handed back, or recovered once the liveness lapses)" : "") +
                  (flushed ? "" : "; some produced messages were not confirmed"));
   return 0;
 }

@@ -572,6 +572,7 @@ void read_dispatcher(const Section& s, DispatcherConfig& out) {
   http.read("host", out.http.host);
   http.read("port", out.http.port);
   s.read("scheduler_interval_ms", out.scheduler_interval_ms);
+  s.read("scheduler_min_gap_ms", out.scheduler_min_gap_ms);
   s.read("scheduler_batch", out.scheduler_batch);
   s.read("redispatch_after_s", out.redispatch_after_s);
   s.read("max_attempts", out.max_attempts);
@@ -582,6 +583,12 @@ void read_dispatcher(const Section& s, DispatcherConfig& out) {
   s.read("batch_share_percent", out.batch_share_percent);
   s.read("task_token_estimate", out.task_token_estimate);
   s.read("leader_retry_ms", out.leader_retry_ms);
+  s.read("leader_silence_s", out.leader_silence_s);
+  if (out.leader_silence_s * 1000 <= 2 * std::max(out.leader_retry_ms, out.scheduler_interval_ms)) {
+    throw Problem(s.path("leader_silence_s"),
+                  "must be more than twice leader_retry_ms and scheduler_interval_ms: a "
+                  "scheduler connection is idle that long between its statements");
+  }
   s.read("max_batch_lines", out.max_batch_lines);
   s.read("max_batch_uploads", out.max_batch_uploads);
   s.read("stream_heartbeat_s", out.stream_heartbeat_s);
@@ -636,6 +643,18 @@ void read_worker(const Section& s, WorkerConfig& out) {
   s.read("trace_result_chars", out.trace_result_chars);
   s.read("shutdown_grace_s", out.shutdown_grace_s);
   s.read("cancel_poll_ms", out.cancel_poll_ms);
+  s.read("in_flight_initial", out.in_flight_initial);
+  s.read("in_flight_min", out.in_flight_min);
+  s.read("round_trip_target_ms", out.round_trip_target_ms);
+  s.read("heartbeat_timeout_ms", out.heartbeat_timeout_ms);
+  if (out.in_flight_min > out.max_in_flight) {
+    throw Problem(s.path("in_flight_min"),
+                  "must not exceed max_in_flight (" + std::to_string(out.max_in_flight) + ")");
+  }
+  if (out.heartbeat_timeout_ms >= out.lease_s * 1000) {
+    throw Problem(s.path("heartbeat_timeout_ms"),
+                  "must be less than lease_s (" + std::to_string(out.lease_s) + " s)");
+  }
   if (out.heartbeat_s >= out.lease_s) {
     throw Problem(s.path("heartbeat_s"), "must be less than lease_s (" +
                                              std::to_string(out.lease_s) +

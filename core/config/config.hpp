@@ -57,6 +57,9 @@ struct HttpListen {
 struct DispatcherConfig {
   HttpListen http;
   int scheduler_interval_ms = 50;
+  // The least time between two scheduler passes: the wake-ups of a burst of submissions and
+  // results are served by one pass.
+  int scheduler_min_gap_ms = 5;
   int scheduler_batch = 200;
   // A dispatched task no worker has claimed after this long is published again (its message
   // may have been lost with a worker); duplicates are harmless, the claim admits one.
@@ -76,6 +79,10 @@ struct DispatcherConfig {
   std::int64_t task_token_estimate = 4000;
   // How often a replica that is not the scheduler tries to become it.
   int leader_retry_ms = 1000;
+  // A scheduler connection that sends Postgres nothing for this long is ended by the server
+  // (idle_session_timeout), releasing the scheduler lock: when the active replica's path to
+  // Postgres goes silent, another replica takes over within about this plus leader_retry_ms.
+  int leader_silence_s = 10;
   // POST /v1/batches: most lines per batch, uploads at once per replica.
   int max_batch_lines = 1000000;
   int max_batch_uploads = 2;
@@ -112,6 +119,15 @@ struct WorkerConfig {
   int shutdown_grace_s = 30;
   // How often running tasks are checked for a cancellation request between heartbeats.
   int cancel_poll_ms = 500;
+  // The adaptive in-flight limit (limits/concurrency_limit): starts at in_flight_initial,
+  // stays within [in_flight_min, max_in_flight], backs off when a quarter-second window's
+  // p90 round trip to Postgres exceeds max(round_trip_target_ms, 3 x the quiet round trip).
+  int in_flight_initial = 64;
+  int in_flight_min = 8;
+  int round_trip_target_ms = 25;
+  // Statement timeout of the lease keeper's own connection: a heartbeat slower than this
+  // fails and is tried again at the next tick.
+  int heartbeat_timeout_ms = 2000;
 };
 
 struct TaskDefaults {

@@ -319,7 +319,8 @@ TEST(SampleTasks, EachEndsAsExpectedWithItsRowsLedgerAndExactlyOneResultEvent) {
     EXPECT_FALSE(violation) << violation->path << ": " << violation->message << " in " << value;
     if (violation)
       continue;
-    EXPECT_EQ(key, doc["user_id"].GetString()) << "keyed by user_id";
+    EXPECT_EQ(key, doc["task_id"].GetString())
+        << "keyed by task, so that one user's tasks spread over the partitions";
     ++dispatched[doc["task_id"].GetString()];
   }
   for (const std::string& id : ids)

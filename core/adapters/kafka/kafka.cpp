@@ -13,16 +13,6 @@
 
 namespace agentfleet::kafka {
 
-OutMessage dead_letter(const InMessage& message, const std::string& dlq_topic,
-                       const std::string& reason) {
-  OutMessage letter{dlq_topic, message.key, message.value, message.headers};
-  letter.headers.emplace_back("dlq-reason", reason);
-  letter.headers.emplace_back("dlq-source-topic", message.topic);
-  letter.headers.emplace_back("dlq-source-partition", std::to_string(message.partition));
-  letter.headers.emplace_back("dlq-source-offset", std::to_string(message.offset));
-  return letter;
-}
-
 Error map_kafka_error(int code, const std::string& context) {
   const auto err = static_cast<rd_kafka_resp_err_t>(code);
   std::string message = context + ": " + rd_kafka_err2str(err);
@@ -455,6 +445,43 @@ Consumer::LagReport Consumer::measure_lag(std::chrono::milliseconds timeout) {
 }
 void Consumer::resume() {
   want_pause_ = false;
+}
+
+std::int64_t Consumer::backlog() const {
+  rd_kafka_topic_partition_list_t* assigned = nullptr;
+  if (rd_kafka_assignment(rk_, &assigned) != RD_KAFKA_RESP_ERR_NO_ERROR || !assigned)
+    return 0;
+  rd_kafka_position(rk_, assigned);
+  std::int64_t total = 0;
+  for (int i = 0; i < assigned->cnt; ++i) {
+    const auto& p = assigned->elems[i];
+    int64_t low = 0;
+    int64_t high = 0;
+    // The watermarks the last fetch brought (no round trip). A partition not fetched yet, or
+    // without a position, counts as one waiting message: unknown is not "nothing left".
+    if (p.offset < 0 ||
+        rd_kafka_get_watermark_offsets(rk_, p.topic, p.partition, &low, &high) !=
+            RD_KAFKA_RESP_ERR_NO_ERROR ||
+        high < 0) {
+      total += 1;
+      continue;
+    }
+    total += std::max<std::int64_t>(0, high - p.offset);
+  }
+  rd_kafka_topic_partition_list_destroy(assigned);
+  return total;
+}
+
+ConsumerSubscription::ConsumerSubscription(const config::KafkaConfig& config, std::string group_id,
+                                           std::vector<std::string> topics)
+    : config_(config), group_id_(std::move(group_id)), topics_(std::move(topics)) {}
+
+ConsumerSubscription::~ConsumerSubscription() = default;
+
+void ConsumerSubscription::start(MessageHandler on_message, RebalanceHandler on_rebalance) {
+  consumer_ = std::make_unique<Consumer>(config_, group_id_, topics_, std::move(on_message),
+                                         std::move(on_rebalance));
+  consumer_->start();
 }
 
 }  // namespace agentfleet::kafka

@@ -27,34 +27,19 @@
 
 #include "core/config/config.hpp"
 #include "core/domain/error.hpp"
+#include "core/ports/publisher.hpp"
+#include "core/ports/subscription.hpp"
 
 struct rd_kafka_s;
 struct rd_kafka_conf_s;
 
 namespace agentfleet::kafka {
 
-using Headers = std::vector<std::pair<std::string, std::string>>;
+using Headers = ports::Headers;
+using OutMessage = ports::OutMessage;
 
-struct OutMessage {
-  std::string topic;
-  std::string key;
-  std::string value;
-  Headers headers;
-};
-
-struct InMessage {
-  std::string topic;
-  std::int32_t partition = 0;
-  std::int64_t offset = 0;
-  std::string key;
-  std::string value;
-  Headers headers;
-};
-
-// `message` as a dead letter for `dlq_topic`: the same key, value and headers, plus
-// dlq-reason and where it came from (dlq-source-topic, -partition, -offset).
-OutMessage dead_letter(const InMessage& message, const std::string& dlq_topic,
-                       const std::string& reason);
+using InMessage = ports::InMessage;
+using ports::dead_letter;
 
 Error map_kafka_error(int rd_kafka_resp_err, const std::string& context);
 
@@ -100,6 +85,21 @@ class Producer {
   std::thread poller_;
 };
 
+// The Producer as the task runner's Publisher port.
+class ProducerPublisher final : public ports::Publisher {
+ public:
+  explicit ProducerPublisher(Producer& producer) : producer_(producer) {}
+  boost::asio::awaitable<Status> publish(OutMessage message) override {
+    co_return co_await producer_.publish(std::move(message));
+  }
+  void post(OutMessage message) override {
+    producer_.produce(std::move(message), [](Status) {});
+  }
+
+ private:
+  Producer& producer_;
+};
+
 class Consumer {
  public:
   using MessageHandler = std::function<void(InMessage)>;
@@ -141,6 +141,9 @@ class Consumer {
     bool caught_up() const;
   };
   LagReport measure_lag(std::chrono::milliseconds timeout);
+  // Messages not yet read on the assigned partitions, from the watermarks the last fetches
+  // brought (no round trip; a partition not fetched yet counts 1).
+  std::int64_t backlog() const;
 
  private:
   void poll_loop();
@@ -153,6 +156,41 @@ class Consumer {
   std::atomic<bool> paused_{false};
   std::atomic<bool> want_pause_{false};
   std::thread poller_;
+};
+
+// A Consumer as the worker's Subscription port: created (and subscribed) by start().
+class ConsumerSubscription final : public ports::Subscription {
+ public:
+  ConsumerSubscription(const config::KafkaConfig& config, std::string group_id,
+                       std::vector<std::string> topics);
+  ~ConsumerSubscription() override;
+
+  void start(MessageHandler on_message, RebalanceHandler on_rebalance) override;
+  void pause() override {
+    if (consumer_)
+      consumer_->pause();
+  }
+  void resume() override {
+    if (consumer_)
+      consumer_->resume();
+  }
+  void commit(const std::string& topic, std::int32_t partition, std::int64_t next_offset) override {
+    if (consumer_)
+      consumer_->commit(topic, partition, next_offset);
+  }
+  void stop() override {
+    if (consumer_)
+      consumer_->stop();
+  }
+  std::int64_t backlog() const override { return consumer_ ? consumer_->backlog() : 0; }
+  // The consumer itself (after start()), for its lag figures.
+  Consumer* consumer() { return consumer_.get(); }
+
+ private:
+  const config::KafkaConfig& config_;
+  std::string group_id_;
+  std::vector<std::string> topics_;
+  std::unique_ptr<Consumer> consumer_;
 };
 
 }  // namespace agentfleet::kafka

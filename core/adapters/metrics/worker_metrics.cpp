@@ -101,7 +101,25 @@ struct WorkerMetrics::Families {
                              "1 while the consumer is paused because the worker is full.")
                    .Add({})),
         leases_lost(detail::counter(r, "agentfleet_leases_lost_total",
-                                    "Runs stopped because another worker took the lease over.")
+                                    "Runs stopped without writing: another attempt owned the "
+                                    "task, or this worker fenced itself.")
+                        .Add({})),
+        in_flight_limit(detail::gauge(r, "agentfleet_worker_in_flight_limit",
+                                      "The adaptive in-flight limit: tasks this worker takes at "
+                                      "once now (reported to the scheduler as its capacity).")
+                            .Add({})),
+        db_round_trip_quiet(detail::gauge(r, "agentfleet_worker_db_round_trip_quiet_seconds",
+                                          "The quiet round trip to Postgres the in-flight limit "
+                                          "judges congestion against.")
+                                .Add({})),
+        fences(detail::counter(r, "agentfleet_worker_fences_total",
+                               "Times this worker fenced itself: no renewal of its liveness held "
+                               "within the lease minus the margin.")
+                   .Add({})),
+        handed_back(detail::counter(r, "agentfleet_worker_tasks_handed_back_total",
+                                    "Tasks this worker stopped running and handed back to the "
+                                    "queue (store errors, fences, drains), not counted as lost "
+                                    "attempts.")
                         .Add({})),
         dead_letters(detail::counter(r, "agentfleet_dead_letters_total",
                                      "Messages sent to the dead-letter topic, by reason.")),
@@ -131,6 +149,10 @@ struct WorkerMetrics::Families {
   prometheus::Gauge& in_flight;
   prometheus::Gauge& paused;
   prometheus::Counter& leases_lost;
+  prometheus::Gauge& in_flight_limit;
+  prometheus::Gauge& db_round_trip_quiet;
+  prometheus::Counter& fences;
+  prometheus::Counter& handed_back;
   prometheus::Family<prometheus::Counter>& dead_letters;
   prometheus::Family<prometheus::Counter>& model_requests;
   prometheus::Family<prometheus::Histogram>& model_duration;
@@ -217,6 +239,19 @@ void WorkerMetrics::set_paused(bool paused) {
 
 void WorkerMetrics::lease_lost() {
   f_->leases_lost.Increment();
+}
+
+void WorkerMetrics::set_in_flight_limit(int limit, double quiet_round_trip_seconds) {
+  f_->in_flight_limit.Set(limit);
+  f_->db_round_trip_quiet.Set(quiet_round_trip_seconds);
+}
+
+void WorkerMetrics::fenced() {
+  f_->fences.Increment();
+}
+
+void WorkerMetrics::handed_back(int tasks) {
+  f_->handed_back.Increment(tasks);
 }
 
 void WorkerMetrics::dead_letter(DeadLetterReason reason) {

@@ -67,6 +67,10 @@ class WorkerMetrics {
   // 1 while the consumer is paused because the worker is full.
   void set_paused(bool paused);
   void lease_lost();
+  // The adaptive in-flight limit and the quiet round trip it judges by.
+  void set_in_flight_limit(int limit, double quiet_round_trip_seconds);
+  void fenced();
+  void handed_back(int tasks);
   void dead_letter(DeadLetterReason reason);
 
   // ---- model ----

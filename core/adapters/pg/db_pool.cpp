@@ -1,5 +1,6 @@
 #include "core/adapters/pg/db_pool.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -52,6 +53,7 @@ DbPool::DbPool(std::string url, int threads, int statement_timeout_ms, int conne
       threads_(threads),
       statement_timeout_ms_(statement_timeout_ms),
       connect_timeout_s_(connect_timeout_s),
+      call_deadline_(std::max(2 * statement_timeout_ms, statement_timeout_ms + 5000)),
       pool_(static_cast<std::size_t>(threads)) {}
 
 DbPool::~DbPool() {
@@ -104,9 +106,16 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, int st
   // TCP keepalives: a peer that vanished without a FIN (a dead node, a partition) is
   // noticed in about 25 s, not the kernel's two hours; for the scheduler this is how long
   // its advisory lock outlives a lost leader.
+  // tcp_user_timeout: data the peer never acknowledges (a partition while a statement is
+  // being sent) fails the connection after 20 s. Neither helps when something on the path
+  // still acknowledges (a half-open proxy): every call's client-side deadline does
+  // (CallWatchdog).
   const std::vector<std::string> extras = {"connect_timeout=" + std::to_string(connect_timeout_s),
-                                           "keepalives=1", "keepalives_idle=10",
-                                           "keepalives_interval=5", "keepalives_count=3"};
+                                           "keepalives=1",
+                                           "keepalives_idle=10",
+                                           "keepalives_interval=5",
+                                           "keepalives_count=3",
+                                           "tcp_user_timeout=20000"};
   for (const std::string& extra : extras) {
     if (uri) {
       options += (options.find('?') == std::string::npos ? "?" : "&") + extra;
@@ -116,9 +125,15 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, int st
   }
   auto connection = std::make_unique<pqxx::connection>(options);
   {
+    // A session that stops talking in the middle of a transaction (its client died, or the
+    // path to it went silent) is ended by the server, so its row locks do not hold up the
+    // fleet: twice the statement timeout, at least ten seconds. One round trip for all three.
+    const int idle_in_transaction_ms = std::max(10000, 2 * statement_timeout_ms);
     pqxx::nontransaction tx(*connection);
-    tx.exec0("SET statement_timeout = " + std::to_string(statement_timeout_ms));
-    tx.exec0("SET lock_timeout = " + std::to_string(statement_timeout_ms));
+    tx.exec0(
+        "SET statement_timeout = " + std::to_string(statement_timeout_ms) +
+        "; SET lock_timeout = " + std::to_string(statement_timeout_ms) +
+        "; SET idle_in_transaction_session_timeout = " + std::to_string(idle_in_transaction_ms));
   }
   return connection;
 }

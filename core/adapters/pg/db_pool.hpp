@@ -2,7 +2,10 @@
 // Blocking libpqxx work, kept off the I/O threads: a fixed set of threads, each with its
 // own connection (opened lazily, reopened after it breaks). `run(f)` executes
 // f(pqxx::connection&) on one of them and resumes the awaiting coroutine on its own
-// executor. libpqxx exceptions are mapped to Error values here, in one place.
+// executor. libpqxx exceptions are mapped to Error values here, in one place. Every call
+// has a client-side deadline too (call_deadline(): twice the statement timeout, at least
+// five seconds more than it): a call the server never answers is cut by a CallWatchdog and
+// fails as a timeout.
 //
 // Thread-safety: run() may be called from any thread. Destruction joins the threads.
 // For the metrics: in_use() and size(), and an observer of how long each run() waited
@@ -21,6 +24,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/adapters/pg/call_watchdog.hpp"
 #include "core/domain/error.hpp"
 
 namespace agentfleet::pg {
@@ -77,6 +81,13 @@ class DbPool {
   // nullptr and `error` set when Postgres cannot be reached.
   pqxx::connection* reopen_connection(int attempt, std::optional<Error>& error);
 
+  // Arms the pool's watchdog on `c` for one call_deadline() (callers that hold a connection
+  // of post_with_connection for a call of their own, such as the write batcher).
+  CallWatchdog::Armed arm(pqxx::connection& c) {
+    return watchdog_.arm(c.sock(), std::chrono::steady_clock::now() + call_deadline_);
+  }
+  std::chrono::milliseconds call_deadline() const { return call_deadline_; }
+
   // The same on the calling thread (for start-up and dedicated loops).
   template <typename F>
   auto run_blocking(F f) -> Result<std::invoke_result_t<F, pqxx::connection&>> {
@@ -90,13 +101,25 @@ class DbPool {
     // A connection broken by a Postgres restart is reopened; a bounded number of tries,
     // with a short backoff, keeps a blip from failing the caller.
     for (int attempt = 0;; ++attempt) {
+      std::optional<CallWatchdog::Armed> armed;
       try {
-        return Result<R>(fn(connection()));
+        pqxx::connection& c = connection();
+        armed.emplace(arm(c));
+        return Result<R>(fn(c));
       } catch (const pqxx::broken_connection& e) {
+        const bool cut = armed && armed->fired();
+        armed.reset();
         drop_connection();
+        // Cut by the deadline: the peer does not answer; trying again would wait as long.
+        if (cut) {
+          return Error{ErrorKind::kTimeout, "postgres did not answer within " +
+                                                std::to_string(call_deadline_.count()) +
+                                                " ms (connection dropped)"};
+        }
         if (attempt >= 3)
           return map_pg_error(e);
       } catch (const std::exception& e) {
+        armed.reset();
         if (is_broken())
           drop_connection();
         return map_pg_error(e);
@@ -116,6 +139,8 @@ class DbPool {
   std::function<void(double)> queue_wait_observer_;
   int statement_timeout_ms_;
   int connect_timeout_s_;
+  std::chrono::milliseconds call_deadline_;
+  CallWatchdog watchdog_;
   boost::asio::thread_pool pool_;
 };
 

@@ -2,6 +2,7 @@
 
 #include "core/adapters/pg/ended_tasks.hpp"
 #include "core/adapters/pg/prepared.hpp"
+#include "core/adapters/pg/sql.hpp"
 #include "core/codec/task_codec.hpp"
 
 #include <map>
@@ -238,6 +239,22 @@ std::optional<std::string> task_json(pqxx::connection& c, const std::string& tas
 }
 
 namespace {
+// A running task `t` whose owner is gone: the incarnation that claimed it no longer holds
+// its liveness, or (a task of a version-7 worker, which leased each task) its own lease
+// expired.
+constexpr const char* kOwnerGone = R"SQL(
+      ((t.worker_incarnation IS NULL AND t.lease_until < now())
+       OR t.worker_incarnation IN (SELECT incarnation FROM workers WHERE lease_until < now())))SQL";
+
+// A dispatched task `t` whose message is really lost, not waiting: at least one live worker,
+// and every live worker that consumes has reported since `t` was dispatched that nothing is
+// left to read on its partitions. A message behind a paused worker is never sent twice.
+constexpr const char* kDispatchLost = R"SQL(
+      EXISTS (SELECT 1 FROM workers w WHERE w.lease_until > now() AND NOT w.draining)
+      AND NOT EXISTS (SELECT 1 FROM workers w
+                      WHERE w.lease_until > now() AND NOT w.draining
+                        AND (w.dispatch_lag > 0 OR w.heartbeat_at < t.dispatched_at)))SQL";
+
 // Marks the rows `picked` (a query of task_id and status) dispatched and writes their
 // dispatch messages. Returns, per row: the status it was picked in, its priority, user,
 // id, seconds since it was submitted, and whether this is its first dispatch. The time is
@@ -255,7 +272,7 @@ WITH picked AS ()SQL" +
             t.attempt, picked.status AS was
 ), sent AS (
   INSERT INTO outbox (topic, message_key, payload, traceparent)
-  SELECT $2, m.user_id,
+  SELECT $2, m.task_id::text,
          jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
                             'priority', m.priority,
                             'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
@@ -294,10 +311,11 @@ UPDATE tasks SET status = 'failed', finished_at = statement_timestamp(), lease_u
        error_code = 'attempts_exhausted',
        error = 'gave up after ' || (attempt - releases) || ' attempts: every worker that ran it stopped '
                'before it finished'
-WHERE task_id IN (SELECT task_id FROM tasks
-                  WHERE status = 'running' AND lease_until < now() AND attempt - releases >= $2
+WHERE task_id IN (SELECT task_id FROM tasks t
+                  WHERE status = 'running' AND attempt - releases >= $2 AND )SQL") +
+                                   kOwnerGone + R"SQL(
                   ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-RETURNING )SQL") + kEndedColumns;
+RETURNING )SQL" + kEndedColumns;
   auto rows = exec_prepared(tx, "af_sched_exhausted", kFail.c_str(), pass.limit, pass.max_attempts);
   announce_ended(tx, rows, pass.results_topic);
   return static_cast<int>(rows.size());
@@ -306,14 +324,18 @@ RETURNING )SQL") + kEndedColumns;
 
 RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
   // Built once: the statement text does not depend on the arguments.
-  static const std::string kRecover = dispatch_statement(R"SQL(
-  SELECT task_id, status FROM tasks
-  WHERE (status = 'running' AND lease_until < now() AND attempt - releases < $4)
-     OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3))
+  static const std::string kRecover =
+      dispatch_statement(std::string(R"SQL(
+  SELECT task_id, status FROM tasks t
+  WHERE (status = 'running' AND attempt - releases < $4 AND )SQL") +
+                             kOwnerGone + R"SQL()
+     OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3)
+         AND )SQL" + kDispatchLost +
+                             R"SQL()
   ORDER BY created_at
   LIMIT $1
   FOR UPDATE SKIP LOCKED)SQL",
-                                                         ", lease_until = NULL");
+                         ", lease_until = NULL, worker_incarnation = NULL");
   RecoveryReport report;
   report.exhausted = fail_exhausted(tx, pass);
   auto recovered = exec_prepared(tx, "af_sched_recover", kRecover.c_str(), pass.limit,
@@ -323,6 +345,10 @@ RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
     report.tasks.push_back({task.task_id, task.user_id, task.traceparent, task.was == "running"});
   }
   return report;
+}
+
+void forget_workers(pqxx::work& tx) {
+  exec_named0(tx, "forget_workers");
 }
 
 int expire_queued(pqxx::work& tx, int limit, const std::string& results_topic) {
@@ -375,12 +401,14 @@ ORDER BY u.user_id)SQL",
     user.overrides.user_id = user.user_id;
     backlog.users.push_back(std::move(user));
   }
-  if (count_fleet && !backlog.users.empty()) {
-    backlog.fleet_active =
-        exec_prepared1(tx, "af_sched_fleet_active",
-                       "SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running')")[0]
-            .as<std::int64_t>();
-  }
+  if (backlog.users.empty())
+    return backlog;
+  // What the live workers can run at once (none reporting: unknown, as with workers of
+  // version 7, which report nothing).
+  const auto capacity = exec_named1(tx, "fleet_capacity");
+  backlog.fleet_capacity = capacity[0].as<std::int64_t>() > 0 ? capacity[1].as<std::int64_t>() : -1;
+  if (count_fleet || backlog.fleet_capacity >= 0)
+    backlog.fleet_active = exec_named1(tx, "fleet_active")[0].as<std::int64_t>();
   return backlog;
 }
 
@@ -461,6 +489,10 @@ std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
     WHERE t.status = 'queued' AND t.user_id = g.user_id AND t.priority = g.priority
       AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.cancelled AND b.batch_id = t.batch_id
                                                 AND b.user_id = t.user_id)
+      -- A follow-up waits until its parent has ended: with dispatch keyed by task, no
+      -- partition order keeps it behind its parent.
+      AND NOT EXISTS (SELECT 1 FROM tasks p WHERE p.task_id = t.parent_task_id
+                                              AND p.status IN ('queued', 'dispatched', 'running'))
     ORDER BY t.created_at
     LIMIT g.n
     FOR UPDATE SKIP LOCKED) p)SQL",
@@ -604,70 +636,6 @@ std::vector<StepRecord> step_records(pqxx::work& tx, const std::string& task_id)
 }
 }  // namespace
 
-Claim claim_task(pqxx::work& tx, const std::string& task_id, const std::string& worker_id,
-                 int lease_s, int max_attempts) {
-  auto rows = exec_prepared(tx, "af_claim", R"SQL(
-WITH claimed AS (
-  UPDATE tasks SET status = 'running', attempt = attempt + 1, worker_id = $2,
-         lease_until = now() + make_interval(secs => $3),
-         started_at = coalesce(started_at, now()),
-         deadline_at = coalesce(deadline_at, now() + make_interval(secs => timeout_s))
-  WHERE task_id = $1::uuid
-    AND (status = 'dispatched'
-         OR (status = 'running' AND lease_until < now() AND attempt - releases < $4))
-  RETURNING *
-)
-SELECT t.user_id, t.text, t.model, array_to_json(t.tools)::text, t.timeout_s,
-       t.schedule_timeout_s, t.max_steps, t.priority, coalesce(t.idempotency_key, ''),
-       coalesce(t.batch_id, ''), t.metadata->>'device_id', t.metadata->>'time_zone',
-       t.metadata->>'locale', t.attempt,
-       (extract(epoch FROM t.deadline_at - now()) * 1000)::bigint, t.cancel_requested,
-       (t.attempt = 1 AND now() - t.created_at > make_interval(secs => t.schedule_timeout_s)),
-       coalesce(u.tier, ''), coalesce(u.tool_permission, ''),
-       (extract(epoch FROM now() - t.created_at) * 1000)::bigint, coalesce(t.strategy, ''),
-       coalesce(t.parent_task_id::text, ''), coalesce(t.session_id, '')
-FROM claimed t LEFT JOIN user_limits u ON u.user_id = t.user_id
-)SQL",
-                            task_id, worker_id, lease_s, max_attempts);
-  if (rows.empty()) {
-    auto known = exec_prepared(tx, "af_task_exists", "SELECT 1 FROM tasks WHERE task_id = $1::uuid",
-                               task_id);
-    return Claim{known.empty() ? ClaimOutcome::kUnknown : ClaimOutcome::kBusyOrDone, {}};
-  }
-  const auto& r = rows[0];
-  ClaimedTask claimed;
-  TaskSpec& s = claimed.spec;
-  s.task_id = task_id;
-  s.user_id = r[0].as<std::string>();
-  s.text = r[1].as<std::string>();
-  s.model = r[2].as<std::string>();
-  s.tools = tool_list(r[3]);
-  s.timeout_s = r[4].as<int>();
-  s.schedule_timeout_s = r[5].as<int>();
-  s.max_steps = r[6].as<int>();
-  s.priority = parse_priority(r[7].as<std::string>()).value_or(Priority::kInteractive);
-  s.idempotency_key = r[8].as<std::string>();
-  s.batch_id = r[9].as<std::string>();
-  s.metadata.device_id = r[10].is_null() ? "" : r[10].as<std::string>();
-  s.metadata.time_zone = r[11].is_null() ? "" : r[11].as<std::string>();
-  s.metadata.locale = r[12].is_null() ? "" : r[12].as<std::string>();
-  claimed.attempt = r[13].as<int>();
-  claimed.remaining_ms = r[14].as<std::int64_t>();
-  claimed.cancel_requested = r[15].as<bool>();
-  claimed.schedule_expired = !r[16].is_null() && r[16].as<bool>();
-  claimed.user_tier = r[17].as<std::string>();
-  claimed.user_tool_permission = r[18].as<std::string>();
-  claimed.queued_ms = r[19].as<std::int64_t>();
-  s.strategy = parse_agent_strategy(r[20].as<std::string>());
-  s.parent_task_id = r[21].as<std::string>();
-  s.session_id = r[22].as<std::string>();
-  // Checkpoints exist only from an earlier attempt: a first claim has none to read.
-  if (claimed.attempt == 1)
-    return Claim{ClaimOutcome::kClaimed, std::move(claimed)};
-  claimed.steps = step_records(tx, task_id);
-  return Claim{ClaimOutcome::kClaimed, std::move(claimed)};
-}
-
 namespace {
 // The fence every worker write goes through: the row must still be ours.
 bool still_ours(pqxx::work& tx, const std::string& task_id, int attempt) {
@@ -683,97 +651,6 @@ Error lease_lost(const std::string& task_id) {
   return Error{ErrorKind::kLeaseLost, "task " + task_id + " is owned by a newer attempt"};
 }
 }  // namespace
-
-Status save_model_step(pqxx::work& tx, const std::string& task_id, int attempt, int step,
-                       const std::string& model_reply_json, int latency_ms,
-                       const LedgerRow& ledger) {
-  // One statement: the fence (the row still ours, locked), the step row, the ledger row and
-  // the task's totals; nothing is written when the fence finds no row.
-  auto fenced =
-      exec_prepared1(tx, "af_model_step", R"SQL(
-WITH ours AS (
-  SELECT task_id FROM tasks
-  WHERE task_id = $1::uuid AND attempt = $3::integer AND status = 'running'
-  FOR UPDATE
-), step_row AS (
-  INSERT INTO task_steps (task_id, step, attempt, model_reply, model_latency_ms)
-  SELECT task_id, $2::integer, $3::integer, $4::jsonb, $5::integer FROM ours
-  RETURNING 1
-), ledger_row AS (
-  INSERT INTO usage_ledger (task_id, step, user_id, batch_id, model, input_tokens,
-                            cached_input_tokens, output_tokens, reasoning_tokens, cost, currency)
-  SELECT task_id, $2::integer, $6::text, NULLIF($7::text, ''), $8::text, $9::bigint,
-         $10::bigint, $11::bigint, $12::bigint, $13::numeric, $14::text
-  FROM ours
-  RETURNING 1
-), totals AS (
-  UPDATE tasks t SET steps = $2::integer + 1, input_tokens = t.input_tokens + $9::bigint,
-         cached_input_tokens = t.cached_input_tokens + $10::bigint,
-         output_tokens = t.output_tokens + $11::bigint, cost = t.cost + $13::numeric,
-         currency = $14::text
-  FROM ours WHERE t.task_id = ours.task_id
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM ours), (SELECT count(*) FROM step_row),
-       (SELECT count(*) FROM ledger_row), (SELECT count(*) FROM totals))SQL",
-                     task_id, step, attempt, model_reply_json, latency_ms, ledger.user_id,
-                     ledger.batch_id, ledger.model, ledger.usage.input, ledger.usage.cached_input,
-                     ledger.usage.output, ledger.usage.reasoning, ledger.cost, ledger.currency);
-  if (fenced[0].as<int>() == 0)
-    return lease_lost(task_id);
-  return ok_status();
-}
-
-Status save_tool_results(pqxx::work& tx, const std::string& task_id, int attempt, int step,
-                         const std::string& observations_json, const std::string& trace_json,
-                         int executed_calls) {
-  // One statement: the fence, the step's observations and trace, and the task's tool-call
-  // count (only when the step row was there to update).
-  auto fenced =
-      exec_prepared1(tx, "af_tool_results", R"SQL(
-WITH ours AS (
-  SELECT task_id FROM tasks
-  WHERE task_id = $1::uuid AND attempt = $5::integer AND status = 'running'
-  FOR UPDATE
-), updated AS (
-  UPDATE task_steps s SET observations = $3::jsonb, trace = $4::jsonb, attempt = $5::integer,
-         tools_done_at = now()
-  FROM ours WHERE s.task_id = ours.task_id AND s.step = $2::integer
-  RETURNING 1
-), counted AS (
-  UPDATE tasks t SET tool_calls = t.tool_calls + $6::integer
-  FROM ours WHERE t.task_id = ours.task_id AND EXISTS (SELECT 1 FROM updated)
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM ours), (SELECT count(*) FROM counted))SQL",
-                     task_id, step, observations_json, trace_json, attempt, executed_calls);
-  if (fenced[0].as<int>() == 0)
-    return lease_lost(task_id);
-  return ok_status();
-}
-
-Status save_tool_step(pqxx::work& tx, const std::string& task_id, int attempt, int step,
-                      const std::string& tool_step_json) {
-  // One statement, fenced like the others: the step row and the task's step count.
-  auto fenced = exec_prepared1(tx, "af_tool_step", R"SQL(
-WITH ours AS (
-  SELECT task_id FROM tasks
-  WHERE task_id = $1::uuid AND attempt = $3::integer AND status = 'running'
-  FOR UPDATE
-), step_row AS (
-  INSERT INTO task_steps (task_id, step, attempt, model_reply)
-  SELECT task_id, $2::integer, $3::integer, $4::jsonb FROM ours
-  RETURNING 1
-), counted AS (
-  UPDATE tasks t SET steps = $2::integer + 1 FROM ours WHERE t.task_id = ours.task_id
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM ours), (SELECT count(*) FROM step_row), (SELECT count(*) FROM counted))SQL",
-                               task_id, step, attempt, tool_step_json);
-  if (fenced[0].as<int>() == 0)
-    return lease_lost(task_id);
-  return ok_status();
-}
 
 std::optional<ParentTask> load_parent(pqxx::work& tx, const std::string& parent_id,
                                       const std::string& user_id) {
@@ -827,42 +704,6 @@ ORDER BY created_at DESC LIMIT 1)SQL",
                    parse_task_status(rows[0][1].as<std::string>()).value_or(TaskStatus::kQueued)};
 }
 
-Result<std::int64_t> finish_task(pqxx::work& tx, const FinishRecord& record,
-                                 const std::function<std::string(const TaskTotals&)>& event_of) {
-  std::optional<std::string> result_type, message, options;
-  if (record.result) {
-    result_type = std::string(to_string(record.result->type));
-    message = record.result->message;
-    options = json_string_array(record.result->options);
-  }
-  // The fence and the end in one statement: the row is updated only while this attempt
-  // still runs it, and the update returns the totals the result event reports.
-  auto rows = exec_prepared(tx, "af_finish", R"SQL(
-UPDATE tasks SET status = $3, result_type = $4, result_message = $5,
-       result_options = $6::jsonb, error = NULLIF($7, ''), finished_at = now(),
-       lease_until = NULL
-WHERE task_id = $1::uuid AND attempt = $2::integer AND status = 'running'
-RETURNING input_tokens, cached_input_tokens, output_tokens,
-          to_char(cost, 'FM999999999999990.000000'), coalesce(currency, ''))SQL",
-                            record.task_id, record.attempt, std::string(to_string(record.status)),
-                            result_type, message, options, record.error);
-  if (rows.empty())
-    return lease_lost(record.task_id);
-  TaskTotals totals;
-  totals.usage.input = rows[0][0].as<std::int64_t>();
-  totals.usage.cached_input = rows[0][1].as<std::int64_t>();
-  totals.usage.output = rows[0][2].as<std::int64_t>();
-  totals.cost = rows[0][3].as<std::string>();
-  totals.currency = rows[0][4].as<std::string>();
-  auto id = exec_prepared1(
-      tx, "af_finish_outbox",
-      "INSERT INTO outbox (topic, message_key, payload, traceparent, publish_after) "
-      "VALUES ($1, $2, $3, NULLIF($4, ''), now() + make_interval(secs => $5)) RETURNING id",
-      record.results_topic, record.user_id, event_of(totals), record.traceparent,
-      record.relay_delay_s);
-  return id[0].as<std::int64_t>();
-}
-
 void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids) {
   if (ids.empty())
     return;
@@ -881,95 +722,14 @@ void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids) {
                  array);
 }
 
-namespace {
-// Locks the rows of (task_id, attempt) pairs ($2, JSON) still running on worker $1, in
-// task_id order, the order the worker's batched writes use too, so a heartbeat, a release
-// and a batch never wait on each other in a cycle.
-constexpr const char* kLockHeld = R"SQL(
-WITH locked AS (
-  SELECT t.task_id FROM tasks t
-  JOIN jsonb_to_recordset($2::jsonb) AS held(task_id uuid, attempt integer)
-    ON t.task_id = held.task_id AND t.attempt = held.attempt
-  WHERE t.worker_id = $1 AND t.status = 'running'
-  ORDER BY t.task_id
-  FOR UPDATE OF t
-))SQL";
-
-std::string held_json(const std::vector<std::pair<std::string, int>>& tasks) {
-  rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  w.StartArray();
-  for (const auto& [task_id, attempt] : tasks) {
-    w.StartObject();
-    w.Key("task_id");
-    w.String(task_id.c_str());
-    w.Key("attempt");
-    w.Int(attempt);
-    w.EndObject();
-  }
-  w.EndArray();
-  return std::string(buffer.GetString(), buffer.GetSize());
-}
-}  // namespace
-
-LeaseCheck extend_leases(pqxx::connection& c, const std::string& worker_id,
-                         const std::vector<std::pair<std::string, int>>& tasks, int lease_s) {
-  LeaseCheck check;
-  if (tasks.empty())
-    return check;
-  pqxx::work tx(c);
-  static const std::string kExtend = std::string(kLockHeld) + R"SQL(
-UPDATE tasks t SET lease_until = now() + make_interval(secs => $3)
-FROM locked WHERE t.task_id = locked.task_id
-RETURNING t.task_id::text, t.cancel_requested)SQL";
-  auto rows = tx.exec_params(kExtend, worker_id, held_json(tasks), lease_s);
-  tx.commit();
-  for (const auto& row : rows) {
-    check.held.push_back(row[0].as<std::string>());
-    if (row[1].as<bool>())
-      check.cancelled.push_back(row[0].as<std::string>());
-  }
-  return check;
-}
-
-std::vector<std::string> cancel_requested(pqxx::connection& c,
-                                          const std::vector<std::string>& task_ids) {
-  std::vector<std::string> cancelled;
-  if (task_ids.empty())
-    return cancelled;
-  pqxx::read_transaction tx(c);
-  auto rows = tx.exec_params(
-      "SELECT task_id::text FROM tasks WHERE task_id = ANY(ARRAY(SELECT "
-      "jsonb_array_elements_text($1::jsonb))::uuid[]) AND cancel_requested AND status = 'running'",
-      json_string_array(task_ids));
-  for (const auto& row : rows)
-    cancelled.push_back(row[0].as<std::string>());
-  return cancelled;
-}
-
 Status release_task(pqxx::work& tx, const std::string& task_id, int attempt) {
   if (!still_ours(tx, task_id, attempt))
     return lease_lost(task_id);
-  tx.exec_params0(
-      "UPDATE tasks SET status = 'queued', lease_until = NULL, worker_id = NULL, "
-      "releases = releases + 1 WHERE task_id = $1::uuid",
-      task_id);
+  exec_prepared0(tx, "af_release",
+                 "UPDATE tasks SET status = 'queued', lease_until = NULL, worker_id = NULL, "
+                 "worker_incarnation = NULL, releases = releases + 1 WHERE task_id = $1::uuid",
+                 task_id);
   return ok_status();
-}
-
-int release_tasks(pqxx::connection& c, const std::string& worker_id,
-                  const std::vector<std::pair<std::string, int>>& tasks) {
-  if (tasks.empty())
-    return 0;
-  pqxx::work tx(c);
-  static const std::string kRelease = std::string(kLockHeld) + R"SQL(
-UPDATE tasks t SET status = 'queued', lease_until = NULL, worker_id = NULL,
-       releases = releases + 1
-FROM locked WHERE t.task_id = locked.task_id
-RETURNING t.task_id)SQL";
-  auto rows = tx.exec_params(kRelease, worker_id, held_json(tasks));
-  tx.commit();
-  return static_cast<int>(rows.size());
 }
 
 // The same operations in a transaction of their own, for callers that do not batch.
@@ -982,29 +742,6 @@ auto in_transaction(pqxx::connection& c, F f) {
   return result;
 }
 }  // namespace
-
-Claim claim_task(pqxx::connection& c, const std::string& task_id, const std::string& worker_id,
-                 int lease_s, int max_attempts) {
-  return in_transaction(
-      c, [&](pqxx::work& tx) { return claim_task(tx, task_id, worker_id, lease_s, max_attempts); });
-}
-
-Status save_model_step(pqxx::connection& c, const std::string& task_id, int attempt, int step,
-                       const std::string& model_reply_json, int latency_ms,
-                       const LedgerRow& ledger) {
-  return in_transaction(c, [&](pqxx::work& tx) {
-    return save_model_step(tx, task_id, attempt, step, model_reply_json, latency_ms, ledger);
-  });
-}
-
-Status save_tool_results(pqxx::connection& c, const std::string& task_id, int attempt, int step,
-                         const std::string& observations_json, const std::string& trace_json,
-                         int executed_calls) {
-  return in_transaction(c, [&](pqxx::work& tx) {
-    return save_tool_results(tx, task_id, attempt, step, observations_json, trace_json,
-                             executed_calls);
-  });
-}
 
 Status release_task(pqxx::connection& c, const std::string& task_id, int attempt) {
   return in_transaction(c, [&](pqxx::work& tx) { return release_task(tx, task_id, attempt); });

@@ -17,6 +17,7 @@
 #include "core/domain/error.hpp"
 #include "core/domain/task.hpp"
 #include "core/limits/fair_scheduler.hpp"
+#include "core/ports/run_store.hpp"
 
 namespace agentfleet::pg {
 
@@ -117,6 +118,10 @@ struct RecoveryReport {
 };
 RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass);
 
+// Removes the rows of worker incarnations whose lease lapsed a minute ago and that own no
+// running task any more.
+void forget_workers(pqxx::work& tx);
+
 // Queued tasks (never started) past their queue deadline (created_at + schedule_timeout_s)
 // end timed_out with error_code schedule_timeout and their result events; at most `limit`.
 int expire_queued(pqxx::work& tx, int limit, const std::string& results_topic);
@@ -138,8 +143,9 @@ struct UserOverrides {
 UserOverrides read_overrides(const pqxx::row& row, int first);
 
 // Every user with queued work: queued counts per priority (each up to `count_cap`), the
-// exact count of dispatched + running tasks, the overrides; and, when `count_fleet` (a
-// fleet-wide cap is set), the fleet's active total.
+// exact count of dispatched + running tasks, the overrides; the capacity the live workers
+// report; and, when `count_fleet` (a fleet-wide cap is set) or the capacity is known, the
+// fleet's active total.
 struct BacklogUser {
   std::string user_id;
   std::int64_t queued_interactive = 0;
@@ -150,6 +156,8 @@ struct BacklogUser {
 struct Backlog {
   std::vector<BacklogUser> users;  // ordered by user_id
   std::int64_t fleet_active = 0;
+  // What the live workers report they can run at once; -1 when none reports (unknown).
+  std::int64_t fleet_capacity = -1;
 };
 Backlog read_backlog(pqxx::work& tx, int count_cap, bool count_fleet);
 
@@ -227,93 +235,20 @@ struct OutboxRow {
 
 // ---- worker -----------------------------------------------------------------------
 
-struct StepRecord {
-  int step = 0;
-  std::string model_reply;   // JSON
-  std::string observations;  // JSON array, empty when the tools have not finished
-};
-
-struct ClaimedTask {
-  TaskSpec spec;
-  int attempt = 0;
-  // The user's overrides from user_limits (empty when none): the tier, and the highest
-  // tool permission level ("read", "write", "execute", "admin").
-  std::string user_tier;
-  std::string user_tool_permission;
-  std::int64_t remaining_ms = 0;  // until the deadline (may be <= 0)
-  std::int64_t queued_ms = 0;     // from submission to this claim
-  bool cancel_requested = false;
-  bool schedule_expired = false;  // waited longer than schedule_timeout_s before running
-  std::vector<StepRecord> steps;  // checkpoints of earlier attempts, in order
-};
-
-// Claims a dispatched task, or one whose lease expired: status running, attempt + 1,
-// lease, worker id; the deadline is fixed by the first claim. kBusyOrDone when the task is
-// terminal, queued, or leased by another worker; kUnknown when no such task exists.
-enum class ClaimOutcome { kClaimed, kBusyOrDone, kUnknown };
-struct Claim {
-  ClaimOutcome outcome = ClaimOutcome::kBusyOrDone;
-  std::optional<ClaimedTask> task;  // set when kClaimed
-};
-// A task whose lease expired is claimed only while attempt - releases < max_attempts (the
-// dispatcher's recovery gives up on it then; a redelivered message must not revive it).
-Claim claim_task(pqxx::connection& c, const std::string& task_id, const std::string& worker_id,
-                 int lease_s, int max_attempts);
-Claim claim_task(pqxx::work& tx, const std::string& task_id, const std::string& worker_id,
-                 int lease_s, int max_attempts);
+using StepRecord = ports::StepRecord;
+using ClaimedTask = ports::ClaimedTask;
+using ClaimOutcome = ports::ClaimOutcome;
+using Claim = ports::Claim;
 
 // Hands a running task back (a draining worker): status queued again, lease and worker
 // cleared, `releases` + 1 so the hand-back does not count as a lost attempt. Fenced by
 // the attempt; kLeaseLost when the task is no longer ours.
 Status release_task(pqxx::connection& c, const std::string& task_id, int attempt);
 Status release_task(pqxx::work& tx, const std::string& task_id, int attempt);
-// The same for every (task_id, attempt) still held by `worker_id` (a drain whose grace
-// ran out); returns how many were handed back.
-int release_tasks(pqxx::connection& c, const std::string& worker_id,
-                  const std::vector<std::pair<std::string, int>>& tasks);
-
-struct LedgerRow {
-  std::string user_id;
-  std::string batch_id;
-  std::string model;
-  TokenUsage usage;
-  std::string cost;  // decimal text
-  std::string currency;
-};
-
-// Checkpoint of one model call: the reply and its ledger row, one transaction.
-Status save_model_step(pqxx::connection& c, const std::string& task_id, int attempt, int step,
-                       const std::string& model_reply_json, int latency_ms,
-                       const LedgerRow& ledger);
-Status save_model_step(pqxx::work& tx, const std::string& task_id, int attempt, int step,
-                       const std::string& model_reply_json, int latency_ms,
-                       const LedgerRow& ledger);
-
-// The tool results of a step (what the model sees, and the trace).
-// `executed_calls` (calls that ran, not the refused ones) is added to the task's count.
-Status save_tool_results(pqxx::connection& c, const std::string& task_id, int attempt, int step,
-                         const std::string& observations_json, const std::string& trace_json,
-                         int executed_calls);
-Status save_tool_results(pqxx::work& tx, const std::string& task_id, int attempt, int step,
-                         const std::string& observations_json, const std::string& trace_json,
-                         int executed_calls);
-
-// A plan_execute tool step, recorded before its calls run: a step row of its own with no
-// model call (model_reply is codec::tool_step_checkpoint_json of the calls, no ledger row);
-// the task's step count moves on. Its results go in with save_tool_results.
-Status save_tool_step(pqxx::work& tx, const std::string& task_id, int attempt, int step,
-                      const std::string& tool_step_json);
+using LedgerRow = ports::LedgerRow;
 
 // A follow-up's parent as the worker rebuilds its conversation: only a task of `user_id`.
-struct ParentTask {
-  std::string text;
-  std::optional<AgentStrategy> strategy;
-  TaskStatus status = TaskStatus::kQueued;
-  std::optional<TaskResult> result;
-  std::string error;
-  std::optional<std::vector<std::string>> tools;  // its allow-list
-  std::vector<StepRecord> steps;
-};
+using ParentTask = ports::ParentTask;
 std::optional<ParentTask> load_parent(pqxx::work& tx, const std::string& parent_id,
                                       const std::string& user_id);
 
@@ -328,48 +263,8 @@ std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& use
                                      const std::string& parent_id, const std::string& session_id,
                                      const std::string& idempotency_key = {});
 
-struct FinishRecord {
-  std::string task_id;
-  int attempt = 0;
-  TaskStatus status = TaskStatus::kFailed;
-  std::optional<TaskResult> result;
-  std::string error;
-  std::string results_topic;
-  std::string user_id;
-  std::string traceparent;
-  int relay_delay_s = 10;  // the relay publishes it if the worker has not by then
-};
-
-// The task's totals over its ledger, for the result event.
-struct TaskTotals {
-  TokenUsage usage;
-  std::string cost = "0.000000";
-  std::string currency;
-};
-
-// Ends the task (status, result; fenced: only while this attempt still runs it) and puts
-// its result event, which `event_of` builds from the totals the end read, into the outbox:
-// two statements in `tx`. Returns the outbox row id, or lease_lost.
-Result<std::int64_t> finish_task(pqxx::work& tx, const FinishRecord& record,
-                                 const std::function<std::string(const TaskTotals&)>& event_of);
-
 // Removes published outbox rows, in one statement; skips rows another transaction holds
 // (the relay's, which it deletes itself) instead of waiting for them.
 void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids);
-
-// Extends the leases of the given (task_id, attempt) pairs held by this worker. Returns
-// the pairs still ours (the rest were taken over: their runs must stop), and which of
-// them have a cancellation requested.
-struct LeaseCheck {
-  std::vector<std::string> held;       // task ids whose lease was extended
-  std::vector<std::string> cancelled;  // among `held`: cancel_requested is set
-};
-LeaseCheck extend_leases(pqxx::connection& c, const std::string& worker_id,
-                         const std::vector<std::pair<std::string, int>>& tasks, int lease_s);
-
-// Among the given task ids, those with a cancellation requested (a cheap read between
-// heartbeats).
-std::vector<std::string> cancel_requested(pqxx::connection& c,
-                                          const std::vector<std::string>& task_ids);
 
 }  // namespace agentfleet::pg

@@ -1,6 +1,7 @@
 #include "core/adapters/pg/write_batcher.hpp"
 
 #include <algorithm>
+#include <map>
 
 namespace agentfleet::pg {
 
@@ -76,6 +77,9 @@ void WriteBatcher::start_batch_locked() {
 std::optional<Error> WriteBatcher::write_batch(pqxx::connection& c, std::deque<Write>& batch) {
   std::stable_sort(batch.begin(), batch.end(),
                    [](const Write& a, const Write& b) { return a.key < b.key; });
+  // The whole batch has one client-side deadline: a server that never answers (a half-open
+  // connection) fails it as a broken connection instead of holding the pool thread.
+  auto armed = pool_.arm(c);
   // First without savepoints: a write rarely fails, and a savepoint costs a round trip per
   // write. A batch of one needs none (its write's failure is the batch's). When a write of a
   // larger batch fails, the transaction is rolled back and the whole batch written again,
@@ -88,12 +92,22 @@ std::optional<Error> WriteBatcher::write_batch(pqxx::connection& c, std::deque<W
       if (isolate)
         write_isolated(tx, batch);
       else
-        for (Write& write : batch)
-          write.apply(tx);
+        write_together(tx, batch);
       committing = true;
       tx.commit();
       return std::nullopt;
     } catch (const std::exception& e) {
+      if (armed.fired()) {
+        // Cut by the deadline: the server does not answer. Trying again elsewhere would wait
+        // as long; the callers leave their tasks to be handed back. (Whether a COMMIT that
+        // was sent took effect is unknown: the same as an in-doubt commit.)
+        const Error timeout{ErrorKind::kTimeout, "postgres did not answer within " +
+                                                     std::to_string(pool_.call_deadline().count()) +
+                                                     " ms"};
+        for (Write& write : batch)
+          write.fail(timeout);
+        return std::nullopt;
+      }
       const Error error = map_pg_error(e);
       // Broken before the COMMIT was sent: nothing of the batch was written (values and
       // errors stored so far are replaced when it runs again).
@@ -112,6 +126,21 @@ std::optional<Error> WriteBatcher::write_batch(pqxx::connection& c, std::deque<W
         write.fail(error);
       return std::nullopt;
     }
+  }
+}
+
+void WriteBatcher::write_together(pqxx::work& tx, std::deque<Write>& batch) {
+  // The kinds in rank order, each with its writes in key order (the batch is sorted).
+  std::map<std::pair<int, const void*>, std::vector<Write*>> kinds;
+  for (Write& write : batch) {
+    if (write.kind != nullptr)
+      kinds[{write.rank, write.kind}].push_back(&write);
+  }
+  for (auto& [kind, writes] : kinds)
+    writes.front()->apply_kind(tx, writes);
+  for (Write& write : batch) {
+    if (write.kind == nullptr)
+      write.apply(tx);
   }
 }
 

@@ -15,6 +15,12 @@
 // outcome is unknown, and its callers get the error (they leave their tasks to lease
 // recovery, which reads what was committed).
 //
+// Writes of a Kind (a claim, a model checkpoint, ...) are applied together: the writes of
+// one kind in a batch go to the kind in one call, which writes them all with one statement;
+// kinds are applied in the order of their rank. So a batch costs a statement per kind, not
+// per write. A batch that fails is written again write by write (each a kind of one), with a
+// savepoint each, as above.
+//
 // There is no timer: a batch is whatever queued while the previous batches were being
 // written, so an idle worker commits each write at once and a busy one commits hundreds
 // together. At most `max_batches` batches run at once on the DbPool's threads.
@@ -81,15 +87,83 @@ class WriteBatcher {
         std::move(initiation), boost::asio::use_awaitable);
   }
 
+  // A kind of write many runs make: the writes of one kind in a batch are applied together.
+  // Kinds live as long as the batcher.
+  template <typename Item, typename Value>
+  class Kind {
+   public:
+    virtual ~Kind() = default;
+    // Kinds are applied in rank order within a batch (each locks its rows in task-id order).
+    virtual int rank() const = 0;
+    // One value per item, in the order of `items` (one statement for all of them). Throws
+    // what libpqxx throws; then the batch is written again write by write.
+    virtual std::vector<Value> apply(pqxx::work& tx, const std::vector<const Item*>& items) = 0;
+  };
+
+  // Runs `item` through `kind` in the next batch, together with the other writes of that kind
+  // in it; its value (or the error of its savepoint or of the batch's commit) once that batch
+  // has committed. `key`: the task the write locks.
+  template <typename Item, typename Value>
+  auto run(std::string key, Kind<Item, Value>& kind, Item item)
+      -> boost::asio::awaitable<Result<Value>> {
+    struct State {
+      Item item;
+      std::optional<Result<Value>> slot;
+    };
+    auto state = std::make_shared<State>(State{std::move(item), std::nullopt});
+    auto initiation = [this, state, &kind, key = std::move(key)](auto handler) mutable {
+      auto h = std::make_shared<decltype(handler)>(std::move(handler));
+      Write write;
+      write.key = std::move(key);
+      write.kind = &kind;
+      write.rank = kind.rank();
+      write.item = &state->item;
+      write.apply = [state, &kind](pqxx::work& tx) {
+        auto values = kind.apply(tx, {&state->item});
+        state->slot.emplace(std::move(values.at(0)));
+      };
+      write.apply_kind = [&kind](pqxx::work& tx, const std::vector<Write*>& writes) {
+        std::vector<const Item*> items;
+        items.reserve(writes.size());
+        for (const Write* w : writes)
+          items.push_back(static_cast<const Item*>(w->item));
+        auto values = kind.apply(tx, items);
+        for (std::size_t i = 0; i < writes.size(); ++i)
+          writes[i]->set_value(&values.at(i));
+      };
+      write.set_value = [state](void* value) {
+        state->slot.emplace(std::move(*static_cast<Value*>(value)));
+      };
+      write.fail = [state](const Error& error) { state->slot.emplace(error); };
+      write.complete = [state, h] {
+        auto executor = boost::asio::get_associated_executor(*h);
+        boost::asio::post(executor, [state, h] { (*h)(std::move(*state->slot)); });
+      };
+      enqueue(std::move(write));
+    };
+    return boost::asio::async_initiate<decltype(boost::asio::use_awaitable), void(Result<Value>)>(
+        std::move(initiation), boost::asio::use_awaitable);
+  }
+
   Stats stats() const;
 
  private:
   struct Write {
     std::string key;
-    std::function<void(pqxx::work&)> apply;  // runs the write; stores its value
+    std::function<void(pqxx::work&)> apply;  // runs the write alone; stores its value
     std::function<void(const Error&)> fail;  // stores an error instead
     std::function<void()> complete;          // resumes the caller (after the commit)
+    // Writes of a Kind: the kind, its rank, the item, how the writes of the kind in a batch
+    // are applied together, and how this write takes its value from that.
+    const void* kind = nullptr;
+    int rank = 0;
+    void* item = nullptr;
+    std::function<void(pqxx::work&, const std::vector<Write*>&)> apply_kind;
+    std::function<void(void*)> set_value;
   };
+  // The batch, written without savepoints: kind by kind in rank order, then the writes that
+  // belong to no kind, in key order.
+  static void write_together(pqxx::work& tx, std::deque<Write>& batch);
 
   void enqueue(Write write);
   void start_batch_locked();

@@ -1,0 +1,77 @@
+#pragma once
+// The worker's RunStore on Postgres: every claim, checkpoint, end and hand-back goes through
+// the WriteBatcher, so the writes of many runs share one transaction and one commit, and
+// the writes of one kind in a batch (claims, model checkpoints, tool checkpoints, plan tool
+// steps, ends) are one statement (core/adapters/pg/sql/run.sql); the rows of result
+// announcements the run published itself are removed together, one statement per batch, in
+// the background.
+//
+// Lifecycle: lives as long as the worker's io_context and the WriteBatcher it writes
+// through. Thread-safety: called on the io thread (the executor given); writes run on the
+// DbPool's threads.
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/adapters/pg/write_batcher.hpp"
+#include "core/ports/run_store.hpp"
+
+namespace agentfleet::pg {
+
+struct ClaimRequest {
+  std::string task_id;
+  std::string worker_id;
+  std::int64_t incarnation = 0;
+  int max_attempts = 5;
+};
+// Claims the requested tasks in one statement (claim_tasks in sql/run.sql): one answer per
+// request, in order. A task asked for twice is claimed once; the other request finds it
+// busy. Exposed for the Postgres tests.
+std::vector<ports::Claim> claim_tasks(pqxx::work& tx, const std::vector<ClaimRequest>& requests);
+
+struct FinishItem;
+
+struct RunStoreOptions {
+  std::string worker_id;
+  int lease_s = 30;
+  int max_attempts = 5;
+  std::string results_topic;
+  int relay_delay_s = 10;  // the relay publishes an announcement the run has not by then
+};
+
+class RunStore final : public ports::RunStore {
+ public:
+  RunStore(boost::asio::any_io_executor executor, WriteBatcher& writes, RunStoreOptions options);
+  ~RunStore() override;
+
+  boost::asio::awaitable<Result<ports::Claim>> claim(std::string task_id) override;
+  boost::asio::awaitable<Result<Status>> save_model_step(ports::ModelStep step) override;
+  boost::asio::awaitable<Result<Status>> save_tool_results(ports::ToolResults results) override;
+  boost::asio::awaitable<Result<Status>> save_tool_step(ports::ToolStep step) override;
+  boost::asio::awaitable<Result<Result<std::int64_t>>> finish(ports::TaskEnd end) override;
+  boost::asio::awaitable<Result<Status>> release(std::string task_id, int attempt) override;
+  boost::asio::awaitable<Result<std::optional<ports::ParentTask>>> load_parent(
+      std::string parent_id, std::string user_id) override;
+  void announced(std::int64_t id) override;
+  bool settling() const override { return removing_; }
+
+  // The worker's incarnation (its lease keeper's); claims are made under it. 0 (before the
+  // first registration, and while fenced): claims are refused without asking Postgres.
+  void set_incarnation(std::int64_t incarnation) { incarnation_ = incarnation; }
+
+ private:
+  boost::asio::any_io_executor executor_;
+  WriteBatcher& writes_;
+  RunStoreOptions options_;
+  std::vector<std::int64_t> announced_;  // outbox rows to remove
+  bool removing_ = false;
+  std::int64_t incarnation_ = 0;
+  struct Kinds;  // the write kinds, one statement each per batch
+  std::unique_ptr<Kinds> kinds_;
+};
+
+}  // namespace agentfleet::pg

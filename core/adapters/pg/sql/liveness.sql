@@ -1,0 +1,70 @@
+-- A worker's liveness (adapters/pg/liveness_store): its row in `workers`, renewed on a
+-- connection of its own; the cancellations of its running tasks on the same round trip.
+
+-- name: worker_register
+-- A new incarnation of worker $1; its lease runs $2 seconds from now.
+INSERT INTO workers (worker_id, lease_until, capacity, running, dispatch_lag, draining)
+VALUES ($1, now() + make_interval(secs => $2::integer), $3::integer, $4::integer, $5::bigint,
+        $6::boolean)
+RETURNING incarnation
+
+-- name: worker_report
+-- Renews the lease of incarnation $1 (only while it still holds: a lapsed incarnation owns
+-- nothing any more) and writes what it can take; whether it held, and its running tasks whose
+-- cancellation was asked for.
+WITH renewed AS (
+  UPDATE workers SET lease_until = now() + make_interval(secs => $2::integer),
+         heartbeat_at = now(), capacity = $3::integer, running = $4::integer,
+         dispatch_lag = $5::bigint, draining = $6::boolean
+  WHERE incarnation = $1::bigint AND lease_until > now()
+  RETURNING incarnation
+)
+SELECT EXISTS (SELECT 1 FROM renewed),
+       ARRAY(SELECT task_id::text FROM tasks
+             WHERE worker_incarnation = $1::bigint AND status = 'running' AND cancel_requested)
+
+-- name: worker_poll
+-- Between reports: whether incarnation $1 still holds, and its cancellations.
+SELECT coalesce((SELECT lease_until > now() FROM workers WHERE incarnation = $1::bigint), false),
+       ARRAY(SELECT task_id::text FROM tasks
+             WHERE worker_incarnation = $1::bigint AND status = 'running' AND cancel_requested)
+
+-- name: worker_hand_back
+-- Tasks incarnation $1 held at the attempts in $2 (JSON [{task_id, attempt}]; attempt -1:
+-- a claim whose outcome was in doubt, any attempt) and no longer runs. One still its own goes
+-- back to the queue; one taken over meanwhile (its lease had lapsed: dispatched again, or
+-- claimed by a later attempt) keeps its new owner. Either way releases + 1: the worker did
+-- not crash, so the attempt is not counted against max_attempts. A task another incarnation
+-- runs at the same attempt, or one that ended, is left alone. The scheduler is woken when any
+-- went back to the queue.
+WITH held AS (
+  SELECT * FROM jsonb_to_recordset($2::jsonb) AS h(task_id uuid, attempt integer)
+), judged AS (
+  SELECT t.task_id,
+         (t.status = 'running' AND t.worker_incarnation = $1::bigint
+          AND (h.attempt < 0 OR t.attempt = h.attempt)) AS mine,
+         (h.attempt >= 0 AND (t.attempt > h.attempt
+                              OR (t.attempt = h.attempt AND t.status <> 'running'))) AS taken
+  FROM tasks t JOIN held h ON h.task_id = t.task_id
+  WHERE t.status IN ('queued', 'dispatched', 'running')
+  ORDER BY t.task_id
+  FOR UPDATE OF t
+), changed AS (
+  UPDATE tasks t SET
+    status = CASE WHEN j.mine THEN 'queued' ELSE t.status END,
+    worker_id = CASE WHEN j.mine THEN NULL ELSE t.worker_id END,
+    worker_incarnation = CASE WHEN j.mine THEN NULL ELSE t.worker_incarnation END,
+    releases = t.releases + 1
+  FROM judged j
+  WHERE t.task_id = j.task_id AND (j.mine OR j.taken)
+  RETURNING j.mine
+), woken AS (
+  SELECT pg_notify('agentfleet_work', '') FROM (SELECT 1 FROM changed WHERE mine LIMIT 1) q
+)
+SELECT (SELECT count(*) FROM changed WHERE mine)::integer, (SELECT count(*) FROM woken)
+
+-- name: worker_retire
+-- A worker that stops: its lease ends now, it can take nothing more. What it still holds is
+-- recovered at once; the scheduler removes the row once it holds nothing.
+UPDATE workers SET lease_until = now(), capacity = 0, draining = true, heartbeat_at = now()
+WHERE incarnation = $1::bigint

@@ -1,0 +1,161 @@
+-- A worker's runs of tasks (adapters/pg/run_store). Each statement writes every write of its
+-- kind in a batch at once: $1 is a JSON array with one object per write. Every write after
+-- the claim is fenced by (task_id, attempt, status running): a row another attempt owns is
+-- left alone and its task id is missing from the answer. Rows are locked in task-id order.
+
+-- name: claim_tasks
+-- Each task becomes the run of its worker and incarnation: status running, attempt + 1, the
+-- deadline fixed at the first claim. It must be dispatched, or running under an owner that is
+-- gone: an incarnation whose liveness lapsed, or (a task of a version-7 worker, which leases
+-- each task) an expired task lease, and then only while attempt - releases < max_attempts.
+-- One row per requested task: claimed or not, whether it exists, and what the run needs
+-- (the checkpoints of earlier attempts, and what they billed).
+WITH req AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb)
+    AS r(task_id uuid, worker_id text, incarnation bigint, max_attempts integer)
+), locked AS (
+  SELECT t.task_id FROM tasks t JOIN req r ON r.task_id = t.task_id
+  WHERE t.status = 'dispatched'
+     OR (t.status = 'running' AND t.attempt - t.releases < r.max_attempts
+         AND ((t.worker_incarnation IS NULL AND t.lease_until < now())
+              OR (t.worker_incarnation IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM workers w
+                                  WHERE w.incarnation = t.worker_incarnation
+                                    AND w.lease_until > now()))))
+  ORDER BY t.task_id
+  FOR UPDATE OF t
+), claimed AS (
+  UPDATE tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = r.worker_id,
+         worker_incarnation = r.incarnation, lease_until = NULL,
+         started_at = coalesce(t.started_at, now()),
+         deadline_at = coalesce(t.deadline_at, now() + make_interval(secs => t.timeout_s))
+  FROM locked l JOIN req r ON r.task_id = l.task_id
+  WHERE t.task_id = l.task_id
+  RETURNING t.*
+)
+SELECT r.task_id::text, c.task_id IS NOT NULL,
+       EXISTS (SELECT 1 FROM tasks x WHERE x.task_id = r.task_id),
+       c.user_id, c.text, c.model, array_to_json(c.tools)::text, c.timeout_s,
+       c.schedule_timeout_s, c.max_steps, c.priority, coalesce(c.idempotency_key, ''),
+       coalesce(c.batch_id, ''), c.metadata->>'device_id', c.metadata->>'time_zone',
+       c.metadata->>'locale', c.attempt,
+       (extract(epoch FROM c.deadline_at - now()) * 1000)::bigint, c.cancel_requested,
+       (c.attempt = 1 AND now() - c.created_at > make_interval(secs => c.schedule_timeout_s)),
+       coalesce(u.tier, ''), coalesce(u.tool_permission, ''),
+       (extract(epoch FROM now() - c.created_at) * 1000)::bigint, coalesce(c.strategy, ''),
+       coalesce(c.parent_task_id::text, ''), coalesce(c.session_id, ''),
+       c.input_tokens, c.cached_input_tokens, c.output_tokens,
+       (c.cost * 1000000)::bigint, coalesce(c.currency, ''),
+       CASE WHEN c.attempt > 1 THEN
+         (SELECT coalesce(json_agg(json_build_array(s.step, s.model_reply::text,
+                                                    coalesce(s.observations::text, ''))
+                                   ORDER BY s.step), '[]')::text
+          FROM task_steps s WHERE s.task_id = c.task_id)
+       END
+FROM req r
+LEFT JOIN claimed c ON c.task_id = r.task_id
+LEFT JOIN user_limits u ON u.user_id = c.user_id
+
+-- name: save_model_steps
+-- Each model call's checkpoint: its step row, its ledger row and the task's totals.
+WITH req AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb)
+    AS r(task_id uuid, attempt integer, step integer, reply jsonb, latency_ms integer,
+         user_id text, batch_id text, model text, input bigint, cached bigint, output bigint,
+         reasoning bigint, cost numeric, currency text)
+), ours AS (
+  SELECT t.task_id FROM tasks t
+  JOIN req r ON r.task_id = t.task_id AND t.attempt = r.attempt AND t.status = 'running'
+  ORDER BY t.task_id
+  FOR UPDATE OF t
+), step_rows AS (
+  INSERT INTO task_steps (task_id, step, attempt, model_reply, model_latency_ms)
+  SELECT r.task_id, r.step, r.attempt, r.reply, r.latency_ms FROM req r JOIN ours USING (task_id)
+), ledger_rows AS (
+  INSERT INTO usage_ledger (task_id, step, user_id, batch_id, model, input_tokens,
+                            cached_input_tokens, output_tokens, reasoning_tokens, cost, currency)
+  SELECT r.task_id, r.step, r.user_id, NULLIF(r.batch_id, ''), r.model, r.input, r.cached,
+         r.output, r.reasoning, r.cost, r.currency
+  FROM req r JOIN ours USING (task_id)
+), totals AS (
+  UPDATE tasks t SET steps = r.step + 1, input_tokens = t.input_tokens + r.input,
+         cached_input_tokens = t.cached_input_tokens + r.cached,
+         output_tokens = t.output_tokens + r.output, cost = t.cost + r.cost,
+         currency = r.currency
+  FROM req r JOIN ours USING (task_id)
+  WHERE t.task_id = r.task_id
+)
+SELECT task_id::text FROM ours
+
+-- name: save_tool_results
+-- Each step's tool results (what the model sees, and the trace) and the task's count of
+-- calls that ran.
+WITH req AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb)
+    AS r(task_id uuid, attempt integer, step integer, observations jsonb, trace jsonb,
+         executed integer)
+), ours AS (
+  SELECT t.task_id FROM tasks t
+  JOIN req r ON r.task_id = t.task_id AND t.attempt = r.attempt AND t.status = 'running'
+  ORDER BY t.task_id
+  FOR UPDATE OF t
+), updated AS (
+  UPDATE task_steps s SET observations = r.observations, trace = r.trace, attempt = r.attempt,
+         tools_done_at = now()
+  FROM req r JOIN ours USING (task_id)
+  WHERE s.task_id = r.task_id AND s.step = r.step
+  RETURNING s.task_id
+), counted AS (
+  UPDATE tasks t SET tool_calls = t.tool_calls + r.executed
+  FROM req r JOIN updated USING (task_id)
+  WHERE t.task_id = r.task_id
+)
+SELECT task_id::text FROM ours
+
+-- name: save_tool_steps
+-- Each plan_execute tool step, recorded before its calls run: a step row with no model call
+-- and no ledger row; the task's step count moves on.
+WITH req AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb)
+    AS r(task_id uuid, attempt integer, step integer, calls jsonb)
+), ours AS (
+  SELECT t.task_id FROM tasks t
+  JOIN req r ON r.task_id = t.task_id AND t.attempt = r.attempt AND t.status = 'running'
+  ORDER BY t.task_id
+  FOR UPDATE OF t
+), step_rows AS (
+  INSERT INTO task_steps (task_id, step, attempt, model_reply)
+  SELECT r.task_id, r.step, r.attempt, r.calls FROM req r JOIN ours USING (task_id)
+), counted AS (
+  UPDATE tasks t SET steps = r.step + 1 FROM req r JOIN ours USING (task_id)
+  WHERE t.task_id = r.task_id
+)
+SELECT task_id::text FROM ours
+
+-- name: finish_tasks
+-- Each task's end and its result event in the outbox (published by the relay after
+-- relay_delay_s unless the worker has published it and removed the row); the outbox row's id
+-- per task.
+WITH req AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb)
+    AS r(task_id uuid, attempt integer, status text, result_type text, message text,
+         options jsonb, error text, topic text, key text, payload text, traceparent text,
+         relay_delay_s integer)
+), ours AS (
+  SELECT t.task_id FROM tasks t
+  JOIN req r ON r.task_id = t.task_id AND t.attempt = r.attempt AND t.status = 'running'
+  ORDER BY t.task_id
+  FOR UPDATE OF t
+), ended AS (
+  UPDATE tasks t SET status = r.status, result_type = r.result_type,
+         result_message = r.message, result_options = r.options, error = NULLIF(r.error, ''),
+         finished_at = now(), lease_until = NULL
+  FROM req r JOIN ours USING (task_id)
+  WHERE t.task_id = r.task_id
+  RETURNING t.task_id
+)
+INSERT INTO outbox (topic, message_key, payload, traceparent, publish_after, task_id)
+SELECT r.topic, r.key, r.payload, NULLIF(r.traceparent, ''),
+       now() + make_interval(secs => r.relay_delay_s), r.task_id
+FROM req r JOIN ended USING (task_id)
+RETURNING task_id::text, id

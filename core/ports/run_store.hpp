@@ -1,0 +1,158 @@
+#pragma once
+// Port: what one run of a task reads and writes durably. The worker's task runner claims a
+// task through it, checkpoints every model step (with its ledger row) and every step's tool
+// results, ends the task with its result announcement, or hands it back. The Postgres
+// adapter (adapters/pg/run_store) group-commits the writes of many runs; tests fake it.
+//
+// Every write after the claim is fenced by (task_id, attempt): it is stored only while that
+// attempt still owns the task. Fenced writes answer Result<Status>: the outer error is the
+// store's (retryable or not), the inner one ErrorKind::kLeaseLost when the fence failed
+// (another attempt owns the task; the run stops without writing).
+//
+// Thread-safety: called from the worker's io thread; each call resumes on the caller's
+// executor.
+
+#include <boost/asio/awaitable.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/domain/error.hpp"
+#include "core/domain/task.hpp"
+
+namespace agentfleet::ports {
+
+// One checkpoint of an earlier attempt.
+struct StepRecord {
+  int step = 0;
+  std::string model_reply;   // JSON
+  std::string observations;  // JSON array, empty when the tools have not finished
+};
+
+// What a task has used so far (its model calls' ledger rows summed): the totals its result
+// event reports.
+struct TaskTotals {
+  TokenUsage usage;  // input, cached_input, output (reasoning is inside output)
+  std::int64_t cost_micros = 0;
+  std::string currency;  // of the last call billed; empty before the first
+};
+
+struct ClaimedTask {
+  TaskSpec spec;
+  int attempt = 0;
+  TaskTotals totals;  // what earlier attempts billed
+  // The user's overrides from user_limits (empty when none): the tier, and the highest
+  // tool permission level ("read", "write", "execute", "admin").
+  std::string user_tier;
+  std::string user_tool_permission;
+  std::int64_t remaining_ms = 0;  // until the deadline (may be <= 0)
+  std::int64_t queued_ms = 0;     // from submission to this claim
+  bool cancel_requested = false;
+  bool schedule_expired = false;  // waited longer than schedule_timeout_s before running
+  std::vector<StepRecord> steps;  // checkpoints of earlier attempts, in order
+};
+
+// kBusyOrDone: the task is terminal, queued, or owned by another live attempt; kUnknown: no
+// such task exists.
+enum class ClaimOutcome { kClaimed, kBusyOrDone, kUnknown };
+struct Claim {
+  ClaimOutcome outcome = ClaimOutcome::kBusyOrDone;
+  std::optional<ClaimedTask> task;  // set when kClaimed
+};
+
+struct LedgerRow {
+  std::string user_id;
+  std::string batch_id;
+  std::string model;
+  TokenUsage usage;
+  std::string cost;  // decimal text
+  std::string currency;
+};
+
+// Checkpoint of one model call: the reply and its ledger row, stored together.
+struct ModelStep {
+  std::string task_id;
+  int attempt = 0;
+  int step = 0;
+  std::string reply_json;
+  int latency_ms = 0;
+  LedgerRow ledger;
+};
+
+// The tool results of a step (what the model sees, and the trace). `executed_calls` (calls
+// that ran, not the refused ones) is added to the task's count.
+struct ToolResults {
+  std::string task_id;
+  int attempt = 0;
+  int step = 0;
+  std::string observations_json;
+  std::string trace_json;
+  int executed_calls = 0;
+};
+
+// A plan_execute tool step, recorded before its calls run: a step row of its own with no
+// model call and no ledger row. Its results follow as ToolResults of the same step.
+struct ToolStep {
+  std::string task_id;
+  int attempt = 0;
+  int step = 0;
+  std::string calls_json;
+};
+
+// How a run ends its task, with the result event that announces it (built by the run from
+// the totals it kept: the store writes it as it is).
+struct TaskEnd {
+  std::string task_id;
+  int attempt = 0;
+  TaskStatus status = TaskStatus::kFailed;
+  std::optional<TaskResult> result;
+  std::string error;
+  std::string user_id;
+  std::string traceparent;
+  std::string result_event;  // JSON
+};
+
+// A follow-up's parent as the worker rebuilds its conversation.
+struct ParentTask {
+  std::string text;
+  std::optional<AgentStrategy> strategy;
+  TaskStatus status = TaskStatus::kQueued;
+  std::optional<TaskResult> result;
+  std::string error;
+  std::optional<std::vector<std::string>> tools;  // its allow-list
+  std::vector<StepRecord> steps;
+};
+
+class RunStore {
+ public:
+  virtual ~RunStore() = default;
+
+  // Claims a dispatched task (or one whose owner is gone): a new attempt of it is this run's.
+  virtual boost::asio::awaitable<Result<Claim>> claim(std::string task_id) = 0;
+
+  virtual boost::asio::awaitable<Result<Status>> save_model_step(ModelStep step) = 0;
+  virtual boost::asio::awaitable<Result<Status>> save_tool_results(ToolResults results) = 0;
+  virtual boost::asio::awaitable<Result<Status>> save_tool_step(ToolStep step) = 0;
+
+  // Ends the task (status, result) and stores its result announcement, which the store's
+  // relay publishes unless announced() says the run did. The inner value is the
+  // announcement's id; the inner error kLeaseLost when the fence failed.
+  virtual boost::asio::awaitable<Result<Result<std::int64_t>>> finish(TaskEnd end) = 0;
+
+  // Hands the task back (a draining worker): queued again, not counted as a lost attempt.
+  virtual boost::asio::awaitable<Result<Status>> release(std::string task_id, int attempt) = 0;
+
+  // A follow-up's parent, only when it is `user_id`'s task; nullopt otherwise.
+  virtual boost::asio::awaitable<Result<std::optional<ParentTask>>> load_parent(
+      std::string parent_id, std::string user_id) = 0;
+
+  // The run published announcement `id` itself: the store forgets it (in the background).
+  virtual void announced(std::int64_t id) = 0;
+  // True while announced() work is still under way (a shutdown waits for it, or the relay
+  // would publish those announcements again).
+  virtual bool settling() const = 0;
+};
+
+}  // namespace agentfleet::ports

@@ -1,0 +1,391 @@
+// Liveness per worker on a private Postgres (tests/pg): the worker's incarnation row, its
+// renewals and cancellations (pg::LivenessStore), the hand-back that does not count an
+// attempt, the claim that takes over only what a lapsed owner held, and the scheduler's
+// recovery, capacity and upkeep of worker rows. Each test makes the rows it needs.
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <pqxx/pqxx>
+
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <map>
+#include <string>
+
+#include "core/adapters/pg/db_pool.hpp"
+#include "core/adapters/pg/liveness_store.hpp"
+#include "core/adapters/pg/run_store.hpp"
+#include "core/adapters/pg/sql.hpp"
+#include "core/adapters/pg/task_store.hpp"
+
+namespace agentfleet {
+namespace {
+
+std::string pg_url() {
+  const char* dir = std::getenv("AGENTFLEET_TEST_RUN_DIR");
+  EXPECT_NE(dir, nullptr) << "run by ctest, which starts the pg fixture";
+  std::ifstream file(std::string(dir ? dir : ".") + "/env");
+  for (std::string line; std::getline(file, line);) {
+    if (line.rfind("AGENTFLEET_PG_URL=", 0) == 0)
+      return line.substr(18);
+  }
+  ADD_FAILURE() << "no AGENTFLEET_PG_URL in the fixture's env file";
+  return {};
+}
+
+template <typename T>
+T await(boost::asio::awaitable<T> awaitable) {
+  boost::asio::io_context io;
+  auto future = boost::asio::co_spawn(io, std::move(awaitable), boost::asio::use_future);
+  io.run();
+  return future.get();
+}
+
+// A task row in `status`, claimed `attempt` times, owned by `incarnation` (0: none).
+std::string insert_task(pqxx::connection& db, const std::string& user, const std::string& status,
+                        int attempt, std::int64_t incarnation, int releases = 0) {
+  pqxx::work tx(db);
+  auto row = tx.exec_params1(
+      R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
+                               max_steps, priority, request_canonical, status, attempt, releases,
+                               worker_id, worker_incarnation, started_at, dispatched_at)
+            VALUES (gen_random_uuid(), $1, 'x', 'sim-model', 30, 3600, 10, 'interactive', '{}',
+                    $2, $3::integer, $4::integer, CASE WHEN $5::bigint > 0 THEN 'w' END,
+                    NULLIF($5::bigint, 0), CASE WHEN $3::integer > 0 THEN now() END, now())
+            RETURNING task_id::text)SQL",
+      user, status, attempt, releases, incarnation);
+  tx.commit();
+  return row[0].as<std::string>();
+}
+
+pqxx::row task_row(pqxx::connection& db, const std::string& id) {
+  pqxx::work tx(db);
+  auto row = tx.exec_params1(
+      "SELECT status, attempt, releases, coalesce(worker_incarnation, 0), "
+      "coalesce(worker_id, ''), coalesce(error_code, '') FROM tasks WHERE task_id = $1::uuid",
+      id);
+  tx.commit();
+  return row;
+}
+
+// A worker row whose lease lapsed `seconds_ago` (negative: still holds).
+std::int64_t insert_worker(pqxx::connection& db, double seconds_ago, int capacity = 10,
+                           std::int64_t lag = 0, bool draining = false,
+                           double heartbeat_seconds_ago = 0) {
+  pqxx::work tx(db);
+  auto row = tx.exec_params1(
+      "INSERT INTO workers (worker_id, lease_until, capacity, dispatch_lag, draining, "
+      "heartbeat_at) VALUES ('w', now() - make_interval(secs => $1), $2, $3, $4, "
+      "now() - make_interval(secs => $5)) RETURNING incarnation",
+      seconds_ago, capacity, lag, draining, heartbeat_seconds_ago);
+  tx.commit();
+  return row[0].as<std::int64_t>();
+}
+
+void clear_workers(pqxx::connection& db) {
+  pqxx::work tx(db);
+  tx.exec0("DELETE FROM workers");
+  tx.commit();
+}
+
+class Liveness : public ::testing::Test {
+ protected:
+  void SetUp() override { clear_workers(db_); }
+  pqxx::connection db_{pg_url()};
+  pg::DbPool pool_{pg_url(), 1, 2000, 5};
+  pg::LivenessStore store_{pool_};
+};
+
+TEST_F(Liveness, ARegisteredIncarnationRenewsItsLeaseAndReportsWhatItCanTake) {
+  ports::WorkerReport report;
+  report.lease_s = 30;
+  report.capacity = 64;
+  const auto registered = await(store_.register_worker("worker-a", report));
+  ASSERT_TRUE(registered.ok()) << registered.error().message;
+  report.incarnation = registered.value();
+  report.renew = true;
+  report.capacity = 40;
+  report.running = 7;
+  report.dispatch_lag = 3;
+  const auto beat = await(store_.beat(report));
+  ASSERT_TRUE(beat.ok()) << beat.error().message;
+  EXPECT_TRUE(beat.value().alive);
+  pqxx::work tx(db_);
+  auto row = tx.exec_params1(
+      "SELECT worker_id, capacity, running, dispatch_lag, lease_until > now() + interval '25 s' "
+      "FROM workers WHERE incarnation = $1",
+      report.incarnation);
+  EXPECT_EQ(row[0].as<std::string>(), "worker-a");
+  EXPECT_EQ(row[1].as<int>(), 40);
+  EXPECT_EQ(row[2].as<int>(), 7);
+  EXPECT_EQ(row[3].as<int>(), 3);
+  EXPECT_TRUE(row[4].as<bool>());
+}
+
+TEST_F(Liveness, ALapsedIncarnationIsToldSoAndNotRenewed) {
+  const std::int64_t lapsed = insert_worker(db_, 1);
+  ports::WorkerReport report;
+  report.incarnation = lapsed;
+  report.renew = true;
+  auto beat = await(store_.beat(report));
+  ASSERT_TRUE(beat.ok());
+  EXPECT_FALSE(beat.value().alive);
+  report.renew = false;
+  beat = await(store_.beat(report));
+  ASSERT_TRUE(beat.ok());
+  EXPECT_FALSE(beat.value().alive);
+  pqxx::work tx(db_);
+  EXPECT_FALSE(
+      tx.exec_params1("SELECT lease_until > now() FROM workers WHERE incarnation = $1", lapsed)[0]
+          .as<bool>())
+      << "a lapsed lease is never renewed: its tasks may be someone else's now";
+}
+
+TEST_F(Liveness, ABeatBringsBackTheCancellationsOfItsOwnRunningTasksOnly) {
+  const std::int64_t mine = insert_worker(db_, -30);
+  const std::int64_t other = insert_worker(db_, -30);
+  const std::string cancel_me = insert_task(db_, "live-u1", "running", 1, mine);
+  const std::string keep = insert_task(db_, "live-u1", "running", 1, mine);
+  const std::string not_mine = insert_task(db_, "live-u1", "running", 1, other);
+  {
+    pqxx::work tx(db_);
+    tx.exec_params0(
+        "UPDATE tasks SET cancel_requested = true WHERE task_id = ANY(ARRAY[$1, $2]::uuid[])",
+        cancel_me, not_mine);
+    tx.commit();
+  }
+  ports::WorkerReport report;
+  report.incarnation = mine;
+  const auto beat = await(store_.beat(report));
+  ASSERT_TRUE(beat.ok());
+  EXPECT_TRUE(beat.value().alive);
+  EXPECT_EQ(beat.value().cancelled, std::vector<std::string>{cancel_me});
+}
+
+TEST_F(Liveness, AHandBackQueuesWhatIsStillItsOwnAndNeverCountsTheAttempt) {
+  const std::int64_t me = insert_worker(db_, 5);  // lapsed: the worker fenced itself
+  const std::int64_t other = insert_worker(db_, -30);
+  const std::string mine = insert_task(db_, "hand-u1", "running", 2, me);
+  const std::string recovered = insert_task(db_, "hand-u1", "dispatched", 2, 0);
+  const std::string taken = insert_task(db_, "hand-u1", "running", 3, other);
+  const std::string ended = insert_task(db_, "hand-u1", "succeeded", 2, 0);
+  const std::string same_attempt_elsewhere = insert_task(db_, "hand-u1", "running", 2, other);
+  const std::string in_doubt = insert_task(db_, "hand-u1", "running", 1, me);
+  const auto handed = await(store_.hand_back(me, {{mine, 2},
+                                                  {recovered, 2},
+                                                  {taken, 2},
+                                                  {ended, 2},
+                                                  {same_attempt_elsewhere, 2},
+                                                  {in_doubt, -1}}));
+  ASSERT_TRUE(handed.ok()) << handed.error().message;
+  EXPECT_EQ(handed.value(), 2) << "the two still its own went back to the queue";
+  auto r = task_row(db_, mine);
+  EXPECT_EQ(r[0].as<std::string>(), "queued");
+  EXPECT_EQ(r[2].as<int>(), 1) << "released, not lost";
+  EXPECT_EQ(r[3].as<std::int64_t>(), 0);
+  EXPECT_EQ(r[4].as<std::string>(), "");
+  r = task_row(db_, recovered);
+  EXPECT_EQ(r[0].as<std::string>(), "dispatched") << "recovery already sent it again";
+  EXPECT_EQ(r[2].as<int>(), 1) << "its lost attempt is not counted";
+  r = task_row(db_, taken);
+  EXPECT_EQ(r[0].as<std::string>(), "running") << "its new owner keeps it";
+  EXPECT_EQ(r[3].as<std::int64_t>(), other);
+  EXPECT_EQ(r[2].as<int>(), 1);
+  r = task_row(db_, ended);
+  EXPECT_EQ(r[2].as<int>(), 0) << "an ended task is left alone";
+  r = task_row(db_, same_attempt_elsewhere);
+  EXPECT_EQ(r[0].as<std::string>(), "running");
+  EXPECT_EQ(r[2].as<int>(), 0) << "another incarnation's run of that attempt is not ours";
+  r = task_row(db_, in_doubt);
+  EXPECT_EQ(r[0].as<std::string>(), "queued") << "a claim in doubt: whatever attempt it holds";
+}
+
+TEST_F(Liveness, ARetiredIncarnationLapsesAtOnceAndTakesNothing) {
+  const std::int64_t me = insert_worker(db_, -30, 64);
+  ASSERT_TRUE(await(store_.retire(me)).ok());
+  pqxx::work tx(db_);
+  auto row = tx.exec_params1(
+      "SELECT lease_until <= now(), capacity, draining FROM workers WHERE incarnation = $1", me);
+  EXPECT_TRUE(row[0].as<bool>());
+  EXPECT_EQ(row[1].as<int>(), 0);
+  EXPECT_TRUE(row[2].as<bool>());
+}
+
+// ---- the claim ---------------------------------------------------------------------------
+
+TEST_F(Liveness, AClaimTakesADispatchedTaskOrOneWhoseOwnerIsGoneNeverOneALiveWorkerRuns) {
+  const std::int64_t me = insert_worker(db_, -30);
+  const std::int64_t live = insert_worker(db_, -30);
+  const std::int64_t dead = insert_worker(db_, 1);
+  const std::string dispatched = insert_task(db_, "claim-u1", "dispatched", 0, 0);
+  const std::string running_live = insert_task(db_, "claim-u1", "running", 1, live);
+  const std::string running_dead = insert_task(db_, "claim-u1", "running", 1, dead);
+  const std::string exhausted = insert_task(db_, "claim-u1", "running", 5, dead);
+  auto claim = [&](const std::string& id) {
+    pqxx::work tx(db_);
+    auto claims = pg::claim_tasks(tx, {{id, "worker-me", me, 5}});
+    tx.commit();
+    return claims.at(0);
+  };
+  auto c = claim(dispatched);
+  ASSERT_EQ(c.outcome, ports::ClaimOutcome::kClaimed);
+  EXPECT_EQ(c.task->attempt, 1);
+  auto r = task_row(db_, dispatched);
+  EXPECT_EQ(r[0].as<std::string>(), "running");
+  EXPECT_EQ(r[3].as<std::int64_t>(), me);
+  EXPECT_EQ(r[4].as<std::string>(), "worker-me");
+  EXPECT_EQ(claim(running_live).outcome, ports::ClaimOutcome::kBusyOrDone);
+  c = claim(running_dead);
+  ASSERT_EQ(c.outcome, ports::ClaimOutcome::kClaimed);
+  EXPECT_EQ(c.task->attempt, 2);
+  EXPECT_EQ(claim(exhausted).outcome, ports::ClaimOutcome::kBusyOrDone)
+      << "out of attempts: recovery ends it";
+  EXPECT_EQ(claim("00000000-0000-4000-8000-00000000dead").outcome, ports::ClaimOutcome::kUnknown);
+}
+
+TEST_F(Liveness, ATaskOfAVersion7WorkerIsTakenOverOnceItsOwnLeaseExpired) {
+  const std::int64_t me = insert_worker(db_, -30);
+  const std::string old_style = insert_task(db_, "claim-u2", "running", 1, 0);
+  {
+    pqxx::work tx(db_);
+    tx.exec_params0(
+        "UPDATE tasks SET worker_id = 'v7-worker', lease_until = now() + interval '30 s' "
+        "WHERE task_id = $1::uuid",
+        old_style);
+    tx.commit();
+  }
+  auto claim = [&](const std::string& id) {
+    pqxx::work tx(db_);
+    auto claims = pg::claim_tasks(tx, {{id, "worker-me", me, 5}});
+    tx.commit();
+    return claims.at(0);
+  };
+  EXPECT_EQ(claim(old_style).outcome, ports::ClaimOutcome::kBusyOrDone) << "its lease still holds";
+  {
+    pqxx::work tx(db_);
+    tx.exec_params0(
+        "UPDATE tasks SET lease_until = now() - interval '1 s' WHERE task_id = $1::uuid",
+        old_style);
+    tx.commit();
+  }
+  EXPECT_EQ(claim(old_style).outcome, ports::ClaimOutcome::kClaimed);
+}
+
+// ---- the scheduler: recovery, capacity, upkeep -------------------------------------------
+
+pg::RecoveryReport recover(pqxx::connection& db, int redispatch_after_s = 60) {
+  pqxx::work tx(db);
+  pg::SchedulerPass pass;
+  pass.dispatch_topic = "agent.tasks.dispatch";
+  pass.results_topic = "agent.tasks.results";
+  pass.limit = 1000;
+  pass.redispatch_after_s = redispatch_after_s;
+  pass.max_attempts = 5;
+  auto report = pg::recover_tasks(tx, pass);
+  tx.commit();
+  return report;
+}
+
+TEST_F(Liveness, RecoveryDispatchesAgainTheTasksOfALapsedIncarnationAndEndsThoseOutOfAttempts) {
+  const std::int64_t dead = insert_worker(db_, 1);
+  const std::int64_t live = insert_worker(db_, -30);
+  const std::string orphan = insert_task(db_, "rec-u1", "running", 2, dead);
+  const std::string spent = insert_task(db_, "rec-u1", "running", 6, dead, /*releases=*/1);
+  const std::string alive = insert_task(db_, "rec-u1", "running", 1, live);
+  const auto report = recover(db_);
+  EXPECT_GE(report.lease_expired, 1);
+  EXPECT_GE(report.exhausted, 1);
+  auto r = task_row(db_, orphan);
+  EXPECT_EQ(r[0].as<std::string>(), "dispatched");
+  EXPECT_EQ(r[3].as<std::int64_t>(), 0) << "no owner any more";
+  r = task_row(db_, spent);
+  EXPECT_EQ(r[0].as<std::string>(), "failed");
+  EXPECT_EQ(r[5].as<std::string>(), "attempts_exhausted");
+  r = task_row(db_, alive);
+  EXPECT_EQ(r[0].as<std::string>(), "running") << "its worker is alive";
+}
+
+// A dispatched task whose message is old: (task id).
+std::string old_dispatch(pqxx::connection& db, const std::string& user) {
+  const std::string id = insert_task(db, user, "dispatched", 0, 0);
+  pqxx::work tx(db);
+  tx.exec_params0(
+      "UPDATE tasks SET dispatched_at = now() - interval '120 s' WHERE task_id = $1::uuid", id);
+  tx.commit();
+  return id;
+}
+
+TEST_F(Liveness, ADispatchIsSentAgainOnlyWhenEveryLiveWorkerHasReadItsPartitionsToTheEnd) {
+  // No live worker: nobody could say the message is lost; it is not sent again.
+  const std::string waiting = old_dispatch(db_, "redis-u1");
+  recover(db_);
+  EXPECT_EQ(task_row(db_, waiting)[0].as<std::string>(), "dispatched");
+  {
+    pqxx::work tx(db_);
+    tx.exec_params0(
+        "UPDATE tasks SET dispatched_at = now() - interval '120 s' "
+        "WHERE task_id = $1::uuid",
+        waiting);
+    tx.commit();
+  }
+  // A live worker with messages still to read on its partitions: the message may be one of
+  // them (behind a paused worker); it is not sent twice.
+  const std::int64_t behind = insert_worker(db_, -30, 10, /*lag=*/25);
+  insert_worker(db_, -30, 10, 0);
+  auto report = recover(db_);
+  EXPECT_EQ(task_row(db_, waiting)[0].as<std::string>(), "dispatched");
+  {
+    pqxx::work tx(db_);
+    tx.exec_params0(
+        "UPDATE tasks SET dispatched_at = now() - interval '120 s' "
+        "WHERE task_id = $1::uuid",
+        waiting);
+    tx.exec_params0("UPDATE workers SET dispatch_lag = 0 WHERE incarnation = $1", behind);
+    tx.commit();
+  }
+  // Every live worker has read everything since it was dispatched: it is lost; sent again.
+  report = recover(db_);
+  EXPECT_GE(report.redispatched, 1);
+  pqxx::work tx(db_);
+  EXPECT_EQ(
+      tx.exec_params1("SELECT count(*) FROM outbox WHERE message_key = $1", waiting)[0].as<int>(),
+      1)
+      << "its dispatch message again, keyed by the task";
+}
+
+TEST_F(Liveness, FleetCapacityIsWhatTheLiveWorkersThatTakeWorkReport) {
+  insert_worker(db_, -30, 40);
+  insert_worker(db_, -30, 24);
+  insert_worker(db_, 1, 1000);                         // lapsed
+  insert_worker(db_, -30, 500, 0, /*draining=*/true);  // leaving
+  pqxx::work tx(db_);
+  auto row = pg::exec_named1(tx, "fleet_capacity");
+  EXPECT_EQ(row[0].as<int>(), 2);
+  EXPECT_EQ(row[1].as<int>(), 64);
+}
+
+TEST_F(Liveness, RowsOfLongLapsedWorkersGoOnceTheyOwnNothing) {
+  const std::int64_t empty = insert_worker(db_, 120);
+  const std::int64_t holding = insert_worker(db_, 120);
+  const std::int64_t recent = insert_worker(db_, 5);
+  insert_task(db_, "forget-u1", "running", 1, holding);
+  {
+    pqxx::work tx(db_);
+    pg::forget_workers(tx);
+    tx.commit();
+  }
+  pqxx::work tx(db_);
+  auto rows = tx.exec("SELECT incarnation FROM workers ORDER BY incarnation");
+  std::vector<std::int64_t> left;
+  for (const auto& r : rows)
+    left.push_back(r[0].as<std::int64_t>());
+  EXPECT_EQ(left, (std::vector<std::int64_t>{holding, recent}));
+  (void)empty;
+}
+
+}  // namespace
+}  // namespace agentfleet

@@ -1,0 +1,270 @@
+// The worker's run store on a private Postgres (tests/pg): the writes of one kind in a batch
+// are one statement (sql/run.sql), each write still fenced on its own, and a write that fails
+// is undone alone. Writes are made to share a batch by holding the batcher's one thread with a
+// slow write while they queue.
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+#include <pqxx/pqxx>
+
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "core/adapters/pg/db_pool.hpp"
+#include "core/adapters/pg/run_store.hpp"
+#include "core/adapters/pg/write_batcher.hpp"
+
+namespace agentfleet {
+namespace {
+
+std::string pg_url() {
+  const char* dir = std::getenv("AGENTFLEET_TEST_RUN_DIR");
+  EXPECT_NE(dir, nullptr) << "run by ctest, which starts the pg fixture";
+  std::ifstream file(std::string(dir ? dir : ".") + "/env");
+  for (std::string line; std::getline(file, line);) {
+    if (line.rfind("AGENTFLEET_PG_URL=", 0) == 0)
+      return line.substr(18);
+  }
+  ADD_FAILURE() << "no AGENTFLEET_PG_URL in the fixture's env file";
+  return {};
+}
+
+// A running task claimed once by incarnation 0 (no liveness row needed: only fences here).
+std::string running_task(pqxx::connection& db, const std::string& user, int attempt = 1) {
+  pqxx::work tx(db);
+  auto row = tx.exec_params1(
+      R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
+                               max_steps, priority, request_canonical, status, attempt,
+                               worker_id, started_at, dispatched_at)
+            VALUES (gen_random_uuid(), $1, 'x', 'sim-model', 30, 3600, 10, 'interactive', '{}',
+                    'running', $2, 'w', now(), now())
+            RETURNING task_id::text)SQL",
+      user, attempt);
+  tx.commit();
+  return row[0].as<std::string>();
+}
+
+ports::ModelStep model_step(const std::string& task_id, int attempt, int step, int input,
+                            const std::string& reply = R"({"content":"","tool_calls":[]})") {
+  ports::ModelStep m;
+  m.task_id = task_id;
+  m.attempt = attempt;
+  m.step = step;
+  m.reply_json = reply;
+  m.latency_ms = 12;
+  m.ledger.user_id = "rs-u1";
+  m.ledger.model = "sim-model";
+  m.ledger.usage.input = input;
+  m.ledger.usage.output = 10;
+  m.ledger.cost = "0.000100";
+  m.ledger.currency = "CNY";
+  return m;
+}
+
+struct Harness {
+  boost::asio::io_context io;
+  pqxx::connection db{pg_url()};
+  pg::DbPool pool{pg_url(), 1, 5000, 5};
+  pg::WriteBatcher writes{pool, 1, 500};
+  pg::RunStore store{io.get_executor(), writes,
+                     pg::RunStoreOptions{"worker-rs", 30, 5, "agent.tasks.results"}};
+
+  // Holds the batcher's one thread for a moment, so that what is spawned next shares a batch.
+  void hold_the_batcher() {
+    boost::asio::co_spawn(io,
+                          writes.run({},
+                                     [](pqxx::work& tx) {
+                                       tx.exec("SELECT pg_sleep(0.3)");
+                                       return true;
+                                     }),
+                          boost::asio::detached);
+  }
+  template <typename T>
+  std::future<T> spawn(boost::asio::awaitable<T> a) {
+    return boost::asio::co_spawn(io, std::move(a), boost::asio::use_future);
+  }
+};
+
+TEST(RunStore, ModelStepsOfManyTasksAreOneStatementAndEachIsFencedOnItsOwn) {
+  Harness h;
+  const std::string a = running_task(h.db, "rs-u1");
+  const std::string b = running_task(h.db, "rs-u1");
+  const std::string taken = running_task(h.db, "rs-u1", /*attempt=*/2);
+  h.hold_the_batcher();
+  auto fa = h.spawn(h.store.save_model_step(model_step(a, 1, 0, 100)));
+  auto fb = h.spawn(h.store.save_model_step(model_step(b, 1, 0, 200)));
+  auto ft = h.spawn(h.store.save_model_step(model_step(taken, 1, 0, 300)));  // an old attempt
+  h.io.run();
+  const auto ra = fa.get(), rb = fb.get(), rt = ft.get();
+  ASSERT_TRUE(ra.ok() && rb.ok() && rt.ok());
+  EXPECT_TRUE(ra.value().ok());
+  EXPECT_TRUE(rb.value().ok());
+  ASSERT_FALSE(rt.value().ok());
+  EXPECT_EQ(rt.value().error().kind, ErrorKind::kLeaseLost);
+  const auto stats = h.writes.stats();
+  EXPECT_GE(stats.largest, 3u) << "the three checkpoints went in one batch";
+  EXPECT_EQ(stats.isolated, 0u) << "a lost fence is an answer, not a failure";
+  pqxx::work tx(h.db);
+  auto row = tx.exec_params1(
+      "SELECT (SELECT count(*) FROM task_steps WHERE task_id = ANY(ARRAY[$1, $2, $3]::uuid[])),"
+      " (SELECT count(*) FROM usage_ledger WHERE task_id = ANY(ARRAY[$1, $2, $3]::uuid[])),"
+      " (SELECT input_tokens FROM tasks WHERE task_id = $2::uuid),"
+      " (SELECT steps FROM tasks WHERE task_id = $2::uuid),"
+      " (SELECT cost FROM tasks WHERE task_id = $2::uuid)::text,"
+      " (SELECT input_tokens FROM tasks WHERE task_id = $3::uuid)",
+      a, b, taken);
+  EXPECT_EQ(row[0].as<int>(), 2) << "no step row for the fenced-out write";
+  EXPECT_EQ(row[1].as<int>(), 2) << "no ledger row for it either";
+  EXPECT_EQ(row[2].as<int>(), 200);
+  EXPECT_EQ(row[3].as<int>(), 1);
+  EXPECT_EQ(row[4].as<std::string>(), "0.000100");
+  EXPECT_EQ(row[5].as<int>(), 0);
+}
+
+TEST(RunStore, AWriteThatFailsIsUndoneAloneAndTheRestOfItsKindCommits) {
+  Harness h;
+  const std::string good = running_task(h.db, "rs-u2");
+  const std::string bad = running_task(h.db, "rs-u2");
+  h.hold_the_batcher();
+  auto fg = h.spawn(h.store.save_model_step(model_step(good, 1, 0, 100)));
+  // Step 0 twice for `bad`: the second insert breaks the step's primary key.
+  auto fb1 = h.spawn(h.store.save_model_step(model_step(bad, 1, 0, 100)));
+  h.io.run();
+  ASSERT_TRUE(fg.get().ok());
+  ASSERT_TRUE(fb1.get().ok());
+  h.io.restart();
+  h.hold_the_batcher();
+  auto fg2 = h.spawn(h.store.save_model_step(model_step(good, 1, 1, 100)));
+  auto fbad = h.spawn(h.store.save_model_step(model_step(bad, 1, 0, 100)));
+  h.io.run();
+  const auto rg = fg2.get(), rbad = fbad.get();
+  ASSERT_TRUE(rg.ok()) << rg.error().message;
+  EXPECT_TRUE(rg.value().ok());
+  ASSERT_FALSE(rbad.ok()) << "the duplicate step is refused";
+  EXPECT_EQ(h.writes.stats().isolated, 1u) << "written again write by write";
+  pqxx::work tx(h.db);
+  EXPECT_EQ(tx.exec_params1("SELECT steps FROM tasks WHERE task_id = $1::uuid", good)[0].as<int>(),
+            2);
+  EXPECT_EQ(tx.exec_params1("SELECT count(*) FROM usage_ledger WHERE task_id = $1::uuid", bad)[0]
+                .as<int>(),
+            1)
+      << "billed once";
+}
+
+TEST(RunStore, EndsOfManyTasksAreOneStatementAndEachKnowsItsOutboxRow) {
+  Harness h;
+  const std::string a = running_task(h.db, "rs-u3");
+  const std::string b = running_task(h.db, "rs-u3");
+  const std::string taken = running_task(h.db, "rs-u3", 2);
+  auto end = [](const std::string& id, int attempt) {
+    ports::TaskEnd e;
+    e.task_id = id;
+    e.attempt = attempt;
+    e.status = TaskStatus::kSucceeded;
+    e.result = TaskResult{ResultType::kActionCompleted, "done " + id, {"a", "b"}};
+    e.user_id = "rs-u3";
+    e.result_event = R"({"task_id":")" + id + R"("})";
+    return e;
+  };
+  h.hold_the_batcher();
+  auto fa = h.spawn(h.store.finish(end(a, 1)));
+  auto fb = h.spawn(h.store.finish(end(b, 1)));
+  auto ft = h.spawn(h.store.finish(end(taken, 1)));
+  h.io.run();
+  const auto ra = fa.get(), rb = fb.get(), rt = ft.get();
+  ASSERT_TRUE(ra.ok() && rb.ok() && rt.ok());
+  ASSERT_TRUE(ra.value().ok());
+  ASSERT_TRUE(rb.value().ok());
+  EXPECT_FALSE(rt.value().ok());
+  EXPECT_GE(h.writes.stats().largest, 3u);
+  pqxx::work tx(h.db);
+  for (const auto& [id, outbox] :
+       {std::pair{a, ra.value().value()}, std::pair{b, rb.value().value()}}) {
+    auto row = tx.exec_params1(
+        "SELECT o.payload, o.message_key, o.topic, t.status, t.result_message, "
+        "t.result_options::text, o.publish_after > now() FROM outbox o JOIN tasks t "
+        "ON t.task_id = o.task_id WHERE o.id = $1",
+        outbox);
+    EXPECT_EQ(row[0].as<std::string>(), R"({"task_id":")" + id + R"("})") << "its own event";
+    EXPECT_EQ(row[1].as<std::string>(), "rs-u3") << "keyed by user";
+    EXPECT_EQ(row[2].as<std::string>(), "agent.tasks.results");
+    EXPECT_EQ(row[3].as<std::string>(), "succeeded");
+    EXPECT_EQ(row[4].as<std::string>(), "done " + id);
+    EXPECT_EQ(row[5].as<std::string>(), R"(["a", "b"])");
+    EXPECT_TRUE(row[6].as<bool>()) << "the relay waits for the worker first";
+  }
+  EXPECT_EQ(
+      tx.exec_params1("SELECT count(*) FROM outbox WHERE task_id = $1::uuid", taken)[0].as<int>(),
+      0);
+}
+
+TEST(RunStore, ATaskAskedForTwiceInOneBatchIsClaimedOnceAndAResumedClaimBringsItsPast) {
+  Harness h;
+  h.store.set_incarnation(1);  // claims need one; no liveness row is read for dispatched tasks
+  std::string dispatched, resumed;
+  {
+    pqxx::work tx(h.db);
+    dispatched =
+        tx.exec1(
+              R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
+                                 max_steps, priority, request_canonical, status, dispatched_at)
+              VALUES (gen_random_uuid(), 'rs-u4', 'x', 'sim-model', 30, 3600, 10,
+                      'interactive', '{}', 'dispatched', now())
+              RETURNING task_id::text)SQL")[0]
+            .as<std::string>();
+    // Attempt 1 billed 500 tokens and saved step 0, then its worker vanished (a version-7
+    // lease that expired).
+    resumed =
+        tx.exec1(
+              R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
+                                 max_steps, priority, request_canonical, status, attempt,
+                                 worker_id, lease_until, started_at, dispatched_at, steps,
+                                 input_tokens, output_tokens, cost, currency)
+              VALUES (gen_random_uuid(), 'rs-u4', 'x', 'sim-model', 30, 3600, 10,
+                      'interactive', '{}', 'running', 1, 'gone', now() - interval '1 s',
+                      now(), now(), 1, 500, 20, 0.00123, 'CNY')
+              RETURNING task_id::text)SQL")[0]
+            .as<std::string>();
+    tx.exec_params0(
+        "INSERT INTO task_steps (task_id, step, attempt, model_reply, observations) VALUES "
+        "($1::uuid, 0, 1, '{\"content\":\"\",\"tool_calls\":[]}', '[]')",
+        resumed);
+    tx.commit();
+  }
+  h.hold_the_batcher();
+  auto f1 = h.spawn(h.store.claim(dispatched));
+  auto f2 = h.spawn(h.store.claim(dispatched));
+  auto f3 = h.spawn(h.store.claim(resumed));
+  h.io.run();
+  const auto c1 = f1.get(), c2 = f2.get(), c3 = f3.get();
+  ASSERT_TRUE(c1.ok() && c2.ok() && c3.ok());
+  EXPECT_EQ(c1.value().outcome, ports::ClaimOutcome::kClaimed);
+  EXPECT_EQ(c2.value().outcome, ports::ClaimOutcome::kBusyOrDone) << "one run of it, not two";
+  EXPECT_GE(h.writes.stats().largest, 3u);
+  EXPECT_EQ(h.writes.stats().isolated, 0u);
+  ASSERT_EQ(c3.value().outcome, ports::ClaimOutcome::kClaimed);
+  const ports::ClaimedTask& r = *c3.value().task;
+  EXPECT_EQ(r.attempt, 2);
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_EQ(r.steps[0].step, 0);
+  EXPECT_EQ(r.steps[0].observations, "[]");
+  EXPECT_EQ(r.totals.usage.input, 500);
+  EXPECT_EQ(r.totals.usage.output, 20);
+  EXPECT_EQ(r.totals.cost_micros, 1230);
+  EXPECT_EQ(r.totals.currency, "CNY");
+  pqxx::work tx(h.db);
+  EXPECT_EQ(tx.exec_params1("SELECT worker_incarnation FROM tasks WHERE task_id = $1::uuid",
+                            dispatched)[0]
+                .as<int>(),
+            1);
+}
+
+}  // namespace
+}  // namespace agentfleet

@@ -1,0 +1,554 @@
+// The task runner (worker/task_runner) driven through its ports with fakes: a scripted
+// model, a recording tool service, an in-memory run store and publisher, and a manual
+// clock. No sockets, no Postgres, no wall clock: each test runs in milliseconds.
+#include "worker/task_runner.hpp"
+
+#include <gtest/gtest.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/adapters/metrics/metrics_registry.hpp"
+#include "core/codec/checkpoint_codec.hpp"
+#include "core/codec/openai_codec.hpp"
+#include "core/config/config.hpp"
+
+namespace agentfleet::worker {
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+constexpr const char* kTaskId = "00000000-0000-4000-8000-000000000001";
+constexpr const char* kUser = "alice";
+
+config::Config test_config() {
+  return config::load_config_text(R"(
+postgres: {url: x}
+kafka: {bootstrap_servers: b}
+models:
+  - {name: m1, call_timeout_s: 60, endpoints: [{url: "http://h/x"}]}
+billing:
+  time_zone: UTC
+  prices:
+    - {model: m1, currency: CNY, effective_from: "2026-01-01", input_per_million: "2",
+       cached_input_per_million: "0.5", output_per_million: "8"}
+task_defaults: {model: m1, tier: standard, time_zone: UTC}
+tiers:
+  - {tier: standard, max_concurrency: 5, tool_permission: write}
+tools:
+  - name: search_items
+    description: Search the calendar.
+    url: http://t/search_items
+    idempotent: true
+    permission: read
+    parameters: {type: object, properties: {keyword: {type: string}}}
+  - name: create_item
+    description: Create an item.
+    url: http://t/create_item
+    idempotent: false
+    permission: write
+    parameters: {type: object, required: [title], properties: {title: {type: string}}}
+)",
+                                  "test.yaml");
+}
+
+ToolCall call(std::string id, std::string name, std::string arguments) {
+  return ToolCall{std::move(id), std::move(name), std::move(arguments)};
+}
+
+// A reply that calls tools, with its usage.
+ModelReply calls_reply(std::vector<ToolCall> calls, std::int64_t input = 100,
+                       std::int64_t output = 10) {
+  ModelReply reply;
+  reply.tool_calls = std::move(calls);
+  reply.finish_reason = "tool_calls";
+  reply.usage.input = input;
+  reply.usage.output = output;
+  return reply;
+}
+
+// A reply that finishes the task through `finish`.
+ModelReply finish_reply(const std::string& message, std::int64_t input = 100,
+                        std::int64_t output = 10) {
+  ModelReply reply;
+  reply.tool_calls = {call("call_finish", "finish",
+                           R"({"type":"action_completed","message":")" + message + R"("})")};
+  FinishCall finish;
+  finish.result.type = ResultType::kActionCompleted;
+  finish.result.message = message;
+  reply.finish = finish;
+  reply.finish_reason = "tool_calls";
+  reply.usage.input = input;
+  reply.usage.output = output;
+  return reply;
+}
+
+// The model: answers from a script, one entry per call. An entry may move the clock (the
+// call took that long) or hang until the test's io_context stops.
+class ScriptedModel final : public ports::ModelClient {
+ public:
+  struct Answer {
+    Result<ModelReply> reply;
+    std::chrono::milliseconds takes{0};
+    bool hangs = false;
+  };
+  explicit ScriptedModel(limits::ManualClock& clock) : clock_(clock) {}
+
+  void then(Result<ModelReply> reply, std::chrono::milliseconds takes = 0ms) {
+    script_.push_back(Answer{std::move(reply), takes, false});
+  }
+  void then_hang() { script_.push_back(Answer{Error{ErrorKind::kFatal, "unused"}, 0ms, true}); }
+  // Runs when a call arrives (before it answers): lets a test act in the middle of a call.
+  std::function<void()> on_call;
+
+  asio::awaitable<Result<ModelReply>> complete(ports::ModelRequest request) override {
+    ++calls;
+    deadlines.push_back(request.deadline);
+    sent_messages.push_back(request.messages ? request.messages->size() : 0);
+    if (on_call)
+      on_call();
+    if (script_.empty())
+      co_return Error{ErrorKind::kFatal,
+                      "the script has no answer for call " + std::to_string(calls)};
+    Answer answer = std::move(script_.front());
+    script_.pop_front();
+    if (answer.hangs) {
+      asio::steady_timer forever(co_await asio::this_coro::executor, std::chrono::hours(24));
+      boost::system::error_code ec;
+      co_await forever.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    clock_.advance(answer.takes);
+    co_return std::move(answer.reply);
+  }
+
+  int calls = 0;
+  std::vector<limits::Clock::time_point> deadlines;
+  std::vector<std::size_t> sent_messages;
+
+ private:
+  limits::ManualClock& clock_;
+  std::deque<Answer> script_;
+};
+
+// The tool service: records every invocation and answers ok (optionally taking time).
+class RecordingTools final : public ports::ToolClient {
+ public:
+  explicit RecordingTools(limits::ManualClock& clock) : clock_(clock) {}
+  asio::awaitable<ports::ToolOutcome> call(ports::ToolInvocation invocation) override {
+    invocations.push_back(invocation);
+    clock_.advance(takes);
+    ports::ToolOutcome outcome;
+    outcome.observation.ok = true;
+    outcome.observation.content = R"({"items":[{"id":"evt_1"}]})";
+    outcome.http_status = 200;
+    co_return outcome;
+  }
+  std::vector<ports::ToolInvocation> invocations;
+  std::chrono::milliseconds takes{0};
+
+ private:
+  limits::ManualClock& clock_;
+};
+
+// The store: one task, its checkpoints, its ledger and its end, in memory. Fences like the
+// real one: a write of an attempt that no longer owns the task is refused with kLeaseLost.
+class MemoryRunStore final : public ports::RunStore {
+ public:
+  struct Row {
+    ports::StepRecord record;
+    std::string trace;
+  };
+  MemoryRunStore() {
+    spec.task_id = kTaskId;
+    spec.user_id = kUser;
+    spec.text = "把周会改到晚上8点";
+    spec.model = "m1";
+    spec.timeout_s = 30;
+  }
+
+  asio::awaitable<Result<ports::Claim>> claim(std::string task_id) override {
+    ++claims;
+    if (task_id != kTaskId)
+      co_return ports::Claim{ports::ClaimOutcome::kUnknown, {}};
+    if (status != "dispatched")
+      co_return ports::Claim{ports::ClaimOutcome::kBusyOrDone, {}};
+    status = "running";
+    ++attempt;
+    ports::ClaimedTask claimed;
+    claimed.spec = spec;
+    claimed.attempt = attempt;
+    claimed.remaining_ms = remaining_ms;
+    claimed.totals = billed_before;
+    for (const auto& [step, row] : steps)
+      claimed.steps.push_back(row.record);
+    co_return ports::Claim{ports::ClaimOutcome::kClaimed, std::move(claimed)};
+  }
+
+  asio::awaitable<Result<Status>> save_model_step(ports::ModelStep step) override {
+    if (auto refused = refuse(step.attempt))
+      co_return *refused;
+    steps[step.step] = Row{ports::StepRecord{step.step, step.reply_json, {}}, {}};
+    ledger.push_back(step);
+    co_return Status(ok_status());
+  }
+  asio::awaitable<Result<Status>> save_tool_results(ports::ToolResults results) override {
+    if (auto refused = refuse(results.attempt))
+      co_return *refused;
+    auto& row = steps.at(results.step);
+    row.record.observations = results.observations_json;
+    row.trace = results.trace_json;
+    tool_calls += results.executed_calls;
+    co_return Status(ok_status());
+  }
+  asio::awaitable<Result<Status>> save_tool_step(ports::ToolStep step) override {
+    if (auto refused = refuse(step.attempt))
+      co_return *refused;
+    steps[step.step] = Row{ports::StepRecord{step.step, step.calls_json, {}}, {}};
+    co_return Status(ok_status());
+  }
+  asio::awaitable<Result<Result<std::int64_t>>> finish(ports::TaskEnd end) override {
+    if (store_error)
+      co_return *store_error;
+    if (end.attempt != attempt || status != "running")
+      co_return Result<std::int64_t>(Error{ErrorKind::kLeaseLost, "not ours"});
+    status = std::string(to_string(end.status));
+    event = end.result_event;
+    ended = std::move(end);
+    co_return Result<std::int64_t>(++announcements);
+  }
+  asio::awaitable<Result<Status>> release(std::string, int release_attempt) override {
+    if (auto refused = refuse(release_attempt))
+      co_return *refused;
+    status = "queued";
+    ++releases;
+    co_return Status(ok_status());
+  }
+  asio::awaitable<Result<std::optional<ports::ParentTask>>> load_parent(std::string,
+                                                                        std::string) override {
+    co_return std::optional<ports::ParentTask>();
+  }
+  void announced(std::int64_t id) override { forgotten.push_back(id); }
+  bool settling() const override { return false; }
+
+  // A checkpoint of an earlier attempt: a model step (with its observations when given).
+  void checkpoint(int step, const ModelReply& reply, std::optional<std::string> observations) {
+    steps[step] = Row{
+        ports::StepRecord{step, codec::model_reply_json(reply, {}), observations.value_or("")}, {}};
+  }
+  // Another worker's attempt takes the task over: this run's fence fails from now on.
+  void take_over() { ++attempt; }
+
+  TaskSpec spec;
+  std::string status = "dispatched";
+  int attempt = 0;
+  std::int64_t remaining_ms = 30000;
+  ports::TaskTotals billed_before;  // what earlier attempts billed
+  int claims = 0;
+  int releases = 0;
+  int tool_calls = 0;
+  std::map<int, Row> steps;
+  std::vector<ports::ModelStep> ledger;
+  std::optional<ports::TaskEnd> ended;
+  std::string event;
+  std::int64_t announcements = 0;
+  std::vector<std::int64_t> forgotten;
+  std::optional<Error> store_error;  // every write fails with it (an outage)
+
+ private:
+  std::optional<Result<Status>> refuse(int write_attempt) const {
+    if (store_error)
+      return Result<Status>(*store_error);
+    if (write_attempt != attempt || status != "running")
+      return Result<Status>(Status(Error{ErrorKind::kLeaseLost, "not ours"}));
+    return std::nullopt;
+  }
+};
+
+class RecordingPublisher final : public ports::Publisher {
+ public:
+  asio::awaitable<Status> publish(ports::OutMessage message) override {
+    published.push_back(std::move(message));
+    co_return ok_status();
+  }
+  void post(ports::OutMessage message) override { posted.push_back(std::move(message)); }
+  std::vector<std::string> events(const std::string& kind) const {
+    std::vector<std::string> out;
+    for (const auto& m : posted) {
+      if (m.value.find("\"event\":\"" + kind + "\"") != std::string::npos)
+        out.push_back(m.value);
+    }
+    return out;
+  }
+  std::vector<ports::OutMessage> published, posted;
+};
+
+// One runner and its fakes; run() drives a task to its end on an io_context.
+struct Harness {
+  config::Config config = test_config();
+  limits::ManualClock clock;
+  ScriptedModel model{clock};
+  RecordingTools tools{clock};
+  MemoryRunStore store;
+  RecordingPublisher publisher;
+  metrics::MetricsRegistry registry;
+  metrics::WorkerMetrics metrics{registry, config};
+  TaskRunner runner{config, "worker-test", model, tools, store, publisher, metrics, clock};
+  asio::io_context io;
+
+  // Runs the task; `during` is posted once the run has started (from inside the io thread).
+  RunOutcome run(std::function<void()> during = {}) {
+    std::optional<RunOutcome> outcome;
+    asio::co_spawn(io, runner.run(kTaskId, kUser, ""), [&](std::exception_ptr error, RunOutcome o) {
+      EXPECT_FALSE(error) << "the run threw";
+      outcome = o;
+      io.stop();
+    });
+    if (during)
+      asio::post(io, during);
+    io.run();
+    EXPECT_TRUE(outcome.has_value()) << "the run did not end";
+    return outcome.value_or(RunOutcome::kStoreUnavailable);
+  }
+};
+
+std::vector<std::string> keys_of(const std::vector<ports::ToolInvocation>& invocations) {
+  std::vector<std::string> keys;
+  for (const auto& i : invocations)
+    keys.push_back(i.idempotency_key);
+  return keys;
+}
+
+TEST(TaskRunner, RunsTheLoopToItsEndWithACheckpointAndALedgerRowPerModelCall) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(calls_reply({call("c2", "create_item", R"({"title":"周会"})")}));
+  h.model.then(finish_reply("已改到晚上8点"));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.model.calls, 3);
+  EXPECT_EQ(h.tools.invocations.size(), 2u);
+  EXPECT_EQ(h.store.status, "succeeded");
+  ASSERT_TRUE(h.store.ended && h.store.ended->result);
+  EXPECT_EQ(h.store.ended->result->message, "已改到晚上8点");
+  EXPECT_EQ(h.store.ledger.size(), 3u) << "one ledger row per model call";
+  EXPECT_EQ(h.store.tool_calls, 2);
+  // Identity comes from the task, never from the model's arguments.
+  for (const auto& invocation : h.tools.invocations) {
+    EXPECT_EQ(invocation.user_id, kUser);
+    EXPECT_EQ(invocation.task_id, kTaskId);
+  }
+  // The result event was published by the run, and its announcement forgotten by the store.
+  ASSERT_EQ(h.publisher.published.size(), 1u);
+  EXPECT_NE(h.publisher.published[0].value.find("\"status\":\"succeeded\""), std::string::npos);
+  EXPECT_EQ(h.store.forgotten, std::vector<std::int64_t>{1});
+  EXPECT_EQ(h.publisher.events("done").size(), 1u);
+}
+
+TEST(TaskRunner, TheResultEventReportsWhatEveryAttemptBilledAsTheLedgerSumsIt) {
+  Harness h;
+  // An earlier attempt billed 1,000 input tokens (cost 0.002 CNY) and saved step 0.
+  h.store.attempt = 1;
+  h.store.billed_before.usage.input = 1000;
+  h.store.billed_before.cost_micros = 2000;
+  h.store.billed_before.currency = "CNY";
+  h.store.checkpoint(0, calls_reply({call("c1", "search_items", R"({"keyword":"x"})")}),
+                     R"([{"call_id":"c1","tool":"search_items","ok":true,"content":"{}"}])");
+  // This attempt: 250,000 input and 10,000 output tokens at 2 and 8 CNY per million.
+  h.model.then(finish_reply("done", 250000, 10000));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  ASSERT_EQ(h.store.ledger.size(), 1u);
+  EXPECT_EQ(h.store.ledger[0].ledger.cost, "0.580000");
+  EXPECT_NE(h.store.event.find(R"("input_tokens":251000)"), std::string::npos) << h.store.event;
+  EXPECT_NE(h.store.event.find(R"("output_tokens":10000)"), std::string::npos) << h.store.event;
+  EXPECT_NE(h.store.event.find(R"("cost":"0.582000")"), std::string::npos) << h.store.event;
+  EXPECT_NE(h.store.event.find(R"("currency":"CNY")"), std::string::npos) << h.store.event;
+  EXPECT_EQ(h.publisher.published.at(0).value, h.store.event)
+      << "the event published is the one stored with the end";
+}
+
+TEST(TaskRunner, IdempotencyKeysAreTheTaskTheStepAndTheCallIndexTheSameInEveryRun) {
+  auto keys = [] {
+    Harness h;
+    h.model.then(calls_reply({call("a", "search_items", R"({"keyword":"x"})"),
+                              call("b", "search_items", R"({"keyword":"y"})")}));
+    h.model.then(calls_reply({call("c", "search_items", R"({"keyword":"z"})")}));
+    h.model.then(finish_reply("done"));
+    EXPECT_EQ(h.run(), RunOutcome::kFinished);
+    return keys_of(h.tools.invocations);
+  };
+  const auto first = keys();
+  EXPECT_EQ(first,
+            (std::vector<std::string>{std::string(kTaskId) + ":0:0", std::string(kTaskId) + ":0:1",
+                                      std::string(kTaskId) + ":1:0"}));
+  EXPECT_EQ(keys(), first) << "a second run of the same answers sends the same keys";
+}
+
+TEST(TaskRunner, AResumedTaskNeverCallsOrBillsASavedModelStepAgain) {
+  Harness h;
+  // Attempt 1 saved step 0 with its tool results and step 1 without (the worker died while
+  // its tool call ran).
+  h.store.attempt = 1;
+  h.store.checkpoint(0, calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}),
+                     R"([{"call_id":"c1","tool":"search_items","ok":true,"content":"{}"}])");
+  h.store.checkpoint(1, calls_reply({call("c2", "create_item", R"({"title":"周会"})")}),
+                     std::nullopt);
+  h.model.then(finish_reply("done"));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.attempt, 2);
+  EXPECT_EQ(h.model.calls, 1) << "only the step after the checkpoints is asked of the model";
+  ASSERT_EQ(h.store.ledger.size(), 1u) << "the saved steps are not billed again";
+  EXPECT_EQ(h.store.ledger[0].step, 2);
+  // Step 0's tools are not run again; step 1's run again under the key the first attempt
+  // used, so a tool service that saw it answers from its record.
+  EXPECT_EQ(keys_of(h.tools.invocations), std::vector<std::string>{std::string(kTaskId) + ":1:0"});
+  EXPECT_EQ(h.store.status, "succeeded");
+  // The model saw the whole conversation: system, user, and both replayed steps.
+  ASSERT_EQ(h.model.sent_messages.size(), 1u);
+  EXPECT_EQ(h.model.sent_messages[0], 6u);
+}
+
+TEST(TaskRunner, ACallPastTheDeadlineEndsTheTaskTimedOutWithItsTokensBilledAndNoToolsRun) {
+  Harness h;
+  h.store.remaining_ms = 1000;
+  // The answer arrives 1.2 s into a task with 1 s left: it is billed, its tools never run.
+  h.model.then(calls_reply({call("c1", "create_item", R"({"title":"x"})")}, 500, 50), 1200ms);
+  const auto started = h.clock.now();
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "timed_out");
+  EXPECT_TRUE(h.tools.invocations.empty()) << "no tool runs past the deadline";
+  ASSERT_EQ(h.store.ledger.size(), 1u) << "the tokens used are billed";
+  EXPECT_EQ(h.store.ledger[0].ledger.usage.input, 500);
+  EXPECT_EQ(h.model.calls, 1);
+  // The model call was given the task's deadline (min(call timeout, deadline)), and the end
+  // was written without waiting any longer.
+  ASSERT_EQ(h.model.deadlines.size(), 1u);
+  EXPECT_EQ(h.model.deadlines[0], started + 1000ms);
+  EXPECT_EQ(h.clock.now(), started + 1200ms);
+}
+
+TEST(TaskRunner, AModelTimeoutAtTheTaskDeadlineEndsTimedOutNotFailed) {
+  Harness h;
+  h.store.remaining_ms = 2000;
+  h.model.then(Error{ErrorKind::kTimeout, "no answer before the deadline"}, 2000ms);
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "timed_out");
+  EXPECT_EQ(h.model.calls, 1);
+}
+
+TEST(TaskRunner, ACancellationDuringAModelCallStopsAtOnceAndEndsCancelled) {
+  Harness h;
+  h.model.then_hang();
+  h.model.on_call = [&h] { asio::post(h.io, [&h] { h.runner.cancel(kTaskId); }); };
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "cancelled");
+  EXPECT_EQ(h.model.calls, 1);
+  EXPECT_TRUE(h.tools.invocations.empty());
+  EXPECT_TRUE(h.store.ledger.empty());
+  EXPECT_EQ(h.publisher.events("error").size(), 1u);
+}
+
+TEST(TaskRunner, AFenceDuringAModelCallStopsAtOnceWithoutWritingAnything) {
+  Harness h;
+  h.model.then_hang();
+  h.model.on_call = [&h] { asio::post(h.io, [&h] { h.runner.fence(); }); };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  EXPECT_EQ(h.store.status, "running") << "nothing written: the lease keeper hands it back";
+  EXPECT_FALSE(h.store.ended);
+  EXPECT_TRUE(h.store.ledger.empty());
+  EXPECT_TRUE(h.tools.invocations.empty());
+  EXPECT_TRUE(h.publisher.published.empty());
+  EXPECT_EQ(h.model.calls, 1);
+}
+
+TEST(TaskRunner, AFencedRunnerClaimsNothingUntilTheFenceIsLifted) {
+  Harness h;
+  h.runner.fence();
+  h.model.then(finish_reply("done"));
+  std::optional<RunOutcome> outcome;
+  asio::co_spawn(h.io, h.runner.run(kTaskId, kUser, ""),
+                 [&](std::exception_ptr, RunOutcome o) { outcome = o; });
+  h.io.poll();  // the claim waits for the fence
+  EXPECT_FALSE(outcome.has_value());
+  EXPECT_EQ(h.store.claims, 0);
+  h.runner.unfence();
+  h.io.run();
+  EXPECT_EQ(outcome, RunOutcome::kFinished);
+  EXPECT_EQ(h.store.claims, 1);
+  EXPECT_EQ(h.store.status, "succeeded");
+}
+
+TEST(TaskRunner, AFenceThatFailsAtACheckpointStopsTheRunBeforeItsToolsRun) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "create_item", R"({"title":"x"})")}));
+  h.model.on_call = [&h] { h.store.take_over(); };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  EXPECT_TRUE(h.tools.invocations.empty()) << "a call of an unsaved step never runs";
+  EXPECT_TRUE(h.store.ledger.empty());
+  EXPECT_FALSE(h.store.ended);
+}
+
+TEST(TaskRunner, AnExhaustedModelQuotaEndsTheTaskFailedWithTheReasonAndNothingMoreIsCalled) {
+  Harness h;
+  h.model.then(Error{ErrorKind::kFatal,
+                     "every endpoint of m1 is out of quota (insufficient_quota): the account "
+                     "has no credit"});
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "failed");
+  ASSERT_TRUE(h.store.ended);
+  EXPECT_NE(h.store.ended->error.find("insufficient_quota"), std::string::npos)
+      << h.store.ended->error;
+  EXPECT_EQ(h.model.calls, 1);
+  EXPECT_TRUE(h.tools.invocations.empty());
+}
+
+TEST(TaskRunner, AStoreOutageAtACheckpointStopsBeforeTheToolsAndReportsTheTaskAbandoned) {
+  Harness h;
+  std::vector<ports::HeldTask> abandoned;
+  h.runner.set_abandoned_handler([&](ports::HeldTask task) { abandoned.push_back(task); });
+  h.model.then(calls_reply({call("c1", "create_item", R"({"title":"x"})")}));
+  h.model.on_call = [&h] { h.store.store_error = Error{ErrorKind::kTransient, "connection lost"}; };
+  EXPECT_EQ(h.run(), RunOutcome::kStoreUnavailable);
+  EXPECT_TRUE(h.tools.invocations.empty());
+  EXPECT_FALSE(h.store.ended);
+  // Still this worker's in the store and run by nobody: the lease keeper hands it back.
+  ASSERT_EQ(abandoned.size(), 1u);
+  EXPECT_EQ(abandoned[0].task_id, kTaskId);
+  EXPECT_EQ(abandoned[0].attempt, 1);
+  EXPECT_TRUE(h.runner.held().empty());
+}
+
+TEST(TaskRunner, ADrainHandsTheTaskBackAtTheNextCheckpoint) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"x"})")}));
+  h.model.on_call = [&h] { h.runner.drain(); };
+  EXPECT_EQ(h.run(), RunOutcome::kReleased);
+  EXPECT_EQ(h.store.status, "queued");
+  EXPECT_EQ(h.store.releases, 1);
+  EXPECT_EQ(h.store.ledger.size(), 1u) << "the step the model answered is kept";
+  EXPECT_EQ(h.tools.invocations.size(), 0u) << "stopped at the checkpoint, before the tools";
+  EXPECT_FALSE(h.store.ended);
+}
+
+TEST(TaskRunner, ATaskTheStoreDoesNotKnowIsReportedAsSuch) {
+  Harness h;
+  h.store.spec.task_id = "other";
+  std::optional<RunOutcome> outcome;
+  asio::co_spawn(h.io, h.runner.run("00000000-0000-4000-8000-0000000000ff", kUser, ""),
+                 [&](std::exception_ptr, RunOutcome o) { outcome = o; });
+  h.io.run();
+  EXPECT_EQ(outcome, RunOutcome::kUnknownTask);
+  EXPECT_EQ(h.model.calls, 0);
+}
+
+}  // namespace
+}  // namespace agentfleet::worker
