@@ -4,6 +4,9 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <map>
 #include <set>
@@ -20,6 +23,9 @@ namespace asio = boost::asio;
 namespace {
 
 using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+// How long published result events' rows are gathered before one statement removes them.
+constexpr auto kGatherAnnounced = std::chrono::milliseconds(100);
 
 // The order kinds are written in within a batch.
 enum Rank { kClaims = 0, kToolSteps = 1, kModelSteps = 2, kToolResults = 3, kFinishes = 4 };
@@ -141,7 +147,8 @@ ports::Claim read_claim(const pqxx::row& r) {
 
 }  // namespace
 
-std::vector<ports::Claim> claim_tasks(pqxx::work& tx, const std::vector<ClaimRequest>& requests) {
+std::vector<ports::Claim> claim_tasks(pqxx::transaction_base& tx,
+                                      const std::vector<ClaimRequest>& requests) {
   // A task asked for twice in one batch (two dispatch messages of it) is claimed once: the
   // other request finds it busy, as it would in the next batch.
   std::vector<ports::Claim> out(requests.size());
@@ -176,7 +183,7 @@ namespace {
 class ClaimKind final : public WriteBatcher::Kind<ClaimRequest, ports::Claim> {
  public:
   int rank() const override { return kClaims; }
-  std::vector<ports::Claim> apply(pqxx::work& tx,
+  std::vector<ports::Claim> apply(pqxx::transaction_base& tx,
                                   const std::vector<const ClaimRequest*>& items) override {
     std::vector<ClaimRequest> requests;
     requests.reserve(items.size());
@@ -189,7 +196,7 @@ class ClaimKind final : public WriteBatcher::Kind<ClaimRequest, ports::Claim> {
 class ModelStepKind final : public WriteBatcher::Kind<ports::ModelStep, Status> {
  public:
   int rank() const override { return kModelSteps; }
-  std::vector<Status> apply(pqxx::work& tx,
+  std::vector<Status> apply(pqxx::transaction_base& tx,
                             const std::vector<const ports::ModelStep*>& items) override {
     rapidjson::StringBuffer buffer;
     Writer w(buffer);
@@ -228,7 +235,7 @@ class ModelStepKind final : public WriteBatcher::Kind<ports::ModelStep, Status> 
 class ToolResultsKind final : public WriteBatcher::Kind<ports::ToolResults, Status> {
  public:
   int rank() const override { return kToolResults; }
-  std::vector<Status> apply(pqxx::work& tx,
+  std::vector<Status> apply(pqxx::transaction_base& tx,
                             const std::vector<const ports::ToolResults*>& items) override {
     rapidjson::StringBuffer buffer;
     Writer w(buffer);
@@ -254,7 +261,7 @@ class ToolResultsKind final : public WriteBatcher::Kind<ports::ToolResults, Stat
 class ToolStepKind final : public WriteBatcher::Kind<ports::ToolStep, Status> {
  public:
   int rank() const override { return kToolSteps; }
-  std::vector<Status> apply(pqxx::work& tx,
+  std::vector<Status> apply(pqxx::transaction_base& tx,
                             const std::vector<const ports::ToolStep*>& items) override {
     rapidjson::StringBuffer buffer;
     Writer w(buffer);
@@ -287,7 +294,7 @@ namespace {
 class FinishKind final : public WriteBatcher::Kind<FinishItem, Result<std::int64_t>> {
  public:
   int rank() const override { return kFinishes; }
-  std::vector<Result<std::int64_t>> apply(pqxx::work& tx,
+  std::vector<Result<std::int64_t>> apply(pqxx::transaction_base& tx,
                                           const std::vector<const FinishItem*>& items) override {
     rapidjson::StringBuffer buffer;
     Writer w(buffer);
@@ -410,6 +417,11 @@ void RunStore::announced(std::int64_t id) {
   asio::co_spawn(
       executor_,
       [this]() -> asio::awaitable<void> {
+        // A published event's row is not due for relay_delay_s: the rows published in the
+        // next tenth of a second go with it, one statement for all of them.
+        asio::steady_timer gather(executor_, kGatherAnnounced);
+        boost::system::error_code ec;
+        co_await gather.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         while (!announced_.empty()) {
           std::vector<std::int64_t> ids;
           ids.swap(announced_);

@@ -3,8 +3,8 @@
 // the WriteBatcher, so the writes of many runs share one transaction and one commit, and
 // the writes of one kind in a batch (claims, model checkpoints, tool checkpoints, plan tool
 // steps, ends) are one statement (core/adapters/pg/sql/run.sql); the rows of result
-// announcements the run published itself are removed together, one statement per batch, in
-// the background.
+// announcements the run published itself are removed together in the background, those
+// published within a tenth of a second by one statement (settling() until they are gone).
 //
 // Lifecycle: lives as long as the worker's io_context and the WriteBatcher it writes
 // through. Thread-safety: called on the io thread (the executor given); writes run on the
@@ -31,7 +31,8 @@ struct ClaimRequest {
 // Claims the requested tasks in one statement (claim_tasks in sql/run.sql): one answer per
 // request, in order. A task asked for twice is claimed once; the other request finds it
 // busy. Exposed for the Postgres tests.
-std::vector<ports::Claim> claim_tasks(pqxx::work& tx, const std::vector<ClaimRequest>& requests);
+std::vector<ports::Claim> claim_tasks(pqxx::transaction_base& tx,
+                                      const std::vector<ClaimRequest>& requests);
 
 struct FinishItem;
 

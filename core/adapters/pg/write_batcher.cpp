@@ -1,5 +1,7 @@
 #include "core/adapters/pg/write_batcher.hpp"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <map>
 
@@ -65,8 +67,7 @@ void WriteBatcher::start_batch_locked() {
         }
       }
     }
-    for (Write& write : batch)
-      write.complete();
+    complete(batch);
     std::lock_guard lock(mutex_);
     --running_;
     if (!queue_.empty() && running_ < max_batches_)
@@ -80,6 +81,11 @@ std::optional<Error> WriteBatcher::write_batch(pqxx::connection& c, std::deque<W
   // The whole batch has one client-side deadline: a server that never answers (a half-open
   // connection) fails it as a broken connection instead of holding the pool thread.
   auto armed = pool_.arm(c);
+  const void* kind = batch.front().kind;
+  if (kind != nullptr &&
+      std::all_of(batch.begin(), batch.end(), [kind](const Write& w) { return w.kind == kind; })) {
+    return write_alone(c, batch, armed);
+  }
   // First without savepoints: a write rarely fails, and a savepoint costs a round trip per
   // write. A batch of one needs none (its write's failure is the batch's). When a write of a
   // larger batch fails, the transaction is rolled back and the whole batch written again,
@@ -126,6 +132,85 @@ std::optional<Error> WriteBatcher::write_batch(pqxx::connection& c, std::deque<W
         write.fail(error);
       return std::nullopt;
     }
+  }
+}
+
+namespace {
+// Something is waiting on an idle connection nobody asked for (a server that closed it
+// sends its reason and hangs up): it is not to be used.
+bool looks_closed(pqxx::connection& c) {
+  const int fd = c.sock();
+  if (fd < 0)
+    return true;
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) != 0;
+}
+}  // namespace
+
+std::optional<Error> WriteBatcher::write_alone(pqxx::connection& c, std::deque<Write>& batch,
+                                               const CallWatchdog::Armed& armed) {
+  if (looks_closed(c))
+    return Error{ErrorKind::kTransient, "postgres connection: closed by the server"};
+  std::vector<Write*> writes;
+  writes.reserve(batch.size());
+  for (Write& write : batch)
+    writes.push_back(&write);
+  try {
+    pqxx::nontransaction tx(c);
+    writes.front()->apply_kind(tx, writes);
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    Error error = map_pg_error(e);
+    if (armed.fired()) {
+      error = Error{ErrorKind::kTimeout, "postgres did not answer within " +
+                                             std::to_string(pool_.call_deadline().count()) +
+                                             " ms (outcome unknown)"};
+    } else if (dynamic_cast<const pqxx::broken_connection*>(&e) || !c.is_open()) {
+      // Sent, and the connection broke: the statement may have committed. Reported as
+      // transient, like an in-doubt commit: the callers leave their tasks to be handed back.
+      error.message += " (outcome unknown)";
+    } else if (batch.size() > 1) {
+      // The statement failed, so none of it was written: each write alone now, so that only
+      // the failing one fails.
+      {
+        std::lock_guard lock(mutex_);
+        ++stats_.isolated;
+      }
+      for (Write* write : writes) {
+        try {
+          pqxx::nontransaction alone(c);
+          write->apply_kind(alone, {write});
+        } catch (const std::exception& each) {
+          write->fail(map_pg_error(each));
+          if (!c.is_open())
+            error = map_pg_error(each);
+        }
+      }
+      return std::nullopt;
+    }
+    for (Write& write : batch)
+      write.fail(error);
+    return std::nullopt;
+  }
+}
+
+void WriteBatcher::complete(std::deque<Write>& batch) {
+  // Usually every write of a batch came from the worker's one io thread: one wake-up of it.
+  while (!batch.empty()) {
+    auto executor = batch.front().executor;
+    auto mine = std::make_shared<std::vector<std::function<void()>>>();
+    for (auto it = batch.begin(); it != batch.end();) {
+      if (it->executor == executor) {
+        mine->push_back(std::move(it->deliver));
+        it = batch.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    boost::asio::post(executor, [mine] {
+      for (auto& deliver : *mine)
+        deliver();
+    });
   }
 }
 

@@ -18,8 +18,11 @@
 // Writes of a Kind (a claim, a model checkpoint, ...) are applied together: the writes of
 // one kind in a batch go to the kind in one call, which writes them all with one statement;
 // kinds are applied in the order of their rank. So a batch costs a statement per kind, not
-// per write. A batch that fails is written again write by write (each a kind of one), with a
-// savepoint each, as above.
+// per write; and a batch of one kind (what a quiet worker writes) is that statement alone,
+// committed by itself, without BEGIN and COMMIT. Its connection is looked at first (a
+// connection the server closed has its end waiting in the socket), so a restart does not
+// leave such a statement's outcome in doubt; a connection that breaks while it runs does. A batch
+// that fails is written again write by write (each a kind of one), with a savepoint each, as above.
 //
 // There is no timer: a batch is whatever queued while the previous batches were being
 // written, so an idle worker commits each write at once and a busy one commits hundreds
@@ -29,6 +32,7 @@
 // thread, the awaiting coroutine resumes on its own executor. Keep the batcher alive until
 // the DbPool has joined.
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -77,10 +81,8 @@ class WriteBatcher {
       write.key = std::move(key);
       write.apply = [slot, fn](pqxx::work& tx) { slot->emplace((*fn)(tx)); };
       write.fail = [slot](const Error& error) { slot->emplace(error); };
-      write.complete = [slot, h] {
-        auto executor = boost::asio::get_associated_executor(*h);
-        boost::asio::post(executor, [slot, h] { (*h)(std::move(**slot)); });
-      };
+      write.executor = boost::asio::get_associated_executor(*h);
+      write.deliver = [slot, h] { (*h)(std::move(**slot)); };
       enqueue(std::move(write));
     };
     return boost::asio::async_initiate<decltype(boost::asio::use_awaitable), void(Result<T>)>(
@@ -95,9 +97,11 @@ class WriteBatcher {
     virtual ~Kind() = default;
     // Kinds are applied in rank order within a batch (each locks its rows in task-id order).
     virtual int rank() const = 0;
-    // One value per item, in the order of `items` (one statement for all of them). Throws
+    // One value per item, in the order of `items`, with ONE statement for all of them (a
+    // batch of one kind then runs as that statement alone, without BEGIN and COMMIT). Throws
     // what libpqxx throws; then the batch is written again write by write.
-    virtual std::vector<Value> apply(pqxx::work& tx, const std::vector<const Item*>& items) = 0;
+    virtual std::vector<Value> apply(pqxx::transaction_base& tx,
+                                     const std::vector<const Item*>& items) = 0;
   };
 
   // Runs `item` through `kind` in the next batch, together with the other writes of that kind
@@ -122,7 +126,7 @@ class WriteBatcher {
         auto values = kind.apply(tx, {&state->item});
         state->slot.emplace(std::move(values.at(0)));
       };
-      write.apply_kind = [&kind](pqxx::work& tx, const std::vector<Write*>& writes) {
+      write.apply_kind = [&kind](pqxx::transaction_base& tx, const std::vector<Write*>& writes) {
         std::vector<const Item*> items;
         items.reserve(writes.size());
         for (const Write* w : writes)
@@ -135,10 +139,8 @@ class WriteBatcher {
         state->slot.emplace(std::move(*static_cast<Value*>(value)));
       };
       write.fail = [state](const Error& error) { state->slot.emplace(error); };
-      write.complete = [state, h] {
-        auto executor = boost::asio::get_associated_executor(*h);
-        boost::asio::post(executor, [state, h] { (*h)(std::move(*state->slot)); });
-      };
+      write.executor = boost::asio::get_associated_executor(*h);
+      write.deliver = [state, h] { (*h)(std::move(*state->slot)); };
       enqueue(std::move(write));
     };
     return boost::asio::async_initiate<decltype(boost::asio::use_awaitable), void(Result<Value>)>(
@@ -152,15 +154,26 @@ class WriteBatcher {
     std::string key;
     std::function<void(pqxx::work&)> apply;  // runs the write alone; stores its value
     std::function<void(const Error&)> fail;  // stores an error instead
-    std::function<void()> complete;          // resumes the caller (after the commit)
+    // Resumes the caller with its value (after the commit), run on `executor`: the writes of
+    // a batch are handed back to each executor in one post, not one each.
+    boost::asio::any_io_executor executor;
+    std::function<void()> deliver;
     // Writes of a Kind: the kind, its rank, the item, how the writes of the kind in a batch
     // are applied together, and how this write takes its value from that.
     const void* kind = nullptr;
     int rank = 0;
     void* item = nullptr;
-    std::function<void(pqxx::work&, const std::vector<Write*>&)> apply_kind;
+    std::function<void(pqxx::transaction_base&, const std::vector<Write*>&)> apply_kind;
     std::function<void(void*)> set_value;
   };
+  // A batch whose writes are all of one kind is that kind's one statement, run on its own
+  // (no BEGIN, no COMMIT: two round trips and two statements fewer). nullopt when it ran (each
+  // write has its value or error); the error when the connection looked closed before
+  // anything was sent (the batch runs again on a new one).
+  std::optional<Error> write_alone(pqxx::connection& c, std::deque<Write>& batch,
+                                   const CallWatchdog::Armed& armed);
+  // Hands every write of the batch back to its caller: one post per executor.
+  static void complete(std::deque<Write>& batch);
   // The batch, written without savepoints: kind by kind in rank order, then the writes that
   // belong to no kind, in key order.
   static void write_together(pqxx::work& tx, std::deque<Write>& batch);

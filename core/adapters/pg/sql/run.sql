@@ -2,6 +2,9 @@
 -- kind in a batch at once: $1 is a JSON array with one object per write. Every write after
 -- the claim is fenced by (task_id, attempt, status running): a row another attempt owns is
 -- left alone and its task id is missing from the answer. Rows are locked in task-id order.
+-- Each task is reached by its primary key from the request (a LATERAL lookup per row): the
+-- planner cannot know how few rows a JSON array holds, and a join would read every running
+-- task instead.
 
 -- name: claim_tasks
 -- Each task becomes the run of its worker and incarnation: status running, attempt + 1, the
@@ -14,27 +17,32 @@ WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, worker_id text, incarnation bigint, max_attempts integer)
 ), locked AS (
-  SELECT t.task_id FROM tasks t JOIN req r ON r.task_id = t.task_id
-  WHERE t.status = 'dispatched'
-     OR (t.status = 'running' AND t.attempt - t.releases < r.max_attempts
-         AND ((t.worker_incarnation IS NULL AND t.lease_until < now())
-              OR (t.worker_incarnation IS NOT NULL
-                  AND NOT EXISTS (SELECT 1 FROM workers w
-                                  WHERE w.incarnation = t.worker_incarnation
-                                    AND w.lease_until > now()))))
-  ORDER BY t.task_id
-  FOR UPDATE OF t
+  SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
+  CROSS JOIN LATERAL (
+    SELECT x.task_id FROM tasks x
+    WHERE x.task_id = r.task_id
+      AND (x.status = 'dispatched'
+           OR (x.status = 'running' AND x.attempt - x.releases < r.max_attempts
+               AND ((x.worker_incarnation IS NULL AND x.lease_until < now())
+                    OR (x.worker_incarnation IS NOT NULL
+                        AND NOT EXISTS (SELECT 1 FROM workers w
+                                        WHERE w.incarnation = x.worker_incarnation
+                                          AND w.lease_until > now())))))
+    FOR UPDATE OF x
+  ) t
 ), claimed AS (
   UPDATE tasks t SET status = 'running', attempt = t.attempt + 1, worker_id = r.worker_id,
          worker_incarnation = r.incarnation, lease_until = NULL,
          started_at = coalesce(t.started_at, now()),
          deadline_at = coalesce(t.deadline_at, now() + make_interval(secs => t.timeout_s))
-  FROM locked l JOIN req r ON r.task_id = l.task_id
-  WHERE t.task_id = l.task_id
+  FROM req r
+  WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM locked)) AND r.task_id = t.task_id
   RETURNING t.*
+), known AS (
+  SELECT r.task_id FROM req r
+  CROSS JOIN LATERAL (SELECT 1 FROM tasks x WHERE x.task_id = r.task_id OFFSET 0) e
 )
-SELECT r.task_id::text, c.task_id IS NOT NULL,
-       EXISTS (SELECT 1 FROM tasks x WHERE x.task_id = r.task_id),
+SELECT r.task_id::text, c.task_id IS NOT NULL, k.task_id IS NOT NULL,
        c.user_id, c.text, c.model, array_to_json(c.tools)::text, c.timeout_s,
        c.schedule_timeout_s, c.max_steps, c.priority, coalesce(c.idempotency_key, ''),
        coalesce(c.batch_id, ''), c.metadata->>'device_id', c.metadata->>'time_zone',
@@ -54,6 +62,7 @@ SELECT r.task_id::text, c.task_id IS NOT NULL,
        END
 FROM req r
 LEFT JOIN claimed c ON c.task_id = r.task_id
+LEFT JOIN known k ON k.task_id = r.task_id
 LEFT JOIN user_limits u ON u.user_id = c.user_id
 
 -- name: save_model_steps
@@ -64,10 +73,12 @@ WITH req AS (
          user_id text, batch_id text, model text, input bigint, cached bigint, output bigint,
          reasoning bigint, cost numeric, currency text)
 ), ours AS (
-  SELECT t.task_id FROM tasks t
-  JOIN req r ON r.task_id = t.task_id AND t.attempt = r.attempt AND t.status = 'running'
-  ORDER BY t.task_id
-  FOR UPDATE OF t
+  SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
+  CROSS JOIN LATERAL (
+    SELECT x.task_id FROM tasks x
+    WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
+    FOR UPDATE OF x
+  ) t
 ), step_rows AS (
   INSERT INTO task_steps (task_id, step, attempt, model_reply, model_latency_ms)
   SELECT r.task_id, r.step, r.attempt, r.reply, r.latency_ms FROM req r JOIN ours USING (task_id)
@@ -82,8 +93,8 @@ WITH req AS (
          cached_input_tokens = t.cached_input_tokens + r.cached,
          output_tokens = t.output_tokens + r.output, cost = t.cost + r.cost,
          currency = r.currency
-  FROM req r JOIN ours USING (task_id)
-  WHERE t.task_id = r.task_id
+  FROM req r
+  WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND r.task_id = t.task_id
 )
 SELECT task_id::text FROM ours
 
@@ -95,20 +106,23 @@ WITH req AS (
     AS r(task_id uuid, attempt integer, step integer, observations jsonb, trace jsonb,
          executed integer)
 ), ours AS (
-  SELECT t.task_id FROM tasks t
-  JOIN req r ON r.task_id = t.task_id AND t.attempt = r.attempt AND t.status = 'running'
-  ORDER BY t.task_id
-  FOR UPDATE OF t
+  SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
+  CROSS JOIN LATERAL (
+    SELECT x.task_id FROM tasks x
+    WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
+    FOR UPDATE OF x
+  ) t
 ), updated AS (
   UPDATE task_steps s SET observations = r.observations, trace = r.trace, attempt = r.attempt,
          tools_done_at = now()
-  FROM req r JOIN ours USING (task_id)
-  WHERE s.task_id = r.task_id AND s.step = r.step
+  FROM req r
+  WHERE s.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND s.task_id = r.task_id
+    AND s.step = r.step
   RETURNING s.task_id
 ), counted AS (
   UPDATE tasks t SET tool_calls = t.tool_calls + r.executed
-  FROM req r JOIN updated USING (task_id)
-  WHERE t.task_id = r.task_id
+  FROM req r
+  WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM updated)) AND r.task_id = t.task_id
 )
 SELECT task_id::text FROM ours
 
@@ -119,16 +133,18 @@ WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, attempt integer, step integer, calls jsonb)
 ), ours AS (
-  SELECT t.task_id FROM tasks t
-  JOIN req r ON r.task_id = t.task_id AND t.attempt = r.attempt AND t.status = 'running'
-  ORDER BY t.task_id
-  FOR UPDATE OF t
+  SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
+  CROSS JOIN LATERAL (
+    SELECT x.task_id FROM tasks x
+    WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
+    FOR UPDATE OF x
+  ) t
 ), step_rows AS (
   INSERT INTO task_steps (task_id, step, attempt, model_reply)
   SELECT r.task_id, r.step, r.attempt, r.calls FROM req r JOIN ours USING (task_id)
 ), counted AS (
-  UPDATE tasks t SET steps = r.step + 1 FROM req r JOIN ours USING (task_id)
-  WHERE t.task_id = r.task_id
+  UPDATE tasks t SET steps = r.step + 1 FROM req r
+  WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND r.task_id = t.task_id
 )
 SELECT task_id::text FROM ours
 
@@ -142,16 +158,18 @@ WITH req AS (
          options jsonb, error text, topic text, key text, payload text, traceparent text,
          relay_delay_s integer)
 ), ours AS (
-  SELECT t.task_id FROM tasks t
-  JOIN req r ON r.task_id = t.task_id AND t.attempt = r.attempt AND t.status = 'running'
-  ORDER BY t.task_id
-  FOR UPDATE OF t
+  SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
+  CROSS JOIN LATERAL (
+    SELECT x.task_id FROM tasks x
+    WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
+    FOR UPDATE OF x
+  ) t
 ), ended AS (
   UPDATE tasks t SET status = r.status, result_type = r.result_type,
          result_message = r.message, result_options = r.options, error = NULLIF(r.error, ''),
          finished_at = now(), lease_until = NULL
-  FROM req r JOIN ours USING (task_id)
-  WHERE t.task_id = r.task_id
+  FROM req r
+  WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND r.task_id = t.task_id
   RETURNING t.task_id
 )
 INSERT INTO outbox (topic, message_key, payload, traceparent, publish_after, task_id)
