@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/batch_store.hpp"
@@ -100,7 +101,10 @@ void Scheduler::task_ended(const std::string& user_id, const std::string& task_i
     if (ended_.size() < 100000)
       ended_.push_back(Ended{user_id, task_id, tokens});
   }
-  wake();
+  // A freed slot matters only to work that waits: when the last pass left nobody queued,
+  // the next submission's NOTIFY (or the interval) runs the pass, not every result.
+  if (backlog_left_)
+    wake();
 }
 
 void Scheduler::wait(pqxx::connection* c, int ms) {
@@ -260,43 +264,61 @@ bool Scheduler::pass(pqxx::connection& c) {
     pqxx::nontransaction(c).exec0("DISCARD PLANS");
     plans_at_ = started;
   }
-  pqxx::work tx(c);
-  // Leases, queue deadlines and cancelled batches are about time, not about the wake-up:
-  // they are looked at once per interval (and again at once while they find full passes).
-  const bool housekeeping = housekeeping_backlog_ ||
-                            started - housekeeping_at_ >=
-                                std::chrono::milliseconds(config_.dispatcher.scheduler_interval_ms);
+  // Liveness, lost dispatches, queue deadlines and cancelled batches are about time, not
+  // about the wake-up: they are looked at once per interval (and again at once while they
+  // find full passes), in a transaction of their own.
+  const bool housekeeping =
+      housekeeping_backlog_ ||
+      started - housekeeping_at_ >=
+          std::chrono::milliseconds(config_.dispatcher.housekeeping_interval_ms);
   pg::RecoveryReport recovery;
   int expired = 0, swept = 0;
   if (housekeeping) {
+    pqxx::work tx(c);
     recovery = pg::recover_tasks(tx, spec);
     expired = pg::expire_queued(tx, spec.limit, spec.results_topic);
     swept = pg::sweep_cancelled_batches(tx, spec.limit, spec.results_topic);
     pg::forget_workers(tx);
+    tx.commit();
+    housekeeping_at_ = started;
+    housekeeping_backlog_ =
+        recovery.exhausted + recovery.lease_expired + recovery.redispatched >= spec.limit ||
+        expired >= spec.limit || swept >= spec.limit;
+    if (recovery.exhausted + recovery.lease_expired + recovery.redispatched + expired + swept > 0 &&
+        outbox_written_) {
+      outbox_written_();
+    }
   }
-  const pg::Backlog backlog =
-      pg::read_backlog(tx, spec.limit, config_.dispatcher.max_active_tasks > 0);
-
-  std::vector<limits::UserBacklog> users;
-  users.reserve(backlog.users.size());
-  std::vector<std::string> with_budget, unseeded;
-  for (const pg::BacklogUser& b : backlog.users) {
-    limits::UserBacklog u;
-    u.user_id = b.user_id;
-    u.limits = effective_limits(config_, b.overrides).for_scheduler();
-    u.active = b.active;
-    u.queued_interactive = b.queued_interactive;
-    u.queued_batch = b.queued_batch;
-    if (u.limits.monthly_budget_micros > 0)
-      with_budget.push_back(u.user_id);
-    if (!seeded_.count(u.user_id))
-      unseeded.push_back(u.user_id);
-    users.push_back(std::move(u));
-  }
-  const auto spent = pg::month_spend_micros(tx, with_budget, config_.billing.time_zone, currency_);
+  // The admission's reads need no transaction: only this scheduler admits, so a user's
+  // active count read here can only fall before the dispatch below (which locks the rows it
+  // takes); a pass that finds nobody waiting is one statement.
+  pg::Backlog backlog;
+  std::map<std::string, std::int64_t> spent;
   std::map<std::string, pg::RecentUsage> recent;
-  if (!unseeded.empty())
-    recent = pg::recent_usage(tx, unseeded);
+  std::vector<limits::UserBacklog> users;
+  {
+    pqxx::nontransaction reads(c);
+    backlog = pg::read_backlog(reads, spec.limit);
+
+    users.reserve(backlog.users.size());
+    std::vector<std::string> with_budget, unseeded;
+    for (const pg::BacklogUser& b : backlog.users) {
+      limits::UserBacklog u;
+      u.user_id = b.user_id;
+      u.limits = effective_limits(config_, b.overrides).for_scheduler();
+      u.active = b.active;
+      u.queued_interactive = b.queued_interactive;
+      u.queued_batch = b.queued_batch;
+      if (u.limits.monthly_budget_micros > 0)
+        with_budget.push_back(u.user_id);
+      if (!seeded_.count(u.user_id))
+        unseeded.push_back(u.user_id);
+      users.push_back(std::move(u));
+    }
+    spent = pg::month_spend_micros(reads, with_budget, config_.billing.time_zone, currency_);
+    if (!unseeded.empty())
+      recent = pg::recent_usage(reads, unseeded);
+  }
   for (limits::UserBacklog& u : users) {
     if (auto it = spent.find(u.user_id); it != spent.end())
       u.spent_micros = it->second;
@@ -308,10 +330,22 @@ bool Scheduler::pass(pqxx::connection& c) {
   }
 
   const limits::PassPlan plan = fair_->plan(users, backlog.fleet_active, backlog.fleet_capacity);
+  {
+    // Queued work this pass does not admit waits for a slot: results wake the next pass.
+    std::int64_t granted = 0, queued = 0;
+    for (const limits::Grant& grant : plan.grants)
+      granted += grant.tasks;
+    for (const limits::UserBacklog& u : users)
+      queued += u.queued_interactive + u.queued_batch;
+    backlog_left_ = queued > granted;
+  }
   int over_budget = 0;
   std::vector<std::pair<std::string, std::size_t>> over_budget_users;  // for the log
   int admitted_total = 0;
   try {
+    std::optional<pqxx::work> writes;
+    if (!plan.over_budget.empty() || !plan.grants.empty())
+      writes.emplace(c);
     for (const auto& [user_id, count] : plan.over_budget) {
       // The binding is captured through a name of its own: clang 14 cannot capture
       // structured bindings (the fuzz build, tests/fuzz).
@@ -325,7 +359,7 @@ bool Scheduler::pass(pqxx::connection& c) {
       result.type = ResultType::kError;
       result.message = message;
       const std::size_t ended =
-          pg::end_unstarted(tx, pg::oldest_queued(tx, user_id, count),
+          pg::end_unstarted(*writes, pg::oldest_queued(*writes, user_id, count),
                             pg::Ending{TaskStatus::kFailed, message, "quota_exceeded", result},
                             spec.results_topic)
               .size();
@@ -333,12 +367,12 @@ bool Scheduler::pass(pqxx::connection& c) {
       if (ended > 0)
         over_budget_users.emplace_back(user_id, ended);
     }
-    const auto dispatched = pg::dispatch_grants(tx, plan.grants, spec.dispatch_topic);
-    tx.commit();
-    const bool wrote_outbox = !dispatched.empty() || recovery.lease_expired > 0 ||
-                              recovery.redispatched > 0 || recovery.exhausted > 0 || expired > 0 ||
-                              swept > 0 || over_budget > 0;
-    if (wrote_outbox && outbox_written_)
+    std::vector<pg::DispatchedTask> dispatched;
+    if (writes) {
+      dispatched = pg::dispatch_grants(*writes, plan.grants, spec.dispatch_topic);
+      writes->commit();
+    }
+    if ((!dispatched.empty() || over_budget > 0) && outbox_written_)
       outbox_written_();
 
     std::map<std::pair<std::string, Priority>, std::vector<const pg::DispatchedTask*>> by_grant;
@@ -354,12 +388,6 @@ bool Scheduler::pass(pqxx::connection& c) {
           metrics_.queue_wait(task->priority, task->queued_s);
       }
       admitted[grant.priority == Priority::kBatch ? 1 : 0] += static_cast<int>(tasks.size());
-    }
-    if (housekeeping) {
-      housekeeping_at_ = started;
-      housekeeping_backlog_ =
-          recovery.exhausted + recovery.lease_expired + recovery.redispatched >= spec.limit ||
-          expired >= spec.limit || swept >= spec.limit;
     }
     metrics_.admitted(Priority::kInteractive, admitted[0]);
     metrics_.admitted(Priority::kBatch, admitted[1]);

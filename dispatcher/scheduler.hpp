@@ -11,7 +11,7 @@
 // plan, end over-budget tasks (quota_exceeded), dispatch the grants (status dispatched and
 // the dispatch message in the outbox, which the relay publishes). The time-driven part
 // (recovery of expired leases and unclaimed dispatches, queue timeouts, cancelled batches)
-// runs at most once per dispatcher.scheduler_interval_ms, and again at once when it found a
+// runs at most once per dispatcher.housekeeping_interval_ms, and again at once when it found a
 // full pass of work; the passes woken between (by every submission and every result) only
 // admit. The statements every pass runs are prepared statements of this connection, their
 // cached plans dropped every second so they follow the tables' sizes; the rare ones
@@ -98,6 +98,9 @@ class Scheduler {
   std::mutex ended_mutex_;
   std::vector<Ended> ended_;
   std::atomic<bool> leader_{false};
+  // The last pass left queued work it could not admit (a limit, or the fleet's capacity):
+  // task_ended() wakes a pass only then.
+  std::atomic<bool> backlog_left_{true};
   std::atomic<bool> stopping_{false};
   int wake_fd_ = -1;
   std::string currency_;

@@ -573,6 +573,7 @@ void read_dispatcher(const Section& s, DispatcherConfig& out) {
   http.read("port", out.http.port);
   s.read("scheduler_interval_ms", out.scheduler_interval_ms);
   s.read("scheduler_min_gap_ms", out.scheduler_min_gap_ms);
+  s.read("housekeeping_interval_ms", out.housekeeping_interval_ms);
   s.read("scheduler_batch", out.scheduler_batch);
   s.read("redispatch_after_s", out.redispatch_after_s);
   s.read("max_attempts", out.max_attempts);

@@ -60,6 +60,9 @@ struct DispatcherConfig {
   // The least time between two scheduler passes: the wake-ups of a burst of submissions and
   // results are served by one pass.
   int scheduler_min_gap_ms = 5;
+  // Recovery, queue timeouts and cancelled batches are looked at at most this often (and at
+  // once again while they find a full pass of work): they are about time, not wake-ups.
+  int housekeeping_interval_ms = 500;
   int scheduler_batch = 200;
   // A dispatched task no worker has claimed after this long is published again (its message
   // may have been lost with a worker); duplicates are harmless, the claim admits one.

@@ -357,15 +357,37 @@ TEST_F(Liveness, ADispatchIsSentAgainOnlyWhenEveryLiveWorkerHasReadItsPartitions
       << "its dispatch message again, keyed by the task";
 }
 
-TEST_F(Liveness, FleetCapacityIsWhatTheLiveWorkersThatTakeWorkReport) {
+TEST_F(Liveness, TheBacklogCarriesWhatTheLiveWorkersThatTakeWorkCanRunAndWhatIsActive) {
+  {
+    pqxx::work tx(db_);
+    tx.exec0("DELETE FROM tasks WHERE status IN ('queued', 'dispatched', 'running')");
+    tx.commit();
+  }
+  pqxx::nontransaction none(db_);
+  EXPECT_TRUE(pg::read_backlog(none, 200).users.empty());
+  none.commit();
+  insert_task(db_, "cap-u1", "queued", 0, 0);
+  insert_task(db_, "cap-u1", "dispatched", 0, 0);
+  {
+    pqxx::nontransaction unknown(db_);
+    const auto backlog = pg::read_backlog(unknown, 200);
+    ASSERT_EQ(backlog.users.size(), 1u);
+    EXPECT_EQ(backlog.fleet_capacity, -1) << "no worker reports: unknown";
+    EXPECT_EQ(backlog.fleet_active, 1);
+  }
   insert_worker(db_, -30, 40);
   insert_worker(db_, -30, 24);
   insert_worker(db_, 1, 1000);                         // lapsed
   insert_worker(db_, -30, 500, 0, /*draining=*/true);  // leaving
-  pqxx::work tx(db_);
-  auto row = pg::exec_named1(tx, "fleet_capacity");
-  EXPECT_EQ(row[0].as<int>(), 2);
-  EXPECT_EQ(row[1].as<int>(), 64);
+  const std::int64_t live = insert_worker(db_, -30, 0);
+  insert_task(db_, "cap-u2", "running", 1, live);
+  pqxx::nontransaction reads(db_);
+  const auto backlog = pg::read_backlog(reads, 200);
+  ASSERT_EQ(backlog.users.size(), 1u);
+  EXPECT_EQ(backlog.users[0].user_id, "cap-u1");
+  EXPECT_EQ(backlog.users[0].active, 1);
+  EXPECT_EQ(backlog.fleet_capacity, 64);
+  EXPECT_EQ(backlog.fleet_active, 2);
 }
 
 TEST_F(Liveness, RowsOfLongLapsedWorkersGoOnceTheyOwnNothing) {

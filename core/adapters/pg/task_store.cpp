@@ -180,6 +180,29 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
   // until the insert commits.
   lock_user_queue(tx, s.user_id);
   InsertResult result;
+  // The common case first: room in the queue, and a key not used before (the insert skips a
+  // key that is: ON CONFLICT). Then the answer and the scheduler's wake-up in one statement.
+  const QueueRoom room = queue_room(tx, s.user_id, limit);
+  const bool full = limit && room.queued >= room.max_queued;
+  if (!full) {
+    const auto inserted = insert_tasks(tx, {task});
+    if (!inserted.empty()) {
+      result.outcome = InsertOutcome::kCreated;
+      result.task_id = inserted.front();
+      // Wakes the active scheduler, whichever replica runs it.
+      static const std::string kCreatedAnswer = std::string("SELECT CASE WHEN $2::boolean THEN (") +
+                                                kTaskJson +
+                                                ") END, pg_notify('agentfleet_work', '')";
+      auto row = exec_prepared1(tx, "af_created_answer", kCreatedAnswer.c_str(), result.task_id,
+                                with_json);
+      if (with_json && !row[0].is_null())
+        result.task_json = row[0].as<std::string>();
+      tx.commit();
+      return result;
+    }
+  }
+  // Not stored: its key names a task already (the same request, or another: a conflict), or
+  // the user's queue is full.
   if (!s.idempotency_key.empty()) {
     auto existing =
         exec_prepared(tx, "af_idempotency",
@@ -197,36 +220,8 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
       return result;
     }
   }
-  const QueueRoom room = queue_room(tx, s.user_id, limit);
-  if (limit && room.queued >= room.max_queued) {
-    result.outcome = InsertOutcome::kQueueFull;
-    result.room = room;
-    return result;
-  }
-  const auto inserted = insert_tasks(tx, {task});
-  if (inserted.empty()) {
-    // A batch upload committed the same key meanwhile (it takes the user lock only at its
-    // end): the key names that task now.
-    auto existing =
-        exec_prepared1(tx, "af_idempotency",
-                       "SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND "
-                       "idempotency_key = $2",
-                       s.user_id, s.idempotency_key);
-    result.task_id = existing[0].as<std::string>();
-    if (with_json)
-      result.task_json = task_json_in(tx, result.task_id);
-    tx.commit();
-    result.outcome = existing[1].as<std::string>() == task.canonical ? InsertOutcome::kExisting
-                                                                     : InsertOutcome::kConflict;
-    return result;
-  }
-  result.outcome = InsertOutcome::kCreated;
-  result.task_id = inserted.front();
-  if (with_json)
-    result.task_json = task_json_in(tx, result.task_id);
-  // Wakes the active scheduler, whichever replica runs it.
-  exec_prepared(tx, "af_notify_work", "SELECT pg_notify('agentfleet_work', '')");
-  tx.commit();
+  result.outcome = InsertOutcome::kQueueFull;
+  result.room = room;
   return result;
 }
 
@@ -365,9 +360,11 @@ RETURNING )SQL") + kEndedColumns;
   return static_cast<int>(rows.size());
 }
 
-Backlog read_backlog(pqxx::work& tx, int count_cap, bool count_fleet) {
+Backlog read_backlog(pqxx::transaction_base& tx, int count_cap) {
   // A skip scan of tasks_queued_user finds each user with queued work in one index probe;
-  // each count stops at count_cap (the pass never admits more).
+  // each count stops at count_cap (the pass never admits more). The fleet's figures come
+  // with every row (computed once): the live workers that take work and their capacity, and
+  // every user's dispatched and running tasks.
   auto rows = exec_prepared(tx, "af_sched_backlog", R"SQL(
 WITH RECURSIVE users AS (
   (SELECT user_id FROM tasks WHERE status = 'queued' ORDER BY user_id LIMIT 1)
@@ -384,7 +381,10 @@ SELECT u.user_id,
   (SELECT count(*) FROM tasks a WHERE a.user_id = u.user_id
                                   AND a.status IN ('dispatched', 'running')),
   coalesce(l.tier, ''), l.max_concurrency, l.requests_per_minute, l.tokens_per_minute,
-  l.max_queued, l.monthly_budget::text, l.tool_permission
+  l.max_queued, l.monthly_budget::text, l.tool_permission,
+  (SELECT count(*) FROM workers WHERE lease_until > now() AND NOT draining),
+  (SELECT coalesce(sum(capacity), 0) FROM workers WHERE lease_until > now() AND NOT draining),
+  (SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running'))
 FROM users u LEFT JOIN user_limits l ON l.user_id = u.user_id
 WHERE u.user_id IS NOT NULL
 ORDER BY u.user_id)SQL",
@@ -401,14 +401,12 @@ ORDER BY u.user_id)SQL",
     user.overrides.user_id = user.user_id;
     backlog.users.push_back(std::move(user));
   }
-  if (backlog.users.empty())
-    return backlog;
-  // What the live workers can run at once (none reporting: unknown, as with workers of
-  // version 7, which report nothing).
-  const auto capacity = exec_named1(tx, "fleet_capacity");
-  backlog.fleet_capacity = capacity[0].as<std::int64_t>() > 0 ? capacity[1].as<std::int64_t>() : -1;
-  if (count_fleet || backlog.fleet_capacity >= 0)
-    backlog.fleet_active = exec_named1(tx, "fleet_active")[0].as<std::int64_t>();
+  if (!rows.empty()) {
+    // None reporting: unknown, as with workers of version 7, which report nothing.
+    const auto& r = rows[0];
+    backlog.fleet_capacity = r[11].as<std::int64_t>() > 0 ? r[12].as<std::int64_t>() : -1;
+    backlog.fleet_active = r[13].as<std::int64_t>();
+  }
   return backlog;
 }
 
@@ -430,7 +428,7 @@ UserOverrides read_overrides(const pqxx::row& r, int first) {
   return o;
 }
 
-std::map<std::string, std::int64_t> month_spend_micros(pqxx::work& tx,
+std::map<std::string, std::int64_t> month_spend_micros(pqxx::transaction_base& tx,
                                                        const std::vector<std::string>& users,
                                                        const std::string& time_zone,
                                                        const std::string& currency) {
@@ -449,7 +447,7 @@ GROUP BY user_id)SQL",
   return spent;
 }
 
-std::map<std::string, RecentUsage> recent_usage(pqxx::work& tx,
+std::map<std::string, RecentUsage> recent_usage(pqxx::transaction_base& tx,
                                                 const std::vector<std::string>& users) {
   std::map<std::string, RecentUsage> usage;
   if (users.empty())

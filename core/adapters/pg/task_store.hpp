@@ -144,8 +144,7 @@ UserOverrides read_overrides(const pqxx::row& row, int first);
 
 // Every user with queued work: queued counts per priority (each up to `count_cap`), the
 // exact count of dispatched + running tasks, the overrides; the capacity the live workers
-// report; and, when `count_fleet` (a fleet-wide cap is set) or the capacity is known, the
-// fleet's active total.
+// report and the fleet's active total (when anyone waits), all in one statement.
 struct BacklogUser {
   std::string user_id;
   std::int64_t queued_interactive = 0;
@@ -159,11 +158,11 @@ struct Backlog {
   // What the live workers report they can run at once; -1 when none reports (unknown).
   std::int64_t fleet_capacity = -1;
 };
-Backlog read_backlog(pqxx::work& tx, int count_cap, bool count_fleet);
+Backlog read_backlog(pqxx::transaction_base& tx, int count_cap);
 
 // Each user's cost in `currency` in the ledger since the start of this month in
 // `time_zone`, in micro-units (users without calls are absent).
-std::map<std::string, std::int64_t> month_spend_micros(pqxx::work& tx,
+std::map<std::string, std::int64_t> month_spend_micros(pqxx::transaction_base& tx,
                                                        const std::vector<std::string>& users,
                                                        const std::string& time_zone,
                                                        const std::string& currency);
@@ -174,7 +173,7 @@ struct RecentUsage {
   std::int64_t admissions = 0;
   std::int64_t tokens = 0;
 };
-std::map<std::string, RecentUsage> recent_usage(pqxx::work& tx,
+std::map<std::string, RecentUsage> recent_usage(pqxx::transaction_base& tx,
                                                 const std::vector<std::string>& users);
 
 // Dispatches each grant's tasks (the user's oldest queued of that priority, skipping rows

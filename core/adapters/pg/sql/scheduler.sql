@@ -1,14 +1,5 @@
--- The active scheduler's statements (dispatcher/scheduler): admission by capacity and the
--- upkeep of the workers' liveness rows.
-
--- name: fleet_capacity
--- The live workers that take work, and how many tasks they can run at once between them.
-SELECT count(*), coalesce(sum(capacity), 0)::bigint FROM workers
-WHERE lease_until > now() AND NOT draining
-
--- name: fleet_active
--- Every user's dispatched and running tasks (from the partial index alone).
-SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running')
+-- The active scheduler's statements (dispatcher/scheduler): the upkeep of the workers'
+-- liveness rows.
 
 -- name: forget_workers
 -- Rows of incarnations whose lease lapsed a minute ago and that own no running task any
