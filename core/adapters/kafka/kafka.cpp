@@ -202,8 +202,16 @@ void consumer_rebalance_cb(rd_kafka_t* rk, int err, void* partitions_ptr, void* 
   const bool assigned = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
   if (assigned) {
     rd_kafka_assign(rk, partitions);
-    if (self->paused_)
+    // librdkafka keeps a partition's pause flag across a revoke and a new assignment: a
+    // partition paused before it was revoked comes back paused, even when the consumer
+    // resumed while it held no partition (and so resumed none). Every assignment is set to
+    // the state wanted now, both ways.
+    const bool pause = self->want_pause_;
+    if (pause)
       rd_kafka_pause_partitions(rk, partitions);
+    else
+      rd_kafka_resume_partitions(rk, partitions);
+    self->paused_ = pause;
   } else {
     rd_kafka_assign(rk, nullptr);
   }

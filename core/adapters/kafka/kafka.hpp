@@ -124,6 +124,8 @@ class Consumer {
   // Stops or restarts fetching on every assigned partition without leaving the group.
   void pause();
   void resume();
+  // Whether fetching is paused now: pause() and resume() take effect on the poll thread.
+  bool paused() const { return paused_; }
   // Messages not yet read per subscribed topic, summed over the assigned partitions: the
   // broker's high watermark minus this consumer's position (or its committed offset when
   // it has read nothing yet). Asks the broker, up to `timeout` per round trip: call it off
