@@ -1,7 +1,7 @@
 // The worker's run store on a private Postgres (tests/pg): the writes of one kind in a batch
 // are one statement (sql/run.sql), each write still fenced on its own, and a write that fails
 // is undone alone. Writes are made to share a batch by holding the batcher's one thread with a
-// slow write while they queue.
+// write that waits until they have queued.
 
 #include <gtest/gtest.h>
 
@@ -11,10 +11,13 @@
 #include <boost/asio/use_future.hpp>
 #include <pqxx/pqxx>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <future>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/adapters/pg/db_pool.hpp"
@@ -76,16 +79,39 @@ struct Harness {
   pg::RunStore store{io.get_executor(), writes,
                      pg::RunStoreOptions{"worker-rs", 30, 5, "agent.tasks.results"}};
 
-  // Holds the batcher's one thread for a moment, so that what is spawned next shares a batch.
-  void hold_the_batcher() {
-    boost::asio::co_spawn(io,
+  // Holds the batcher's one thread, alone in a batch of its own, until `count` writes wait
+  // for it (at most 30 s), so that what is spawned next shares one batch however slowly
+  // this machine runs. Returns once the hold has begun.
+  void hold_the_batcher(std::uint64_t count) {
+    auto& holder = *holders.emplace_back(std::make_unique<Holder>());
+    auto begun = std::make_shared<std::promise<void>>();
+    auto has_begun = begun->get_future();
+    boost::asio::co_spawn(holder.io,
                           writes.run({},
-                                     [](pqxx::work& tx) {
-                                       tx.exec("SELECT pg_sleep(0.3)");
+                                     [this, count, begun](pqxx::work&) {
+                                       begun->set_value();
+                                       const auto until = std::chrono::steady_clock::now() +
+                                                          std::chrono::seconds(30);
+                                       while (writes.stats().queued < count &&
+                                              std::chrono::steady_clock::now() < until)
+                                         std::this_thread::sleep_for(std::chrono::milliseconds(1));
                                        return true;
                                      }),
                           boost::asio::detached);
+    holder.thread = std::thread([&holder] { holder.io.run(); });
+    has_begun.wait();
   }
+  // The hold's completion is delivered on an executor of its own, run by its own thread.
+  struct Holder {
+    boost::asio::io_context io;
+    std::thread thread;
+    ~Holder() {
+      if (thread.joinable())
+        thread.join();
+    }
+  };
+  std::vector<std::unique_ptr<Holder>> holders;  // joined first: declared after the batcher
+
   template <typename T>
   std::future<T> spawn(boost::asio::awaitable<T> a) {
     return boost::asio::co_spawn(io, std::move(a), boost::asio::use_future);
@@ -97,7 +123,7 @@ TEST(RunStore, ModelStepsOfManyTasksAreOneStatementAndEachIsFencedOnItsOwn) {
   const std::string a = running_task(h.db, "rs-u1");
   const std::string b = running_task(h.db, "rs-u1");
   const std::string taken = running_task(h.db, "rs-u1", /*attempt=*/2);
-  h.hold_the_batcher();
+  h.hold_the_batcher(3);
   auto fa = h.spawn(h.store.save_model_step(model_step(a, 1, 0, 100)));
   auto fb = h.spawn(h.store.save_model_step(model_step(b, 1, 0, 200)));
   auto ft = h.spawn(h.store.save_model_step(model_step(taken, 1, 0, 300)));  // an old attempt
@@ -132,7 +158,7 @@ TEST(RunStore, AWriteThatFailsIsUndoneAloneAndTheRestOfItsKindCommits) {
   Harness h;
   const std::string good = running_task(h.db, "rs-u2");
   const std::string bad = running_task(h.db, "rs-u2");
-  h.hold_the_batcher();
+  h.hold_the_batcher(2);
   auto fg = h.spawn(h.store.save_model_step(model_step(good, 1, 0, 100)));
   // Step 0 twice for `bad`: the second insert breaks the step's primary key.
   auto fb1 = h.spawn(h.store.save_model_step(model_step(bad, 1, 0, 100)));
@@ -140,7 +166,7 @@ TEST(RunStore, AWriteThatFailsIsUndoneAloneAndTheRestOfItsKindCommits) {
   ASSERT_TRUE(fg.get().ok());
   ASSERT_TRUE(fb1.get().ok());
   h.io.restart();
-  h.hold_the_batcher();
+  h.hold_the_batcher(2);
   auto fg2 = h.spawn(h.store.save_model_step(model_step(good, 1, 1, 100)));
   auto fbad = h.spawn(h.store.save_model_step(model_step(bad, 1, 0, 100)));
   h.io.run();
@@ -173,7 +199,7 @@ TEST(RunStore, EndsOfManyTasksAreOneStatementAndEachKnowsItsOutboxRow) {
     e.result_event = R"({"task_id":")" + id + R"("})";
     return e;
   };
-  h.hold_the_batcher();
+  h.hold_the_batcher(3);
   auto fa = h.spawn(h.store.finish(end(a, 1)));
   auto fb = h.spawn(h.store.finish(end(b, 1)));
   auto ft = h.spawn(h.store.finish(end(taken, 1)));
@@ -207,10 +233,14 @@ TEST(RunStore, EndsOfManyTasksAreOneStatementAndEachKnowsItsOutboxRow) {
 
 TEST(RunStore, ATaskAskedForTwiceInOneBatchIsClaimedOnceAndAResumedClaimBringsItsPast) {
   Harness h;
-  h.store.set_incarnation(1);  // claims need one; no liveness row is read for dispatched tasks
   std::string dispatched, resumed;
+  std::int64_t me = 0;
   {
     pqxx::work tx(h.db);
+    // The claimer: an incarnation whose liveness holds.
+    me = tx.exec1("INSERT INTO workers (worker_id, lease_until) "
+                  "VALUES ('worker-rs', now() + interval '30 s') RETURNING incarnation")[0]
+             .as<std::int64_t>();
     dispatched =
         tx.exec1(
               R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
@@ -238,7 +268,8 @@ TEST(RunStore, ATaskAskedForTwiceInOneBatchIsClaimedOnceAndAResumedClaimBringsIt
         resumed);
     tx.commit();
   }
-  h.hold_the_batcher();
+  h.store.set_incarnation(me);
+  h.hold_the_batcher(3);
   auto f1 = h.spawn(h.store.claim(dispatched));
   auto f2 = h.spawn(h.store.claim(dispatched));
   auto f3 = h.spawn(h.store.claim(resumed));
@@ -262,8 +293,8 @@ TEST(RunStore, ATaskAskedForTwiceInOneBatchIsClaimedOnceAndAResumedClaimBringsIt
   pqxx::work tx(h.db);
   EXPECT_EQ(tx.exec_params1("SELECT worker_incarnation FROM tasks WHERE task_id = $1::uuid",
                             dispatched)[0]
-                .as<int>(),
-            1);
+                .as<std::int64_t>(),
+            me);
 }
 
 }  // namespace
