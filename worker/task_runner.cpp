@@ -227,6 +227,7 @@ void TaskRunner::unfence() {
   {
     std::lock_guard lock(leases_mutex_);
     fenced_ = false;
+    ++unfenced_;
   }
   for (asio::steady_timer* waiting : fence_waiters_)
     waiting->cancel();
@@ -280,20 +281,18 @@ asio::awaitable<RunOutcome> TaskRunner::run(std::string task_id, std::string use
   co_return co_await execute(std::move(claimed.run));
 }
 
-asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string user_id,
-                                               std::string traceparent) {
-  auto run = std::make_shared<Run>();
-  run->task_id = std::move(task_id);
-  run->user_id = std::move(user_id);
-  run->traceparent = traceparent_to_forward(traceparent);
+asio::awaitable<bool> TaskRunner::claimable(std::optional<std::uint64_t> lifted_after) {
   auto executor = co_await asio::this_coro::executor;
   // A fenced worker owns nothing until its lease keeper has a new incarnation: a message that
   // arrived meanwhile waits for it (its partition is paused), bounded.
-  for (int waited = 0; waited < kFencedClaimWaits; ++waited) {
+  for (int waited = 0;; ++waited) {
     {
       std::lock_guard lock(leases_mutex_);
-      if (!fenced_ || draining_)
-        break;
+      const bool ready = !fenced_ && (!lifted_after || unfenced_ > *lifted_after);
+      if (ready)
+        co_return true;
+      if (draining_ || waited == kFencedClaimWaits)
+        co_return false;
     }
     asio::steady_timer pause(executor, std::chrono::milliseconds(kFencedClaimWaitMs));
     fence_waiters_.insert(&pause);  // unfence() wakes it
@@ -301,14 +300,37 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
     co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     fence_waiters_.erase(&pause);
   }
+}
+
+asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string user_id,
+                                               std::string traceparent) {
+  auto run = std::make_shared<Run>();
+  run->task_id = std::move(task_id);
+  run->user_id = std::move(user_id);
+  run->traceparent = traceparent_to_forward(traceparent);
+  auto executor = co_await asio::this_coro::executor;
+  if (!co_await claimable(std::nullopt)) {
+    log::warn("worker", run->log_context(), "not claimed: this worker is fenced");
+    co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
+  }
+  std::uint64_t lifted = 0;
   {
     std::lock_guard lock(leases_mutex_);
-    if (fenced_) {
-      log::warn("worker", run->log_context(), "not claimed: this worker is fenced");
-      co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
-    }
+    lifted = unfenced_;
   }
   auto claim = co_await store_.claim(run->task_id);
+  if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kNotLive) {
+    // The claim ran after this incarnation's liveness lapsed (it waited in a silent
+    // connection): it took nothing. Once the lease keeper holds a new incarnation, once more.
+    log::warn("worker", run->log_context(),
+              "not claimed: this worker's liveness lapsed before the claim ran; claiming again "
+              "under its next incarnation");
+    if (!co_await claimable(lifted)) {
+      log::warn("worker", run->log_context(), "not claimed: no new incarnation came");
+      co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
+    }
+    claim = co_await store_.claim(run->task_id);
+  }
   // A claim that failed on a store outage (a Postgres restart) is tried again for a few
   // seconds: left alone, the task would wait in `dispatched` for the scheduler's
   // redispatch_after_s (a minute), its deadline running if an earlier attempt started it.
@@ -340,6 +362,13 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
   }
   if (claim.value().outcome == ports::ClaimOutcome::kUnknown)
     co_return ClaimResult{nullptr, RunOutcome::kUnknownTask};
+  if (claim.value().outcome == ports::ClaimOutcome::kNotLive) {
+    // Still dispatched, no attempt spent: the scheduler dispatches it again once its
+    // message is known lost.
+    log::warn("worker", run->log_context(), "not claimed: this worker's liveness lapsed");
+    metrics_.claim(metrics::ClaimOutcome::kStoreUnavailable);
+    co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
+  }
   if (claim.value().outcome != ports::ClaimOutcome::kClaimed) {
     log::info("worker", run->log_context(), "skipped: ended already, or run by another worker");
     metrics_.claim(metrics::ClaimOutcome::kSkipped);

@@ -100,6 +100,10 @@ class TaskRunner final : public Runs {
                                                          std::vector<Message> history) const;
   // A follow-up's parent conversation (parent_conversation), read from the store.
   boost::asio::awaitable<Result<std::vector<Message>>> load_history(Run& run);
+  // Waits (bounded) until the worker may claim: not fenced, and, when `lifted_after` is
+  // set, holding an incarnation newer than the one of that count of lifted fences. False
+  // when that did not come.
+  boost::asio::awaitable<bool> claimable(std::optional<std::uint64_t> lifted_after);
   // How the run stops now (interrupted, drained at a checkpoint), or nullopt to go on.
   boost::asio::awaitable<std::optional<RunOutcome>> stop_requested(Run& run, bool at_checkpoint);
   // The observations of a step's calls; nullopt when interrupted or past the deadline.
@@ -132,6 +136,7 @@ class TaskRunner final : public Runs {
   std::shared_ptr<const std::vector<ports::ToolSchema>> finish_only_;
   bool draining_ = false;
   bool fenced_ = false;
+  std::uint64_t unfenced_ = 0;  // how many times a fence was lifted (a new incarnation)
   std::set<boost::asio::steady_timer*> fence_waiters_;  // claims waiting for unfence()
   std::function<void(ports::HeldTask)> abandoned_;
 

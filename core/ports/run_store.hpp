@@ -56,7 +56,10 @@ struct ClaimedTask {
 
 // kBusyOrDone: the task is terminal, queued, or owned by another live attempt; kUnknown: no
 // such task exists.
-enum class ClaimOutcome { kClaimed, kBusyOrDone, kUnknown };
+// kNotLive: nothing was claimed because the claimer's own liveness had lapsed when the
+// claim ran (the worker is fenced, or about to be); it may claim again once it holds a new
+// incarnation.
+enum class ClaimOutcome { kClaimed, kBusyOrDone, kUnknown, kNotLive };
 struct Claim {
   ClaimOutcome outcome = ClaimOutcome::kBusyOrDone;
   std::optional<ClaimedTask> task;  // set when kClaimed

@@ -175,10 +175,12 @@ TEST_F(Liveness, AHandBackQueuesWhatIsStillItsOwnAndNeverCountsTheAttempt) {
   const std::string ended = insert_task(db_, "hand-u1", "succeeded", 2, 0);
   const std::string same_attempt_elsewhere = insert_task(db_, "hand-u1", "running", 2, other);
   const std::string in_doubt = insert_task(db_, "hand-u1", "running", 1, me);
+  const std::string taken_and_ended = insert_task(db_, "hand-u1", "succeeded", 3, 0);
   const auto handed = await(store_.hand_back(me, {{mine, 2},
                                                   {recovered, 2},
                                                   {taken, 2},
                                                   {ended, 2},
+                                                  {taken_and_ended, 2},
                                                   {same_attempt_elsewhere, 2},
                                                   {in_doubt, -1}}));
   ASSERT_TRUE(handed.ok()) << handed.error().message;
@@ -196,7 +198,10 @@ TEST_F(Liveness, AHandBackQueuesWhatIsStillItsOwnAndNeverCountsTheAttempt) {
   EXPECT_EQ(r[3].as<std::int64_t>(), other);
   EXPECT_EQ(r[2].as<int>(), 1);
   r = task_row(db_, ended);
-  EXPECT_EQ(r[2].as<int>(), 0) << "an ended task is left alone";
+  EXPECT_EQ(r[2].as<int>(), 0) << "a task that ended at the attempt handed back is left alone";
+  r = task_row(db_, taken_and_ended);
+  EXPECT_EQ(r[0].as<std::string>(), "succeeded");
+  EXPECT_EQ(r[2].as<int>(), 1) << "taken over, then ended: the lost attempt is still not counted";
   r = task_row(db_, same_attempt_elsewhere);
   EXPECT_EQ(r[0].as<std::string>(), "running");
   EXPECT_EQ(r[2].as<int>(), 0) << "another incarnation's run of that attempt is not ours";
@@ -355,6 +360,27 @@ TEST_F(Liveness, ADispatchIsSentAgainOnlyWhenEveryLiveWorkerHasReadItsPartitions
       tx.exec_params1("SELECT count(*) FROM outbox WHERE message_key = $1", waiting)[0].as<int>(),
       1)
       << "its dispatch message again, keyed by the task";
+}
+
+TEST_F(Liveness, ADispatchUnclaimedForFiveTimesTheRedispatchDelayIsSentAgainWhateverTheLag) {
+  // A worker that reports messages to read and never reads them (a consumer stuck behind
+  // a pause it lost track of) must not hold a dispatch, and the capacity it counts
+  // against, for ever.
+  insert_worker(db_, -30, 10, /*lag=*/3);
+  const std::string stuck = old_dispatch(db_, "redis-u2");  // 120 s ago
+  recover(db_, /*redispatch_after_s=*/60);
+  EXPECT_EQ(task_row(db_, stuck)[0].as<std::string>(), "dispatched");
+  pqxx::work read(db_);
+  EXPECT_EQ(
+      read.exec_params1("SELECT count(*) FROM outbox WHERE message_key = $1", stuck)[0].as<int>(),
+      0)
+      << "twice the delay, behind a lag: still waiting";
+  read.commit();
+  const auto report = recover(db_, /*redispatch_after_s=*/20);  // 120 s is six times 20 s
+  EXPECT_GE(report.redispatched, 1);
+  pqxx::work tx(db_);
+  EXPECT_EQ(
+      tx.exec_params1("SELECT count(*) FROM outbox WHERE message_key = $1", stuck)[0].as<int>(), 1);
 }
 
 TEST_F(Liveness, TheBacklogCarriesWhatTheLiveWorkersThatTakeWorkCanRunAndWhatIsActive) {

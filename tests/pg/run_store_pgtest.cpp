@@ -297,5 +297,37 @@ TEST(RunStore, ATaskAskedForTwiceInOneBatchIsClaimedOnceAndAResumedClaimBringsIt
             me);
 }
 
+TEST(RunStore, AClaimRunAfterTheClaimersLivenessLapsedTakesNothing) {
+  Harness h;
+  std::string dispatched;
+  std::int64_t lapsed = 0;
+  {
+    pqxx::work tx(h.db);
+    lapsed = tx.exec1("INSERT INTO workers (worker_id, lease_until) "
+                      "VALUES ('worker-rs', now() - interval '1 s') RETURNING incarnation")[0]
+                 .as<std::int64_t>();
+    dispatched =
+        tx.exec1(
+              R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
+                                 max_steps, priority, request_canonical, status, dispatched_at)
+              VALUES (gen_random_uuid(), 'rs-u5', 'x', 'sim-model', 30, 3600, 10,
+                      'interactive', '{}', 'dispatched', now())
+              RETURNING task_id::text)SQL")[0]
+            .as<std::string>();
+    tx.commit();
+  }
+  h.store.set_incarnation(lapsed);
+  auto f = h.spawn(h.store.claim(dispatched));
+  h.io.run();
+  const auto c = f.get();
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c.value().outcome, ports::ClaimOutcome::kNotLive);
+  pqxx::work tx(h.db);
+  auto row = tx.exec_params1("SELECT status, attempt FROM tasks WHERE task_id = $1::uuid",
+                             dispatched);
+  EXPECT_EQ(row[0].as<std::string>(), "dispatched") << "left for a live claimer";
+  EXPECT_EQ(row[1].as<int>(), 0) << "no attempt spent";
+}
+
 }  // namespace
 }  // namespace agentfleet

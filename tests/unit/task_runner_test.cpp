@@ -179,6 +179,10 @@ class MemoryRunStore final : public ports::RunStore {
 
   asio::awaitable<Result<ports::Claim>> claim(std::string task_id) override {
     ++claims;
+    if (not_live_claims > 0) {
+      --not_live_claims;
+      co_return ports::Claim{ports::ClaimOutcome::kNotLive, {}};
+    }
     if (task_id != kTaskId)
       co_return ports::Claim{ports::ClaimOutcome::kUnknown, {}};
     if (status != "dispatched")
@@ -255,6 +259,7 @@ class MemoryRunStore final : public ports::RunStore {
   std::int64_t remaining_ms = 30000;
   ports::TaskTotals billed_before;  // what earlier attempts billed
   int claims = 0;
+  int not_live_claims = 0;  // the next claims run after the claimer's liveness lapsed
   int releases = 0;
   int tool_calls = 0;
   std::map<int, Row> steps;
@@ -484,6 +489,29 @@ TEST(TaskRunner, AFencedRunnerClaimsNothingUntilTheFenceIsLifted) {
   h.io.run();
   EXPECT_EQ(outcome, RunOutcome::kFinished);
   EXPECT_EQ(h.store.claims, 1);
+  EXPECT_EQ(h.store.status, "succeeded");
+}
+
+TEST(TaskRunner, AClaimThatRanAfterTheLivenessLapsedIsMadeAgainUnderTheNextIncarnation) {
+  Harness h;
+  h.store.not_live_claims = 1;
+  h.model.then(finish_reply("done"));
+  std::optional<RunOutcome> outcome;
+  asio::co_spawn(h.io, h.runner.run(kTaskId, kUser, ""),
+                 [&](std::exception_ptr, RunOutcome o) { outcome = o; });
+  h.io.poll();
+  EXPECT_FALSE(outcome.has_value()) << "it waits for a new incarnation";
+  EXPECT_EQ(h.store.claims, 1);
+  h.runner.fence();  // the lease keeper finds the lapse and registers anew
+  h.io.restart();
+  h.io.poll();
+  EXPECT_EQ(h.store.claims, 1) << "not under the old incarnation again";
+  h.runner.unfence();
+  h.io.restart();
+  h.io.run();
+  EXPECT_EQ(outcome, RunOutcome::kFinished);
+  EXPECT_EQ(h.store.claims, 2);
+  EXPECT_EQ(h.store.attempt, 1) << "no attempt spent on the refused claim";
   EXPECT_EQ(h.store.status, "succeeded");
 }
 

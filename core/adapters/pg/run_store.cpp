@@ -107,9 +107,12 @@ std::vector<ports::StepRecord> step_records(const pqxx::field& field) {
 }
 
 ports::Claim read_claim(const pqxx::row& r) {
-  if (!r[1].as<bool>())
+  if (!r[1].as<bool>()) {
+    if (!r[32].as<bool>())
+      return ports::Claim{ports::ClaimOutcome::kNotLive, {}};
     return ports::Claim{
         r[2].as<bool>() ? ports::ClaimOutcome::kBusyOrDone : ports::ClaimOutcome::kUnknown, {}};
+  }
   ports::ClaimedTask claimed;
   TaskSpec& s = claimed.spec;
   s.task_id = r[0].as<std::string>();

@@ -243,7 +243,10 @@ constexpr const char* kOwnerGone = R"SQL(
 
 // A dispatched task `t` whose message is really lost, not waiting: at least one live worker,
 // and every live worker that consumes has reported since `t` was dispatched that nothing is
-// left to read on its partitions. A message behind a paused worker is never sent twice.
+// left to read on its partitions. A message behind a paused worker is not sent twice, unless
+// it waited five times redispatch_after_s: the backstop for a consumer that reports a lag
+// it never reads (the capacity the scheduler admits against bounds the real waits to
+// seconds).
 constexpr const char* kDispatchLost = R"SQL(
       EXISTS (SELECT 1 FROM workers w WHERE w.lease_until > now() AND NOT w.draining)
       AND NOT EXISTS (SELECT 1 FROM workers w
@@ -327,6 +330,7 @@ RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
      OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3)
          AND )SQL" + kDispatchLost +
                              R"SQL()
+     OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3 * 5))
   ORDER BY created_at
   LIMIT $1
   FOR UPDATE SKIP LOCKED)SQL",

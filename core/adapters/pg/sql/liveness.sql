@@ -34,9 +34,10 @@ SELECT coalesce((SELECT lease_until > now() FROM workers WHERE incarnation = $1:
 -- a claim whose outcome was in doubt, any attempt) and no longer runs. One still its own goes
 -- back to the queue; one taken over meanwhile (its lease had lapsed: dispatched again, or
 -- claimed by a later attempt) keeps its new owner. Either way releases + 1: the worker did
--- not crash, so the attempt is not counted against max_attempts. A task another incarnation
--- runs at the same attempt, or one that ended, is left alone. The scheduler is woken when any
--- went back to the queue.
+-- not crash, so the attempt is not counted against max_attempts (also when the later attempt
+-- has ended since: its count of attempts stays true). A task another incarnation runs at the
+-- same attempt, or one that ended at this attempt, is left alone. The scheduler is woken when
+-- any went back to the queue.
 WITH held AS (
   SELECT * FROM jsonb_to_recordset($2::jsonb) AS h(task_id uuid, attempt integer)
 ), judged AS (
@@ -44,9 +45,9 @@ WITH held AS (
          (t.status = 'running' AND t.worker_incarnation = $1::bigint
           AND (h.attempt < 0 OR t.attempt = h.attempt)) AS mine,
          (h.attempt >= 0 AND (t.attempt > h.attempt
-                              OR (t.attempt = h.attempt AND t.status <> 'running'))) AS taken
+                              OR (t.attempt = h.attempt
+                                  AND t.status IN ('queued', 'dispatched')))) AS taken
   FROM tasks t JOIN held h ON h.task_id = t.task_id
-  WHERE t.status IN ('queued', 'dispatched', 'running')
   ORDER BY t.task_id
   FOR UPDATE OF t
 ), changed AS (

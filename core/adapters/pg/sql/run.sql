@@ -11,8 +11,13 @@
 -- deadline fixed at the first claim. It must be dispatched, or running under an owner that is
 -- gone: an incarnation whose liveness lapsed, or (a task of a version-7 worker, which leases
 -- each task) an expired task lease, and then only while attempt - releases < max_attempts.
--- One row per requested task: claimed or not, whether it exists, and what the run needs
--- (the checkpoints of earlier attempts, and what they billed).
+-- The claimer's own incarnation must still hold its liveness: a claim sent just before the
+-- worker's database path went silent may run only when the path comes back, after the
+-- incarnation lapsed; it takes nothing (the worker claims again under its new incarnation),
+-- instead of making the task the run of an owner already gone, whose recovery would cost
+-- the task an attempt.
+-- One row per requested task: claimed or not, whether it exists, what the run needs (the
+-- checkpoints of earlier attempts, and what they billed), and whether the claimer was live.
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, worker_id text, incarnation bigint, max_attempts integer)
@@ -21,6 +26,8 @@ WITH req AS (
   CROSS JOIN LATERAL (
     SELECT x.task_id FROM tasks x
     WHERE x.task_id = r.task_id
+      AND EXISTS (SELECT 1 FROM workers me
+                  WHERE me.incarnation = r.incarnation AND me.lease_until > now())
       AND (x.status = 'dispatched'
            OR (x.status = 'running' AND x.attempt - x.releases < r.max_attempts
                AND ((x.worker_incarnation IS NULL AND x.lease_until < now())
@@ -59,7 +66,9 @@ SELECT r.task_id::text, c.task_id IS NOT NULL, k.task_id IS NOT NULL,
                                                     coalesce(s.observations::text, ''))
                                    ORDER BY s.step), '[]')::text
           FROM task_steps s WHERE s.task_id = c.task_id)
-       END
+       END,
+       EXISTS (SELECT 1 FROM workers me
+               WHERE me.incarnation = r.incarnation AND me.lease_until > now())
 FROM req r
 LEFT JOIN claimed c ON c.task_id = r.task_id
 LEFT JOIN known k ON k.task_id = r.task_id
