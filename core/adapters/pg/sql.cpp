@@ -22,7 +22,10 @@ struct Statements {
 Statements read_statements() {
   Statements out;
   constexpr std::string_view kMarker = "-- name: ";
-  for (const auto& [file, contents] : embedded::sql()) {
+  for (const auto& entry : embedded::sql()) {
+    // Plain names: clang 14 cannot capture a structured binding in a lambda (the fuzz build).
+    const std::string_view file = entry.first;
+    const std::string_view contents = entry.second;
     std::string name, body;
     auto flush = [&] {
       if (name.empty())
