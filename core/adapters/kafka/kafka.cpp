@@ -490,6 +490,7 @@ void ConsumerSubscription::start(MessageHandler on_message, RebalanceHandler on_
   consumer_ = std::make_unique<Consumer>(config_, group_id_, topics_, std::move(on_message),
                                          std::move(on_rebalance));
   consumer_->start();
+  published_.store(consumer_.get(), std::memory_order_release);
 }
 
 }  // namespace agentfleet::kafka

@@ -185,14 +185,17 @@ class ConsumerSubscription final : public ports::Subscription {
       consumer_->stop();
   }
   std::int64_t backlog() const override { return consumer_ ? consumer_->backlog() : 0; }
-  // The consumer itself (after start()), for its lag figures.
-  Consumer* consumer() { return consumer_.get(); }
+  // The consumer itself once start() has returned, for its lag figures; null before. Safe
+  // to call from another thread (the ops endpoint's refresh): the pointer is published
+  // only after the consumer is built.
+  Consumer* consumer() { return published_.load(std::memory_order_acquire); }
 
  private:
   const config::KafkaConfig& config_;
   std::string group_id_;
   std::vector<std::string> topics_;
   std::unique_ptr<Consumer> consumer_;
+  std::atomic<Consumer*> published_{nullptr};
 };
 
 }  // namespace agentfleet::kafka
