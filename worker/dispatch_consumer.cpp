@@ -59,6 +59,14 @@ void DispatchConsumer::rebalanced(bool assigned,
       offsets_.forget({topic, partition});
     }
   }
+  if (!assigned) {
+    // Waiting messages of revoked partitions are the next owner's (even should the partition
+    // come back here: it is read again from its committed offset).
+    std::erase_if(waiting_, [this](const ports::InMessage& m) {
+      return !owned_.count({m.topic, m.partition});
+    });
+    update_pause();
+  }
 }
 
 int DispatchConsumer::effective_limit() const {
@@ -80,22 +88,35 @@ void DispatchConsumer::set_paused(bool paused) {
 void DispatchConsumer::update_pause() {
   if (draining_)
     return;  // paused for good
-  const int limit = effective_limit();
-  const auto running = static_cast<int>(in_flight_);
-  // Resumed a tenth below the limit, not one below it: each pause drops what the
+  const int held_limit = capacity(effective_limit());
+  const auto held = static_cast<int>(in_flight_ + waiting_.size());
+  // Resumed a tenth below the capacity, not one below it: each pause drops what the
   // subscription had fetched ahead, so toggling at every run's end would cost a fetch each.
-  if (fenced_ || running >= limit)
+  if (fenced_ || held >= held_limit)
     set_paused(true);
-  else if (running <= limit - std::max(1, limit / 10))
+  else if (held <= held_limit - std::max(1, held_limit / 10))
     set_paused(false);
+}
+
+void DispatchConsumer::start_waiting() {
+  while (!waiting_.empty() && !fenced_ && !draining_ &&
+         static_cast<int>(in_flight_) < effective_limit()) {
+    ports::InMessage next = std::move(waiting_.front());
+    waiting_.pop_front();
+    // A partition revoked while its message waited: left to the partition's next owner.
+    if (owned_.count({next.topic, next.partition}))
+      start(std::move(next));
+  }
 }
 
 void DispatchConsumer::set_fenced(bool fenced) {
   fenced_ = fenced;
+  start_waiting();
   update_pause();
 }
 
 void DispatchConsumer::limit_changed() {
+  start_waiting();
   update_pause();
 }
 
@@ -103,6 +124,7 @@ void DispatchConsumer::stop_consuming() {
   if (draining_)
     return;
   draining_ = true;
+  waiting_.clear();
   set_paused(true);
   leaving_ = std::jthread([this] { subscription_.stop(); });
 }
@@ -123,6 +145,7 @@ void DispatchConsumer::run_ended() {
   metrics_.set_in_flight(in_flight_);
   if (on_in_flight)
     on_in_flight(in_flight_);
+  start_waiting();
   update_pause();
 }
 
@@ -159,12 +182,19 @@ void DispatchConsumer::handle(ports::InMessage message) {
   // left unstarted and uncommitted: the partition's next owner runs them.
   if (draining_ || !owned_.count({message.topic, message.partition}))
     return;
+  offsets_.started({message.topic, message.partition}, message.offset);
+  if (fenced_ || static_cast<int>(in_flight_) >= effective_limit() || !waiting_.empty())
+    waiting_.push_back(std::move(message));
+  else
+    start(std::move(message));
+  update_pause();
+}
+
+void DispatchConsumer::start(ports::InMessage message) {
   ++in_flight_;
   metrics_.set_in_flight(in_flight_);
   if (on_in_flight)
     on_in_flight(in_flight_);
-  offsets_.started({message.topic, message.partition}, message.offset);
-  update_pause();
   auto parsed = codec::parse_dispatch_message(message.value);
   if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
     // The codec reports unparsable text at the root with "invalid JSON".

@@ -1,9 +1,14 @@
 #pragma once
 // The worker's intake: reads the dispatch topic (ports::Subscription, a consumer group) and
-// starts a run per message, taking only the work it can run now. At `limit()` runs in flight
-// (the adaptive in-flight limit, capped by worker.max_in_flight) it pauses its partitions
-// (staying in the group) and resumes as runs end; the work it does not take waits in the
-// store's queue, where the scheduler admits no more than the fleet reports it can start.
+// starts a run per message, never more than `limit()` at once (the adaptive in-flight limit,
+// capped by worker.max_in_flight). A message that arrives at the limit waits in a local
+// queue, unclaimed, and starts when a run ends. The worker tells the scheduler it can take
+// its limit and half again (capacity(); the half for tasks on their way to it), so what
+// arrives beyond the limit is bounded by that slack; only when the runs and the waiting
+// messages together reach the capacity does it pause its partitions (staying in the group),
+// resuming a tenth below. Pausing is the exception, not the rhythm: a pause drops what the
+// subscription fetched ahead and a resume fetches it again, hundreds of milliseconds with
+// librdkafka, during which a worker at its limit would otherwise sit idle.
 //
 // Offsets: a message's offset is committed once its claim has committed (Postgres, not the
 // offset, holds the work from then on), not when its run ends; each partition's commits
@@ -13,13 +18,16 @@
 // dead letter is stored. Messages fetched for partitions this worker no longer owns, or
 // after a drain began, are left to the partitions' next owner.
 //
-// Lifecycle: start() subscribes; stop_consuming() pauses and leaves the group (on a thread of
-// its own: leaving blocks for a round trip; the destructor joins it). Thread-safety: the
+// Lifecycle: start() subscribes; stop_consuming() drops the waiting messages (unclaimed,
+// uncommitted: the next owner runs them), pauses and leaves the group (on a thread of its
+// own: leaving blocks for a round trip; the destructor joins it). While fenced, nothing new
+// starts and the partitions are paused. Thread-safety: the
 // subscription's callbacks are posted to the io thread; everything else runs there.
 
 #include <boost/asio/any_io_executor.hpp>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <set>
 #include <string>
@@ -58,7 +66,14 @@ class DispatchConsumer {
   // The limit may have risen: resume if there is room now.
   void limit_changed();
 
+  // What the worker can hold for a limit: the limit, and half again for the tasks on their
+  // way to it (admitted, in the outbox, the relay and Kafka, not yet claimed), so that the
+  // pipeline does not leave it idle. Reported to the scheduler as the worker's capacity.
+  static int capacity(int limit) { return limit + (limit + 1) / 2; }
+
   std::size_t in_flight() const { return in_flight_; }
+  // Messages received at the limit, waiting for a run to end.
+  std::size_t waiting() const { return waiting_.size(); }
   bool paused() const { return paused_; }
   // Told whenever the count of runs in flight changes (the adaptive limit watches it).
   std::function<void(std::size_t)> on_in_flight;
@@ -75,6 +90,9 @@ class DispatchConsumer {
   // `handled` false, it stays uncommitted (read again after a restart or rebalance).
   void offset_done(const ports::InMessage& message, bool handled);
   void run_ended();
+  // Starts waiting messages while there is room under the limit (and no fence).
+  void start_waiting();
+  void start(ports::InMessage message);
   void set_paused(bool paused);
   void update_pause();
   int effective_limit() const;
@@ -89,6 +107,7 @@ class DispatchConsumer {
 
   OffsetTracker offsets_;
   std::set<std::pair<std::string, int>> owned_;
+  std::deque<ports::InMessage> waiting_;  // bounded: past capacity() the partitions pause
   std::size_t in_flight_ = 0;
   bool draining_ = false;
   bool fenced_ = false;

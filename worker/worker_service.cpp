@@ -72,14 +72,6 @@ limits::ConcurrencyLimitOptions limit_options(const config::WorkerConfig& w) {
   return o;
 }
 
-// What the worker tells the scheduler it can take: its in-flight limit, and half again for
-// the tasks on their way to it (admitted, in the outbox, the relay and Kafka, not yet
-// claimed), so that the pipeline does not leave it idle. It never runs more than its limit:
-// past it the consumer pauses, and what the slack let through waits in Kafka, bounded by it.
-int reported_capacity(int limit) {
-  return limit + (limit + 1) / 2;
-}
-
 LeaseKeeperOptions keeper_options(const config::WorkerConfig& w) {
   LeaseKeeperOptions o;
   o.tick = std::chrono::milliseconds(w.cancel_poll_ms);
@@ -167,7 +159,7 @@ int run_worker(const config::Config& config) {
   LeaseKeeper keeper(io.get_executor(), liveness, runner, clock, keeper_options(config.worker),
                      worker_id, [&] {
                        ports::WorkerReport report;
-                       report.capacity = draining ? 0 : reported_capacity(limit.limit());
+                       report.capacity = draining ? 0 : DispatchConsumer::capacity(limit.limit());
                        report.running = static_cast<int>(runner.running());
                        report.dispatch_lag = subscription.backlog();
                        report.draining = draining;

@@ -426,29 +426,89 @@ TEST(DispatchConsumer, CommitsAnOffsetOnceItsClaimHasCommittedNotWhenTheRunEnds)
   EXPECT_EQ(h.consumer.in_flight(), 0u);
 }
 
-TEST(DispatchConsumer, TakesOnlyWhatItsLimitAllowsAndResumesATenthBelowIt) {
+// Ends the run of task_id(i) and lets the consumer react.
+void end_run(ConsumerHarness& h, int i) {
+  h.runs.end(task_id(i));
+  h.io.restart();
+  h.io.poll();
+}
+
+TEST(DispatchConsumer, RunsNoMoreThanItsLimitAndStartsWhatWaitsAsRunsEnd) {
   ConsumerHarness h;
   h.limit = 20;
-  for (int i = 0; i < 20; ++i)
+  for (int i = 0; i < 25; ++i)
     h.feed(dispatch_message(i, task_id(i)));
-  EXPECT_TRUE(h.consumer.paused());
+  EXPECT_EQ(h.consumer.in_flight(), 20u);
+  EXPECT_EQ(h.consumer.waiting(), 5u);
+  EXPECT_EQ(h.runs.claims.size(), 20u) << "a waiting message is not claimed";
+  EXPECT_FALSE(h.consumer.paused()) << "25 held of a capacity of 30: no pause";
+  EXPECT_TRUE(h.subscription.pauses.empty());
+  end_run(h, 0);
+  EXPECT_EQ(h.consumer.in_flight(), 20u);
+  EXPECT_EQ(h.consumer.waiting(), 4u);
+  ASSERT_EQ(h.runs.claims.size(), 21u);
+  EXPECT_EQ(h.runs.claims.back(), task_id(20)) << "in the order they arrived";
+  // Offsets follow claims: 0..20 claimed, 21 waits, so the commit stops at 21.
+  ASSERT_FALSE(h.subscription.commits.empty());
+  EXPECT_EQ(h.subscription.commits.back().second, 21);
+}
+
+TEST(DispatchConsumer, PausesOnlyAtItsCapacityAndResumesATenthBelowIt) {
+  EXPECT_EQ(DispatchConsumer::capacity(20), 30);
+  EXPECT_EQ(DispatchConsumer::capacity(1), 2);
+  ConsumerHarness h;
+  h.limit = 20;
+  for (int i = 0; i < 30; ++i)
+    h.feed(dispatch_message(i, task_id(i)));
+  EXPECT_TRUE(h.consumer.paused()) << "20 running and 10 waiting: the capacity";
   EXPECT_EQ(h.subscription.pauses, std::vector<bool>{true});
-  h.runs.end(task_id(0));
-  h.io.restart();
-  h.io.poll();
-  EXPECT_TRUE(h.consumer.paused()) << "19 of 20: not a tenth below";
-  h.runs.end(task_id(1));
-  h.io.restart();
-  h.io.poll();
-  EXPECT_FALSE(h.consumer.paused()) << "18 of 20";
+  end_run(h, 0);
+  end_run(h, 1);
+  EXPECT_EQ(h.consumer.in_flight(), 20u) << "waiting messages took the slots";
+  EXPECT_TRUE(h.consumer.paused()) << "28 of 30: not a tenth below";
+  end_run(h, 2);
+  EXPECT_FALSE(h.consumer.paused()) << "27 of 30";
   EXPECT_EQ(h.subscription.pauses, (std::vector<bool>{true, false}));
-  // A lower limit pauses at once; a higher one resumes.
+  // A lower limit starts nothing and pauses at once; a higher one starts what waits.
   h.limit = 5;
   h.consumer.limit_changed();
   EXPECT_TRUE(h.consumer.paused());
+  EXPECT_EQ(h.consumer.in_flight(), 20u) << "runs under way are not stopped";
   h.limit = 50;
   h.consumer.limit_changed();
   EXPECT_FALSE(h.consumer.paused());
+  EXPECT_EQ(h.consumer.waiting(), 0u);
+  EXPECT_EQ(h.consumer.in_flight(), 27u);
+}
+
+TEST(DispatchConsumer, WhileFencedNothingStartsAndWhatWaitedStartsOnceTheFenceIsDown) {
+  ConsumerHarness h;
+  h.consumer.set_fenced(true);
+  h.feed(dispatch_message(0, task_id(0)));
+  h.feed(dispatch_message(1, task_id(1)));
+  EXPECT_TRUE(h.runs.claims.empty());
+  EXPECT_EQ(h.consumer.waiting(), 2u);
+  h.consumer.set_fenced(false);
+  h.io.restart();
+  h.io.poll();
+  EXPECT_EQ(h.runs.claims, (std::vector<std::string>{task_id(0), task_id(1)}));
+  EXPECT_FALSE(h.consumer.paused());
+}
+
+TEST(DispatchConsumer, WaitingMessagesOfARevokedPartitionOrADrainAreLeftForTheNextOwner) {
+  ConsumerHarness h;
+  h.consumer.rebalanced(true, {{"agent.tasks.dispatch", 1}});
+  h.limit = 1;
+  h.feed(dispatch_message(0, task_id(0), 0));
+  h.feed(dispatch_message(0, task_id(1), 1));
+  h.feed(dispatch_message(1, task_id(2), 0));
+  ASSERT_EQ(h.consumer.waiting(), 2u);
+  h.consumer.rebalanced(false, {{"agent.tasks.dispatch", 1}});
+  EXPECT_EQ(h.consumer.waiting(), 1u) << "partition 1's message dropped";
+  h.consumer.stop_consuming();
+  EXPECT_EQ(h.consumer.waiting(), 0u);
+  end_run(h, 0);
+  EXPECT_EQ(h.runs.claims, std::vector<std::string>{task_id(0)}) << "nothing new while draining";
 }
 
 TEST(DispatchConsumer, AMessageThatIsNotADispatchGoesToTheDeadLetterTopicAndThePartitionMovesOn) {
