@@ -127,7 +127,7 @@ struct WorkerConfig {
   // p90 round trip to Postgres exceeds max(round_trip_target_ms, 3 x the quiet round trip).
   int in_flight_initial = 64;
   int in_flight_min = 8;
-  int round_trip_target_ms = 25;
+  int round_trip_target_ms = 100;
   // Statement timeout of the lease keeper's own connection: a heartbeat slower than this
   // fails and is tried again at the next tick.
   int heartbeat_timeout_ms = 2000;

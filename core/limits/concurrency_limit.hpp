@@ -32,7 +32,7 @@ struct ConcurrencyLimitOptions {
   int initial = 64;
   int min = 4;
   int max = 2000;
-  std::chrono::microseconds target{std::chrono::milliseconds(25)};
+  std::chrono::microseconds target{std::chrono::milliseconds(100)};
   double tolerance = 3.0;
   double backoff = 0.8;
   double increase = 0.1;
