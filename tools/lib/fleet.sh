@@ -25,6 +25,9 @@
 # Knobs (environment): LLM_SIM_LATENCY_MS (each model answer), TOOL_SIM_LATENCY (a
 # distribution such as fixed:1500, each tool call), AGENTFLEET_LEASE_S,
 # AGENTFLEET_HEARTBEAT_S, AGENTFLEET_MAX_IN_FLIGHT, AGENTFLEET_SHUTDOWN_GRACE_S,
+# AGENTFLEET_ROUND_TRIP_TARGET_MS (worker.round_trip_target_ms), AGENTFLEET_LEADER_SILENCE_S
+# (dispatcher.leader_silence_s), AGENTFLEET_MAX_ACTIVE_TASKS, AGENTFLEET_RELAY_INTERVAL_MS
+# (read by config/agentfleet.yaml, which the fleet runs with),
 # SIM_TIMING_DIR (both simulators write a --timing-log there: llm-sim.timing, tool-sim.timing).
 #   fleet_stop RUN_DIR                        stops everything fleet_start started
 #   fleet_reset RUN_DIR                       stops it and removes its database and logs
