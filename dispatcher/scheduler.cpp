@@ -298,7 +298,18 @@ bool Scheduler::pass(pqxx::connection& c) {
   std::vector<limits::UserBacklog> users;
   {
     pqxx::nontransaction reads(c);
-    backlog = pg::read_backlog(reads, spec.limit);
+    // The backlog's counts stop at what this pass could admit: with the fleet full, a queue
+    // of thousands costs a pass one row per user and priority, not the scheduler batch
+    // each (measured at twice the peak: 4.6 ms a pass, 71 passes a second, a third of a CPU
+    // of Postgres). At least one, so that waiting work is seen and results wake the next pass.
+    const pg::FleetRoom room = pg::read_fleet_room(reads);
+    std::int64_t count_cap = spec.limit;
+    if (room.capacity >= 0)
+      count_cap = std::min(count_cap, room.capacity - room.active);
+    if (config_.dispatcher.max_active_tasks > 0)
+      count_cap =
+          std::min<std::int64_t>(count_cap, config_.dispatcher.max_active_tasks - room.active);
+    backlog = pg::read_backlog(reads, static_cast<int>(std::max<std::int64_t>(count_cap, 1)));
 
     users.reserve(backlog.users.size());
     std::vector<std::string> with_budget, unseeded;

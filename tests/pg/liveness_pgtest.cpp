@@ -400,6 +400,9 @@ TEST_F(Liveness, TheBacklogCarriesWhatTheLiveWorkersThatTakeWorkCanRunAndWhatIsA
     ASSERT_EQ(backlog.users.size(), 1u);
     EXPECT_EQ(backlog.fleet_capacity, -1) << "no worker reports: unknown";
     EXPECT_EQ(backlog.fleet_active, 1);
+    const auto room = pg::read_fleet_room(unknown);
+    EXPECT_EQ(room.capacity, -1);
+    EXPECT_EQ(room.active, 1);
   }
   insert_worker(db_, -30, 40);
   insert_worker(db_, -30, 24);
@@ -414,6 +417,17 @@ TEST_F(Liveness, TheBacklogCarriesWhatTheLiveWorkersThatTakeWorkCanRunAndWhatIsA
   EXPECT_EQ(backlog.users[0].active, 1);
   EXPECT_EQ(backlog.fleet_capacity, 64);
   EXPECT_EQ(backlog.fleet_active, 2);
+  const auto room = pg::read_fleet_room(reads);
+  EXPECT_EQ(room.capacity, 64) << "the same figures, before the backlog is read";
+  EXPECT_EQ(room.active, 2);
+  reads.commit();
+  // The counts stop at the cap the scheduler derives from that room.
+  insert_task(db_, "cap-u1", "queued", 0, 0);
+  insert_task(db_, "cap-u1", "queued", 0, 0);
+  pqxx::nontransaction again(db_);
+  const auto capped = pg::read_backlog(again, 2);
+  ASSERT_EQ(capped.users.size(), 1u);
+  EXPECT_EQ(capped.users[0].queued_interactive + capped.users[0].queued_batch, 2);
 }
 
 TEST_F(Liveness, RowsOfLongLapsedWorkersGoOnceTheyOwnNothing) {

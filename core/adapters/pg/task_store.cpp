@@ -364,6 +364,17 @@ RETURNING )SQL") + kEndedColumns;
   return static_cast<int>(rows.size());
 }
 
+FleetRoom read_fleet_room(pqxx::transaction_base& tx) {
+  const auto row = exec_prepared1(tx, "af_sched_room", R"SQL(
+SELECT (SELECT count(*) FROM workers WHERE lease_until > now() AND NOT draining),
+       (SELECT coalesce(sum(capacity), 0) FROM workers WHERE lease_until > now() AND NOT draining),
+       (SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running')))SQL");
+  FleetRoom room;
+  room.capacity = row[0].as<std::int64_t>() > 0 ? row[1].as<std::int64_t>() : -1;
+  room.active = row[2].as<std::int64_t>();
+  return room;
+}
+
 Backlog read_backlog(pqxx::transaction_base& tx, int count_cap) {
   // A skip scan of tasks_queued_user finds each user with queued work in one index probe;
   // each count stops at count_cap (the pass never admits more). The fleet's figures come

@@ -160,6 +160,16 @@ struct Backlog {
 };
 Backlog read_backlog(pqxx::transaction_base& tx, int count_cap);
 
+// What the fleet can start now, read before the backlog: the capacity the live workers that
+// take work report (-1 when none reports) and every user's dispatched and running tasks.
+// The scheduler caps the backlog's counts at the room this leaves, so that a long queue
+// costs a pass no more than the work the pass can admit.
+struct FleetRoom {
+  std::int64_t capacity = -1;
+  std::int64_t active = 0;
+};
+FleetRoom read_fleet_room(pqxx::transaction_base& tx);
+
 // Each user's cost in `currency` in the ledger since the start of this month in
 // `time_zone`, in micro-units (users without calls are absent).
 std::map<std::string, std::int64_t> month_spend_micros(pqxx::transaction_base& tx,
