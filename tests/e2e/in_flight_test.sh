@@ -21,7 +21,7 @@ export LLM_SIM_LATENCY_MS=200
 # default 60 s call deadline, which would fail tasks for a reason the test does not measure.
 export AGENTFLEET_MODEL_CALL_TIMEOUT_S=240
 # For the same reason the worker's in-flight limit judges its database round trips against
-# 1 s instead of 25 ms: 2,000 tasks starting at once on a sanitizer build on two cores make
+# 1 s instead of 100 ms: 2,000 tasks starting at once on a sanitizer build on two cores make
 # every round trip slow, and the test is about what one worker can hold, not how the limit
 # adapts (tests/unit/concurrency_limit_test.cpp and the bench's overload scenario are).
 export AGENTFLEET_ROUND_TRIP_TARGET_MS=1000
