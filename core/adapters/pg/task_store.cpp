@@ -503,9 +503,12 @@ std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
       AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.cancelled AND b.batch_id = t.batch_id
                                                 AND b.user_id = t.user_id)
       -- A follow-up waits until its parent has ended: with dispatch keyed by task, no
-      -- partition order keeps it behind its parent.
-      AND NOT EXISTS (SELECT 1 FROM tasks p WHERE p.task_id = t.parent_task_id
-                                              AND p.status IN ('queued', 'dispatched', 'running'))
+      -- partition order keeps it behind its parent. Looked up only for a follow-up: as a
+      -- plain NOT EXISTS the planner may join it as an anti-join over every unfinished task.
+      AND (t.parent_task_id IS NULL
+           OR NOT EXISTS (SELECT 1 FROM tasks p
+                          WHERE p.task_id = t.parent_task_id
+                            AND p.status IN ('queued', 'dispatched', 'running')))
     ORDER BY t.created_at
     LIMIT g.n
     FOR UPDATE SKIP LOCKED) p)SQL",
