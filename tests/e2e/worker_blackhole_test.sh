@@ -27,14 +27,17 @@ AGENTFLEET_PG_URL=${AGENTFLEET_PG_URL/:$pg_port\//:$FLEET_LAST_PROXY_PORT/} \
 e2e_wait_consuming "$run_dir" worker-1 worker-2
 
 # Precondition, waited on: worker-2 runs tasks when its path goes silent. Tasks keep
-# arriving (one user each) until it holds some.
+# arriving (one user each, paced) until it holds some, bounded by time, not by a count: a
+# worker that joined second gets its partitions only once the group has rebalanced (up to
+# the session timeout), and a fast machine submits many tasks before that.
 i=0
 deadline=$(($(af_now_ms) + 60000))
 until [[ $(psql_q "SELECT count(*) FROM tasks WHERE status = 'running' AND worker_id = 'worker-2'") -ge 3 ]]; do
   (($(af_now_ms) < deadline)) || fail "worker-2 never ran 3 tasks at once"
   e2e_post_task "{\"user_id\":\"wb-u$i\",\"text\":\"今天下午去买东西\",\"idempotency_key\":\"wb$i\",\"timeout_s\":120}" "wb$i"
   i=$((i + 1))
-  ((i < 200)) || fail "200 tasks submitted and worker-2 still runs fewer than 3"
+  ((i < 1000)) || fail "1000 tasks submitted and worker-2 still runs fewer than 3"
+  sleep 0.05
 done
 fleet_fault "$proxy_control" blackhole >/dev/null
 held=$(psql_q "SELECT string_agg(task_id::text || ':' || attempt, ' ') FROM tasks
