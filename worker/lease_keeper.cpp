@@ -136,7 +136,18 @@ asio::awaitable<void> LeaseKeeper::beat() {
   }
   for (const auto& task_id : answer.value().cancelled)
     runs_.cancel(task_id);
-  co_await hand_back_pending(incarnation_);
+  co_await hand_back_every();
+}
+
+asio::awaitable<bool> LeaseKeeper::hand_back_every() {
+  std::set<std::int64_t> owners;
+  for (const auto& [owner, task] : to_hand_back_)
+    owners.insert(owner);
+  for (std::int64_t owner : owners) {
+    if (owner != 0 && !co_await hand_back_pending(owner))
+      co_return false;
+  }
+  co_return true;
 }
 
 asio::awaitable<bool> LeaseKeeper::hand_back_pending(std::int64_t incarnation) {
@@ -180,7 +191,7 @@ asio::awaitable<bool> LeaseKeeper::hand_back_pending(std::int64_t incarnation) {
 
 asio::awaitable<void> LeaseKeeper::reincarnate() {
   const std::int64_t old = incarnation_;
-  const bool handed = co_await hand_back_pending(old);
+  const bool handed = co_await hand_back_every();
   if (!handed)
     co_return;
   ports::WorkerReport report = report_();
@@ -223,9 +234,11 @@ void LeaseKeeper::raise_fence(const char* why) {
 }
 
 void LeaseKeeper::abandoned(ports::HeldTask task) {
+  const std::int64_t owner = task.incarnation != 0 ? task.incarnation : incarnation_;
+  task.incarnation = 0;
   // Bounded: a store that never comes back must not grow this without end.
   if (to_hand_back_.size() < 100000)
-    to_hand_back_.emplace_back(incarnation_, std::move(task));
+    to_hand_back_.emplace_back(owner, std::move(task));
 }
 
 asio::awaitable<int> LeaseKeeper::finish(std::vector<ports::HeldTask> remaining) {

@@ -74,7 +74,8 @@ class LeaseKeeper {
 
   bool fenced() const { return fenced_; }
   std::int64_t incarnation() const { return incarnation_; }
-  // A run stopped holding a task it neither ended nor handed back (Runs' abandoned handler).
+  // A run stopped holding a task it neither ended nor handed back (Runs' abandoned handler),
+  // held by the task's incarnation when it names one, else by the current incarnation.
   void abandoned(ports::HeldTask task);
 
   // Told when the fence goes up (true) or down (false): the consumer pauses and resumes.
@@ -99,6 +100,9 @@ class LeaseKeeper {
   boost::asio::awaitable<void> reincarnate();
   // Hands back what `incarnation` left (its entries of to_hand_back_); false on a store error.
   boost::asio::awaitable<bool> hand_back_pending(std::int64_t incarnation);
+  // hand_back_pending for every incarnation with entries, the oldest first; false on the
+  // first store error.
+  boost::asio::awaitable<bool> hand_back_every();
   void raise_fence(const char* why);
   bool report_due(const ports::WorkerReport& report, limits::Clock::time_point now) const;
 

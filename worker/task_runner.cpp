@@ -217,10 +217,16 @@ void TaskRunner::cancel(const std::string& task_id) {
 void TaskRunner::fence() {
   std::lock_guard lock(leases_mutex_);
   fenced_ = true;
+  ++fences_;
   for (auto& [task_id, held] : leases_) {
     held.control->lease_lost = true;
     held.control->wake();
   }
+}
+
+std::uint64_t TaskRunner::fence_count() const {
+  std::lock_guard lock(leases_mutex_);
+  return fences_;
 }
 
 void TaskRunner::unfence() {
@@ -314,9 +320,13 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
     co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
   }
   std::uint64_t lifted = 0;
+  // The fences raised before the claim last sent: one raised while it was in flight means
+  // the incarnation it was made under may be gone.
+  std::uint64_t fences_before = 0;
   {
     std::lock_guard lock(leases_mutex_);
     lifted = unfenced_;
+    fences_before = fences_;
   }
   auto claim = co_await store_.claim(run->task_id);
   if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kNotLive) {
@@ -329,6 +339,7 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
       log::warn("worker", run->log_context(), "not claimed: no new incarnation came");
       co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
     }
+    fences_before = fence_count();
     claim = co_await store_.claim(run->task_id);
   }
   // A claim that failed on a store outage (a Postgres restart) is tried again for a few
@@ -349,6 +360,7 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
     asio::steady_timer pause(executor, std::chrono::milliseconds(kClaimRetryBaseMs << retry));
     boost::system::error_code ec;
     co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    fences_before = fence_count();
     claim = co_await store_.claim(run->task_id);
   }
   if (!claim.ok() || claim.value().outcome != ports::ClaimOutcome::kClaimed) {
@@ -388,11 +400,25 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
           ? std::string("claimed")
           : "claimed, resuming after " + std::to_string(run->claimed.steps.size()) +
                 (run->claimed.steps.size() == 1 ? " checkpointed step" : " checkpointed steps"));
+  bool fenced_meanwhile = false;
   {
     std::lock_guard lock(leases_mutex_);
-    run->control->drain = draining_;
-    run->control->lease_lost = fenced_;
-    leases_[run->task_id] = Held{run->claimed.attempt, run->control};
+    // A fence raised while the claim was under way collected the runs it knew, not this one.
+    fenced_meanwhile = fences_ != fences_before;
+    if (!fenced_meanwhile) {
+      run->control->drain = draining_;
+      run->control->lease_lost = fenced_;
+      leases_[run->task_id] = Held{run->claimed.attempt, run->control};
+    }
+  }
+  if (fenced_meanwhile) {
+    // Claimed under an incarnation that may be gone: not run, and handed back under the
+    // incarnation that holds it, so that the attempt does not count as a crashed one.
+    log::warn("worker", run->log_context(),
+              "claimed just as this worker fenced itself: not run, handed back");
+    if (abandoned_)
+      abandoned_(ports::HeldTask{run->task_id, run->claimed.attempt, claim.value().incarnation});
+    co_return ClaimResult{nullptr, RunOutcome::kLeaseLost};
   }
   co_return ClaimResult{std::move(run), RunOutcome::kFinished};
 }

@@ -104,6 +104,7 @@ class TaskRunner final : public Runs {
   // set, holding an incarnation newer than the one of that count of lifted fences. False
   // when that did not come.
   boost::asio::awaitable<bool> claimable(std::optional<std::uint64_t> lifted_after);
+  std::uint64_t fence_count() const;
   // How the run stops now (interrupted, drained at a checkpoint), or nullopt to go on.
   boost::asio::awaitable<std::optional<RunOutcome>> stop_requested(Run& run, bool at_checkpoint);
   // The observations of a step's calls; nullopt when interrupted or past the deadline.
@@ -137,6 +138,7 @@ class TaskRunner final : public Runs {
   bool draining_ = false;
   bool fenced_ = false;
   std::uint64_t unfenced_ = 0;  // how many times a fence was lifted (a new incarnation)
+  std::uint64_t fences_ = 0;    // how many times a fence went up
   std::set<boost::asio::steady_timer*> fence_waiters_;  // claims waiting for unfence()
   std::function<void(ports::HeldTask)> abandoned_;
 

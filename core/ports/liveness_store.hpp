@@ -39,6 +39,9 @@ struct Heartbeat {
 struct HeldTask {
   std::string task_id;
   int attempt = 0;
+  // The incarnation it was claimed under when that is known to differ from the worker's
+  // current one (a claim answered after a fence); 0: the current incarnation.
+  std::int64_t incarnation = 0;
 };
 
 class LivenessStore {

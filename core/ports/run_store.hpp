@@ -63,6 +63,7 @@ enum class ClaimOutcome { kClaimed, kBusyOrDone, kUnknown, kNotLive };
 struct Claim {
   ClaimOutcome outcome = ClaimOutcome::kBusyOrDone;
   std::optional<ClaimedTask> task;  // set when kClaimed
+  std::int64_t incarnation = 0;     // the worker incarnation the claim was made under
 };
 
 struct LedgerRow {

@@ -196,7 +196,9 @@ class MemoryRunStore final : public ports::RunStore {
     claimed.totals = billed_before;
     for (const auto& [step, row] : steps)
       claimed.steps.push_back(row.record);
-    co_return ports::Claim{ports::ClaimOutcome::kClaimed, std::move(claimed)};
+    if (on_claim)
+      on_claim();
+    co_return ports::Claim{ports::ClaimOutcome::kClaimed, std::move(claimed), incarnation};
   }
 
   asio::awaitable<Result<Status>> save_model_step(ports::ModelStep step) override {
@@ -259,7 +261,9 @@ class MemoryRunStore final : public ports::RunStore {
   std::int64_t remaining_ms = 30000;
   ports::TaskTotals billed_before;  // what earlier attempts billed
   int claims = 0;
-  int not_live_claims = 0;  // the next claims run after the claimer's liveness lapsed
+  int not_live_claims = 0;         // the next claims run after the claimer's liveness lapsed
+  std::int64_t incarnation = 7;    // the worker incarnation claims are made under
+  std::function<void()> on_claim;  // runs while a claim that succeeds is under way
   int releases = 0;
   int tool_calls = 0;
   std::map<int, Row> steps;
@@ -513,6 +517,27 @@ TEST(TaskRunner, AClaimThatRanAfterTheLivenessLapsedIsMadeAgainUnderTheNextIncar
   EXPECT_EQ(h.store.claims, 2);
   EXPECT_EQ(h.store.attempt, 1) << "no attempt spent on the refused claim";
   EXPECT_EQ(h.store.status, "succeeded");
+}
+
+TEST(TaskRunner, AClaimAnsweredAfterAFenceWentUpIsNotRunAndIsHandedBackUnderItsIncarnation) {
+  // The fence collected the runs the worker knew; this claim was still on its way to the
+  // store. Its incarnation may lapse: run, it could be taken over mid-call; left alone, its
+  // recovery would cost the task an attempt that no crash lost.
+  Harness h;
+  std::vector<ports::HeldTask> abandoned;
+  h.runner.set_abandoned_handler([&](ports::HeldTask task) { abandoned.push_back(task); });
+  h.model.then(finish_reply("done"));
+  h.store.on_claim = [&h] {
+    h.runner.fence();
+    h.runner.unfence();  // the keeper even registered anew before the answer came
+  };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  EXPECT_EQ(h.model.calls, 0);
+  EXPECT_TRUE(h.runner.held().empty());
+  ASSERT_EQ(abandoned.size(), 1u);
+  EXPECT_EQ(abandoned[0].task_id, kTaskId);
+  EXPECT_EQ(abandoned[0].attempt, 1);
+  EXPECT_EQ(abandoned[0].incarnation, 7) << "handed back by the incarnation that claimed it";
 }
 
 TEST(TaskRunner, AFenceThatFailsAtACheckpointStopsTheRunBeforeItsToolsRun) {

@@ -318,6 +318,31 @@ TEST(LeaseKeeper, AbandonedTasksAreHandedBackAtTheNextBeatButNeverOneARunHoldsNo
   EXPECT_EQ(h.store.handed.size(), 1u) << "handed back once";
 }
 
+TEST(LeaseKeeper, ATaskAbandonedUnderAnEarlierIncarnationIsHandedBackUnderThatOne) {
+  KeeperHarness h;
+  ASSERT_TRUE(h.start());
+  h.store.alive = false;  // the incarnation lapsed: fence, hand back, register anew
+  h.step();
+  ASSERT_TRUE(h.keeper.fenced());
+  h.store.alive = true;
+  h.step();
+  ASSERT_FALSE(h.keeper.fenced());
+  ASSERT_EQ(h.keeper.incarnation(), 102);
+  // A claim made by incarnation 101 was answered only now.
+  h.keeper.abandoned({"late-claim", 3, 101});
+  h.keeper.abandoned({"stuck", 1});
+  h.step();
+  ASSERT_EQ(h.store.handed.size(), 2u);
+  EXPECT_EQ(h.store.handed[0].first, 101);
+  ASSERT_EQ(h.store.handed[0].second.size(), 1u);
+  EXPECT_EQ(h.store.handed[0].second[0].task_id, "late-claim");
+  EXPECT_EQ(h.store.handed[0].second[0].attempt, 3);
+  EXPECT_EQ(h.store.handed[1].first, 102);
+  EXPECT_EQ(h.store.handed[1].second[0].task_id, "stuck");
+  h.step();
+  EXPECT_EQ(h.store.handed.size(), 2u) << "handed back once";
+}
+
 TEST(LeaseKeeper, FinishHandsBackWhatIsLeftAndRetiresTheIncarnation) {
   KeeperHarness h;
   ASSERT_TRUE(h.start());

@@ -376,7 +376,10 @@ asio::awaitable<Result<ports::Claim>> RunStore::claim(std::string task_id) {
   if (incarnation == 0)
     co_return Error{ErrorKind::kTransient, "this worker holds no liveness to claim under"};
   ClaimRequest request{task_id, options_.worker_id, incarnation, options_.max_attempts};
-  co_return co_await writes_.run(std::move(task_id), kinds_->claims, std::move(request));
+  auto claim = co_await writes_.run(std::move(task_id), kinds_->claims, std::move(request));
+  if (claim.ok())
+    claim.value().incarnation = incarnation;
+  co_return claim;
 }
 
 asio::awaitable<Result<Status>> RunStore::save_model_step(ports::ModelStep step) {
