@@ -430,6 +430,35 @@ TEST_F(Liveness, TheBacklogCarriesWhatTheLiveWorkersThatTakeWorkCanRunAndWhatIsA
   EXPECT_EQ(capped.users[0].queued_interactive + capped.users[0].queued_batch, 2);
 }
 
+TEST_F(Liveness, ATaskOfACancelledBatchHandedBackAfterTheCancelIsDispatchedToBeEndedCancelled) {
+  // The batch cancel asked its running task to stop and marked the batch drained; the
+  // task's worker was fenced before it saw the request and handed the task back to the
+  // queue. Admission skips the rest of a cancelled batch, but not this one: its claim ends it.
+  const std::int64_t worker = insert_worker(db_, -30);
+  const std::string handed = insert_task(db_, "cb-u1", "running", 1, worker);
+  const std::string left = insert_task(db_, "cb-u1", "queued", 0, 0);
+  {
+    pqxx::work tx(db_);
+    tx.exec0(
+        "INSERT INTO batches (batch_id, user_id, cancelled, cancelled_at, drained_at) "
+        "VALUES ('cb-batch', 'cb-u1', true, now(), now())");
+    tx.exec_params0("UPDATE tasks SET batch_id = 'cb-batch' WHERE task_id IN ($1::uuid, $2::uuid)",
+                    handed, left);
+    tx.exec_params0("UPDATE tasks SET cancel_requested = true WHERE task_id = $1::uuid", handed);
+    tx.commit();
+  }
+  const auto back = await(store_.hand_back(worker, {ports::HeldTask{handed, 1}}));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(task_row(db_, handed)[0].as<std::string>(), "queued");
+  pqxx::work tx(db_);
+  const auto dispatched =
+      pg::dispatch_grants(tx, {limits::Grant{"cb-u1", Priority::kInteractive, 5}}, "dispatch");
+  tx.commit();
+  ASSERT_EQ(dispatched.size(), 1u);
+  EXPECT_EQ(dispatched[0].task_id, handed);
+  EXPECT_EQ(task_row(db_, left)[0].as<std::string>(), "queued") << "left to the cancel";
+}
+
 TEST_F(Liveness, RowsOfLongLapsedWorkersGoOnceTheyOwnNothing) {
   const std::int64_t empty = insert_worker(db_, 120);
   const std::int64_t holding = insert_worker(db_, 120);

@@ -500,8 +500,13 @@ std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
   CROSS JOIN LATERAL (
     SELECT t.task_id FROM tasks t
     WHERE t.status = 'queued' AND t.user_id = g.user_id AND t.priority = g.priority
-      AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.cancelled AND b.batch_id = t.batch_id
-                                                AND b.user_id = t.user_id)
+      -- A task of a cancelled batch is left to the cancel, unless it was running when the
+      -- batch was cancelled and came back to the queue since (handed back by a fenced or
+      -- draining worker, after the cancel had finished with the batch): dispatched, its
+      -- claim finds cancel_requested and ends it cancelled.
+      AND (t.cancel_requested
+           OR NOT EXISTS (SELECT 1 FROM batches b WHERE b.cancelled AND b.batch_id = t.batch_id
+                                                    AND b.user_id = t.user_id))
       -- A follow-up waits until its parent has ended: with dispatch keyed by task, no
       -- partition order keeps it behind its parent. Looked up only for a follow-up: as a
       -- plain NOT EXISTS the planner may join it as an anti-join over every unfinished task.
