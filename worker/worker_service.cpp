@@ -161,7 +161,10 @@ int run_worker(const config::Config& config) {
                        ports::WorkerReport report;
                        report.capacity = draining ? 0 : DispatchConsumer::capacity(limit.limit());
                        report.running = static_cast<int>(runner.running());
-                       report.dispatch_lag = subscription.backlog();
+                       // Read but not yet claimed counts as unread: the scheduler sends
+                       // a dispatch again only once nothing is left on the way to a claim.
+                       report.dispatch_lag =
+                           subscription.backlog() + static_cast<std::int64_t>(consumer->waiting());
                        report.draining = draining;
                        return report;
                      });

@@ -25,7 +25,7 @@ struct WorkerReport {
   int lease_s = 30;
   int capacity = 0;  // tasks it would run at once now (its adaptive limit; 0 while draining)
   int running = 0;   // tasks it runs now
-  std::int64_t dispatch_lag = 0;  // dispatch messages on its partitions it has not read yet
+  std::int64_t dispatch_lag = 0;  // dispatch messages on its partitions not yet read or claimed
   bool draining = false;
 };
 
