@@ -14,9 +14,10 @@
 namespace agentfleet::pg {
 
 namespace {
-// The statement text of the task's public JSON, shared by the API reads.
-constexpr const char* kTaskJson = R"SQL(
-SELECT jsonb_build_object(
+// The task's public JSON as an expression over a tasks row `t` (and its steps), shared by the
+// API reads and the answer to a submission.
+constexpr const char* kTaskObject = R"SQL(
+jsonb_build_object(
   'task_id', t.task_id, 'user_id', t.user_id, 'text', t.text, 'model', t.model,
   'tools', to_jsonb(t.tools), 'priority', t.priority, 'status', t.status,
   'timeout_s', t.timeout_s, 'schedule_timeout_s', t.schedule_timeout_s,
@@ -40,9 +41,39 @@ SELECT jsonb_build_object(
       'content', s.model_reply->'content', 'reasoning', s.model_reply->'reasoning',
       'tool_calls', coalesce(s.trace, '[]'::jsonb), 'usage', s.model_reply->'usage',
       'model_latency_ms', s.model_latency_ms, 'at', s.created_at) ORDER BY s.step), '[]'::jsonb)
-    FROM task_steps s WHERE s.task_id = t.task_id))::text
-FROM tasks t WHERE t.task_id = $1::uuid
-)SQL";
+    FROM task_steps s WHERE s.task_id = t.task_id))::text)SQL";
+
+// The statement text of the task's public JSON, read by id ($1).
+const std::string& task_json_statement() {
+  static const std::string statement =
+      std::string("SELECT ") + kTaskObject + " FROM tasks t WHERE t.task_id = $1::uuid";
+  return statement;
+}
+
+// The insert of tasks from a JSON array ($1, tasks_json), in two parts around an optional
+// WHERE: the queue deadline is set by a trigger; a (user, idempotency key) taken is skipped.
+constexpr const char* kInsertTasksHead = R"SQL(
+INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
+                   max_steps, priority, idempotency_key, request_canonical, batch_id,
+                   metadata, traceparent, strategy, parent_task_id, session_id)
+SELECT r.task_id, r.user_id, r.text, r.model,
+       CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
+            ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
+       r.timeout_s, r.schedule_timeout_s, r.max_steps, r.priority, NULLIF(r.idempotency_key, ''),
+       r.request_canonical, NULLIF(r.batch_id, ''), r.metadata, NULLIF(r.traceparent, ''),
+       NULLIF(r.strategy, ''),
+       coalesce(NULLIF(r.parent_task_id, '')::uuid,
+                (SELECT p.task_id FROM tasks p
+                 WHERE r.session_id <> '' AND p.user_id = r.user_id AND p.session_id = r.session_id
+                 ORDER BY p.created_at DESC LIMIT 1)),
+       NULLIF(r.session_id, '')
+FROM jsonb_to_recordset($1::jsonb) AS r(
+  task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
+  schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
+  request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
+  parent_task_id text, session_id text))SQL";
+constexpr const char* kInsertTasksTail =
+    " ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING";
 }  // namespace
 
 namespace {
@@ -105,30 +136,10 @@ std::vector<std::string> insert_tasks(pqxx::work& tx, const std::vector<NewTask>
   std::vector<std::string> ids;
   if (tasks.empty())
     return ids;
-  // One statement for any number of rows; the queue deadline is set by a trigger.
-  auto rows = exec_prepared(tx, "af_insert_tasks", R"SQL(
-INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
-                   max_steps, priority, idempotency_key, request_canonical, batch_id,
-                   metadata, traceparent, strategy, parent_task_id, session_id)
-SELECT r.task_id, r.user_id, r.text, r.model,
-       CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
-            ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
-       r.timeout_s, r.schedule_timeout_s, r.max_steps, r.priority, NULLIF(r.idempotency_key, ''),
-       r.request_canonical, NULLIF(r.batch_id, ''), r.metadata, NULLIF(r.traceparent, ''),
-       NULLIF(r.strategy, ''),
-       coalesce(NULLIF(r.parent_task_id, '')::uuid,
-                (SELECT p.task_id FROM tasks p
-                 WHERE r.session_id <> '' AND p.user_id = r.user_id AND p.session_id = r.session_id
-                 ORDER BY p.created_at DESC LIMIT 1)),
-       NULLIF(r.session_id, '')
-FROM jsonb_to_recordset($1::jsonb) AS r(
-  task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
-  schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
-  request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
-  parent_task_id text, session_id text)
-ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING task_id::text)SQL",
-                            tasks_json(tasks));
+  // One statement for any number of rows.
+  static const std::string kInsert =
+      std::string(kInsertTasksHead) + kInsertTasksTail + " RETURNING task_id::text";
+  auto rows = exec_prepared(tx, "af_insert_tasks", kInsert.c_str(), tasks_json(tasks));
   ids.reserve(rows.size());
   for (const auto& row : rows)
     ids.push_back(row[0].as<std::string>());
@@ -167,7 +178,7 @@ QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimi
 namespace {
 // The task as the API shows it, read in `tx` (so a task inserted there is seen).
 std::string task_json_in(pqxx::transaction_base& tx, const std::string& task_id) {
-  auto rows = exec_prepared(tx, "af_task_json", kTaskJson, task_id);
+  auto rows = exec_prepared(tx, "af_task_json", task_json_statement().c_str(), task_id);
   return rows.empty() ? std::string() : rows[0][0].as<std::string>();
 }
 }  // namespace
@@ -177,29 +188,46 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
   const TaskSpec& s = task.spec;
   pqxx::work tx(c);
   // One submission of a user at a time: the queue count and the idempotency check hold
-  // until the insert commits.
-  lock_user_queue(tx, s.user_id);
+  // until the insert commits. The user's overrides are read by the same statement (they
+  // change rarely; a change racing a submission applies from the next one).
+  auto overrides =
+      exec_prepared1(tx, "af_submit_lock",
+                     "SELECT pg_advisory_xact_lock(7311002, hashtext($1)), coalesce(l.tier, ''), "
+                     "l.max_queued FROM (SELECT 1) one LEFT JOIN user_limits l ON l.user_id = $1",
+                     s.user_id);
+  QueueRoom room;
+  if (limit) {
+    room.max_queued =
+        limit(overrides[1].as<std::string>(),
+              overrides[2].is_null() ? std::nullopt : std::optional<int>(overrides[2].as<int>()));
+  }
+  // The common case in one statement, run after the lock (so its snapshot sees every
+  // submission before it): the user's queued tasks counted up to the limit (a deep queue
+  // costs no more than a full one), the insert when there is room and its key is not taken
+  // (ON CONFLICT), the answer, and the scheduler's wake-up (whichever replica runs it).
+  static const std::string kSubmit =
+      std::string(
+          "WITH room AS (SELECT CASE WHEN $3::bigint < 0 THEN 0 ELSE (SELECT count(*) FROM ("
+          "SELECT 1 FROM tasks WHERE user_id = $2 AND status = 'queued' "
+          "LIMIT $3::bigint + 1) q) END AS queued), ins AS (") +
+      kInsertTasksHead + " WHERE $3::bigint < 0 OR (SELECT queued FROM room) < $3::bigint" +
+      kInsertTasksTail +
+      " RETURNING *), woken AS (SELECT pg_notify('agentfleet_work', '') FROM ins) "
+      "SELECT (SELECT queued FROM room), t.task_id::text, "
+      "CASE WHEN $4::boolean AND t.task_id IS NOT NULL THEN " +
+      kTaskObject +
+      " END, (SELECT count(*) FROM woken) FROM (SELECT 1) one LEFT JOIN ins t ON true";
+  auto row = exec_prepared1(tx, "af_submit", kSubmit.c_str(), tasks_json({task}), s.user_id,
+                            limit ? std::int64_t{room.max_queued} : std::int64_t{-1}, with_json);
+  room.queued = row[0].as<std::int64_t>();
   InsertResult result;
-  // The common case first: room in the queue, and a key not used before (the insert skips a
-  // key that is: ON CONFLICT). Then the answer and the scheduler's wake-up in one statement.
-  const QueueRoom room = queue_room(tx, s.user_id, limit);
-  const bool full = limit && room.queued >= room.max_queued;
-  if (!full) {
-    const auto inserted = insert_tasks(tx, {task});
-    if (!inserted.empty()) {
-      result.outcome = InsertOutcome::kCreated;
-      result.task_id = inserted.front();
-      // Wakes the active scheduler, whichever replica runs it.
-      static const std::string kCreatedAnswer = std::string("SELECT CASE WHEN $2::boolean THEN (") +
-                                                kTaskJson +
-                                                ") END, pg_notify('agentfleet_work', '')";
-      auto row = exec_prepared1(tx, "af_created_answer", kCreatedAnswer.c_str(), result.task_id,
-                                with_json);
-      if (with_json && !row[0].is_null())
-        result.task_json = row[0].as<std::string>();
-      tx.commit();
-      return result;
-    }
+  if (!row[1].is_null()) {
+    result.outcome = InsertOutcome::kCreated;
+    result.task_id = row[1].as<std::string>();
+    if (with_json)
+      result.task_json = row[2].as<std::string>();
+    tx.commit();
+    return result;
   }
   // Not stored: its key names a task already (the same request, or another: a conflict), or
   // the user's queue is full.

@@ -1,0 +1,178 @@
+// A submission on a private Postgres (tests/pg): pg::insert_task stores a task in one
+// transaction of four statements (BEGIN, the user's lock with their overrides, the count,
+// insert and answer in one, COMMIT). What a submitter relies on: the answer is the task as
+// the API shows it, a key names one task, and max_queued holds exactly, also when many
+// submissions of one user race.
+
+#include <gtest/gtest.h>
+
+#include <pqxx/pqxx>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/adapters/pg/task_store.hpp"
+
+namespace agentfleet {
+namespace {
+
+std::string pg_url() {
+  const char* dir = std::getenv("AGENTFLEET_TEST_RUN_DIR");
+  EXPECT_NE(dir, nullptr) << "run by ctest, which starts the pg fixture";
+  std::ifstream file(std::string(dir ? dir : ".") + "/env");
+  for (std::string line; std::getline(file, line);) {
+    if (line.rfind("AGENTFLEET_PG_URL=", 0) == 0)
+      return line.substr(18);
+  }
+  ADD_FAILURE() << "no AGENTFLEET_PG_URL in the fixture's env file";
+  return {};
+}
+
+// A random version-4 UUID: each test runs in a process of its own on a shared cluster.
+std::string next_id() {
+  static std::mutex mutex;
+  static std::mt19937_64 random{std::random_device{}()};
+  std::lock_guard lock(mutex);
+  const std::uint64_t a = random(), b = random();
+  char id[40];
+  std::snprintf(id, sizeof id, "%08x-%04x-4%03x-8%03x-%012llx", static_cast<unsigned>(a >> 32),
+                static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xfff),
+                static_cast<unsigned>(b >> 52),
+                static_cast<unsigned long long>(b & 0xffffffffffffULL));
+  return id;
+}
+
+pg::NewTask task_of(const std::string& user, const std::string& key = {},
+                    const std::string& text = "把周会改到晚上8点") {
+  pg::NewTask task;
+  task.spec.task_id = next_id();
+  task.spec.user_id = user;
+  task.spec.text = text;
+  task.spec.model = "sim-model";
+  task.spec.idempotency_key = key;
+  task.canonical = R"({"text":")" + text + R"("})";
+  return task;
+}
+
+// Tier "small" allows 2 queued tasks, any other 1000; a user's own max_queued wins.
+int queue_limit(const std::string& tier, std::optional<int> max_queued) {
+  if (max_queued)
+    return *max_queued;
+  return tier == "small" ? 2 : 1000;
+}
+
+std::int64_t count(pqxx::connection& db, const std::string& user) {
+  pqxx::work tx(db);
+  auto n =
+      tx.exec_params1("SELECT count(*) FROM tasks WHERE user_id = $1", user)[0].as<std::int64_t>();
+  tx.commit();
+  return n;
+}
+
+void set_limits(pqxx::connection& db, const std::string& user, const std::string& tier,
+                std::optional<int> max_queued) {
+  pqxx::work tx(db);
+  tx.exec_params0(
+      "INSERT INTO user_limits (user_id, tier, max_queued) VALUES ($1, $2, $3) "
+      "ON CONFLICT (user_id) DO UPDATE SET tier = $2, max_queued = $3",
+      user, tier, max_queued);
+  tx.commit();
+}
+
+class Submission : public ::testing::Test {
+ protected:
+  pqxx::connection db_{pg_url()};
+};
+
+TEST_F(Submission, TheAnswerIsTheStoredTaskAsTheApiShowsIt) {
+  pg::NewTask task = task_of("sub-u1", "sub-k1");
+  task.spec.tools = std::vector<std::string>{"create_item"};
+  task.spec.metadata.time_zone = "Asia/Shanghai";
+  const auto created = pg::insert_task(db_, task, queue_limit, /*with_json=*/true);
+  ASSERT_EQ(created.outcome, pg::InsertOutcome::kCreated);
+  EXPECT_EQ(created.task_id, task.spec.task_id);
+  const auto stored = pg::task_json(db_, created.task_id);
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(created.task_json, *stored);
+  EXPECT_NE(created.task_json.find(R"("status": "queued")"), std::string::npos)
+      << created.task_json;
+  EXPECT_NE(created.task_json.find(R"("time_zone": "Asia/Shanghai")"), std::string::npos);
+  // Without the JSON (the submit topic), no answer is built.
+  const auto quiet = pg::insert_task(db_, task_of("sub-u1"), queue_limit);
+  EXPECT_EQ(quiet.outcome, pg::InsertOutcome::kCreated);
+  EXPECT_TRUE(quiet.task_json.empty());
+}
+
+TEST_F(Submission, AKeyNamesOneTaskTheSameRequestGetsItAnotherIsAConflict) {
+  const auto first = pg::insert_task(db_, task_of("sub-u2", "sub-k2"), queue_limit, true);
+  ASSERT_EQ(first.outcome, pg::InsertOutcome::kCreated);
+  const auto again = pg::insert_task(db_, task_of("sub-u2", "sub-k2"), queue_limit, true);
+  EXPECT_EQ(again.outcome, pg::InsertOutcome::kExisting);
+  EXPECT_EQ(again.task_id, first.task_id);
+  EXPECT_EQ(again.task_json, first.task_json);
+  const auto other = pg::insert_task(db_, task_of("sub-u2", "sub-k2", "另一个请求"), queue_limit);
+  EXPECT_EQ(other.outcome, pg::InsertOutcome::kConflict);
+  EXPECT_EQ(other.task_id, first.task_id);
+  EXPECT_EQ(count(db_, "sub-u2"), 1);
+  // Another user's key of the same name is theirs.
+  EXPECT_EQ(pg::insert_task(db_, task_of("sub-u2b", "sub-k2"), queue_limit).outcome,
+            pg::InsertOutcome::kCreated);
+}
+
+TEST_F(Submission, AFullQueueStoresNothingAndSaysHowFullAndTheUsersOwnLimitWins) {
+  set_limits(db_, "sub-u3", "small", std::nullopt);
+  EXPECT_EQ(pg::insert_task(db_, task_of("sub-u3"), queue_limit).outcome,
+            pg::InsertOutcome::kCreated);
+  EXPECT_EQ(pg::insert_task(db_, task_of("sub-u3", "sub-k3"), queue_limit).outcome,
+            pg::InsertOutcome::kCreated);
+  const auto full = pg::insert_task(db_, task_of("sub-u3"), queue_limit, true);
+  EXPECT_EQ(full.outcome, pg::InsertOutcome::kQueueFull);
+  EXPECT_EQ(full.room.queued, 2);
+  EXPECT_EQ(full.room.max_queued, 2);
+  EXPECT_TRUE(full.task_json.empty());
+  EXPECT_EQ(count(db_, "sub-u3"), 2);
+  // A full queue still answers a key it knows with its task.
+  EXPECT_EQ(pg::insert_task(db_, task_of("sub-u3", "sub-k3"), queue_limit).outcome,
+            pg::InsertOutcome::kExisting);
+  set_limits(db_, "sub-u3", "small", 3);
+  EXPECT_EQ(pg::insert_task(db_, task_of("sub-u3"), queue_limit).outcome,
+            pg::InsertOutcome::kCreated);
+  // Without a limit nothing is counted against.
+  EXPECT_EQ(pg::insert_task(db_, task_of("sub-u3"), {}).outcome, pg::InsertOutcome::kCreated);
+}
+
+TEST_F(Submission, RacingSubmissionsOfOneUserNeverQueueMoreThanItsLimit) {
+  set_limits(db_, "sub-u4", "standard", 5);
+  constexpr int kThreads = 6, kEach = 8;
+  std::atomic<int> created{0}, full{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      try {
+        pqxx::connection c(pg_url());
+        for (int j = 0; j < kEach; ++j) {
+          const auto r = pg::insert_task(c, task_of("sub-u4"), queue_limit);
+          ++(r.outcome == pg::InsertOutcome::kCreated ? created : full);
+        }
+      } catch (const std::exception&) {
+        ++failed;
+      }
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(created.load(), 5);
+  EXPECT_EQ(full.load(), kThreads * kEach - 5);
+  EXPECT_EQ(count(db_, "sub-u4"), 5);
+}
+
+}  // namespace
+}  // namespace agentfleet
