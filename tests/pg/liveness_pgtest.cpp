@@ -10,8 +10,6 @@
 #include <boost/asio/use_future.hpp>
 #include <pqxx/pqxx>
 
-#include <cstdlib>
-#include <fstream>
 #include <future>
 #include <map>
 #include <string>
@@ -21,21 +19,12 @@
 #include "core/adapters/pg/run_store.hpp"
 #include "core/adapters/pg/sql.hpp"
 #include "core/adapters/pg/task_store.hpp"
+#include "tests/pg/pg_url.hpp"
 
 namespace agentfleet {
 namespace {
 
-std::string pg_url() {
-  const char* dir = std::getenv("AGENTFLEET_TEST_RUN_DIR");
-  EXPECT_NE(dir, nullptr) << "run by ctest, which starts the pg fixture";
-  std::ifstream file(std::string(dir ? dir : ".") + "/env");
-  for (std::string line; std::getline(file, line);) {
-    if (line.rfind("AGENTFLEET_PG_URL=", 0) == 0)
-      return line.substr(18);
-  }
-  ADD_FAILURE() << "no AGENTFLEET_PG_URL in the fixture's env file";
-  return {};
-}
+using pgtest::pg_url;
 
 template <typename T>
 T await(boost::asio::awaitable<T> awaitable) {

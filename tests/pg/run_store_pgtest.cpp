@@ -12,8 +12,6 @@
 #include <pqxx/pqxx>
 
 #include <chrono>
-#include <cstdlib>
-#include <fstream>
 #include <future>
 #include <memory>
 #include <string>
@@ -23,21 +21,12 @@
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/run_store.hpp"
 #include "core/adapters/pg/write_batcher.hpp"
+#include "tests/pg/pg_url.hpp"
 
 namespace agentfleet {
 namespace {
 
-std::string pg_url() {
-  const char* dir = std::getenv("AGENTFLEET_TEST_RUN_DIR");
-  EXPECT_NE(dir, nullptr) << "run by ctest, which starts the pg fixture";
-  std::ifstream file(std::string(dir ? dir : ".") + "/env");
-  for (std::string line; std::getline(file, line);) {
-    if (line.rfind("AGENTFLEET_PG_URL=", 0) == 0)
-      return line.substr(18);
-  }
-  ADD_FAILURE() << "no AGENTFLEET_PG_URL in the fixture's env file";
-  return {};
-}
+using pgtest::pg_url;
 
 // A running task claimed once by incarnation 0 (no liveness row needed: only fences here).
 std::string running_task(pqxx::connection& db, const std::string& user, int attempt = 1) {

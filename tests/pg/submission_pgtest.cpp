@@ -10,8 +10,6 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <mutex>
 #include <random>
 #include <string>
@@ -19,21 +17,12 @@
 #include <vector>
 
 #include "core/adapters/pg/task_store.hpp"
+#include "tests/pg/pg_url.hpp"
 
 namespace agentfleet {
 namespace {
 
-std::string pg_url() {
-  const char* dir = std::getenv("AGENTFLEET_TEST_RUN_DIR");
-  EXPECT_NE(dir, nullptr) << "run by ctest, which starts the pg fixture";
-  std::ifstream file(std::string(dir ? dir : ".") + "/env");
-  for (std::string line; std::getline(file, line);) {
-    if (line.rfind("AGENTFLEET_PG_URL=", 0) == 0)
-      return line.substr(18);
-  }
-  ADD_FAILURE() << "no AGENTFLEET_PG_URL in the fixture's env file";
-  return {};
-}
+using pgtest::pg_url;
 
 // A random version-4 UUID: each test runs in a process of its own on a shared cluster.
 std::string next_id() {
