@@ -389,7 +389,7 @@ Replay replay_of(const rapidjson::Document& h, const std::string& task_id) {
 Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
          metrics::DispatcherMetrics& metrics, TaskFeed& feed)
     : config_(config),
-      db_(db),
+      store_(db),
       wake_scheduler_(std::move(wake_scheduler)),
       metrics_(metrics),
       feed_(feed),
@@ -577,8 +577,8 @@ asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submi
   pg::NewTask task{submission.spec, submission.canonical,
                    traceparent_for(std::string(request["traceparent"]))};
   task.spec.task_id = new_task_id();
-  auto inserted = co_await db_.run(
-      [&](pqxx::connection& c) { return pg::insert_task(c, task, queue_limit(config_), true); });
+  const pg::QueueLimit limit = queue_limit(config_);
+  auto inserted = co_await store_.insert_task(task, limit, true);
   if (!inserted.ok())
     co_return store_unavailable(request, inserted.error());
   const pg::InsertResult result = inserted.value();
@@ -637,10 +637,8 @@ asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller
       !spec.parent_task_id.empty() || !spec.session_id.empty()) {
     // A follow-up continues an ended task of the same user (the one named, or its session's
     // latest); another user's task is as unknown as a task that does not exist.
-    auto parent = co_await db_.run([&](pqxx::connection& c) {
-      return pg::find_parent(c, spec.user_id, spec.parent_task_id, spec.session_id,
-                             spec.idempotency_key);
-    });
+    auto parent = co_await store_.find_parent(spec.user_id, spec.parent_task_id, spec.session_id,
+                                              spec.idempotency_key);
     if (!parent.ok())
       co_return store_unavailable(request, parent.error());
     const std::string path = spec.parent_task_id.empty() ? "/session_id" : "/parent_task_id";
@@ -710,7 +708,7 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::read_task(
     }
   } closed{metrics_, wait_s > 0};
   for (;;) {
-    auto body = co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, task_id); });
+    auto body = co_await store_.task_json(task_id);
     if (!body.ok())
       co_return store_unavailable(request, body.error());
     if (!body.value())
@@ -757,7 +755,7 @@ asio::awaitable<http::Response> Api::list_tasks(http::Request& request, const Ca
     }
     query.before = *before;
   }
-  auto page = co_await db_.run([&](pqxx::connection& c) { return pg::list_tasks(c, query); });
+  auto page = co_await store_.list_tasks(query);
   if (!page.ok())
     co_return store_unavailable(request, page.error());
   co_return http::make_response(request, http::Status::ok, "{\"tasks\":" + page.value() + "}");
@@ -767,19 +765,17 @@ asio::awaitable<http::Response> Api::cancel_task(http::Request& request, const C
                                                  std::string task_id) {
   if (!is_uuid(task_id))
     co_return not_found(request, "task", task_id);
-  auto before = co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, task_id); });
+  auto before = co_await store_.task_json(task_id);
   if (!before.ok())
     co_return store_unavailable(request, before.error());
   if (!before.value() || !caller.may_act_for(view_of(*before.value()).user_id))
     co_return not_found(request, "task", task_id);
-  auto outcome = co_await db_.run([&](pqxx::connection& c) {
-    return pg::cancel_task(c, task_id, config_.kafka.topics.results);
-  });
+  auto outcome = co_await store_.cancel_task(task_id, config_.kafka.topics.results);
   if (!outcome.ok())
     co_return store_unavailable(request, outcome.error());
   if (outcome.value() == pg::CancelOutcome::kUnknown)
     co_return not_found(request, "task", task_id);
-  auto body = co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, task_id); });
+  auto body = co_await store_.task_json(task_id);
   if (!body.ok() || !body.value()) {
     co_return store_unavailable(
         request, body.ok() ? Error{ErrorKind::kTransient, "task vanished"} : body.error());
@@ -822,7 +818,7 @@ asio::awaitable<http::Response> Api::usage_of(http::Request& request,
   query.user_id = user_id.value_or("");
   if (auto bad = read_time_window(request, &query.from, &query.to))
     co_return std::move(*bad);
-  auto body = co_await db_.run([&](pqxx::connection& c) { return pg::usage_json(c, query); });
+  auto body = co_await store_.usage_json(query);
   if (!body.ok())
     co_return window_query_failed(request, body.error());
   std::string out = "{\"user_id\":";
@@ -857,18 +853,14 @@ asio::awaitable<http::Response> Api::limits(http::Request& request, const Caller
                                  violation->message, violation->path);
     }
     const pg::UserOverrides overrides = std::get<pg::UserOverrides>(parsed);
-    auto put = co_await db_.run([&](pqxx::connection& c) {
-      pg::put_user_overrides(c, overrides);
-      return true;
-    });
+    auto put = co_await store_.put_user_overrides(overrides);
     if (!put.ok())
       co_return store_unavailable(request, put.error());
     wake_scheduler_();
   } else if (!caller.may_act_for(user_id)) {
     co_return forbidden(request, user_id, "/path/user_id");
   }
-  auto row =
-      co_await db_.run([&](pqxx::connection& c) { return pg::get_user_overrides(c, user_id); });
+  auto row = co_await store_.get_user_overrides(user_id);
   if (!row.ok())
     co_return store_unavailable(request, row.error());
   const pg::UserOverrides overrides = row.value().value_or(pg::UserOverrides{user_id});
@@ -881,12 +873,12 @@ asio::awaitable<http::Response> Api::get_batch(http::Request& request, const Cal
                                                std::string batch_id) {
   if (id_problem(batch_id, kMaxBatchIdBytes))
     co_return not_found(request, "batch", batch_id);
-  auto batch = co_await db_.run([&](pqxx::connection& c) { return pg::find_batch(c, batch_id); });
+  auto batch = co_await store_.find_batch(batch_id);
   if (!batch.ok())
     co_return store_unavailable(request, batch.error());
   if (!batch.value() || !caller.may_act_for(batch.value()->user_id))
     co_return not_found(request, "batch", batch_id);
-  auto body = co_await db_.run([&](pqxx::connection& c) { return pg::batch_json(c, batch_id); });
+  auto body = co_await store_.batch_json(batch_id);
   if (!body.ok())
     co_return store_unavailable(request, body.error());
   if (!body.value())
@@ -898,7 +890,7 @@ asio::awaitable<http::Response> Api::cancel_batch(http::Request& request, const 
                                                   std::string batch_id) {
   if (id_problem(batch_id, kMaxBatchIdBytes))
     co_return not_found(request, "batch", batch_id);
-  auto batch = co_await db_.run([&](pqxx::connection& c) { return pg::find_batch(c, batch_id); });
+  auto batch = co_await store_.find_batch(batch_id);
   if (!batch.ok())
     co_return store_unavailable(request, batch.error());
   if (!batch.value() || !caller.may_act_for(batch.value()->user_id))
@@ -909,18 +901,15 @@ asio::awaitable<http::Response> Api::cancel_batch(http::Request& request, const 
   constexpr int kSlice = 5000;
   std::string after;  // the last task id of the slices committed so far
   for (;;) {
-    std::string next;
-    auto ended = co_await db_.run([&](pqxx::connection& c) {
-      next = after;  // a retried attempt starts where the last committed slice ended
-      return pg::cancel_batch_slice(c, header, next, kSlice, config_.kafka.topics.results);
-    });
+    auto ended =
+        co_await store_.cancel_batch_slice(header, after, kSlice, config_.kafka.topics.results);
     if (!ended.ok())
       co_return store_unavailable(request, ended.error());
-    after = next;
-    if (ended.value() < kSlice)
+    after = ended.value().last;
+    if (ended.value().taken < kSlice)
       break;
   }
-  auto body = co_await db_.run([&](pqxx::connection& c) { return pg::batch_json(c, batch_id); });
+  auto body = co_await store_.batch_json(batch_id);
   if (!body.ok() || !body.value()) {
     co_return store_unavailable(
         request, body.ok() ? Error{ErrorKind::kTransient, "batch vanished"} : body.error());
@@ -929,11 +918,7 @@ asio::awaitable<http::Response> Api::cancel_batch(http::Request& request, const 
 }
 
 asio::awaitable<http::Response> Api::ready(http::Request& request) {
-  auto ping = co_await db_.run([](pqxx::connection& c) {
-    pqxx::nontransaction tx(c);
-    tx.exec1("SELECT 1");
-    return true;
-  });
+  const Status ping = co_await store_.ping();
   if (!ping.ok())
     co_return store_unavailable(request, ping.error());
   co_return http::make_response(request, http::Status::ok, R"({"status":"ready"})");
@@ -1304,7 +1289,7 @@ asio::awaitable<void> Api::batch_results(http::Exchange& exchange, const Caller&
     co_await respond(exchange, answered, not_found(head, "batch", batch_id));
     co_return;
   }
-  auto batch = co_await db_.run([&](pqxx::connection& c) { return pg::find_batch(c, batch_id); });
+  auto batch = co_await store_.find_batch(batch_id);
   if (!batch.ok()) {
     co_await respond(exchange, answered, store_unavailable(head, batch.error()));
     co_return;
@@ -1320,17 +1305,14 @@ asio::awaitable<void> Api::batch_results(http::Exchange& exchange, const Caller&
     co_return;
   std::string after;
   for (;;) {
-    std::string last;
-    auto page = co_await db_.run([&](pqxx::connection& c) {
-      return pg::batch_results_page(c, header, after, kResultsPage, last);
-    });
+    auto page = co_await store_.batch_results_page(header, after, kResultsPage);
     if (!page.ok())
       co_return;  // the client sees the stream cut short, without the last chunk
-    if (!page.value().empty() && !co_await exchange.send(page.value()))
+    if (!page.value().lines.empty() && !co_await exchange.send(page.value().lines))
       co_return;
-    if (last.empty())
+    if (page.value().last.empty())
       break;
-    after = last;
+    after = page.value().last;
   }
   co_await exchange.end();
 }
@@ -1344,8 +1326,7 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
   }
   // Subscribe first, then read the history: nothing falls between the two.
   auto subscription = feed_.subscribe(task_id);
-  auto history =
-      co_await db_.run([&](pqxx::connection& c) { return pg::task_history_json(c, task_id); });
+  auto history = co_await store_.task_history_json(task_id);
   if (!history.ok()) {
     co_await respond(exchange, answered, store_unavailable(head, history.error()));
     co_return;
@@ -1402,8 +1383,7 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
         // Only the row says a task ended: an ending event while the row is not terminal (a
         // forged or garbled message on the events topic) is not passed on, nor does it end
         // the stream.
-        auto ended = co_await db_.run(
-            [&](pqxx::connection& c) { return pg::task_history_json(c, task_id); });
+        auto ended = co_await store_.task_history_json(task_id);
         rapidjson::Document row;
         if (!ended.ok() || !ended.value() || !codec::parse_json(row, *ended.value()) ||
             !replay_of(row, task_id).terminal)
@@ -1436,8 +1416,7 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
     // A result event, or time to look at the row: the task may have ended without its done
     // event reaching this replica (ended by the scheduler, or the event was missed).
     recheck = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    auto now_history =
-        co_await db_.run([&](pqxx::connection& c) { return pg::task_history_json(c, task_id); });
+    auto now_history = co_await store_.task_history_json(task_id);
     rapidjson::Document fresh;
     if (!now_history.ok() || !now_history.value() ||
         !codec::parse_json(fresh, *now_history.value()))

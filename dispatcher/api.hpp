@@ -33,8 +33,7 @@
 
 #include "core/adapters/http/server.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
-#include "core/adapters/pg/db_pool.hpp"
-#include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/api_store.hpp"
 #include "core/codec/json_schema.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
@@ -105,7 +104,7 @@ class Api {
                                            int& answered, std::string task_id);
 
   const config::Config& config_;
-  pg::DbPool& db_;
+  pg::ApiStore store_;
   std::function<void()> wake_scheduler_;
   metrics::DispatcherMetrics& metrics_;
   TaskFeed& feed_;

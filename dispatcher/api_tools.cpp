@@ -78,8 +78,7 @@ std::string tool_registry_json(const config::Config& config,
 }
 
 asio::awaitable<Result<config::Permission>> Api::permission_of(const std::string& user_id) {
-  auto row =
-      co_await db_.run([&](pqxx::connection& c) { return pg::get_user_overrides(c, user_id); });
+  auto row = co_await store_.get_user_overrides(user_id);
   if (!row.ok())
     co_return row.error();
   // The rule the worker applies to a task's tool calls.
@@ -167,8 +166,7 @@ asio::awaitable<http::Response> Api::call_tool(http::Request& request, const Cal
       refusal ? (refusal->code == codec::kInvalidArguments ? "invalid_arguments" : "refused")
               : "pending",
       refusal ? refusal->message : std::string()};
-  auto audit =
-      co_await db_.run([&](pqxx::connection& c) { return pg::insert_tool_audit(c, entry); });
+  auto audit = co_await store_.insert_tool_audit(entry);
   if (!audit.ok())
     co_return store_unavailable(request, audit.error());  // unaudited: not called
   log::info("api", log::TaskContext{{}, user_id},
@@ -197,11 +195,10 @@ asio::awaitable<http::Response> Api::call_tool(http::Request& request, const Cal
   const ports::ToolOutcome outcome = co_await tool_client_->call(std::move(invocation));
   const int latency_ms = static_cast<int>(outcome.latency.count());
   const std::string result_outcome = outcome.observation.ok ? "ok" : "error";
-  auto finished = co_await db_.run([&](pqxx::connection& c) {
-    pg::finish_tool_audit(c, audit.value(), result_outcome, outcome.http_status, latency_ms,
-                          outcome.observation.ok ? std::string() : outcome.observation.content);
-    return true;
-  });
+  const std::string audit_error =
+      outcome.observation.ok ? std::string() : outcome.observation.content;
+  auto finished = co_await store_.finish_tool_audit(audit.value(), result_outcome,
+                                                    outcome.http_status, latency_ms, audit_error);
   if (!finished.ok()) {
     log::warn("api", log::TaskContext{{}, user_id},
               "could not complete the audit of a direct tool call (it stays pending): " +
@@ -244,7 +241,7 @@ asio::awaitable<http::Response> Api::stats(http::Request& request, const Caller&
   }
   if (auto bad = read_time_window(request, &query.from, &query.to))
     co_return std::move(*bad);
-  auto body = co_await db_.run([&](pqxx::connection& c) { return pg::stats_json(c, query); });
+  auto body = co_await store_.stats_json(query);
   if (!body.ok())
     co_return window_query_failed(request, body.error());
   rapidjson::StringBuffer head;

@@ -21,10 +21,9 @@
 #include "core/adapters/log.hpp"
 #include "core/adapters/metrics/db_pool_metrics.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
+#include "core/adapters/pg/api_store.hpp"
 #include "core/adapters/pg/db_pool.hpp"
-#include "core/adapters/pg/prepared.hpp"
-#include "core/adapters/pg/sql.hpp"
-#include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/outbox_relay.hpp"
 #include "dispatcher/api.hpp"
 #include "dispatcher/scheduler.hpp"
 #include "dispatcher/submit_ingest.hpp"
@@ -34,51 +33,11 @@ namespace agentfleet::dispatcher {
 
 namespace asio = boost::asio;
 
-namespace {
-// Publishes due outbox rows and deletes the ones the broker confirmed, holding their row
-// locks meanwhile. Runs on its own thread with its own connection: a batch is one
-// transaction that spans the broker round trip. Returns rows published; counts them by
-// topic in `metrics` once the deletion committed.
-int relay_once(pqxx::connection& c, kafka::Producer& producer, int batch, int timeout_ms,
-               const std::string& dispatch_topic, metrics::DispatcherMetrics& metrics) {
-  pqxx::work tx(c);
-  auto rows = pg::exec_named(tx, "relay_due", batch, dispatch_topic);
-  if (rows.empty())
-    return 0;
-  std::vector<kafka::OutMessage> messages;
-  std::vector<std::int64_t> ids;
-  std::vector<std::string> topics;
-  for (const auto& row : rows) {
-    kafka::OutMessage m{
-        row[1].as<std::string>(), row[2].as<std::string>(), row[3].as<std::string>(), {}};
-    if (const auto tp = row[4].as<std::string>(); !tp.empty())
-      m.headers.emplace_back("traceparent", tp);
-    topics.push_back(m.topic);
-    messages.push_back(std::move(m));
-    ids.push_back(row[0].as<std::int64_t>());
-  }
-  auto results =
-      producer.produce_and_wait(std::move(messages), std::chrono::milliseconds(timeout_ms));
-  std::vector<std::int64_t> delivered;
-  std::map<std::string, int> by_topic;
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    if (!results[i].ok())
-      continue;
-    delivered.push_back(ids[i]);
-    ++by_topic[topics[i]];
-  }
-  pg::delete_outbox_rows(tx, delivered);
-  tx.commit();
-  for (const auto& [topic, published] : by_topic)
-    metrics.outbox_published(topic, published);
-  return static_cast<int>(delivered.size());
-}
-}  // namespace
-
 int run_dispatcher(const config::Config& config) {
   asio::io_context io(1);
   pg::DbPool db(config.postgres.url, config.postgres.pool_size,
                 config.postgres.statement_timeout_ms, config.postgres.connect_timeout_s);
+  pg::ApiStore store(db);
   kafka::Producer producer(config.kafka);
   metrics::MetricsRegistry registry;
   metrics::DispatcherMetrics metrics(registry, config);
@@ -146,9 +105,7 @@ int run_dispatcher(const config::Config& config) {
       io,
       [&]() -> asio::awaitable<void> {
         while (!stopping) {
-          auto counts = co_await db.run([](pqxx::connection& c) {
-            return std::make_pair(pg::count_live_tasks(c), pg::count_due_outbox(c));
-          });
+          auto counts = co_await store.fleet_counts();
           if (counts.ok()) {
             const auto& [live, outbox] = counts.value();
             metrics.set_tasks(TaskStatus::kQueued, live.queued_interactive + live.queued_batch);
@@ -165,19 +122,24 @@ int run_dispatcher(const config::Config& config) {
       },
       asio::detached);
 
-  // The relay: its own thread and connection (see relay_once). It polls every
+  // The relay: its own thread and connection (see pg::OutboxRelay). It polls every
   // relay_interval_ms (rows another replica's scheduler or a worker's fallback wrote) and
   // runs at once when this replica's scheduler has committed outbox rows.
   std::thread relay([&] {
-    pg::DbPool relay_db(config.postgres.url, 1,
-                        config.postgres.statement_timeout_ms + config.kafka.delivery_timeout_ms,
-                        config.postgres.connect_timeout_s);
+    pg::OutboxRelay outbox(config.postgres.url,
+                           config.postgres.statement_timeout_ms + config.kafka.delivery_timeout_ms,
+                           config.postgres.connect_timeout_s);
+    const pg::OutboxRelay::Send send = [&](std::vector<ports::OutMessage> messages) {
+      return producer.produce_and_wait(std::move(messages),
+                                       std::chrono::milliseconds(config.kafka.delivery_timeout_ms));
+    };
     int failures = 0;
     while (!stopping) {
-      auto sent = relay_db.run_blocking([&](pqxx::connection& c) {
-        return relay_once(c, producer, config.dispatcher.relay_batch,
-                          config.kafka.delivery_timeout_ms, config.kafka.topics.dispatch, metrics);
-      });
+      auto sent = outbox.once(config.dispatcher.relay_batch, config.kafka.topics.dispatch, send);
+      if (sent.ok()) {
+        for (const auto& [topic, published] : sent.value().by_topic)
+          metrics.outbox_published(topic, published);
+      }
       int wait_ms = config.dispatcher.relay_interval_ms;
       if (!sent.ok()) {
         // Back off on a failing store, up to 2 s, so an outage is not a busy loop and the
@@ -186,7 +148,7 @@ int run_dispatcher(const config::Config& config) {
         log::write("warn", "dispatcher", "relay: " + sent.error().message);
       } else {
         failures = 0;
-        if (sent.value() >= config.dispatcher.relay_batch)
+        if (sent.value().published >= config.dispatcher.relay_batch)
           continue;
       }
       std::unique_lock lock(relay_mutex);

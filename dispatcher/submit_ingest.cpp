@@ -31,7 +31,7 @@ SubmitIngest::SubmitIngest(asio::io_context& io, const config::Config& config, p
                            std::function<void()> wake_scheduler)
     : io_(io),
       config_(config),
-      db_(db),
+      store_(db),
       producer_(producer),
       metrics_(metrics),
       wake_scheduler_(std::move(wake_scheduler)),
@@ -184,8 +184,8 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
   // key wait behind it; the consumer pauses once kMaxInFlight wait). Only then, or on
   // shutdown, is it left uncommitted for the next read.
   for (int attempt = 0;; ++attempt) {
-    auto inserted = co_await db_.run(
-        [&](pqxx::connection& c) { return pg::insert_task(c, task, queue_limit(config_)); });
+    const pg::QueueLimit limit = queue_limit(config_);
+    auto inserted = co_await store_.insert_task(task, limit, false);
     if (inserted.ok()) {
       const pg::InsertResult& result = inserted.value();
       if (result.outcome == pg::InsertOutcome::kQueueFull) {

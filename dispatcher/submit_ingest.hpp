@@ -28,7 +28,7 @@
 
 #include "core/adapters/kafka/kafka.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
-#include "core/adapters/pg/db_pool.hpp"
+#include "core/adapters/pg/api_store.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
 #include "core/domain/offset_tracker.hpp"
@@ -58,7 +58,7 @@ class SubmitIngest {
 
   boost::asio::io_context& io_;
   const config::Config& config_;
-  pg::DbPool& db_;
+  pg::ApiStore store_;
   kafka::Producer& producer_;
   metrics::DispatcherMetrics& metrics_;
   std::function<void()> wake_scheduler_;

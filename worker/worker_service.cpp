@@ -228,11 +228,7 @@ int run_worker(const config::Config& config) {
             readiness.reason = "fenced: its liveness could not be renewed";
             co_return readiness;
           }
-          auto ping = co_await db.run([](pqxx::connection& c) {
-            pqxx::nontransaction tx(c);
-            tx.exec1("SELECT 1");
-            return true;
-          });
+          const Status ping = co_await db.ping();
           readiness.ready = ping.ok();
           if (!ping.ok())
             readiness.reason = "postgres unreachable: " + ping.error().message;

@@ -64,6 +64,16 @@ void DbPool::join() {
   pool_.join();
 }
 
+boost::asio::awaitable<Status> DbPool::ping() {
+  auto answered = co_await run([](pqxx::connection& c) {
+    pqxx::nontransaction(c).exec1("SELECT 1");
+    return true;
+  });
+  if (!answered.ok())
+    co_return answered.error();
+  co_return Done{};
+}
+
 void DbPool::post_with_connection(std::function<void(pqxx::connection*, const Error*)> f) {
   const auto queued = std::chrono::steady_clock::now();
   boost::asio::post(pool_, [this, f = std::move(f), queued] {

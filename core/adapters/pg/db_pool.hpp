@@ -71,6 +71,9 @@ class DbPool {
         boost::asio::use_awaitable);
   }
 
+  // `SELECT 1` on a pool thread: ok when Postgres answers (the readiness probes).
+  boost::asio::awaitable<Status> ping();
+
   // Fire and forget: f runs on a pool thread with that thread's connection, or with nullptr
   // and the error when no connection could be opened. f must not throw.
   void post_with_connection(std::function<void(pqxx::connection*, const Error*)> f);

@@ -1,4 +1,5 @@
--- The outbox relay (dispatcher/dispatcher_service): due rows, locked while they are published.
+-- The outbox relay (core/adapters/pg/outbox_relay, run by dispatcher/dispatcher_service): due
+-- rows, locked while they are published.
 
 -- name: relay_due
 -- Up to $1 due dispatch messages (topic $2) and up to $1 due other rows, each in id order:

@@ -1,0 +1,46 @@
+#include "core/adapters/pg/outbox_relay.hpp"
+
+#include <cstdint>
+#include <utility>
+
+#include "core/adapters/pg/sql.hpp"
+#include "core/adapters/pg/task_store.hpp"
+
+namespace agentfleet::pg {
+
+Result<RelayedBatch> OutboxRelay::once(int batch, const std::string& dispatch_topic,
+                                       const Send& send) {
+  return db_.run_blocking([&](pqxx::connection& c) {
+    RelayedBatch relayed;
+    pqxx::work tx(c);
+    auto rows = exec_named(tx, "relay_due", batch, dispatch_topic);
+    if (rows.empty())
+      return relayed;
+    std::vector<ports::OutMessage> messages;
+    std::vector<std::int64_t> ids;
+    std::vector<std::string> topics;
+    for (const auto& row : rows) {
+      ports::OutMessage m{
+          row[1].as<std::string>(), row[2].as<std::string>(), row[3].as<std::string>(), {}};
+      if (const auto tp = row[4].as<std::string>(); !tp.empty())
+        m.headers.emplace_back("traceparent", tp);
+      topics.push_back(m.topic);
+      messages.push_back(std::move(m));
+      ids.push_back(row[0].as<std::int64_t>());
+    }
+    const std::vector<Status> results = send(std::move(messages));
+    std::vector<std::int64_t> delivered;
+    for (std::size_t i = 0; i < results.size() && i < ids.size(); ++i) {
+      if (!results[i].ok())
+        continue;
+      delivered.push_back(ids[i]);
+      ++relayed.by_topic[topics[i]];
+    }
+    delete_outbox_rows(tx, delivered);
+    tx.commit();
+    relayed.published = static_cast<int>(delivered.size());
+    return relayed;
+  });
+}
+
+}  // namespace agentfleet::pg

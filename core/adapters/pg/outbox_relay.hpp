@@ -1,0 +1,44 @@
+#pragma once
+// The outbox relay's store side: one batch of due outbox rows, published through `send` and
+// deleted once the broker confirmed them, holding their row locks meanwhile (a batch is one
+// transaction that spans the broker round trip, so two relays never publish the same row at
+// once). Runs on the calling thread with a connection of its own (a DbPool of one thread,
+// used blocking): the relay is a thread of its own and the broker round trip is long.
+//
+// Lifecycle: one per relay thread. Thread-safety: once() is called from that thread only.
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/adapters/pg/db_pool.hpp"
+#include "core/ports/publisher.hpp"
+
+namespace agentfleet::pg {
+
+struct RelayedBatch {
+  int published = 0;                    // rows confirmed by the broker and deleted
+  std::map<std::string, int> by_topic;  // of those, per topic
+};
+
+class OutboxRelay {
+ public:
+  // Stores `messages` in the broker within the producer's deadline; one Status per message,
+  // in order (the ones not ok stay in the outbox for the next batch).
+  using Send = std::function<std::vector<Status>(std::vector<ports::OutMessage> messages)>;
+
+  // `statement_timeout_ms` covers the broker round trip made inside the transaction.
+  OutboxRelay(const std::string& url, int statement_timeout_ms, int connect_timeout_s)
+      : db_(url, 1, statement_timeout_ms, connect_timeout_s) {}
+
+  // Up to `batch` due rows of `dispatch_topic` and up to `batch` due rows of the other
+  // topics, each in publish order (dispatch messages never wait behind a flood of result
+  // events); the counts of those published, once their deletion committed.
+  Result<RelayedBatch> once(int batch, const std::string& dispatch_topic, const Send& send);
+
+ private:
+  DbPool db_;
+};
+
+}  // namespace agentfleet::pg
