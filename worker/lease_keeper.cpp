@@ -154,6 +154,7 @@ asio::awaitable<bool> LeaseKeeper::hand_back_pending(std::int64_t incarnation) {
   std::vector<ports::HeldTask> tasks;
   std::vector<std::size_t> taken;
   std::set<std::string> running;
+  std::set<std::pair<std::string, int>> sent;
   for (const auto& h : runs_.held())
     running.insert(h.task_id);
   for (std::size_t i = 0; i < to_hand_back_.size(); ++i) {
@@ -163,6 +164,10 @@ asio::awaitable<bool> LeaseKeeper::hand_back_pending(std::int64_t incarnation) {
     taken.push_back(i);
     // A claim in doubt names no attempt: never a task a run of this worker holds now.
     if (task.attempt < 0 && running.count(task.task_id))
+      continue;
+    // Once per task and attempt: a hand-back of a task taken over meanwhile counts a release
+    // each time it is made (two claims in doubt of one task report the same attempt).
+    if (!sent.emplace(task.task_id, task.attempt).second)
       continue;
     tasks.push_back(task);
   }

@@ -327,7 +327,19 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
     std::lock_guard lock(leases_mutex_);
     lifted = unfenced_;
     fences_before = fences_;
+    ++claiming_[run->task_id];
   }
+  // Counted until this claim's answer is acted on (a claimed run is in leases_ by then).
+  struct Claiming {
+    TaskRunner& runner;
+    std::string task_id;
+    ~Claiming() {
+      std::lock_guard lock(runner.leases_mutex_);
+      auto it = runner.claiming_.find(task_id);
+      if (it != runner.claiming_.end() && --it->second <= 0)
+        runner.claiming_.erase(it);
+    }
+  } claiming{*this, run->task_id};
   auto claim = co_await store_.claim(run->task_id);
   if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kNotLive) {
     // The claim ran after this incarnation's liveness lapsed (it waited in a silent
@@ -346,8 +358,11 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
   // seconds: left alone, the task would wait in `dispatched` for the scheduler's
   // redispatch_after_s (a minute), its deadline running if an earlier attempt started it.
   // A claim whose commit was in doubt may have made the task this worker's without anyone
-  // running it: such a task is reported abandoned (attempt unknown), and the lease keeper
-  // hands it back if this worker holds it.
+  // running it: such a task is reported abandoned, and the lease keeper hands it back if
+  // this worker holds it. A retry that finds it run by this incarnation already (and by no
+  // run or other claim of this worker) knows the attempt the lost answer made: handed back
+  // at that attempt, the release counts even should the task be taken over before the
+  // hand-back (its incarnation lapsing meanwhile). Else the attempt is unknown (-1).
   bool in_doubt = false;
   for (int retry = 0; !claim.ok() && claim.error().retryable() && retry < kClaimRetries; ++retry) {
     in_doubt = true;
@@ -363,9 +378,22 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
     fences_before = fence_count();
     claim = co_await store_.claim(run->task_id);
   }
-  if (!claim.ok() || claim.value().outcome != ports::ClaimOutcome::kClaimed) {
-    if (in_doubt && abandoned_)
-      abandoned_(ports::HeldTask{run->task_id, -1});
+  if (in_doubt && abandoned_ &&
+      (!claim.ok() || claim.value().outcome != ports::ClaimOutcome::kClaimed)) {
+    ports::HeldTask doubtful{run->task_id, -1};
+    bool report = true;
+    if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kBusyOrDone &&
+        claim.value().held_attempt > 0) {
+      std::lock_guard lock(leases_mutex_);
+      if (leases_.count(run->task_id)) {
+        report = false;  // a run of this worker claimed it: the claim in doubt took nothing
+      } else if (claiming_[run->task_id] <= 1) {
+        doubtful.attempt = claim.value().held_attempt;
+        doubtful.incarnation = claim.value().incarnation;
+      }
+    }
+    if (report)
+      abandoned_(std::move(doubtful));
   }
   if (!claim.ok()) {
     log::error("worker", run->log_context(), "claim failed: " + claim.error().message);

@@ -148,6 +148,8 @@ class TaskRunner final : public Runs {
     std::shared_ptr<RunControl> control;
   };
   std::map<std::string, Held> leases_;
+  // Claims under way, by task (two dispatch messages of one task may be claimed at once).
+  std::map<std::string, int> claiming_;
 };
 
 // Builds the price table from configuration (throws config::ConfigError on bad values).

@@ -64,6 +64,9 @@ struct Claim {
   ClaimOutcome outcome = ClaimOutcome::kBusyOrDone;
   std::optional<ClaimedTask> task;  // set when kClaimed
   std::int64_t incarnation = 0;     // the worker incarnation the claim was made under
+  // kBusyOrDone: the attempt at which that incarnation runs the task already (an earlier
+  // claim of it that committed although its answer was lost); 0 when it is not its own.
+  int held_attempt = 0;
 };
 
 struct LedgerRow {

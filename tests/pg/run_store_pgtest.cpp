@@ -318,5 +318,50 @@ TEST(RunStore, AClaimRunAfterTheClaimersLivenessLapsedTakesNothing) {
   EXPECT_EQ(row[1].as<int>(), 0) << "no attempt spent";
 }
 
+TEST(RunStore, AClaimOfATaskItsOwnIncarnationRunsSaysAtWhichAttempt) {
+  // A claim whose answer was lost may have committed: claimed again, the task is busy, and
+  // the answer says this incarnation runs it at attempt 2 (so the worker hands it back at
+  // that attempt). Run by another live incarnation, it is busy and not its own.
+  Harness h;
+  std::string mine, theirs;
+  std::int64_t me = 0;
+  {
+    pqxx::work tx(h.db);
+    me = tx.exec1("INSERT INTO workers (worker_id, lease_until) "
+                  "VALUES ('worker-rs', now() + interval '30 s') RETURNING incarnation")[0]
+             .as<std::int64_t>();
+    const auto other =
+        tx.exec1("INSERT INTO workers (worker_id, lease_until) "
+                 "VALUES ('worker-other', now() + interval '30 s') RETURNING incarnation")[0]
+            .as<std::int64_t>();
+    const std::string insert = R"SQL(
+        INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
+                           max_steps, priority, request_canonical, status, attempt, worker_id,
+                           worker_incarnation, started_at, dispatched_at)
+        VALUES (gen_random_uuid(), 'rs-u6', 'x', 'sim-model', 30, 3600, 10, 'interactive',
+                '{}', 'running', 2, $1, $2, now(), now())
+        RETURNING task_id::text)SQL";
+    mine = tx.exec_params1(insert, "worker-rs", me)[0].as<std::string>();
+    theirs = tx.exec_params1(insert, "worker-other", other)[0].as<std::string>();
+    tx.commit();
+  }
+  h.store.set_incarnation(me);
+  auto f1 = h.spawn(h.store.claim(mine));
+  auto f2 = h.spawn(h.store.claim(theirs));
+  h.io.run();
+  const auto c1 = f1.get(), c2 = f2.get();
+  ASSERT_TRUE(c1.ok() && c2.ok());
+  EXPECT_EQ(c1.value().outcome, ports::ClaimOutcome::kBusyOrDone);
+  EXPECT_EQ(c1.value().held_attempt, 2);
+  EXPECT_EQ(c1.value().incarnation, me);
+  EXPECT_EQ(c2.value().outcome, ports::ClaimOutcome::kBusyOrDone);
+  EXPECT_EQ(c2.value().held_attempt, 0) << "another incarnation's run";
+  pqxx::work tx(h.db);
+  EXPECT_EQ(tx.exec_params1("SELECT attempt FROM tasks WHERE task_id = $1::uuid", mine)[0]
+                .as<int>(),
+            2)
+      << "no attempt spent";
+}
+
 }  // namespace
 }  // namespace agentfleet

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -183,12 +184,24 @@ class MemoryRunStore final : public ports::RunStore {
       --not_live_claims;
       co_return ports::Claim{ports::ClaimOutcome::kNotLive, {}};
     }
+    if (claim_error)
+      co_return *claim_error;
     if (task_id != kTaskId)
       co_return ports::Claim{ports::ClaimOutcome::kUnknown, {}};
-    if (status != "dispatched")
-      co_return ports::Claim{ports::ClaimOutcome::kBusyOrDone, {}};
+    if (status != "dispatched") {
+      ports::Claim busy{ports::ClaimOutcome::kBusyOrDone, {}, incarnation};
+      if (status == "running" && owner == incarnation)
+        busy.held_attempt = attempt;
+      co_return busy;
+    }
     status = "running";
+    owner = incarnation;
     ++attempt;
+    if (lost_claim_answers > 0) {
+      // Committed, but the answer never came (a connection lost at COMMIT).
+      --lost_claim_answers;
+      co_return Error{ErrorKind::kTransient, "postgres commit in doubt: connection lost"};
+    }
     ports::ClaimedTask claimed;
     claimed.spec = spec;
     claimed.attempt = attempt;
@@ -261,9 +274,12 @@ class MemoryRunStore final : public ports::RunStore {
   std::int64_t remaining_ms = 30000;
   ports::TaskTotals billed_before;  // what earlier attempts billed
   int claims = 0;
-  int not_live_claims = 0;         // the next claims run after the claimer's liveness lapsed
-  std::int64_t incarnation = 7;    // the worker incarnation claims are made under
-  std::function<void()> on_claim;  // runs while a claim that succeeds is under way
+  int not_live_claims = 0;           // the next claims run after the claimer's liveness lapsed
+  int lost_claim_answers = 0;        // the next claims commit, but answer with an error
+  std::optional<Error> claim_error;  // claims fail with it, taking nothing
+  std::int64_t owner = 0;            // the incarnation that runs the task
+  std::int64_t incarnation = 7;      // the worker incarnation claims are made under
+  std::function<void()> on_claim;    // runs while a claim that succeeds is under way
   int releases = 0;
   int tool_calls = 0;
   std::map<int, Row> steps;
@@ -538,6 +554,48 @@ TEST(TaskRunner, AClaimAnsweredAfterAFenceWentUpIsNotRunAndIsHandedBackUnderItsI
   EXPECT_EQ(abandoned[0].task_id, kTaskId);
   EXPECT_EQ(abandoned[0].attempt, 1);
   EXPECT_EQ(abandoned[0].incarnation, 7) << "handed back by the incarnation that claimed it";
+}
+
+TEST(TaskRunner, AClaimInDoubtThatCommittedIsHandedBackAtTheAttemptItMade) {
+  // The claim committed and its answer was lost; the retry finds the task run by this
+  // incarnation at attempt 1 and no run of it here. Handed back at attempt 1 (not "attempt
+  // unknown"), the release counts even if the task is taken over before the hand-back.
+  Harness h;
+  std::vector<ports::HeldTask> abandoned;
+  h.runner.set_abandoned_handler([&](ports::HeldTask task) { abandoned.push_back(task); });
+  h.store.lost_claim_answers = 1;
+  EXPECT_EQ(h.run(), RunOutcome::kSkipped);
+  EXPECT_EQ(h.store.claims, 2);
+  EXPECT_EQ(h.model.calls, 0) << "not run: its answer never came";
+  ASSERT_EQ(abandoned.size(), 1u);
+  EXPECT_EQ(abandoned[0].task_id, kTaskId);
+  EXPECT_EQ(abandoned[0].attempt, 1);
+  EXPECT_EQ(abandoned[0].incarnation, 7);
+}
+
+TEST(TaskRunner, AClaimInDoubtOfATaskAnotherRunHereHoldsHandsNothingBack) {
+  // The claim in doubt took nothing; a second dispatch message of the task was claimed by
+  // another run of this worker meanwhile, which still runs it when the retry comes. The
+  // retry finds the task run by this incarnation, but by that run: nothing is handed back.
+  Harness h;
+  std::vector<ports::HeldTask> abandoned;
+  h.runner.set_abandoned_handler([&](ports::HeldTask task) { abandoned.push_back(task); });
+  h.store.claim_error = Error{ErrorKind::kTransient, "postgres connection: reset"};
+  h.model.then_hang();  // the other run is in its model call
+  std::optional<RunOutcome> first;
+  asio::co_spawn(h.io, h.runner.run(kTaskId, kUser, ""), [&](std::exception_ptr, RunOutcome o) {
+    first = o;
+    h.io.stop();
+  });
+  h.io.poll();  // its claim failed; it waits to try again
+  ASSERT_FALSE(first.has_value());
+  h.store.claim_error.reset();
+  asio::co_spawn(h.io, h.runner.run(kTaskId, kUser, ""), asio::detached);
+  h.io.run();
+  EXPECT_EQ(first, RunOutcome::kSkipped);
+  EXPECT_EQ(h.store.attempt, 1);
+  EXPECT_EQ(h.runner.held().size(), 1u) << "the other run holds it";
+  EXPECT_TRUE(abandoned.empty()) << "never handed back from under the run that holds it";
 }
 
 TEST(TaskRunner, AFenceThatFailsAtACheckpointStopsTheRunBeforeItsToolsRun) {

@@ -318,6 +318,26 @@ TEST(LeaseKeeper, AbandonedTasksAreHandedBackAtTheNextBeatButNeverOneARunHoldsNo
   EXPECT_EQ(h.store.handed.size(), 1u) << "handed back once";
 }
 
+TEST(LeaseKeeper, ATaskReportedTwiceAtOneAttemptIsHandedBackOnce) {
+  // Two claims in doubt of one task (two dispatch messages of it) both find it run by this
+  // incarnation at attempt 3: one hand-back, since a hand-back of a task taken over meanwhile
+  // counts a release each time it is made.
+  KeeperHarness h;
+  ASSERT_TRUE(h.start());
+  h.keeper.abandoned({"doubtful", 3});
+  h.keeper.abandoned({"doubtful", 3});
+  h.keeper.abandoned({"other", 1});
+  h.step();
+  ASSERT_EQ(h.store.handed.size(), 1u);
+  const auto& tasks = h.store.handed[0].second;
+  ASSERT_EQ(tasks.size(), 2u);
+  EXPECT_EQ(tasks[0].task_id, "doubtful");
+  EXPECT_EQ(tasks[0].attempt, 3);
+  EXPECT_EQ(tasks[1].task_id, "other");
+  h.step();
+  EXPECT_EQ(h.store.handed.size(), 1u) << "nothing left to hand back";
+}
+
 TEST(LeaseKeeper, ATaskAbandonedUnderAnEarlierIncarnationIsHandedBackUnderThatOne) {
   KeeperHarness h;
   ASSERT_TRUE(h.start());

@@ -110,8 +110,10 @@ ports::Claim read_claim(const pqxx::row& r) {
   if (!r[1].as<bool>()) {
     if (!r[32].as<bool>())
       return ports::Claim{ports::ClaimOutcome::kNotLive, {}};
-    return ports::Claim{
+    ports::Claim busy{
         r[2].as<bool>() ? ports::ClaimOutcome::kBusyOrDone : ports::ClaimOutcome::kUnknown, {}};
+    busy.held_attempt = r[33].is_null() ? 0 : r[33].as<int>();
+    return busy;
   }
   ports::ClaimedTask claimed;
   TaskSpec& s = claimed.spec;

@@ -17,7 +17,9 @@
 -- instead of making the task the run of an owner already gone, whose recovery would cost
 -- the task an attempt.
 -- One row per requested task: claimed or not, whether it exists, what the run needs (the
--- checkpoints of earlier attempts, and what they billed), and whether the claimer was live.
+-- checkpoints of earlier attempts, and what they billed), whether the claimer was live, and,
+-- for a task not claimed, the attempt at which the claimer's own incarnation runs it already
+-- (an earlier claim of it that committed though its answer was lost; NULL otherwise).
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, worker_id text, incarnation bigint, max_attempts integer)
@@ -68,7 +70,10 @@ SELECT r.task_id::text, c.task_id IS NOT NULL, k.task_id IS NOT NULL,
           FROM task_steps s WHERE s.task_id = c.task_id)
        END,
        EXISTS (SELECT 1 FROM workers me
-               WHERE me.incarnation = r.incarnation AND me.lease_until > now())
+               WHERE me.incarnation = r.incarnation AND me.lease_until > now()),
+       (SELECT x.attempt FROM tasks x
+        WHERE x.task_id = r.task_id AND x.status = 'running'
+          AND x.worker_incarnation = r.incarnation)
 FROM req r
 LEFT JOIN claimed c ON c.task_id = r.task_id
 LEFT JOIN known k ON k.task_id = r.task_id
