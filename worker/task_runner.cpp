@@ -327,19 +327,22 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
     std::lock_guard lock(leases_mutex_);
     lifted = unfenced_;
     fences_before = fences_;
-    ++claiming_[run->task_id];
+  }
+  {
+    std::lock_guard lock(claiming_->mutex);
+    ++claiming_->tasks[run->task_id];
   }
   // Counted until this claim's answer is acted on (a claimed run is in leases_ by then).
-  struct Claiming {
-    TaskRunner& runner;
+  struct ClaimUnderWay {
+    std::shared_ptr<Claiming> claiming;
     std::string task_id;
-    ~Claiming() {
-      std::lock_guard lock(runner.leases_mutex_);
-      auto it = runner.claiming_.find(task_id);
-      if (it != runner.claiming_.end() && --it->second <= 0)
-        runner.claiming_.erase(it);
+    ~ClaimUnderWay() {
+      std::lock_guard lock(claiming->mutex);
+      auto it = claiming->tasks.find(task_id);
+      if (it != claiming->tasks.end() && --it->second <= 0)
+        claiming->tasks.erase(it);
     }
-  } claiming{*this, run->task_id};
+  } under_way{claiming_, run->task_id};
   auto claim = co_await store_.claim(run->task_id);
   if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kNotLive) {
     // The claim ran after this incarnation's liveness lapsed (it waited in a silent
@@ -385,9 +388,14 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
     if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kBusyOrDone &&
         claim.value().held_attempt > 0) {
       std::lock_guard lock(leases_mutex_);
+      int claims = 0;
+      {
+        std::lock_guard counted(claiming_->mutex);
+        claims = claiming_->tasks[run->task_id];
+      }
       if (leases_.count(run->task_id)) {
         report = false;  // a run of this worker claimed it: the claim in doubt took nothing
-      } else if (claiming_[run->task_id] <= 1) {
+      } else if (claims <= 1) {
         doubtful.attempt = claim.value().held_attempt;
         doubtful.incarnation = claim.value().incarnation;
       }

@@ -149,7 +149,13 @@ class TaskRunner final : public Runs {
   };
   std::map<std::string, Held> leases_;
   // Claims under way, by task (two dispatch messages of one task may be claimed at once).
-  std::map<std::string, int> claiming_;
+  // Shared with each claim's guard: a claim's frame may be destroyed after the runner (one
+  // still suspended when the worker stops is destroyed with the io_context).
+  struct Claiming {
+    std::mutex mutex;
+    std::map<std::string, int> tasks;
+  };
+  std::shared_ptr<Claiming> claiming_ = std::make_shared<Claiming>();
 };
 
 // Builds the price table from configuration (throws config::ConfigError on bad values).

@@ -15,6 +15,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -596,6 +597,30 @@ TEST(TaskRunner, AClaimInDoubtOfATaskAnotherRunHereHoldsHandsNothingBack) {
   EXPECT_EQ(h.store.attempt, 1);
   EXPECT_EQ(h.runner.held().size(), 1u) << "the other run holds it";
   EXPECT_TRUE(abandoned.empty()) << "never handed back from under the run that holds it";
+}
+
+TEST(TaskRunner, AClaimStillUnderWayWhenTheWorkerStopsMayBeDestroyedAfterTheRunner) {
+  // The worker stops its io_context after the drain; a claim still waiting to be tried again
+  // is destroyed with the io_context, after the runner (run_worker declares the io_context
+  // first). Nothing it destroys may touch the runner (AddressSanitizer would report it).
+  limits::ManualClock clock;
+  config::Config config = test_config();
+  ScriptedModel model{clock};
+  RecordingTools tools{clock};
+  MemoryRunStore store;
+  RecordingPublisher publisher;
+  metrics::MetricsRegistry registry;
+  metrics::WorkerMetrics metrics{registry, config};
+  auto io = std::make_unique<asio::io_context>();
+  auto runner = std::make_unique<TaskRunner>(config, "worker-test", model, tools, store, publisher,
+                                             metrics, clock);
+  store.claim_error = Error{ErrorKind::kTransient, "postgres connection: reset"};
+  asio::co_spawn(*io, runner->run(kTaskId, kUser, ""), asio::detached);
+  io->poll();  // the claim failed and waits to be tried again
+  EXPECT_EQ(store.claims, 1);
+  runner.reset();
+  io.reset();  // destroys the suspended claim
+  EXPECT_EQ(store.claims, 1);
 }
 
 TEST(TaskRunner, AFenceThatFailsAtACheckpointStopsTheRunBeforeItsToolsRun) {
