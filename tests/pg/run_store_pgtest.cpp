@@ -28,6 +28,16 @@ namespace {
 
 using pgtest::pg_url;
 
+// A worker incarnation whose liveness runs until `lease` from now ('30 s' holds; '-1 s' has
+// lapsed); its incarnation number.
+std::int64_t worker_row(pqxx::work& tx, const std::string& worker_id, const std::string& lease) {
+  return tx
+      .exec_params1("INSERT INTO workers (worker_id, lease_until) "
+                    "VALUES ($1, now() + $2::interval) RETURNING incarnation",
+                    worker_id, lease)[0]
+      .as<std::int64_t>();
+}
+
 // A running task claimed once by incarnation 0 (no liveness row needed: only fences here).
 std::string running_task(pqxx::connection& db, const std::string& user, int attempt = 1) {
   pqxx::work tx(db);
@@ -227,9 +237,7 @@ TEST(RunStore, ATaskAskedForTwiceInOneBatchIsClaimedOnceAndAResumedClaimBringsIt
   {
     pqxx::work tx(h.db);
     // The claimer: an incarnation whose liveness holds.
-    me = tx.exec1("INSERT INTO workers (worker_id, lease_until) "
-                  "VALUES ('worker-rs', now() + interval '30 s') RETURNING incarnation")[0]
-             .as<std::int64_t>();
+    me = worker_row(tx, "worker-rs", "30 s");
     dispatched =
         tx.exec1(
               R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
@@ -292,9 +300,7 @@ TEST(RunStore, AClaimRunAfterTheClaimersLivenessLapsedTakesNothing) {
   std::int64_t lapsed = 0;
   {
     pqxx::work tx(h.db);
-    lapsed = tx.exec1("INSERT INTO workers (worker_id, lease_until) "
-                      "VALUES ('worker-rs', now() - interval '1 s') RETURNING incarnation")[0]
-                 .as<std::int64_t>();
+    lapsed = worker_row(tx, "worker-rs", "-1 s");
     dispatched =
         tx.exec1(
               R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
@@ -327,13 +333,8 @@ TEST(RunStore, AClaimOfATaskItsOwnIncarnationRunsSaysAtWhichAttempt) {
   std::int64_t me = 0;
   {
     pqxx::work tx(h.db);
-    me = tx.exec1("INSERT INTO workers (worker_id, lease_until) "
-                  "VALUES ('worker-rs', now() + interval '30 s') RETURNING incarnation")[0]
-             .as<std::int64_t>();
-    const auto other =
-        tx.exec1("INSERT INTO workers (worker_id, lease_until) "
-                 "VALUES ('worker-other', now() + interval '30 s') RETURNING incarnation")[0]
-            .as<std::int64_t>();
+    me = worker_row(tx, "worker-rs", "30 s");
+    const std::int64_t other = worker_row(tx, "worker-other", "30 s");
     const std::string insert = R"SQL(
         INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
                            max_steps, priority, request_canonical, status, attempt, worker_id,

@@ -603,24 +603,17 @@ TEST(TaskRunner, AClaimStillUnderWayWhenTheWorkerStopsMayBeDestroyedAfterTheRunn
   // The worker stops its io_context after the drain; a claim still waiting to be tried again
   // is destroyed with the io_context, after the runner (run_worker declares the io_context
   // first). Nothing it destroys may touch the runner (AddressSanitizer would report it).
-  limits::ManualClock clock;
-  config::Config config = test_config();
-  ScriptedModel model{clock};
-  RecordingTools tools{clock};
-  MemoryRunStore store;
-  RecordingPublisher publisher;
-  metrics::MetricsRegistry registry;
-  metrics::WorkerMetrics metrics{registry, config};
+  Harness h;  // the collaborators; the runner and io_context below are destroyed in that order
   auto io = std::make_unique<asio::io_context>();
-  auto runner = std::make_unique<TaskRunner>(config, "worker-test", model, tools, store, publisher,
-                                             metrics, clock);
-  store.claim_error = Error{ErrorKind::kTransient, "postgres connection: reset"};
+  auto runner = std::make_unique<TaskRunner>(h.config, "worker-test", h.model, h.tools, h.store,
+                                             h.publisher, h.metrics, h.clock);
+  h.store.claim_error = Error{ErrorKind::kTransient, "postgres connection: reset"};
   asio::co_spawn(*io, runner->run(kTaskId, kUser, ""), asio::detached);
   io->poll();  // the claim failed and waits to be tried again
-  EXPECT_EQ(store.claims, 1);
+  EXPECT_EQ(h.store.claims, 1);
   runner.reset();
   io.reset();  // destroys the suspended claim
-  EXPECT_EQ(store.claims, 1);
+  EXPECT_EQ(h.store.claims, 1);
 }
 
 TEST(TaskRunner, AFenceThatFailsAtACheckpointStopsTheRunBeforeItsToolsRun) {
