@@ -9,9 +9,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/adapters/kafka/kafka.hpp"
 
@@ -132,6 +134,53 @@ TEST(KafkaConsumer, APartitionAssignedAfterAResumeWhileItHadNoneIsFetched) {
   EXPECT_TRUE(seen.wait_for([&] { return seen.messages >= 2; }, 30s))
       << "the partition stayed paused after the new assignment";
   consumer.stop();
+}
+
+TEST(KafkaConsumer, APartitionReassignedWithNothingLeftToReadHasNoBacklog) {
+  // The worker reports backlog() as its dispatch lag, and the scheduler sends a dispatch
+  // again only once every worker reports none. A partition assigned anew (a rebalance) from
+  // which nothing has been read since has no position: it starts at its committed offset,
+  // and when that is its end, nothing is left (before: it counted as one unknown message
+  // for as long as no new message came, holding back every lost dispatch of the fleet).
+  MockCluster cluster;
+  config::KafkaConfig config = consumer_config(cluster);
+  Producer producer(config);
+  Seen seen;
+  std::unique_ptr<Consumer> consumer;
+  consumer = std::make_unique<Consumer>(
+      config, "workers", std::vector<std::string>{kTopic},
+      [&](InMessage m) {
+        consumer->commit(m.topic, m.partition, m.offset + 1);
+        std::lock_guard lock(seen.mutex);
+        ++seen.messages;
+        seen.changed.notify_all();
+      },
+      [&](bool assigned, const std::vector<std::pair<std::string, int>>&) {
+        std::lock_guard lock(seen.mutex);
+        ++(assigned ? seen.assignments : seen.revocations);
+        seen.changed.notify_all();
+      });
+  consumer->start();
+  ASSERT_TRUE(seen.wait_for([&] { return seen.assignments == 1; }, 60s)) << "never assigned";
+  produce_one(producer, "first");
+  ASSERT_TRUE(seen.wait_for([&] { return seen.messages == 1; }, 30s)) << "nothing fetched";
+  EXPECT_TRUE(wait_until([&] { return consumer->backlog() == 0; }, 10s)) << "read and committed";
+
+  // The broker goes away and comes back: the session times out, the partition is revoked
+  // and assigned again, and no message arrives afterwards.
+  cluster.set_down();
+  ASSERT_TRUE(seen.wait_for([&] { return seen.revocations >= 1; }, 60s))
+      << "the assignment was not revoked";
+  cluster.set_up();
+  ASSERT_TRUE(seen.wait_for([&] { return seen.assignments >= 2; }, 60s)) << "never reassigned";
+  EXPECT_TRUE(wait_until([&] { return consumer->backlog() == 0; }, 20s))
+      << "a reassigned partition with nothing left reports " << consumer->backlog();
+
+  // A message sent now is counted until it is read, and read.
+  produce_one(producer, "second");
+  EXPECT_TRUE(seen.wait_for([&] { return seen.messages >= 2; }, 30s));
+  EXPECT_TRUE(wait_until([&] { return consumer->backlog() == 0; }, 10s));
+  consumer->stop();
 }
 
 }  // namespace

@@ -200,6 +200,11 @@ void consumer_rebalance_cb(rd_kafka_t* rk, int err, void* partitions_ptr, void* 
     list.emplace_back(partitions->elems[i].topic, partitions->elems[i].partition);
   }
   const bool assigned = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+  {
+    std::lock_guard lock(self->starts_mutex_);
+    self->starts_.clear();
+  }
+  self->learn_starts_ = assigned;
   if (assigned) {
     rd_kafka_assign(rk, partitions);
     // librdkafka keeps a partition's pause flag across a revoke and a new assignment: a
@@ -317,6 +322,28 @@ void Consumer::stop() {
 
 void Consumer::poll_loop() {
   while (!stop_) {
+    // Where the new assignment starts: one round trip to the group's coordinator after each
+    // assignment (2 s at most; tried again on the next turns when it fails, 3 times in all).
+    if (learn_starts_.exchange(false)) {
+      rd_kafka_topic_partition_list_t* assigned = nullptr;
+      if (rd_kafka_assignment(rk_, &assigned) == RD_KAFKA_RESP_ERR_NO_ERROR && assigned) {
+        if (assigned->cnt > 0 &&
+            rd_kafka_committed(rk_, assigned, 2000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+          std::lock_guard lock(starts_mutex_);
+          for (int i = 0; i < assigned->cnt; ++i) {
+            const auto& p = assigned->elems[i];
+            if (p.err == RD_KAFKA_RESP_ERR_NO_ERROR && p.offset >= 0)
+              starts_[{p.topic, p.partition}] = p.offset;
+          }
+          start_tries_ = 0;
+        } else if (assigned->cnt > 0 && ++start_tries_ < 3) {
+          learn_starts_ = true;
+        } else {
+          start_tries_ = 0;
+        }
+        rd_kafka_topic_partition_list_destroy(assigned);
+      }
+    }
     // Pausing and resuming happen here, on the poll thread, where the assignment is known.
     const bool want = want_pause_;
     if (want != paused_) {
@@ -465,16 +492,24 @@ std::int64_t Consumer::backlog() const {
     const auto& p = assigned->elems[i];
     int64_t low = 0;
     int64_t high = 0;
-    // The watermarks the last fetch brought (no round trip). A partition not fetched yet, or
-    // without a position, counts as one waiting message: unknown is not "nothing left".
-    if (p.offset < 0 ||
+    // The watermarks the last fetch brought (no round trip). A partition without a position
+    // (nothing read since it was assigned) starts at its committed offset; one whose start or
+    // watermarks are not known yet counts as one waiting message: unknown is not "nothing
+    // left".
+    std::int64_t from = p.offset;
+    if (from < 0) {
+      std::lock_guard lock(starts_mutex_);
+      auto start = starts_.find({p.topic, p.partition});
+      from = start == starts_.end() ? -1 : start->second;
+    }
+    if (from < 0 ||
         rd_kafka_get_watermark_offsets(rk_, p.topic, p.partition, &low, &high) !=
             RD_KAFKA_RESP_ERR_NO_ERROR ||
         high < 0) {
       total += 1;
       continue;
     }
-    total += std::max<std::int64_t>(0, high - p.offset);
+    total += std::max<std::int64_t>(0, high - from);
   }
   rd_kafka_topic_partition_list_destroy(assigned);
   return total;

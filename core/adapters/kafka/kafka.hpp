@@ -19,7 +19,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -157,6 +159,14 @@ class Consumer {
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};
   std::atomic<bool> want_pause_{false};
+  // The committed offsets of the partitions assigned last, read on the poll thread after
+  // each assignment (learn_starts_): where a partition with no position yet (nothing read
+  // from it since the assignment) starts, so that backlog() knows it has nothing left
+  // instead of counting it as one unknown message for as long as no message arrives.
+  std::atomic<bool> learn_starts_{false};
+  int start_tries_ = 0;  // of the assignment's committed offsets (poll thread only)
+  mutable std::mutex starts_mutex_;
+  std::map<std::pair<std::string, int>, std::int64_t> starts_;  // guarded by starts_mutex_
   std::thread poller_;
 };
 
