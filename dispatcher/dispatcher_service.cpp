@@ -24,6 +24,7 @@
 #include "core/adapters/pg/api_store.hpp"
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/outbox_relay.hpp"
+#include "core/adapters/pg/scheduler_session.hpp"
 #include "dispatcher/api.hpp"
 #include "dispatcher/scheduler.hpp"
 #include "dispatcher/submit_ingest.hpp"
@@ -51,7 +52,10 @@ int run_dispatcher(const config::Config& config) {
   std::mutex relay_mutex;
   std::condition_variable relay_wake;
   bool relay_due = false;  // guarded by relay_mutex
-  Scheduler scheduler(config, metrics, limits::SteadyClock::instance(), [&] {
+  pg::SchedulerSession scheduler_session(pg::SchedulerSessionOptions{
+      config.postgres.url, config.postgres.statement_timeout_ms, config.postgres.connect_timeout_s,
+      config.dispatcher.leader_silence_s});
+  Scheduler scheduler(config, scheduler_session, metrics, limits::SteadyClock::instance(), [&] {
     {
       std::lock_guard lock(relay_mutex);
       relay_due = true;

@@ -4,26 +4,18 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <pqxx/pqxx>
-
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
 
 #include "core/adapters/log.hpp"
-#include "core/adapters/pg/batch_store.hpp"
-#include "core/adapters/pg/db_pool.hpp"
-#include "core/adapters/pg/ended_tasks.hpp"
-#include "core/adapters/pg/task_store.hpp"
 #include "core/billing/money.hpp"
 #include "dispatcher/user_limits.hpp"
 
 namespace agentfleet::dispatcher {
 
 namespace {
-// The session advisory lock that makes one replica the active scheduler.
-constexpr const char* kTryLeader = "SELECT pg_try_advisory_lock(7311001)";
 // A leadership term drops per-user state idle this long.
 constexpr auto kForgetIdleAfter = std::chrono::minutes(10);
 // How often a pass drops the connection's cached plans (see pass()).
@@ -55,9 +47,11 @@ std::string budget_message(const std::string& currency, std::int64_t budget, std
 }
 }  // namespace
 
-Scheduler::Scheduler(const config::Config& config, metrics::DispatcherMetrics& metrics,
-                     const limits::Clock& clock, std::function<void()> outbox_written)
+Scheduler::Scheduler(const config::Config& config, ports::SchedulerStore& store,
+                     metrics::DispatcherMetrics& metrics, const limits::Clock& clock,
+                     std::function<void()> outbox_written)
     : config_(config),
+      store_(store),
       metrics_(metrics),
       clock_(clock),
       outbox_written_(std::move(outbox_written)) {
@@ -107,70 +101,49 @@ void Scheduler::task_ended(const std::string& user_id, const std::string& task_i
     wake();
 }
 
-void Scheduler::wait(pqxx::connection* c, int ms) {
-  // A notification libpq already read during the last pass would not wake poll().
-  if (c != nullptr && c->get_notifs() > 0)
-    return;
-  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {c ? c->sock() : -1, POLLIN, 0}};
-  const int ready = ::poll(fds, c && fds[1].fd >= 0 ? 2 : 1, ms);
-  if (ready > 0 && (fds[0].revents & POLLIN)) {
+void Scheduler::idle(int ms) {
+  pollfd fd = {wake_fd_, POLLIN, 0};
+  if (::poll(&fd, 1, ms) > 0 && (fd.revents & POLLIN)) {
     std::uint64_t count = 0;
     [[maybe_unused]] auto read = ::read(wake_fd_, &count, sizeof count);
   }
-  // Consumes the notifications that arrived; what they say does not matter.
-  if (c != nullptr && ready > 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)))
-    c->get_notifs();
+}
+
+bool Scheduler::round() {
+  if (!leader_) {
+    if (!store_.try_lead()) {
+      metrics_.set_leader(false);
+      return false;
+    }
+    // A new term: fresh buckets, seeded from the ledger as users show up.
+    leader_ = true;
+    housekeeping_backlog_ = true;
+    fair_ = std::make_unique<limits::FairScheduler>(
+        limits::FairSchedulerOptions{
+            config_.dispatcher.scheduler_batch, config_.dispatcher.max_active_tasks,
+            config_.dispatcher.batch_share_percent / 100.0, config_.dispatcher.task_token_estimate},
+        clock_);
+    seeded_.clear();
+    estimates_.clear();
+    metrics_.set_leader(true);
+    log::write("info", "scheduler", "this replica is now the active scheduler");
+  }
+  return pass();
 }
 
 void Scheduler::run() {
-  std::unique_ptr<pqxx::connection> connection;
   int failures = 0;
   while (!stopping_) {
     try {
-      if (!connection) {
-        connection =
-            pg::open_connection(config_.postgres.url, config_.postgres.statement_timeout_ms,
-                                config_.postgres.connect_timeout_s);
-        pqxx::nontransaction(*connection)
-            .exec0("LISTEN agentfleet_work; SET idle_session_timeout = " +
-                   std::to_string(config_.dispatcher.leader_silence_s * 1000));
-      }
-      // Every statement of this round has a client-side deadline: twice the statement
-      // timeout, at least five seconds more (a pass is a few statements, each bounded by the
-      // server's statement_timeout when the server hears them).
-      const auto armed = watchdog_.arm(
-          connection->sock(),
-          std::chrono::steady_clock::now() +
-              std::chrono::milliseconds(std::max(2 * config_.postgres.statement_timeout_ms,
-                                                 config_.postgres.statement_timeout_ms + 5000)));
-      if (!leader_) {
-        const bool won = pqxx::nontransaction(*connection).exec1(kTryLeader)[0].as<bool>();
-        // A standby hears every submission's NOTIFY too; libpq keeps them until consumed.
-        connection->get_notifs();
-        if (!won) {
-          metrics_.set_leader(false);
-          wait(nullptr, config_.dispatcher.leader_retry_ms);
-          continue;
-        }
-        // A new term: fresh buckets, seeded from the ledger as users show up.
-        leader_ = true;
-        housekeeping_backlog_ = true;
-        fair_ = std::make_unique<limits::FairScheduler>(
-            limits::FairSchedulerOptions{config_.dispatcher.scheduler_batch,
-                                         config_.dispatcher.max_active_tasks,
-                                         config_.dispatcher.batch_share_percent / 100.0,
-                                         config_.dispatcher.task_token_estimate},
-            clock_);
-        seeded_.clear();
-        estimates_.clear();
-        metrics_.set_leader(true);
-        log::write("info", "scheduler", "this replica is now the active scheduler");
-      }
       const auto started = std::chrono::steady_clock::now();
-      const bool more = pass(*connection);
+      const bool more = round();
       failures = 0;
+      if (!leader_) {
+        idle(config_.dispatcher.leader_retry_ms);
+        continue;
+      }
       if (!more)
-        wait(connection.get(), config_.dispatcher.scheduler_interval_ms);
+        store_.wait(std::chrono::milliseconds(config_.dispatcher.scheduler_interval_ms), wake_fd_);
       // Passes woken by every submission and every result are coalesced: at most one per
       // scheduler_min_gap_ms, so a burst of wake-ups costs one pass, not one each.
       const auto gap = std::chrono::milliseconds(config_.dispatcher.scheduler_min_gap_ms) -
@@ -178,18 +151,18 @@ void Scheduler::run() {
       if (gap > std::chrono::milliseconds(0) && !stopping_)
         std::this_thread::sleep_for(gap);
     } catch (const std::exception& e) {
-      // The lock lives and dies with the connection: whatever failed, start over from a
-      // new connection and compete for the lock again.
+      // The lock lives and dies with the session: whatever failed, start over from a new
+      // session and compete for the lock again.
       if (leader_)
         log::write("warn", "scheduler", std::string("lost the scheduler lock: ") + e.what());
       else
         log::write("warn", "scheduler", std::string("scheduler: ") + e.what());
       leader_ = false;
       metrics_.set_leader(false);
-      connection.reset();
+      store_.reset();
       // At most 2 s apart: after an outage, admission resumes within seconds of the store.
       const int backoff = std::min(2000, 100 << std::min(++failures, 5));
-      wait(nullptr, backoff);
+      idle(backoff);
     }
   }
   leader_ = false;
@@ -215,9 +188,9 @@ void Scheduler::reconcile_ended() {
 }
 
 void Scheduler::log_endings(
-    const pg::RecoveryReport& recovery, int expired, int swept,
+    const ports::RecoveryReport& recovery, int expired, int swept,
     const std::vector<std::pair<std::string, std::size_t>>& over_budget_users) const {
-  for (const pg::RecoveryReport::Task& task : recovery.tasks) {
+  for (const ports::RecoveryReport::Task& task : recovery.tasks) {
     log::TaskContext context;
     context.task_id = task.task_id;
     context.user_id = task.user_id;
@@ -249,19 +222,19 @@ void Scheduler::log_endings(
   }
 }
 
-bool Scheduler::pass(pqxx::connection& c) {
-  const auto started = std::chrono::steady_clock::now();
+bool Scheduler::pass() {
+  const auto started = clock_.now();
   reconcile_ended();
-  const pg::SchedulerPass spec{config_.kafka.topics.dispatch, config_.kafka.topics.results,
-                               config_.dispatcher.scheduler_batch,
-                               config_.dispatcher.redispatch_after_s,
-                               config_.dispatcher.max_attempts};
+  const ports::SchedulerPass spec{config_.kafka.topics.dispatch, config_.kafka.topics.results,
+                                  config_.dispatcher.scheduler_batch,
+                                  config_.dispatcher.redispatch_after_s,
+                                  config_.dispatcher.max_attempts};
   // A generic plan is costed with the table sizes of the moment it was built: one cached
   // while tasks was small (a fresh fleet, then a flood of 100,000) joins it by a sequential
   // scan in every pass until autovacuum analyzes it. Dropped every second, the plans are
   // rebuilt from the current sizes.
   if (started - plans_at_ >= kReplanEvery) {
-    pqxx::nontransaction(c).exec0("DISCARD PLANS");
+    store_.refresh_plans();
     plans_at_ = started;
   }
   // Liveness, lost dispatches, queue deadlines and cancelled batches are about time, not
@@ -271,15 +244,13 @@ bool Scheduler::pass(pqxx::connection& c) {
       housekeeping_backlog_ ||
       started - housekeeping_at_ >=
           std::chrono::milliseconds(config_.dispatcher.housekeeping_interval_ms);
-  pg::RecoveryReport recovery;
+  ports::RecoveryReport recovery;
   int expired = 0, swept = 0;
   if (housekeeping) {
-    pqxx::work tx(c);
-    recovery = pg::recover_tasks(tx, spec);
-    expired = pg::expire_queued(tx, spec.limit, spec.results_topic);
-    swept = pg::sweep_cancelled_batches(tx, spec.limit, spec.results_topic);
-    pg::forget_workers(tx);
-    tx.commit();
+    ports::Housekeeping done = store_.housekeep(spec);
+    recovery = std::move(done.recovery);
+    expired = done.expired;
+    swept = done.swept;
     housekeeping_at_ = started;
     housekeeping_backlog_ =
         recovery.exhausted + recovery.lease_expired + recovery.redispatched >= spec.limit ||
@@ -292,28 +263,27 @@ bool Scheduler::pass(pqxx::connection& c) {
   // The admission's reads need no transaction: only this scheduler admits, so a user's
   // active count read here can only fall before the dispatch below (which locks the rows it
   // takes); a pass that finds nobody waiting is one statement.
-  pg::Backlog backlog;
+  ports::Backlog backlog;
   std::map<std::string, std::int64_t> spent;
-  std::map<std::string, pg::RecentUsage> recent;
+  std::map<std::string, ports::RecentUsage> recent;
   std::vector<limits::UserBacklog> users;
   {
-    pqxx::nontransaction reads(c);
     // The backlog's counts stop at what this pass could admit: with the fleet full, a queue
     // of thousands costs a pass one row per user and priority, not the scheduler batch
     // each (measured at twice the peak: 4.6 ms a pass, 71 passes a second, a third of a CPU
     // of Postgres). At least one, so that waiting work is seen and results wake the next pass.
-    const pg::FleetRoom room = pg::read_fleet_room(reads);
+    const ports::FleetRoom room = store_.read_fleet_room();
     std::int64_t count_cap = spec.limit;
     if (room.capacity >= 0)
       count_cap = std::min(count_cap, room.capacity - room.active);
     if (config_.dispatcher.max_active_tasks > 0)
       count_cap =
           std::min<std::int64_t>(count_cap, config_.dispatcher.max_active_tasks - room.active);
-    backlog = pg::read_backlog(reads, static_cast<int>(std::max<std::int64_t>(count_cap, 1)));
+    backlog = store_.read_backlog(static_cast<int>(std::max<std::int64_t>(count_cap, 1)));
 
     users.reserve(backlog.users.size());
     std::vector<std::string> with_budget, unseeded;
-    for (const pg::BacklogUser& b : backlog.users) {
+    for (const ports::BacklogUser& b : backlog.users) {
       limits::UserBacklog u;
       u.user_id = b.user_id;
       u.limits = effective_limits(config_, b.overrides).for_scheduler();
@@ -326,15 +296,16 @@ bool Scheduler::pass(pqxx::connection& c) {
         unseeded.push_back(u.user_id);
       users.push_back(std::move(u));
     }
-    spent = pg::month_spend_micros(reads, with_budget, config_.billing.time_zone, currency_);
+    spent = store_.month_spend_micros(with_budget, config_.billing.time_zone, currency_);
     if (!unseeded.empty())
-      recent = pg::recent_usage(reads, unseeded);
+      recent = store_.recent_usage(unseeded);
   }
   for (limits::UserBacklog& u : users) {
     if (auto it = spent.find(u.user_id); it != spent.end())
       u.spent_micros = it->second;
     if (!seeded_.count(u.user_id)) {
-      const pg::RecentUsage used = recent.count(u.user_id) ? recent[u.user_id] : pg::RecentUsage{};
+      const ports::RecentUsage used =
+          recent.count(u.user_id) ? recent[u.user_id] : ports::RecentUsage{};
       fair_->seed_usage(u.user_id, u.limits, used.admissions, used.tokens);
       seeded_[u.user_id] = true;
     }
@@ -354,9 +325,7 @@ bool Scheduler::pass(pqxx::connection& c) {
   std::vector<std::pair<std::string, std::size_t>> over_budget_users;  // for the log
   int admitted_total = 0;
   try {
-    std::optional<pqxx::work> writes;
-    if (!plan.over_budget.empty() || !plan.grants.empty())
-      writes.emplace(c);
+    std::vector<ports::EndQueued> end_queued;
     for (const auto& [user_id, count] : plan.over_budget) {
       // The binding is captured through a name of its own: clang 14 cannot capture
       // structured bindings (the fuzz build, tests/fuzz).
@@ -369,31 +338,30 @@ bool Scheduler::pass(pqxx::connection& c) {
       TaskResult result;
       result.type = ResultType::kError;
       result.message = message;
-      const std::size_t ended =
-          pg::end_unstarted(*writes, pg::oldest_queued(*writes, user_id, count),
-                            pg::Ending{TaskStatus::kFailed, message, "quota_exceeded", result},
-                            spec.results_topic)
-              .size();
+      end_queued.push_back(
+          ports::EndQueued{user_id, static_cast<int>(count),
+                           ports::Ending{TaskStatus::kFailed, message, "quota_exceeded", result}});
+    }
+    std::vector<ports::DispatchGrant> grants;
+    grants.reserve(plan.grants.size());
+    for (const limits::Grant& grant : plan.grants)
+      grants.push_back(ports::DispatchGrant{grant.user_id, grant.priority, grant.tasks});
+    ports::PassWrites written = store_.write_pass(end_queued, grants, spec);
+    for (const auto& [user_id, ended] : written.ended)
       over_budget += static_cast<int>(ended);
-      if (ended > 0)
-        over_budget_users.emplace_back(user_id, ended);
-    }
-    std::vector<pg::DispatchedTask> dispatched;
-    if (writes) {
-      dispatched = pg::dispatch_grants(*writes, plan.grants, spec.dispatch_topic);
-      writes->commit();
-    }
+    over_budget_users = std::move(written.ended);
+    const std::vector<ports::DispatchedTask>& dispatched = written.dispatched;
     if ((!dispatched.empty() || over_budget > 0) && outbox_written_)
       outbox_written_();
 
-    std::map<std::pair<std::string, Priority>, std::vector<const pg::DispatchedTask*>> by_grant;
+    std::map<std::pair<std::string, Priority>, std::vector<const ports::DispatchedTask*>> by_grant;
     for (const auto& task : dispatched)
       by_grant[{task.user_id, task.priority}].push_back(&task);
     int admitted[2] = {0, 0};
     for (const limits::Grant& grant : plan.grants) {
       const auto& tasks = by_grant[{grant.user_id, grant.priority}];
       const std::int64_t estimate = fair_->dispatched(grant, static_cast<int>(tasks.size()));
-      for (const pg::DispatchedTask* task : tasks) {
+      for (const ports::DispatchedTask* task : tasks) {
         estimates_[task->task_id] = estimate;
         if (task->first)
           metrics_.queue_wait(task->priority, task->queued_s);
@@ -417,8 +385,7 @@ bool Scheduler::pass(pqxx::connection& c) {
   metrics_.recovery_exhausted(recovery.exhausted);
   metrics_.scheduler_ended(metrics::SchedulerEnd::kScheduleTimeout, expired);
   metrics_.scheduler_ended(metrics::SchedulerEnd::kQuotaExceeded, over_budget);
-  metrics_.scheduler_pass(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  metrics_.scheduler_pass(std::chrono::duration<double>(clock_.now() - started).count());
   fair_->forget_idle(kForgetIdleAfter);
   // Tasks whose result never reached this replica (a lost event) must not pile up.
   if (estimates_.size() > 1000000)

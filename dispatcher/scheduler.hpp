@@ -29,8 +29,6 @@
 // connection, which releases the lock. Thread-safety: wake(), task_ended(), leader() may be
 // called from any thread; the rest runs on the scheduler's own thread.
 
-#include <pqxx/pqxx>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -43,17 +41,19 @@
 #include <vector>
 
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
-#include "core/adapters/pg/call_watchdog.hpp"
-#include "core/adapters/pg/task_store.hpp"
 #include "core/config/config.hpp"
 #include "core/limits/clock.hpp"
 #include "core/limits/fair_scheduler.hpp"
+#include "core/ports/scheduler_store.hpp"
 
 namespace agentfleet::dispatcher {
 
 class Scheduler {
  public:
-  Scheduler(const config::Config& config, metrics::DispatcherMetrics& metrics,
+  // `store`: the session the passes run on (pg::SchedulerSession), used from the
+  // scheduler's thread only; it outlives the scheduler.
+  Scheduler(const config::Config& config, ports::SchedulerStore& store,
+            metrics::DispatcherMetrics& metrics,
             const limits::Clock& clock = limits::SteadyClock::instance(),
             std::function<void()> outbox_written = {});
   ~Scheduler();
@@ -68,6 +68,12 @@ class Scheduler {
   // charge is corrected and a pass runs soon.
   void task_ended(const std::string& user_id, const std::string& task_id, std::int64_t tokens);
   bool leader() const { return leader_.load(); }
+  // One round of what the thread does between its waits: competes for the lock when this
+  // replica does not hold it, then runs a pass when it does. True when the pass used every
+  // slot (more may be waiting). Throws what the store throws (the thread then ends the
+  // session and competes again). The thread calls it; the unit tests call it instead of
+  // start(), with a fake store and a manual clock.
+  bool round();
 
  private:
   struct Ended {
@@ -77,16 +83,17 @@ class Scheduler {
   };
   void run();
   // One pass; returns true when it used every slot (more may be waiting).
-  bool pass(pqxx::connection& c);
+  bool pass();
   // The pass's endings and recoveries, once committed: a line per task dispatched again, a
   // count per kind of ending, a line per user whose budget ended tasks.
-  void log_endings(const pg::RecoveryReport& recovery, int expired, int swept,
+  void log_endings(const ports::RecoveryReport& recovery, int expired, int swept,
                    const std::vector<std::pair<std::string, std::size_t>>& over_budget_users) const;
   void reconcile_ended();
-  // Waits up to `ms` for a wake(), a notification on `c` (when given) or stop().
-  void wait(pqxx::connection* c, int ms);
+  // Waits up to `ms` for a wake() or stop() (not for work heard by the store).
+  void idle(int ms);
 
   const config::Config& config_;
+  ports::SchedulerStore& store_;
   metrics::DispatcherMetrics& metrics_;
   const limits::Clock& clock_;
   std::function<void()> outbox_written_;  // called on the scheduler's thread
@@ -110,9 +117,6 @@ class Scheduler {
   // When the pass's cached plans were last dropped (DISCARD PLANS), so that they are
   // rebuilt from the tables' current sizes.
   std::chrono::steady_clock::time_point plans_at_{};
-  // Cuts a statement the server never answers (a half-open connection): the lock is then
-  // given up here, and the server ends the silent session after leader_silence_s.
-  pg::CallWatchdog watchdog_;
   std::thread thread_;
 };
 

@@ -440,8 +440,8 @@ TEST_F(Liveness, ATaskOfACancelledBatchHandedBackAfterTheCancelIsDispatchedToBeE
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(task_row(db_, handed)[0].as<std::string>(), "queued");
   pqxx::work tx(db_);
-  const auto dispatched =
-      pg::dispatch_grants(tx, {limits::Grant{"cb-u1", Priority::kInteractive, 5}}, "dispatch");
+  const auto dispatched = pg::dispatch_grants(
+      tx, {ports::DispatchGrant{"cb-u1", Priority::kInteractive, 5}}, "dispatch");
   tx.commit();
   ASSERT_EQ(dispatched.size(), 1u);
   EXPECT_EQ(dispatched[0].task_id, handed);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/domain/task.hpp"
+#include "core/ports/scheduler_store.hpp"
 
 namespace agentfleet::pg {
 
@@ -19,14 +20,7 @@ extern const char* const kEndedColumns;
 // Writes one result event per row (selected with kEndedColumns) into the outbox.
 void announce_ended(pqxx::work& tx, const pqxx::result& rows, const std::string& results_topic);
 
-struct Ending {
-  TaskStatus status = TaskStatus::kFailed;
-  std::string error;       // the reason, in words
-  std::string error_code;  // quota_exceeded, schedule_timeout, ... (empty: none)
-  // Set for an ending the user should read as the task's answer (quota_exceeded: result
-  // type error with the reason as its message).
-  std::optional<TaskResult> result;
-};
+using ports::Ending;
 
 // Ends the given tasks that are still queued or dispatched (others are left alone) and
 // announces them. Returns the ids ended. The caller holds their row locks or accepts that

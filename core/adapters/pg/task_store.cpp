@@ -516,7 +516,7 @@ GROUP BY user_id)SQL",
 }
 
 std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
-                                            const std::vector<limits::Grant>& grants,
+                                            const std::vector<ports::DispatchGrant>& grants,
                                             const std::string& dispatch_topic) {
   if (grants.empty())
     return {};

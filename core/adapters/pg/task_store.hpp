@@ -16,8 +16,8 @@
 
 #include "core/domain/error.hpp"
 #include "core/domain/task.hpp"
-#include "core/limits/fair_scheduler.hpp"
 #include "core/ports/run_store.hpp"
+#include "core/ports/scheduler_store.hpp"
 
 namespace agentfleet::pg {
 
@@ -87,35 +87,13 @@ enum class CancelOutcome { kCancelled, kRequested, kAlreadyCancelled, kAlreadyEn
 CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
                           const std::string& results_topic);
 
-// ---- the scheduler (dispatcher/scheduler.hpp runs these in one transaction per pass) ----
+// ---- the scheduler (pg::SchedulerSession runs these; the types are the port's) ----
 
-struct SchedulerPass {
-  std::string dispatch_topic;
-  std::string results_topic;
-  int limit = 200;
-  int redispatch_after_s = 60;
-  // A task whose lease expired after this many claims ends failed (its result event goes
-  // to the outbox) instead of being dispatched again: something kills every worker that
-  // runs it, and trying forever would take workers down with it.
-  int max_attempts = 5;
-};
+using ports::SchedulerPass;
 
 // Recovery: tasks whose worker lease expired, and dispatched tasks unclaimed for
-// `redispatch_after_s`, are dispatched again (they resume from their checkpoints; the
-// attempt fence stops a late old owner); tasks out of attempts end failed.
-struct RecoveryReport {
-  int exhausted = 0;
-  int lease_expired = 0;
-  int redispatched = 0;
-  // Each task dispatched again, for the log.
-  struct Task {
-    std::string task_id;
-    std::string user_id;
-    std::string traceparent;
-    bool lease_expired = false;  // else unclaimed for redispatch_after_s
-  };
-  std::vector<Task> tasks;
-};
+// `redispatch_after_s`, are dispatched again; tasks out of attempts end failed.
+using ports::RecoveryReport;
 RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass);
 
 // Removes the rows of worker incarnations whose lease lapsed a minute ago and that own no
@@ -126,17 +104,7 @@ void forget_workers(pqxx::work& tx);
 // end timed_out with error_code schedule_timeout and their result events; at most `limit`.
 int expire_queued(pqxx::work& tx, int limit, const std::string& results_topic);
 
-// A user's overrides in user_limits (nullopt / empty: the tier's value applies).
-struct UserOverrides {
-  std::string user_id;
-  std::string tier;
-  std::optional<int> max_concurrency;
-  std::optional<int> requests_per_minute;
-  std::optional<std::int64_t> tokens_per_minute;
-  std::optional<int> max_queued;
-  std::optional<std::string> monthly_budget;  // decimal text
-  std::optional<std::string> tool_permission;
-};
+using ports::UserOverrides;
 // Reads the 7 override columns starting at `first`: tier (text, '' for none),
 // max_concurrency, requests_per_minute, tokens_per_minute, max_queued, monthly_budget (text),
 // tool_permission.
@@ -145,29 +113,15 @@ UserOverrides read_overrides(const pqxx::row& row, int first);
 // Every user with queued work: queued counts per priority (each up to `count_cap`), the
 // exact count of dispatched + running tasks, the overrides; the capacity the live workers
 // report and the fleet's active total (when anyone waits), all in one statement.
-struct BacklogUser {
-  std::string user_id;
-  std::int64_t queued_interactive = 0;
-  std::int64_t queued_batch = 0;
-  int active = 0;
-  UserOverrides overrides;
-};
-struct Backlog {
-  std::vector<BacklogUser> users;  // ordered by user_id
-  std::int64_t fleet_active = 0;
-  // What the live workers report they can run at once; -1 when none reports (unknown).
-  std::int64_t fleet_capacity = -1;
-};
+using ports::Backlog;
+using ports::BacklogUser;
 Backlog read_backlog(pqxx::transaction_base& tx, int count_cap);
 
 // What the fleet can start now, read before the backlog: the capacity the live workers that
 // take work report (-1 when none reports) and every user's dispatched and running tasks.
 // The scheduler caps the backlog's counts at the room this leaves, so that a long queue
 // costs a pass no more than the work the pass can admit.
-struct FleetRoom {
-  std::int64_t capacity = -1;
-  std::int64_t active = 0;
-};
+using ports::FleetRoom;
 FleetRoom read_fleet_room(pqxx::transaction_base& tx);
 
 // Each user's cost in `currency` in the ledger since the start of this month in
@@ -179,26 +133,15 @@ std::map<std::string, std::int64_t> month_spend_micros(pqxx::transaction_base& t
 
 // Tokens (input + output) in the ledger and dispatches in the last minute, per user: where
 // a new active scheduler starts its rate buckets.
-struct RecentUsage {
-  std::int64_t admissions = 0;
-  std::int64_t tokens = 0;
-};
+using ports::RecentUsage;
 std::map<std::string, RecentUsage> recent_usage(pqxx::transaction_base& tx,
                                                 const std::vector<std::string>& users);
 
 // Dispatches each grant's tasks (the user's oldest queued of that priority, skipping rows
 // locked elsewhere): status dispatched and the dispatch message in the outbox.
-struct DispatchedTask {
-  std::string task_id;
-  std::string user_id;
-  Priority priority = Priority::kInteractive;
-  std::string was;      // the status it was picked in
-  double queued_s = 0;  // since submission
-  bool first = true;    // its first dispatch (attempt 0)
-  std::string traceparent;
-};
+using ports::DispatchedTask;
 std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
-                                            const std::vector<limits::Grant>& grants,
+                                            const std::vector<ports::DispatchGrant>& grants,
                                             const std::string& dispatch_topic);
 
 // The user's oldest queued tasks, locked (skipping rows locked elsewhere), at most `limit`.

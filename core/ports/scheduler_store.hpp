@@ -1,0 +1,185 @@
+#pragma once
+// The store the fleet's scheduler runs its passes on (dispatcher/scheduler.hpp): a session
+// that holds the fleet-wide scheduler lock, hears that work arrived, and runs a pass's
+// housekeeping, reads and writes. Implemented on Postgres by pg::SchedulerSession (one
+// connection of its own: the session advisory lock lives and dies with it); the unit tests
+// use a fake.
+//
+// Every method may throw (std::exception) when the store fails: the scheduler then ends the
+// session (reset()) and competes for the lock again from a new one, so whatever failed is
+// never half-applied (each write is one transaction).
+//
+// Thread-safety: one thread (the scheduler's) calls it.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/domain/task.hpp"
+
+namespace agentfleet::ports {
+
+struct SchedulerPass {
+  std::string dispatch_topic;
+  std::string results_topic;
+  int limit = 200;
+  int redispatch_after_s = 60;
+  // A task whose lease expired after this many claims ends failed (its result event goes
+  // to the outbox) instead of being dispatched again: something kills every worker that
+  // runs it, and trying forever would take workers down with it.
+  int max_attempts = 5;
+};
+
+// Recovery: tasks whose worker lease expired, and dispatched tasks unclaimed for
+// `redispatch_after_s`, are dispatched again (they resume from their checkpoints; the
+// attempt fence stops a late old owner); tasks out of attempts end failed.
+struct RecoveryReport {
+  int exhausted = 0;
+  int lease_expired = 0;
+  int redispatched = 0;
+  // Each task dispatched again, for the log.
+  struct Task {
+    std::string task_id;
+    std::string user_id;
+    std::string traceparent;
+    bool lease_expired = false;  // else unclaimed for redispatch_after_s
+  };
+  std::vector<Task> tasks;
+};
+
+// The time-driven part of a pass: recovery, queue deadlines, cancelled batches.
+struct Housekeeping {
+  RecoveryReport recovery;
+  int expired = 0;  // queued tasks ended timed_out (schedule_timeout)
+  int swept = 0;    // tasks of cancelled batches ended cancelled
+};
+
+// A user's overrides in user_limits (nullopt / empty: the tier's value applies).
+struct UserOverrides {
+  std::string user_id;
+  std::string tier;
+  std::optional<int> max_concurrency;
+  std::optional<int> requests_per_minute;
+  std::optional<std::int64_t> tokens_per_minute;
+  std::optional<int> max_queued;
+  std::optional<std::string> monthly_budget;  // decimal text
+  std::optional<std::string> tool_permission;
+};
+
+// Every user with queued work: queued counts per priority (each up to a cap), the exact
+// count of dispatched + running tasks, the overrides; the capacity the live workers report
+// and the fleet's active total.
+struct BacklogUser {
+  std::string user_id;
+  std::int64_t queued_interactive = 0;
+  std::int64_t queued_batch = 0;
+  int active = 0;
+  UserOverrides overrides;
+};
+struct Backlog {
+  std::vector<BacklogUser> users;  // ordered by user_id
+  std::int64_t fleet_active = 0;
+  // What the live workers report they can run at once; -1 when none reports (unknown).
+  std::int64_t fleet_capacity = -1;
+};
+
+// What the fleet can start now: the capacity the live workers that take work report (-1
+// when none reports) and every user's dispatched and running tasks.
+struct FleetRoom {
+  std::int64_t capacity = -1;
+  std::int64_t active = 0;
+};
+
+// Tokens (input + output) in the ledger and dispatches in the last minute, per user: where
+// a new active scheduler starts its rate buckets.
+struct RecentUsage {
+  std::int64_t admissions = 0;
+  std::int64_t tokens = 0;
+};
+
+// How a task that never started ends (over budget, out of queue time, ...).
+struct Ending {
+  TaskStatus status = TaskStatus::kFailed;
+  std::string error;       // the reason, in words
+  std::string error_code;  // quota_exceeded, schedule_timeout, ... (empty: none)
+  // Set for an ending the user should read as the task's answer (quota_exceeded: result
+  // type error with the reason as its message).
+  std::optional<TaskResult> result;
+};
+
+// A grant of the pass's plan: up to `tasks` of the user's oldest queued of that priority.
+struct DispatchGrant {
+  std::string user_id;
+  Priority priority = Priority::kInteractive;
+  int tasks = 0;
+};
+
+// A task the pass dispatched: status dispatched and its message in the outbox.
+struct DispatchedTask {
+  std::string task_id;
+  std::string user_id;
+  Priority priority = Priority::kInteractive;
+  std::string was;      // the status it was picked in
+  double queued_s = 0;  // since submission
+  bool first = true;    // its first dispatch (attempt 0)
+  std::string traceparent;
+};
+
+// Queued tasks of a user to end unstarted: the oldest `count`, all with `ending`.
+struct EndQueued {
+  std::string user_id;
+  int count = 0;
+  Ending ending;
+};
+
+// What a pass's writes did.
+struct PassWrites {
+  std::vector<std::pair<std::string, std::size_t>> ended;  // per EndQueued with any ended
+  std::vector<DispatchedTask> dispatched;
+};
+
+class SchedulerStore {
+ public:
+  virtual ~SchedulerStore() = default;
+
+  // Opens a session when there is none, then tries the scheduler lock on it: true when this
+  // session holds it (taken now, or held already).
+  virtual bool try_lead() = 0;
+  // Ends the session; the lock, when it held it, goes with it.
+  virtual void reset() = 0;
+  // Waits up to `timeout` for work to arrive (a submission on any replica, a limits change,
+  // heard on the session) or for `wake_fd` to become readable (a wake-up from this process),
+  // whichever comes first. Without a session only `wake_fd` is watched.
+  virtual void wait(std::chrono::milliseconds timeout, int wake_fd) = 0;
+  // Work that arrived while a pass ran is not waited for: forgets what was heard so far.
+  virtual void forget_heard() = 0;
+  // Drops cached statement plans, so that the next ones follow the tables' current sizes.
+  virtual void refresh_plans() = 0;
+
+  // One transaction: recovery, queue deadlines, cancelled batches, forgotten workers.
+  virtual Housekeeping housekeep(const SchedulerPass& pass) = 0;
+
+  // The admission's reads (no transaction: only the active scheduler admits).
+  virtual FleetRoom read_fleet_room() = 0;
+  // The backlog with each queued count capped at `count_cap`.
+  virtual Backlog read_backlog(int count_cap) = 0;
+  // Each user's cost in `currency` since the start of this month in `time_zone`, in
+  // micro-units (users without calls are absent).
+  virtual std::map<std::string, std::int64_t> month_spend_micros(
+      const std::vector<std::string>& users, const std::string& time_zone,
+      const std::string& currency) = 0;
+  virtual std::map<std::string, RecentUsage> recent_usage(
+      const std::vector<std::string>& users) = 0;
+
+  // One transaction: ends each EndQueued's oldest queued tasks (with their result events),
+  // then dispatches the grants (skipping rows locked elsewhere). Nothing when both are empty.
+  virtual PassWrites write_pass(const std::vector<EndQueued>& end_queued,
+                                const std::vector<DispatchGrant>& grants,
+                                const SchedulerPass& pass) = 0;
+};
+
+}  // namespace agentfleet::ports

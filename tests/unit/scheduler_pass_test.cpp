@@ -1,0 +1,228 @@
+// The scheduler's rounds against a fake store and a manual clock: leadership, admission under
+// the per-user limits and the fleet's capacity, budgets, housekeeping's interval, and a write
+// that fails giving every grant's charge back. The Postgres side of each call is proved in
+// tests/pg; the fleet tests prove the wiring.
+
+#include "dispatcher/scheduler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/adapters/metrics/dispatcher_metrics.hpp"
+#include "core/adapters/metrics/metrics_registry.hpp"
+#include "core/config/config.hpp"
+#include "core/limits/clock.hpp"
+
+namespace agentfleet::dispatcher {
+namespace {
+
+config::Config test_config() {
+  return config::load_config_text(R"(
+postgres: {url: x}
+kafka: {bootstrap_servers: b}
+models: [{name: m1, endpoints: [{url: "http://h/x"}]}]
+billing:
+  prices:
+    - {model: m1, effective_from: "2026-01-01", input_per_million: "1"}
+task_defaults: {tier: standard}
+tiers:
+  - {tier: standard, max_concurrency: 3, requests_per_minute: 100, tokens_per_minute: 200000,
+     max_queued: 10000, monthly_budget: "0", weight: 1}
+  - {tier: capped, max_concurrency: 3, requests_per_minute: 100, monthly_budget: "2.5"}
+  - {tier: slow, max_concurrency: 10, requests_per_minute: 2}
+dispatcher: {housekeeping_interval_ms: 500}
+)",
+                                  "test.yaml");
+}
+
+// The store in memory: what each pass reads is set by the test; what it writes is recorded.
+class FakeSchedulerStore final : public ports::SchedulerStore {
+ public:
+  bool try_lead() override {
+    ++lead_tries;
+    return lock_free;
+  }
+  void reset() override { ++resets; }
+  void wait(std::chrono::milliseconds, int) override {}
+  void forget_heard() override {}
+  void refresh_plans() override { ++plan_refreshes; }
+  ports::Housekeeping housekeep(const ports::SchedulerPass&) override {
+    ++housekeepings;
+    return housekeeping;
+  }
+  ports::FleetRoom read_fleet_room() override { return room; }
+  ports::Backlog read_backlog(int count_cap) override {
+    count_caps.push_back(count_cap);
+    return backlog;
+  }
+  std::map<std::string, std::int64_t> month_spend_micros(const std::vector<std::string>& users,
+                                                         const std::string&,
+                                                         const std::string&) override {
+    std::map<std::string, std::int64_t> out;
+    for (const auto& u : users) {
+      if (spent.count(u))
+        out[u] = spent[u];
+    }
+    return out;
+  }
+  std::map<std::string, ports::RecentUsage> recent_usage(const std::vector<std::string>&) override {
+    return {};
+  }
+  ports::PassWrites write_pass(const std::vector<ports::EndQueued>& end_queued,
+                               const std::vector<ports::DispatchGrant>& grants,
+                               const ports::SchedulerPass&) override {
+    if (fail_writes)
+      throw std::runtime_error("postgres connection: connection reset");
+    ++writes;
+    ended.insert(ended.end(), end_queued.begin(), end_queued.end());
+    granted.insert(granted.end(), grants.begin(), grants.end());
+    ports::PassWrites done;
+    for (const auto& end : end_queued)
+      done.ended.emplace_back(end.user_id, static_cast<std::size_t>(end.count));
+    for (const auto& grant : grants) {
+      for (int i = 0; i < grant.tasks; ++i) {
+        ports::DispatchedTask task;
+        task.task_id = grant.user_id + "-" + std::to_string(next_task++);
+        task.user_id = grant.user_id;
+        task.priority = grant.priority;
+        done.dispatched.push_back(task);
+      }
+    }
+    return done;
+  }
+
+  // Tasks granted to `user` over every write so far.
+  int granted_to(const std::string& user) const {
+    int n = 0;
+    for (const auto& g : granted)
+      n += g.user_id == user ? g.tasks : 0;
+    return n;
+  }
+
+  bool lock_free = true;
+  bool fail_writes = false;
+  ports::FleetRoom room;
+  ports::Backlog backlog;
+  ports::Housekeeping housekeeping;
+  std::map<std::string, std::int64_t> spent;
+  int lead_tries = 0, resets = 0, plan_refreshes = 0, housekeepings = 0, writes = 0;
+  std::vector<int> count_caps;
+  std::vector<ports::EndQueued> ended;
+  std::vector<ports::DispatchGrant> granted;
+  int next_task = 0;
+};
+
+ports::BacklogUser waiting(const std::string& user, std::int64_t queued, int active = 0,
+                           const std::string& tier = "") {
+  ports::BacklogUser u;
+  u.user_id = user;
+  u.queued_interactive = queued;
+  u.active = active;
+  u.overrides.user_id = user;
+  u.overrides.tier = tier;
+  return u;
+}
+
+struct Harness {
+  config::Config config = test_config();
+  limits::ManualClock clock;
+  FakeSchedulerStore store;
+  metrics::MetricsRegistry registry{metrics::RegistryOptions{.process_metrics = false}};
+  metrics::DispatcherMetrics metrics{registry, config};
+  Scheduler scheduler{config, store, metrics, clock};
+
+  void queue(std::vector<ports::BacklogUser> users, std::int64_t capacity = 100) {
+    store.backlog.users = std::move(users);
+    store.backlog.fleet_capacity = capacity;
+    store.backlog.fleet_active = 0;
+    for (const auto& u : store.backlog.users)
+      store.backlog.fleet_active += u.active;
+    store.room = ports::FleetRoom{capacity, store.backlog.fleet_active};
+  }
+};
+
+TEST(SchedulerRounds, AReplicaThatDoesNotHoldTheLockRunsNoPass) {
+  Harness h;
+  h.store.lock_free = false;
+  h.queue({waiting("a", 5)});
+  EXPECT_FALSE(h.scheduler.round());
+  EXPECT_FALSE(h.scheduler.leader());
+  EXPECT_EQ(h.store.housekeepings, 0);
+  EXPECT_EQ(h.store.writes, 0);
+  h.store.lock_free = true;
+  h.scheduler.round();
+  EXPECT_TRUE(h.scheduler.leader());
+  EXPECT_EQ(h.store.granted_to("a"), 3) << "its tier's max_concurrency";
+  h.scheduler.round();
+  EXPECT_EQ(h.store.lead_tries, 2) << "not tried again while it holds the lock";
+}
+
+TEST(SchedulerRounds, GrantsStayWithinEachUsersConcurrencyAndTheFleetsCapacity) {
+  Harness h;
+  h.queue({waiting("a", 10, /*active=*/2), waiting("b", 10), waiting("c", 1)}, /*capacity=*/5);
+  h.scheduler.round();
+  EXPECT_EQ(h.store.granted_to("a"), 1) << "3 at once, 2 already active";
+  EXPECT_EQ(h.store.granted_to("a") + h.store.granted_to("b") + h.store.granted_to("c"), 3)
+      << "the fleet has room for 5, 2 of them taken";
+  EXPECT_EQ(h.store.count_caps.back(), 3) << "the backlog is read up to the room left";
+}
+
+TEST(SchedulerRounds, ASpentBudgetEndsTheUsersQueuedTasksInsteadOfRunningThem) {
+  Harness h;
+  h.queue({waiting("spender", 4, 0, "capped"), waiting("b", 1)});
+  h.store.spent["spender"] = 2500000;  // the tier's 2.5 a month, all of it
+  h.scheduler.round();
+  EXPECT_EQ(h.store.granted_to("spender"), 0);
+  ASSERT_EQ(h.store.ended.size(), 1u);
+  const ports::EndQueued& end = h.store.ended[0];
+  EXPECT_EQ(end.user_id, "spender");
+  EXPECT_EQ(end.count, 4);
+  EXPECT_EQ(end.ending.status, TaskStatus::kFailed);
+  EXPECT_EQ(end.ending.error_code, "quota_exceeded");
+  ASSERT_TRUE(end.ending.result.has_value());
+  EXPECT_EQ(end.ending.result->type, ResultType::kError);
+  EXPECT_NE(end.ending.result->message.find("monthly budget of 2.5"), std::string::npos)
+      << end.ending.result->message;
+  EXPECT_EQ(h.store.granted_to("b"), 1) << "others are admitted in the same pass";
+}
+
+TEST(SchedulerRounds, HousekeepingRunsOncePerIntervalNotOncePerWakeUp) {
+  Harness h;
+  h.queue({});
+  h.scheduler.round();
+  EXPECT_EQ(h.store.housekeepings, 1) << "a new term looks at once";
+  h.scheduler.round();
+  h.scheduler.round();
+  EXPECT_EQ(h.store.housekeepings, 1);
+  h.clock.advance(std::chrono::milliseconds(500));
+  h.scheduler.round();
+  EXPECT_EQ(h.store.housekeepings, 2);
+  // A full housekeeping (as much work as a pass may do) looks again at once.
+  h.store.housekeeping.recovery.lease_expired = h.config.dispatcher.scheduler_batch;
+  h.clock.advance(std::chrono::milliseconds(500));
+  h.scheduler.round();
+  h.store.housekeeping.recovery.lease_expired = 0;
+  h.scheduler.round();
+  EXPECT_EQ(h.store.housekeepings, 4);
+}
+
+TEST(SchedulerRounds, AWriteThatFailsGivesEveryGrantsChargeBack) {
+  // A user allowed 2 admissions a minute: a pass whose write failed dispatched nothing, so
+  // the next one (on a new session) may admit both again.
+  Harness h;
+  h.queue({waiting("slow", 5, 0, "slow")});
+  h.store.fail_writes = true;
+  EXPECT_THROW(h.scheduler.round(), std::runtime_error);
+  h.store.fail_writes = false;
+  h.scheduler.round();
+  EXPECT_EQ(h.store.granted_to("slow"), 2) << "the failed pass's charges were given back";
+  h.scheduler.round();
+  EXPECT_EQ(h.store.granted_to("slow"), 2) << "and the limit holds afterwards";
+}
+
+}  // namespace
+}  // namespace agentfleet::dispatcher
