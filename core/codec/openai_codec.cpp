@@ -257,6 +257,68 @@ std::string build_chat_request(const ChatRequestOptions& options,
   return std::string(buffer.GetString(), buffer.GetSize());
 }
 
+std::string encode_tools(const std::vector<ports::ToolSchema>& tools) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  write_tools(w, tools);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+std::string assemble_chat_request(const ChatRequestOptions& options, std::string_view messages_json,
+                                  std::string_view tools_json) {
+  const bool with_tools = !tools_json.empty() && tools_json != "[]";
+  // The head through a writer (as build_chat_request writes it), the parts copied whole:
+  // copying them through the writer would cost as much as encoding them again.
+  rapidjson::StringBuffer head;
+  Writer w(head);
+  w.StartObject();
+  w.Key("model");
+  write_string(w, options.provider_model);
+  w.Key("temperature");
+  w.Double(options.temperature);
+  w.Key("max_tokens");
+  w.Int(options.max_tokens);
+  std::string body;
+  body.reserve(head.GetSize() + messages_json.size() + tools_json.size() + 64);
+  body.append(head.GetString(), head.GetSize());
+  body += R"(,"messages":)";
+  body += messages_json;
+  if (with_tools) {
+    body += R"(,"tools":)";
+    body += tools_json;
+    body += R"(,"tool_choice":"auto")";
+  }
+  body += '}';
+  return body;
+}
+
+void ConversationEncoder::sync(std::uint64_t conversation, const std::vector<Message>& messages) {
+  if (conversation == 0 || conversation != conversation_ || messages.size() < encoded_) {
+    conversation_ = conversation;
+    encoded_ = 0;
+    json_ = "[]";
+    tokens_ = 0;
+  } else {
+    reused_ += encoded_;
+  }
+  if (encoded_ == messages.size())
+    return;
+  // Each message is written on its own and spliced in before the closing bracket.
+  rapidjson::StringBuffer buffer;
+  json_.pop_back();
+  for (std::size_t i = encoded_; i < messages.size(); ++i) {
+    buffer.Clear();
+    Writer w(buffer);
+    write_function_calling_message(w, messages[i]);
+    if (i > 0)
+      json_ += ',';
+    json_.append(buffer.GetString(), buffer.GetSize());
+    tokens_ += react::estimate_tokens(messages[i]);
+  }
+  json_ += ']';
+  encoded_ = messages.size();
+}
+
 std::int64_t estimate_tool_tokens(const std::vector<ports::ToolSchema>& tools,
                                   ChatProtocol protocol) {
   if (tools.empty() && protocol == ChatProtocol::kFunctionCalling)

@@ -41,6 +41,41 @@ std::string build_chat_request(const ChatRequestOptions& options,
                                const std::vector<Message>& messages,
                                const std::vector<ports::ToolSchema>& tools);
 
+// The `tools` array of a kFunctionCalling request ("[]" for none), as build_chat_request
+// writes it; for a caller that keeps it with the tool set (ports::ModelRequest::tools_json).
+std::string encode_tools(const std::vector<ports::ToolSchema>& tools);
+
+// build_chat_request of kFunctionCalling from parts already encoded: `messages_json` the
+// `messages` array (ConversationEncoder::json), `tools_json` the `tools` array
+// (encode_tools; "[]" or empty when none is offered). The same bytes as build_chat_request
+// given the messages and tools those parts encode.
+std::string assemble_chat_request(const ChatRequestOptions& options, std::string_view messages_json,
+                                  std::string_view tools_json);
+
+// One conversation's `messages` array for kFunctionCalling, kept across its model calls:
+// each message is encoded, and its tokens estimated (react::estimate_tokens), once; a call
+// encodes only what was appended since the call before. `conversation` names a message
+// list that only ever grows by appending (react::NextCall::conversation); another number,
+// or 0 (a list rebuilt for each call), starts over. Not thread-safe; one per run.
+class ConversationEncoder {
+ public:
+  // Brings the encoding up to `messages`.
+  void sync(std::uint64_t conversation, const std::vector<Message>& messages);
+  // The messages array, "[...]", of the messages last synced.
+  const std::string& json() const { return json_; }
+  // react::estimate_tokens of the messages last synced.
+  std::int64_t estimated_tokens() const { return tokens_; }
+  // Messages encoded once, not again, since construction (for tests and metrics).
+  std::uint64_t reused() const { return reused_; }
+
+ private:
+  std::uint64_t conversation_ = 0;
+  std::size_t encoded_ = 0;  // messages in json_
+  std::string json_ = "[]";
+  std::int64_t tokens_ = 0;
+  std::uint64_t reused_ = 0;
+};
+
 // Estimated tokens the tools take in a request of this protocol (the `tools` array, or the
 // react_json addendum), by react::estimate_tokens; for react::context_budget.
 std::int64_t estimate_tool_tokens(const std::vector<ports::ToolSchema>& tools,

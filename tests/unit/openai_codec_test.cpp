@@ -14,6 +14,7 @@
 #include "core/codec/checkpoint_codec.hpp"
 #include "core/codec/json_schema.hpp"
 #include "core/codec/react_json_codec.hpp"
+#include "core/react/context_budget.hpp"
 
 namespace agentfleet::codec {
 namespace {
@@ -393,6 +394,67 @@ TEST(OpenAiCodecTest, RequestRoundTripsThroughAProviderEcho) {
   ASSERT_EQ(reply.tool_calls.size(), 1u);
   EXPECT_EQ(reply.tool_calls[0].id, conversation[2].tool_calls[0].id);
   EXPECT_EQ(reply.tool_calls[0].arguments, conversation[2].tool_calls[0].arguments);
+}
+
+TEST(OpenAiCodecTest, AConversationEncodedAsItGrowsSendsWhatBuildingItWholeSends) {
+  const ports::ToolSchema search{"search_items", "Search the calendar.",
+                                 R"({"type":"object","properties":{"keyword":{"type":"string"}}})"};
+  const std::vector<ports::ToolSchema> tools{search, finish_tool_schema()};
+  const std::string tools_json = encode_tools(tools);
+  const ChatRequestOptions options{"deepseek-chat", 512};
+  const std::vector<Message> whole = sample_conversation();
+  std::vector<Message> conversation;
+  ConversationEncoder encoder;
+  std::uint64_t reused = 0;
+  for (std::size_t size : {2u, 4u, 6u}) {
+    const std::size_t before = conversation.size();
+    conversation.assign(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(size));
+    encoder.sync(1, conversation);
+    EXPECT_EQ(assemble_chat_request(options, encoder.json(), tools_json),
+              build_chat_request(options, conversation, tools));
+    EXPECT_EQ(encoder.estimated_tokens(), react::estimate_tokens(conversation));
+    // What was encoded for an earlier call is not encoded again.
+    reused += before;
+    EXPECT_EQ(encoder.reused(), reused);
+  }
+  // The same call again appends nothing and sends the same.
+  encoder.sync(1, conversation);
+  EXPECT_EQ(assemble_chat_request(options, encoder.json(), tools_json),
+            build_chat_request(options, conversation, tools));
+  // No tools: none in the request, as build_chat_request leaves them out.
+  EXPECT_EQ(assemble_chat_request(options, encoder.json(), encode_tools({})),
+            build_chat_request(options, conversation, {}));
+}
+
+TEST(OpenAiCodecTest, AnotherConversationOrOneBuiltAnewIsEncodedWhole) {
+  const ChatRequestOptions options{"m"};
+  ConversationEncoder encoder;
+  const std::vector<Message> first = sample_conversation();
+  encoder.sync(1, first);
+  // The same length under another number (plan_execute's next role): nothing of the first
+  // is kept.
+  std::vector<Message> second = first;
+  second[1].content = "把周会改到明天";
+  encoder.sync(2, second);
+  EXPECT_EQ(assemble_chat_request(options, encoder.json(), ""),
+            build_chat_request(options, second, {}));
+  EXPECT_EQ(encoder.estimated_tokens(), react::estimate_tokens(second));
+  // 0: a list built anew for each call, never appended to.
+  second[0].content = "换一个提示";
+  encoder.sync(0, second);
+  EXPECT_EQ(assemble_chat_request(options, encoder.json(), ""),
+            build_chat_request(options, second, {}));
+  second[0].content = "再换一个";
+  encoder.sync(0, second);
+  EXPECT_EQ(assemble_chat_request(options, encoder.json(), ""),
+            build_chat_request(options, second, {}));
+  EXPECT_EQ(encoder.reused(), 0u);
+  // A shorter list under the same number starts over.
+  encoder.sync(3, second);
+  const std::vector<Message> shorter(second.begin(), second.begin() + 2);
+  encoder.sync(3, shorter);
+  EXPECT_EQ(assemble_chat_request(options, encoder.json(), ""),
+            build_chat_request(options, shorter, {}));
 }
 
 // ---- react_json ----
