@@ -165,9 +165,8 @@ TaskRunner::TaskRunner(const config::Config& config, std::string worker_id,
       prices_(make_price_table(config.billing)),
       markers_(make_markers(config.react.markers)),
       plan_policy_(make_plan_policy(config.plan_execute)),
-      no_tools_(std::make_shared<const std::vector<ports::ToolSchema>>()),
-      finish_only_(std::make_shared<const std::vector<ports::ToolSchema>>(
-          std::vector<ports::ToolSchema>{codec::finish_tool_schema()})) {
+      no_tools_(make_tool_set({})),
+      finish_only_(make_tool_set({codec::finish_tool_schema()})) {
   for (const auto& tool : config.tools) {
     rapidjson::Document schema;
     schema.Parse(tool.parameters_schema.c_str());
@@ -246,6 +245,39 @@ void TaskRunner::drain() {
     held.control->drain = true;
 }
 
+// The tools a call offers, with the `tools` array a function-calling request writes for
+// them, encoded once for every call that offers them.
+struct TaskRunner::ToolSet {
+  std::vector<ports::ToolSchema> schemas;
+  std::string json;  // codec::encode_tools(schemas)
+};
+
+std::shared_ptr<const TaskRunner::ToolSet> TaskRunner::make_tool_set(
+    std::vector<ports::ToolSchema> schemas) {
+  auto set = std::make_shared<ToolSet>();
+  set->json = codec::encode_tools(schemas);
+  set->schemas = std::move(schemas);
+  return set;
+}
+
+std::shared_ptr<const TaskRunner::ToolSet> TaskRunner::task_tool_set(
+    std::vector<ports::ToolSchema> schemas) {
+  std::string key;
+  for (const auto& schema : schemas) {
+    key += schema.name;
+    key += '\n';
+  }
+  std::lock_guard lock(tool_sets_mutex_);
+  auto found = tool_sets_.find(key);
+  if (found != tool_sets_.end())
+    return found->second;
+  if (tool_sets_.size() >= kToolSetCacheSize)
+    tool_sets_.clear();
+  auto set = make_tool_set(std::move(schemas));
+  tool_sets_.emplace(std::move(key), set);
+  return set;
+}
+
 struct TaskRunner::Run : ClaimedRun {
   std::string user_id;  // from the dispatch message; the claimed row's afterwards
   std::string traceparent;
@@ -254,7 +286,9 @@ struct TaskRunner::Run : ClaimedRun {
   TimePoint deadline;
   TimePoint claimed_at;
   std::shared_ptr<RunControl> control = std::make_shared<RunControl>();
-  std::shared_ptr<const std::vector<ports::ToolSchema>> schemas;
+  std::shared_ptr<const ToolSet> schemas;  // the task's tools and finish
+  // The conversation's `messages` array, kept across its model calls (function calling).
+  codec::ConversationEncoder encoder;
   std::set<std::string> allowed;    // the task's allow-list within the registry
   std::set<std::string> permitted;  // of those, the tools the user's permission level allows
   int progress_seq = 0;
@@ -543,7 +577,7 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
   // call is refused and the model reads why.
   const config::Permission permission =
       config_.tool_permission_for(run.claimed.user_tier, run.claimed.user_tool_permission);
-  auto schemas = std::make_shared<std::vector<ports::ToolSchema>>();
+  std::vector<ports::ToolSchema> schemas;
   for (const auto& tool : config_.tools) {
     if (spec.tools &&
         std::find(spec.tools->begin(), spec.tools->end(), tool.name) == spec.tools->end()) {
@@ -552,11 +586,11 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     run.allowed.insert(tool.name);
     if (tool.permission <= permission) {
       run.permitted.insert(tool.name);
-      schemas->push_back(ports::ToolSchema{tool.name, tool.description, tool.parameters_schema});
+      schemas.push_back(ports::ToolSchema{tool.name, tool.description, tool.parameters_schema});
     }
   }
-  schemas->push_back(codec::finish_tool_schema());
-  run.schemas = std::move(schemas);
+  schemas.push_back(codec::finish_tool_schema());
+  run.schemas = task_tool_set(std::move(schemas));
 
   const std::string zone_name =
       spec.metadata.time_zone.empty() ? config_.task_defaults.time_zone : spec.metadata.time_zone;
@@ -580,7 +614,10 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
   auto made = make_strategy(run, values, std::move(history));
   if (!made.ok())
     co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, made.error().message);
-  react::Strategy& strategy = *made.value();
+  // Shared with the model calls, which read its conversation (a call abandoned at a cancel
+  // may outlive the run).
+  const std::shared_ptr<react::Strategy> strategy_owner = std::move(made).value();
+  react::Strategy& strategy = *strategy_owner;
 
   // Replay the checkpoints of earlier attempts: no model call and no bill for them.
   react::Step next = strategy.start();
@@ -657,12 +694,12 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
       case react::ToolOffer::kFinishOnly:
         return finish_only_;
       case react::ToolOffer::kStepTool: {
-        auto one = std::make_shared<std::vector<ports::ToolSchema>>();
-        for (const auto& schema : *r.schemas) {
+        std::vector<ports::ToolSchema> one;
+        for (const auto& schema : r.schemas->schemas) {
           if (schema.name == call.tool)
-            one->push_back(schema);
+            one.push_back(schema);
         }
-        return std::shared_ptr<const std::vector<ports::ToolSchema>>(std::move(one));
+        return make_tool_set(std::move(one));
       }
       case react::ToolOffer::kNone:
         break;
@@ -673,9 +710,14 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
   const config::ModelConfig& model = *config_.find_model(spec.model);
   // What one request may hold: the conversation sent is a trimmed copy (old tool outputs
   // first), never what is checkpointed.
+  // A function-calling conversation is encoded once, each call appending what is new.
+  const bool keep_encoded =
+      codec::chat_protocol(model.protocol) == codec::ChatProtocol::kFunctionCalling;
   const react::ContextBudget budget = react::context_budget(
       model.context_window_tokens, model.max_output_tokens,
-      codec::estimate_tool_tokens(*run.schemas, codec::chat_protocol(model.protocol)));
+      keep_encoded ? react::estimate_tokens(run.schemas->json)
+                   : codec::estimate_tool_tokens(run.schemas->schemas,
+                                                 codec::chat_protocol(model.protocol)));
   for (;;) {
     if (auto* finished = std::get_if<react::Finish>(&next)) {
       co_return co_await finish(run, TaskStatus::kSucceeded, finished->result, std::string());
@@ -740,14 +782,26 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     emit_progress(run, "step", step, {}, "{}");
     const auto started = clock_.now();
     const react::NextCall request = strategy.request();
-    react::FittedContext context = react::fit_context(*request.messages, budget);
-    if (!context.fits) {
-      log::warn("worker", run.log_context(),
-                "conversation exceeds the context budget even trimmed (" +
-                    std::to_string(context.estimated_tokens) + " estimated tokens)");
+    // What the call sends: the conversation as it is when it fits (held by the strategy,
+    // which the call keeps alive), else a trimmed copy.
+    std::shared_ptr<const std::vector<Message>> messages;
+    std::string messages_json;
+    if (keep_encoded)
+      run.encoder.sync(request.conversation, *request.messages);
+    if (keep_encoded && run.encoder.estimated_tokens() <= budget.max_tokens) {
+      messages = std::shared_ptr<const std::vector<Message>>(strategy_owner, request.messages);
+      messages_json = run.encoder.json();
+    } else {
+      react::FittedContext context = react::fit_context(*request.messages, budget);
+      if (!context.fits) {
+        log::warn("worker", run.log_context(),
+                  "conversation exceeds the context budget even trimmed (" +
+                      std::to_string(context.estimated_tokens) + " estimated tokens)");
+      }
+      messages = std::make_shared<const std::vector<Message>>(std::move(context.messages));
     }
-    auto reply = co_await call_model(run, std::move(context.messages), offered_tools(run, request),
-                                     call_deadline);
+    auto reply = co_await call_model(run, std::move(messages), std::move(messages_json),
+                                     offered_tools(run, request), call_deadline);
     if (!reply) {
       if (auto stop = co_await stop_requested(run, false))
         co_return *stop;
@@ -926,7 +980,7 @@ Result<std::unique_ptr<react::Strategy>> TaskRunner::make_strategy(
   }
   // The planner sees the tools the user may call (finish is the synthesizer's alone).
   std::vector<ports::ToolSchema> tools;
-  for (const auto& schema : *run.schemas) {
+  for (const auto& schema : run.schemas->schemas) {
     if (schema.name != kFinishTool)
       tools.push_back(schema);
   }
@@ -937,22 +991,25 @@ Result<std::unique_ptr<react::Strategy>> TaskRunner::make_strategy(
 }
 
 asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
-    Run& run, std::vector<Message> messages,
-    std::shared_ptr<const std::vector<ports::ToolSchema>> tools, TimePoint deadline) {
+    Run& run, std::shared_ptr<const std::vector<Message>> messages, std::string messages_json,
+    std::shared_ptr<const ToolSet> tools, TimePoint deadline) {
   // The call runs as its own coroutine owning what it reads, so that a cancellation can
   // stop waiting for it at once; an abandoned call ends at its own deadline.
   struct Call {
-    std::vector<Message> messages;
-    std::shared_ptr<const std::vector<ports::ToolSchema>> schemas;
+    std::shared_ptr<const std::vector<Message>> messages;
+    std::string messages_json;
+    std::shared_ptr<const ToolSet> tools;
     std::optional<Result<ModelReply>> reply;
     asio::steady_timer* waiter = nullptr;
   };
   auto call = std::make_shared<Call>();
   call->messages = std::move(messages);
-  call->schemas = std::move(tools);
+  call->messages_json = std::move(messages_json);
+  call->tools = std::move(tools);
   auto executor = co_await asio::this_coro::executor;
-  ports::ModelRequest request{run.claimed.spec.model, &call->messages, call->schemas.get(),
-                              deadline, run.traceparent};
+  ports::ModelRequest request{run.claimed.spec.model, call->messages.get(), &call->tools->schemas,
+                              call->messages_json,    call->tools->json,    deadline,
+                              run.traceparent};
   asio::co_spawn(
       executor,
       [call, request = std::move(request), &model = model_]() mutable -> asio::awaitable<void> {

@@ -88,10 +88,16 @@ class TaskRunner final : public Runs {
   void mark_ending(Run& run);
   // Calls the model; nullopt when the run was interrupted before the reply arrived.
   // `tools`: what the call offers (the task's tools, only finish, one tool, or none).
+  // `messages`: what the call sends, held unchanged until the call ends; `messages_json`
+  // their encoding when the run keeps it (else empty).
+  struct ToolSet;
   boost::asio::awaitable<std::optional<Result<ModelReply>>> call_model(
-      Run& run, std::vector<Message> messages,
-      std::shared_ptr<const std::vector<ports::ToolSchema>> tools,
-      limits::Clock::time_point deadline);
+      Run& run, std::shared_ptr<const std::vector<Message>> messages, std::string messages_json,
+      std::shared_ptr<const ToolSet> tools, limits::Clock::time_point deadline);
+  // The tool set of these schemas, encoded.
+  static std::shared_ptr<const ToolSet> make_tool_set(std::vector<ports::ToolSchema> schemas);
+  // The task's tools as a set shared with the runs that offer the same tools.
+  std::shared_ptr<const ToolSet> task_tool_set(std::vector<ports::ToolSchema> schemas);
   // The strategy a claimed task runs (its own, its user's tier's, or the default), set up
   // with the run's tools and prompt; an error when it cannot run with the task's model.
   // `history`: a follow-up's earlier conversation.
@@ -133,8 +139,13 @@ class TaskRunner final : public Runs {
   react::PlanPolicy plan_policy_;
   std::map<std::string, std::shared_ptr<codec::CompiledSchema>> argument_schemas_;
   // What a plan_execute call offers when it is not the task's tools.
-  std::shared_ptr<const std::vector<ports::ToolSchema>> no_tools_;
-  std::shared_ptr<const std::vector<ports::ToolSchema>> finish_only_;
+  std::shared_ptr<const ToolSet> no_tools_;
+  std::shared_ptr<const ToolSet> finish_only_;
+  // The task tool sets in use, by the names they hold; at most kToolSetCacheSize (a full
+  // cache starts over; runs keep the sets they hold).
+  static constexpr std::size_t kToolSetCacheSize = 64;
+  std::mutex tool_sets_mutex_;
+  std::map<std::string, std::shared_ptr<const ToolSet>> tool_sets_;
   bool draining_ = false;
   bool fenced_ = false;
   std::uint64_t unfenced_ = 0;  // how many times a fence was lifted (a new incarnation)

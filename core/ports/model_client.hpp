@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/domain/conversation.hpp"
@@ -22,6 +23,12 @@ struct ModelRequest {
   std::string model;  // the configured model name
   const std::vector<Message>* messages = nullptr;
   const std::vector<ToolSchema>* tools = nullptr;
+  // Optional, from a caller that keeps its conversation encoded (codec::ConversationEncoder,
+  // codec::encode_tools): the `messages` and `tools` arrays as a function-calling request
+  // writes them, the same bytes the client would write from `messages` and `tools`. Used for
+  // function-calling models when `messages_json` is set; valid for the whole call.
+  std::string_view messages_json;
+  std::string_view tools_json;
   std::chrono::steady_clock::time_point deadline;  // of this call, already min(call, task)
   std::string traceparent;
 };

@@ -7,6 +7,7 @@
 //
 // Thread-compatible: one instance per run, used by one strand at a time.
 
+#include <cstdint>
 #include <memory>
 #include <set>
 #include <string>
@@ -29,6 +30,10 @@ struct NextCall {
   ToolOffer tools = ToolOffer::kTaskTools;
   std::string role;  // "react", "planner", "executor", "critic", "synthesizer": for logs
   std::string tool;  // kStepTool: the one tool offered
+  // Nonzero: `messages` is a list that only grows by appending for as long as this number
+  // stays the same (so its encoding can be kept and appended to, codec::ConversationEncoder);
+  // 0: a list built anew for the call.
+  std::uint64_t conversation = 0;
 };
 
 class Strategy {
@@ -53,7 +58,8 @@ class ReactStrategy final : public Strategy {
                 std::vector<Message> history = {});
   Step start() override { return CallModel{}; }
   NextCall request() const override {
-    return NextCall{&state_.messages, ToolOffer::kTaskTools, "react", {}};
+    // One conversation, appended to for the whole run.
+    return NextCall{&state_.messages, ToolOffer::kTaskTools, "react", {}, 1};
   }
   Step on_model_reply(const ModelReply& reply) override {
     return loop_.on_model_reply(state_, reply);

@@ -75,6 +75,7 @@ class ModelClientTest : public ::testing::Test {
   // Responses per URL, in order; the clock moves by `latency` per attempt.
   std::map<std::string, std::deque<ClientResponse>> script;
   std::vector<std::string> called;
+  std::vector<std::string> bodies;  // of each attempt
   std::vector<milliseconds> slept;
   std::vector<ModelAttempt> attempts;
   std::vector<std::string> attempt_endpoints;
@@ -91,6 +92,7 @@ class ModelClientTest : public ::testing::Test {
     hooks.wall_clock = [] { return std::chrono::system_clock::time_point(seconds(1'792'567'668)); };
     hooks.transport = [this](ClientRequest request) -> asio::awaitable<ClientResponse> {
       called.push_back(request.url);
+      bodies.push_back(request.body);
       clock.advance(latency);
       auto& queue = script[request.url];
       if (queue.empty())
@@ -396,6 +398,33 @@ TEST_F(ModelClientTest, ATimeoutAtTheDeadlineEndsTheCallAsATimeout) {
   ASSERT_FALSE(reply.ok());
   EXPECT_EQ(reply.error().kind, ErrorKind::kTimeout);
   EXPECT_EQ(attempts.at(0).outcome, ModelOutcome::kTimeout);
+}
+
+TEST_F(ModelClientTest, AConversationTheCallerKeepsEncodedIsSentAsIfBuiltHere) {
+  auto client = make(model_config({kA}));
+  messages.push_back(Message{Role::kAssistant, "", {ToolCall{"c1", "search_items", "{}"}}, {}, {}});
+  messages.push_back(Message{Role::kTool, R"({"items":[]})", {}, "c1", "search_items"});
+  tools.push_back(ports::ToolSchema{"search_items", "Search.", R"({"type":"object"})"});
+  tools.push_back(codec::finish_tool_schema());
+  script[kA] = {ok(), ok()};
+  ASSERT_TRUE(call(*client).ok());  // built here
+
+  codec::ConversationEncoder encoder;
+  encoder.sync(1, messages);
+  const std::string tools_json = codec::encode_tools(tools);
+  ports::ModelRequest request;
+  request.model = "m";
+  request.messages = &messages;
+  request.tools = &tools;
+  request.messages_json = encoder.json();
+  request.tools_json = tools_json;
+  request.deadline = clock.now() + seconds(30);
+  auto future = asio::co_spawn(io, client->complete(std::move(request)), asio::use_future);
+  io.restart();
+  io.run();
+  ASSERT_TRUE(future.get().ok());
+  ASSERT_EQ(bodies.size(), 2u);
+  EXPECT_EQ(bodies[1], bodies[0]);
 }
 
 TEST_F(ModelClientTest, UnknownModelIsInvalid) {

@@ -24,6 +24,7 @@
 #include "core/codec/checkpoint_codec.hpp"
 #include "core/codec/openai_codec.hpp"
 #include "core/config/config.hpp"
+#include "core/react/context_budget.hpp"
 
 namespace agentfleet::worker {
 namespace {
@@ -118,6 +119,20 @@ class ScriptedModel final : public ports::ModelClient {
     ++calls;
     deadlines.push_back(request.deadline);
     sent_messages.push_back(request.messages ? request.messages->size() : 0);
+    if (request.messages != nullptr && request.tools != nullptr) {
+      // The body the model client would send: spliced from the run's encoding when it
+      // gave one, else built from the messages.
+      const codec::ChatRequestOptions options{"m1"};
+      sent_encoded.push_back(!request.messages_json.empty());
+      sent_bodies.push_back(
+          request.messages_json.empty()
+              ? codec::build_chat_request(options, *request.messages, *request.tools)
+              : codec::assemble_chat_request(options, request.messages_json, request.tools_json));
+      built_bodies.push_back(codec::build_chat_request(options, *request.messages, *request.tools));
+      sent.push_back(*request.messages);
+      sent_tool_tokens.push_back(
+          codec::estimate_tool_tokens(*request.tools, codec::ChatProtocol::kFunctionCalling));
+    }
     if (on_call)
       on_call();
     if (script_.empty())
@@ -137,6 +152,11 @@ class ScriptedModel final : public ports::ModelClient {
   int calls = 0;
   std::vector<limits::Clock::time_point> deadlines;
   std::vector<std::size_t> sent_messages;
+  std::vector<bool> sent_encoded;         // the call carried the run's encoding
+  std::vector<std::string> sent_bodies;   // as the client would send them
+  std::vector<std::string> built_bodies;  // the messages and tools built whole
+  std::vector<std::vector<Message>> sent;
+  std::vector<std::int64_t> sent_tool_tokens;
 
  private:
   limits::ManualClock& clock_;
@@ -152,12 +172,13 @@ class RecordingTools final : public ports::ToolClient {
     clock_.advance(takes);
     ports::ToolOutcome outcome;
     outcome.observation.ok = true;
-    outcome.observation.content = R"({"items":[{"id":"evt_1"}]})";
+    outcome.observation.content = content;
     outcome.http_status = 200;
     co_return outcome;
   }
   std::vector<ports::ToolInvocation> invocations;
   std::chrono::milliseconds takes{0};
+  std::string content = R"({"items":[{"id":"evt_1"}]})";  // what every call answers
 
  private:
   limits::ManualClock& clock_;
@@ -378,6 +399,52 @@ TEST(TaskRunner, RunsTheLoopToItsEndWithACheckpointAndALedgerRowPerModelCall) {
   EXPECT_NE(h.publisher.published[0].value.find("\"status\":\"succeeded\""), std::string::npos);
   EXPECT_EQ(h.store.forgotten, std::vector<std::int64_t>{1});
   EXPECT_EQ(h.publisher.events("done").size(), 1u);
+}
+
+TEST(TaskRunner, EachCallSendsTheConversationAsBuiltWholeEncodingOnlyWhatIsNew) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(calls_reply({call("c2", "create_item", R"({"title":"周会"})")}));
+  h.model.then(finish_reply("已改到晚上8点"));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  ASSERT_EQ(h.model.sent_bodies.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(h.model.sent_encoded[i]) << "call " << i;
+    EXPECT_EQ(h.model.sent_bodies[i], h.model.built_bodies[i]) << "call " << i;
+  }
+  EXPECT_EQ(h.model.sent_messages, (std::vector<std::size_t>{2, 4, 6}));
+}
+
+TEST(TaskRunner, AConversationOverTheContextBudgetIsSentTrimmedAndBuiltWhole) {
+  // The first call's conversation, to size a context window it fits and the second does not.
+  Harness probe;
+  probe.model.then(finish_reply("done"));
+  ASSERT_EQ(probe.run(), RunOutcome::kFinished);
+  const std::int64_t first = react::estimate_tokens(probe.model.sent.at(0));
+  const std::int64_t tools = probe.model.sent_tool_tokens.at(0);
+
+  Harness h;
+  h.config.models[0].context_window_tokens =
+      static_cast<int>(h.config.models[0].max_output_tokens + tools + first + 200);
+  h.tools.content = "{\"items\":\"" + std::string(4000, 'x') + "\"}";  // about 1,000 tokens
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(calls_reply({call("c2", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(finish_reply("done"));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  ASSERT_EQ(h.model.sent.size(), 3u);
+  EXPECT_TRUE(h.model.sent_encoded[0]);
+  // Over the budget, the second call is built whole from a copy (its one tool output, the
+  // latest step's, is never trimmed); the third has the older output stubbed.
+  EXPECT_FALSE(h.model.sent_encoded[1]);
+  EXPECT_FALSE(h.model.sent_encoded[2]);
+  ASSERT_EQ(h.model.sent[2].size(), 6u);
+  EXPECT_EQ(h.model.sent[2][3].role, Role::kTool);
+  EXPECT_EQ(h.model.sent[2][3].content.rfind(R"({"trimmed":true,"original_chars":)", 0), 0u)
+      << h.model.sent[2][3].content.substr(0, 80);
+  EXPECT_EQ(h.model.sent[2][5].content, h.model.sent[1][3].content);
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(h.model.sent_bodies[i], h.model.built_bodies[i]) << "call " << i;
+  EXPECT_EQ(h.model.sent_bodies[1], h.model.built_bodies[1]);
 }
 
 TEST(TaskRunner, TheResultEventReportsWhatEveryAttemptBilledAsTheLedgerSumsIt) {

@@ -268,7 +268,11 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
       model.config.provider_model.empty() ? model.config.name : model.config.provider_model;
   options.max_tokens = model.config.max_output_tokens;
   options.protocol = codec::chat_protocol(model.config.protocol);
-  const std::string body = codec::build_chat_request(options, *request.messages, *request.tools);
+  // A conversation the caller keeps encoded is spliced in, not encoded again.
+  const std::string body =
+      options.protocol == codec::ChatProtocol::kFunctionCalling && !request.messages_json.empty()
+          ? codec::assemble_chat_request(options, request.messages_json, request.tools_json)
+          : codec::build_chat_request(options, *request.messages, *request.tools);
   const std::int64_t estimate =
       limits::estimate_request_tokens(body.size(), model.config.max_output_tokens);
   const std::string what = "model '" + model.config.name + "'";
