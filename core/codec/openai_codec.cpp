@@ -164,6 +164,17 @@ void write_function_calling_message(Writer& w, const Message& m) {
   w.EndObject();
 }
 
+// `{"model", "temperature", "max_tokens"` of a request, its object left open.
+void write_request_head(Writer& w, const ChatRequestOptions& options) {
+  w.StartObject();
+  w.Key("model");
+  write_string(w, options.provider_model);
+  w.Key("temperature");
+  w.Double(options.temperature);
+  w.Key("max_tokens");
+  w.Int(options.max_tokens);
+}
+
 void write_plain_message(Writer& w, std::string_view role, std::string_view content) {
   w.StartObject();
   w.Key("role");
@@ -231,13 +242,7 @@ std::string build_chat_request(const ChatRequestOptions& options,
                                const std::vector<ports::ToolSchema>& tools) {
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
-  w.StartObject();
-  w.Key("model");
-  write_string(w, options.provider_model);
-  w.Key("temperature");
-  w.Double(options.temperature);
-  w.Key("max_tokens");
-  w.Int(options.max_tokens);
+  write_request_head(w, options);
   w.Key("messages");
   w.StartArray();
   if (options.protocol == ChatProtocol::kReactJson) {
@@ -271,13 +276,7 @@ std::string assemble_chat_request(const ChatRequestOptions& options, std::string
   // copying them through the writer would cost as much as encoding them again.
   rapidjson::StringBuffer head;
   Writer w(head);
-  w.StartObject();
-  w.Key("model");
-  write_string(w, options.provider_model);
-  w.Key("temperature");
-  w.Double(options.temperature);
-  w.Key("max_tokens");
-  w.Int(options.max_tokens);
+  write_request_head(w, options);
   std::string body;
   body.reserve(head.GetSize() + messages_json.size() + tools_json.size() + 64);
   body.append(head.GetString(), head.GetSize());
