@@ -63,6 +63,60 @@ std::vector<int> backend_pids_of_writes(pg::WriteBatcher& batcher, int n) {
   return pids;
 }
 
+// A write held on its pool thread by an advisory lock the test holds: made at construction,
+// which waits (at most 10 s) until Postgres shows it waiting for the lock; it goes on at
+// release() (or at destruction, when a test ends early).
+class HeldWrite {
+ public:
+  HeldWrite(pg::WriteBatcher& batcher, pqxx::connection& admin, long long lock, std::string key)
+      : admin_(admin), lock_(lock) {
+    pqxx::nontransaction(admin_).exec_params("SELECT pg_advisory_lock($1)", lock_);
+    result_ = boost::asio::co_spawn(
+        io_,
+        batcher.run(std::move(key),
+                    [lock](pqxx::work& tx) {
+                      tx.exec_params("SELECT pg_advisory_xact_lock($1)", lock);
+                      return tx.exec1("SELECT pg_backend_pid()")[0].as<int>();
+                    }),
+        boost::asio::use_future);
+    thread_ = std::thread([this] { io_.run(); });
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!waiting_ && std::chrono::steady_clock::now() < until) {
+      waiting_ = pqxx::nontransaction(admin_)
+                     .exec_params1(
+                         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                         "AND objid = $1 AND NOT granted",
+                         lock_)[0]
+                     .as<int>() > 0;
+      if (!waiting_)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a bounded wait
+    }
+  }
+  HeldWrite(const HeldWrite&) = delete;
+  HeldWrite& operator=(const HeldWrite&) = delete;
+  ~HeldWrite() {
+    if (thread_.joinable())
+      release();
+  }
+
+  bool waiting() const { return waiting_; }
+
+  // Lets the write go; the backend pid it ran on.
+  Result<int> release() {
+    pqxx::nontransaction(admin_).exec_params("SELECT pg_advisory_unlock($1)", lock_);
+    thread_.join();
+    return result_.get();
+  }
+
+ private:
+  pqxx::connection& admin_;
+  long long lock_;
+  boost::asio::io_context io_;
+  std::future<Result<int>> result_;
+  std::thread thread_;
+  bool waiting_ = false;
+};
+
 TEST(WriteBatcher, ABatchOnAConnectionPostgresClosedRunsAgainOnAFreshOne) {
   const std::string url = test::env()["AGENTFLEET_PG_URL"];
   pg::DbPool pool(url, 2, 5000, 5);
@@ -71,36 +125,10 @@ TEST(WriteBatcher, ABatchOnAConnectionPostgresClosedRunsAgainOnAFreshOne) {
   // Every pool thread opens its connection: one write is held on its thread by an advisory
   // lock the test holds, so a write made while it waits runs on the other thread.
   pqxx::connection admin(url);
-  static constexpr int kLock = 7311901;
-  pqxx::nontransaction(admin).exec_params("SELECT pg_advisory_lock($1)", kLock);
-  boost::asio::io_context held_io;
-  auto held =
-      boost::asio::co_spawn(held_io,
-                            batcher.run("write-batcher-test-held",
-                                        [](pqxx::work& tx) {
-                                          tx.exec_params("SELECT pg_advisory_xact_lock($1)", kLock);
-                                          return tx.exec1("SELECT pg_backend_pid()")[0].as<int>();
-                                        }),
-                            boost::asio::use_future);
-  std::thread held_thread([&held_io] { held_io.run(); });
-  const auto lock_deadline = std::chrono::steady_clock::now() + 10s;
-  for (;;) {
-    pqxx::nontransaction look(admin);
-    const int waiting = look.exec_params1(
-                                "SELECT count(*) FROM pg_locks WHERE locktype = "
-                                "'advisory' AND objid = $1 AND NOT granted",
-                                kLock)[0]
-                            .as<int>();
-    if (waiting > 0)
-      break;
-    if (std::chrono::steady_clock::now() > lock_deadline)
-      break;                            // the assertion below says what went wrong
-    std::this_thread::sleep_for(20ms);  // polling a bounded wait
-  }
+  HeldWrite held(batcher, admin, 7311901, "write-batcher-test-held");
+  ASSERT_TRUE(held.waiting()) << "the held write never waited for the lock";
   const std::vector<int> other = backend_pids_of_writes(batcher, 1);
-  pqxx::nontransaction(admin).exec_params("SELECT pg_advisory_unlock($1)", kLock);
-  held_thread.join();
-  const Result<int> held_pid = held.get();
+  const Result<int> held_pid = held.release();
   ASSERT_TRUE(held_pid.ok()) << held_pid.error().message;
   const std::set<int> before{held_pid.value(), other.at(0)};
   ASSERT_EQ(before.size(), 2u) << "two pool threads, two connections";
@@ -153,30 +181,9 @@ TEST(WriteBatcher, AFailingWriteIsUndoneAloneAndTheOthersCommitTogether) {
 
   // The only batch slot waits on a lock the test holds, so the writes below queue up
   // behind it and form the next batch together.
-  static constexpr long long kLock = 7311999;
-  pqxx::nontransaction(admin).exec_params("SELECT pg_advisory_lock($1)", kLock);
-  boost::asio::io_context blocker_io;
-  auto blocker =
-      boost::asio::co_spawn(blocker_io,
-                            batcher.run("0-blocker",
-                                        [](pqxx::work& tx) {
-                                          tx.exec_params("SELECT pg_advisory_xact_lock($1)", kLock);
-                                          return true;
-                                        }),
-                            boost::asio::use_future);
-  std::thread blocker_thread([&] { blocker_io.run(); });
+  HeldWrite blocker(batcher, admin, 7311999, "0-blocker");
+  ASSERT_TRUE(blocker.waiting()) << "the blocking write never ran";
   const auto until = std::chrono::steady_clock::now() + 10s;
-  for (;;) {
-    const auto waiting = pqxx::nontransaction(admin)
-                             .exec1(
-                                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                                 "AND NOT granted")[0]
-                             .as<int>();
-    if (waiting > 0)
-      break;
-    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the blocking write never ran";
-    std::this_thread::sleep_for(20ms);  // polling a bounded wait
-  }
 
   boost::asio::io_context io;
   std::vector<std::future<Result<std::int64_t>>> futures;
@@ -202,10 +209,8 @@ TEST(WriteBatcher, AFailingWriteIsUndoneAloneAndTheOthersCommitTogether) {
     ASSERT_LT(std::chrono::steady_clock::now(), until) << "the writes were never queued";
     std::this_thread::sleep_for(5ms);  // polling a bounded wait
   }
-  pqxx::nontransaction(admin).exec_params("SELECT pg_advisory_unlock($1)", kLock);
+  const Result<int> blocked = blocker.release();
   writes_thread.join();
-  blocker_thread.join();
-  const Result<bool> blocked = blocker.get();
   ASSERT_TRUE(blocked.ok()) << blocked.error().message;
 
   std::set<std::int64_t> transactions;
