@@ -2,7 +2,10 @@
 // The SQL of the stores, kept in .sql files under core/adapters/pg/sql/ and compiled into the
 // binary (cmake/embed.cmake). A file holds several statements, each after a line
 // `-- name: <name>` and its comment lines; `text(name)` is that statement's text, and
-// exec_named() runs it as the prepared statement "af_<name>" (prepared.hpp).
+// exec_named() runs it as the prepared statement "af_<name>" (prepared.hpp). exec_text()
+// sends it as text instead, planned afresh at each call: for the rare statements, and for
+// those whose plan should follow their arguments (a filter that is empty or not) rather
+// than be a generic plan cached for the connection's life.
 //
 // A name that no file holds is a bug: text() throws std::logic_error naming it, and the unit
 // test SqlFiles.EveryStatementTheStoresNameIsInAFile finds it before anything runs.
@@ -50,6 +53,21 @@ void exec_named0(pqxx::transaction_base& tx, std::string_view name, Args&&... ar
   const char* prepared = detail::prepared_name(name);
   tx.conn().prepare(prepared, sql::text(name));
   tx.exec_prepared0(prepared, std::forward<Args>(args)...);
+}
+
+template <typename... Args>
+pqxx::result exec_text(pqxx::transaction_base& tx, std::string_view name, Args&&... args) {
+  return tx.exec_params(sql::text(name), std::forward<Args>(args)...);
+}
+
+template <typename... Args>
+pqxx::row exec_text1(pqxx::transaction_base& tx, std::string_view name, Args&&... args) {
+  return tx.exec_params1(sql::text(name), std::forward<Args>(args)...);
+}
+
+template <typename... Args>
+void exec_text0(pqxx::transaction_base& tx, std::string_view name, Args&&... args) {
+  tx.exec_params0(sql::text(name), std::forward<Args>(args)...);
 }
 
 }  // namespace agentfleet::pg
