@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "core/adapters/pg/db_pool.hpp"
-#include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/outbox_relay.hpp"
 #include "core/adapters/pg/write_batcher.hpp"
 #include "tests/integration/fleet_client.hpp"
 

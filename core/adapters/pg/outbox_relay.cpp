@@ -4,9 +4,21 @@
 #include <utility>
 
 #include "core/adapters/pg/sql.hpp"
-#include "core/adapters/pg/task_store.hpp"
 
 namespace agentfleet::pg {
+
+void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids) {
+  if (ids.empty())
+    return;
+  std::string array = "{";
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0)
+      array += ',';
+    array += std::to_string(ids[i]);
+  }
+  array += '}';
+  exec_named0(tx, "outbox_delete", array);
+}
 
 Result<RelayedBatch> OutboxRelay::once(int batch, const std::string& dispatch_topic,
                                        const Send& send) {

@@ -4,9 +4,13 @@
 // transaction that spans the broker round trip, so two relays never publish the same row at
 // once). Runs on the calling thread with a connection of its own (a DbPool of one thread,
 // used blocking): the relay is a thread of its own and the broker round trip is long.
+// Statements in sql/relay.sql; the removal of published rows is the worker's too (RunStore).
 //
 // Lifecycle: one per relay thread. Thread-safety: once() is called from that thread only.
 
+#include <pqxx/pqxx>
+
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -21,6 +25,10 @@ struct RelayedBatch {
   int published = 0;                    // rows confirmed by the broker and deleted
   std::map<std::string, int> by_topic;  // of those, per topic
 };
+
+// Removes published outbox rows, in one statement; skips rows another transaction holds
+// (the relay's, which it deletes itself) instead of waiting for them.
+void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids);
 
 class OutboxRelay {
  public:

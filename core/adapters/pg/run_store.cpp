@@ -12,8 +12,8 @@
 #include <set>
 
 #include "core/adapters/log.hpp"
+#include "core/adapters/pg/outbox_relay.hpp"
 #include "core/adapters/pg/sql.hpp"
-#include "core/adapters/pg/task_store.hpp"
 #include "core/billing/money.hpp"
 
 namespace agentfleet::pg {
@@ -181,6 +181,61 @@ std::vector<ports::Claim> claim_tasks(pqxx::transaction_base& tx,
       out[it->second] = read_claim(row);
   }
   return out;
+}
+
+namespace {
+// A task's checkpoints in step order.
+std::vector<ports::StepRecord> step_records(pqxx::work& tx, const std::string& task_id) {
+  auto rows = exec_named(tx, "task_steps", task_id);
+  std::vector<ports::StepRecord> steps;
+  steps.reserve(rows.size());
+  for (const auto& row : rows)
+    steps.push_back(
+        ports::StepRecord{row[0].as<int>(), row[1].as<std::string>(), row[2].as<std::string>()});
+  return steps;
+}
+
+// The fence of a single write: the row must still be ours.
+bool still_ours(pqxx::work& tx, const std::string& task_id, int attempt) {
+  return !exec_named(tx, "still_ours", task_id, attempt).empty();
+}
+}  // namespace
+
+Status release_task(pqxx::work& tx, const std::string& task_id, int attempt) {
+  if (!still_ours(tx, task_id, attempt))
+    return lease_lost(task_id);
+  exec_named0(tx, "release", task_id);
+  return ok_status();
+}
+
+std::optional<ports::ParentTask> load_parent(pqxx::work& tx, const std::string& parent_id,
+                                             const std::string& user_id) {
+  auto rows = exec_named(tx, "parent", parent_id, user_id);
+  if (rows.empty())
+    return std::nullopt;
+  const auto& r = rows[0];
+  ports::ParentTask parent;
+  parent.text = r[0].as<std::string>();
+  parent.strategy = parse_agent_strategy(r[1].as<std::string>());
+  parent.status = parse_task_status(r[2].as<std::string>()).value_or(TaskStatus::kQueued);
+  if (const auto type = parse_result_type(r[3].as<std::string>())) {
+    TaskResult result;
+    result.type = *type;
+    result.message = r[4].as<std::string>();
+    rapidjson::Document options;
+    options.Parse(r[5].c_str());
+    if (options.IsArray()) {
+      for (const auto& o : options.GetArray()) {
+        if (o.IsString())
+          result.options.emplace_back(o.GetString());
+      }
+    }
+    parent.result = std::move(result);
+  }
+  parent.error = r[6].as<std::string>();
+  parent.tools = tool_list(r[7]);
+  parent.steps = step_records(tx, parent_id);
+  return parent;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,15 @@ struct ClaimRequest {
 // busy. Exposed for the Postgres tests.
 std::vector<ports::Claim> claim_tasks(pqxx::transaction_base& tx,
                                       const std::vector<ClaimRequest>& requests);
+
+// Hands a running task back (a draining worker): status queued again, lease and worker
+// cleared, `releases` + 1 so the hand-back does not count as a lost attempt. Fenced by
+// the attempt; kLeaseLost when the task is no longer ours.
+Status release_task(pqxx::work& tx, const std::string& task_id, int attempt);
+
+// A follow-up's parent as the worker rebuilds its conversation: only a task of `user_id`.
+std::optional<ports::ParentTask> load_parent(pqxx::work& tx, const std::string& parent_id,
+                                             const std::string& user_id);
 
 struct FinishItem;
 

@@ -7,7 +7,6 @@
 
 #include <map>
 
-#include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -652,90 +651,6 @@ std::int64_t count_due_outbox(pqxx::connection& c) {
   return tx.exec1("SELECT count(*) FROM outbox WHERE publish_after <= now()")[0].as<std::int64_t>();
 }
 
-namespace {
-// A task's tool allow-list from array_to_json(tools): nullopt for NULL (every tool).
-std::optional<std::vector<std::string>> tool_list(const pqxx::field& field) {
-  if (field.is_null())
-    return std::nullopt;
-  rapidjson::Document tools;
-  tools.Parse(field.c_str());
-  std::vector<std::string> out;
-  if (tools.IsArray()) {
-    for (const auto& t : tools.GetArray()) {
-      if (t.IsString())
-        out.emplace_back(t.GetString());
-    }
-  }
-  return out;
-}
-
-// A task's checkpoints in step order.
-std::vector<StepRecord> step_records(pqxx::work& tx, const std::string& task_id) {
-  auto rows = exec_prepared(
-      tx, "af_task_steps",
-      "SELECT step, model_reply::text, coalesce(observations::text, '') FROM task_steps "
-      "WHERE task_id = $1::uuid ORDER BY step",
-      task_id);
-  std::vector<StepRecord> steps;
-  steps.reserve(rows.size());
-  for (const auto& row : rows)
-    steps.push_back(
-        StepRecord{row[0].as<int>(), row[1].as<std::string>(), row[2].as<std::string>()});
-  return steps;
-}
-}  // namespace
-
-namespace {
-// The fence every worker write goes through: the row must still be ours.
-bool still_ours(pqxx::work& tx, const std::string& task_id, int attempt) {
-  auto rows = exec_prepared(
-      tx, "af_still_ours",
-      "SELECT 1 FROM tasks WHERE task_id = $1::uuid AND attempt = $2 AND status = 'running' "
-      "FOR UPDATE",
-      task_id, attempt);
-  return !rows.empty();
-}
-
-Error lease_lost(const std::string& task_id) {
-  return Error{ErrorKind::kLeaseLost, "task " + task_id + " is owned by a newer attempt"};
-}
-}  // namespace
-
-std::optional<ParentTask> load_parent(pqxx::work& tx, const std::string& parent_id,
-                                      const std::string& user_id) {
-  auto rows = exec_prepared(tx, "af_parent", R"SQL(
-SELECT text, coalesce(strategy, ''), status, coalesce(result_type, ''),
-       coalesce(result_message, ''), coalesce(result_options::text, '[]'), coalesce(error, ''),
-       array_to_json(tools)::text
-FROM tasks WHERE task_id = $1::uuid AND user_id = $2)SQL",
-                            parent_id, user_id);
-  if (rows.empty())
-    return std::nullopt;
-  const auto& r = rows[0];
-  ParentTask parent;
-  parent.text = r[0].as<std::string>();
-  parent.strategy = parse_agent_strategy(r[1].as<std::string>());
-  parent.status = parse_task_status(r[2].as<std::string>()).value_or(TaskStatus::kQueued);
-  if (const auto type = parse_result_type(r[3].as<std::string>())) {
-    TaskResult result;
-    result.type = *type;
-    result.message = r[4].as<std::string>();
-    rapidjson::Document options;
-    options.Parse(r[5].c_str());
-    if (options.IsArray()) {
-      for (const auto& o : options.GetArray()) {
-        if (o.IsString())
-          result.options.emplace_back(o.GetString());
-      }
-    }
-    parent.result = std::move(result);
-  }
-  parent.error = r[6].as<std::string>();
-  parent.tools = tool_list(r[7]);
-  parent.steps = step_records(tx, parent_id);
-  return parent;
-}
-
 std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& user_id,
                                      const std::string& parent_id, const std::string& session_id,
                                      const std::string& idempotency_key) {
@@ -751,49 +666,6 @@ ORDER BY created_at DESC LIMIT 1)SQL",
     return std::nullopt;
   return ParentRef{rows[0][0].as<std::string>(),
                    parse_task_status(rows[0][1].as<std::string>()).value_or(TaskStatus::kQueued)};
-}
-
-void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids) {
-  if (ids.empty())
-    return;
-  std::string array = "{";
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (i > 0)
-      array += ',';
-    array += std::to_string(ids[i]);
-  }
-  array += '}';
-  // A row another transaction holds is the relay's, publishing it: the relay deletes it,
-  // and waiting for it here would hold every write batched with this one.
-  exec_prepared0(tx, "af_outbox_delete",
-                 "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE id = "
-                 "ANY($1::bigint[]) FOR UPDATE SKIP LOCKED)",
-                 array);
-}
-
-Status release_task(pqxx::work& tx, const std::string& task_id, int attempt) {
-  if (!still_ours(tx, task_id, attempt))
-    return lease_lost(task_id);
-  exec_prepared0(tx, "af_release",
-                 "UPDATE tasks SET status = 'queued', lease_until = NULL, worker_id = NULL, "
-                 "worker_incarnation = NULL, releases = releases + 1 WHERE task_id = $1::uuid",
-                 task_id);
-  return ok_status();
-}
-
-// The same operations in a transaction of their own, for callers that do not batch.
-namespace {
-template <typename F>
-auto in_transaction(pqxx::connection& c, F f) {
-  pqxx::work tx(c);
-  auto result = f(tx);
-  tx.commit();
-  return result;
-}
-}  // namespace
-
-Status release_task(pqxx::connection& c, const std::string& task_id, int attempt) {
-  return in_transaction(c, [&](pqxx::work& tx) { return release_task(tx, task_id, attempt); });
 }
 
 }  // namespace agentfleet::pg

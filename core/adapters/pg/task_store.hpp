@@ -1,9 +1,7 @@
 #pragma once
-// Every SQL statement on tasks, steps, the ledger and the outbox, as functions of a
-// pqxx::connection (run them through DbPool), each in a transaction of its own; the worker's
-// writes also take a pqxx::work, so WriteBatcher can put many tasks' writes in one commit. The
-// worker's writes are fenced by (task_id, attempt, status = 'running'): a worker whose lease was
-// taken over writes nothing and learns it from ErrorKind::kLeaseLost.
+// The dispatcher's statements on tasks, the ledger and the outbox (submissions, the API's
+// reads, the scheduler's passes) as functions of a pqxx::connection (run them through
+// DbPool), each in a transaction of its own.
 
 #include <pqxx/pqxx>
 
@@ -14,9 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/domain/error.hpp"
 #include "core/domain/task.hpp"
-#include "core/ports/run_store.hpp"
 #include "core/ports/scheduler_store.hpp"
 
 namespace agentfleet::pg {
@@ -177,33 +173,6 @@ LiveTaskCounts count_live_tasks(pqxx::connection& c);
 // Outbox rows due for publishing (publish_after passed) and not yet published.
 std::int64_t count_due_outbox(pqxx::connection& c);
 
-struct OutboxRow {
-  std::int64_t id = 0;
-  std::string topic;
-  std::string key;
-  std::string payload;
-  std::string traceparent;
-};
-
-// ---- worker -----------------------------------------------------------------------
-
-using StepRecord = ports::StepRecord;
-using ClaimedTask = ports::ClaimedTask;
-using ClaimOutcome = ports::ClaimOutcome;
-using Claim = ports::Claim;
-
-// Hands a running task back (a draining worker): status queued again, lease and worker
-// cleared, `releases` + 1 so the hand-back does not count as a lost attempt. Fenced by
-// the attempt; kLeaseLost when the task is no longer ours.
-Status release_task(pqxx::connection& c, const std::string& task_id, int attempt);
-Status release_task(pqxx::work& tx, const std::string& task_id, int attempt);
-using LedgerRow = ports::LedgerRow;
-
-// A follow-up's parent as the worker rebuilds its conversation: only a task of `user_id`.
-using ParentTask = ports::ParentTask;
-std::optional<ParentTask> load_parent(pqxx::work& tx, const std::string& parent_id,
-                                      const std::string& user_id);
-
 // The parent a submission names (`parent_id`), or its session's latest task (`session_id`,
 // when `parent_id` is empty), among `user_id`'s tasks; nullopt when there is none. A task
 // with `idempotency_key` (the submission itself, sent again) is not its own parent.
@@ -214,9 +183,5 @@ struct ParentRef {
 std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& user_id,
                                      const std::string& parent_id, const std::string& session_id,
                                      const std::string& idempotency_key = {});
-
-// Removes published outbox rows, in one statement; skips rows another transaction holds
-// (the relay's, which it deletes itself) instead of waiting for them.
-void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids);
 
 }  // namespace agentfleet::pg

@@ -1,5 +1,7 @@
--- The outbox relay (core/adapters/pg/outbox_relay, run by dispatcher/dispatcher_service): due
--- rows, locked while they are published.
+-- The outbox (core/adapters/pg/outbox_relay): the relay's due rows (run by
+-- dispatcher/dispatcher_service), locked while they are published, and the removal of
+-- published rows (by the relay, and by the worker's run store for the result events it
+-- published itself).
 
 -- name: relay_due
 -- Up to $1 due dispatch messages (topic $2) and up to $1 due other rows, each in id order:
@@ -16,3 +18,10 @@ WITH dispatches AS (
   FOR UPDATE SKIP LOCKED
 )
 SELECT * FROM dispatches UNION ALL SELECT * FROM others
+
+-- name: outbox_delete
+-- Removes the published rows whose ids are in the array $1 (bigint[] text). A row another
+-- transaction holds is the relay's, publishing it: the relay deletes it, and waiting for it
+-- here would hold every write batched with this one.
+DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE id = ANY($1::bigint[])
+                                FOR UPDATE SKIP LOCKED)

@@ -1,10 +1,12 @@
--- A worker's runs of tasks (adapters/pg/run_store). Each statement writes every write of its
--- kind in a batch at once: $1 is a JSON array with one object per write. Every write after
--- the claim is fenced by (task_id, attempt, status running): a row another attempt owns is
--- left alone and its task id is missing from the answer. Rows are locked in task-id order.
--- Each task is reached by its primary key from the request (a LATERAL lookup per row): the
--- planner cannot know how few rows a JSON array holds, and a join would read every running
--- task instead.
+-- A worker's runs of tasks (adapters/pg/run_store). The claims, checkpoints and ends write
+-- every write of their kind in a batch at once: $1 is a JSON array with one object per
+-- write. Every write after the claim is fenced by (task_id, attempt, status running): a row
+-- another attempt owns is left alone and its task id is missing from the answer. Rows are
+-- locked in task-id order. Each task is reached by its primary key from the request (a
+-- LATERAL lookup per row): the planner cannot know how few rows a JSON array holds, and a
+-- join would read every running task instead. The hand-back of a draining worker
+-- (still_ours, release) and the read of a follow-up's parent (parent, task_steps) are one
+-- task's each.
 
 -- name: claim_tasks
 -- Each task becomes the run of its worker and incarnation: status running, attempt + 1, the
@@ -191,3 +193,30 @@ SELECT r.topic, r.key, r.payload, NULLIF(r.traceparent, ''),
        now() + make_interval(secs => r.relay_delay_s), r.task_id
 FROM req r JOIN ended USING (task_id)
 RETURNING task_id::text, id
+
+-- name: still_ours
+-- The fence of a single write: task $1 still runs at attempt $2 (its row locked until the
+-- transaction ends).
+SELECT 1 FROM tasks WHERE task_id = $1::uuid AND attempt = $2 AND status = 'running' FOR UPDATE
+
+-- name: release
+-- Hands running task $1 back (a draining worker; after still_ours): queued again, lease
+-- and owner cleared, releases + 1 so the hand-back does not count as a lost attempt.
+UPDATE tasks SET status = 'queued', lease_until = NULL, worker_id = NULL,
+       worker_incarnation = NULL, releases = releases + 1
+WHERE task_id = $1::uuid
+
+-- name: parent
+-- A follow-up's parent $1, only a task of user $2: its text, strategy ('' for none),
+-- status, result ('' type: none; options as JSON text), error ('' for none) and tool
+-- allow-list (JSON, NULL: every tool).
+SELECT text, coalesce(strategy, ''), status, coalesce(result_type, ''),
+       coalesce(result_message, ''), coalesce(result_options::text, '[]'), coalesce(error, ''),
+       array_to_json(tools)::text
+FROM tasks WHERE task_id = $1::uuid AND user_id = $2
+
+-- name: task_steps
+-- Task $1's checkpoints in step order: step, the model's reply and the observations ('':
+-- its tools have not run).
+SELECT step, model_reply::text, coalesce(observations::text, '') FROM task_steps
+WHERE task_id = $1::uuid ORDER BY step
