@@ -17,8 +17,8 @@
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/liveness_store.hpp"
 #include "core/adapters/pg/run_store.hpp"
+#include "core/adapters/pg/scheduler_session.hpp"
 #include "core/adapters/pg/sql.hpp"
-#include "core/adapters/pg/task_store.hpp"
 #include "tests/pg/pg_url.hpp"
 
 namespace agentfleet {

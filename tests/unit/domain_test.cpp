@@ -491,8 +491,8 @@ TEST(SubmissionTest, CanonicalFormIgnoresSpellingOfDefaults) {
 
 constexpr const char* kTaskId = "0b7e8a52-3c1d-4f6e-9a2b-5d4c3b2a1f00";
 
-// The scheduler writes dispatch messages in SQL (task_store.cpp); the integration test
-// validates those on the topic. Here: what the worker accepts and refuses.
+// The scheduler writes dispatch messages in SQL (core/adapters/pg/sql/scheduler.sql); the
+// integration test validates those on the topic. Here: what the worker accepts and refuses.
 std::string dispatch_json(const std::string& task_id, const std::string& priority) {
   return R"({"version":1,"task_id":")" + task_id + R"(","user_id":"u1","priority":")" + priority +
          R"(","dispatched_at":"2026-11-22T03:04:05.123Z"})";

@@ -1,9 +1,11 @@
 // The stores' statements in core/adapters/pg/sql/*.sql (pg::sql, sql.hpp): every name a store
-// runs is in a file and every statement of a file is run, and no prepared statement is given
-// two texts.
+// runs is in a file and every statement of a file is run, no prepared statement is given two
+// texts, and the statements written out more than once in the files are still alike.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -13,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/adapters/pg/ended_tasks.hpp"
 #include "core/adapters/pg/sql.hpp"
 
 namespace agentfleet {
@@ -52,6 +55,41 @@ std::set<std::string> names_run() {
       std::regex(R"re((?:(?:exec_named|exec_text)[01]?\(\s*\w+\s*,|sql::text\()\s*"(\w+)")re"));
 }
 
+// `sql` with each run of white space made one space, none just inside parentheses: the
+// statement as Postgres reads it, whatever its layout in the file.
+std::string squashed(const std::string& sql) {
+  std::string out;
+  for (char c : sql) {
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      if (!out.empty() && out.back() != ' ' && out.back() != '(')
+        out.push_back(' ');
+      continue;
+    }
+    if (c == ')' && !out.empty() && out.back() == ' ')
+      out.pop_back();
+    out.push_back(c);
+  }
+  if (!out.empty() && out.back() == ' ')
+    out.pop_back();
+  return out;
+}
+
+std::string statement(const char* name) {
+  return squashed(pg::sql::text(name));
+}
+
+// The part of `text` after `from` (included) and before `to` (excluded, searched after
+// `from`; empty `to`: to the end); empty when `from` or `to` is missing.
+std::string between(const std::string& text, const std::string& from, const std::string& to) {
+  const auto start = text.find(from);
+  if (start == std::string::npos)
+    return {};
+  if (to.empty())
+    return text.substr(start);
+  const auto stop = text.find(to, start + from.size());
+  return stop == std::string::npos ? std::string() : text.substr(start, stop - start);
+}
+
 TEST(SqlFiles, EveryStatementTheStoresNameIsInAFile) {
   const std::set<std::string> run = names_run();
   ASSERT_TRUE(run.count("claim_tasks") && run.count("relay_due"))
@@ -74,6 +112,32 @@ TEST(SqlFiles, NoPreparedStatementNameHasTwoTexts) {
     in_files.insert(name);
   for (const std::string& name : found_in_sources(std::regex(R"re("af_(\w+)")re")))
     EXPECT_FALSE(in_files.count(name)) << "af_" << name << " is prepared from C++ and a file";
+}
+
+// scheduler.sql writes the owner-gone condition, the dispatch of picked tasks and the
+// RETURNING list of ended tasks more than once.
+TEST(SqlFiles, TheSchedulerRepeatsItsSharedPartsAlike) {
+  const std::string exhausted = statement("sched_exhausted");
+  const std::string recover = statement("sched_recover");
+  const std::string owner_gone = between(exhausted, "((t.worker_incarnation IS NULL", " ORDER BY");
+  ASSERT_FALSE(owner_gone.empty());
+  EXPECT_NE(recover.find("attempt - releases < $4 AND " + owner_gone + ")"), std::string::npos)
+      << owner_gone;
+  EXPECT_NE(exhausted.find("attempt - releases >= $2 AND " + owner_gone), std::string::npos);
+
+  std::string recovered = between(recover, "), marked AS (", "");
+  const std::string clears = ", lease_until = NULL, worker_incarnation = NULL";
+  const auto at = recovered.find(clears);
+  ASSERT_NE(at, std::string::npos);
+  recovered.erase(at, clears.size());
+  EXPECT_EQ(recovered, between(statement("sched_admit"), "), marked AS (", ""));
+
+  const std::string returning = "RETURNING " + squashed(pg::kEndedColumns);
+  for (const char* name : {"sched_exhausted", "sched_expire"}) {
+    const std::string text = statement(name);
+    EXPECT_EQ(text.substr(text.size() - std::min(text.size(), returning.size())), returning)
+        << name;
+  }
 }
 
 }  // namespace

@@ -7,9 +7,13 @@
 #include <cstdint>
 #include <utility>
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
 #include "core/adapters/pg/batch_store.hpp"
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/ended_tasks.hpp"
+#include "core/adapters/pg/sql.hpp"
 #include "core/adapters/pg/task_store.hpp"
 
 namespace agentfleet::pg {
@@ -151,6 +155,145 @@ ports::PassWrites SchedulerSession::write_pass(const std::vector<ports::EndQueue
   done.dispatched = dispatch_grants(tx, grants, pass.dispatch_topic);
   tx.commit();
   return done;
+}
+
+namespace {
+// The rows sched_recover and sched_admit answer with: the status each task was picked in,
+// its priority, user, id, seconds since it was submitted, whether this is its first
+// dispatch, its traceparent.
+std::vector<DispatchedTask> read_dispatched(const pqxx::result& rows) {
+  std::vector<DispatchedTask> out;
+  out.reserve(rows.size());
+  for (const auto& row : rows) {
+    DispatchedTask d;
+    d.was = row[0].as<std::string>();
+    d.priority = parse_priority(row[1].as<std::string>()).value_or(Priority::kInteractive);
+    d.user_id = row[2].as<std::string>();
+    d.task_id = row[3].as<std::string>();
+    d.queued_s = row[4].as<double>();
+    d.first = row[5].as<bool>();
+    d.traceparent = row[6].as<std::string>();
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+// Ends the tasks recovery has given up on, each with its result event, in `tx`.
+int fail_exhausted(pqxx::work& tx, const SchedulerPass& pass) {
+  auto rows = exec_named(tx, "sched_exhausted", pass.limit, pass.max_attempts);
+  announce_ended(tx, rows, pass.results_topic);
+  return static_cast<int>(rows.size());
+}
+}  // namespace
+
+RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
+  RecoveryReport report;
+  report.exhausted = fail_exhausted(tx, pass);
+  auto recovered = exec_named(tx, "sched_recover", pass.limit, pass.dispatch_topic,
+                              pass.redispatch_after_s, pass.max_attempts);
+  for (const auto& task : read_dispatched(recovered)) {
+    ++(task.was == "running" ? report.lease_expired : report.redispatched);
+    report.tasks.push_back({task.task_id, task.user_id, task.traceparent, task.was == "running"});
+  }
+  return report;
+}
+
+void forget_workers(pqxx::work& tx) {
+  exec_named0(tx, "forget_workers");
+}
+
+int expire_queued(pqxx::work& tx, int limit, const std::string& results_topic) {
+  auto rows = exec_named(tx, "sched_expire", limit);
+  announce_ended(tx, rows, results_topic);
+  return static_cast<int>(rows.size());
+}
+
+FleetRoom read_fleet_room(pqxx::transaction_base& tx) {
+  const auto row = exec_named1(tx, "sched_room");
+  FleetRoom room;
+  room.capacity = row[0].as<std::int64_t>() > 0 ? row[1].as<std::int64_t>() : -1;
+  room.active = row[2].as<std::int64_t>();
+  return room;
+}
+
+Backlog read_backlog(pqxx::transaction_base& tx, int count_cap) {
+  auto rows = exec_named(tx, "sched_backlog", count_cap);
+  Backlog backlog;
+  backlog.users.reserve(rows.size());
+  for (const auto& r : rows) {
+    BacklogUser user;
+    user.user_id = r[0].as<std::string>();
+    user.queued_interactive = r[1].as<std::int64_t>();
+    user.queued_batch = r[2].as<std::int64_t>();
+    user.active = r[3].as<int>();
+    user.overrides = read_overrides(r, 4);
+    user.overrides.user_id = user.user_id;
+    backlog.users.push_back(std::move(user));
+  }
+  if (!rows.empty()) {
+    // None reporting: unknown, as with workers of version 7, which report nothing.
+    const auto& r = rows[0];
+    backlog.fleet_capacity = r[11].as<std::int64_t>() > 0 ? r[12].as<std::int64_t>() : -1;
+    backlog.fleet_active = r[13].as<std::int64_t>();
+  }
+  return backlog;
+}
+
+std::map<std::string, std::int64_t> month_spend_micros(pqxx::transaction_base& tx,
+                                                       const std::vector<std::string>& users,
+                                                       const std::string& time_zone,
+                                                       const std::string& currency) {
+  std::map<std::string, std::int64_t> spent;
+  if (users.empty())
+    return spent;
+  auto rows = exec_named(tx, "sched_month_spend", json_string_array(users), time_zone, currency);
+  for (const auto& row : rows)
+    spent[row[0].as<std::string>()] = row[1].as<std::int64_t>();
+  return spent;
+}
+
+std::map<std::string, RecentUsage> recent_usage(pqxx::transaction_base& tx,
+                                                const std::vector<std::string>& users) {
+  std::map<std::string, RecentUsage> usage;
+  if (users.empty())
+    return usage;
+  const std::string ids = json_string_array(users);
+  for (const auto& row : exec_text(tx, "sched_recent_tokens", ids))
+    usage[row[0].as<std::string>()].tokens = row[1].as<std::int64_t>();
+  for (const auto& row : exec_text(tx, "sched_recent_admissions", ids))
+    usage[row[0].as<std::string>()].admissions = row[1].as<std::int64_t>();
+  return usage;
+}
+
+std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
+                                            const std::vector<ports::DispatchGrant>& grants,
+                                            const std::string& dispatch_topic) {
+  if (grants.empty())
+    return {};
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartArray();
+  for (const auto& grant : grants) {
+    w.StartObject();
+    w.Key("user_id");
+    w.String(grant.user_id.data(), static_cast<rapidjson::SizeType>(grant.user_id.size()));
+    w.Key("priority");
+    const std::string_view priority = to_string(grant.priority);
+    w.String(priority.data(), static_cast<rapidjson::SizeType>(priority.size()));
+    w.Key("n");
+    w.Int(grant.tasks);
+    w.EndObject();
+  }
+  w.EndArray();
+  return read_dispatched(exec_named(
+      tx, "sched_admit", std::string(buffer.GetString(), buffer.GetSize()), dispatch_topic));
+}
+
+std::vector<std::string> oldest_queued(pqxx::work& tx, const std::string& user_id, int limit) {
+  std::vector<std::string> ids;
+  for (const auto& row : exec_text(tx, "sched_oldest_queued", user_id, limit))
+    ids.push_back(row[0].as<std::string>());
+  return ids;
 }
 
 }  // namespace agentfleet::pg

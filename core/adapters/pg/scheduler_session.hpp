@@ -7,14 +7,20 @@
 // a client-side deadline too (twice the statement timeout, at least five seconds more): a
 // call the server never answers is cut by a CallWatchdog and fails.
 //
+// Its statements (sql/scheduler.sql) are also free functions of a transaction, below,
+// exposed for the Postgres tests.
+//
 // Lifecycle: one per scheduler; the destructor closes the connection (and gives up the
 // lock). Thread-safety: the scheduler's thread only.
 
 #include <pqxx/pqxx>
 
 #include <chrono>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/adapters/pg/call_watchdog.hpp"
 #include "core/ports/scheduler_store.hpp"
@@ -61,5 +67,59 @@ class SchedulerSession final : public ports::SchedulerStore {
   bool leads_ = false;  // this session holds the lock
   CallWatchdog watchdog_;
 };
+
+// ---- the statements of a pass, each in the caller's transaction --------------------
+
+using ports::SchedulerPass;
+
+// Recovery: tasks whose worker lease expired, and dispatched tasks unclaimed for
+// `redispatch_after_s`, are dispatched again; tasks out of attempts end failed.
+using ports::RecoveryReport;
+RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass);
+
+// Removes the rows of worker incarnations whose lease lapsed a minute ago and that own no
+// running task any more.
+void forget_workers(pqxx::work& tx);
+
+// Queued tasks (never started) past their queue deadline (created_at + schedule_timeout_s)
+// end timed_out with error_code schedule_timeout and their result events; at most `limit`.
+int expire_queued(pqxx::work& tx, int limit, const std::string& results_topic);
+
+// Every user with queued work: queued counts per priority (each up to `count_cap`), the
+// exact count of dispatched + running tasks, the overrides; the capacity the live workers
+// report and the fleet's active total (when anyone waits), all in one statement.
+using ports::Backlog;
+using ports::BacklogUser;
+Backlog read_backlog(pqxx::transaction_base& tx, int count_cap);
+
+// What the fleet can start now, read before the backlog: the capacity the live workers that
+// take work report (-1 when none reports) and every user's dispatched and running tasks.
+// The scheduler caps the backlog's counts at the room this leaves, so that a long queue
+// costs a pass no more than the work the pass can admit.
+using ports::FleetRoom;
+FleetRoom read_fleet_room(pqxx::transaction_base& tx);
+
+// Each user's cost in `currency` in the ledger since the start of this month in
+// `time_zone`, in micro-units (users without calls are absent).
+std::map<std::string, std::int64_t> month_spend_micros(pqxx::transaction_base& tx,
+                                                       const std::vector<std::string>& users,
+                                                       const std::string& time_zone,
+                                                       const std::string& currency);
+
+// Tokens (input + output) in the ledger and dispatches in the last minute, per user: where
+// a new active scheduler starts its rate buckets.
+using ports::RecentUsage;
+std::map<std::string, RecentUsage> recent_usage(pqxx::transaction_base& tx,
+                                                const std::vector<std::string>& users);
+
+// Dispatches each grant's tasks (the user's oldest queued of that priority, skipping rows
+// locked elsewhere): status dispatched and the dispatch message in the outbox.
+using ports::DispatchedTask;
+std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
+                                            const std::vector<ports::DispatchGrant>& grants,
+                                            const std::string& dispatch_topic);
+
+// The user's oldest queued tasks, locked (skipping rows locked elsewhere), at most `limit`.
+std::vector<std::string> oldest_queued(pqxx::work& tx, const std::string& user_id, int limit);
 
 }  // namespace agentfleet::pg

@@ -2,10 +2,7 @@
 
 #include "core/adapters/pg/ended_tasks.hpp"
 #include "core/adapters/pg/prepared.hpp"
-#include "core/adapters/pg/sql.hpp"
 #include "core/codec/task_codec.hpp"
-
-#include <map>
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -260,322 +257,6 @@ std::optional<std::string> task_json(pqxx::connection& c, const std::string& tas
   return json;
 }
 
-namespace {
-// A running task `t` whose owner is gone: the incarnation that claimed it no longer holds
-// its liveness, or (a task of a version-7 worker, which leased each task) its own lease
-// expired.
-constexpr const char* kOwnerGone = R"SQL(
-      ((t.worker_incarnation IS NULL AND t.lease_until < now())
-       OR t.worker_incarnation IN (SELECT incarnation FROM workers WHERE lease_until < now())))SQL";
-
-// A dispatched task `t` whose message is really lost, not waiting: at least one live worker,
-// and every live worker that consumes has reported since `t` was dispatched that nothing is
-// left to read on its partitions. A message behind a paused worker is not sent twice, unless
-// it waited five times redispatch_after_s: the backstop for a consumer that reports a lag
-// it never reads (the capacity the scheduler admits against bounds the real waits to
-// seconds).
-constexpr const char* kDispatchLost = R"SQL(
-      EXISTS (SELECT 1 FROM workers w WHERE w.lease_until > now() AND NOT w.draining)
-      AND NOT EXISTS (SELECT 1 FROM workers w
-                      WHERE w.lease_until > now() AND NOT w.draining
-                        AND (w.dispatch_lag > 0 OR w.heartbeat_at < t.dispatched_at)))SQL";
-
-// Marks the rows `picked` (a query of task_id and status) dispatched and writes their
-// dispatch messages. Returns, per row: the status it was picked in, its priority, user,
-// id, seconds since it was submitted, and whether this is its first dispatch. The time is
-// the statement's, not the pass transaction's start: a task committed while the pass ran
-// is never dispatched "before" it was created.
-std::string dispatch_statement(const std::string& picked, const std::string& extra_set) {
-  return R"SQL(
-WITH picked AS ()SQL" +
-         picked + R"SQL(
-), marked AS (
-  UPDATE tasks t SET status = 'dispatched', dispatched_at = statement_timestamp())SQL" +
-         extra_set + R"SQL(
-  FROM picked WHERE t.task_id = picked.task_id
-  RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
-            t.attempt, picked.status AS was
-), sent AS (
-  INSERT INTO outbox (topic, message_key, payload, traceparent)
-  SELECT $2, m.task_id::text,
-         jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
-                            'priority', m.priority,
-                            'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
-                                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
-         m.traceparent
-  FROM marked m
-  RETURNING id
-)
-SELECT was, priority, user_id, task_id::text,
-       extract(epoch FROM dispatched_at - created_at)::float8, attempt = 0,
-       coalesce(traceparent, '')
-FROM marked)SQL";
-}
-
-std::vector<DispatchedTask> read_dispatched(const pqxx::result& rows) {
-  std::vector<DispatchedTask> out;
-  out.reserve(rows.size());
-  for (const auto& row : rows) {
-    DispatchedTask d;
-    d.was = row[0].as<std::string>();
-    d.priority = parse_priority(row[1].as<std::string>()).value_or(Priority::kInteractive);
-    d.user_id = row[2].as<std::string>();
-    d.task_id = row[3].as<std::string>();
-    d.queued_s = row[4].as<double>();
-    d.first = row[5].as<bool>();
-    d.traceparent = row[6].as<std::string>();
-    out.push_back(std::move(d));
-  }
-  return out;
-}
-
-// Ends the tasks recovery has given up on, each with its result event, in `tx`.
-int fail_exhausted(pqxx::work& tx, const SchedulerPass& pass) {
-  static const std::string kFail = std::string(R"SQL(
-UPDATE tasks SET status = 'failed', finished_at = statement_timestamp(), lease_until = NULL,
-       error_code = 'attempts_exhausted',
-       error = 'gave up after ' || (attempt - releases) || ' attempts: every worker that ran it stopped '
-               'before it finished'
-WHERE task_id IN (SELECT task_id FROM tasks t
-                  WHERE status = 'running' AND attempt - releases >= $2 AND )SQL") +
-                                   kOwnerGone + R"SQL(
-                  ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-RETURNING )SQL" + kEndedColumns;
-  auto rows = exec_prepared(tx, "af_sched_exhausted", kFail.c_str(), pass.limit, pass.max_attempts);
-  announce_ended(tx, rows, pass.results_topic);
-  return static_cast<int>(rows.size());
-}
-}  // namespace
-
-RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
-  // Built once: the statement text does not depend on the arguments.
-  static const std::string kRecover =
-      dispatch_statement(std::string(R"SQL(
-  SELECT task_id, status FROM tasks t
-  WHERE (status = 'running' AND attempt - releases < $4 AND )SQL") +
-                             kOwnerGone + R"SQL()
-     OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3)
-         AND )SQL" + kDispatchLost +
-                             R"SQL()
-     OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3 * 5))
-  ORDER BY created_at
-  LIMIT $1
-  FOR UPDATE SKIP LOCKED)SQL",
-                         ", lease_until = NULL, worker_incarnation = NULL");
-  RecoveryReport report;
-  report.exhausted = fail_exhausted(tx, pass);
-  auto recovered = exec_prepared(tx, "af_sched_recover", kRecover.c_str(), pass.limit,
-                                 pass.dispatch_topic, pass.redispatch_after_s, pass.max_attempts);
-  for (const auto& task : read_dispatched(recovered)) {
-    ++(task.was == "running" ? report.lease_expired : report.redispatched);
-    report.tasks.push_back({task.task_id, task.user_id, task.traceparent, task.was == "running"});
-  }
-  return report;
-}
-
-void forget_workers(pqxx::work& tx) {
-  exec_named0(tx, "forget_workers");
-}
-
-int expire_queued(pqxx::work& tx, int limit, const std::string& results_topic) {
-  static const std::string kExpire = std::string(R"SQL(
-UPDATE tasks SET status = 'timed_out', finished_at = statement_timestamp(),
-       error_code = 'schedule_timeout',
-       error = 'waited in the queue longer than schedule_timeout_s (' || schedule_timeout_s || ' s)'
-WHERE task_id IN (SELECT task_id FROM tasks
-                  WHERE status = 'queued' AND started_at IS NULL AND queue_deadline_at < now()
-                  ORDER BY queue_deadline_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-RETURNING )SQL") + kEndedColumns;
-  auto rows = exec_prepared(tx, "af_sched_expire", kExpire.c_str(), limit);
-  announce_ended(tx, rows, results_topic);
-  return static_cast<int>(rows.size());
-}
-
-FleetRoom read_fleet_room(pqxx::transaction_base& tx) {
-  const auto row = exec_prepared1(tx, "af_sched_room", R"SQL(
-SELECT (SELECT count(*) FROM workers WHERE lease_until > now() AND NOT draining),
-       (SELECT coalesce(sum(capacity), 0) FROM workers WHERE lease_until > now() AND NOT draining),
-       (SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running')))SQL");
-  FleetRoom room;
-  room.capacity = row[0].as<std::int64_t>() > 0 ? row[1].as<std::int64_t>() : -1;
-  room.active = row[2].as<std::int64_t>();
-  return room;
-}
-
-Backlog read_backlog(pqxx::transaction_base& tx, int count_cap) {
-  // A skip scan of tasks_queued_user finds each user with queued work in one index probe;
-  // each count stops at count_cap (the pass never admits more). The fleet's figures come
-  // with every row (computed once): the live workers that take work and their capacity, and
-  // every user's dispatched and running tasks.
-  auto rows = exec_prepared(tx, "af_sched_backlog", R"SQL(
-WITH RECURSIVE users AS (
-  (SELECT user_id FROM tasks WHERE status = 'queued' ORDER BY user_id LIMIT 1)
-  UNION ALL
-  SELECT (SELECT t.user_id FROM tasks t WHERE t.status = 'queued' AND t.user_id > u.user_id
-          ORDER BY t.user_id LIMIT 1)
-  FROM users u WHERE u.user_id IS NOT NULL
-)
-SELECT u.user_id,
-  (SELECT count(*) FROM (SELECT 1 FROM tasks q WHERE q.status = 'queued' AND q.user_id = u.user_id
-                         AND q.priority = 'interactive' LIMIT $1) qi),
-  (SELECT count(*) FROM (SELECT 1 FROM tasks q WHERE q.status = 'queued' AND q.user_id = u.user_id
-                         AND q.priority = 'batch' LIMIT $1) qb),
-  (SELECT count(*) FROM tasks a WHERE a.user_id = u.user_id
-                                  AND a.status IN ('dispatched', 'running')),
-  coalesce(l.tier, ''), l.max_concurrency, l.requests_per_minute, l.tokens_per_minute,
-  l.max_queued, l.monthly_budget::text, l.tool_permission,
-  (SELECT count(*) FROM workers WHERE lease_until > now() AND NOT draining),
-  (SELECT coalesce(sum(capacity), 0) FROM workers WHERE lease_until > now() AND NOT draining),
-  (SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running'))
-FROM users u LEFT JOIN user_limits l ON l.user_id = u.user_id
-WHERE u.user_id IS NOT NULL
-ORDER BY u.user_id)SQL",
-                            count_cap);
-  Backlog backlog;
-  backlog.users.reserve(rows.size());
-  for (const auto& r : rows) {
-    BacklogUser user;
-    user.user_id = r[0].as<std::string>();
-    user.queued_interactive = r[1].as<std::int64_t>();
-    user.queued_batch = r[2].as<std::int64_t>();
-    user.active = r[3].as<int>();
-    user.overrides = read_overrides(r, 4);
-    user.overrides.user_id = user.user_id;
-    backlog.users.push_back(std::move(user));
-  }
-  if (!rows.empty()) {
-    // None reporting: unknown, as with workers of version 7, which report nothing.
-    const auto& r = rows[0];
-    backlog.fleet_capacity = r[11].as<std::int64_t>() > 0 ? r[12].as<std::int64_t>() : -1;
-    backlog.fleet_active = r[13].as<std::int64_t>();
-  }
-  return backlog;
-}
-
-UserOverrides read_overrides(const pqxx::row& r, int first) {
-  UserOverrides o;
-  o.tier = r[first].as<std::string>();
-  if (!r[first + 1].is_null())
-    o.max_concurrency = r[first + 1].as<int>();
-  if (!r[first + 2].is_null())
-    o.requests_per_minute = r[first + 2].as<int>();
-  if (!r[first + 3].is_null())
-    o.tokens_per_minute = r[first + 3].as<std::int64_t>();
-  if (!r[first + 4].is_null())
-    o.max_queued = r[first + 4].as<int>();
-  if (!r[first + 5].is_null())
-    o.monthly_budget = r[first + 5].as<std::string>();
-  if (!r[first + 6].is_null())
-    o.tool_permission = r[first + 6].as<std::string>();
-  return o;
-}
-
-std::map<std::string, std::int64_t> month_spend_micros(pqxx::transaction_base& tx,
-                                                       const std::vector<std::string>& users,
-                                                       const std::string& time_zone,
-                                                       const std::string& currency) {
-  std::map<std::string, std::int64_t> spent;
-  if (users.empty())
-    return spent;
-  auto rows = exec_prepared(tx, "af_sched_month_spend", R"SQL(
-SELECT user_id, (sum(cost) * 1000000)::bigint FROM usage_ledger
-WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
-  AND called_at >= date_trunc('month', now() AT TIME ZONE $2) AT TIME ZONE $2
-  AND currency = $3
-GROUP BY user_id)SQL",
-                            json_string_array(users), time_zone, currency);
-  for (const auto& row : rows)
-    spent[row[0].as<std::string>()] = row[1].as<std::int64_t>();
-  return spent;
-}
-
-std::map<std::string, RecentUsage> recent_usage(pqxx::transaction_base& tx,
-                                                const std::vector<std::string>& users) {
-  std::map<std::string, RecentUsage> usage;
-  if (users.empty())
-    return usage;
-  const std::string ids = json_string_array(users);
-  auto tokens = tx.exec_params(R"SQL(
-SELECT user_id, sum(input_tokens + output_tokens)::bigint FROM usage_ledger
-WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
-  AND called_at > now() - interval '1 minute'
-GROUP BY user_id)SQL",
-                               ids);
-  for (const auto& row : tokens)
-    usage[row[0].as<std::string>()].tokens = row[1].as<std::int64_t>();
-  auto admissions = tx.exec_params(R"SQL(
-SELECT user_id, count(*) FROM tasks
-WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
-  AND dispatched_at > now() - interval '1 minute'
-GROUP BY user_id)SQL",
-                                   ids);
-  for (const auto& row : admissions)
-    usage[row[0].as<std::string>()].admissions = row[1].as<std::int64_t>();
-  return usage;
-}
-
-std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
-                                            const std::vector<ports::DispatchGrant>& grants,
-                                            const std::string& dispatch_topic) {
-  if (grants.empty())
-    return {};
-  // Each grant takes the user's oldest queued tasks of its priority; a row another
-  // transaction holds (a cancel in progress) is skipped, not waited for.
-  static const std::string kAdmit = dispatch_statement(R"SQL(
-  SELECT p.task_id, 'queued'::text AS status
-  FROM jsonb_to_recordset($1::jsonb) AS g(user_id text, priority text, n integer)
-  CROSS JOIN LATERAL (
-    SELECT t.task_id FROM tasks t
-    WHERE t.status = 'queued' AND t.user_id = g.user_id AND t.priority = g.priority
-      -- A task of a cancelled batch is left to the cancel, unless it was running when the
-      -- batch was cancelled and came back to the queue since (handed back by a fenced or
-      -- draining worker, after the cancel had finished with the batch): dispatched, its
-      -- claim finds cancel_requested and ends it cancelled.
-      AND (t.cancel_requested
-           OR NOT EXISTS (SELECT 1 FROM batches b WHERE b.cancelled AND b.batch_id = t.batch_id
-                                                    AND b.user_id = t.user_id))
-      -- A follow-up waits until its parent has ended: with dispatch keyed by task, no
-      -- partition order keeps it behind its parent. Looked up only for a follow-up: as a
-      -- plain NOT EXISTS the planner may join it as an anti-join over every unfinished task.
-      AND (t.parent_task_id IS NULL
-           OR NOT EXISTS (SELECT 1 FROM tasks p
-                          WHERE p.task_id = t.parent_task_id
-                            AND p.status IN ('queued', 'dispatched', 'running')))
-    ORDER BY t.created_at
-    LIMIT g.n
-    FOR UPDATE SKIP LOCKED) p)SQL",
-                                                       "");
-  rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  w.StartArray();
-  for (const auto& grant : grants) {
-    w.StartObject();
-    w.Key("user_id");
-    w.String(grant.user_id.data(), static_cast<rapidjson::SizeType>(grant.user_id.size()));
-    w.Key("priority");
-    const std::string_view priority = to_string(grant.priority);
-    w.String(priority.data(), static_cast<rapidjson::SizeType>(priority.size()));
-    w.Key("n");
-    w.Int(grant.tasks);
-    w.EndObject();
-  }
-  w.EndArray();
-  return read_dispatched(exec_prepared(tx, "af_sched_admit", kAdmit.c_str(),
-                                       std::string(buffer.GetString(), buffer.GetSize()),
-                                       dispatch_topic));
-}
-
-std::vector<std::string> oldest_queued(pqxx::work& tx, const std::string& user_id, int limit) {
-  auto rows = tx.exec_params(
-      "SELECT task_id::text FROM tasks WHERE status = 'queued' AND user_id = $1 "
-      "ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-      user_id, limit);
-  std::vector<std::string> ids;
-  for (const auto& row : rows)
-    ids.push_back(row[0].as<std::string>());
-  return ids;
-}
-
 std::string list_tasks(pqxx::connection& c, const TaskListQuery& query) {
   pqxx::read_transaction tx(c);
   auto row = tx.exec_params1(R"SQL(
@@ -671,6 +352,24 @@ ORDER BY created_at DESC LIMIT 1)SQL",
 }  // namespace agentfleet::pg
 
 namespace agentfleet::pg {
+
+UserOverrides read_overrides(const pqxx::row& r, int first) {
+  UserOverrides o;
+  o.tier = r[first].as<std::string>();
+  if (!r[first + 1].is_null())
+    o.max_concurrency = r[first + 1].as<int>();
+  if (!r[first + 2].is_null())
+    o.requests_per_minute = r[first + 2].as<int>();
+  if (!r[first + 3].is_null())
+    o.tokens_per_minute = r[first + 3].as<std::int64_t>();
+  if (!r[first + 4].is_null())
+    o.max_queued = r[first + 4].as<int>();
+  if (!r[first + 5].is_null())
+    o.monthly_budget = r[first + 5].as<std::string>();
+  if (!r[first + 6].is_null())
+    o.tool_permission = r[first + 6].as<std::string>();
+  return o;
+}
 
 std::optional<UserOverrides> get_user_overrides(pqxx::connection& c, const std::string& user_id) {
   pqxx::read_transaction tx(c);

@@ -1,13 +1,12 @@
 #pragma once
 // The dispatcher's statements on tasks, the ledger and the outbox (submissions, the API's
-// reads, the scheduler's passes) as functions of a pqxx::connection (run them through
-// DbPool), each in a transaction of its own.
+// reads, usage and limits, the gauges' counts) as functions of a pqxx::connection (run them
+// through DbPool), each in a transaction of its own.
 
 #include <pqxx/pqxx>
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -83,65 +82,11 @@ enum class CancelOutcome { kCancelled, kRequested, kAlreadyCancelled, kAlreadyEn
 CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
                           const std::string& results_topic);
 
-// ---- the scheduler (pg::SchedulerSession runs these; the types are the port's) ----
-
-using ports::SchedulerPass;
-
-// Recovery: tasks whose worker lease expired, and dispatched tasks unclaimed for
-// `redispatch_after_s`, are dispatched again; tasks out of attempts end failed.
-using ports::RecoveryReport;
-RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass);
-
-// Removes the rows of worker incarnations whose lease lapsed a minute ago and that own no
-// running task any more.
-void forget_workers(pqxx::work& tx);
-
-// Queued tasks (never started) past their queue deadline (created_at + schedule_timeout_s)
-// end timed_out with error_code schedule_timeout and their result events; at most `limit`.
-int expire_queued(pqxx::work& tx, int limit, const std::string& results_topic);
-
 using ports::UserOverrides;
 // Reads the 7 override columns starting at `first`: tier (text, '' for none),
 // max_concurrency, requests_per_minute, tokens_per_minute, max_queued, monthly_budget (text),
 // tool_permission.
 UserOverrides read_overrides(const pqxx::row& row, int first);
-
-// Every user with queued work: queued counts per priority (each up to `count_cap`), the
-// exact count of dispatched + running tasks, the overrides; the capacity the live workers
-// report and the fleet's active total (when anyone waits), all in one statement.
-using ports::Backlog;
-using ports::BacklogUser;
-Backlog read_backlog(pqxx::transaction_base& tx, int count_cap);
-
-// What the fleet can start now, read before the backlog: the capacity the live workers that
-// take work report (-1 when none reports) and every user's dispatched and running tasks.
-// The scheduler caps the backlog's counts at the room this leaves, so that a long queue
-// costs a pass no more than the work the pass can admit.
-using ports::FleetRoom;
-FleetRoom read_fleet_room(pqxx::transaction_base& tx);
-
-// Each user's cost in `currency` in the ledger since the start of this month in
-// `time_zone`, in micro-units (users without calls are absent).
-std::map<std::string, std::int64_t> month_spend_micros(pqxx::transaction_base& tx,
-                                                       const std::vector<std::string>& users,
-                                                       const std::string& time_zone,
-                                                       const std::string& currency);
-
-// Tokens (input + output) in the ledger and dispatches in the last minute, per user: where
-// a new active scheduler starts its rate buckets.
-using ports::RecentUsage;
-std::map<std::string, RecentUsage> recent_usage(pqxx::transaction_base& tx,
-                                                const std::vector<std::string>& users);
-
-// Dispatches each grant's tasks (the user's oldest queued of that priority, skipping rows
-// locked elsewhere): status dispatched and the dispatch message in the outbox.
-using ports::DispatchedTask;
-std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
-                                            const std::vector<ports::DispatchGrant>& grants,
-                                            const std::string& dispatch_topic);
-
-// The user's oldest queued tasks, locked (skipping rows locked elsewhere), at most `limit`.
-std::vector<std::string> oldest_queued(pqxx::work& tx, const std::string& user_id, int limit);
 
 // GET/PUT /v1/users/{id}/limits: the user's override row (nullopt: none), and its
 // replacement (every field as given; nullopt clears it). A put wakes the scheduler.

@@ -1,5 +1,220 @@
--- The active scheduler's statements (dispatcher/scheduler): the upkeep of the workers'
--- liveness rows.
+-- The active scheduler's statements (adapters/pg/scheduler_session, run by
+-- dispatcher/scheduler): recovery and queue deadlines, what the fleet can start and who
+-- waits, the ledger's spend and recent usage, the admissions, and the upkeep of the workers'
+-- liveness rows. The statements every pass runs are prepared; their cached plans are dropped
+-- every second (SchedulerSession::refresh_plans). The rare ones (sched_recent_*,
+-- sched_oldest_queued) go as text.
+-- Written out more than once, kept alike (tests/unit/sql_files_test.cpp checks that they
+-- are): "the owner is gone" (sched_exhausted, sched_recover); the marking and dispatch
+-- messages of picked tasks (sched_recover, sched_admit); the RETURNING list of tasks that
+-- end here (sched_exhausted, sched_expire: kEndedColumns of ended_tasks.cpp, which
+-- announce_ended() reads).
+
+-- name: sched_exhausted
+-- Recovery gives up on running tasks whose owner is gone (the incarnation that claimed it
+-- no longer holds its liveness, or, a task of a version-7 worker, which leased each task,
+-- its own lease expired) and that are out of attempts ($2: max_attempts); at most $1. They
+-- end failed; the columns of their result events.
+UPDATE tasks SET status = 'failed', finished_at = statement_timestamp(), lease_until = NULL,
+       error_code = 'attempts_exhausted',
+       error = 'gave up after ' || (attempt - releases) || ' attempts: every worker that ran it stopped '
+               'before it finished'
+WHERE task_id IN (SELECT task_id FROM tasks t
+                  WHERE status = 'running' AND attempt - releases >= $2
+                    AND ((t.worker_incarnation IS NULL AND t.lease_until < now())
+                         OR t.worker_incarnation IN (SELECT incarnation FROM workers
+                                                     WHERE lease_until < now()))
+                  ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING
+  task_id::text, user_id, coalesce(batch_id, ''), coalesce(error, ''), coalesce(error_code, ''),
+  status, attempt, steps, tool_calls, input_tokens, cached_input_tokens, output_tokens,
+  to_char(cost, 'FM999999999999990.000000'), coalesce(currency, 'CNY'),
+  coalesce(traceparent, ''), coalesce(result_type, ''), coalesce(result_message, ''),
+  coalesce(result_options, '[]'::jsonb)::text
+
+-- name: sched_recover
+-- Recovery, up to $1 tasks (oldest first, rows locked elsewhere skipped), dispatched again
+-- (dispatch topic $2): running ones whose owner is gone (as in sched_exhausted) with
+-- attempts left ($4: max_attempts), and dispatched ones unclaimed for $3 seconds
+-- (redispatch_after_s) whose message is really lost, not waiting: at least one live
+-- worker, and every live worker that consumes has reported since the task was dispatched
+-- that nothing is left to read on its partitions. A message behind a paused worker is not
+-- sent twice, unless it waited five times $3: the backstop for a consumer that reports a
+-- lag it never reads (the capacity the scheduler admits against bounds the real waits to
+-- seconds).
+-- Each picked task is marked dispatched (its lease and owner cleared) and its dispatch
+-- message written to the outbox. Per task: the status it was picked in, its priority,
+-- user, id, seconds since it was submitted, whether this is its first dispatch, its
+-- traceparent. The time is the statement's, not the pass transaction's start: a task
+-- committed while the pass ran is never dispatched "before" it was created.
+WITH picked AS (
+  SELECT task_id, status FROM tasks t
+  WHERE (status = 'running' AND attempt - releases < $4
+         AND ((t.worker_incarnation IS NULL AND t.lease_until < now())
+              OR t.worker_incarnation IN (SELECT incarnation FROM workers
+                                          WHERE lease_until < now())))
+     OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3)
+         AND EXISTS (SELECT 1 FROM workers w WHERE w.lease_until > now() AND NOT w.draining)
+         AND NOT EXISTS (SELECT 1 FROM workers w
+                         WHERE w.lease_until > now() AND NOT w.draining
+                           AND (w.dispatch_lag > 0 OR w.heartbeat_at < t.dispatched_at)))
+     OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3 * 5))
+  ORDER BY created_at
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+), marked AS (
+  UPDATE tasks t SET status = 'dispatched', dispatched_at = statement_timestamp(),
+         lease_until = NULL, worker_incarnation = NULL
+  FROM picked WHERE t.task_id = picked.task_id
+  RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
+            t.attempt, picked.status AS was
+), sent AS (
+  INSERT INTO outbox (topic, message_key, payload, traceparent)
+  SELECT $2, m.task_id::text,
+         jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
+                            'priority', m.priority,
+                            'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
+                                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
+         m.traceparent
+  FROM marked m
+  RETURNING id
+)
+SELECT was, priority, user_id, task_id::text,
+       extract(epoch FROM dispatched_at - created_at)::float8, attempt = 0,
+       coalesce(traceparent, '')
+FROM marked
+
+-- name: sched_expire
+-- Queued tasks (never started) past their queue deadline (created_at + schedule_timeout_s),
+-- at most $1, end timed_out with error_code schedule_timeout; the columns of their result
+-- events.
+UPDATE tasks SET status = 'timed_out', finished_at = statement_timestamp(),
+       error_code = 'schedule_timeout',
+       error = 'waited in the queue longer than schedule_timeout_s (' || schedule_timeout_s || ' s)'
+WHERE task_id IN (SELECT task_id FROM tasks
+                  WHERE status = 'queued' AND started_at IS NULL AND queue_deadline_at < now()
+                  ORDER BY queue_deadline_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING
+  task_id::text, user_id, coalesce(batch_id, ''), coalesce(error, ''), coalesce(error_code, ''),
+  status, attempt, steps, tool_calls, input_tokens, cached_input_tokens, output_tokens,
+  to_char(cost, 'FM999999999999990.000000'), coalesce(currency, 'CNY'),
+  coalesce(traceparent, ''), coalesce(result_type, ''), coalesce(result_message, ''),
+  coalesce(result_options, '[]'::jsonb)::text
+
+-- name: sched_room
+-- What the fleet can start now: the live workers that take work, the capacity they report,
+-- and every user's dispatched and running tasks.
+SELECT (SELECT count(*) FROM workers WHERE lease_until > now() AND NOT draining),
+       (SELECT coalesce(sum(capacity), 0) FROM workers WHERE lease_until > now() AND NOT draining),
+       (SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running'))
+
+-- name: sched_backlog
+-- Every user with queued work, in user order: queued counts per priority (each up to $1:
+-- the pass never admits more), the exact count of dispatched and running tasks, the 7
+-- override columns (as read_overrides() reads them); and with every row (computed once)
+-- the fleet's figures of sched_room. A skip scan of tasks_queued_user finds each user in
+-- one index probe.
+WITH RECURSIVE users AS (
+  (SELECT user_id FROM tasks WHERE status = 'queued' ORDER BY user_id LIMIT 1)
+  UNION ALL
+  SELECT (SELECT t.user_id FROM tasks t WHERE t.status = 'queued' AND t.user_id > u.user_id
+          ORDER BY t.user_id LIMIT 1)
+  FROM users u WHERE u.user_id IS NOT NULL
+)
+SELECT u.user_id,
+  (SELECT count(*) FROM (SELECT 1 FROM tasks q WHERE q.status = 'queued' AND q.user_id = u.user_id
+                         AND q.priority = 'interactive' LIMIT $1) qi),
+  (SELECT count(*) FROM (SELECT 1 FROM tasks q WHERE q.status = 'queued' AND q.user_id = u.user_id
+                         AND q.priority = 'batch' LIMIT $1) qb),
+  (SELECT count(*) FROM tasks a WHERE a.user_id = u.user_id
+                                  AND a.status IN ('dispatched', 'running')),
+  coalesce(l.tier, ''), l.max_concurrency, l.requests_per_minute, l.tokens_per_minute,
+  l.max_queued, l.monthly_budget::text, l.tool_permission,
+  (SELECT count(*) FROM workers WHERE lease_until > now() AND NOT draining),
+  (SELECT coalesce(sum(capacity), 0) FROM workers WHERE lease_until > now() AND NOT draining),
+  (SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running'))
+FROM users u LEFT JOIN user_limits l ON l.user_id = u.user_id
+WHERE u.user_id IS NOT NULL
+ORDER BY u.user_id
+
+-- name: sched_month_spend
+-- Each user's (of the JSON array $1) cost in currency $3 in the ledger since the start of
+-- this month in time zone $2, in micro-units; users without calls are absent.
+SELECT user_id, (sum(cost) * 1000000)::bigint FROM usage_ledger
+WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
+  AND called_at >= date_trunc('month', now() AT TIME ZONE $2) AT TIME ZONE $2
+  AND currency = $3
+GROUP BY user_id
+
+-- name: sched_recent_tokens
+-- Tokens (input + output) in the ledger in the last minute, per user of the JSON array $1:
+-- with sched_recent_admissions, where a new active scheduler starts their rate buckets.
+SELECT user_id, sum(input_tokens + output_tokens)::bigint FROM usage_ledger
+WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
+  AND called_at > now() - interval '1 minute'
+GROUP BY user_id
+
+-- name: sched_recent_admissions
+-- Dispatches in the last minute, per user of the JSON array $1 (see sched_recent_tokens).
+SELECT user_id, count(*) FROM tasks
+WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
+  AND dispatched_at > now() - interval '1 minute'
+GROUP BY user_id
+
+-- name: sched_admit
+-- Dispatches each grant of the JSON array $1 ({user_id, priority, n}): the user's n oldest
+-- queued tasks of that priority, a row another transaction holds (a cancel in progress)
+-- skipped, not waited for. Marked and announced on dispatch topic $2, and answered, as in
+-- sched_recover.
+WITH picked AS (
+  SELECT p.task_id, 'queued'::text AS status
+  FROM jsonb_to_recordset($1::jsonb) AS g(user_id text, priority text, n integer)
+  CROSS JOIN LATERAL (
+    SELECT t.task_id FROM tasks t
+    WHERE t.status = 'queued' AND t.user_id = g.user_id AND t.priority = g.priority
+      -- A task of a cancelled batch is left to the cancel, unless it was running when the
+      -- batch was cancelled and came back to the queue since (handed back by a fenced or
+      -- draining worker, after the cancel had finished with the batch): dispatched, its
+      -- claim finds cancel_requested and ends it cancelled.
+      AND (t.cancel_requested
+           OR NOT EXISTS (SELECT 1 FROM batches b WHERE b.cancelled AND b.batch_id = t.batch_id
+                                                    AND b.user_id = t.user_id))
+      -- A follow-up waits until its parent has ended: with dispatch keyed by task, no
+      -- partition order keeps it behind its parent. Looked up only for a follow-up: as a
+      -- plain NOT EXISTS the planner may join it as an anti-join over every unfinished task.
+      AND (t.parent_task_id IS NULL
+           OR NOT EXISTS (SELECT 1 FROM tasks p
+                          WHERE p.task_id = t.parent_task_id
+                            AND p.status IN ('queued', 'dispatched', 'running')))
+    ORDER BY t.created_at
+    LIMIT g.n
+    FOR UPDATE SKIP LOCKED) p
+), marked AS (
+  UPDATE tasks t SET status = 'dispatched', dispatched_at = statement_timestamp()
+  FROM picked WHERE t.task_id = picked.task_id
+  RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
+            t.attempt, picked.status AS was
+), sent AS (
+  INSERT INTO outbox (topic, message_key, payload, traceparent)
+  SELECT $2, m.task_id::text,
+         jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
+                            'priority', m.priority,
+                            'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
+                                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
+         m.traceparent
+  FROM marked m
+  RETURNING id
+)
+SELECT was, priority, user_id, task_id::text,
+       extract(epoch FROM dispatched_at - created_at)::float8, attempt = 0,
+       coalesce(traceparent, '')
+FROM marked
+
+-- name: sched_oldest_queued
+-- User $1's oldest queued tasks, at most $2, locked (rows locked elsewhere skipped): those
+-- a pass ends unstarted (ports::EndQueued) before it admits.
+SELECT task_id::text FROM tasks WHERE status = 'queued' AND user_id = $1
+ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED
 
 -- name: forget_workers
 -- Rows of incarnations whose lease lapsed a minute ago and that own no running task any
