@@ -12,6 +12,7 @@
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/directory_store.hpp"
 #include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/usage_store.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/codec/plan_codec.hpp"
 #include "core/codec/tool_call_check.hpp"

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/usage_store.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
 #include "core/limits/fair_scheduler.hpp"

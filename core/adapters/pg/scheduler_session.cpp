@@ -14,7 +14,7 @@
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/ended_tasks.hpp"
 #include "core/adapters/pg/sql.hpp"
-#include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/usage_store.hpp"
 
 namespace agentfleet::pg {
 

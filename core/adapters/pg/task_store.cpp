@@ -310,28 +310,6 @@ CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
   return CancelOutcome::kCancelled;
 }
 
-LiveTaskCounts count_live_tasks(pqxx::connection& c) {
-  pqxx::read_transaction tx(c);
-  LiveTaskCounts counts;
-  const auto queued = tx.exec1(
-      "SELECT count(*) FILTER (WHERE priority = 'interactive'), "
-      "count(*) FILTER (WHERE priority = 'batch') FROM tasks WHERE status = 'queued'");
-  counts.queued_interactive = queued[0].as<std::int64_t>();
-  counts.queued_batch = queued[1].as<std::int64_t>();
-  const auto active = tx.exec1(
-      "SELECT count(*) FILTER (WHERE status = 'dispatched'), "
-      "count(*) FILTER (WHERE status = 'running') FROM tasks "
-      "WHERE status IN ('dispatched', 'running')");
-  counts.dispatched = active[0].as<std::int64_t>();
-  counts.running = active[1].as<std::int64_t>();
-  return counts;
-}
-
-std::int64_t count_due_outbox(pqxx::connection& c) {
-  pqxx::read_transaction tx(c);
-  return tx.exec1("SELECT count(*) FROM outbox WHERE publish_after <= now()")[0].as<std::int64_t>();
-}
-
 std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& user_id,
                                      const std::string& parent_id, const std::string& session_id,
                                      const std::string& idempotency_key) {
@@ -347,91 +325,6 @@ ORDER BY created_at DESC LIMIT 1)SQL",
     return std::nullopt;
   return ParentRef{rows[0][0].as<std::string>(),
                    parse_task_status(rows[0][1].as<std::string>()).value_or(TaskStatus::kQueued)};
-}
-
-}  // namespace agentfleet::pg
-
-namespace agentfleet::pg {
-
-UserOverrides read_overrides(const pqxx::row& r, int first) {
-  UserOverrides o;
-  o.tier = r[first].as<std::string>();
-  if (!r[first + 1].is_null())
-    o.max_concurrency = r[first + 1].as<int>();
-  if (!r[first + 2].is_null())
-    o.requests_per_minute = r[first + 2].as<int>();
-  if (!r[first + 3].is_null())
-    o.tokens_per_minute = r[first + 3].as<std::int64_t>();
-  if (!r[first + 4].is_null())
-    o.max_queued = r[first + 4].as<int>();
-  if (!r[first + 5].is_null())
-    o.monthly_budget = r[first + 5].as<std::string>();
-  if (!r[first + 6].is_null())
-    o.tool_permission = r[first + 6].as<std::string>();
-  return o;
-}
-
-std::optional<UserOverrides> get_user_overrides(pqxx::connection& c, const std::string& user_id) {
-  pqxx::read_transaction tx(c);
-  auto rows = tx.exec_params(
-      "SELECT coalesce(tier, ''), max_concurrency, requests_per_minute, tokens_per_minute, "
-      "max_queued, monthly_budget::text, tool_permission FROM user_limits WHERE user_id = $1",
-      user_id);
-  if (rows.empty())
-    return std::nullopt;
-  UserOverrides o = read_overrides(rows[0], 0);
-  o.user_id = user_id;
-  return o;
-}
-
-void put_user_overrides(pqxx::connection& c, const UserOverrides& o) {
-  pqxx::work tx(c);
-  tx.exec_params0(R"SQL(
-INSERT INTO user_limits (user_id, tier, max_concurrency, requests_per_minute, tokens_per_minute,
-                         max_queued, monthly_budget, tool_permission, updated_at)
-VALUES ($1, NULLIF($2, ''), $3, $4, $5, $6, $7::numeric, $8, now())
-ON CONFLICT (user_id) DO UPDATE SET
-  tier = EXCLUDED.tier, max_concurrency = EXCLUDED.max_concurrency,
-  requests_per_minute = EXCLUDED.requests_per_minute,
-  tokens_per_minute = EXCLUDED.tokens_per_minute, max_queued = EXCLUDED.max_queued,
-  monthly_budget = EXCLUDED.monthly_budget, tool_permission = EXCLUDED.tool_permission,
-  updated_at = now())SQL",
-                  o.user_id, o.tier, o.max_concurrency, o.requests_per_minute, o.tokens_per_minute,
-                  o.max_queued, o.monthly_budget, o.tool_permission);
-  // The active scheduler reads limits every pass; wake it so a raise applies at once.
-  tx.exec("SELECT pg_notify('agentfleet_work', '')");
-  tx.commit();
-}
-
-std::string usage_json(pqxx::connection& c, const UsageQuery& q) {
-  pqxx::read_transaction tx(c);
-  auto row = tx.exec_params1(R"SQL(
-WITH calls AS (
-  SELECT model, currency, count(*) AS calls, count(DISTINCT task_id) AS tasks,
-         sum(input_tokens) AS input_tokens, sum(cached_input_tokens) AS cached_input_tokens,
-         sum(output_tokens) AS output_tokens, sum(cost) AS cost
-  FROM usage_ledger
-  WHERE ($1 = '' OR user_id = $1) AND ($2 = '' OR batch_id = $2)
-    AND ($3 = '' OR called_at >= $3::timestamptz) AND ($4 = '' OR called_at < $4::timestamptz)
-  GROUP BY model, currency
-)
-SELECT jsonb_build_object(
-  'models', coalesce((SELECT jsonb_agg(jsonb_build_object(
-      'model', model, 'currency', currency, 'calls', calls, 'tasks', tasks,
-      'input_tokens', input_tokens, 'cached_input_tokens', cached_input_tokens,
-      'output_tokens', output_tokens,
-      'cost', to_char(cost, 'FM999999999999990.000000')) ORDER BY model, currency) FROM calls),
-    '[]'::jsonb),
-  'totals', coalesce((SELECT jsonb_agg(jsonb_build_object(
-      'currency', currency, 'calls', calls, 'input_tokens', input_tokens,
-      'cached_input_tokens', cached_input_tokens, 'output_tokens', output_tokens,
-      'cost', to_char(cost, 'FM999999999999990.000000')) ORDER BY currency)
-    FROM (SELECT currency, sum(calls) AS calls, sum(input_tokens) AS input_tokens,
-                 sum(cached_input_tokens) AS cached_input_tokens,
-                 sum(output_tokens) AS output_tokens, sum(cost) AS cost
-          FROM calls GROUP BY currency) t), '[]'::jsonb))::text)SQL",
-                             q.user_id, q.batch_id, q.from, q.to);
-  return row[0].as<std::string>();
 }
 
 }  // namespace agentfleet::pg

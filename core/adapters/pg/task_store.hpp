@@ -1,7 +1,7 @@
 #pragma once
-// The dispatcher's statements on tasks, the ledger and the outbox (submissions, the API's
-// reads, usage and limits, the gauges' counts) as functions of a pqxx::connection (run them
-// through DbPool), each in a transaction of its own.
+// The dispatcher's statements on tasks and the outbox (submissions, the API's reads) as
+// functions of a pqxx::connection (run them through DbPool), each in a transaction of its
+// own.
 
 #include <pqxx/pqxx>
 
@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "core/domain/task.hpp"
-#include "core/ports/scheduler_store.hpp"
 
 namespace agentfleet::pg {
 
@@ -81,42 +80,6 @@ std::string list_tasks(pqxx::connection& c, const TaskListQuery& query);
 enum class CancelOutcome { kCancelled, kRequested, kAlreadyCancelled, kAlreadyEnded, kUnknown };
 CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
                           const std::string& results_topic);
-
-using ports::UserOverrides;
-// Reads the 7 override columns starting at `first`: tier (text, '' for none),
-// max_concurrency, requests_per_minute, tokens_per_minute, max_queued, monthly_budget (text),
-// tool_permission.
-UserOverrides read_overrides(const pqxx::row& row, int first);
-
-// GET/PUT /v1/users/{id}/limits: the user's override row (nullopt: none), and its
-// replacement (every field as given; nullopt clears it). A put wakes the scheduler.
-std::optional<UserOverrides> get_user_overrides(pqxx::connection& c, const std::string& user_id);
-void put_user_overrides(pqxx::connection& c, const UserOverrides& overrides);
-
-// Usage from the ledger per model and currency (calls, tasks, tokens, cost) and totals per
-// currency, as JSON {"models": [...], "totals": [...]}, for a user and/or a batch, or for
-// every user when both are empty (GET /v1/usage), over [from, to) (RFC 3339 timestamps;
-// empty: unbounded).
-struct UsageQuery {
-  std::string user_id;
-  std::string batch_id;
-  std::string from;
-  std::string to;
-};
-std::string usage_json(pqxx::connection& c, const UsageQuery& query);
-
-// Tasks in each live status, queued ones by priority, for the metrics: the queued rows are
-// read once (with a backlog of 100,000 that read is most of the cost), the dispatched and
-// running ones through their partial index.
-struct LiveTaskCounts {
-  std::int64_t queued_interactive = 0;
-  std::int64_t queued_batch = 0;
-  std::int64_t dispatched = 0;
-  std::int64_t running = 0;
-};
-LiveTaskCounts count_live_tasks(pqxx::connection& c);
-// Outbox rows due for publishing (publish_after passed) and not yet published.
-std::int64_t count_due_outbox(pqxx::connection& c);
 
 // The parent a submission names (`parent_id`), or its session's latest task (`session_id`,
 // when `parent_id` is empty), among `user_id`'s tasks; nullopt when there is none. A task

@@ -1,0 +1,73 @@
+-- What the users and the fleet use and may use (adapters/pg/usage_store, run by the
+-- dispatcher through pg::ApiStore): usage from the ledger (GET /v1/usage), each user's limit
+-- overrides (GET/PUT /v1/users/{id}/limits), the live tasks and due outbox rows behind the
+-- dispatcher's gauges. All go as text (exec_text): rare, or (usage) with filters that are
+-- empty or not, whose plan should follow the arguments.
+
+-- name: usage
+-- Usage from the ledger per model and currency (calls, tasks, tokens, cost) and totals per
+-- currency, as JSON {"models": [...], "totals": [...]}, for user $1 and/or batch $2 ('':
+-- any), over [$3, $4) (RFC 3339 timestamps; '': unbounded).
+WITH calls AS (
+  SELECT model, currency, count(*) AS calls, count(DISTINCT task_id) AS tasks,
+         sum(input_tokens) AS input_tokens, sum(cached_input_tokens) AS cached_input_tokens,
+         sum(output_tokens) AS output_tokens, sum(cost) AS cost
+  FROM usage_ledger
+  WHERE ($1 = '' OR user_id = $1) AND ($2 = '' OR batch_id = $2)
+    AND ($3 = '' OR called_at >= $3::timestamptz) AND ($4 = '' OR called_at < $4::timestamptz)
+  GROUP BY model, currency
+)
+SELECT jsonb_build_object(
+  'models', coalesce((SELECT jsonb_agg(jsonb_build_object(
+      'model', model, 'currency', currency, 'calls', calls, 'tasks', tasks,
+      'input_tokens', input_tokens, 'cached_input_tokens', cached_input_tokens,
+      'output_tokens', output_tokens,
+      'cost', to_char(cost, 'FM999999999999990.000000')) ORDER BY model, currency) FROM calls),
+    '[]'::jsonb),
+  'totals', coalesce((SELECT jsonb_agg(jsonb_build_object(
+      'currency', currency, 'calls', calls, 'input_tokens', input_tokens,
+      'cached_input_tokens', cached_input_tokens, 'output_tokens', output_tokens,
+      'cost', to_char(cost, 'FM999999999999990.000000')) ORDER BY currency)
+    FROM (SELECT currency, sum(calls) AS calls, sum(input_tokens) AS input_tokens,
+                 sum(cached_input_tokens) AS cached_input_tokens,
+                 sum(output_tokens) AS output_tokens, sum(cost) AS cost
+          FROM calls GROUP BY currency) t), '[]'::jsonb))::text
+
+-- name: user_overrides
+-- User $1's override row: the 7 columns read_overrides() reads (tier '' for none).
+SELECT coalesce(tier, ''), max_concurrency, requests_per_minute, tokens_per_minute,
+       max_queued, monthly_budget::text, tool_permission
+FROM user_limits WHERE user_id = $1
+
+-- name: put_user_overrides
+-- Replaces user $1's override row with the fields given (tier '' and NULLs: no override).
+INSERT INTO user_limits (user_id, tier, max_concurrency, requests_per_minute, tokens_per_minute,
+                         max_queued, monthly_budget, tool_permission, updated_at)
+VALUES ($1, NULLIF($2, ''), $3, $4, $5, $6, $7::numeric, $8, now())
+ON CONFLICT (user_id) DO UPDATE SET
+  tier = EXCLUDED.tier, max_concurrency = EXCLUDED.max_concurrency,
+  requests_per_minute = EXCLUDED.requests_per_minute,
+  tokens_per_minute = EXCLUDED.tokens_per_minute, max_queued = EXCLUDED.max_queued,
+  monthly_budget = EXCLUDED.monthly_budget, tool_permission = EXCLUDED.tool_permission,
+  updated_at = now()
+
+-- name: wake_scheduler
+-- Wakes the active scheduler (on any replica) when the transaction commits.
+SELECT pg_notify('agentfleet_work', '')
+
+-- name: count_queued
+-- Queued tasks by priority (interactive, batch): the queued rows read once (with a backlog
+-- of 100,000 that read is most of the cost of the gauges).
+SELECT count(*) FILTER (WHERE priority = 'interactive'),
+       count(*) FILTER (WHERE priority = 'batch')
+FROM tasks WHERE status = 'queued'
+
+-- name: count_active
+-- Dispatched and running tasks, read through their partial index.
+SELECT count(*) FILTER (WHERE status = 'dispatched'),
+       count(*) FILTER (WHERE status = 'running')
+FROM tasks WHERE status IN ('dispatched', 'running')
+
+-- name: count_due_outbox
+-- Outbox rows due for publishing (publish_after passed) and not yet published.
+SELECT count(*) FROM outbox WHERE publish_after <= now()
