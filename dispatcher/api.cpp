@@ -20,7 +20,7 @@
 
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/batch_store.hpp"
-#include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/submission_store.hpp"
 #include "core/adapters/pg/usage_store.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/codec/task_codec.hpp"

@@ -11,7 +11,7 @@
 #include "core/adapters/http/tool_client.hpp"
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/directory_store.hpp"
-#include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/submission_store.hpp"
 #include "core/adapters/pg/usage_store.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/codec/plan_codec.hpp"

@@ -8,7 +8,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "core/adapters/log.hpp"
-#include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/submission_store.hpp"
 #include "dispatcher/api.hpp"
 #include "dispatcher/user_limits.hpp"
 

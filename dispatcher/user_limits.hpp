@@ -9,7 +9,7 @@
 #include <string_view>
 #include <variant>
 
-#include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/submission_store.hpp"
 #include "core/adapters/pg/usage_store.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"

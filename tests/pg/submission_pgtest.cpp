@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/submission_store.hpp"
 #include "tests/pg/pg_url.hpp"
 
 namespace agentfleet {

@@ -114,6 +114,23 @@ TEST(SqlFiles, NoPreparedStatementNameHasTwoTexts) {
     EXPECT_FALSE(in_files.count(name)) << "af_" << name << " is prepared from C++ and a file";
 }
 
+// submission.sql writes the insert of tasks and the task object twice.
+TEST(SqlFiles, TheSubmissionRepeatsTheInsertAndTheTaskObjectAlike) {
+  const std::string submit = statement("submit");
+  const std::string insert =
+      between(statement("insert_tasks"), "INSERT INTO tasks", " ON CONFLICT");
+  ASSERT_FALSE(insert.empty());
+  EXPECT_NE(submit.find(insert), std::string::npos) << insert;
+  const std::string conflict =
+      "ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING";
+  EXPECT_NE(statement("insert_tasks").find(conflict), std::string::npos);
+  EXPECT_NE(submit.find(conflict), std::string::npos);
+  const std::string object =
+      between(statement("task_json"), "jsonb_build_object(", " FROM tasks t WHERE t.task_id");
+  ASSERT_FALSE(object.empty());
+  EXPECT_NE(submit.find("THEN " + object + " END"), std::string::npos) << object;
+}
+
 // scheduler.sql writes the owner-gone condition, the dispatch of picked tasks and the
 // RETURNING list of ended tasks more than once.
 TEST(SqlFiles, TheSchedulerRepeatsItsSharedPartsAlike) {

@@ -2,8 +2,8 @@
 // The dispatcher's reads and writes of the API, the submit ingest, the direct tool calls and
 // the fleet gauges, as coroutines over a DbPool: the dispatcher calls these and never holds a
 // libpqxx connection itself. Each method is one DbPool::run of the statement functions in
-// task_store, usage_store, batch_store and directory_store (which say what each does), so a
-// connection broken by a Postgres restart is reopened and the call tried again there.
+// submission_store, usage_store, batch_store and directory_store (which say what each does),
+// so a connection broken by a Postgres restart is reopened and the call tried again there.
 //
 // Lifecycle: borrows the pool, which outlives it. Thread-safety: as DbPool::run (any thread);
 // arguments passed by reference must live until the awaited call returns.
@@ -18,7 +18,7 @@
 #include "core/adapters/pg/batch_store.hpp"
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/directory_store.hpp"
-#include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/submission_store.hpp"
 #include "core/adapters/pg/usage_store.hpp"
 
 namespace agentfleet::pg {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/adapters/pg/task_store.hpp"
+#include "core/adapters/pg/submission_store.hpp"
 
 namespace agentfleet::pg {
 

@@ -1,7 +1,10 @@
 #pragma once
-// The dispatcher's statements on tasks and the outbox (submissions, the API's reads) as
-// functions of a pqxx::connection (run them through DbPool), each in a transaction of its
-// own.
+// A task's submission and the API's reads and writes of it: the statements of
+// sql/submission.sql as functions of a pqxx::connection (run them through DbPool; ApiStore
+// does for the dispatcher), each in a transaction of its own; those a batch upload runs in
+// its own transaction (BatchWriter) take a pqxx::work.
+//
+// Thread-safety: as the connection or transaction given (one caller at a time).
 
 #include <pqxx/pqxx>
 
@@ -15,7 +18,7 @@
 
 namespace agentfleet::pg {
 
-// ---- dispatcher -------------------------------------------------------------------
+// ---- a submission ---------------------------------------------------------------
 
 struct NewTask {
   TaskSpec spec;  // task_id set by the caller
@@ -46,13 +49,26 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
                          bool with_json = false);
 
 // Inserts tasks (their ids set) in one statement; a task whose (user, idempotency key) is
-// taken is skipped. Returns the ids inserted. Used by insert_task and batch uploads.
+// taken is skipped. Returns the ids inserted. Used by batch uploads.
 std::vector<std::string> insert_tasks(pqxx::work& tx, const std::vector<NewTask>& tasks);
 
 // Serializes one user's submissions until the transaction ends (advisory lock).
 void lock_user_queue(pqxx::work& tx, const std::string& user_id);
 // The user's queued tasks (counted up to the limit + 1) and their limit.
 QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimit& limit);
+
+// The parent a submission names (`parent_id`), or its session's latest task (`session_id`,
+// when `parent_id` is empty), among `user_id`'s tasks; nullopt when there is none. A task
+// with `idempotency_key` (the submission itself, sent again) is not its own parent.
+struct ParentRef {
+  std::string task_id;
+  TaskStatus status = TaskStatus::kQueued;
+};
+std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& user_id,
+                                     const std::string& parent_id, const std::string& session_id,
+                                     const std::string& idempotency_key = {});
+
+// ---- the API's reads and writes of a task ------------------------------------------
 
 // The task as the API shows it (JSON text), or nullopt.
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id);
@@ -80,16 +96,5 @@ std::string list_tasks(pqxx::connection& c, const TaskListQuery& query);
 enum class CancelOutcome { kCancelled, kRequested, kAlreadyCancelled, kAlreadyEnded, kUnknown };
 CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
                           const std::string& results_topic);
-
-// The parent a submission names (`parent_id`), or its session's latest task (`session_id`,
-// when `parent_id` is empty), among `user_id`'s tasks; nullopt when there is none. A task
-// with `idempotency_key` (the submission itself, sent again) is not its own parent.
-struct ParentRef {
-  std::string task_id;
-  TaskStatus status = TaskStatus::kQueued;
-};
-std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& user_id,
-                                     const std::string& parent_id, const std::string& session_id,
-                                     const std::string& idempotency_key = {});
 
 }  // namespace agentfleet::pg

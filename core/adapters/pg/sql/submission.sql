@@ -1,0 +1,230 @@
+-- A task's submission and the API's reads and writes of it (adapters/pg/submission_store,
+-- run by the dispatcher's API and submit ingest through pg::ApiStore): the submission in one
+-- transaction, a batch upload's inserts and queue check, GET /v1/tasks[/{id}], the event
+-- stream's replay of a task under way, POST /v1/tasks/{id}/cancel, a follow-up's parent.
+-- A submission's statements and task_json are prepared; the other reads, the cancel and
+-- the parent lookup go as text (exec_text): list_tasks and find_parent have filters that
+-- are empty or not, whose plan should follow the arguments.
+-- The task object the API shows is written out twice (task_json and submit), and the insert
+-- of tasks from JSON twice (insert_tasks and submit): keep each pair alike
+-- (tests/unit/sql_files_test.cpp checks that they are).
+
+-- name: submit_lock
+-- Serializes user $1's submissions until the transaction ends (the queue count and the
+-- idempotency check hold until the insert commits), and reads their overrides in the same
+-- round trip: tier ('' for none) and max_queued (NULL for none). They change rarely; a
+-- change racing a submission applies from the next one.
+SELECT pg_advisory_xact_lock(7311002, hashtext($1)), coalesce(l.tier, ''), l.max_queued
+FROM (SELECT 1) one LEFT JOIN user_limits l ON l.user_id = $1
+
+-- name: submit
+-- One submission of user $2 (the task as the one-element JSON array $1 that insert_tasks
+-- takes), run after submit_lock so its snapshot sees every submission before it: the user's
+-- queued tasks counted up to the limit $3 (-1: no limit; a deep queue costs no more than a
+-- full one), the insert when there is room and its key is not taken (ON CONFLICT), the
+-- scheduler's wake-up (whichever replica runs it), and the answer: the count, the new
+-- task's id (NULL: nothing stored) and, when $4, the task as the API shows it.
+WITH room AS (
+  SELECT CASE WHEN $3::bigint < 0 THEN 0
+              ELSE (SELECT count(*) FROM (SELECT 1 FROM tasks
+                                          WHERE user_id = $2 AND status = 'queued'
+                                          LIMIT $3::bigint + 1) q)
+         END AS queued
+), ins AS (
+  INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
+                     max_steps, priority, idempotency_key, request_canonical, batch_id,
+                     metadata, traceparent, strategy, parent_task_id, session_id)
+  SELECT r.task_id, r.user_id, r.text, r.model,
+         CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
+              ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
+         r.timeout_s, r.schedule_timeout_s, r.max_steps, r.priority,
+         NULLIF(r.idempotency_key, ''), r.request_canonical, NULLIF(r.batch_id, ''), r.metadata,
+         NULLIF(r.traceparent, ''), NULLIF(r.strategy, ''),
+         coalesce(NULLIF(r.parent_task_id, '')::uuid,
+                  (SELECT p.task_id FROM tasks p
+                   WHERE r.session_id <> '' AND p.user_id = r.user_id
+                     AND p.session_id = r.session_id
+                   ORDER BY p.created_at DESC LIMIT 1)),
+         NULLIF(r.session_id, '')
+  FROM jsonb_to_recordset($1::jsonb) AS r(
+    task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
+    schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
+    request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
+    parent_task_id text, session_id text)
+  WHERE $3::bigint < 0 OR (SELECT queued FROM room) < $3::bigint
+  ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+  RETURNING *
+), woken AS (
+  SELECT pg_notify('agentfleet_work', '') FROM ins
+)
+SELECT (SELECT queued FROM room), t.task_id::text,
+       CASE WHEN $4::boolean AND t.task_id IS NOT NULL THEN
+         jsonb_build_object(
+           'task_id', t.task_id, 'user_id', t.user_id, 'text', t.text, 'model', t.model,
+           'tools', to_jsonb(t.tools), 'priority', t.priority, 'status', t.status,
+           'timeout_s', t.timeout_s, 'schedule_timeout_s', t.schedule_timeout_s,
+           'max_steps', t.max_steps, 'strategy', t.strategy,
+           'idempotency_key', t.idempotency_key, 'batch_id', t.batch_id,
+           'parent_task_id', t.parent_task_id, 'session_id', t.session_id,
+           'metadata', t.metadata,
+           'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
+               'type', t.result_type, 'message', t.result_message,
+               'options', coalesce(t.result_options, '[]'::jsonb)) END,
+           'error', t.error, 'cancel_requested', t.cancel_requested, 'attempt', t.attempt,
+           'steps', t.steps, 'tool_calls', t.tool_calls,
+           'usage', jsonb_build_object('input_tokens', t.input_tokens,
+               'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
+           'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
+           'created_at', t.created_at, 'dispatched_at', t.dispatched_at,
+           'started_at', t.started_at, 'finished_at', t.finished_at,
+           'trace', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'step', s.step, 'attempt', s.attempt,
+               'role', CASE WHEN s.model_reply->>'kind' = 'tool_step' THEN '"tool"'::jsonb
+                            ELSE s.model_reply->'role' END,
+               'content', s.model_reply->'content', 'reasoning', s.model_reply->'reasoning',
+               'tool_calls', coalesce(s.trace, '[]'::jsonb), 'usage', s.model_reply->'usage',
+               'model_latency_ms', s.model_latency_ms, 'at', s.created_at) ORDER BY s.step),
+               '[]'::jsonb)
+             FROM task_steps s WHERE s.task_id = t.task_id))::text
+       END,
+       (SELECT count(*) FROM woken)
+FROM (SELECT 1) one LEFT JOIN ins t ON true
+
+-- name: idempotency
+-- The task user $1's idempotency key $2 names already, and the canonical form of its
+-- request (a submission not stored: the same request again, or a conflict).
+SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND idempotency_key = $2
+
+-- name: insert_tasks
+-- Tasks from the JSON array $1 (one object per task, ids set; see tasks_json() in
+-- submission_store.cpp), any number in one statement; the queue deadline is set by a
+-- trigger, and a task whose (user, idempotency key) is taken is skipped. The ids inserted.
+INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
+                   max_steps, priority, idempotency_key, request_canonical, batch_id,
+                   metadata, traceparent, strategy, parent_task_id, session_id)
+SELECT r.task_id, r.user_id, r.text, r.model,
+       CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
+            ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
+       r.timeout_s, r.schedule_timeout_s, r.max_steps, r.priority,
+       NULLIF(r.idempotency_key, ''), r.request_canonical, NULLIF(r.batch_id, ''), r.metadata,
+       NULLIF(r.traceparent, ''), NULLIF(r.strategy, ''),
+       coalesce(NULLIF(r.parent_task_id, '')::uuid,
+                (SELECT p.task_id FROM tasks p
+                 WHERE r.session_id <> '' AND p.user_id = r.user_id
+                   AND p.session_id = r.session_id
+                 ORDER BY p.created_at DESC LIMIT 1)),
+       NULLIF(r.session_id, '')
+FROM jsonb_to_recordset($1::jsonb) AS r(
+  task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
+  schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
+  request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
+  parent_task_id text, session_id text)
+ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING task_id::text
+
+-- name: queue_lock
+-- Serializes user $1's submissions until the transaction ends: the lock submit_lock takes.
+SELECT pg_advisory_xact_lock(7311002, hashtext($1))
+
+-- name: queue_overrides
+-- User $1's tier ('' for none) and max_queued (NULL for none), when they have overrides.
+SELECT coalesce(tier, ''), max_queued FROM user_limits WHERE user_id = $1
+
+-- name: queue_count
+-- User $1's queued tasks, counted up to $2 + 1: a deep queue costs no more than a full one.
+SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND status = 'queued'
+                      LIMIT $2::bigint + 1) q
+
+-- name: task_json
+-- Task $1 as the API shows it (JSON text), read in the caller's transaction (a task
+-- inserted there is seen).
+SELECT jsonb_build_object(
+         'task_id', t.task_id, 'user_id', t.user_id, 'text', t.text, 'model', t.model,
+         'tools', to_jsonb(t.tools), 'priority', t.priority, 'status', t.status,
+         'timeout_s', t.timeout_s, 'schedule_timeout_s', t.schedule_timeout_s,
+         'max_steps', t.max_steps, 'strategy', t.strategy,
+         'idempotency_key', t.idempotency_key, 'batch_id', t.batch_id,
+         'parent_task_id', t.parent_task_id, 'session_id', t.session_id,
+         'metadata', t.metadata,
+         'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
+             'type', t.result_type, 'message', t.result_message,
+             'options', coalesce(t.result_options, '[]'::jsonb)) END,
+         'error', t.error, 'cancel_requested', t.cancel_requested, 'attempt', t.attempt,
+         'steps', t.steps, 'tool_calls', t.tool_calls,
+         'usage', jsonb_build_object('input_tokens', t.input_tokens,
+             'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
+         'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
+         'created_at', t.created_at, 'dispatched_at', t.dispatched_at,
+         'started_at', t.started_at, 'finished_at', t.finished_at,
+         'trace', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+             'step', s.step, 'attempt', s.attempt,
+             'role', CASE WHEN s.model_reply->>'kind' = 'tool_step' THEN '"tool"'::jsonb
+                          ELSE s.model_reply->'role' END,
+             'content', s.model_reply->'content', 'reasoning', s.model_reply->'reasoning',
+             'tool_calls', coalesce(s.trace, '[]'::jsonb), 'usage', s.model_reply->'usage',
+             'model_latency_ms', s.model_latency_ms, 'at', s.created_at) ORDER BY s.step),
+             '[]'::jsonb)
+           FROM task_steps s WHERE s.task_id = t.task_id))::text
+FROM tasks t WHERE t.task_id = $1::uuid
+
+-- name: task_history
+-- What an event stream replays for task $1, already under way: user, status, the result
+-- and error when it ended, usage and cost, and per step the model's text, its tool calls
+-- and (once they ran) their trace. JSON text.
+SELECT jsonb_build_object(
+  'task_id', t.task_id, 'user_id', t.user_id, 'status', t.status, 'error', t.error,
+  'error_code', t.error_code,
+  'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
+      'type', t.result_type, 'message', t.result_message,
+      'options', coalesce(t.result_options, '[]'::jsonb)) END,
+  'usage', jsonb_build_object('input_tokens', t.input_tokens,
+      'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
+  'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
+  'steps', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+      'step', s.step, 'content', coalesce(s.model_reply->>'content', ''),
+      'tool_calls', coalesce(s.model_reply->'tool_calls', '[]'::jsonb),
+      'trace', s.trace) ORDER BY s.step), '[]'::jsonb)
+    FROM task_steps s WHERE s.task_id = t.task_id))::text
+FROM tasks t WHERE t.task_id = $1::uuid
+
+-- name: list_tasks
+-- GET /v1/tasks: user $1's tasks, newest first, of status $2 ('': any), at most $3, created
+-- before task $4 (a cursor: the last id of the previous page; '': from the newest). Each
+-- item is the task's summary (no trace); the JSON array text.
+SELECT coalesce(jsonb_agg(item ORDER BY created_at DESC, task_id DESC), '[]'::jsonb)::text
+FROM (
+  SELECT t.created_at, t.task_id, jsonb_build_object(
+      'task_id', t.task_id, 'user_id', t.user_id, 'text', t.text, 'model', t.model,
+      'priority', t.priority, 'status', t.status, 'batch_id', t.batch_id,
+      'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
+          'type', t.result_type, 'message', t.result_message,
+          'options', coalesce(t.result_options, '[]'::jsonb)) END,
+      'error', t.error, 'steps', t.steps, 'tool_calls', t.tool_calls,
+      'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
+      'created_at', t.created_at, 'finished_at', t.finished_at) AS item
+  FROM tasks t
+  WHERE t.user_id = $1
+    AND ($2 = '' OR t.status = $2)
+    AND ($4 = '' OR (t.created_at, t.task_id) <
+         (SELECT b.created_at, b.task_id FROM tasks b WHERE b.task_id = NULLIF($4, '')::uuid))
+  ORDER BY t.created_at DESC, t.task_id DESC
+  LIMIT $3
+) page
+
+-- name: cancel_status
+-- Task $1's status, its row locked until the cancel commits.
+SELECT status FROM tasks WHERE task_id = $1::uuid FOR UPDATE
+
+-- name: cancel_request
+-- Marks task $1 to be cancelled: its worker stops it, a dispatch message on its way skips it.
+UPDATE tasks SET cancel_requested = true WHERE task_id = $1::uuid
+
+-- name: find_parent
+-- The parent a submission of user $1 names: task $2, or (when $2 is '') session $3's latest
+-- task. A task with idempotency key $4 (the submission itself, sent again) is not its own
+-- parent. Its id and status.
+SELECT task_id::text, status FROM tasks
+WHERE user_id = $1 AND (($2 <> '' AND task_id = NULLIF($2, '')::uuid)
+                        OR ($2 = '' AND session_id = $3))
+  AND ($4 = '' OR idempotency_key IS DISTINCT FROM $4)
+ORDER BY created_at DESC LIMIT 1
