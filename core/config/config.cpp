@@ -19,6 +19,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/codec/json_schema.hpp"
+#include "core/codec/text_tool_calls.hpp"
 
 namespace agentfleet::config {
 namespace {
@@ -730,6 +731,14 @@ void read_models(const Section& root, std::vector<ModelConfig>& out) {
     s.read("quota_cooloff_s", m.quota_cooloff_s);
     s.read("context_window_tokens", m.context_window_tokens);
     s.read("max_output_tokens", m.max_output_tokens);
+    s.read("text_tool_calls", m.text_tool_calls);
+    for (std::size_t i = 0; i < m.text_tool_calls.size(); ++i) {
+      if (!codec::parse_text_call_format(m.text_tool_calls[i])) {
+        throw Problem(s.path("text_tool_calls") + "/" + std::to_string(i),
+                      "unknown format '" + m.text_tool_calls[i] +
+                          "'; the formats are hermes, llama, mistral and json");
+      }
+    }
     if (m.endpoints.empty()) {
       throw Problem(s.path("endpoints"), "a model needs at least one endpoint");
     }

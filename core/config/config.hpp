@@ -176,6 +176,9 @@ struct ModelConfig {
   int quota_cooloff_s = 300;  // an endpoint out of quota (money) leaves the rotation this long
   int context_window_tokens = 32000;
   int max_output_tokens = 1024;
+  // function_calling: the formats in which tool calls written as text (a model served
+  // without a tool-call parser) are read as calls (codec/text_tool_calls.hpp); [] reads none.
+  std::vector<std::string> text_tool_calls = {"hermes", "llama", "mistral", "json"};
 };
 
 enum class Permission { kRead, kWrite, kExecute, kAdmin };

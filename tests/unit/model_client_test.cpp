@@ -427,6 +427,42 @@ TEST_F(ModelClientTest, AConversationTheCallerKeepsEncodedIsSentAsIfBuiltHere) {
   EXPECT_EQ(bodies[1], bodies[0]);
 }
 
+TEST_F(ModelClientTest, CallsWrittenAsTextAreReadAsCallsInTheFormatsTheModelNames) {
+  const std::string hermes =
+      R"({"choices":[{"message":{"role":"assistant","content":"<tool_call>\n{\"name\": )"
+      R"(\"search_items\", \"arguments\": {\"keyword\": \"x\"}}\n</tool_call>"},)"
+      R"("finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":5}})";
+  tools.push_back(ports::ToolSchema{"search_items", "Search.", R"({"type":"object"})"});
+  {
+    auto client = make(model_config({kA}));  // every format by default
+    script[kA] = {http(200, hermes)};
+    auto reply = call(*client);
+    ASSERT_TRUE(reply.ok()) << reply.error().message;
+    ASSERT_EQ(reply.value().tool_calls.size(), 1u);
+    EXPECT_EQ(reply.value().tool_calls[0].name, "search_items");
+    EXPECT_EQ(reply.value().tool_calls[0].arguments, R"({"keyword":"x"})");
+    EXPECT_EQ(reply.value().content, "");
+  }
+  {
+    config::ModelConfig none = model_config({kA});
+    none.text_tool_calls.clear();
+    auto client = make(none);
+    script[kA] = {http(200, hermes)};
+    auto reply = call(*client);
+    ASSERT_TRUE(reply.ok());
+    EXPECT_TRUE(reply.value().tool_calls.empty()) << "the text stays text";
+  }
+  {
+    // A request that offers no tool (a planner's) gets its JSON as an answer.
+    tools.clear();
+    auto client = make(model_config({kA}));
+    script[kA] = {http(200, hermes)};
+    auto reply = call(*client);
+    ASSERT_TRUE(reply.ok());
+    EXPECT_TRUE(reply.value().tool_calls.empty());
+  }
+}
+
 TEST_F(ModelClientTest, UnknownModelIsInvalid) {
   auto client = make(model_config({kA}));
   ports::ModelRequest request;

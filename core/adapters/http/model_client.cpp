@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "core/codec/openai_codec.hpp"
 #include "core/codec/provider_error.hpp"
 #include "core/codec/react_json_codec.hpp"
+#include "core/codec/text_tool_calls.hpp"
 #include "core/limits/retry_after.hpp"
 #include "core/limits/token_bucket.hpp"
 
@@ -67,6 +69,7 @@ struct OpenAiModelClient::Endpoint {
 
 struct OpenAiModelClient::Model {
   config::ModelConfig config;
+  std::set<codec::TextCallFormat> text_calls;  // function_calling: calls read from text
   limits::RetryPolicy retry;
   std::vector<Endpoint> endpoints;
   std::size_t cursor = 0;  // round robin
@@ -103,6 +106,10 @@ OpenAiModelClient::OpenAiModelClient(asio::any_io_executor executor,
     model->retry.max_retries = m.max_retries;
     for (const auto& e : m.endpoints)
       model->endpoints.emplace_back(e, m, now);
+    for (const auto& name : m.text_tool_calls) {
+      if (auto format = codec::parse_text_call_format(name))
+        model->text_calls.insert(*format);
+    }
     model->config = std::move(m);
     models_.push_back(std::move(model));
   }
@@ -396,6 +403,10 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
             std::count_if(request.messages->begin(), request.messages->end(),
                           [](const Message& m) { return m.role == Role::kAssistant; }));
         reply = codec::read_react_json_reply(std::move(reply).value(), step);
+      } else if (reply.ok() && !request.tools->empty()) {
+        // Calls a model served without a tool-call parser wrote as text are calls (where
+        // the request offered tools: a planner's or critic's JSON is an answer).
+        reply = codec::with_text_tool_calls(std::move(reply).value(), model.text_calls);
       }
       if (reply.ok()) {
         endpoint.breaker.record_success();
