@@ -20,6 +20,8 @@ std::string_view to_string(FailReason reason) {
       return "empty_reply";
     case FailReason::kNoPlan:
       return "no_plan";
+    case FailReason::kUnperformedAction:
+      return "unperformed_action";
   }
   return "unknown";
 }
@@ -80,6 +82,15 @@ ReactState ReactLoop::start(std::string system_prompt, std::vector<Message> hist
   return state;
 }
 
+Step ReactLoop::finish_text(const ReactState& state, const std::string& text) const {
+  TaskResult result = classify_text(text);
+  if (result.type == ResultType::kActionCompleted && state.tools_ok == 0) {
+    return Fail{FailReason::kUnperformedAction,
+                "the model reported an action that no tool performed: " + text};
+  }
+  return Finish{std::move(result)};
+}
+
 TaskResult ReactLoop::classify_text(const std::string& text) const {
   TaskResult result;
   result.message = text;
@@ -123,7 +134,11 @@ Step ReactLoop::on_model_reply(ReactState& state, const ModelReply& reply) const
   // they never would): refuse it, run the others, and let the model finish after seeing them.
   const bool acts_too = std::any_of(reply.tool_calls.begin(), reply.tool_calls.end(),
                                     [](const ToolCall& call) { return call.name != kFinishTool; });
-  if (reply.finish && reply.finish->problem.empty() && !acts_too)
+  // action_completed is a claim that a tool did something: none has yet.
+  const bool unperformed = reply.finish && reply.finish->problem.empty() &&
+                           reply.finish->result.type == ResultType::kActionCompleted &&
+                           state.tools_ok == 0;
+  if (reply.finish && reply.finish->problem.empty() && !acts_too && !unperformed)
     return Finish{reply.finish->result};
 
   if (reply.tool_calls.empty()) {
@@ -134,11 +149,16 @@ Step ReactLoop::on_model_reply(ReactState& state, const ModelReply& reply) const
       return Fail{FailReason::kContentFilter, "the provider's content filter stopped the answer"};
     }
     if (reply.final_text)
-      return Finish{classify_text(*reply.final_text)};
+      return finish_text(state, *reply.final_text);
     if (reply.content.empty()) {
       return Fail{FailReason::kEmptyReply, "the model returned neither text nor tool calls"};
     }
-    return Finish{classify_text(reply.content)};
+    if (state.corrections < limits_.max_corrections && state.model_calls < limits_.max_steps) {
+      ++state.corrections;
+      state.messages.push_back(Message{Role::kUser, std::string(kCorrection), {}, {}, {}});
+      return CallModel{};
+    }
+    return finish_text(state, reply.content);
   }
 
   // The model wants tools. If it may not be called again, their results would reach no
@@ -156,6 +176,11 @@ Step ReactLoop::on_model_reply(ReactState& state, const ModelReply& reply) const
       // Reachable when the finish arguments were invalid or other calls came with it: say
       // why, let it retry.
       std::string problem = reply.finish ? reply.finish->problem : "finish arguments are invalid";
+      if (problem.empty() && unperformed && !acts_too) {
+        problem =
+            "no tool has done anything in this task yet, so it cannot be action_completed: "
+            "call the tool that does it first, or finish with need_clarification or error";
+      }
       if (problem.empty())
         problem = "call finish alone, after the results of your other tool calls";
       step.refused.push_back(
@@ -178,6 +203,8 @@ Step ReactLoop::on_tool_results(ReactState& state, const CallTools& step,
   // Answer every call of the assistant message in the order it made them; providers
   // require one tool message per tool_call id.
   const Message& assistant = state.messages.back();
+  for (const ToolObservation& result : results)
+    state.tools_ok += result.ok ? 1 : 0;
   std::vector<ToolObservation> all = std::move(results);
   all.insert(all.end(), step.refused.begin(), step.refused.end());
   for (const ToolCall& call : assistant.tool_calls) {

@@ -11,6 +11,7 @@
 
 #include <set>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct Limits {
   int max_steps = 10;  // model calls per task
   // Tool results longer than this are truncated in the conversation; <= 0: never.
   int tool_result_context_chars = 4000;
+  // A function-calling answer in plain text (neither a tool call nor `finish`) is answered
+  // with a correction and the model asked again, at most this many times in a task; after
+  // that the text is classified by the markers.
+  int max_corrections = 2;
 };
 
 // How a plain-text final answer (no `finish` call) is classified.
@@ -36,6 +41,8 @@ struct ReactState {
   std::vector<Message> messages;  // the conversation sent to the model
   int model_calls = 0;
   int tool_calls = 0;
+  int tools_ok = 0;     // tool calls that ran and succeeded: what performed an action
+  int corrections = 0;  // plain-text answers answered with a correction
   TokenUsage usage;
 };
 
@@ -52,7 +59,16 @@ struct CallTools {
 struct Finish {
   TaskResult result;
 };
-enum class FailReason { kMaxSteps, kTruncated, kContentFilter, kEmptyReply, kNoPlan };
+// kUnperformedAction: the model's last word reported an action completed that no tool of
+// the task performed (a false success is never reported).
+enum class FailReason {
+  kMaxSteps,
+  kTruncated,
+  kContentFilter,
+  kEmptyReply,
+  kNoPlan,
+  kUnperformedAction
+};
 struct Fail {
   FailReason reason;
   std::string message;
@@ -78,6 +94,13 @@ class ReactLoop {
   // answered with that problem (tool error code "unreadable_reply"), so the model reads it
   // and may answer again; it consumes a step like any other reply.
   // A reply with `final_text` and no tool call finishes with that text classified.
+  // A reply in plain text (function calling: neither a tool call nor `finish`) is not
+  // guessed into a result: a user message (kCorrection) asks for a call or `finish`, and
+  // the model is called again, at most Limits::max_corrections times while steps remain;
+  // then the text is classified by the markers.
+  // No action is reported that no tool performed: a `finish` of action_completed before
+  // any tool call succeeded is refused (tool error code "invalid_finish", the model reads
+  // why), and a text classified action_completed then fails kUnperformedAction.
   Step on_model_reply(ReactState& state, const ModelReply& reply) const;
   // Results longer than Limits::tool_result_context_chars are kept truncated
   // (truncate_for_context); the observations given here are not changed, so the runner
@@ -89,10 +112,20 @@ class ReactLoop {
   TaskResult classify_text(const std::string& text) const;
 
  private:
+  // The text classified; a Fail when it claims an action no tool performed.
+  Step finish_text(const ReactState& state, const std::string& text) const;
+
   Limits limits_;
   ResultMarkers markers_;
   std::set<std::string> allowed_tools_;
 };
+
+// What a plain-text answer is answered with (a user message).
+inline constexpr std::string_view kCorrection =
+    "Your answer called no tool and did not call finish, so nothing was done and no result "
+    "was declared. Call the tool that does what was asked; once it is done, or if it cannot "
+    "be done, call finish with type action_completed, need_clarification or error and a "
+    "message.";
 
 // The JSON a refused or failed tool call shows the model: {"error":{"code","message"}}.
 std::string tool_error_json(std::string_view code, std::string_view message);

@@ -17,6 +17,7 @@
 #include "core/codec/checkpoint_codec.hpp"
 #include "core/codec/openai_codec.hpp"
 #include "core/codec/react_json_codec.hpp"
+#include "core/codec/text_tool_calls.hpp"
 
 namespace agentfleet::react {
 namespace {
@@ -359,8 +360,15 @@ TEST(ReactLoopTest, FinishArgumentsThatAreNotJsonAreFedBack) {
   EXPECT_EQ(error_code_of(std::get<CallTools>(step).refused[0].content), "invalid_finish");
 }
 
+// A loop that classifies plain text at once (no correction asked for).
+ReactLoop classifying_loop() {
+  Limits limits;
+  limits.max_corrections = 0;
+  return ReactLoop(limits, {}, kCalendarTools);
+}
+
 TEST(ReactLoopTest, PlainTextAnswersAreClassifiedByMarkers) {
-  const ReactLoop loop = make_loop();
+  const ReactLoop loop = classifying_loop();
   struct Case {
     std::string text;
     ResultType expected;
@@ -378,6 +386,7 @@ TEST(ReactLoopTest, PlainTextAnswersAreClassifiedByMarkers) {
   };
   for (const Case& c : cases) {
     ReactState state = loop.start("sys", "text");
+    state.tools_ok = 1;  // a tool did something: success is not refused
     ModelReply reply;
     reply.content = c.text;
     reply.finish_reason = "stop";
@@ -428,7 +437,7 @@ TEST(ReactLoopTest, EmptyMarkerNeverMatches) {
 }
 
 TEST(ReactLoopTest, PlainTextFromJsonIsClassified) {
-  const ReactLoop loop = make_loop();
+  const ReactLoop loop = classifying_loop();
   ReactState state = loop.start("sys", "text");
   const Step step = loop.on_model_reply(
       state,
@@ -765,7 +774,7 @@ TEST(ReactJsonLoopTest, InvalidFinalIsFedBackAndTheLoopContinues) {
   FakeTools tools;
   const Step last = drive_react_json(loop, state,
                                      {R"({"final":{"type":"done","message":"ok"}})",
-                                      R"({"final":{"type":"action_completed","message":"ok"}})"},
+                                      R"({"final":{"type":"error","message":"ok"}})"},
                                      tools);
   ASSERT_TRUE(std::holds_alternative<Finish>(last));
   ASSERT_EQ(state.messages.size(), 5u);
@@ -920,6 +929,150 @@ TEST(ReactLoopTest, LongToolResultsAreTruncatedInTheConversationNotInTheObservat
   step = lenient.on_model_reply(other, reply);
   lenient.on_tool_results(other, std::get<CallTools>(step), observations);
   EXPECT_EQ(other.messages.back().content, observations[0].content);
+}
+
+}  // namespace
+}  // namespace agentfleet::react
+
+// ---- no false success ----
+
+namespace agentfleet::react {
+namespace {
+
+ModelReply text_reply(const std::string& text) {
+  ModelReply reply;
+  reply.content = text;
+  reply.finish_reason = "stop";
+  return reply;
+}
+
+ModelReply finish_call(const std::string& type, const std::string& message) {
+  ModelReply reply;
+  const std::string arguments = R"({"type":")" + type + R"(","message":")" + message + R"("})";
+  reply.tool_calls = {ToolCall{"call_finish", "finish", arguments}};
+  reply.finish = codec::parse_finish_arguments(arguments);
+  return reply;
+}
+
+ModelReply search_call(const std::string& id) {
+  ModelReply reply;
+  reply.tool_calls = {ToolCall{id, "search_items", R"({"keyword":"周会"})"}};
+  return reply;
+}
+
+TEST(ReactLoopNoFalseSuccess, PlainTextIsAnsweredWithACorrectionNotGuessedIntoAResult) {
+  const ReactLoop loop = make_loop();
+  ReactState state = loop.start("sys", "把周会改到晚上8点");
+  const Step step = loop.on_model_reply(state, text_reply("✅ 已将周会改到晚上8点"));
+  ASSERT_TRUE(std::holds_alternative<CallModel>(step));
+  EXPECT_EQ(state.corrections, 1);
+  ASSERT_EQ(state.messages.size(), 4u);
+  EXPECT_EQ(state.messages[2].role, Role::kAssistant);
+  EXPECT_EQ(state.messages[3].role, Role::kUser);
+  EXPECT_EQ(state.messages[3].content, kCorrection);
+}
+
+TEST(ReactLoopNoFalseSuccess, AfterTheCorrectionsAnActionNoToolPerformedFails) {
+  const ReactLoop loop = make_loop();  // two corrections
+  ReactState state = loop.start("sys", "把周会改到晚上8点");
+  EXPECT_TRUE(std::holds_alternative<CallModel>(loop.on_model_reply(state, text_reply("好的"))));
+  EXPECT_TRUE(std::holds_alternative<CallModel>(loop.on_model_reply(state, text_reply("好的"))));
+  const Step step = loop.on_model_reply(state, text_reply("✅ 已将周会改到晚上8点"));
+  ASSERT_TRUE(std::holds_alternative<Fail>(step));
+  EXPECT_EQ(std::get<Fail>(step).reason, FailReason::kUnperformedAction);
+  EXPECT_EQ(to_string(FailReason::kUnperformedAction), "unperformed_action");
+  EXPECT_NE(std::get<Fail>(step).message.find("已将周会改到晚上8点"), std::string::npos);
+  EXPECT_EQ(state.corrections, 2);
+  EXPECT_EQ(state.model_calls, 3);
+}
+
+TEST(ReactLoopNoFalseSuccess,
+     AfterTheCorrectionsTextIsClassifiedWhenAToolActedOrItClaimsNoSuccess) {
+  {
+    const ReactLoop loop = make_loop();
+    ReactState state = loop.start("sys", "删除2月30日的日程");
+    loop.on_model_reply(state, text_reply("2月没有30日"));
+    loop.on_model_reply(state, text_reply("2月没有30日"));
+    const Step step = loop.on_model_reply(state, text_reply("❌ 2月30日不存在"));
+    ASSERT_TRUE(std::holds_alternative<Finish>(step));
+    EXPECT_EQ(std::get<Finish>(step).result.type, ResultType::kError);
+  }
+  {
+    // A search that succeeded performed something: the marker's success stands.
+    const ReactLoop loop = make_loop(10, ResultMarkers{});
+    ReactState state = loop.start("sys", "查一下周会");
+    FakeTools tools;
+    const Step step = drive(loop, state,
+                            {search_call("c1"), text_reply("周会在周三"), text_reply("周会在周三"),
+                             text_reply("✅ 周会在周三")},
+                            tools);
+    ASSERT_TRUE(std::holds_alternative<Finish>(step));
+    EXPECT_EQ(std::get<Finish>(step).result.type, ResultType::kActionCompleted);
+    EXPECT_EQ(state.tools_ok, 1);
+  }
+}
+
+TEST(ReactLoopNoFalseSuccess, CorrectionsStopAtTheLastStep) {
+  const ReactLoop loop = make_loop(1);
+  ReactState state = loop.start("sys", "text");
+  const Step step = loop.on_model_reply(state, text_reply("❌ 不能"));
+  ASSERT_TRUE(std::holds_alternative<Finish>(step));
+  EXPECT_EQ(state.corrections, 0);
+}
+
+TEST(ReactLoopNoFalseSuccess, FinishingActionCompletedBeforeAnyToolSucceededIsRefused) {
+  const ReactLoop loop = make_loop();
+  ReactState state = loop.start("sys", "把周会改到晚上8点");
+  Step step = loop.on_model_reply(state, finish_call("action_completed", "已改好"));
+  ASSERT_TRUE(std::holds_alternative<CallTools>(step));
+  const CallTools& refused = std::get<CallTools>(step);
+  EXPECT_TRUE(refused.calls.empty());
+  ASSERT_EQ(refused.refused.size(), 1u);
+  EXPECT_EQ(error_code_of(refused.refused[0].content), "invalid_finish");
+  EXPECT_NE(refused.refused[0].content.find("no tool has done anything"), std::string::npos);
+
+  // A tool that failed did nothing either.
+  step = loop.on_tool_results(state, refused, {});
+  ModelReply search = search_call("c1");
+  step = loop.on_model_reply(state, search);
+  ASSERT_TRUE(std::holds_alternative<CallTools>(step));
+  step = loop.on_tool_results(
+      state, std::get<CallTools>(step),
+      {ToolObservation{"c1", "search_items", false, tool_error_json("unavailable", "down")}});
+  step = loop.on_model_reply(state, finish_call("action_completed", "已改好"));
+  ASSERT_TRUE(std::holds_alternative<CallTools>(step)) << "refused again";
+
+  // Once a tool succeeded, the finish stands.
+  step = loop.on_tool_results(state, std::get<CallTools>(step), {});
+  step = loop.on_model_reply(state, search_call("c2"));
+  step = loop.on_tool_results(state, std::get<CallTools>(step),
+                              {ToolObservation{"c2", "search_items", true, R"({"items":[]})"}});
+  step = loop.on_model_reply(state, finish_call("action_completed", "已改好"));
+  ASSERT_TRUE(std::holds_alternative<Finish>(step));
+  EXPECT_EQ(std::get<Finish>(step).result.message, "已改好");
+}
+
+TEST(ReactLoopNoFalseSuccess, ErrorAndClarificationNeedNoTool) {
+  const ReactLoop loop = make_loop();
+  for (const char* type : {"error", "need_clarification"}) {
+    ReactState state = loop.start("sys", "删除2月30日的日程");
+    const Step step = loop.on_model_reply(state, finish_call(type, "2月30日不存在"));
+    ASSERT_TRUE(std::holds_alternative<Finish>(step)) << type;
+  }
+}
+
+TEST(ReactLoopNoFalseSuccess, ACallWrittenAsTextRunsAsACall) {
+  // What a Qwen model served without a tool parser answers, read by the model client.
+  const ReactLoop loop = make_loop();
+  ReactState state = loop.start("sys", "查一下周会");
+  const ModelReply reply = codec::with_text_tool_calls(
+      text_reply("<tool_call>\n{\"name\": \"search_items\", \"arguments\": {\"keyword\": "
+                 "\"周会\"}}\n</tool_call>"),
+      codec::all_text_call_formats());
+  const Step step = loop.on_model_reply(state, reply);
+  ASSERT_TRUE(std::holds_alternative<CallTools>(step));
+  ASSERT_EQ(std::get<CallTools>(step).calls.size(), 1u);
+  EXPECT_EQ(std::get<CallTools>(step).calls[0].arguments, R"({"keyword":"周会"})");
 }
 
 }  // namespace

@@ -566,6 +566,7 @@ TEST(TaskRunner, AFenceDuringAModelCallStopsAtOnceWithoutWritingAnything) {
 TEST(TaskRunner, AFencedRunnerClaimsNothingUntilTheFenceIsLifted) {
   Harness h;
   h.runner.fence();
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"x"})")}));
   h.model.then(finish_reply("done"));
   std::optional<RunOutcome> outcome;
   asio::co_spawn(h.io, h.runner.run(kTaskId, kUser, ""),
@@ -583,6 +584,7 @@ TEST(TaskRunner, AFencedRunnerClaimsNothingUntilTheFenceIsLifted) {
 TEST(TaskRunner, AClaimThatRanAfterTheLivenessLapsedIsMadeAgainUnderTheNextIncarnation) {
   Harness h;
   h.store.not_live_claims = 1;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"x"})")}));
   h.model.then(finish_reply("done"));
   std::optional<RunOutcome> outcome;
   asio::co_spawn(h.io, h.runner.run(kTaskId, kUser, ""),
