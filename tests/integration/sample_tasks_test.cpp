@@ -848,6 +848,84 @@ TEST(ReactJson, SampleTasksRunEndToEndOnAModelWithoutFunctionCalling) {
   EXPECT_EQ(react_json_requests(llm) - react_before, 4);
 }
 
+// Open models served without a tool-call parser write their calls as text; llm-sim's
+// *_text styles answer so (config/llm-sim-scenarios.yaml, "text calls: FORMAT").
+TEST(NoFalseSuccess, CallsAModelWroteAsTextRunAsCalls) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  const std::string run =
+      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::vector<std::pair<std::string, std::string>> ids;
+  for (const std::string format : {"hermes", "llama", "mistral", "json"}) {
+    ids.emplace_back(
+        format, submit(base, R"({"user_id":"text-calls","text":"text calls: )" + format +
+                                 R"(","idempotency_key":"text-)" + format + "-" + run + R"("})"));
+    ASSERT_FALSE(ids.back().second.empty());
+  }
+  for (const auto& [format, id] : ids) {
+    SCOPED_TRACE(format);
+    auto task = wait_terminal(base, id);
+    ASSERT_STREQ(task["status"].GetString(), "succeeded")
+        << (task["error"].IsString() ? task["error"].GetString() : "");
+    EXPECT_STREQ(task["result"]["type"].GetString(), "action_completed");
+    EXPECT_STREQ(task["result"]["message"].GetString(), "已按文本调用完成搜索");
+    EXPECT_EQ(task["tool_calls"].GetInt(), 1);
+    // The trace shows the call read from the text and what the tool answered.
+    const auto& trace = task["trace"];
+    ASSERT_EQ(trace.GetArray().Size(), 2u);
+    const auto& calls = trace[0]["tool_calls"];
+    ASSERT_EQ(calls.GetArray().Size(), 1u);
+    EXPECT_STREQ(calls[0]["call_id"].GetString(), "text_call_0");
+    EXPECT_STREQ(calls[0]["tool"].GetString(), "search_items");
+    EXPECT_STREQ(calls[0]["status"].GetString(), "ok");
+    EXPECT_STREQ(calls[0]["arguments"].GetString(),
+                 R"({"item_type":"any","keyword":"text","limit":1})");
+  }
+}
+
+TEST(NoFalseSuccess, PlainTextIsAskedAgainAndASuccessNoToolPerformedIsNeverReported) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  const std::string run =
+      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  const std::string claim =
+      submit(base, R"({"user_id":"plain-text","text":"plain claim","idempotency_key":"claim-)" +
+                       run + R"("})");
+  const std::string act =
+      submit(base, R"({"user_id":"plain-text","text":"plain then act","idempotency_key":"act-)" +
+                       run + R"("})");
+  ASSERT_FALSE(claim.empty());
+  ASSERT_FALSE(act.empty());
+
+  pqxx::connection db(env["AGENTFLEET_PG_URL"]);
+  auto ledger_rows = [&db](const std::string& id) {
+    pqxx::work tx(db);
+    const int rows =
+        tx.exec_params1("SELECT count(*) FROM usage_ledger WHERE task_id = $1::uuid", id)[0]
+            .as<int>();
+    tx.commit();
+    return rows;
+  };
+
+  // Three answers claiming success in text, nothing called: asked again twice, then failed.
+  auto claimed = wait_terminal(base, claim);
+  ASSERT_STREQ(claimed["status"].GetString(), "failed");
+  ASSERT_TRUE(claimed["error"].IsString());
+  EXPECT_NE(std::string(claimed["error"].GetString()).find("no tool performed"), std::string::npos)
+      << claimed["error"].GetString();
+  EXPECT_TRUE(!claimed.HasMember("result") || claimed["result"].IsNull());
+  EXPECT_EQ(claimed["tool_calls"].GetInt(), 0);
+  EXPECT_EQ(ledger_rows(claim), 3) << "every answer is billed";
+
+  // Text once, then a search and a finish: the correction got the work done.
+  auto acted = wait_terminal(base, act);
+  ASSERT_STREQ(acted["status"].GetString(), "succeeded")
+      << (acted["error"].IsString() ? acted["error"].GetString() : "");
+  EXPECT_STREQ(acted["result"]["type"].GetString(), "action_completed");
+  EXPECT_EQ(acted["tool_calls"].GetInt(), 1);
+  EXPECT_EQ(ledger_rows(act), 3);
+}
+
 TEST(ProgressEvents, ATaskStreamsItsStepsToolCallsTextAndResultInOrder) {
   auto env = fleet_env();
   const std::string base = env["AGENTFLEET_URL"];

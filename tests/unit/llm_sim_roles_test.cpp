@@ -140,16 +140,21 @@ TEST(LlmSimRoles, RolesAreCheckedWhenTheFileLoads) {
     roles: {judge: [{content: "1"}]})",
                                "t.yaml"),
                ScenarioError);
-  // Text-only answers are for roles; a ReAct step still needs calls or a finish.
+  // A ReAct step in text alone is a plain-text answer; a step that says nothing is refused.
+  EXPECT_NO_THROW(parse_scenarios(R"(scenarios:
+  - name: a
+    match: x
+    steps: [{content: "hi"}])",
+                                  "t.yaml"));
   try {
     parse_scenarios(R"(scenarios:
   - name: a
     match: x
-    steps: [{content: "hi"}])",
+    steps: [{repeat: 2}])",
                     "t.yaml");
-    ADD_FAILURE() << "a text-only ReAct step loaded";
+    ADD_FAILURE() << "an empty ReAct step loaded";
   } catch (const ScenarioError& e) {
-    EXPECT_NE(std::string(e.what()).find("needs 'calls', 'finish' or 'branches'"),
+    EXPECT_NE(std::string(e.what()).find("needs 'content', 'calls', 'finish' or 'branches'"),
               std::string::npos)
         << e.what();
   }

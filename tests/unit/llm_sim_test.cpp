@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/react/react_loop.hpp"
 #include "tools/llm_sim/scenario.hpp"
 #include "tools/llm_sim/simulator.hpp"
 #include "tools/llm_sim/templating.hpp"
@@ -429,6 +430,19 @@ TEST(LlmSimTest, WithoutAFinishToolTheAnswerIsPlainTextWithAMarker) {
   EXPECT_EQ(answer.content(), "❌ 2月30日不存在，无法删除日程");
 }
 
+TEST(LlmSimTest, AReplyToAPlainTextAnswerIsNotTheUsersTextAndTheScenarioGoesOn) {
+  const Simulator simulator = demo_simulator();
+  Chat chat("plain then act");
+  Answer first = ask(simulator, chat.body());
+  EXPECT_EQ(first.call_count(), 0u);
+  EXPECT_EQ(first.content(), "好的，我这就去办。");
+  chat.add_assistant(first.message());
+  chat.add_message("user", std::string(react::kCorrection));  // the worker's correction
+  Answer second = ask(simulator, chat.body());
+  ASSERT_EQ(second.call_count(), 1u) << second.completion.body;
+  EXPECT_EQ(second.tool(), "search_items");
+}
+
 // --- the demo file ------------------------------------------------------------------------
 
 TEST(LlmSimTest, DemoFileLoadsAndScriptsTheSixTasks) {
@@ -440,7 +454,9 @@ TEST(LlmSimTest, DemoFileLoadsAndScriptsTheSixTasks) {
   EXPECT_EQ(names,
             (std::vector<std::string>{"move_meeting", "move_named_meeting", "pick_second_meeting",
                                       "create_meeting", "complete_todo", "create_todo", "plan_todo",
-                                      "impossible_date", "bench", "slow", "impersonate"}));
+                                      "impossible_date", "bench", "slow", "impersonate",
+                                      "text_calls_hermes", "text_calls_llama", "text_calls_mistral",
+                                      "text_calls_json", "plain_claim", "plain_then_act"}));
 
   {  // 1. move the only meeting
     Chat chat("2月8日的会议改到晚上8点");

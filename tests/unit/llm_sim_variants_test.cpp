@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/codec/text_tool_calls.hpp"
 #include "tools/llm_sim/scenario.hpp"
 #include "tools/llm_sim/simulator.hpp"
 
@@ -171,10 +172,12 @@ Simulator simulator() {
 // --- response styles ---------------------------------------------------------------------
 
 TEST(LlmSimStyleTest, EveryStyleNameRoundTrips) {
-  for (const auto style : {ResponseStyle::kOpenAI, ResponseStyle::kArgumentsObject,
-                           ResponseStyle::kArgumentsEmpty, ResponseStyle::kMissingIds,
-                           ResponseStyle::kContentWithToolCalls, ResponseStyle::kReasoningContent,
-                           ResponseStyle::kDeepseekUsage, ResponseStyle::kLegacyFunctionCall}) {
+  for (const auto style :
+       {ResponseStyle::kOpenAI, ResponseStyle::kArgumentsObject, ResponseStyle::kArgumentsEmpty,
+        ResponseStyle::kMissingIds, ResponseStyle::kContentWithToolCalls,
+        ResponseStyle::kReasoningContent, ResponseStyle::kDeepseekUsage,
+        ResponseStyle::kLegacyFunctionCall, ResponseStyle::kHermesText, ResponseStyle::kLlamaText,
+        ResponseStyle::kMistralText, ResponseStyle::kJsonText}) {
     EXPECT_EQ(parse_response_style(response_style_name(style)), style);
   }
   EXPECT_FALSE(parse_response_style("anthropic"));
@@ -234,6 +237,35 @@ TEST(LlmSimStyleTest, ContentReasoningAndLegacyFunctionCall) {
   EXPECT_STREQ(legacy.message()["function_call"]["name"].GetString(), "search_items");
   EXPECT_TRUE(legacy.message()["function_call"]["arguments"].IsString());
   EXPECT_EQ(legacy.finish_reason(), "function_call");
+}
+
+TEST(LlmSimStyleTest, TextStylesWriteTheCallsAsTextTheWorkerReadsBack) {
+  const Simulator sim = simulator();
+  const std::string bench = Conversation("bench: steps=1 calls=2", false).body();
+  const Reply native = ask(sim, bench);
+  const auto& native_calls = native.message()["tool_calls"];
+  ASSERT_EQ(native_calls.Size(), 2u);
+  const std::pair<ResponseStyle, codec::TextCallFormat> styles[] = {
+      {ResponseStyle::kHermesText, codec::TextCallFormat::kHermes},
+      {ResponseStyle::kLlamaText, codec::TextCallFormat::kLlama},
+      {ResponseStyle::kMistralText, codec::TextCallFormat::kMistral},
+      {ResponseStyle::kJsonText, codec::TextCallFormat::kJson},
+  };
+  for (const auto& [style, format] : styles) {
+    const Reply text = ask(sim, bench, style);
+    EXPECT_FALSE(text.message().HasMember("tool_calls")) << response_style_name(style);
+    EXPECT_EQ(text.finish_reason(), "stop");
+    ASSERT_TRUE(text.message()["content"].IsString());
+    const std::string content = text.message()["content"].GetString();
+    // Its own format reads it back as the native calls.
+    auto read = codec::read_text_tool_calls(content, {format});
+    ASSERT_TRUE(read.has_value()) << content;
+    ASSERT_EQ(read->calls.size(), 2u) << content;
+    for (std::size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(read->calls[i].name, native_calls[i]["function"]["name"].GetString());
+      EXPECT_EQ(read->calls[i].arguments, native_calls[i]["function"]["arguments"].GetString());
+    }
+  }
 }
 
 TEST(LlmSimStyleTest, DeepseekUsageCountsCacheHitsAndMisses) {

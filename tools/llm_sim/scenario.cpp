@@ -371,12 +371,11 @@ class Loader {
       fail(node, pointer, "has both 'calls' and 'finish'; a step does one");
     }
     if (!calls && !finish) {
-      // plan_execute's planner, critic and executor may answer in text alone.
-      if (role_step_ && action.content)
+      // Text alone: plan_execute's planner, critic and executor answer so, and a ReAct
+      // step so scripted is a plain-text answer (no call, no finish).
+      if (action.content)
         return action;
-      fail(node, pointer,
-           role_step_ ? "needs 'content', 'calls', 'finish' or 'branches'"
-                      : "needs 'calls', 'finish' or 'branches'");
+      fail(node, pointer, "needs 'content', 'calls', 'finish' or 'branches'");
     }
     if (calls) {
       if (!calls.IsSequence() || calls.size() == 0) {
@@ -625,6 +624,10 @@ constexpr std::pair<ResponseStyle, std::string_view> kStyleNames[] = {
     {ResponseStyle::kReasoningContent, "reasoning_content"},
     {ResponseStyle::kDeepseekUsage, "deepseek_usage"},
     {ResponseStyle::kLegacyFunctionCall, "legacy_function_call"},
+    {ResponseStyle::kHermesText, "hermes_text"},
+    {ResponseStyle::kLlamaText, "llama_text"},
+    {ResponseStyle::kMistralText, "mistral_text"},
+    {ResponseStyle::kJsonText, "json_text"},
 };
 }  // namespace
 

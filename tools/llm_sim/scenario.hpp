@@ -92,6 +92,12 @@ enum class ResponseStyle {
   kReasoningContent,      // DeepSeek's reasoning_content (and reasoning_tokens)
   kDeepseekUsage,         // prompt_cache_hit_tokens / prompt_cache_miss_tokens
   kLegacyFunctionCall,    // message.function_call (one call), finish_reason function_call
+  // The calls (finish included) written as text in content, no tool_calls, finish_reason
+  // stop: what a model served without a tool-call parser answers.
+  kHermesText,   // <tool_call>{"name", "arguments"}</tool_call> after the content
+  kLlamaText,    // <function=NAME>{arguments}</function>
+  kMistralText,  // [TOOL_CALLS] [{"name", "arguments"}, ...]
+  kJsonText,     // the content is the call object alone (an array for several)
 };
 std::string_view response_style_name(ResponseStyle style);
 std::optional<ResponseStyle> parse_response_style(std::string_view name);

@@ -9,6 +9,8 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include "core/react/react_loop.hpp"
+
 namespace agentfleet::llm_sim {
 
 namespace {
@@ -479,7 +481,10 @@ Conversation read_conversation(const Value& request) {
       ++conversation.step;
     } else if (role == "user") {
       std::string text = content_text(message);
-      if (!conversation.role.empty()) {
+      if (text == react::kCorrection) {
+        // The worker's answer to a plain-text reply, not the user's text: the scenario
+        // goes on at its next step.
+      } else if (!conversation.role.empty()) {
         // plan_execute: the task's text comes first, what the call is about last.
         (first_user ? conversation.user_text : conversation.material) = std::move(text);
         first_user = false;
@@ -646,6 +651,10 @@ std::string react_content(const StepOutcome& outcome, std::size_t step, std::str
   const auto text = [&](std::string_view value) {
     writer.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
   };
+  if (!outcome.finish && outcome.calls.empty()) {
+    summary = "text (react_json)";
+    return outcome.content.value_or("");  // a plain-text answer, outside the protocol
+  }
   writer.StartObject();
   writer.Key("thought");
   if (outcome.finish) {
@@ -682,6 +691,58 @@ std::string react_content(const StepOutcome& outcome, std::size_t step, std::str
   const std::string json(buffer.GetString(), buffer.GetSize());
   summary += " (react_json)";
   return step % 2 == 1 ? "```json\n" + json + "\n```" : json;
+}
+
+// The tool calls of an assistant message written as text, as a model served without a
+// tool-call parser writes them in `style` (a *_text style).
+std::string calls_as_text(ResponseStyle style, std::string_view content, const Value& calls) {
+  const auto call_json = [](const Value& call, bool wrap_arguments) {
+    const Value& function = call["function"];
+    rapidjson::Document arguments;
+    arguments.Parse(function["arguments"].GetString(), function["arguments"].GetStringLength());
+    rapidjson::StringBuffer buffer;
+    rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+    if (wrap_arguments) {
+      writer.StartObject();
+      writer.Key("name");
+      writer.String(function["name"].GetString(), function["name"].GetStringLength());
+      writer.Key("arguments");
+    }
+    arguments.Accept(writer);
+    if (wrap_arguments)
+      writer.EndObject();
+    return std::string(buffer.GetString(), buffer.GetSize());
+  };
+  std::string text(content);
+  switch (style) {
+    case ResponseStyle::kHermesText:
+      for (const auto& call : calls.GetArray())
+        text += "\n<tool_call>\n" + call_json(call, true) + "\n</tool_call>";
+      break;
+    case ResponseStyle::kLlamaText:
+      for (const auto& call : calls.GetArray()) {
+        text += "<function=" + std::string(string_of(call["function"]["name"])) + ">" +
+                call_json(call, false) + "</function>";
+      }
+      break;
+    case ResponseStyle::kMistralText: {
+      std::string list;
+      for (const auto& call : calls.GetArray())
+        list += (list.empty() ? "" : ", ") + call_json(call, true);
+      text += "[TOOL_CALLS] [" + list + "]";
+      break;
+    }
+    case ResponseStyle::kJsonText:
+    default:
+      if (calls.Size() == 1)
+        return call_json(calls[0], true);
+      text = "[";
+      for (const auto& call : calls.GetArray())
+        text += (text.size() == 1 ? "" : ", ") + call_json(call, true);
+      text += "]";
+      break;
+  }
+  return text;
 }
 
 // Reshapes an OpenAI-style assistant message (and its usage) into `style`.
@@ -749,6 +810,18 @@ void apply_style(ResponseStyle style, std::size_t step, Value& message, std::str
       message.AddMember("reasoning_content", string_value(reasoning, allocator), allocator);
       break;
     }
+    case ResponseStyle::kHermesText:
+    case ResponseStyle::kLlamaText:
+    case ResponseStyle::kMistralText:
+    case ResponseStyle::kJsonText:
+      if (calls != nullptr) {
+        const std::string text = calls_as_text(
+            style, message["content"].IsString() ? string_of(message["content"]) : "", *calls);
+        message["content"] = string_value(text, allocator);
+        message.RemoveMember("tool_calls");
+        finish_reason = "stop";
+      }
+      break;
     case ResponseStyle::kLegacyFunctionCall:
       if (calls != nullptr) {
         // The legacy shape holds one call: later calls of the step are dropped.
