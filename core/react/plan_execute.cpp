@@ -538,10 +538,8 @@ Step PlanExecute::on_model_reply(const ModelReply& reply) {
     }
     case Phase::kSynthesize:
     case Phase::kDone: {
-      if (reply.finish && reply.finish->problem.empty()) {
-        phase_ = Phase::kDone;
-        return Finish{reply.finish->result};
-      }
+      if (reply.finish && reply.finish->problem.empty())
+        return finish_synthesis(reply.finish->result);
       if (reply.finish && calls_left() >= 1) {
         planner_note_ =
             "上次 finish 的参数无效：" + reply.finish->problem + "。请重新调用 finish。";
@@ -552,15 +550,35 @@ Step PlanExecute::on_model_reply(const ModelReply& reply) {
         return Fail{FailReason::kTruncated, "the model's output was cut off at its token limit"};
       if (text.empty())
         return Fail{FailReason::kEmptyReply, "the synthesizer returned neither text nor finish"};
-      phase_ = Phase::kDone;
-      return Finish{classifier_.classify_text(text)};
+      return finish_synthesis(classifier_.classify_text(text));
     }
   }
   return Fail{FailReason::kEmptyReply, "unexpected reply"};
 }
 
+Step PlanExecute::finish_synthesis(TaskResult result) {
+  if (result.type == ResultType::kActionCompleted && tools_ok_ == 0) {
+    // action_completed is a claim that a tool did something: none did. Ask once for the
+    // result the steps support; a second such claim fails the task rather than report it.
+    if (!unperformed_refused_ && calls_left() >= 1) {
+      unperformed_refused_ = true;
+      planner_note_ =
+          "没有任何工具成功执行过操作，结果不能是 action_completed。请根据各步骤的实际结果，"
+          "用 need_clarification 或 error 调用 finish。";
+      build_messages();
+      return CallModel{};
+    }
+    return Fail{FailReason::kUnperformedAction,
+                "the synthesizer reported an action that no tool performed: " + result.message};
+  }
+  phase_ = Phase::kDone;
+  return Finish{std::move(result)};
+}
+
 Step PlanExecute::on_tool_results(const CallTools& step, std::vector<ToolObservation> results) {
   const PlanStep& current = plan_.steps[order_[next_]];
+  for (const ToolObservation& observation : results)
+    tools_ok_ += observation.ok ? 1 : 0;
   std::vector<ToolObservation> all = std::move(results);
   all.insert(all.end(), step.refused.begin(), step.refused.end());
   StepResult result{current.number, false,

@@ -152,6 +152,8 @@ class PlanExecute final : public Strategy {
   Step next_plan_step();
   Step after_step();
   Step synthesize();
+  // The synthesizer's result, unless it reports an action that no tool performed.
+  Step finish_synthesis(TaskResult result);
   void build_messages();
   std::string results_json(const std::vector<int>* only) const;
   std::string tools_text() const;
@@ -172,6 +174,8 @@ class PlanExecute final : public Strategy {
   int corrections_ = 0;
   int model_calls_ = 0;
   int tool_calls_ = 0;
+  int tools_ok_ = 0;                  // tool calls that ran and succeeded, in every round
+  bool unperformed_refused_ = false;  // the synthesizer was told once that nothing was done
   Plan plan_;
   std::vector<std::size_t> order_;
   std::size_t next_ = 0;  // position in order_ of the next step to run

@@ -96,25 +96,40 @@ TEST(PlanExecute, ATaskReplansOnceThenCreatesItsTodoOnceAndBillsEveryModelCall) 
 
 TEST(PlanExecute, ATierCanMakeItTheDefaultAndAnyScenarioRunsOnTheBuiltInRoles) {
   // No strategy in the submission: the user's tier decides. A user of the standard tier
-  // (react) runs ReAct; asking for plan_execute runs the built-in roles of llm-sim for a
-  // text no scenario scripts for them (one model step, then the synthesis).
+  // (react) runs ReAct; asking for plan_execute runs the bench scenario's roles (one planned
+  // search, run as planned); a text no scenario scripts runs llm-sim's built-in roles (a
+  // plan of one model step, then the synthesis), and since no tool did anything the
+  // synthesizer says so instead of reporting an action.
   const std::string u = plan_user("default");
   const std::string react =
       test::submit(R"({"user_id":")" + u + R"(","text":"bench: steps=1","idempotency_key":"d-1"})");
   const std::string plan = test::submit(
       R"({"user_id":")" + u +
       R"(","text":"bench: steps=1","strategy":"plan_execute","idempotency_key":"d-2"})");
+  const std::string unscripted = test::submit(
+      R"({"user_id":")" + u +
+      R"(","text":"写一首关于春天的诗","strategy":"plan_execute","idempotency_key":"d-3"})");
   auto r = test::wait_terminal(react);
   auto p = test::wait_terminal(plan);
+  auto n = test::wait_terminal(unscripted);
   ASSERT_EQ(str(r, "status"), "succeeded") << str(r, "error");
   ASSERT_EQ(str(p, "status"), "succeeded") << str(p, "error");
+  ASSERT_EQ(str(n, "status"), "succeeded") << str(n, "error");
   EXPECT_TRUE(at(r, "strategy").IsNull());  // as submitted: none, so the tier's (react)
   EXPECT_EQ(str(p, "strategy"), "plan_execute");
-  std::vector<std::string> roles;
-  for (const auto& step : at(p, "trace").GetArray())
-    roles.push_back(str(step, "role"));
-  EXPECT_EQ(roles, (std::vector<std::string>{"planner", "executor", "critic", "synthesizer"}));
-  EXPECT_EQ(str(at(p, "result"), "message"), "已完成：bench: steps=1");
+  auto roles_of = [](const auto& task) {
+    std::vector<std::string> roles;
+    for (const auto& step : at(task, "trace").GetArray())
+      roles.push_back(str(step, "role"));
+    return roles;
+  };
+  EXPECT_EQ(roles_of(p), (std::vector<std::string>{"planner", "tool", "critic", "synthesizer"}));
+  EXPECT_EQ(str(at(p, "result"), "type"), "action_completed");
+  EXPECT_EQ(str(at(p, "result"), "message"), "bench 完成：计划 1 步");
+  EXPECT_EQ(roles_of(n),
+            (std::vector<std::string>{"planner", "executor", "critic", "synthesizer"}));
+  EXPECT_EQ(str(at(n, "result"), "type"), "error");
+  EXPECT_EQ(str(at(n, "result"), "message"), "无法理解该指令");
 }
 
 TEST(PlanExecute, ARefusedStrategyOrAModelWithoutFunctionCallingIsAClearError) {

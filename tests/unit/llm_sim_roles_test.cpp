@@ -123,13 +123,29 @@ TEST(LlmSimRoles, ThePlanTodoScenarioReplansOnceAndFillsInTheIdFromTheCreate) {
   EXPECT_EQ(m.corrections(), 1);
 }
 
-TEST(LlmSimRoles, ATextNoScenarioScriptsRunsOnTheBuiltInRoles) {
+TEST(LlmSimRoles, TheBenchScenarioRunsOneSearchUnderPlanExecute) {
   react::PlanExecute m = machine("bench: steps=2");
+  react::Step step;
+  const auto seen = drive(m, step, {{"search_items", R"({"items":[],"count":0})"}});
+  auto* finished = std::get_if<react::Finish>(&step);
+  ASSERT_NE(finished, nullptr);
+  EXPECT_EQ(finished->result.type, ResultType::kActionCompleted);
+  EXPECT_EQ(finished->result.message, "bench 完成：计划 1 步");
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{
+                "planner", R"(tool search_items {"item_type":"any","keyword":"bench","limit":1})",
+                "critic", "synthesizer"}));
+}
+
+TEST(LlmSimRoles, ATextNoScenarioScriptsRunsOnTheBuiltInRoles) {
+  react::PlanExecute m = machine("写一首关于春天的诗");
   react::Step step;
   const auto seen = drive(m, step);
   auto* finished = std::get_if<react::Finish>(&step);
   ASSERT_NE(finished, nullptr);
-  EXPECT_EQ(finished->result.message, "已完成：bench: steps=2");
+  // No tool ran, so the built-in synthesizer does not claim an action.
+  EXPECT_EQ(finished->result.type, ResultType::kError);
+  EXPECT_EQ(finished->result.message, "无法理解该指令");
   EXPECT_EQ(seen, (std::vector<std::string>{"planner", "executor", "critic", "synthesizer"}));
 }
 

@@ -369,8 +369,8 @@ TEST(PlanExecuteRun, ReflectsOnTheConfiguredScheduleWithinTheCallBudget) {
         s = m.on_model_reply(text_reply(plan));
       else if (role == "critic")
         s = m.on_model_reply(text_reply(kCritiquePass));
-      else if (role == "synthesizer")
-        s = m.on_model_reply(finish_reply(ResultType::kActionCompleted, "ok"));
+      else if (role == "synthesizer")  // text steps did nothing: not action_completed
+        s = m.on_model_reply(finish_reply(ResultType::kNeedClarification, "ok"));
       else
         s = m.on_model_reply(text_reply("r"));
     }
@@ -433,6 +433,65 @@ TEST(PlanExecuteRun, TheSynthesizerSeesWhatEarlierRoundsDidAndAToolStepAnsweredI
   m.on_model_reply(text_reply(kCritiquePass));
   ASSERT_EQ(m.request().role, "synthesizer");
   EXPECT_NE(m.request().messages->back().content.find(R"(\"id\":\"x1\")"), std::string::npos);
+}
+
+// Runs a one-step plan to the synthesizer: the step's tool call ends with `tool_ok`, or,
+// without `tool`, the step is the executor's text.
+PlanExecute at_synthesis(bool tool, bool tool_ok) {
+  PlanPolicy policy;
+  policy.reflection = ReflectionSchedule::kAtEnd;
+  PlanExecute m = machine(policy);
+  m.start();
+  Step s = m.on_model_reply(text_reply(
+      tool ? R"([{"step_number":1,"description":"建","tool":"create_item","input":{"t":1}}])"
+           : R"([{"step_number":1,"description":"想一想"}])"));
+  if (tool) {
+    auto* tools = std::get_if<CallTools>(&s);
+    EXPECT_NE(tools, nullptr);
+    if (tools) {
+      m.on_tool_results(*tools, {ToolObservation{"plan-1-1", "create_item", tool_ok,
+                                                 tool_ok ? R"({"id":"x1"})" : R"({"error":1})"}});
+    }
+  } else {
+    m.on_model_reply(text_reply("想好了"));
+  }
+  m.on_model_reply(text_reply(kCritiquePass));
+  EXPECT_EQ(m.request().role, "synthesizer");
+  return m;
+}
+
+TEST(PlanExecuteRun, ASynthesisClaimingAnActionNoToolPerformedIsAskedOnceThenFails) {
+  for (const bool tool : {false, true}) {  // no tool step, or one whose call failed
+    PlanExecute m = at_synthesis(tool, false);
+    Step s = m.on_model_reply(finish_reply(ResultType::kActionCompleted, "已创建"));
+    ASSERT_TRUE(std::holds_alternative<CallModel>(s)) << tool;
+    EXPECT_EQ(m.request().role, "synthesizer");
+    EXPECT_NE(m.request().messages->back().content.find("结果不能是 action_completed"),
+              std::string::npos);
+    // A plain-text claim is held to the same rule once the markers classify it.
+    s = m.on_model_reply(text_reply("已创建待办"));
+    auto* failed = std::get_if<Fail>(&s);
+    ASSERT_NE(failed, nullptr) << tool;
+    EXPECT_EQ(failed->reason, FailReason::kUnperformedAction);
+    EXPECT_EQ(failed->message,
+              "the synthesizer reported an action that no tool performed: 已创建待办");
+  }
+  // Told, the synthesizer may report what did happen.
+  PlanExecute m = at_synthesis(false, false);
+  m.on_model_reply(finish_reply(ResultType::kActionCompleted, "已创建"));
+  Step s = m.on_model_reply(finish_reply(ResultType::kError, "没有创建"));
+  auto* finished = std::get_if<Finish>(&s);
+  ASSERT_NE(finished, nullptr);
+  EXPECT_EQ(finished->result.type, ResultType::kError);
+}
+
+TEST(PlanExecuteRun, ASynthesisAfterASucceededToolCallMayReportTheAction) {
+  PlanExecute m = at_synthesis(true, true);
+  Step s = m.on_model_reply(finish_reply(ResultType::kActionCompleted, "已创建"));
+  auto* finished = std::get_if<Finish>(&s);
+  ASSERT_NE(finished, nullptr);
+  EXPECT_EQ(finished->result.type, ResultType::kActionCompleted);
+  EXPECT_EQ(m.model_calls(), 3);  // planner, critic, synthesizer: nothing asked again
 }
 
 TEST(PlanExecuteRun, PlanOnlyFinishesWithTheFirstUsablePlanAsJson) {

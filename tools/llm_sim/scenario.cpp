@@ -683,7 +683,7 @@ const std::map<std::string, std::vector<Step>, std::less<>>& builtin_role_steps(
       critic:
         - content: '{"accuracy": 1, "completeness": 1, "relevance": 1, "logic": 1, "need_replan": false, "feedback": "结果符合指令", "suggestions": []}'
       synthesizer:
-        - finish: {type: action_completed, message: '已完成：{{text}}'}
+        - finish: {type: error, message: 无法理解该指令}
 )",
                                             "built-in roles");
     return new std::map<std::string, std::vector<Step>, std::less<>>(set.fallback.roles);

@@ -138,7 +138,7 @@ Scenario builtin_default_scenario();
 
 // What a role answers when the matched scenario does not script it: the planner a
 // one-step plan without tools, the executor "已完成：<step>", the critic full marks, the
-// synthesizer action_completed.
+// synthesizer error "无法理解该指令" (no tool ran, so it cannot be action_completed).
 const std::map<std::string, std::vector<Step>, std::less<>>& builtin_role_steps();
 
 }  // namespace agentfleet::llm_sim
