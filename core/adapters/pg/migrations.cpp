@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <iterator>
 #include <stdexcept>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 namespace agentfleet::embedded {
 const std::vector<std::pair<std::string_view, std::string_view>>& migrations();
@@ -20,8 +23,11 @@ namespace {
 // "agentfleet" in ASCII; any constant shared by every migrating process works.
 constexpr long long kMigrationLock = 0x6167656e74666c74LL;
 
-std::string checksum(std::string_view text) {
-  // FNV-1a 64: detects an edited migration; not a security boundary.
+}  // namespace
+
+std::string migration_checksum(std::string_view text) {
+  // FNV-1a 64's step with the basis this migrator has always used (recorded checksums
+  // depend on it; it is not the published offset basis).
   std::uint64_t hash = 1469598103934665603ULL;
   for (unsigned char c : text) {
     hash ^= c;
@@ -31,7 +37,28 @@ std::string checksum(std::string_view text) {
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(hash));
   return buf;
 }
-}  // namespace
+
+std::vector<EmbeddedMigration> embedded_migrations() {
+  auto files = embedded::migrations();
+  std::sort(files.begin(), files.end());
+  std::vector<EmbeddedMigration> out;
+  out.reserve(files.size());
+  for (const auto& [name, sql] : files)
+    out.push_back(EmbeddedMigration{std::string(name), migration_checksum(sql)});
+  return out;
+}
+
+bool is_earlier_text(std::string_view version, std::string_view checksum) {
+  // The texts as first applied (tests/pg/earlier_migrations keeps them).
+  static constexpr std::pair<std::string_view, std::string_view> kEarlier[] = {
+      {"0001_init.sql", "22256644dae1c707"},
+      {"0003_fair_scheduler.sql", "6700b802a00c5d47"},
+      {"0004_strategies.sql", "4be03e83fbc50ee8"},
+  };
+  return std::any_of(std::begin(kEarlier), std::end(kEarlier), [&](const auto& earlier) {
+    return earlier.first == version && earlier.second == checksum;
+  });
+}
 
 MigrationReport migrate(const std::string& connection_url, int lock_timeout_s) {
   pqxx::connection connection(connection_url);
@@ -59,12 +86,13 @@ MigrationReport migrate(const std::string& connection_url, int lock_timeout_s) {
   MigrationReport report;
   for (const auto& [name, sql] : files) {
     const std::string version(name);
-    const std::string sum = checksum(sql);
+    const std::string sum = migration_checksum(sql);
     pqxx::work tx(connection);
     auto existing =
         tx.exec_params("SELECT checksum FROM schema_migrations WHERE version = $1", version);
     if (!existing.empty()) {
-      if (existing[0][0].as<std::string>() != sum) {
+      const auto recorded = existing[0][0].as<std::string>();
+      if (recorded != sum && !is_earlier_text(version, recorded)) {
         throw std::runtime_error("migration " + version +
                                  " was changed after it was applied; add a new migration instead");
       }

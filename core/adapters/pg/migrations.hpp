@@ -2,9 +2,11 @@
 // Applies the numbered SQL files of adapters/pg/migrations (embedded in the binary) in
 // order, each in its own transaction, recording them in schema_migrations. Idempotent and
 // safe to run from several processes at once: a session advisory lock serializes runs.
-// A recorded migration whose text has changed is refused (checksums).
+// A recorded migration whose text has changed is refused (checksums), except the earlier
+// texts of the three migrations that were edited before that rule held (is_earlier_text).
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace agentfleet::pg {
@@ -16,5 +18,21 @@ struct MigrationReport {
 
 // Throws std::runtime_error with the failing file's name on any problem.
 MigrationReport migrate(const std::string& connection_url, int lock_timeout_s = 60);
+
+// What schema_migrations records of a migration's text (an FNV-1a 64 hash, hex): it detects an
+// edited migration; it is not a security boundary.
+std::string migration_checksum(std::string_view text);
+
+struct EmbeddedMigration {
+  std::string version;   // the file name, e.g. "0004_strategies.sql"
+  std::string checksum;  // migration_checksum of its text
+};
+// The migrations built into this binary, in the order they apply.
+std::vector<EmbeddedMigration> embedded_migrations();
+
+// Earlier texts of migrations that were edited after they had landed (0001, 0003, 0004), by
+// checksum: a database that applied one is not refused; migration 0009 gives it what the
+// edit added. No migration is edited any more (tests/unit/migrations_pin_test.cpp).
+bool is_earlier_text(std::string_view version, std::string_view checksum);
 
 }  // namespace agentfleet::pg
