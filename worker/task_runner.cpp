@@ -787,7 +787,7 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     std::shared_ptr<const std::vector<Message>> messages;
     std::string messages_json;
     if (keep_encoded)
-      run.encoder.sync(request.conversation, *request.messages);
+      run.encoder.sync(request.conversation, *request.messages, model.reasoning_echo);
     if (keep_encoded && run.encoder.estimated_tokens() <= budget.max_tokens) {
       messages = std::shared_ptr<const std::vector<Message>>(strategy_owner, request.messages);
       messages_json = run.encoder.json();
@@ -1009,7 +1009,7 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
   auto executor = co_await asio::this_coro::executor;
   ports::ModelRequest request{run.claimed.spec.model, call->messages.get(), &call->tools->schemas,
                               call->messages_json,    call->tools->json,    deadline,
-                              run.traceparent};
+                              run.traceparent,        run.encoder.echo()};
   asio::co_spawn(
       executor,
       [call, request = std::move(request), &model = model_]() mutable -> asio::awaitable<void> {

@@ -1,5 +1,8 @@
 #include "core/codec/json_text.hpp"
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -114,6 +117,39 @@ bool parse_json(rapidjson::Document& doc, std::string_view text) {
   doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseValidateEncodingFlag>(text.data(),
                                                                                     text.size());
   return !doc.HasParseError();
+}
+
+std::string_view unfenced(std::string_view text) {
+  constexpr std::string_view kSpace = " \t\r\n";
+  auto trim = [&](std::string_view t) {
+    const auto first = t.find_first_not_of(kSpace);
+    if (first == std::string_view::npos)
+      return std::string_view{};
+    return t.substr(first, t.find_last_not_of(kSpace) - first + 1);
+  };
+  std::string_view body = trim(text);
+  if (body.size() >= 6 && body.substr(0, 3) == "```" && body.substr(body.size() - 3) == "```") {
+    body = body.substr(3, body.size() - 6);
+    const auto line_end = body.find('\n');
+    if (line_end != std::string_view::npos &&
+        trim(body.substr(0, line_end)).find_first_of("{[") == std::string_view::npos)
+      body = body.substr(line_end + 1);  // the fence's language tag
+    body = trim(body);
+  }
+  return body;
+}
+
+std::string canonical_arguments(std::string_view text) {
+  const std::string_view body = unfenced(text);
+  if (body.empty())
+    return "{}";
+  rapidjson::Document doc;
+  if (!parse_json(doc, body) || !doc.IsObject())
+    return std::string(text);
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+  doc.Accept(writer);
+  return std::string(buffer.GetString(), buffer.GetSize());
 }
 
 std::string sanitize_text(std::string_view text) {

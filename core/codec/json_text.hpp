@@ -25,6 +25,16 @@ bool parse_json(rapidjson::Document& doc, std::string_view text);
 // (which Postgres then refuses), so every parse of outside JSON checks for it first.
 std::optional<std::size_t> lone_surrogate_escape(std::string_view json);
 
+// `text` without blanks around it and, when a fenced block (```json ... ``` or ``` ... ```)
+// is all of it, without the fence and its language tag.
+std::string_view unfenced(std::string_view text);
+
+// Tool-call arguments as they are sent to the tool and back to the model: an object (also
+// one inside a fence or blanks, as models write them) written compactly; blank text "{}";
+// anything else kept as it is, for the tool-call check to refuse with a reason the model
+// reads. A repaired argument string is thus never echoed verbatim.
+std::string canonical_arguments(std::string_view text);
+
 // Makes text storable anywhere (Postgres text/jsonb, headers of logs): invalid UTF-8
 // sequences become U+FFFD and NUL characters are dropped.
 std::string sanitize_text(std::string_view text);

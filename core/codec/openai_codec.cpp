@@ -73,15 +73,15 @@ std::string content_text(const rapidjson::Value& message) {
   return text;
 }
 
+// The arguments canonical (canonical_arguments): what the tool receives and what the next
+// request sends back, whatever spacing or fence the provider's text had.
 std::string arguments_text(const rapidjson::Value& function) {
   auto it = function.FindMember("arguments");
   if (it == function.MemberEnd() || it->value.IsNull())
     return "{}";
-  if (it->value.IsString()) {
-    std::string text(it->value.GetString(), it->value.GetStringLength());
-    const bool blank = text.find_first_not_of(" \t\r\n") == std::string::npos;
-    return blank ? "{}" : text;
-  }
+  if (it->value.IsString())
+    return canonical_arguments(
+        std::string_view(it->value.GetString(), it->value.GetStringLength()));
   return serialize(it->value);  // an object (or anything else) sent as JSON
 }
 }  // namespace
@@ -123,7 +123,13 @@ void write_tools(Writer& w, const std::vector<ports::ToolSchema>& tools) {
   w.EndArray();
 }
 
-void write_function_calling_message(Writer& w, const Message& m) {
+bool echoes_reasoning(const Message& m, ReasoningEcho echo) {
+  return m.role == Role::kAssistant &&
+         (echo == ReasoningEcho::kAll ||
+          (echo == ReasoningEcho::kToolTurns && !m.tool_calls.empty()));
+}
+
+void write_function_calling_message(Writer& w, const Message& m, ReasoningEcho echo) {
   w.StartObject();
   w.Key("role");
   write_string(w, to_string(m.role));
@@ -152,6 +158,10 @@ void write_function_calling_message(Writer& w, const Message& m) {
       w.EndObject();
     }
     w.EndArray();
+  }
+  if (echoes_reasoning(m, echo)) {
+    w.Key("reasoning_content");
+    write_string(w, m.reasoning);
   }
   if (m.role == Role::kTool) {
     w.Key("tool_call_id");
@@ -249,7 +259,7 @@ std::string build_chat_request(const ChatRequestOptions& options,
     write_react_json_messages(w, messages, tools);
   } else {
     for (const Message& m : messages)
-      write_function_calling_message(w, m);
+      write_function_calling_message(w, m, options.reasoning_echo);
   }
   w.EndArray();
   if (options.protocol == ChatProtocol::kFunctionCalling && !tools.empty()) {
@@ -291,9 +301,12 @@ std::string assemble_chat_request(const ChatRequestOptions& options, std::string
   return body;
 }
 
-void ConversationEncoder::sync(std::uint64_t conversation, const std::vector<Message>& messages) {
-  if (conversation == 0 || conversation != conversation_ || messages.size() < encoded_) {
+void ConversationEncoder::sync(std::uint64_t conversation, const std::vector<Message>& messages,
+                               ReasoningEcho echo) {
+  if (conversation == 0 || conversation != conversation_ || messages.size() < encoded_ ||
+      echo != echo_) {
     conversation_ = conversation;
+    echo_ = echo;
     encoded_ = 0;
     json_ = "[]";
     tokens_ = 0;
@@ -308,11 +321,13 @@ void ConversationEncoder::sync(std::uint64_t conversation, const std::vector<Mes
   for (std::size_t i = encoded_; i < messages.size(); ++i) {
     buffer.Clear();
     Writer w(buffer);
-    write_function_calling_message(w, messages[i]);
+    write_function_calling_message(w, messages[i], echo);
     if (i > 0)
       json_ += ',';
     json_.append(buffer.GetString(), buffer.GetSize());
     tokens_ += react::estimate_tokens(messages[i]);
+    if (echoes_reasoning(messages[i], echo))
+      tokens_ += react::estimate_tokens(messages[i].reasoning);
   }
   json_ += ']';
   encoded_ = messages.size();

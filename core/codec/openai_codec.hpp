@@ -29,6 +29,9 @@ struct ChatRequestOptions {
   int max_tokens = 1024;
   double temperature = 0.0;
   ChatProtocol protocol = ChatProtocol::kFunctionCalling;
+  // kFunctionCalling: which assistant messages carry `reasoning_content` (their reasoning,
+  // "" when they had none).
+  ReasoningEcho reasoning_echo = ReasoningEcho::kNone;
 };
 
 // kFunctionCalling: messages as OpenAI expects them, `tools` with tool_choice auto.
@@ -56,11 +59,14 @@ std::string assemble_chat_request(const ChatRequestOptions& options, std::string
 // each message is encoded, and its tokens estimated (react::estimate_tokens), once; a call
 // encodes only what was appended since the call before. `conversation` names a message
 // list that only ever grows by appending (react::NextCall::conversation); another number,
-// or 0 (a list rebuilt for each call), starts over. Not thread-safe; one per run.
+// or 0 (a list rebuilt for each call), or another `echo`, starts over. Not thread-safe; one
+// per run.
 class ConversationEncoder {
  public:
-  // Brings the encoding up to `messages`.
-  void sync(std::uint64_t conversation, const std::vector<Message>& messages);
+  // Brings the encoding up to `messages`, assistants' reasoning written as `echo` says.
+  void sync(std::uint64_t conversation, const std::vector<Message>& messages,
+            ReasoningEcho echo = ReasoningEcho::kNone);
+  ReasoningEcho echo() const { return echo_; }
   // The messages array, "[...]", of the messages last synced.
   const std::string& json() const { return json_; }
   // react::estimate_tokens of the messages last synced.
@@ -70,6 +76,7 @@ class ConversationEncoder {
 
  private:
   std::uint64_t conversation_ = 0;
+  ReasoningEcho echo_ = ReasoningEcho::kNone;
   std::size_t encoded_ = 0;  // messages in json_
   std::string json_ = "[]";
   std::int64_t tokens_ = 0;

@@ -46,18 +46,12 @@ std::size_t json_value_length(std::string_view text) {
 
 // Canonical arguments: an object (or a string holding one) written compactly; "{}" when
 // there are none; anything else kept as its text, for the tool-call check to refuse.
-std::string canonical_arguments(const rapidjson::Value* arguments) {
+std::string arguments_of(const rapidjson::Value* arguments) {
   if (arguments == nullptr || arguments->IsNull())
     return "{}";
-  if (arguments->IsString()) {
-    const std::string_view text(arguments->GetString(), arguments->GetStringLength());
-    if (trim(text).empty())
-      return "{}";
-    rapidjson::Document inner;
-    if (parse_json(inner, text) && inner.IsObject())
-      return serialize(inner);
-    return std::string(text);
-  }
+  if (arguments->IsString())
+    return canonical_arguments(
+        std::string_view(arguments->GetString(), arguments->GetStringLength()));
   return serialize(*arguments);
 }
 
@@ -86,7 +80,7 @@ std::optional<ToolCall> call_of(const rapidjson::Value& value, bool require_argu
     return std::nullopt;
   ToolCall call;
   call.name.assign(name->value.GetString(), name->value.GetStringLength());
-  call.arguments = canonical_arguments(arguments);
+  call.arguments = arguments_of(arguments);
   return call;
 }
 
@@ -213,16 +207,8 @@ std::optional<TextCalls> read_mistral(std::string_view content) {
 }
 
 std::optional<TextCalls> read_json(std::string_view content) {
-  std::string_view body = trim(content);
-  // A fenced block that is the whole answer: ```json ... ``` or ``` ... ```.
-  if (body.substr(0, 3) == "```" && body.size() >= 6 && body.substr(body.size() - 3) == "```") {
-    body = body.substr(3, body.size() - 6);
-    const auto line_end = body.find('\n');
-    if (line_end != std::string_view::npos &&
-        trim(body.substr(0, line_end)).find_first_of("{[") == std::string_view::npos)
-      body = body.substr(line_end + 1);  // the fence's language tag
-    body = trim(body);
-  }
+  // The whole answer, or a fenced block that is all of it.
+  const std::string_view body = unfenced(content);
   if (body.empty() || (body.front() != '{' && body.front() != '['))
     return std::nullopt;
   TextCalls found;

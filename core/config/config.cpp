@@ -739,6 +739,14 @@ void read_models(const Section& root, std::vector<ModelConfig>& out) {
                           "'; the formats are hermes, llama, mistral and json");
       }
     }
+    std::string echo(to_string(m.reasoning_echo));
+    s.read("reasoning_echo", echo);
+    if (auto parsed = parse_reasoning_echo(echo)) {
+      m.reasoning_echo = *parsed;
+    } else {
+      throw Problem(s.path("reasoning_echo"),
+                    "unknown value '" + echo + "'; it is none, tool_turns or all");
+    }
     if (m.endpoints.empty()) {
       throw Problem(s.path("endpoints"), "a model needs at least one endpoint");
     }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/domain/conversation.hpp"
+
 namespace agentfleet::config {
 
 // Thrown by the loader; `what()` names the file and the JSON path of the problem
@@ -179,6 +181,10 @@ struct ModelConfig {
   // function_calling: the formats in which tool calls written as text (a model served
   // without a tool-call parser) are read as calls (codec/text_tool_calls.hpp); [] reads none.
   std::vector<std::string> text_tool_calls = {"hermes", "llama", "mistral", "json"};
+  // function_calling: which assistant turns carry their reasoning back as
+  // `reasoning_content`: none, tool_turns (DeepSeek's thinking mode requires it there) or
+  // all.
+  ReasoningEcho reasoning_echo = ReasoningEcho::kNone;
 };
 
 enum class Permission { kRead, kWrite, kExecute, kAdmin };

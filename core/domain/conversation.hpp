@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/domain/task.hpp"
@@ -27,7 +28,17 @@ struct Message {
   std::vector<ToolCall> tool_calls;  // assistant messages only
   std::string tool_call_id;          // tool messages only
   std::string name;                  // tool messages: the tool's name
+  // Assistant messages: the turn's reasoning (reasoning_content), sent back as the model's
+  // configuration says (ReasoningEcho).
+  std::string reasoning;
 };
+
+// Which assistant turns carry their reasoning back to the provider (`reasoning_content`):
+// none; those with tool calls (DeepSeek's thinking mode answers 400 without it there, even
+// when it is empty); every one.
+enum class ReasoningEcho { kNone, kToolTurns, kAll };
+std::optional<ReasoningEcho> parse_reasoning_echo(std::string_view name);
+std::string_view to_string(ReasoningEcho echo);
 
 // The arguments of a `finish` call, already parsed by the codec. `problem` is set when
 // they were not a valid declaration; the loop then tells the model what was wrong.
@@ -38,7 +49,7 @@ struct FinishCall {
 
 struct ModelReply {
   std::string content;
-  std::string reasoning;  // reasoning_content and the like; traced, never sent back
+  std::string reasoning;  // reasoning_content and the like; traced, sent back per ReasoningEcho
   std::vector<ToolCall> tool_calls;
   std::optional<FinishCall> finish;  // present when one of the tool calls was `finish`
   std::string finish_reason;         // "stop", "tool_calls", "length", "content_filter", ...

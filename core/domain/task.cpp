@@ -124,6 +124,28 @@ std::string_view to_string(Role role) {
   return "user";
 }
 
+std::optional<ReasoningEcho> parse_reasoning_echo(std::string_view name) {
+  if (name == "none")
+    return ReasoningEcho::kNone;
+  if (name == "tool_turns")
+    return ReasoningEcho::kToolTurns;
+  if (name == "all")
+    return ReasoningEcho::kAll;
+  return std::nullopt;
+}
+
+std::string_view to_string(ReasoningEcho echo) {
+  switch (echo) {
+    case ReasoningEcho::kNone:
+      return "none";
+    case ReasoningEcho::kToolTurns:
+      return "tool_turns";
+    case ReasoningEcho::kAll:
+      return "all";
+  }
+  return "none";
+}
+
 bool is_terminal(TaskStatus status) {
   return status == TaskStatus::kSucceeded || status == TaskStatus::kFailed ||
          status == TaskStatus::kTimedOut || status == TaskStatus::kCancelled;

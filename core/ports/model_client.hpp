@@ -31,6 +31,9 @@ struct ModelRequest {
   std::string_view tools_json;
   std::chrono::steady_clock::time_point deadline;  // of this call, already min(call, task)
   std::string traceparent;
+  // How `messages_json` wrote the assistants' reasoning: a client whose model sends it back
+  // otherwise encodes `messages` itself.
+  ReasoningEcho messages_echo = ReasoningEcho::kNone;
 };
 
 class ModelClient {

@@ -110,7 +110,7 @@ TaskResult ReactLoop::classify_text(const std::string& text) const {
 Step ReactLoop::on_model_reply(ReactState& state, const ModelReply& reply) const {
   ++state.model_calls;
   state.usage += reply.usage;
-  Message assistant{Role::kAssistant, reply.content, reply.tool_calls, {}, {}};
+  Message assistant{Role::kAssistant, reply.content, reply.tool_calls, {}, {}, reply.reasoning};
   state.messages.push_back(std::move(assistant));
 
   if (!reply.unreadable.empty()) {

@@ -850,6 +850,38 @@ TEST(ReactJson, SampleTasksRunEndToEndOnAModelWithoutFunctionCalling) {
 
 // Open models served without a tool-call parser write their calls as text; llm-sim's
 // *_text styles answer so (config/llm-sim-scenarios.yaml, "text calls: FORMAT").
+// DeepSeek's thinking mode (llm-sim's deepseek_thinking style, the `thinking:` scenario)
+// answers 400 unless every tool-calling turn's reasoning_content comes back on the next
+// calls: a model configured `reasoning_echo: tool_turns` (sim-thinking-model) sends it, one
+// that is not (sim-model) is refused at its second call.
+TEST(ReasoningEcho, AThinkingModelGetsItsReasoningBackAndIsRefusedWithoutIt) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  const std::string run =
+      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  const std::string echoed = submit(
+      base, R"({"user_id":"thinking","text":"thinking: steps=2","model":"sim-thinking-model",)"
+            R"("idempotency_key":"thinking-echo-)" +
+                run + R"("})");
+  const std::string dropped =
+      submit(base, R"({"user_id":"thinking","text":"thinking: steps=2","model":"sim-model",)"
+                   R"("idempotency_key":"thinking-drop-)" +
+                       run + R"("})");
+  ASSERT_FALSE(echoed.empty());
+  ASSERT_FALSE(dropped.empty());
+  auto ok = wait_terminal(base, echoed);
+  ASSERT_STREQ(ok["status"].GetString(), "succeeded")
+      << (ok["error"].IsString() ? ok["error"].GetString() : "");
+  EXPECT_STREQ(ok["result"]["type"].GetString(), "action_completed");
+  EXPECT_STREQ(ok["result"]["message"].GetString(), "thinking 完成：2 步");
+  EXPECT_EQ(ok["tool_calls"].GetInt(), 2);
+  auto refused = wait_terminal(base, dropped);
+  ASSERT_STREQ(refused["status"].GetString(), "failed");
+  ASSERT_TRUE(refused["error"].IsString());
+  EXPECT_NE(std::string(refused["error"].GetString()).find("reasoning_content"), std::string::npos)
+      << refused["error"].GetString();
+}
+
 TEST(NoFalseSuccess, CallsAModelWroteAsTextRunAsCalls) {
   auto env = fleet_env();
   const std::string base = env["AGENTFLEET_URL"];

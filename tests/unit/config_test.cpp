@@ -108,7 +108,7 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
   EXPECT_EQ(c.task_defaults.timeout_s, 30);
   EXPECT_EQ(c.task_defaults.max_steps, 10);
 
-  ASSERT_EQ(c.models.size(), 2u);
+  ASSERT_EQ(c.models.size(), 3u);
   const ModelConfig* model = c.find_model("sim-model");
   ASSERT_NE(model, nullptr);
   EXPECT_EQ(model->protocol, "function_calling");
@@ -124,8 +124,14 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
   EXPECT_EQ(react_model->provider_model, "sim-model");
   ASSERT_EQ(react_model->endpoints.size(), 1u);
   EXPECT_EQ(react_model->endpoints[0].url, model->endpoints[0].url);
+  // And as a thinking model that needs each tool-calling turn's reasoning back.
+  EXPECT_EQ(model->reasoning_echo, ReasoningEcho::kNone);
+  const ModelConfig* thinking = c.find_model("sim-thinking-model");
+  ASSERT_NE(thinking, nullptr);
+  EXPECT_EQ(thinking->reasoning_echo, ReasoningEcho::kToolTurns);
+  EXPECT_EQ(thinking->provider_model, "sim-model");
 
-  ASSERT_EQ(c.billing.prices.size(), 2u);
+  ASSERT_EQ(c.billing.prices.size(), 3u);
   EXPECT_EQ(c.billing.prices[1].model, "sim-react-model");
   const PriceConfig& price = c.billing.prices[0];
   EXPECT_EQ(price.model, "sim-model");
@@ -251,6 +257,7 @@ TEST_F(ConfigTest, ProductionExampleLoadsWithItsEnvironment) {
   EXPECT_EQ(c.task_defaults.model, "deepseek-chat");
   const ModelConfig* deepseek = c.find_model("deepseek-chat");
   ASSERT_NE(deepseek, nullptr);
+  EXPECT_EQ(deepseek->reasoning_echo, ReasoningEcho::kToolTurns);
   ASSERT_EQ(deepseek->endpoints.size(), 2u);
   EXPECT_EQ(deepseek->endpoints[0].url, "https://api.deepseek.com/chat/completions");
   EXPECT_EQ(deepseek->endpoints[0].api_key, "sk-deepseek");
@@ -731,6 +738,18 @@ kafka: {bootstrap_servers: b}
 models: []
 )");
   EXPECT_CONTAINS(msg, "/models: must not be empty");
+}
+
+TEST_F(ConfigTest, ReasoningEchoIsNoneToolTurnsOrAll) {
+  const std::string model = R"(
+postgres: {url: x}
+kafka: {bootstrap_servers: b}
+models:
+  - name: m
+    endpoints: [{name: e, url: "http://h/v1/chat/completions"}]
+)";
+  EXPECT_CONTAINS(error_of(model + "    reasoning_echo: sometimes\n"),
+                  "test.yaml: /models/0/reasoning_echo");
 }
 
 TEST_F(ConfigTest, DefaultModelMustExist) {

@@ -454,7 +454,7 @@ TEST(LlmSimTest, DemoFileLoadsAndScriptsTheSixTasks) {
   EXPECT_EQ(names,
             (std::vector<std::string>{"move_meeting", "move_named_meeting", "pick_second_meeting",
                                       "create_meeting", "complete_todo", "create_todo", "plan_todo",
-                                      "impossible_date", "bench", "slow", "impersonate",
+                                      "impossible_date", "bench", "thinking", "slow", "impersonate",
                                       "text_calls_hermes", "text_calls_llama", "text_calls_mistral",
                                       "text_calls_json", "plain_claim", "plain_then_act"}));
 

@@ -177,7 +177,7 @@ TEST(LlmSimStyleTest, EveryStyleNameRoundTrips) {
         ResponseStyle::kMissingIds, ResponseStyle::kContentWithToolCalls,
         ResponseStyle::kReasoningContent, ResponseStyle::kDeepseekUsage,
         ResponseStyle::kLegacyFunctionCall, ResponseStyle::kHermesText, ResponseStyle::kLlamaText,
-        ResponseStyle::kMistralText, ResponseStyle::kJsonText}) {
+        ResponseStyle::kMistralText, ResponseStyle::kJsonText, ResponseStyle::kDeepseekThinking}) {
     EXPECT_EQ(parse_response_style(response_style_name(style)), style);
   }
   EXPECT_FALSE(parse_response_style("anthropic"));
@@ -237,6 +237,45 @@ TEST(LlmSimStyleTest, ContentReasoningAndLegacyFunctionCall) {
   EXPECT_STREQ(legacy.message()["function_call"]["name"].GetString(), "search_items");
   EXPECT_TRUE(legacy.message()["function_call"]["arguments"].IsString());
   EXPECT_EQ(legacy.finish_reason(), "function_call");
+}
+
+TEST(LlmSimStyleTest, ThinkingModeRefusesAToolTurnWhoseReasoningIsNotSentBack) {
+  const Simulator sim = simulator();
+  Conversation conversation("bench: steps=2 calls=1", false);
+  const Reply first = ask(sim, conversation.body(), ResponseStyle::kDeepseekThinking);
+  ASSERT_TRUE(first.message()["reasoning_content"].IsString());
+  ASSERT_TRUE(first.message().HasMember("tool_calls"));
+
+  // Sent back as it came: answered.
+  Conversation echoed("bench: steps=2 calls=1", false);
+  echoed.answer(first.message(), R"({"items":[]})");
+  EXPECT_TRUE(
+      ask(sim, echoed.body(), ResponseStyle::kDeepseekThinking).message().HasMember("tool_calls"));
+  // Empty reasoning is still reasoning sent back.
+  rapidjson::Document blank;
+  blank.CopyFrom(first.message(), blank.GetAllocator());
+  blank["reasoning_content"].SetString("");
+  Conversation empty("bench: steps=2 calls=1", false);
+  empty.answer(blank, R"({"items":[]})");
+  CompletionOptions thinking;
+  thinking.style = ResponseStyle::kDeepseekThinking;
+  EXPECT_TRUE(std::holds_alternative<Completion>(sim.complete(empty.body(), kNow, 2, thinking)));
+
+  // Dropped: refused as DeepSeek refuses it, naming the message.
+  rapidjson::Document dropped;
+  dropped.CopyFrom(first.message(), dropped.GetAllocator());
+  dropped.RemoveMember("reasoning_content");
+  Conversation without("bench: steps=2 calls=1", false);
+  without.answer(dropped, R"({"items":[]})");
+  auto result = sim.complete(without.body(), kNow, 3, thinking);
+  auto* error = std::get_if<RequestError>(&result);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(error->message,
+            "The reasoning_content in the thinking mode must be passed back to the API.");
+  EXPECT_EQ(error->param, "messages[2].reasoning_content");
+  // Other styles do not care.
+  EXPECT_TRUE(std::holds_alternative<Completion>(
+      sim.complete(without.body(), kNow, 4, CompletionOptions{})));
 }
 
 TEST(LlmSimStyleTest, TextStylesWriteTheCallsAsTextTheWorkerReadsBack) {

@@ -427,6 +427,41 @@ TEST_F(ModelClientTest, AConversationTheCallerKeepsEncodedIsSentAsIfBuiltHere) {
   EXPECT_EQ(bodies[1], bodies[0]);
 }
 
+TEST_F(ModelClientTest, AThinkingModelGetsEachToolTurnsReasoningBackHoweverTheCallerEncoded) {
+  config::ModelConfig thinking = model_config({kA});
+  thinking.reasoning_echo = ReasoningEcho::kToolTurns;
+  auto client = make(thinking);
+  messages.push_back(
+      Message{Role::kAssistant, "", {ToolCall{"c1", "search_items", "{}"}}, {}, {}, "先查一下"});
+  messages.push_back(Message{Role::kTool, R"({"items":[]})", {}, "c1", "search_items"});
+  tools.push_back(ports::ToolSchema{"search_items", "Search.", R"({"type":"object"})"});
+  script[kA] = {ok(), ok(), ok()};
+  ASSERT_TRUE(call(*client).ok());  // built here, as the model says
+  ASSERT_EQ(bodies.size(), 1u);
+  EXPECT_NE(bodies[0].find(R"("reasoning_content":"先查一下")"), std::string::npos) << bodies[0];
+
+  // Encoded by the caller as this model wants it: spliced in, the same bytes. Encoded
+  // otherwise: encoded again here, so the reasoning is not lost.
+  const std::string tools_json = codec::encode_tools(tools);
+  for (ReasoningEcho echo : {ReasoningEcho::kToolTurns, ReasoningEcho::kNone}) {
+    codec::ConversationEncoder encoder;
+    encoder.sync(1, messages, echo);
+    ports::ModelRequest request;
+    request.model = "m";
+    request.messages = &messages;
+    request.tools = &tools;
+    request.messages_json = encoder.json();
+    request.tools_json = tools_json;
+    request.messages_echo = echo;
+    request.deadline = clock.now() + seconds(30);
+    auto future = asio::co_spawn(io, client->complete(std::move(request)), asio::use_future);
+    io.restart();
+    io.run();
+    ASSERT_TRUE(future.get().ok());
+    EXPECT_EQ(bodies.back(), bodies[0]) << to_string(echo);
+  }
+}
+
 TEST_F(ModelClientTest, CallsWrittenAsTextAreReadAsCallsInTheFormatsTheModelNames) {
   const std::string hermes =
       R"({"choices":[{"message":{"role":"assistant","content":"<tool_call>\n{\"name\": )"

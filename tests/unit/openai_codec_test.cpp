@@ -457,6 +457,75 @@ TEST(OpenAiCodecTest, AnotherConversationOrOneBuiltAnewIsEncodedWhole) {
             build_chat_request(options, shorter, {}));
 }
 
+// The reasoning_content each assistant message of `json`'s request carries, "-" for none.
+std::vector<std::string> echoed_reasoning(const std::string& json) {
+  rapidjson::Document doc;
+  doc.Parse(json.c_str());
+  std::vector<std::string> out;
+  for (const auto& m : doc["messages"].GetArray()) {
+    if (std::string(m["role"].GetString()) != "assistant")
+      continue;
+    auto it = m.FindMember("reasoning_content");
+    out.push_back(it == m.MemberEnd() ? "-" : it->value.GetString());
+  }
+  return out;
+}
+
+TEST(OpenAiCodecTest, AssistantsReasoningIsSentBackAsTheModelsConfigurationSays) {
+  std::vector<Message> conversation = sample_conversation();
+  conversation[2].reasoning = "先查周会";  // a tool turn with reasoning; the second has none
+  conversation.push_back(Message{Role::kAssistant, "已改好", {}, {}, {}, "可以回答了"});
+  ChatRequestOptions options{"deepseek-reasoner"};
+  EXPECT_EQ(echoed_reasoning(build_chat_request(options, conversation, {})),
+            (std::vector<std::string>{"-", "-", "-"}));
+  // DeepSeek's thinking mode: every turn with tool calls, "" when it had no reasoning.
+  options.reasoning_echo = ReasoningEcho::kToolTurns;
+  EXPECT_EQ(echoed_reasoning(build_chat_request(options, conversation, {})),
+            (std::vector<std::string>{"先查周会", "", "-"}));
+  options.reasoning_echo = ReasoningEcho::kAll;
+  EXPECT_EQ(echoed_reasoning(build_chat_request(options, conversation, {})),
+            (std::vector<std::string>{"先查周会", "", "可以回答了"}));
+
+  // The kept encoding writes the same, and starts over when the echo changes.
+  ConversationEncoder encoder;
+  for (ReasoningEcho echo : {ReasoningEcho::kToolTurns, ReasoningEcho::kNone}) {
+    options.reasoning_echo = echo;
+    encoder.sync(1, conversation, echo);
+    EXPECT_EQ(encoder.echo(), echo);
+    EXPECT_EQ(assemble_chat_request(options, encoder.json(), ""),
+              build_chat_request(options, conversation, {}));
+  }
+  EXPECT_EQ(encoder.reused(), 0u);
+  // What is echoed counts in the estimate.
+  encoder.sync(1, conversation, ReasoningEcho::kAll);
+  EXPECT_EQ(encoder.estimated_tokens(), react::estimate_tokens(conversation) +
+                                            react::estimate_tokens("先查周会") +
+                                            react::estimate_tokens("可以回答了"));
+}
+
+TEST(OpenAiCodecTest, ArgumentsAreKeptCanonicalWhateverTheProviderWrote) {
+  // Blanks, a fence, a fence with its language tag: the tool gets, and the model reads back,
+  // the same compact object.
+  for (const char* written : {R"(,"arguments":"{ \"keyword\" : \"周会\",\n  \"limit\": 5 }")",
+                              R"(,"arguments":"```json\n{\"keyword\":\"周会\",\"limit\":5}\n```")",
+                              R"(,"arguments":"```\n{\"keyword\": \"周会\", \"limit\": 5}```")",
+                              R"(,"arguments":"  {\"keyword\":\"周会\",\"limit\":5}\n")"}) {
+    const ModelReply reply = one_call(written);
+    ASSERT_EQ(reply.tool_calls.size(), 1u) << written;
+    EXPECT_EQ(reply.tool_calls[0].arguments, R"({"keyword":"周会","limit":5})") << written;
+  }
+  // Text that holds no object stays as it is: the tool-call check refuses it, saying why.
+  EXPECT_EQ(one_call(R"(,"arguments":"keyword=周会")").tool_calls[0].arguments, "keyword=周会");
+  EXPECT_EQ(one_call(R"(,"arguments":"[1,2]")").tool_calls[0].arguments, "[1,2]");
+  // What the next request sends back is that canonical text.
+  ModelReply reply = one_call(R"(,"arguments":"```json\n{\"keyword\": \"周会\"}\n```")");
+  std::vector<Message> conversation{
+      Message{Role::kAssistant, "", reply.tool_calls, {}, {}},
+  };
+  const std::string sent = build_chat_request(ChatRequestOptions{"m"}, conversation, {});
+  EXPECT_NE(sent.find(R"("arguments":"{\"keyword\":\"周会\"}")"), std::string::npos) << sent;
+}
+
 // ---- react_json ----
 
 TEST(ReactJsonCodecTest, RequestHasNoToolsAndTheAddendumAndObservationsAsUserMessages) {

@@ -148,6 +148,16 @@ TEST(ReactLoopTest, SampleFlowFromOpenAiJsonSearchUpdateFinish) {
   EXPECT_EQ(state.messages[6].role, Role::kAssistant);
 }
 
+TEST(ReactLoopTest, AnAssistantTurnKeepsItsReasoningForTheRequestsAfterIt) {
+  const ReactLoop loop = make_loop();
+  ReactState state = loop.start("sys", "把2月8日的周会改到晚上8点");
+  ModelReply reply = parsed(sample_flow_bodies()[0]);
+  reply.reasoning = "先找到周会";
+  ASSERT_TRUE(std::holds_alternative<CallTools>(loop.on_model_reply(state, reply)));
+  EXPECT_EQ(state.messages.back().role, Role::kAssistant);
+  EXPECT_EQ(state.messages.back().reasoning, "先找到周会");
+}
+
 TEST(ReactLoopTest, SampleFlowFromValuesWithOptions) {
   const ReactLoop loop = make_loop();
   ReactState state = loop.start("sys", "完成报告待办");

@@ -628,6 +628,7 @@ constexpr std::pair<ResponseStyle, std::string_view> kStyleNames[] = {
     {ResponseStyle::kLlamaText, "llama_text"},
     {ResponseStyle::kMistralText, "mistral_text"},
     {ResponseStyle::kJsonText, "json_text"},
+    {ResponseStyle::kDeepseekThinking, "deepseek_thinking"},
 };
 }  // namespace
 

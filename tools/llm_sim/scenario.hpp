@@ -98,6 +98,10 @@ enum class ResponseStyle {
   kLlamaText,    // <function=NAME>{arguments}</function>
   kMistralText,  // [TOOL_CALLS] [{"name", "arguments"}, ...]
   kJsonText,     // the content is the call object alone (an array for several)
+  // DeepSeek's thinking mode: reasoning_content as kReasoningContent, and a request whose
+  // assistant message with tool calls does not send its reasoning_content back is refused
+  // with 400, as DeepSeek refuses it.
+  kDeepseekThinking,
 };
 std::string_view response_style_name(ResponseStyle style);
 std::optional<ResponseStyle> parse_response_style(std::string_view name);

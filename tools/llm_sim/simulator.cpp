@@ -357,6 +357,27 @@ void collect_results(const Value& messages, Value& steps, Allocator& allocator) 
   }
 }
 
+// DeepSeek's thinking mode: every assistant message with tool calls must carry its
+// reasoning_content (a string, "" allowed) on every later request.
+std::optional<RequestError> unreturned_reasoning(const rapidjson::Document& request) {
+  const Value& messages = *member(request, "messages");
+  for (rapidjson::SizeType i = 0; i < messages.Size(); ++i) {
+    const Value& m = messages[i];
+    const Value* role = member(m, "role");
+    const Value* calls = member(m, "tool_calls");
+    if (role == nullptr || !role->IsString() || string_of(*role) != "assistant" ||
+        calls == nullptr || !calls->IsArray() || calls->Empty())
+      continue;
+    const Value* reasoning = member(m, "reasoning_content");
+    if (reasoning == nullptr || !reasoning->IsString()) {
+      return RequestError{
+          "The reasoning_content in the thinking mode must be passed back to the API.",
+          "messages[" + std::to_string(i) + "].reasoning_content"};
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<RequestError> validate_request(const rapidjson::Document& request) {
   if (!request.IsObject()) {
     return RequestError{"the request body must be a JSON object", ""};
@@ -794,7 +815,8 @@ void apply_style(ResponseStyle style, std::size_t step, Value& message, std::str
         message["content"] = string_value(text, allocator);
       }
       break;
-    case ResponseStyle::kReasoningContent: {
+    case ResponseStyle::kReasoningContent:
+    case ResponseStyle::kDeepseekThinking: {
       std::string reasoning = "第 " + std::to_string(step) + " 步：";
       if (calls != nullptr) {
         reasoning += "需要调用工具";
@@ -1003,6 +1025,10 @@ std::variant<Completion, RequestError> Simulator::complete(
     outcome = run_step(*scenario, scripted, conversation, context, allocator, false);
   }
   const ResponseStyle style = scenario->style.value_or(options.style);
+  if (style == ResponseStyle::kDeepseekThinking) {
+    if (auto error = unreturned_reasoning(request))
+      return *error;
+  }
 
   // The assistant message, first in OpenAI's shape: usage is counted on it, so every
   // style bills the same (reasoning_content adds its reasoning tokens).

@@ -275,9 +275,12 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
       model.config.provider_model.empty() ? model.config.name : model.config.provider_model;
   options.max_tokens = model.config.max_output_tokens;
   options.protocol = codec::chat_protocol(model.config.protocol);
-  // A conversation the caller keeps encoded is spliced in, not encoded again.
+  options.reasoning_echo = model.config.reasoning_echo;
+  // A conversation the caller keeps encoded as this model wants it is spliced in, not
+  // encoded again.
   const std::string body =
-      options.protocol == codec::ChatProtocol::kFunctionCalling && !request.messages_json.empty()
+      options.protocol == codec::ChatProtocol::kFunctionCalling && !request.messages_json.empty() &&
+              request.messages_echo == options.reasoning_echo
           ? codec::assemble_chat_request(options, request.messages_json, request.tools_json)
           : codec::build_chat_request(options, *request.messages, *request.tools);
   const std::int64_t estimate =
