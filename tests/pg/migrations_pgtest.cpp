@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "core/adapters/pg/migrations.hpp"
 #include "tests/pg/pg_url.hpp"
@@ -111,6 +112,76 @@ TEST(Migrations, ADatabaseThatAppliedTheEarlierTextsReachesTheSameSchema) {
   // Migrating again changes nothing and applies nothing.
   EXPECT_TRUE(pg::migrate(earlier).applied.empty());
   EXPECT_EQ(schema_of(earlier), schema_of(fresh));
+}
+
+TEST(Migrations, AFileWaitingOnALockIsRunAgainAndOneThatNeverGetsItGivesUpSayingWhy) {
+  using std::chrono::milliseconds;
+  const std::string url = fresh_database("migrate_locked");
+  pg::migrate(url);
+  const std::string last = pg::embedded_migrations().back().version;  // it touches tasks
+  auto forget_last = [&] {
+    pqxx::connection db(url);
+    pqxx::work tx(db);
+    tx.exec_params0("DELETE FROM schema_migrations WHERE version = $1", last);
+    tx.commit();
+  };
+  forget_last();
+  {
+    // Another session holds tasks until it has seen the migration wait for it, stop
+    // waiting (its lock wait timed out, the file was rolled back) and wait again: then it
+    // lets go, and the file goes through.
+    pqxx::connection holder(url);
+    pqxx::work hold(holder);
+    hold.exec0("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE");
+    std::thread release([&] {
+      pqxx::connection watcher(url);
+      auto waiting = [&] {
+        pqxx::nontransaction tx(watcher);
+        return tx.exec1(
+                     "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                     " AND relation = 'tasks'::regclass")[0]
+                   .as<int>() > 0;
+      };
+      int phase = 0;  // 0: no wait seen yet; 1: waiting; 2: a wait gave up; 3: waiting again
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(50);
+      while (phase < 3 && std::chrono::steady_clock::now() < give_up) {
+        const bool now_waiting = waiting();
+        if (now_waiting != (phase % 2 == 1))
+          ++phase;
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+      hold.abort();
+    });
+    pg::MigrationReport report;
+    try {
+      report = pg::migrate(url, 60, milliseconds(200));
+    } catch (...) {
+      release.join();
+      throw;
+    }
+    release.join();
+    EXPECT_EQ(report.applied, std::vector<std::string>{last});
+    EXPECT_GE(report.lock_retries, 1);
+  }
+  forget_last();
+  {
+    // Held for longer than the migration may wait: it gives up, naming the file and why.
+    pqxx::connection holder(url);
+    pqxx::work hold(holder);
+    hold.exec0("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE");
+    try {
+      pg::migrate(url, 2, milliseconds(200));
+      ADD_FAILURE() << "a migration ran while another session held its table";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("migration " + last +
+                                                " could not take its locks within 2 s (each "
+                                                "wait bounded to 200 ms)",
+                                            0),
+                0u)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(pg::migrate(url).applied, std::vector<std::string>{last});  // once it is free
 }
 
 TEST(Migrations, AnyOtherChangedTextIsRefusedByName) {

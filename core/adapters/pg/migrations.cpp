@@ -60,7 +60,8 @@ bool is_earlier_text(std::string_view version, std::string_view checksum) {
   });
 }
 
-MigrationReport migrate(const std::string& connection_url, int lock_timeout_s) {
+MigrationReport migrate(const std::string& connection_url, int lock_timeout_s,
+                        std::chrono::milliseconds statement_lock_timeout) {
   pqxx::connection connection(connection_url);
   {
     pqxx::nontransaction tx(connection);
@@ -84,30 +85,54 @@ MigrationReport migrate(const std::string& connection_url, int lock_timeout_s) {
   auto files = embedded::migrations();
   std::sort(files.begin(), files.end());
   MigrationReport report;
+  const std::string set_lock_timeout =
+      "SET LOCAL lock_timeout = '" + std::to_string(statement_lock_timeout.count()) + "ms'";
   for (const auto& [name, sql] : files) {
     const std::string version(name);
     const std::string sum = migration_checksum(sql);
-    pqxx::work tx(connection);
-    auto existing =
-        tx.exec_params("SELECT checksum FROM schema_migrations WHERE version = $1", version);
-    if (!existing.empty()) {
-      const auto recorded = existing[0][0].as<std::string>();
-      if (recorded != sum && !is_earlier_text(version, recorded)) {
-        throw std::runtime_error("migration " + version +
-                                 " was changed after it was applied; add a new migration instead");
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(lock_timeout_s);
+    for (int attempt = 0;; ++attempt) {
+      pqxx::work tx(connection);
+      auto existing =
+          tx.exec_params("SELECT checksum FROM schema_migrations WHERE version = $1", version);
+      if (!existing.empty()) {
+        const auto recorded = existing[0][0].as<std::string>();
+        if (recorded != sum && !is_earlier_text(version, recorded)) {
+          throw std::runtime_error(
+              "migration " + version +
+              " was changed after it was applied; add a new migration instead");
+        }
+        report.already.push_back(version);
+        break;
       }
-      report.already.push_back(version);
-      continue;
+      tx.exec0(set_lock_timeout);
+      try {
+        tx.exec0(std::string(sql));
+      } catch (const pqxx::sql_error& e) {
+        if (e.sqlstate() != "55P03")  // lock_not_available
+          throw std::runtime_error("migration " + version + " failed: " + e.what());
+        tx.abort();
+        const auto backoff = std::min(std::chrono::milliseconds(250) * (1 << std::min(attempt, 5)),
+                                      std::chrono::milliseconds(5000));
+        if (std::chrono::steady_clock::now() + backoff >= give_up) {
+          throw std::runtime_error(
+              "migration " + version + " could not take its locks within " +
+              std::to_string(lock_timeout_s) + " s (each wait bounded to " +
+              std::to_string(statement_lock_timeout.count()) +
+              " ms): other sessions hold them; run it again when the tables are quieter");
+        }
+        ++report.lock_retries;
+        std::this_thread::sleep_for(backoff);
+        continue;
+      } catch (const std::exception& e) {
+        throw std::runtime_error("migration " + version + " failed: " + e.what());
+      }
+      tx.exec_params0("INSERT INTO schema_migrations (version, checksum) VALUES ($1, $2)", version,
+                      sum);
+      tx.commit();
+      report.applied.push_back(version);
+      break;
     }
-    try {
-      tx.exec0(std::string(sql));
-    } catch (const std::exception& e) {
-      throw std::runtime_error("migration " + version + " failed: " + e.what());
-    }
-    tx.exec_params0("INSERT INTO schema_migrations (version, checksum) VALUES ($1, $2)", version,
-                    sum);
-    tx.commit();
-    report.applied.push_back(version);
   }
   pqxx::nontransaction unlock(connection);
   unlock.exec_params("SELECT pg_advisory_unlock($1)", kMigrationLock);

@@ -5,6 +5,7 @@
 // A recorded migration whose text has changed is refused (checksums), except the earlier
 // texts of the three migrations that were edited before that rule held (is_earlier_text).
 
+#include <chrono>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,10 +15,17 @@ namespace agentfleet::pg {
 struct MigrationReport {
   std::vector<std::string> applied;  // file names applied by this run
   std::vector<std::string> already;  // file names found applied
+  int lock_retries = 0;              // files run again after a lock wait timed out
 };
 
 // Throws std::runtime_error with the failing file's name on any problem.
-MigrationReport migrate(const std::string& connection_url, int lock_timeout_s = 60);
+// Each file's statements wait at most `statement_lock_timeout` for a lock, so a migration
+// never holds a queue of every other query on a busy table behind it for long; a file whose
+// wait times out is rolled back and run again after a backoff (250 ms doubling, at most
+// 5 s), for at most `lock_timeout_s` in all (the same bound applies to the migration lock).
+MigrationReport migrate(
+    const std::string& connection_url, int lock_timeout_s = 60,
+    std::chrono::milliseconds statement_lock_timeout = std::chrono::milliseconds(5000));
 
 // What schema_migrations records of a migration's text (an FNV-1a 64 hash, hex): it detects an
 // edited migration; it is not a security boundary.
