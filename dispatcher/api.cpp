@@ -378,6 +378,15 @@ Replay replay_of(const rapidjson::Document& h, const std::string& task_id) {
       w.String(code_text.c_str());
       w.Key("message");
       w.String(message.c_str());
+      // As a live error event says it (docs/errors.md); code and message stay for the
+      // clients that read them.
+      w.Key("text");
+      w.String(message.c_str());
+      w.Key("error_code");
+      if (code.empty())
+        w.Null();
+      else
+        w.String(code.c_str());
       w.EndObject();
       replay.events.push_back({"error", -1, std::string(b.GetString(), b.GetSize())});
     }

@@ -338,9 +338,9 @@ bool Scheduler::pass() {
       TaskResult result;
       result.type = ResultType::kError;
       result.message = message;
-      end_queued.push_back(
-          ports::EndQueued{user_id, static_cast<int>(count),
-                           ports::Ending{TaskStatus::kFailed, message, "quota_exceeded", result}});
+      end_queued.push_back(ports::EndQueued{
+          user_id, static_cast<int>(count),
+          ports::Ending{TaskStatus::kFailed, message, ErrorCode::kQuotaExceeded, result}});
     }
     std::vector<ports::DispatchGrant> grants;
     grants.reserve(plan.grants.size());

@@ -507,7 +507,7 @@ asio::awaitable<RunOutcome> TaskRunner::execute(std::shared_ptr<ClaimedRun> clai
     log::error("worker", run.log_context(), "task runner failed: " + internal_error);
     try {
       outcome = co_await finish(run, TaskStatus::kFailed, std::nullopt,
-                                "internal error: " + internal_error);
+                                "internal error: " + internal_error, ErrorCode::kInternal);
     } catch (const std::exception& e) {
       // Not even that could be stored: stop holding the task, so it is handed back.
       log::error("worker", run.log_context(),
@@ -537,7 +537,8 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::stop_requested(Run& run,
     co_return RunOutcome::kLeaseLost;
   }
   if (control.cancel) {
-    co_return co_await finish(run, TaskStatus::kCancelled, std::nullopt, "cancelled while running");
+    co_return co_await finish(run, TaskStatus::kCancelled, std::nullopt, "cancelled while running",
+                              ErrorCode::kCancelled);
   }
   if (control.drain && at_checkpoint) {
     mark_ending(run);
@@ -560,16 +561,18 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::stop_requested(Run& run,
 asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
   const TaskSpec& spec = run.claimed.spec;
   if (run.claimed.cancel_requested) {
-    co_return co_await finish(run, TaskStatus::kCancelled, std::nullopt, "cancelled before it ran");
+    co_return co_await finish(run, TaskStatus::kCancelled, std::nullopt, "cancelled before it ran",
+                              ErrorCode::kCancelled);
   }
   if (run.claimed.schedule_expired) {
     co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt,
                               "waited in the queue longer than schedule_timeout_s (" +
-                                  std::to_string(spec.schedule_timeout_s) + ")");
+                                  std::to_string(spec.schedule_timeout_s) + ")",
+                              ErrorCode::kScheduleTimeout);
   }
   if (!config_.find_model(spec.model)) {
     co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
-                              "unknown model '" + spec.model + "'");
+                              "unknown model '" + spec.model + "'", ErrorCode::kUnknownModel);
   }
 
   // The tools this task may use: its allow-list within the registry, plus `finish`. Tools
@@ -607,13 +610,15 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
             "could not read the parent task (left for lease recovery): " + loaded.error().message);
         co_return RunOutcome::kStoreUnavailable;
       }
-      co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, loaded.error().message);
+      co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, loaded.error().message,
+                                ErrorCode::kParentUnavailable);
     }
     history = std::move(loaded.value());
   }
   auto made = make_strategy(run, values, std::move(history));
   if (!made.ok())
-    co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, made.error().message);
+    co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, made.error().message,
+                              made.error().code.value_or(ErrorCode::kUnsupportedStrategy));
   // Shared with the model calls, which read its conversation (a call abandoned at a cancel
   // may outlive the run).
   const std::shared_ptr<react::Strategy> strategy_owner = std::move(made).value();
@@ -631,7 +636,8 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     return finish(run, TaskStatus::kFailed, std::nullopt,
                   "checkpoint " + std::to_string(record.step) +
                       " does not match the replay (the strategy or its settings changed since "
-                      "it was written)");
+                      "it was written)",
+                  ErrorCode::kCheckpointMismatch);
   };
   for (const ports::StepRecord& record : run.claimed.steps) {
     step = record.step + 1;
@@ -656,7 +662,8 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
       auto observations = codec::parse_observations_json(record.observations);
       if (!observations.ok()) {
         co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
-                                  "unreadable checkpoint: " + observations.error().message);
+                                  "unreadable checkpoint: " + observations.error().message,
+                                  ErrorCode::kCheckpointMismatch);
       }
       next = strategy.on_tool_results(*calls, std::move(observations.value()));
       continue;
@@ -664,7 +671,8 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     auto reply = codec::parse_model_reply_json(record.model_reply);
     if (!reply.ok()) {
       co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
-                                "unreadable checkpoint: " + reply.error().message);
+                                "unreadable checkpoint: " + reply.error().message,
+                                ErrorCode::kCheckpointMismatch);
     }
     if (!std::holds_alternative<react::CallModel>(next) ||
         role != (strategy.request().role == "react" ? std::string() : strategy.request().role)) {
@@ -676,7 +684,8 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
         auto observations = codec::parse_observations_json(record.observations);
         if (!observations.ok()) {
           co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
-                                    "unreadable checkpoint: " + observations.error().message);
+                                    "unreadable checkpoint: " + observations.error().message,
+                                    ErrorCode::kCheckpointMismatch);
         }
         next = strategy.on_tool_results(*calls, std::move(observations.value()));
       }
@@ -720,10 +729,12 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
                                                  codec::chat_protocol(model.protocol)));
   for (;;) {
     if (auto* finished = std::get_if<react::Finish>(&next)) {
-      co_return co_await finish(run, TaskStatus::kSucceeded, finished->result, std::string());
+      co_return co_await finish(run, TaskStatus::kSucceeded, finished->result, std::string(),
+                                std::nullopt);
     }
     if (auto* failed = std::get_if<react::Fail>(&next)) {
-      co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, failed->message);
+      co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, failed->message,
+                                react::error_code_of(failed->reason));
     }
     // The step the run is at: the tool calls of the last model step (or a plan's tool step,
     // a step of its own), or the next model call.
@@ -735,7 +746,8 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
       co_return *stop;
     if (clock_.now() >= run.deadline) {
       co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt,
-                                "deadline of " + std::to_string(spec.timeout_s) + " s passed");
+                                "deadline of " + std::to_string(spec.timeout_s) + " s passed",
+                                ErrorCode::kDeadline);
     }
     if (auto* calls = std::get_if<react::CallTools>(&next)) {
       if (calls->own_checkpoint && !tool_row_written) {
@@ -762,7 +774,8 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
           co_return *stop;
         co_return co_await finish(
             run, TaskStatus::kTimedOut, std::nullopt,
-            "deadline of " + std::to_string(spec.timeout_s) + " s passed during tool calls");
+            "deadline of " + std::to_string(spec.timeout_s) + " s passed during tool calls",
+            ErrorCode::kDeadline);
       }
       const std::string obs_json = codec::observations_json(*observations);
       const int executed = static_cast<int>(calls->calls.size());
@@ -809,11 +822,13 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
       if (call_deadline < run.deadline) {
         co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
                                   "the model call did not return within its " +
-                                      std::to_string(model.call_timeout_s) + " s timeout");
+                                      std::to_string(model.call_timeout_s) + " s timeout",
+                                  ErrorCode::kModelUnavailable);
       }
       co_return co_await finish(
           run, TaskStatus::kTimedOut, std::nullopt,
-          "deadline of " + std::to_string(spec.timeout_s) + " s passed during a model call");
+          "deadline of " + std::to_string(spec.timeout_s) + " s passed during a model call",
+          ErrorCode::kDeadline);
     }
     const int latency_ms = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() - started).count());
@@ -826,11 +841,23 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
           clock_.now() >= run.deadline ||
           (reply->error().kind == ErrorKind::kTimeout && call_deadline >= run.deadline);
       if (out_of_time) {
-        co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt,
-                                  "deadline passed during a model call: " + reply->error().message);
+        // Said as it is: a call that gave up early (a Retry-After or a back-off longer than
+        // the time left) says how much time was left, not that the deadline passed.
+        const auto left =
+            std::chrono::duration_cast<std::chrono::seconds>(run.deadline - clock_.now()).count();
+        // Named, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
+        std::string message = left > 0 ? "gave up on a model call with " + std::to_string(left) +
+                                             " s left before the deadline: "
+                                       : std::string("deadline passed during a model call: ");
+        message += reply->error().message;
+        co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt, std::move(message),
+                                  ErrorCode::kDeadline);
       }
+      // The call's own timeout is not the task's deadline: the model did not answer in time.
+      const ErrorCode code = reply->error().code.value_or(ErrorCode::kModelUnavailable);
       co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
-                                "model call failed: " + reply->error().message);
+                                "model call failed: " + reply->error().message,
+                                code == ErrorCode::kDeadline ? ErrorCode::kModelUnavailable : code);
     }
     const ModelReply& answer = reply->value();
     const auto now = clock_.wall_now();
@@ -1062,7 +1089,8 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::on_store_failure(Run& run
              std::string("could not store ") + what + ": " + saved.error().message);
   co_return co_await finish(
       run, TaskStatus::kFailed, std::nullopt,
-      std::string("could not store the ") + what + ": " + saved.error().message);
+      std::string("could not store the ") + what + ": " + saved.error().message,
+      ErrorCode::kInternal);
 }
 
 asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_tools(
@@ -1239,12 +1267,16 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
 }
 
 asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
-                                               std::optional<TaskResult> result,
-                                               std::string error) {
+                                               std::optional<TaskResult> result, std::string error,
+                                               std::optional<ErrorCode> code) {
   const TaskSpec& spec = run.claimed.spec;
   mark_ending(run);
   // Errors quote outside text (response excerpts); keep them storable.
   error = codec::sanitize_text(error);
+  if (status == TaskStatus::kSucceeded)
+    code.reset();
+  else if (!code)
+    code = ErrorCode::kInternal;
   // The result event, from the totals the run kept (what earlier attempts billed, plus each
   // model step it saved): the store writes it with the end, in the same statement.
   codec::ResultEvent event;
@@ -1254,6 +1286,7 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   event.status = status;
   event.result = result;
   event.error = error;
+  event.error_code = code ? std::string(to_string(*code)) : std::string();
   event.attempt = run.claimed.attempt;
   event.steps = run.steps;
   event.tool_calls = run.tool_calls;
@@ -1262,8 +1295,8 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   event.currency = run.totals.currency.empty() ? "CNY" : run.totals.currency;
   event.finished_at = codec::format_rfc3339(clock_.wall_now());
   const std::string event_json = codec::result_event_json(event);
-  ports::TaskEnd end{run.task_id, run.claimed.attempt, status,          result,
-                     error,       spec.user_id,        run.traceparent, event_json};
+  ports::TaskEnd end{run.task_id,  run.claimed.attempt, status,     result, error,
+                     spec.user_id, run.traceparent,     event_json, code};
   auto finished = co_await store_.finish(std::move(end));
   if (!finished.ok()) {
     log::warn("worker", run.log_context(),
@@ -1277,7 +1310,7 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
     co_return RunOutcome::kLeaseLost;
   }
   const std::int64_t outbox_id = finished.value().value();
-  metrics_.task_finished(status, result ? std::optional(result->type) : std::nullopt,
+  metrics_.task_finished(status, result ? std::optional(result->type) : std::nullopt, code,
                          std::chrono::duration<double>(clock_.now() - run.claimed_at).count());
   if (error.empty()) {
     log::info(
@@ -1286,11 +1319,21 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
             (result ? std::string(" ") + std::string(to_string(result->type)) : std::string()));
   } else {
     log::write(status == TaskStatus::kFailed ? "warn" : "info", "worker", run.log_context(),
-               std::string("finished ") + std::string(to_string(status)), {{"error", error}});
+               std::string("finished ") + std::string(to_string(status)),
+               {{"error", error}, {"error_code", std::string(to_string(*code))}});
   }
   if (status != TaskStatus::kSucceeded) {
-    emit_progress(run, "error", run.steps, {},
-                  error.empty() ? std::string(to_string(status)) : error);
+    rapidjson::StringBuffer buffer;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+    const std::string text = error.empty() ? std::string(to_string(status)) : error;
+    const std::string_view code_text = to_string(*code);
+    w.StartObject();
+    w.Key("text");
+    w.String(text.data(), static_cast<rapidjson::SizeType>(text.size()));
+    w.Key("error_code");
+    w.String(code_text.data(), static_cast<rapidjson::SizeType>(code_text.size()));
+    w.EndObject();
+    emit_progress(run, "error", run.steps, {}, std::string(buffer.GetString(), buffer.GetSize()));
   }
   emit_progress(run, "done", run.steps, {}, event_json);
 

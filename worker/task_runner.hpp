@@ -121,8 +121,10 @@ class TaskRunner final : public Runs {
   boost::asio::awaitable<std::optional<RunOutcome>> on_store_failure(Run& run,
                                                                      const Result<Status>& saved,
                                                                      const char* what);
+  // Ends the task: `code` is set for every status but succeeded (kInternal if missing).
   boost::asio::awaitable<RunOutcome> finish(Run& run, TaskStatus status,
-                                            std::optional<TaskResult> result, std::string error);
+                                            std::optional<TaskResult> result, std::string error,
+                                            std::optional<ErrorCode> code);
   void emit_progress(Run& run, std::string event, int step, std::string tool,
                      std::string data_json);
 

@@ -146,6 +146,68 @@ std::string_view to_string(ReasoningEcho echo) {
   return "none";
 }
 
+std::string_view to_string(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kCancelled:
+      return "cancelled";
+    case ErrorCode::kScheduleTimeout:
+      return "schedule_timeout";
+    case ErrorCode::kDeadline:
+      return "deadline";
+    case ErrorCode::kMaxSteps:
+      return "max_steps";
+    case ErrorCode::kQuotaExceeded:
+      return "quota_exceeded";
+    case ErrorCode::kAttemptsExhausted:
+      return "attempts_exhausted";
+    case ErrorCode::kModelUnavailable:
+      return "model_unavailable";
+    case ErrorCode::kModelOutOfQuota:
+      return "model_out_of_quota";
+    case ErrorCode::kModelRejected:
+      return "model_rejected";
+    case ErrorCode::kTruncated:
+      return "truncated";
+    case ErrorCode::kContentFilter:
+      return "content_filter";
+    case ErrorCode::kEmptyReply:
+      return "empty_reply";
+    case ErrorCode::kNoPlan:
+      return "no_plan";
+    case ErrorCode::kUnperformedAction:
+      return "unperformed_action";
+    case ErrorCode::kUnknownModel:
+      return "unknown_model";
+    case ErrorCode::kUnsupportedStrategy:
+      return "unsupported_strategy";
+    case ErrorCode::kParentUnavailable:
+      return "parent_unavailable";
+    case ErrorCode::kCheckpointMismatch:
+      return "checkpoint_mismatch";
+    case ErrorCode::kInternal:
+      return "internal";
+  }
+  return "internal";
+}
+
+const std::vector<ErrorCode>& all_error_codes() {
+  static const std::vector<ErrorCode> codes = [] {
+    std::vector<ErrorCode> all;
+    for (int i = 0; i <= static_cast<int>(ErrorCode::kInternal); ++i)
+      all.push_back(static_cast<ErrorCode>(i));
+    return all;
+  }();
+  return codes;
+}
+
+std::optional<ErrorCode> parse_error_code(std::string_view text) {
+  for (const ErrorCode code : all_error_codes()) {
+    if (to_string(code) == text)
+      return code;
+  }
+  return std::nullopt;
+}
+
 bool is_terminal(TaskStatus status) {
   return status == TaskStatus::kSucceeded || status == TaskStatus::kFailed ||
          status == TaskStatus::kTimedOut || status == TaskStatus::kCancelled;

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/domain/error.hpp"
+
 namespace agentfleet {
 
 enum class TaskStatus {

@@ -118,7 +118,8 @@ struct TaskEnd {
   std::string error;
   std::string user_id;
   std::string traceparent;
-  std::string result_event;  // JSON
+  std::string result_event;             // JSON
+  std::optional<ErrorCode> error_code;  // set for every end but succeeded
 };
 
 // A follow-up's parent as the worker rebuilds its conversation.

@@ -104,8 +104,8 @@ struct RecentUsage {
 // How a task that never started ends (over budget, out of queue time, ...).
 struct Ending {
   TaskStatus status = TaskStatus::kFailed;
-  std::string error;       // the reason, in words
-  std::string error_code;  // quota_exceeded, schedule_timeout, ... (empty: none)
+  std::string error;                            // the reason, in words
+  ErrorCode error_code = ErrorCode::kInternal;  // docs/errors.md
   // Set for an ending the user should read as the task's answer (quota_exceeded: result
   // type error with the reason as its message).
   std::optional<TaskResult> result;

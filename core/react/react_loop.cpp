@@ -26,6 +26,24 @@ std::string_view to_string(FailReason reason) {
   return "unknown";
 }
 
+ErrorCode error_code_of(FailReason reason) {
+  switch (reason) {
+    case FailReason::kMaxSteps:
+      return ErrorCode::kMaxSteps;
+    case FailReason::kTruncated:
+      return ErrorCode::kTruncated;
+    case FailReason::kContentFilter:
+      return ErrorCode::kContentFilter;
+    case FailReason::kEmptyReply:
+      return ErrorCode::kEmptyReply;
+    case FailReason::kNoPlan:
+      return ErrorCode::kNoPlan;
+    case FailReason::kUnperformedAction:
+      return ErrorCode::kUnperformedAction;
+  }
+  return ErrorCode::kInternal;
+}
+
 namespace {
 // Emoji come with or without the variation selector U+FE0F: models write "⚠" as often as
 // "⚠️", and both must match the same marker.

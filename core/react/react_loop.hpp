@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/domain/conversation.hpp"
+#include "core/domain/error.hpp"
 
 namespace agentfleet::react {
 
@@ -76,6 +77,8 @@ struct Fail {
 using Step = std::variant<CallModel, CallTools, Finish, Fail>;
 
 std::string_view to_string(FailReason reason);
+// The task error code a failure ends the task with (each reason has its own).
+ErrorCode error_code_of(FailReason reason);
 
 class ReactLoop {
  public:

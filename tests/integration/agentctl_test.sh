@@ -381,7 +381,7 @@ has "$(tail -n 1 <<<"$out")" '{"event":"done"'
 has "$(tail -n 1 <<<"$out")" '"steps":['
 ctl 0 submit --user "$ut" --max-steps 1 "bench: steps=3 calls=1"
 ctl 1 tail --task "$out" --timeout-s 30
-has "$out" "error: "
+has "$out" "error (max_steps): reached max_steps (1)"
 has "$out" "done: failed"
 ctl 3 tail --task "$missing"
 

@@ -982,6 +982,34 @@ TEST(ApiEvents, ALiveAndAReplayedStreamShowTheSameEventsEndingWithOneDone) {
                404, "/path/task_id", "not_found");
 }
 
+TEST(ApiEvents, ATaskThatFailedSaysWhyWithItsErrorCodeInTheTaskAndItsErrorEvent) {
+  const std::string u = user("events-fail");
+  // Three model steps needed, one allowed: the task ends failed with max_steps.
+  const std::string id =
+      submit(submission(u, "bench: steps=3 calls=1", "ef-1", R"(,"max_steps":1)"));
+  auto done = wait_terminal(id);
+  ASSERT_EQ(str(done, "status"), "failed") << str(done, "error");
+  EXPECT_EQ(str(done, "error_code"), "max_steps") << str(done, "error");
+  const auto response = call({bhttp::verb::get,
+                              "/v1/tasks/" + id + "/events",
+                              {},
+                              admin_key(),
+                              {{"Accept", "text/event-stream"}},
+                              "application/json",
+                              60s});
+  ASSERT_EQ(response.status, 200) << response.body;
+  int errors = 0;
+  for (const SseEvent& e : parse_sse(response.body)) {
+    if (e.event != "error")
+      continue;
+    ++errors;
+    const auto data = parse(e.data);
+    EXPECT_EQ(str(data, "error_code"), "max_steps") << e.data;
+    EXPECT_EQ(str(data, "text"), str(done, "error")) << e.data;
+  }
+  EXPECT_EQ(errors, 1) << response.body;
+}
+
 // ---------------------------------------------------------------------------------------
 // Auth
 

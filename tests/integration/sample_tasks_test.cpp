@@ -456,6 +456,9 @@ TEST(Recovery, AnExpiredLeaseIsDispatchedAgainAndGivenUpAfterMaxAttempts) {
   EXPECT_STREQ(given_up["status"].GetString(), "failed");
   EXPECT_EQ(given_up["attempt"].GetInt(), 5) << "not dispatched again";
   EXPECT_NE(std::string(given_up["error"].GetString()).find("5 attempts"), std::string::npos);
+  ASSERT_TRUE(given_up["error_code"].IsString());
+  EXPECT_STREQ(given_up["error_code"].GetString(), "attempts_exhausted");
+  EXPECT_TRUE(done["error_code"].IsNull()) << "a success has no error code";
 
   // Both are announced on the results topic, valid against the schema.
   std::set<std::string> announced;
@@ -502,6 +505,8 @@ TEST(Deadline, ATaskWhoseDeadlinePassesMidLoopEndsTimedOutBilledForItsCalls) {
       R"({"user_id":"deadline-user","text":"slow: steps=10","timeout_s":2,"idempotency_key":"dl-1"})");
   auto task = wait_terminal(base, id);
   EXPECT_STREQ(task["status"].GetString(), "timed_out");
+  ASSERT_TRUE(task["error_code"].IsString());
+  EXPECT_STREQ(task["error_code"].GetString(), "deadline");
   EXPECT_TRUE(task["result"].IsNull());
   const int steps = task["steps"].GetInt();
   // At least one answer (600 ms) fits in 2 s however slow the worker; more depend on speed.
@@ -880,6 +885,8 @@ TEST(ReasoningEcho, AThinkingModelGetsItsReasoningBackAndIsRefusedWithoutIt) {
   ASSERT_TRUE(refused["error"].IsString());
   EXPECT_NE(std::string(refused["error"].GetString()).find("reasoning_content"), std::string::npos)
       << refused["error"].GetString();
+  ASSERT_TRUE(refused["error_code"].IsString());
+  EXPECT_STREQ(refused["error_code"].GetString(), "model_rejected") << "a 400 is not retried";
 }
 
 TEST(NoFalseSuccess, CallsAModelWroteAsTextRunAsCalls) {
@@ -945,6 +952,8 @@ TEST(NoFalseSuccess, PlainTextIsAskedAgainAndASuccessNoToolPerformedIsNeverRepor
   ASSERT_TRUE(claimed["error"].IsString());
   EXPECT_NE(std::string(claimed["error"].GetString()).find("no tool performed"), std::string::npos)
       << claimed["error"].GetString();
+  ASSERT_TRUE(claimed["error_code"].IsString());
+  EXPECT_STREQ(claimed["error_code"].GetString(), "unperformed_action");
   EXPECT_TRUE(!claimed.HasMember("result") || claimed["result"].IsNull());
   EXPECT_EQ(claimed["tool_calls"].GetInt(), 0);
   EXPECT_EQ(ledger_rows(claim), 3) << "every answer is billed";

@@ -69,7 +69,7 @@ class WorkerMetricsTest : public ::testing::Test {
 };
 
 TEST_F(WorkerMetricsTest, EveryFamilyIsDeclaredWithItsType) {
-  metrics_.task_finished(TaskStatus::kSucceeded, ResultType::kActionCompleted, 1.5);
+  metrics_.task_finished(TaskStatus::kSucceeded, ResultType::kActionCompleted, std::nullopt, 1.5);
   metrics_.queue_wait(Priority::kBatch, 3);
   metrics_.model_request("m1", "http://127.0.0.1:8090/v1/chat/completions", ModelOutcome::kOk, 0.2);
   metrics_.model_retry("m1", ModelOutcome::kRateLimited);
@@ -100,9 +100,9 @@ TEST_F(WorkerMetricsTest, EveryFamilyIsDeclaredWithItsType) {
 }
 
 TEST_F(WorkerMetricsTest, CountersIncrementPerLabelSet) {
-  metrics_.task_finished(TaskStatus::kSucceeded, ResultType::kActionCompleted, 1);
-  metrics_.task_finished(TaskStatus::kSucceeded, ResultType::kActionCompleted, 2);
-  metrics_.task_finished(TaskStatus::kTimedOut, std::nullopt, 31);
+  metrics_.task_finished(TaskStatus::kSucceeded, ResultType::kActionCompleted, std::nullopt, 1);
+  metrics_.task_finished(TaskStatus::kSucceeded, ResultType::kActionCompleted, std::nullopt, 2);
+  metrics_.task_finished(TaskStatus::kTimedOut, std::nullopt, ErrorCode::kDeadline, 31);
   metrics_.claim(ClaimOutcome::kSkipped);
   metrics_.dead_letter(DeadLetterReason::kNotJson);
   metrics_.lease_lost();
@@ -110,10 +110,13 @@ TEST_F(WorkerMetricsTest, CountersIncrementPerLabelSet) {
   EXPECT_EQ(
       sample(
           text,
-          R"(agentfleet_tasks_finished_total{result_type="action_completed",status="succeeded"})"),
+          R"(agentfleet_tasks_finished_total{error_code="none",result_type="action_completed",status="succeeded"})"),
       2);
   EXPECT_EQ(
-      sample(text, R"(agentfleet_tasks_finished_total{result_type="none",status="timed_out"})"), 1);
+      sample(
+          text,
+          R"(agentfleet_tasks_finished_total{error_code="deadline",result_type="none",status="timed_out"})"),
+      1);
   EXPECT_EQ(sample(text, R"(agentfleet_task_claims_total{outcome="skipped"})"), 1);
   // Declared from the start at zero, so a rate() sees the first increment.
   EXPECT_EQ(sample(text, R"(agentfleet_task_claims_total{outcome="claimed"})"), 0);
@@ -124,8 +127,8 @@ TEST_F(WorkerMetricsTest, CountersIncrementPerLabelSet) {
 }
 
 TEST_F(WorkerMetricsTest, HistogramsHaveBucketsForTheirRange) {
-  metrics_.task_finished(TaskStatus::kSucceeded, ResultType::kActionCompleted, 0.7);
-  metrics_.task_finished(TaskStatus::kSucceeded, ResultType::kActionCompleted, 250);
+  metrics_.task_finished(TaskStatus::kSucceeded, ResultType::kActionCompleted, std::nullopt, 0.7);
+  metrics_.task_finished(TaskStatus::kSucceeded, ResultType::kActionCompleted, std::nullopt, 250);
   metrics_.queue_wait(Priority::kBatch, 5400);
   metrics_.model_request("m1", "http://127.0.0.1:8090/v1/chat/completions", ModelOutcome::kOk,
                          0.012);
@@ -212,14 +215,14 @@ TEST_F(WorkerMetricsTest, GaugesFollowTheLastValue) {
 // metric sets take no such argument, so this holds after calling every method.
 const std::set<std::string> kAllowedLabels = {
     "status",   "result_type", "priority", "outcome", "model", "endpoint", "reason", "kind",
-    "currency", "tool",        "topic",    "source",  "route", "code",     "le"};
+    "currency", "tool",        "topic",    "source",  "route", "code",     "le",     "error_code"};
 
 TEST(MetricsLabels, NoPerUserLabelExists) {
   const config::Config config = test_config();
   MetricsRegistry registry(RegistryOptions{.process_metrics = false});
   WorkerMetrics worker(registry, config);
   DispatcherMetrics dispatcher(registry, config);
-  worker.task_finished(TaskStatus::kFailed, ResultType::kError, 1);
+  worker.task_finished(TaskStatus::kFailed, ResultType::kError, ErrorCode::kMaxSteps, 1);
   worker.queue_wait(Priority::kInteractive, 1);
   worker.claim(ClaimOutcome::kClaimed);
   worker.set_in_flight(1);

@@ -174,6 +174,7 @@ TEST_F(ModelClientTest, RetryAfterPastTheDeadlineGivesUpAtOnceWithOneEndpoint) {
   EXPECT_EQ(reply.error().kind, ErrorKind::kTimeout) << "it cannot succeed before the deadline";
   EXPECT_NE(reply.error().message.find("asked to wait 60000 ms"), std::string::npos)
       << reply.error().message;
+  EXPECT_EQ(reply.error().code, ErrorCode::kDeadline);
   EXPECT_FALSE(attempts.at(0).retry_follows);
 }
 
@@ -241,6 +242,7 @@ TEST_F(ModelClientTest, ClientErrorsAreNotRetriedAndNameTheProviderMessage) {
   EXPECT_NE(reply.error().message.find("HTTP 401: Invalid API key"), std::string::npos)
       << reply.error().message;
   EXPECT_NE(reply.error().message.find("invalid_api_key"), std::string::npos);
+  EXPECT_EQ(reply.error().code, ErrorCode::kModelRejected);
   EXPECT_EQ(called.size(), 1u);
   EXPECT_EQ(attempts.at(0).outcome, ModelOutcome::kRejected);
 
@@ -248,6 +250,7 @@ TEST_F(ModelClientTest, ClientErrorsAreNotRetriedAndNameTheProviderMessage) {
   reply = call(*client);  // round robin: B this time
   ASSERT_FALSE(reply.ok());
   EXPECT_EQ(reply.error().kind, ErrorKind::kInvalid);
+  EXPECT_EQ(reply.error().code, ErrorCode::kModelRejected);
   EXPECT_NE(reply.error().message.find("endpoint 'B': HTTP 400: context too long"),
             std::string::npos)
       << reply.error().message;
@@ -288,6 +291,7 @@ TEST_F(ModelClientTest, OutOfQuotaOnEveryEndpointEndsWithAClearError) {
   EXPECT_EQ(reply.error().kind, ErrorKind::kFatal);
   EXPECT_NE(reply.error().message.find("out of quota"), std::string::npos) << reply.error().message;
   EXPECT_NE(reply.error().message.find("Insufficient Balance"), std::string::npos);
+  EXPECT_EQ(reply.error().code, ErrorCode::kModelOutOfQuota);
   EXPECT_TRUE(slept.empty());
   // The next call does not even try.
   reply = call(*client);
@@ -397,6 +401,7 @@ TEST_F(ModelClientTest, ATimeoutAtTheDeadlineEndsTheCallAsATimeout) {
   auto reply = call(*client, seconds(30));
   ASSERT_FALSE(reply.ok());
   EXPECT_EQ(reply.error().kind, ErrorKind::kTimeout);
+  EXPECT_EQ(reply.error().code, ErrorCode::kDeadline);
   EXPECT_EQ(attempts.at(0).outcome, ModelOutcome::kTimeout);
 }
 
@@ -557,6 +562,7 @@ TEST_F(ModelClientTest, ATlsFailureFailsOverToAnotherEndpointAndIsFatalOnTheLast
   auto refused = call(*single);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().kind, ErrorKind::kFatal) << "a TLS trust problem is not retried";
+  EXPECT_EQ(refused.error().code, ErrorCode::kModelUnavailable);
   EXPECT_EQ(called.size(), 1u);
 }
 

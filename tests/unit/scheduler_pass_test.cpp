@@ -182,7 +182,7 @@ TEST(SchedulerRounds, ASpentBudgetEndsTheUsersQueuedTasksInsteadOfRunningThem) {
   EXPECT_EQ(end.user_id, "spender");
   EXPECT_EQ(end.count, 4);
   EXPECT_EQ(end.ending.status, TaskStatus::kFailed);
-  EXPECT_EQ(end.ending.error_code, "quota_exceeded");
+  EXPECT_EQ(end.ending.error_code, ErrorCode::kQuotaExceeded);
   ASSERT_TRUE(end.ending.result.has_value());
   EXPECT_EQ(end.ending.result->type, ResultType::kError);
   EXPECT_NE(end.ending.result->message.find("monthly budget of 2.5"), std::string::npos)

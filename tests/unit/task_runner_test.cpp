@@ -538,6 +538,83 @@ TEST(TaskRunner, AModelTimeoutAtTheTaskDeadlineEndsTimedOutNotFailed) {
   EXPECT_EQ(h.model.calls, 1);
 }
 
+// The code a task ends with is in its end, its result event and its `error` event.
+void expect_ended_with(const Harness& h, ErrorCode code) {
+  ASSERT_TRUE(h.store.ended);
+  EXPECT_EQ(h.store.ended->error_code, code) << h.store.ended->error;
+  const std::string quoted = "\"error_code\":\"" + std::string(to_string(code)) + "\"";
+  EXPECT_NE(h.store.ended->result_event.find(quoted), std::string::npos)
+      << h.store.ended->result_event;
+  const auto errors = h.publisher.events("error");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find(quoted), std::string::npos) << errors[0];
+}
+
+TEST(TaskRunner, ATaskThatRunsOutOfTimeEndsWithTheCodeDeadline) {
+  Harness h;
+  h.store.remaining_ms = 2000;
+  h.model.then(Error{ErrorKind::kTimeout, "no answer before the deadline", ErrorCode::kDeadline},
+               2000ms);
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "timed_out");
+  expect_ended_with(h, ErrorCode::kDeadline);
+}
+
+TEST(TaskRunner, ACallThatGaveUpEarlyOnARetryAfterSaysHowMuchTimeWasLeft) {
+  Harness h;
+  h.store.remaining_ms = 30000;
+  // The client gives up at once: the provider asked for 60 s, 30 s are left.
+  h.model.then(Error{ErrorKind::kTimeout,
+                     "HTTP 429; the server asked to wait 60000 ms, more than the 30000 ms left "
+                     "before the deadline",
+                     ErrorCode::kDeadline});
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "timed_out");
+  expect_ended_with(h, ErrorCode::kDeadline);
+  const std::string& error = h.store.ended->error;
+  EXPECT_EQ(error.rfind("gave up on a model call with 30 s left before the deadline: ", 0), 0u)
+      << error;
+  EXPECT_NE(error.find("asked to wait 60000 ms"), std::string::npos) << error;
+  EXPECT_EQ(error.find("deadline passed"), std::string::npos) << error;
+}
+
+TEST(TaskRunner, AModelFailureEndsWithTheCodeTheClientGaveOrModelUnavailable) {
+  for (const auto& [given, expected] :
+       {std::pair{std::optional(ErrorCode::kModelRejected), ErrorCode::kModelRejected},
+        std::pair{std::optional(ErrorCode::kModelOutOfQuota), ErrorCode::kModelOutOfQuota},
+        // A call's own timeout (call_timeout_s) is not the task's deadline.
+        std::pair{std::optional(ErrorCode::kDeadline), ErrorCode::kModelUnavailable},
+        std::pair{std::optional<ErrorCode>(), ErrorCode::kModelUnavailable}}) {
+    Harness h;
+    h.model.then(Error{ErrorKind::kTransient, "HTTP 503 three times", given});
+    EXPECT_EQ(h.run(), RunOutcome::kFinished);
+    EXPECT_EQ(h.store.status, "failed");
+    expect_ended_with(h, expected);
+  }
+}
+
+TEST(TaskRunner, ATaskOutOfStepsEndsWithTheCodeMaxSteps) {
+  Harness h;
+  h.store.spec.max_steps = 1;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(calls_reply({call("c2", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(calls_reply({call("c3", "search_items", R"({"keyword":"周会"})")}));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "failed");
+  expect_ended_with(h, ErrorCode::kMaxSteps);
+}
+
+TEST(TaskRunner, ASucceededTaskHasNoErrorCode) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(finish_reply("done"));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  ASSERT_TRUE(h.store.ended);
+  EXPECT_EQ(h.store.status, "succeeded");
+  EXPECT_FALSE(h.store.ended->error_code.has_value());
+  EXPECT_EQ(h.store.ended->result_event.find("error_code"), std::string::npos);
+}
+
 TEST(TaskRunner, ACancellationDuringAModelCallStopsAtOnceAndEndsCancelled) {
   Harness h;
   h.model.then_hang();
@@ -547,7 +624,7 @@ TEST(TaskRunner, ACancellationDuringAModelCallStopsAtOnceAndEndsCancelled) {
   EXPECT_EQ(h.model.calls, 1);
   EXPECT_TRUE(h.tools.invocations.empty());
   EXPECT_TRUE(h.store.ledger.empty());
-  EXPECT_EQ(h.publisher.events("error").size(), 1u);
+  expect_ended_with(h, ErrorCode::kCancelled);
 }
 
 TEST(TaskRunner, AFenceDuringAModelCallStopsAtOnceWithoutWritingAnything) {
@@ -699,12 +776,14 @@ TEST(TaskRunner, AnExhaustedModelQuotaEndsTheTaskFailedWithTheReasonAndNothingMo
   Harness h;
   h.model.then(Error{ErrorKind::kFatal,
                      "every endpoint of m1 is out of quota (insufficient_quota): the account "
-                     "has no credit"});
+                     "has no credit",
+                     ErrorCode::kModelOutOfQuota});
   EXPECT_EQ(h.run(), RunOutcome::kFinished);
   EXPECT_EQ(h.store.status, "failed");
   ASSERT_TRUE(h.store.ended);
   EXPECT_NE(h.store.ended->error.find("insufficient_quota"), std::string::npos)
       << h.store.ended->error;
+  EXPECT_EQ(h.store.ended->error_code, ErrorCode::kModelOutOfQuota);
   EXPECT_EQ(h.model.calls, 1);
   EXPECT_TRUE(h.tools.invocations.empty());
 }

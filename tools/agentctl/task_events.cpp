@@ -103,8 +103,10 @@ std::optional<TaskEvent> normalise_task_event(const SseEvent& event) {
   if (e.kind == "error") {
     if (live) {
       e.text = json::str(data, "text");
+      e.error_code = json::str(data, "error_code");
     } else {
       e.text = json::str(doc, "message");
+      e.error_code = json::str(doc, "error_code");
       if (e.text.empty())
         e.text = json::str(doc, "code");
     }
@@ -132,7 +134,8 @@ std::string format_task_event(const TaskEvent& e) {
   if (e.kind == "execution")
     return "  " + e.tool + ": " + e.text;
   if (e.kind == "error")
-    return "error: " + single_line(e.text);
+    return "error" + (e.error_code.empty() ? std::string() : " (" + e.error_code + ")") + ": " +
+           single_line(e.text);
   // done
   std::string line = "done: " + e.status;
   if (!e.result_type.empty())

@@ -79,7 +79,9 @@ std::string format_task(const rapidjson::Value& task, bool with_trace) {
                  : ""));
   field(out, "result", result_text(task));
   field(out, "options", options_text(json::at(task, "result")));
-  field(out, "error", json::str(task, "error"));
+  const std::string code = json::str(task, "error_code");
+  const std::string error = json::str(task, "error");
+  field(out, "error", code.empty() || error.empty() ? code + error : code + ": " + error);
   field(out, "text", json::str(task, "text"));
   std::string model = json::str(task, "model");
   if (!model.empty() && !json::str(task, "priority").empty())

@@ -267,7 +267,8 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
     return m->config.name == request.model;
   });
   if (it == models_.end()) {
-    co_return Error{ErrorKind::kInvalid, "unknown model '" + request.model + "'"};
+    co_return Error{ErrorKind::kInvalid, "unknown model '" + request.model + "'",
+                    ErrorCode::kUnknownModel};
   }
   Model& model = **it;
   codec::ChatRequestOptions options;
@@ -294,16 +295,17 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
   int prefer = -1;
   bool waited = false;
   std::string last_failure = "no attempt made";
-  auto fail = [&](ErrorKind kind, std::string message) {
+  auto fail = [&](ErrorKind kind, std::string message, ErrorCode code) {
     ++counters_.calls_failed;
-    return Error{kind, std::move(message)};
+    return Error{kind, std::move(message), code};
   };
 
   for (;;) {
     Clock::time_point now = clock_->now();
     if (now >= request.deadline) {
       co_return fail(ErrorKind::kTimeout,
-                     what + ": the deadline passed (last failure: " + last_failure + ")");
+                     what + ": the deadline passed (last failure: " + last_failure + ")",
+                     ErrorCode::kDeadline);
     }
     const Choice choice = choose(model, now, prefer, failed_here, broken_here, estimate);
     prefer = -1;
@@ -315,7 +317,8 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
                        what +
                            (any_broken ? ": no usable endpoint left (last failure: "
                                        : ": out of quota on every endpoint (last failure: ") +
-                           last_failure + ")");
+                           last_failure + ")",
+                       any_broken ? ErrorCode::kModelUnavailable : ErrorCode::kModelOutOfQuota);
       }
       const std::string_view blocked =
           model.endpoints[static_cast<std::size_t>(choice.blocked_endpoint)].config.name;
@@ -330,10 +333,12 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
             first.cool_until > now) {
           why = std::string(first.config.name) + ": " + first.cool_reason;
         }
-        co_return fail(ErrorKind::kTimeout, what +
-                                                ": no endpoint can take the call before the "
-                                                "deadline (" +
-                                                why + "; last failure: " + last_failure + ")");
+        co_return fail(ErrorKind::kTimeout,
+                       what +
+                           ": no endpoint can take the call before the "
+                           "deadline (" +
+                           why + "; last failure: " + last_failure + ")",
+                       ErrorCode::kDeadline);
       }
       if (!waited) {  // one report per call, however many slices the wait takes
         report(model, blocked, choice.blocked_by, 0, milliseconds(0), true);
@@ -387,7 +392,7 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
         }
         report(model, endpoint.config.name, ModelOutcome::kConnectError, 0, latency, elsewhere);
         if (!elsewhere)
-          co_return fail(ErrorKind::kFatal, last_failure);
+          co_return fail(ErrorKind::kFatal, last_failure, ErrorCode::kModelUnavailable);
         ++counters_.failovers;
         continue;
       }
@@ -506,17 +511,20 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
 
     if (!again) {
       if (outcome == ModelOutcome::kRejected)
-        co_return fail(final_error.kind, final_error.message);
+        co_return fail(final_error.kind, final_error.message, ErrorCode::kModelRejected);
       if (outcome == ModelOutcome::kQuotaExhausted) {
         co_return fail(ErrorKind::kFatal,
-                       what + ": out of quota on every endpoint (" + last_failure + ")");
+                       what + ": out of quota on every endpoint (" + last_failure + ")",
+                       ErrorCode::kModelOutOfQuota);
       }
       // Out of time, now or before the wait would end: the call cannot succeed in time.
       co_return fail(
           decision.deadline_reached || decision.no_time_to_wait || outcome == ModelOutcome::kTimeout
               ? ErrorKind::kTimeout
               : ErrorKind::kTransient,
-          last_failure + "; " + decision.reason);
+          last_failure + "; " + decision.reason,
+          decision.deadline_reached || decision.no_time_to_wait ? ErrorCode::kDeadline
+                                                                : ErrorCode::kModelUnavailable);
     }
     if (outcome != ModelOutcome::kQuotaExhausted) {
       ++retries;

@@ -86,8 +86,9 @@ std::string endpoint_label(std::string_view url) {
 struct WorkerMetrics::Families {
   explicit Families(prometheus::Registry& r)
       : tasks_finished(detail::counter(r, "agentfleet_tasks_finished_total",
-                                       "Tasks this worker ended, by status and result type "
-                                       "(none when the model did not finish).")),
+                                       "Tasks this worker ended, by status, result type "
+                                       "(none when the model did not finish) and error code "
+                                       "(none for a success; docs/errors.md).")),
         task_duration(detail::histogram(r, "agentfleet_task_duration_seconds",
                                         "Time from claim to the end of the task, by status.")),
         queue_wait(detail::histogram(r, "agentfleet_task_queue_wait_seconds",
@@ -210,11 +211,12 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& registry, const config::Config& co
 WorkerMetrics::~WorkerMetrics() = default;
 
 void WorkerMetrics::task_finished(TaskStatus status, std::optional<ResultType> result,
-                                  double seconds) {
+                                  std::optional<ErrorCode> code, double seconds) {
   const std::string status_label(agentfleet::to_string(status));
   f_->tasks_finished
       .Add({{"status", status_label},
-            {"result_type", result ? std::string(agentfleet::to_string(*result)) : "none"}})
+            {"result_type", result ? std::string(agentfleet::to_string(*result)) : "none"},
+            {"error_code", code ? std::string(agentfleet::to_string(*code)) : "none"}})
       .Increment();
   f_->task_duration.Add({{"status", status_label}}, buckets::kTaskDuration).Observe(seconds);
 }

@@ -59,7 +59,9 @@ class WorkerMetrics {
   // ---- tasks ----
   // A run that ended the task: its status, result type (when the model finished) and
   // the time from claim to finish.
-  void task_finished(TaskStatus status, std::optional<ResultType> result, double seconds);
+  // `code`: the task's error code (label "none" for a success).
+  void task_finished(TaskStatus status, std::optional<ResultType> result,
+                     std::optional<ErrorCode> code, double seconds);
   // Time from the task's creation to this claim.
   void queue_wait(Priority priority, double seconds);
   void claim(ClaimOutcome outcome);

@@ -165,10 +165,10 @@ FOR UPDATE)SQL",
         .push_back(row[0].as<std::string>());
     after = row[0].as<std::string>();
   }
-  end_unstarted(
-      tx, unstarted,
-      Ending{TaskStatus::kCancelled, "its batch was cancelled", "cancelled", std::nullopt},
-      results_topic);
+  end_unstarted(tx, unstarted,
+                Ending{TaskStatus::kCancelled, "its batch was cancelled", ErrorCode::kCancelled,
+                       std::nullopt},
+                results_topic);
   // Running ones are asked to stop; their workers end them cancelled.
   tx.exec_params0(
       "UPDATE tasks SET cancel_requested = true "
@@ -205,7 +205,7 @@ int sweep_cancelled_batches(pqxx::work& tx, int limit, const std::string& result
     ended +=
         static_cast<int>(end_unstarted(tx, ids,
                                        Ending{TaskStatus::kCancelled, "its batch was cancelled",
-                                              "cancelled", std::nullopt},
+                                              ErrorCode::kCancelled, std::nullopt},
                                        results_topic)
                              .size());
     if (ended >= limit)

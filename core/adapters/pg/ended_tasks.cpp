@@ -102,9 +102,9 @@ UPDATE tasks SET status = $2, finished_at = statement_timestamp(), lease_until =
 WHERE task_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb))::uuid[])
   AND status IN ('queued', 'dispatched')
 RETURNING )SQL") + kEndedColumns;
-  auto rows =
-      tx.exec_params(kEnd, json_string_array(task_ids), std::string(to_string(ending.status)),
-                     ending.error, ending.error_code, result_type, result_message);
+  auto rows = tx.exec_params(
+      kEnd, json_string_array(task_ids), std::string(to_string(ending.status)), ending.error,
+      std::string(to_string(ending.error_code)), result_type, result_message);
   announce_ended(tx, rows, results_topic);
   for (const auto& row : rows)
     ended.push_back(row[0].as<std::string>());

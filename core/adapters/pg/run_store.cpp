@@ -387,6 +387,7 @@ class FinishKind final : public WriteBatcher::Kind<FinishItem, Result<std::int64
         w.Null();
       }
       key_string(w, "error", e.error);
+      key_string(w, "error_code", e.error_code ? to_string(*e.error_code) : std::string_view());
       key_string(w, "topic", f->topic);
       key_string(w, "key", e.user_id);
       key_string(w, "payload", e.result_event);

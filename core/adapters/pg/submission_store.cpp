@@ -199,10 +199,10 @@ CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
     return CancelOutcome::kAlreadyEnded;
   // Not running anywhere: a dispatch message still on its way finds it terminal and skips it.
   exec_text0(tx, "cancel_request", task_id);
-  end_unstarted(
-      tx, {task_id},
-      Ending{TaskStatus::kCancelled, "cancelled before it ran", "cancelled", std::nullopt},
-      results_topic);
+  end_unstarted(tx, {task_id},
+                Ending{TaskStatus::kCancelled, "cancelled before it ran", ErrorCode::kCancelled,
+                       std::nullopt},
+                results_topic);
   tx.commit();
   return CancelOutcome::kCancelled;
 }

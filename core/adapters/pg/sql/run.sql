@@ -171,8 +171,8 @@ SELECT task_id::text FROM ours
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, attempt integer, status text, result_type text, message text,
-         options jsonb, error text, topic text, key text, payload text, traceparent text,
-         relay_delay_s integer)
+         options jsonb, error text, error_code text, topic text, key text, payload text,
+         traceparent text, relay_delay_s integer)
 ), ours AS (
   SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
   CROSS JOIN LATERAL (
@@ -183,7 +183,7 @@ WITH req AS (
 ), ended AS (
   UPDATE tasks t SET status = r.status, result_type = r.result_type,
          result_message = r.message, result_options = r.options, error = NULLIF(r.error, ''),
-         finished_at = now(), lease_until = NULL
+         error_code = NULLIF(r.error_code, ''), finished_at = now(), lease_until = NULL
   FROM req r
   WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND r.task_id = t.task_id
   RETURNING t.task_id

@@ -70,7 +70,8 @@ SELECT (SELECT queued FROM room), t.task_id::text,
            'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
                'type', t.result_type, 'message', t.result_message,
                'options', coalesce(t.result_options, '[]'::jsonb)) END,
-           'error', t.error, 'cancel_requested', t.cancel_requested, 'attempt', t.attempt,
+           'error', t.error, 'error_code', t.error_code, 'cancel_requested', t.cancel_requested,
+           'attempt', t.attempt,
            'steps', t.steps, 'tool_calls', t.tool_calls,
            'usage', jsonb_build_object('input_tokens', t.input_tokens,
                'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
@@ -149,7 +150,8 @@ SELECT jsonb_build_object(
          'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
              'type', t.result_type, 'message', t.result_message,
              'options', coalesce(t.result_options, '[]'::jsonb)) END,
-         'error', t.error, 'cancel_requested', t.cancel_requested, 'attempt', t.attempt,
+         'error', t.error, 'error_code', t.error_code, 'cancel_requested', t.cancel_requested,
+         'attempt', t.attempt,
          'steps', t.steps, 'tool_calls', t.tool_calls,
          'usage', jsonb_build_object('input_tokens', t.input_tokens,
              'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
@@ -199,7 +201,8 @@ FROM (
       'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
           'type', t.result_type, 'message', t.result_message,
           'options', coalesce(t.result_options, '[]'::jsonb)) END,
-      'error', t.error, 'steps', t.steps, 'tool_calls', t.tool_calls,
+      'error', t.error, 'error_code', t.error_code, 'steps', t.steps,
+      'tool_calls', t.tool_calls,
       'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
       'created_at', t.created_at, 'finished_at', t.finished_at) AS item
   FROM tasks t
