@@ -52,9 +52,10 @@ class MeasuredRunStore final : public ports::RunStore {
     observe(started, result.ok());
     co_return result;
   }
-  boost::asio::awaitable<Result<Status>> release(std::string task_id, int attempt) override {
+  boost::asio::awaitable<Result<Status>> release(std::string task_id, int attempt,
+                                                 std::int64_t incarnation) override {
     const auto started = clock_.now();
-    auto result = co_await inner_.release(std::move(task_id), attempt);
+    auto result = co_await inner_.release(std::move(task_id), attempt, incarnation);
     observe(started, result.ok());
     co_return result;
   }

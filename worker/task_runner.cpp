@@ -282,6 +282,9 @@ struct TaskRunner::Run : ClaimedRun {
   std::string user_id;  // from the dispatch message; the claimed row's afterwards
   std::string traceparent;
   ports::ClaimedTask claimed;
+  // The worker incarnation the claim was made under: with the attempt, the fence of its
+  // writes.
+  std::int64_t incarnation = 0;
   int step = -1;  // the ReAct step the run is at (a model call or its tool calls)
   TimePoint deadline;
   TimePoint claimed_at;
@@ -457,6 +460,7 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
     co_return ClaimResult{nullptr, RunOutcome::kSkipped};  // terminal, or owned elsewhere
   }
   run->claimed = std::move(*claim.value().task);
+  run->incarnation = claim.value().incarnation;
   run->attempt = run->claimed.attempt;
   run->totals = run->claimed.totals;
   run->claimed_at = clock_.now();
@@ -542,7 +546,7 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::stop_requested(Run& run,
   }
   if (control.drain && at_checkpoint) {
     mark_ending(run);
-    auto released = co_await store_.release(run.task_id, run.claimed.attempt);
+    auto released = co_await store_.release(run.task_id, run.claimed.attempt, run.incarnation);
     if (!released.ok()) {
       // The lease expires; recovery resumes it.
       log::warn("worker", run.log_context(),
@@ -755,7 +759,7 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
         // so every side effect belongs to a checkpointed step.
         const std::string row = codec::tool_step_checkpoint_json(calls->calls);
         // Named, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
-        ports::ToolStep tool_step{run.task_id, run.claimed.attempt, step, row};
+        ports::ToolStep tool_step{run.task_id, run.claimed.attempt, step, row, run.incarnation};
         auto written = co_await store_.save_tool_step(std::move(tool_step));
         if (auto stop = co_await on_store_failure(run, written, "tool step"))
           co_return *stop;
@@ -779,8 +783,9 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
       }
       const std::string obs_json = codec::observations_json(*observations);
       const int executed = static_cast<int>(calls->calls.size());
-      ports::ToolResults results{run.task_id, run.claimed.attempt, tools_step,
-                                 obs_json,    std::move(trace),    executed};
+      ports::ToolResults results{run.task_id,    run.claimed.attempt, tools_step,
+                                 obs_json,       std::move(trace),    executed,
+                                 run.incarnation};
       auto saved = co_await store_.save_tool_results(std::move(results));
       if (auto stop = co_await on_store_failure(run, saved, "tool results"))
         co_return *stop;
@@ -869,8 +874,8 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
         cost.currency};
     const std::string reply_json =
         codec::model_reply_json(answer, request.role == "react" ? std::string() : request.role);
-    ports::ModelStep model_step{run.task_id, run.claimed.attempt, step,
-                                reply_json,  latency_ms,          std::move(ledger)};
+    ports::ModelStep model_step{run.task_id, run.claimed.attempt, step,           reply_json,
+                                latency_ms,  std::move(ledger),   run.incarnation};
     auto saved = co_await store_.save_model_step(std::move(model_step));
     if (auto stop = co_await on_store_failure(run, saved, "model step"))
       co_return *stop;
@@ -1296,7 +1301,7 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   event.finished_at = codec::format_rfc3339(clock_.wall_now());
   const std::string event_json = codec::result_event_json(event);
   ports::TaskEnd end{run.task_id,  run.claimed.attempt, status,     result, error,
-                     spec.user_id, run.traceparent,     event_json, code};
+                     spec.user_id, run.traceparent,     event_json, code,   run.incarnation};
   auto finished = co_await store_.finish(std::move(end));
   if (!finished.ok()) {
     log::warn("worker", run.log_context(),

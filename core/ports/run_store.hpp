@@ -4,10 +4,11 @@
 // results, ends the task with its result announcement, or hands it back. The Postgres
 // adapter (adapters/pg/run_store) group-commits the writes of many runs; tests fake it.
 //
-// Every write after the claim is fenced by (task_id, attempt): it is stored only while that
-// attempt still owns the task. Fenced writes answer Result<Status>: the outer error is the
-// store's (retryable or not), the inner one ErrorKind::kLeaseLost when the fence failed
-// (another attempt owns the task; the run stops without writing).
+// Every write after the claim is fenced by (task_id, attempt, incarnation): it is stored
+// only while that attempt, run by that worker incarnation, still owns the task. Fenced writes
+// answer Result<Status>: the outer error is the store's (retryable or not), the inner one
+// ErrorKind::kLeaseLost when the fence failed (another attempt owns the task; the run stops without
+// writing).
 //
 // Thread-safety: called from the worker's io thread; each call resumes on the caller's
 // executor.
@@ -86,6 +87,7 @@ struct ModelStep {
   std::string reply_json;
   int latency_ms = 0;
   LedgerRow ledger;
+  std::int64_t incarnation = 0;  // the worker incarnation whose claim this run is (the fence)
 };
 
 // The tool results of a step (what the model sees, and the trace). `executed_calls` (calls
@@ -97,6 +99,7 @@ struct ToolResults {
   std::string observations_json;
   std::string trace_json;
   int executed_calls = 0;
+  std::int64_t incarnation = 0;  // the fence, as in ModelStep
 };
 
 // A plan_execute tool step, recorded before its calls run: a step row of its own with no
@@ -106,6 +109,7 @@ struct ToolStep {
   int attempt = 0;
   int step = 0;
   std::string calls_json;
+  std::int64_t incarnation = 0;  // the fence, as in ModelStep
 };
 
 // How a run ends its task, with the result event that announces it (built by the run from
@@ -120,6 +124,7 @@ struct TaskEnd {
   std::string traceparent;
   std::string result_event;             // JSON
   std::optional<ErrorCode> error_code;  // set for every end but succeeded
+  std::int64_t incarnation = 0;         // the fence, as in ModelStep
 };
 
 // A follow-up's parent as the worker rebuilds its conversation.
@@ -150,7 +155,8 @@ class RunStore {
   virtual boost::asio::awaitable<Result<Result<std::int64_t>>> finish(TaskEnd end) = 0;
 
   // Hands the task back (a draining worker): queued again, not counted as a lost attempt.
-  virtual boost::asio::awaitable<Result<Status>> release(std::string task_id, int attempt) = 0;
+  virtual boost::asio::awaitable<Result<Status>> release(std::string task_id, int attempt,
+                                                         std::int64_t incarnation) = 0;
 
   // A follow-up's parent, only when it is `user_id`'s task; nullopt otherwise.
   virtual boost::asio::awaitable<Result<std::optional<ParentTask>>> load_parent(

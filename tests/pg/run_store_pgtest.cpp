@@ -38,17 +38,21 @@ std::int64_t worker_row(pqxx::work& tx, const std::string& worker_id, const std:
       .as<std::int64_t>();
 }
 
-// A running task claimed once by incarnation 0 (no liveness row needed: only fences here).
-std::string running_task(pqxx::connection& db, const std::string& user, int attempt = 1) {
+// The worker incarnation whose runs write here (no liveness row needed: only fences).
+constexpr std::int64_t kIncarnation = 7;
+
+// A running task at `attempt`, claimed by `incarnation`.
+std::string running_task(pqxx::connection& db, const std::string& user, int attempt = 1,
+                         std::int64_t incarnation = kIncarnation) {
   pqxx::work tx(db);
   auto row = tx.exec_params1(
       R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
                                max_steps, priority, request_canonical, status, attempt,
-                               worker_id, started_at, dispatched_at)
+                               worker_id, worker_incarnation, started_at, dispatched_at)
             VALUES (gen_random_uuid(), $1, 'x', 'sim-model', 30, 3600, 10, 'interactive', '{}',
-                    'running', $2, 'w', now(), now())
+                    'running', $2, 'w', $3, now(), now())
             RETURNING task_id::text)SQL",
-      user, attempt);
+      user, attempt, incarnation);
   tx.commit();
   return row[0].as<std::string>();
 }
@@ -58,6 +62,7 @@ ports::ModelStep model_step(const std::string& task_id, int attempt, int step, i
   ports::ModelStep m;
   m.task_id = task_id;
   m.attempt = attempt;
+  m.incarnation = kIncarnation;
   m.step = step;
   m.reply_json = reply;
   m.latency_ms = 12;
@@ -122,19 +127,24 @@ TEST(RunStore, ModelStepsOfManyTasksAreOneStatementAndEachIsFencedOnItsOwn) {
   const std::string a = running_task(h.db, "rs-u1");
   const std::string b = running_task(h.db, "rs-u1");
   const std::string taken = running_task(h.db, "rs-u1", /*attempt=*/2);
-  h.hold_the_batcher(3);
+  // Another worker's at the same attempt: the attempt alone would not fence it off.
+  const std::string elsewhere = running_task(h.db, "rs-u1", 1, kIncarnation + 1);
+  h.hold_the_batcher(4);
   auto fa = h.spawn(h.store.save_model_step(model_step(a, 1, 0, 100)));
   auto fb = h.spawn(h.store.save_model_step(model_step(b, 1, 0, 200)));
   auto ft = h.spawn(h.store.save_model_step(model_step(taken, 1, 0, 300)));  // an old attempt
+  auto fe = h.spawn(h.store.save_model_step(model_step(elsewhere, 1, 0, 400)));
   h.io.run();
-  const auto ra = fa.get(), rb = fb.get(), rt = ft.get();
-  ASSERT_TRUE(ra.ok() && rb.ok() && rt.ok());
+  const auto ra = fa.get(), rb = fb.get(), rt = ft.get(), re = fe.get();
+  ASSERT_TRUE(ra.ok() && rb.ok() && rt.ok() && re.ok());
   EXPECT_TRUE(ra.value().ok());
   EXPECT_TRUE(rb.value().ok());
   ASSERT_FALSE(rt.value().ok());
   EXPECT_EQ(rt.value().error().kind, ErrorKind::kLeaseLost);
+  ASSERT_FALSE(re.value().ok()) << "another incarnation owns it";
+  EXPECT_EQ(re.value().error().kind, ErrorKind::kLeaseLost);
   const auto stats = h.writes.stats();
-  EXPECT_GE(stats.largest, 3u) << "the three checkpoints went in one batch";
+  EXPECT_GE(stats.largest, 4u) << "the four checkpoints went in one batch";
   EXPECT_EQ(stats.isolated, 0u) << "a lost fence is an answer, not a failure";
   pqxx::work tx(h.db);
   auto row = tx.exec_params1(
@@ -147,6 +157,9 @@ TEST(RunStore, ModelStepsOfManyTasksAreOneStatementAndEachIsFencedOnItsOwn) {
       a, b, taken);
   EXPECT_EQ(row[0].as<int>(), 2) << "no step row for the fenced-out write";
   EXPECT_EQ(row[1].as<int>(), 2) << "no ledger row for it either";
+  EXPECT_EQ(tx.exec_params1("SELECT count(*) FROM task_steps WHERE task_id = $1::uuid", elsewhere)[0]
+                .as<int>(),
+            0);
   EXPECT_EQ(row[2].as<int>(), 200);
   EXPECT_EQ(row[3].as<int>(), 1);
   EXPECT_EQ(row[4].as<std::string>(), "0.000100");
@@ -192,6 +205,7 @@ TEST(RunStore, EndsOfManyTasksAreOneStatementAndEachKnowsItsOutboxRow) {
     ports::TaskEnd e;
     e.task_id = id;
     e.attempt = attempt;
+    e.incarnation = kIncarnation;
     e.status = TaskStatus::kSucceeded;
     e.result = TaskResult{ResultType::kActionCompleted, "done " + id, {"a", "b"}};
     e.user_id = "rs-u3";

@@ -237,14 +237,14 @@ class MemoryRunStore final : public ports::RunStore {
   }
 
   asio::awaitable<Result<Status>> save_model_step(ports::ModelStep step) override {
-    if (auto refused = refuse(step.attempt))
+    if (auto refused = refuse(step.attempt, step.incarnation))
       co_return *refused;
     steps[step.step] = Row{ports::StepRecord{step.step, step.reply_json, {}}, {}};
     ledger.push_back(step);
     co_return Status(ok_status());
   }
   asio::awaitable<Result<Status>> save_tool_results(ports::ToolResults results) override {
-    if (auto refused = refuse(results.attempt))
+    if (auto refused = refuse(results.attempt, results.incarnation))
       co_return *refused;
     auto& row = steps.at(results.step);
     row.record.observations = results.observations_json;
@@ -253,7 +253,7 @@ class MemoryRunStore final : public ports::RunStore {
     co_return Status(ok_status());
   }
   asio::awaitable<Result<Status>> save_tool_step(ports::ToolStep step) override {
-    if (auto refused = refuse(step.attempt))
+    if (auto refused = refuse(step.attempt, step.incarnation))
       co_return *refused;
     steps[step.step] = Row{ports::StepRecord{step.step, step.calls_json, {}}, {}};
     co_return Status(ok_status());
@@ -261,15 +261,16 @@ class MemoryRunStore final : public ports::RunStore {
   asio::awaitable<Result<Result<std::int64_t>>> finish(ports::TaskEnd end) override {
     if (store_error)
       co_return *store_error;
-    if (end.attempt != attempt || status != "running")
+    if (end.attempt != attempt || end.incarnation != owner || status != "running")
       co_return Result<std::int64_t>(Error{ErrorKind::kLeaseLost, "not ours"});
     status = std::string(to_string(end.status));
     event = end.result_event;
     ended = std::move(end);
     co_return Result<std::int64_t>(++announcements);
   }
-  asio::awaitable<Result<Status>> release(std::string, int release_attempt) override {
-    if (auto refused = refuse(release_attempt))
+  asio::awaitable<Result<Status>> release(std::string, int release_attempt,
+                                          std::int64_t release_incarnation) override {
+    if (auto refused = refuse(release_attempt, release_incarnation))
       co_return *refused;
     status = "queued";
     ++releases;
@@ -313,10 +314,10 @@ class MemoryRunStore final : public ports::RunStore {
   std::optional<Error> store_error;  // every write fails with it (an outage)
 
  private:
-  std::optional<Result<Status>> refuse(int write_attempt) const {
+  std::optional<Result<Status>> refuse(int write_attempt, std::int64_t write_incarnation) const {
     if (store_error)
       return Result<Status>(*store_error);
-    if (write_attempt != attempt || status != "running")
+    if (write_attempt != attempt || write_incarnation != owner || status != "running")
       return Result<Status>(Status(Error{ErrorKind::kLeaseLost, "not ours"}));
     return std::nullopt;
   }
@@ -638,6 +639,24 @@ TEST(TaskRunner, AFenceDuringAModelCallStopsAtOnceWithoutWritingAnything) {
   EXPECT_TRUE(h.tools.invocations.empty());
   EXPECT_TRUE(h.publisher.published.empty());
   EXPECT_EQ(h.model.calls, 1);
+}
+
+TEST(TaskRunner, EveryWriteCarriesTheClaimingIncarnationAndAnotherOwnerAtTheSameAttemptStopsIt) {
+  Harness h;
+  h.store.incarnation = 41;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  // While the second call is under way the row passes to incarnation 42 at the same attempt
+  // (a row an operator or a bug reset): the attempt alone would let this run write on.
+  h.model.then(finish_reply("done"));
+  h.model.on_call = [&h] {
+    if (h.model.calls == 2)
+      h.store.owner = 42;
+  };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  ASSERT_EQ(h.store.ledger.size(), 1u) << "the first step was written under incarnation 41";
+  EXPECT_EQ(h.store.ledger[0].incarnation, 41);
+  EXPECT_FALSE(h.store.ended) << "the end was fenced off";
+  EXPECT_TRUE(h.publisher.published.empty());
 }
 
 TEST(TaskRunner, AFencedRunnerClaimsNothingUntilTheFenceIsLifted) {

@@ -624,7 +624,7 @@ class NullRunStore final : public ports::RunStore {
   asio::awaitable<Result<Result<std::int64_t>>> finish(ports::TaskEnd) override {
     co_return Result<std::int64_t>(0);
   }
-  asio::awaitable<Result<Status>> release(std::string, int) override {
+  asio::awaitable<Result<Status>> release(std::string, int, std::int64_t) override {
     co_return Status(ok_status());
   }
   asio::awaitable<Result<std::optional<ports::ParentTask>>> load_parent(std::string,

@@ -196,13 +196,14 @@ std::vector<ports::StepRecord> step_records(pqxx::work& tx, const std::string& t
 }
 
 // The fence of a single write: the row must still be ours.
-bool still_ours(pqxx::work& tx, const std::string& task_id, int attempt) {
-  return !exec_named(tx, "still_ours", task_id, attempt).empty();
+bool still_ours(pqxx::work& tx, const std::string& task_id, int attempt, std::int64_t incarnation) {
+  return !exec_named(tx, "still_ours", task_id, attempt, incarnation).empty();
 }
 }  // namespace
 
-Status release_task(pqxx::work& tx, const std::string& task_id, int attempt) {
-  if (!still_ours(tx, task_id, attempt))
+Status release_task(pqxx::work& tx, const std::string& task_id, int attempt,
+                    std::int64_t incarnation) {
+  if (!still_ours(tx, task_id, attempt, incarnation))
     return lease_lost(task_id);
   exec_named0(tx, "release", task_id);
   return ok_status();
@@ -266,6 +267,8 @@ class ModelStepKind final : public WriteBatcher::Kind<ports::ModelStep, Status> 
       key_string(w, "task_id", m->task_id);
       w.Key("attempt");
       w.Int(m->attempt);
+      w.Key("incarnation");
+      w.Int64(m->incarnation);
       w.Key("step");
       w.Int(m->step);
       key_raw(w, "reply", m->reply_json, rapidjson::kObjectType);
@@ -305,6 +308,8 @@ class ToolResultsKind final : public WriteBatcher::Kind<ports::ToolResults, Stat
       key_string(w, "task_id", t->task_id);
       w.Key("attempt");
       w.Int(t->attempt);
+      w.Key("incarnation");
+      w.Int64(t->incarnation);
       w.Key("step");
       w.Int(t->step);
       key_raw(w, "observations", t->observations_json, rapidjson::kArrayType);
@@ -331,6 +336,8 @@ class ToolStepKind final : public WriteBatcher::Kind<ports::ToolStep, Status> {
       key_string(w, "task_id", t->task_id);
       w.Key("attempt");
       w.Int(t->attempt);
+      w.Key("incarnation");
+      w.Int64(t->incarnation);
       w.Key("step");
       w.Int(t->step);
       key_raw(w, "calls", t->calls_json, rapidjson::kObjectType);
@@ -365,6 +372,8 @@ class FinishKind final : public WriteBatcher::Kind<FinishItem, Result<std::int64
       key_string(w, "task_id", e.task_id);
       w.Key("attempt");
       w.Int(e.attempt);
+      w.Key("incarnation");
+      w.Int64(e.incarnation);
       key_string(w, "status", to_string(e.status));
       w.Key("result_type");
       if (e.result)
@@ -461,9 +470,11 @@ asio::awaitable<Result<Result<std::int64_t>>> RunStore::finish(ports::TaskEnd en
   co_return co_await writes_.run(std::move(key), kinds_->finishes, std::move(item));
 }
 
-asio::awaitable<Result<Status>> RunStore::release(std::string task_id, int attempt) {
-  co_return co_await writes_.run(
-      task_id, [&task_id, attempt](pqxx::work& tx) { return release_task(tx, task_id, attempt); });
+asio::awaitable<Result<Status>> RunStore::release(std::string task_id, int attempt,
+                                                  std::int64_t incarnation) {
+  co_return co_await writes_.run(task_id, [&task_id, attempt, incarnation](pqxx::work& tx) {
+    return release_task(tx, task_id, attempt, incarnation);
+  });
 }
 
 asio::awaitable<Result<std::optional<ports::ParentTask>>> RunStore::load_parent(

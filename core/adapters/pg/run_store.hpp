@@ -38,7 +38,8 @@ std::vector<ports::Claim> claim_tasks(pqxx::transaction_base& tx,
 // Hands a running task back (a draining worker): status queued again, lease and worker
 // cleared, `releases` + 1 so the hand-back does not count as a lost attempt. Fenced by
 // the attempt; kLeaseLost when the task is no longer ours.
-Status release_task(pqxx::work& tx, const std::string& task_id, int attempt);
+Status release_task(pqxx::work& tx, const std::string& task_id, int attempt,
+                    std::int64_t incarnation);
 
 // A follow-up's parent as the worker rebuilds its conversation: only a task of `user_id`.
 std::optional<ports::ParentTask> load_parent(pqxx::work& tx, const std::string& parent_id,
@@ -64,7 +65,8 @@ class RunStore final : public ports::RunStore {
   boost::asio::awaitable<Result<Status>> save_tool_results(ports::ToolResults results) override;
   boost::asio::awaitable<Result<Status>> save_tool_step(ports::ToolStep step) override;
   boost::asio::awaitable<Result<Result<std::int64_t>>> finish(ports::TaskEnd end) override;
-  boost::asio::awaitable<Result<Status>> release(std::string task_id, int attempt) override;
+  boost::asio::awaitable<Result<Status>> release(std::string task_id, int attempt,
+                                                 std::int64_t incarnation) override;
   boost::asio::awaitable<Result<std::optional<ports::ParentTask>>> load_parent(
       std::string parent_id, std::string user_id) override;
   void announced(std::int64_t id) override;

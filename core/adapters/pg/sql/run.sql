@@ -1,7 +1,8 @@
 -- A worker's runs of tasks (adapters/pg/run_store). The claims, checkpoints and ends write
 -- every write of their kind in a batch at once: $1 is a JSON array with one object per
--- write. Every write after the claim is fenced by (task_id, attempt, status running): a row
--- another attempt owns is left alone and its task id is missing from the answer. Rows are
+-- write. Every write after the claim is fenced by (task_id, attempt, the claiming worker's
+-- incarnation, status running): a row another attempt or another worker owns is left alone
+-- and its task id is missing from the answer. Rows are
 -- locked in task-id order. Each task is reached by its primary key from the request (a
 -- LATERAL lookup per row): the planner cannot know how few rows a JSON array holds, and a
 -- join would read every running task instead. The hand-back of a draining worker
@@ -85,14 +86,15 @@ LEFT JOIN user_limits u ON u.user_id = c.user_id
 -- Each model call's checkpoint: its step row, its ledger row and the task's totals.
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
-    AS r(task_id uuid, attempt integer, step integer, reply jsonb, latency_ms integer,
-         user_id text, batch_id text, model text, input bigint, cached bigint, output bigint,
+    AS r(task_id uuid, attempt integer, incarnation bigint, step integer, reply jsonb,
+         latency_ms integer, user_id text, batch_id text, model text, input bigint, cached bigint, output bigint,
          reasoning bigint, cost numeric, currency text)
 ), ours AS (
   SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
   CROSS JOIN LATERAL (
     SELECT x.task_id FROM tasks x
     WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
+      AND x.worker_incarnation = r.incarnation
     FOR UPDATE OF x
   ) t
 ), step_rows AS (
@@ -119,13 +121,14 @@ SELECT task_id::text FROM ours
 -- calls that ran.
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
-    AS r(task_id uuid, attempt integer, step integer, observations jsonb, trace jsonb,
-         executed integer)
+    AS r(task_id uuid, attempt integer, incarnation bigint, step integer, observations jsonb,
+         trace jsonb, executed integer)
 ), ours AS (
   SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
   CROSS JOIN LATERAL (
     SELECT x.task_id FROM tasks x
     WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
+      AND x.worker_incarnation = r.incarnation
     FOR UPDATE OF x
   ) t
 ), updated AS (
@@ -147,12 +150,13 @@ SELECT task_id::text FROM ours
 -- and no ledger row; the task's step count moves on.
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
-    AS r(task_id uuid, attempt integer, step integer, calls jsonb)
+    AS r(task_id uuid, attempt integer, incarnation bigint, step integer, calls jsonb)
 ), ours AS (
   SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
   CROSS JOIN LATERAL (
     SELECT x.task_id FROM tasks x
     WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
+      AND x.worker_incarnation = r.incarnation
     FOR UPDATE OF x
   ) t
 ), step_rows AS (
@@ -170,14 +174,15 @@ SELECT task_id::text FROM ours
 -- per task.
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
-    AS r(task_id uuid, attempt integer, status text, result_type text, message text,
-         options jsonb, error text, error_code text, topic text, key text, payload text,
-         traceparent text, relay_delay_s integer)
+    AS r(task_id uuid, attempt integer, incarnation bigint, status text, result_type text,
+         message text, options jsonb, error text, error_code text, topic text, key text,
+         payload text, traceparent text, relay_delay_s integer)
 ), ours AS (
   SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
   CROSS JOIN LATERAL (
     SELECT x.task_id FROM tasks x
     WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
+      AND x.worker_incarnation = r.incarnation
     FOR UPDATE OF x
   ) t
 ), ended AS (
@@ -195,9 +200,12 @@ FROM req r JOIN ended USING (task_id)
 RETURNING task_id::text, id
 
 -- name: still_ours
--- The fence of a single write: task $1 still runs at attempt $2 (its row locked until the
--- transaction ends).
-SELECT 1 FROM tasks WHERE task_id = $1::uuid AND attempt = $2 AND status = 'running' FOR UPDATE
+-- The fence of a single write: task $1 still runs at attempt $2 under worker incarnation $3
+-- (its row locked until the transaction ends).
+SELECT 1 FROM tasks
+WHERE task_id = $1::uuid AND attempt = $2 AND worker_incarnation = $3::bigint
+  AND status = 'running'
+FOR UPDATE
 
 -- name: release
 -- Hands running task $1 back (a draining worker; after still_ours): queued again, lease
