@@ -772,8 +772,20 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
       // with the same idempotency keys, so their side effects happen once.
       const int tools_step = step - 1;
       std::string trace;
-      auto observations = co_await run_tools(run, tools_step, *calls, &trace);
-      if (!observations) {
+      ToolsRun ran = co_await run_tools(run, tools_step, *calls, &trace);
+      if (!ran.complete) {
+        if (run.control->lease_lost)
+          co_return RunOutcome::kLeaseLost;  // another attempt owns it: nothing is written
+        // Cut short by a cancel or the deadline: what the tools did before the end is in the
+        // trace and the count (with no observations, so a replay would call them again, with
+        // the same keys).
+        ports::ToolResults done_so_far{run.task_id,    run.claimed.attempt, tools_step,
+                                       std::string(),  std::move(trace),    ran.answered,
+                                       run.incarnation};
+        auto saved = co_await store_.save_tool_results(std::move(done_so_far));
+        if (auto stop = co_await on_store_failure(run, saved, "tool results"))
+          co_return *stop;
+        run.tool_calls += ran.answered;
         if (auto stop = co_await stop_requested(run, false))
           co_return *stop;
         co_return co_await finish(
@@ -781,7 +793,7 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
             "deadline of " + std::to_string(spec.timeout_s) + " s passed during tool calls",
             ErrorCode::kDeadline);
       }
-      const std::string obs_json = codec::observations_json(*observations);
+      const std::string obs_json = codec::observations_json(ran.observations);
       const int executed = static_cast<int>(calls->calls.size());
       ports::ToolResults results{run.task_id,    run.claimed.attempt, tools_step,
                                  obs_json,       std::move(trace),    executed,
@@ -790,7 +802,7 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
       if (auto stop = co_await on_store_failure(run, saved, "tool results"))
         co_return *stop;
       tool_row_written = false;
-      next = strategy.on_tool_results(*calls, std::move(*observations));
+      next = strategy.on_tool_results(*calls, std::move(ran.observations));
       run.tool_calls = strategy.tool_calls();
       continue;
     }
@@ -1098,8 +1110,9 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::on_store_failure(Run& run
       ErrorCode::kInternal);
 }
 
-asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_tools(
-    Run& run, int step, const react::CallTools& calls, std::string* trace_json) {
+asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
+                                                            const react::CallTools& calls,
+                                                            std::string* trace_json) {
   const TaskSpec& spec = run.claimed.spec;
   auto executor = co_await asio::this_coro::executor;
   struct Slot {
@@ -1107,6 +1120,8 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
     int index = 0;  // position among the assistant's tool calls: part of the idempotency key
     ports::ToolOutcome outcome;
     std::chrono::system_clock::time_point at;
+    bool refused = false;  // never sent: permission or arguments
+    bool sent = false;
     bool done = false;
   };
   // Shared with the call coroutines, which may outlive this one after an interruption.
@@ -1117,7 +1132,7 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
   };
   auto batch = std::make_shared<Batch>();
   for (std::size_t i = 0; i < calls.calls.size(); ++i) {
-    batch->slots.push_back(Slot{calls.calls[i], calls.call_indices[i], {}, {}, false});
+    batch->slots.push_back(Slot{calls.calls[i], calls.call_indices[i], {}, {}});
   }
 
   // Permission and arguments are checked before anything is sent; a refused or bad call
@@ -1133,6 +1148,7 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
             slot.call, run.permitted,
             schema != argument_schemas_.end() ? schema->second.get() : nullptr)) {
       slot.outcome.observation.content = std::move(refusal->error_json);
+      slot.refused = true;
       metrics_.tool_call(slot.call.name,
                          refusal->code == codec::kInvalidArguments
                              ? metrics::ToolOutcome::kInvalidArguments
@@ -1148,12 +1164,15 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
       static_cast<std::size_t>(std::max(1, config_.worker.max_tool_calls_per_step));
   const TimePoint backstop = run.deadline + std::chrono::seconds(1);
   asio::steady_timer timer(executor);
-  for (std::size_t begin = 0; begin < to_call.size(); begin += window) {
+  ToolsRun ran;
+  ran.complete = true;
+  for (std::size_t begin = 0; begin < to_call.size() && ran.complete; begin += window) {
     const std::size_t end = std::min(to_call.size(), begin + window);
     batch->pending = end - begin;
     for (std::size_t k = begin; k < end; ++k) {
       const std::size_t i = to_call[k];
       Slot& slot = batch->slots[i];
+      slot.sent = true;
       emit_progress(run, "action", step, slot.call.name, slot.call.arguments);
       ports::ToolInvocation invocation{
           run.task_id,
@@ -1196,17 +1215,40 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
     }
     batch->waiter = nullptr;
     run.control->waiting = nullptr;
-    if (batch->pending > 0)
-      co_return std::nullopt;  // interrupted, or past the deadline
+    // Interrupted, or past the deadline: what answered is kept (the caller saves it).
+    ran.complete = batch->pending == 0;
   }
 
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   w.StartArray();
-  std::vector<ToolObservation> observations;
   for (Slot& slot : batch->slots) {
     const ToolObservation& o = slot.outcome.observation;
-    const bool refused = !slot.done;  // never sent: permission or arguments
+    const bool refused = slot.refused;
+    if (!refused && !slot.sent)
+      continue;  // cut short before its window started: never sent, not shown
+    if (!refused && !slot.done) {
+      // Sent, and no answer before the run stopped: it may or may not have acted.
+      w.StartObject();
+      w.Key("call_id");
+      w.String(slot.call.id.c_str());
+      w.Key("tool");
+      w.String(slot.call.name.c_str());
+      w.Key("arguments");
+      w.String(slot.call.arguments.c_str());
+      w.Key("status");
+      w.String("no_answer");
+      w.Key("result");
+      w.String(run.control->cancel ? "no answer before the task was cancelled"
+                                   : "no answer before the task's deadline");
+      w.Key("at");
+      const std::string at = codec::format_rfc3339(slot.at);
+      w.String(at.c_str());
+      w.EndObject();
+      continue;
+    }
+    if (slot.done)
+      ++ran.answered;
     if (!o.ok) {
       const std::string code = error_code_of(o.content);
       if (refused) {
@@ -1244,7 +1286,7 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
     const std::string at = codec::format_rfc3339(slot.at);
     w.String(at.c_str());
     w.EndObject();
-    observations.push_back(o);
+    ran.observations.push_back(o);
   }
   for (const ToolObservation& refused : calls.refused) {
     metrics_.tool_call(refused.tool, metrics::ToolOutcome::kRefused, 0);
@@ -1268,7 +1310,7 @@ asio::awaitable<std::optional<std::vector<ToolObservation>>> TaskRunner::run_too
   }
   w.EndArray();
   *trace_json = std::string(buffer.GetString(), buffer.GetSize());
-  co_return observations;
+  co_return ran;
 }
 
 asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,

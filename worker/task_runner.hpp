@@ -113,9 +113,16 @@ class TaskRunner final : public Runs {
   std::uint64_t fence_count() const;
   // How the run stops now (interrupted, drained at a checkpoint), or nullopt to go on.
   boost::asio::awaitable<std::optional<RunOutcome>> stop_requested(Run& run, bool at_checkpoint);
-  // The observations of a step's calls; nullopt when interrupted or past the deadline.
-  boost::asio::awaitable<std::optional<std::vector<ToolObservation>>> run_tools(
-      Run& run, int step, const react::CallTools& calls, std::string* trace_json);
+  // A step's calls as they ended: complete, with every call's observation; or cut short (the
+  // run was interrupted or reached its deadline) with the count of calls that answered by
+  // then. The trace shows every call either way (a call sent and not answered as such).
+  struct ToolsRun {
+    bool complete = false;
+    std::vector<ToolObservation> observations;  // complete: one per call
+    int answered = 0;                           // calls sent that answered
+  };
+  boost::asio::awaitable<ToolsRun> run_tools(Run& run, int step, const react::CallTools& calls,
+                                             std::string* trace_json);
   // nullopt when `saved` succeeded; else how the run ends (lease lost, left to recovery,
   // or failed for good).
   boost::asio::awaitable<std::optional<RunOutcome>> on_store_failure(Run& run,

@@ -91,7 +91,8 @@ struct ModelStep {
 };
 
 // The tool results of a step (what the model sees, and the trace). `executed_calls` (calls
-// that ran, not the refused ones) is added to the task's count.
+// that ran, not the refused ones) is added to the task's count. Empty `observations_json`:
+// the step's calls were cut short by the task's end; the trace shows what answered.
 struct ToolResults {
   std::string task_id;
   int attempt = 0;

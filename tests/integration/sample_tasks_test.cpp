@@ -742,6 +742,52 @@ int react_json_requests(const std::string& llm) {
   return stats["by_protocol"]["react_json"].GetInt();
 }
 
+TEST(Cancel, ToolResultsThatCameBeforeTheCancelAreInTheTraceAndCounted) {
+  auto env = fleet_env();
+  const std::string base = env["AGENTFLEET_URL"];
+  const std::string tools = env["TOOL_SIM_URL"];
+  const std::string answered_metric =
+      "agentfleet_tool_calls_total{outcome=\"ok\",tool=\"search_items\"";
+  const double answered_before = worker_metric(env, answered_metric);
+  // The step's two search_items calls go out together; the first to reach tool-sim is
+  // held for 30 s, the other answers at once.
+  auto fault = call(boost::beast::http::verb::post, tools + "/admin/faults",
+                    R"({"mode":"slow","latency":"fixed:30000","count":1,"tool":"search_items"})");
+  ASSERT_EQ(fault.status, 201) << fault.body;
+  const std::string fault_id = std::to_string(parse(fault.body)["id"].GetUint64());
+  const std::string id = submit(
+      base,
+      R"({"user_id":"cut-short","text":"bench: steps=2 calls=2","timeout_s":60,"idempotency_key":"cs-1"})");
+  // Until the worker has the quick answer and the held call is under way.
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  bool held = false;
+  double answered = answered_before;
+  while (std::chrono::steady_clock::now() < until) {
+    answered = worker_metric(env, answered_metric);
+    held = call(boost::beast::http::verb::get, tools + "/admin/faults")
+               .body.find("\"id\":" + fault_id + ",") == std::string::npos;  // its one use is taken
+    if (held && answered >= answered_before + 1)
+      break;
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(held) << "the held call never reached tool-sim";
+  ASSERT_GE(answered, answered_before + 1) << "the quick call never answered";
+  auto cancel = call(boost::beast::http::verb::post, base + "/v1/tasks/" + id + "/cancel");
+  EXPECT_EQ(cancel.status, 202) << cancel.body;
+  auto task = wait_terminal(base, id);
+  call(boost::beast::http::verb::delete_, tools + "/admin/faults");
+  ASSERT_STREQ(task["status"].GetString(), "cancelled");
+  EXPECT_STREQ(task["error_code"].GetString(), "cancelled");
+  EXPECT_EQ(task["tool_calls"].GetInt(), 1) << "the call that answered is counted";
+  ASSERT_TRUE(task["trace"].IsArray() && task["trace"].Size() == 1u);
+  const auto& calls = task["trace"][0]["tool_calls"];
+  ASSERT_TRUE(calls.IsArray() && calls.Size() == 2u);
+  std::multiset<std::string> statuses;
+  for (const auto& c : calls.GetArray())
+    statuses.insert(c["status"].GetString());
+  EXPECT_EQ(statuses, (std::multiset<std::string>{"no_answer", "ok"}));
+}
+
 TEST(ReactJson, SampleTasksRunEndToEndOnAModelWithoutFunctionCalling) {
   auto env = fleet_env();
   const std::string base = env["AGENTFLEET_URL"];

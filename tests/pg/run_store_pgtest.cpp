@@ -166,6 +166,37 @@ TEST(RunStore, ModelStepsOfManyTasksAreOneStatementAndEachIsFencedOnItsOwn) {
   EXPECT_EQ(row[5].as<int>(), 0);
 }
 
+TEST(RunStore, ToolResultsCutShortKeepTheTraceAndTheCountButNoObservations) {
+  Harness h;
+  const std::string id = running_task(h.db, "rs-u5");
+  auto saved = h.spawn(h.store.save_model_step(model_step(id, 1, 0, 100)));
+  h.io.run();
+  ASSERT_TRUE(saved.get().ok());
+  ports::ToolResults cut;
+  cut.task_id = id;
+  cut.attempt = 1;
+  cut.incarnation = kIncarnation;
+  cut.step = 0;
+  cut.trace_json = R"([{"call_id":"c1","tool":"search_items","status":"ok"},)"
+                   R"({"call_id":"c2","tool":"create_item","status":"no_answer"}])";
+  cut.executed_calls = 1;
+  h.io.restart();
+  auto written = h.spawn(h.store.save_tool_results(cut));
+  h.io.run();
+  const auto result = written.get();
+  ASSERT_TRUE(result.ok() && result.value().ok());
+  pqxx::work tx(h.db);
+  auto row = tx.exec_params1(
+      "SELECT s.observations IS NULL, s.tools_done_at IS NULL, jsonb_array_length(s.trace),"
+      " t.tool_calls FROM task_steps s JOIN tasks t USING (task_id)"
+      " WHERE s.task_id = $1::uuid AND s.step = 0",
+      id);
+  EXPECT_TRUE(row[0].as<bool>()) << "no observations: a replay calls the step's tools again";
+  EXPECT_TRUE(row[1].as<bool>());
+  EXPECT_EQ(row[2].as<int>(), 2);
+  EXPECT_EQ(row[3].as<int>(), 1);
+}
+
 TEST(RunStore, AWriteThatFailsIsUndoneAloneAndTheRestOfItsKindCommits) {
   Harness h;
   const std::string good = running_task(h.db, "rs-u2");

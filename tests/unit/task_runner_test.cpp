@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,13 @@ class RecordingTools final : public ports::ToolClient {
   explicit RecordingTools(limits::ManualClock& clock) : clock_(clock) {}
   asio::awaitable<ports::ToolOutcome> call(ports::ToolInvocation invocation) override {
     invocations.push_back(invocation);
+    if (hangs.count(invocation.tool)) {
+      if (on_hang)
+        on_hang();
+      asio::steady_timer forever(co_await asio::this_coro::executor, std::chrono::hours(24));
+      boost::system::error_code ec;
+      co_await forever.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
     clock_.advance(takes);
     ports::ToolOutcome outcome;
     outcome.observation.ok = true;
@@ -179,6 +187,8 @@ class RecordingTools final : public ports::ToolClient {
   std::vector<ports::ToolInvocation> invocations;
   std::chrono::milliseconds takes{0};
   std::string content = R"({"items":[{"id":"evt_1"}]})";  // what every call answers
+  std::set<std::string> hangs;                            // tools whose calls never answer
+  std::function<void()> on_hang;                          // runs when such a call arrives
 
  private:
   limits::ManualClock& clock_;
@@ -626,6 +636,41 @@ TEST(TaskRunner, ACancellationDuringAModelCallStopsAtOnceAndEndsCancelled) {
   EXPECT_TRUE(h.tools.invocations.empty());
   EXPECT_TRUE(h.store.ledger.empty());
   expect_ended_with(h, ErrorCode::kCancelled);
+}
+
+TEST(TaskRunner, ToolResultsThatCameBeforeACancelAreSavedToTheTraceAndCounted) {
+  Harness h;
+  // Two calls of one step: search_items answers, create_item never does; the cancel comes
+  // while create_item is under way.
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})"),
+                            call("c2", "create_item", R"({"title":"周会"})")}));
+  h.tools.hangs = {"create_item"};
+  h.tools.on_hang = [&h] { asio::post(h.io, [&h] { h.runner.cancel(kTaskId); }); };
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "cancelled");
+  expect_ended_with(h, ErrorCode::kCancelled);
+  EXPECT_EQ(h.tools.invocations.size(), 2u);
+  EXPECT_EQ(h.store.tool_calls, 1) << "the call that answered is counted";
+  const auto& row = h.store.steps.at(0);
+  EXPECT_TRUE(row.record.observations.empty()) << "a replay would call them again";
+  EXPECT_NE(row.trace.find(R"("tool":"search_items")"), std::string::npos) << row.trace;
+  EXPECT_NE(row.trace.find(R"("status":"ok")"), std::string::npos) << row.trace;
+  EXPECT_NE(row.trace.find(R"("status":"no_answer")"), std::string::npos) << row.trace;
+  EXPECT_NE(row.trace.find("no answer before the task was cancelled"), std::string::npos);
+  EXPECT_NE(h.store.ended->result_event.find(R"("tool_calls":1)"), std::string::npos)
+      << h.store.ended->result_event;
+}
+
+TEST(TaskRunner, AFenceDuringToolCallsStopsWithoutWritingWhatTheyAnswered) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})"),
+                            call("c2", "create_item", R"({"title":"周会"})")}));
+  h.tools.hangs = {"create_item"};
+  h.tools.on_hang = [&h] { asio::post(h.io, [&h] { h.runner.fence(); }); };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  EXPECT_EQ(h.store.tool_calls, 0);
+  EXPECT_TRUE(h.store.steps.at(0).trace.empty());
+  EXPECT_FALSE(h.store.ended);
 }
 
 TEST(TaskRunner, AFenceDuringAModelCallStopsAtOnceWithoutWritingAnything) {

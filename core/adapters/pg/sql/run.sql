@@ -118,7 +118,8 @@ SELECT task_id::text FROM ours
 
 -- name: save_tool_results
 -- Each step's tool results (what the model sees, and the trace) and the task's count of
--- calls that ran.
+-- calls that ran. Observations null: the calls were cut short by the task's end (a cancel,
+-- the deadline), and only the trace and the count of calls that answered are kept.
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, attempt integer, incarnation bigint, step integer, observations jsonb,
@@ -133,7 +134,7 @@ WITH req AS (
   ) t
 ), updated AS (
   UPDATE task_steps s SET observations = r.observations, trace = r.trace, attempt = r.attempt,
-         tools_done_at = now()
+         tools_done_at = CASE WHEN r.observations IS NULL THEN s.tools_done_at ELSE now() END
   FROM req r
   WHERE s.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND s.task_id = r.task_id
     AND s.step = r.step
