@@ -205,5 +205,41 @@ TEST(Migrations, AnyOtherChangedTextIsRefusedByName) {
   }
 }
 
+TEST(Migrations, ANoTransactionFileBuildsAnIndexConcurrentlyAndIsRecordedOnce) {
+  const std::string url = fresh_database("migrate_concurrently");
+  const std::vector<pg::MigrationFile> files = {
+      {"0001_table.sql",
+       "CREATE TABLE t (x integer);\nINSERT INTO t SELECT generate_series(1, 1000);\n"},
+      // In one transaction this would fail: CREATE INDEX CONCURRENTLY cannot run inside one.
+      {"0002_index.sql",
+       "-- agentfleet: no-transaction\n"
+       "-- an index build that failed part-way leaves an invalid index: dropped first\n"
+       "DROP INDEX CONCURRENTLY IF EXISTS t_x;\n"
+       "CREATE INDEX CONCURRENTLY t_x\n  ON t (x);\n"}};
+  const pg::MigrationReport first = pg::migrate_files(url, files);
+  EXPECT_EQ(first.applied, (std::vector<std::string>{"0001_table.sql", "0002_index.sql"}));
+  pqxx::connection db(url);
+  pqxx::work tx(db);
+  EXPECT_TRUE(
+      tx.exec1("SELECT indisvalid FROM pg_index WHERE indexrelid = 't_x'::regclass")[0].as<bool>())
+      << "built, and valid";
+  EXPECT_EQ(tx.exec1("SELECT count(*) FROM schema_migrations")[0].as<int>(), 2);
+  tx.commit();
+  const pg::MigrationReport again = pg::migrate_files(url, files);
+  EXPECT_TRUE(again.applied.empty());
+  EXPECT_EQ(again.already.size(), 2u);
+
+  // The same statement in a file without the mark fails, naming the file.
+  const std::string other = fresh_database("migrate_in_transaction");
+  try {
+    pg::migrate_files(other,
+                      {files[0], {"0002_index.sql", "CREATE INDEX CONCURRENTLY t_x ON t (x);"}});
+    ADD_FAILURE() << "a concurrent index build ran inside a transaction";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("migration 0002_index.sql failed"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace agentfleet

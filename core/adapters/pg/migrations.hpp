@@ -1,11 +1,13 @@
 #pragma once
 // Applies the numbered SQL files of adapters/pg/migrations (embedded in the binary) in
-// order, each in its own transaction, recording them in schema_migrations. Idempotent and
+// order, each in its own transaction (or, marked so, a statement at a time outside one),
+// recording them in schema_migrations. Idempotent and
 // safe to run from several processes at once: a session advisory lock serializes runs.
 // A recorded migration whose text has changed is refused (checksums), except the earlier
 // texts of the three migrations that were edited before that rule held (is_earlier_text).
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +28,21 @@ struct MigrationReport {
 MigrationReport migrate(
     const std::string& connection_url, int lock_timeout_s = 60,
     std::chrono::milliseconds statement_lock_timeout = std::chrono::milliseconds(5000));
+
+// As migrate(), with these files instead of the embedded ones (tests).
+struct MigrationFile {
+  std::string version;  // the file name; files apply in its order
+  std::string sql;
+};
+MigrationReport migrate_files(
+    const std::string& connection_url, std::vector<MigrationFile> files, int lock_timeout_s = 60,
+    std::chrono::milliseconds statement_lock_timeout = std::chrono::milliseconds(5000));
+
+// A file whose first line is "-- agentfleet: no-transaction" runs outside a transaction (what
+// CREATE INDEX CONCURRENTLY needs), its statements one at a time: split at each ';' that
+// ends a line, comment lines dropped. nullopt for any other file (one transaction). Throws
+// std::invalid_argument for such a file with a dollar-quoted body, which the split would cut.
+std::optional<std::vector<std::string>> no_transaction_statements(std::string_view sql);
 
 // What schema_migrations records of a migration's text (an FNV-1a 64 hash, hex): it detects an
 // edited migration; it is not a security boundary.
