@@ -117,11 +117,18 @@ class ModelClientTest : public ::testing::Test {
     return client;
   }
 
-  Result<ModelReply> call(OpenAiModelClient& client, seconds left = seconds(30)) {
+  // A call with `messages` and `tools`; with the caller's encodings of them when given (the
+  // messages encoded for `echo`).
+  Result<ModelReply> call(OpenAiModelClient& client, seconds left = seconds(30),
+                          const std::string& messages_json = {}, const std::string& tools_json = {},
+                          ReasoningEcho echo = ReasoningEcho::kNone) {
     ports::ModelRequest request;
     request.model = "m";
     request.messages = &messages;
     request.tools = &tools;
+    request.messages_json = messages_json;
+    request.tools_json = tools_json;
+    request.messages_echo = echo;
     request.deadline = clock.now() + left;
     auto future = asio::co_spawn(io, client.complete(std::move(request)), asio::use_future);
     io.restart();
@@ -416,18 +423,7 @@ TEST_F(ModelClientTest, AConversationTheCallerKeepsEncodedIsSentAsIfBuiltHere) {
 
   codec::ConversationEncoder encoder;
   encoder.sync(1, messages);
-  const std::string tools_json = codec::encode_tools(tools);
-  ports::ModelRequest request;
-  request.model = "m";
-  request.messages = &messages;
-  request.tools = &tools;
-  request.messages_json = encoder.json();
-  request.tools_json = tools_json;
-  request.deadline = clock.now() + seconds(30);
-  auto future = asio::co_spawn(io, client->complete(std::move(request)), asio::use_future);
-  io.restart();
-  io.run();
-  ASSERT_TRUE(future.get().ok());
+  ASSERT_TRUE(call(*client, seconds(30), encoder.json(), codec::encode_tools(tools)).ok());
   ASSERT_EQ(bodies.size(), 2u);
   EXPECT_EQ(bodies[1], bodies[0]);
 }
@@ -451,18 +447,7 @@ TEST_F(ModelClientTest, AThinkingModelGetsEachToolTurnsReasoningBackHoweverTheCa
   for (ReasoningEcho echo : {ReasoningEcho::kToolTurns, ReasoningEcho::kNone}) {
     codec::ConversationEncoder encoder;
     encoder.sync(1, messages, echo);
-    ports::ModelRequest request;
-    request.model = "m";
-    request.messages = &messages;
-    request.tools = &tools;
-    request.messages_json = encoder.json();
-    request.tools_json = tools_json;
-    request.messages_echo = echo;
-    request.deadline = clock.now() + seconds(30);
-    auto future = asio::co_spawn(io, client->complete(std::move(request)), asio::use_future);
-    io.restart();
-    io.run();
-    ASSERT_TRUE(future.get().ok());
+    ASSERT_TRUE(call(*client, seconds(30), encoder.json(), tools_json, echo).ok());
     EXPECT_EQ(bodies.back(), bodies[0]) << to_string(echo);
   }
 }
