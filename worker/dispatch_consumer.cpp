@@ -177,6 +177,28 @@ void DispatchConsumer::dead_letter(const ports::InMessage& message, metrics::Dea
       });
 }
 
+void DispatchConsumer::decline(const ports::InMessage& message,
+                               const codec::DispatchMessage& dispatch,
+                               const std::vector<std::string>& unmet) {
+  // Left unclaimed, so it stays dispatched in the store: the scheduler dispatches it again
+  // after redispatch_after_s, by when a rolling upgrade has usually put a worker that can
+  // run it on the partition. Running it without what it needs would run it differently
+  // (a plan_only task as a ReAct task with tools); a dead letter would lose it.
+  metrics_.dispatch_declined();
+  std::string needs;
+  for (const std::string& need : unmet)
+    needs += (needs.empty() ? "" : " ") + need;
+  const std::string traceparent = header_value(message.headers, "traceparent");
+  log::TaskContext task{dispatch.task_id, dispatch.user_id};
+  task.trace_id = log::trace_id_of(traceparent);
+  log::warn("worker", task,
+            "declined: the task needs what this worker version cannot do (" + needs +
+                "); left dispatched for the scheduler to dispatch again",
+            {{"needs", needs}});
+  offset_done(message, true);
+  run_ended();
+}
+
 void DispatchConsumer::handle(ports::InMessage message) {
   // Messages fetched before the drain began, or before their partition was revoked, are
   // left unstarted and uncommitted: the partition's next owner runs them.
@@ -206,6 +228,12 @@ void DispatchConsumer::start(ports::InMessage message) {
     return;
   }
   const auto& dispatch = std::get<codec::DispatchMessage>(parsed);
+  if (const std::vector<std::string> unmet =
+          codec::unmet_needs(header_value(message.headers, std::string(codec::kNeedsHeader)));
+      !unmet.empty()) {
+    decline(message, dispatch, unmet);
+    return;
+  }
   asio::co_spawn(
       executor_,
       [this, message, task_id = dispatch.task_id,

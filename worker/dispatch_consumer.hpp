@@ -15,8 +15,11 @@
 // follow its lowest message whose claim is still under way (domain/offset_tracker). Bad
 // input never blocks a partition: a message that is not a valid dispatch message, or names
 // no task, goes to the dead-letter topic with its reason, and its offset moves on once the
-// dead letter is stored. Messages fetched for partitions this worker no longer owns, or
-// after a drain began, are left to the partitions' next owner.
+// dead letter is stored. A message whose `agentfleet-needs` header names what this version
+// cannot do (codec::unmet_needs: a strategy or feature of a later version) is declined: left
+// unclaimed, its offset moved on; the task stays dispatched and the scheduler dispatches it
+// again after redispatch_after_s. Messages fetched for partitions this worker no longer
+// owns, or after a drain began, are left to the partitions' next owner.
 //
 // Lifecycle: start() subscribes; stop_consuming() drops the waiting messages (unclaimed,
 // uncommitted: the next owner runs them), pauses and leaves the group (on a thread of its
@@ -33,8 +36,10 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "core/adapters/metrics/worker_metrics.hpp"
+#include "core/codec/task_codec.hpp"
 #include "core/domain/offset_tracker.hpp"
 #include "core/ports/publisher.hpp"
 #include "core/ports/subscription.hpp"
@@ -86,6 +91,9 @@ class DispatchConsumer {
  private:
   void dead_letter(const ports::InMessage& message, metrics::DeadLetterReason kind,
                    const std::string& reason, const std::string& task_id);
+  // Leaves a message whose task needs what this version cannot do (`unmet`) unclaimed.
+  void decline(const ports::InMessage& message, const codec::DispatchMessage& dispatch,
+               const std::vector<std::string>& unmet);
   // The message's offset may be committed (its claim committed, or it was dead-lettered); or,
   // `handled` false, it stays uncommitted (read again after a restart or rebalance).
   void offset_done(const ports::InMessage& message, bool handled);

@@ -6,6 +6,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -203,6 +204,26 @@ std::variant<DispatchMessage, SchemaViolation> parse_dispatch_message(std::strin
   message.priority = *parse_priority(get_string(doc, "priority"));
   message.dispatched_at = get_string(doc, "dispatched_at");
   return message;
+}
+
+std::vector<std::string> unmet_needs(std::string_view header) {
+  static const std::vector<std::string> kMet = [] {
+    std::vector<std::string> met{"feature:follow_up"};
+    for (AgentStrategy s :
+         {AgentStrategy::kReact, AgentStrategy::kPlanExecute, AgentStrategy::kPlanOnly})
+      met.push_back("strategy:" + std::string(to_string(s)));
+    return met;
+  }();
+  std::vector<std::string> unmet;
+  std::size_t at = 0;
+  while (at < header.size()) {
+    const std::size_t end = std::min(header.find(' ', at), header.size());
+    const std::string word(header.substr(at, end - at));
+    if (!word.empty() && std::find(kMet.begin(), kMet.end(), word) == kMet.end())
+      unmet.push_back(word);
+    at = end + 1;
+  }
+  return unmet;
 }
 
 std::string result_event_json(const ResultEvent& event) {

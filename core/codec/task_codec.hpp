@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "core/codec/json_schema.hpp"
 #include "core/domain/task.hpp"
@@ -42,6 +43,17 @@ struct DispatchMessage {
   std::string dispatched_at;
 };
 std::variant<DispatchMessage, SchemaViolation> parse_dispatch_message(std::string_view json);
+
+// The dispatch message's header that names what its task needs of the worker that runs it:
+// words of the form kind:value separated by spaces ("strategy:plan_only feature:follow_up";
+// written by the scheduler in SQL, pg::dispatch_grants). A header, not a payload field: a
+// payload field the schema does not know makes a message a dead letter. Kinds: strategy
+// (a strategy the task asked for), feature (follow_up: it continues a parent's
+// conversation); a later version may add words of any kind.
+inline constexpr std::string_view kNeedsHeader = "agentfleet-needs";
+// The words of `header` this build cannot meet, in their order (empty: it can run the task;
+// a missing or empty header needs nothing).
+std::vector<std::string> unmet_needs(std::string_view header);
 
 struct ResultEvent {
   std::string task_id;

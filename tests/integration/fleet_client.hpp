@@ -1,9 +1,10 @@
 #pragma once
 // What the integration tests that talk to the fleet share: the fixture's values, one HTTP
 // exchange on a private io_context, safe reads of JSON answers, one-statement Postgres
-// reads and the sum of a metric over processes' /metrics.
+// reads, a message on a topic and the sum of a metric over processes' /metrics.
 
 #include <gtest/gtest.h>
+#include <librdkafka/rdkafka.h>
 #include <rapidjson/document.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -164,6 +165,30 @@ inline rapidjson::Document wait_terminal(const std::string& task_id,
       return doc;
     }
   }
+}
+
+// One message on `topic` of the fleet's broker, as a producer outside the fleet writes it.
+inline void produce(const std::string& topic, const std::string& key, const std::string& value,
+                    const Headers& headers) {
+  char errstr[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  rd_kafka_conf_set(conf, "bootstrap.servers", env()["AGENTFLEET_KAFKA_BOOTSTRAP"].c_str(), errstr,
+                    sizeof(errstr));
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+  ASSERT_NE(rk, nullptr) << errstr;
+  rd_kafka_headers_t* hdrs = rd_kafka_headers_new(headers.size());
+  for (const auto& [name, v] : headers) {
+    rd_kafka_header_add(hdrs, name.data(), static_cast<ssize_t>(name.size()), v.data(),
+                        static_cast<ssize_t>(v.size()));
+  }
+  ASSERT_EQ(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic.c_str()),
+                              RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
+                              RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                              RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_END),
+            RD_KAFKA_RESP_ERR_NO_ERROR);
+  EXPECT_EQ(rd_kafka_flush(rk, 15000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  rd_kafka_destroy(rk);
 }
 
 inline std::vector<std::string> worker_metrics_urls() {

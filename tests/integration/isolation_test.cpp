@@ -72,6 +72,7 @@ using test::kU2Key;
 using test::num;
 using test::parse;
 using test::pg_row;
+using test::produce;
 using test::run_tag;
 using test::str;
 using test::submit;
@@ -187,29 +188,6 @@ int calls_of_task(const std::string& user_id, const std::string& task_id) {
       ++n;
   }
   return n;
-}
-
-void produce(const std::string& topic, const std::string& key, const std::string& value,
-             const Headers& headers) {
-  char errstr[512];
-  rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  rd_kafka_conf_set(conf, "bootstrap.servers", env()["AGENTFLEET_KAFKA_BOOTSTRAP"].c_str(), errstr,
-                    sizeof(errstr));
-  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-  ASSERT_NE(rk, nullptr) << errstr;
-  rd_kafka_headers_t* hdrs = rd_kafka_headers_new(headers.size());
-  for (const auto& [name, v] : headers) {
-    rd_kafka_header_add(hdrs, name.data(), static_cast<ssize_t>(name.size()), v.data(),
-                        static_cast<ssize_t>(v.size()));
-  }
-  ASSERT_EQ(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic.c_str()),
-                              RD_KAFKA_V_KEY(const_cast<char*>(key.data()), key.size()),
-                              RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
-                              RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                              RD_KAFKA_V_END),
-            RD_KAFKA_RESP_ERR_NO_ERROR);
-  EXPECT_EQ(rd_kafka_flush(rk, 15000), RD_KAFKA_RESP_ERR_NO_ERROR);
-  rd_kafka_destroy(rk);
 }
 
 // The headers of the results topic's messages about `task_id` from the topic's current end

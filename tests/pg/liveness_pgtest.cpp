@@ -16,6 +16,7 @@
 
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/liveness_store.hpp"
+#include "core/adapters/pg/outbox_relay.hpp"
 #include "core/adapters/pg/run_store.hpp"
 #include "core/adapters/pg/scheduler_session.hpp"
 #include "core/adapters/pg/sql.hpp"
@@ -446,6 +447,84 @@ TEST_F(Liveness, ATaskOfACancelledBatchHandedBackAfterTheCancelIsDispatchedToBeE
   ASSERT_EQ(dispatched.size(), 1u);
   EXPECT_EQ(dispatched[0].task_id, handed);
   EXPECT_EQ(task_row(db_, left)[0].as<std::string>(), "queued") << "left to the cancel";
+}
+
+// The dispatch messages of the relay's next batch on `topic`, by key: their headers. Rows of
+// other topics (other tests') are refused, so they stay for their own readers.
+std::map<std::string, ports::Headers> relay(const std::string& topic) {
+  pg::OutboxRelay relay(pg_url(), 5000, 5);
+  std::map<std::string, ports::Headers> sent;
+  auto relayed = relay.once(1000, topic, [&](std::vector<ports::OutMessage> messages) {
+    std::vector<Status> results;
+    for (auto& m : messages) {
+      if (m.topic != topic) {
+        results.emplace_back(Error{ErrorKind::kTransient, "not this test's"});
+        continue;
+      }
+      sent[m.key] = m.headers;
+      results.push_back(ok_status());
+    }
+    return results;
+  });
+  EXPECT_TRUE(relayed.ok()) << relayed.error().message;
+  return sent;
+}
+
+std::string header(const ports::Headers& headers, const std::string& name) {
+  for (const auto& [key, value] : headers) {
+    if (key == name)
+      return value;
+  }
+  return "(none)";
+}
+
+TEST_F(Liveness, ADispatchMessageNamesTheStrategyItsTaskAskedForAndAParentItFollows) {
+  const std::string plain = insert_task(db_, "needs-u1", "queued", 0, 0);
+  const std::string planned = insert_task(db_, "needs-u1", "queued", 0, 0);
+  const std::string follow = insert_task(db_, "needs-u1", "queued", 0, 0);
+  const std::string parent = insert_task(db_, "needs-u1", "succeeded", 1, 0);
+  {
+    pqxx::work tx(db_);
+    tx.exec_params0("UPDATE tasks SET strategy = 'plan_only' WHERE task_id = $1::uuid", planned);
+    tx.exec_params0(
+        "UPDATE tasks SET strategy = 'plan_execute', parent_task_id = $2::uuid "
+        "WHERE task_id = $1::uuid",
+        follow, parent);
+    tx.commit();
+  }
+  {
+    pqxx::work tx(db_);
+    const auto dispatched = pg::dispatch_grants(
+        tx, {ports::DispatchGrant{"needs-u1", Priority::kInteractive, 3}}, "needs-dispatch");
+    tx.commit();
+    ASSERT_EQ(dispatched.size(), 3u);
+  }
+  auto sent = relay("needs-dispatch");
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_EQ(header(sent[plain], "agentfleet-needs"), "(none)")
+      << "no strategy asked for: the worker's default, nothing needed";
+  EXPECT_EQ(header(sent[planned], "agentfleet-needs"), "strategy:plan_only");
+  EXPECT_EQ(header(sent[follow], "agentfleet-needs"), "strategy:plan_execute feature:follow_up");
+  EXPECT_EQ(header(sent[planned], "traceparent"), "(none)") << "none was given";
+
+  // Sent again by recovery: the same needs.
+  insert_worker(db_, -30);
+  {
+    pqxx::work tx(db_);
+    tx.exec_params0(
+        "UPDATE tasks SET dispatched_at = now() - interval '10 minutes' WHERE task_id = $1::uuid",
+        planned);
+    tx.commit();
+  }
+  pqxx::work tx(db_);
+  pg::SchedulerPass pass;
+  pass.dispatch_topic = "needs-dispatch";
+  pass.limit = 1000;
+  pg::recover_tasks(tx, pass);
+  tx.commit();
+  sent = relay("needs-dispatch");
+  ASSERT_EQ(sent.count(planned), 1u);
+  EXPECT_EQ(header(sent[planned], "agentfleet-needs"), "strategy:plan_only");
 }
 
 TEST_F(Liveness, RowsOfLongLapsedWorkersGoOnceTheyOwnNothing) {

@@ -521,6 +521,22 @@ TEST(DispatchMessageTest, BadTaskIdIsRefused) {
   EXPECT_TRUE(std::holds_alternative<SchemaViolation>(not_json));
 }
 
+TEST(DispatchNeedsTest, WhatThisVersionRunsIsMetAndAnythingElseIsNamed) {
+  EXPECT_TRUE(codec::unmet_needs("").empty()) << "no header: a message of an earlier scheduler";
+  // Every strategy the scheduler can write, and a follow-up.
+  for (const char* strategy : {"react", "plan_execute", "plan_only"}) {
+    EXPECT_TRUE(
+        codec::unmet_needs(std::string("strategy:") + strategy + " feature:follow_up").empty())
+        << strategy;
+  }
+  EXPECT_EQ(codec::unmet_needs("strategy:react feature:follow_up feature:sandbox strategy:tree"),
+            (std::vector<std::string>{"feature:sandbox", "strategy:tree"}));
+  EXPECT_EQ(codec::unmet_needs("  protocol:2  "), std::vector<std::string>{"protocol:2"})
+      << "extra spaces are not words";
+  EXPECT_EQ(codec::unmet_needs("strategy:React"), std::vector<std::string>{"strategy:React"})
+      << "words are matched exactly";
+}
+
 TEST(FormatRfc3339Test, PadsAndTruncatesToMilliseconds) {
   EXPECT_EQ(codec::format_rfc3339(utc(1970, 1, 1)), "1970-01-01T00:00:00.000Z");
   EXPECT_EQ(codec::format_rfc3339(utc(2026, 2, 5, 23, 59, 59) + std::chrono::microseconds(999)),

@@ -25,6 +25,7 @@ const std::map<std::string, std::string>& pinned() {
       {"0008_worker_liveness.sql", "88f3cc61a8ad0c12"},
       {"0009_earlier_texts.sql", "69bb6e99712a2834"},
       {"0010_validate_strategy_check.sql", "fc417564b99bc3c5"},
+      {"0011_outbox_headers.sql", "6c2a6ccd8f75c5b9"},
   };
   return kPinned;
 }

@@ -583,6 +583,27 @@ TEST(DispatchConsumer, AnUnknownTaskIsADeadLetter) {
   EXPECT_EQ(h.consumer.in_flight(), 0u);
 }
 
+TEST(DispatchConsumer, ATaskThatNeedsWhatThisVersionCannotDoIsLeftUnclaimedAndThePartitionMovesOn) {
+  ConsumerHarness h;
+  ports::InMessage later = dispatch_message(4, task_id(1));
+  later.headers = {{"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+                   {"agentfleet-needs", "strategy:plan_only feature:teleport"}};
+  h.feed(later);
+  EXPECT_TRUE(h.runs.claims.empty()) << "a version that cannot run it must not claim it";
+  EXPECT_TRUE(h.publisher.published.empty()) << "not a dead letter: it is run later";
+  ASSERT_EQ(h.subscription.commits.size(), 1u);
+  EXPECT_EQ(h.subscription.commits[0].second, 5);
+  EXPECT_EQ(h.consumer.in_flight(), 0u);
+  const std::string scraped = h.registry.render();
+  EXPECT_NE(scraped.find("agentfleet_worker_dispatches_declined_total 1"), std::string::npos);
+  // What it can do is run as before; so is a message of a scheduler that names no needs.
+  ports::InMessage now = dispatch_message(5, task_id(2));
+  now.headers = {{"agentfleet-needs", "strategy:plan_only feature:follow_up"}};
+  h.feed(now);
+  h.feed(dispatch_message(6, task_id(3)));
+  EXPECT_EQ(h.runs.claims, (std::vector<std::string>{task_id(2), task_id(3)}));
+}
+
 TEST(DispatchConsumer, MessagesOfPartitionsItDoesNotOwnAreLeftForTheirOwner) {
   ConsumerHarness h;
   h.feed(dispatch_message(0, task_id(1), /*partition=*/3));

@@ -122,6 +122,11 @@ struct WorkerMetrics::Families {
                                     "queue (store errors, fences, drains), not counted as lost "
                                     "attempts.")
                         .Add({})),
+        declined(detail::counter(r, "agentfleet_worker_dispatches_declined_total",
+                                 "Dispatch messages this worker left unclaimed because their task "
+                                 "needs what this version cannot do (agentfleet-needs header); "
+                                 "the scheduler dispatches them again.")
+                     .Add({})),
         dead_letters(detail::counter(r, "agentfleet_dead_letters_total",
                                      "Messages sent to the dead-letter topic, by reason.")),
         model_requests(detail::counter(r, "agentfleet_model_requests_total",
@@ -154,6 +159,7 @@ struct WorkerMetrics::Families {
   prometheus::Gauge& db_round_trip_quiet;
   prometheus::Counter& fences;
   prometheus::Counter& handed_back;
+  prometheus::Counter& declined;
   prometheus::Family<prometheus::Counter>& dead_letters;
   prometheus::Family<prometheus::Counter>& model_requests;
   prometheus::Family<prometheus::Histogram>& model_duration;
@@ -254,6 +260,10 @@ void WorkerMetrics::fenced() {
 
 void WorkerMetrics::handed_back(int tasks) {
   f_->handed_back.Increment(tasks);
+}
+
+void WorkerMetrics::dispatch_declined() {
+  f_->declined.Increment();
 }
 
 void WorkerMetrics::dead_letter(DeadLetterReason reason) {

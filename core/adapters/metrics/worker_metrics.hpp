@@ -73,6 +73,8 @@ class WorkerMetrics {
   void set_in_flight_limit(int limit, double quiet_round_trip_seconds);
   void fenced();
   void handed_back(int tasks);
+  // A dispatch message left unclaimed: its task needs what this version cannot do.
+  void dispatch_declined();
   void dead_letter(DeadLetterReason reason);
 
   // ---- model ----

@@ -1,9 +1,12 @@
 #include "core/adapters/pg/outbox_relay.hpp"
 
+#include <rapidjson/document.h>
+
 #include <cstdint>
 #include <utility>
 
 #include "core/adapters/pg/sql.hpp"
+#include "core/codec/json_text.hpp"
 
 namespace agentfleet::pg {
 
@@ -19,6 +22,22 @@ void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids) {
   array += '}';
   exec_named0(tx, "outbox_delete", array);
 }
+
+namespace {
+// The row's `headers` object (name to text value) as message headers; written by the
+// dispatcher's own SQL, so anything else in it is skipped rather than guessed at.
+void add_headers(ports::OutMessage& message, const std::string& object) {
+  if (object.empty())
+    return;
+  rapidjson::Document doc;
+  if (!codec::parse_json(doc, object) || !doc.IsObject())
+    return;
+  for (const auto& member : doc.GetObject()) {
+    if (member.value.IsString())
+      message.headers.emplace_back(member.name.GetString(), member.value.GetString());
+  }
+}
+}  // namespace
 
 Result<RelayedBatch> OutboxRelay::once(int batch, const std::string& dispatch_topic,
                                        const Send& send) {
@@ -36,6 +55,7 @@ Result<RelayedBatch> OutboxRelay::once(int batch, const std::string& dispatch_to
           row[1].as<std::string>(), row[2].as<std::string>(), row[3].as<std::string>(), {}};
       if (const auto tp = row[4].as<std::string>(); !tp.empty())
         m.headers.emplace_back("traceparent", tp);
+      add_headers(m, row[5].as<std::string>());
       topics.push_back(m.topic);
       messages.push_back(std::move(m));
       ids.push_back(row[0].as<std::int64_t>());

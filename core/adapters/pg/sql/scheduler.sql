@@ -67,15 +67,20 @@ WITH picked AS (
          lease_until = NULL, worker_incarnation = NULL
   FROM picked WHERE t.task_id = picked.task_id
   RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
-            t.attempt, picked.status AS was
+            t.attempt, t.strategy, t.parent_task_id, picked.status AS was
 ), sent AS (
-  INSERT INTO outbox (topic, message_key, payload, traceparent)
+  INSERT INTO outbox (topic, message_key, payload, traceparent, headers)
   SELECT $2, m.task_id::text,
          jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
                             'priority', m.priority,
                             'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
                                                      'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
-         m.traceparent
+         m.traceparent,
+         -- What the task needs of its worker (codec::kNeedsHeader, docs/architecture.md): a
+         -- strategy it asked for (none: the worker's default), a parent it follows.
+         jsonb_strip_nulls(jsonb_build_object('agentfleet-needs', nullif(concat_ws(' ',
+             'strategy:' || m.strategy,
+             CASE WHEN m.parent_task_id IS NOT NULL THEN 'feature:follow_up' END), '')))
   FROM marked m
   RETURNING id
 )
@@ -193,15 +198,20 @@ WITH picked AS (
   UPDATE tasks t SET status = 'dispatched', dispatched_at = statement_timestamp()
   FROM picked WHERE t.task_id = picked.task_id
   RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
-            t.attempt, picked.status AS was
+            t.attempt, t.strategy, t.parent_task_id, picked.status AS was
 ), sent AS (
-  INSERT INTO outbox (topic, message_key, payload, traceparent)
+  INSERT INTO outbox (topic, message_key, payload, traceparent, headers)
   SELECT $2, m.task_id::text,
          jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
                             'priority', m.priority,
                             'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
                                                      'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
-         m.traceparent
+         m.traceparent,
+         -- What the task needs of its worker (codec::kNeedsHeader, docs/architecture.md): a
+         -- strategy it asked for (none: the worker's default), a parent it follows.
+         jsonb_strip_nulls(jsonb_build_object('agentfleet-needs', nullif(concat_ws(' ',
+             'strategy:' || m.strategy,
+             CASE WHEN m.parent_task_id IS NOT NULL THEN 'feature:follow_up' END), '')))
   FROM marked m
   RETURNING id
 )
