@@ -452,11 +452,11 @@ TEST(LlmSimTest, DemoFileLoadsAndScriptsTheSixTasks) {
     names.push_back(scenario.name);
   }
   EXPECT_EQ(names,
-            (std::vector<std::string>{"move_meeting", "move_named_meeting", "pick_second_meeting",
-                                      "create_meeting", "complete_todo", "create_todo", "plan_todo",
-                                      "impossible_date", "bench", "thinking", "slow", "impersonate",
-                                      "text_calls_hermes", "text_calls_llama", "text_calls_mistral",
-                                      "text_calls_json", "plain_claim", "plain_then_act"}));
+            (std::vector<std::string>{
+                "move_meeting", "move_named_meeting", "pick_second_meeting", "create_meeting",
+                "complete_todo", "create_todo", "plan_todo", "impossible_date", "bench", "thinking",
+                "no-usage", "slow", "impersonate", "text_calls_hermes", "text_calls_llama",
+                "text_calls_mistral", "text_calls_json", "plain_claim", "plain_then_act"}));
 
   {  // 1. move the only meeting
     Chat chat("2月8日的会议改到晚上8点");

@@ -177,7 +177,8 @@ TEST(LlmSimStyleTest, EveryStyleNameRoundTrips) {
         ResponseStyle::kMissingIds, ResponseStyle::kContentWithToolCalls,
         ResponseStyle::kReasoningContent, ResponseStyle::kDeepseekUsage,
         ResponseStyle::kLegacyFunctionCall, ResponseStyle::kHermesText, ResponseStyle::kLlamaText,
-        ResponseStyle::kMistralText, ResponseStyle::kJsonText, ResponseStyle::kDeepseekThinking}) {
+        ResponseStyle::kMistralText, ResponseStyle::kJsonText, ResponseStyle::kDeepseekThinking,
+        ResponseStyle::kNoUsage}) {
     EXPECT_EQ(parse_response_style(response_style_name(style)), style);
   }
   EXPECT_FALSE(parse_response_style("anthropic"));
@@ -321,6 +322,18 @@ TEST(LlmSimStyleTest, DeepseekUsageCountsCacheHitsAndMisses) {
                 deepseek.usage()["prompt_cache_miss_tokens"].GetInt64(),
             deepseek.usage()["prompt_tokens"].GetInt64());
   EXPECT_EQ(deepseek.usage()["total_tokens"].GetInt64(), openai.usage()["total_tokens"].GetInt64());
+}
+
+TEST(LlmSimStyleTest, NoUsageAnswersTheSameWithoutAUsageObjectAndStillCountsTheTokens) {
+  const Simulator sim = simulator();
+  const std::string bench = Conversation("bench: steps=1 calls=1", false).body();
+  const Reply openai = ask(sim, bench);
+  const Reply bare = ask(sim, bench, ResponseStyle::kNoUsage);
+  EXPECT_FALSE(bare.response.HasMember("usage"));
+  EXPECT_EQ(bare.completion.usage.prompt_tokens, openai.usage()["prompt_tokens"].GetInt64())
+      << "the stats count what it would have reported";
+  EXPECT_EQ(bare.message()["tool_calls"][0]["function"]["name"].GetString(),
+            std::string(openai.message()["tool_calls"][0]["function"]["name"].GetString()));
 }
 
 TEST(LlmSimStyleTest, UsageIsTheSameInEveryStyleButReasoning) {

@@ -59,7 +59,7 @@ constexpr const char* kUsage =
     "                     arguments_object, arguments_empty, missing_ids,\n"
     "                     content_with_tool_calls, reasoning_content, deepseek_usage,\n"
     "                     legacy_function_call, hermes_text, llama_text, mistral_text,\n"
-    "                     json_text, deepseek_thinking\n"
+    "                     json_text, deepseek_thinking, no_usage\n"
     "  --default-scenario NAME|TEXT\n"
     "                     answers text no scenario matches with this scenario (a name, or a\n"
     "                     text such as 'bench: steps=3 calls=2' chosen as if the user wrote it)\n"

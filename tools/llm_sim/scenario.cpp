@@ -629,6 +629,7 @@ constexpr std::pair<ResponseStyle, std::string_view> kStyleNames[] = {
     {ResponseStyle::kMistralText, "mistral_text"},
     {ResponseStyle::kJsonText, "json_text"},
     {ResponseStyle::kDeepseekThinking, "deepseek_thinking"},
+    {ResponseStyle::kNoUsage, "no_usage"},
 };
 }  // namespace
 

@@ -102,6 +102,9 @@ enum class ResponseStyle {
   // assistant message with tool calls does not send its reasoning_content back is refused
   // with 400, as DeepSeek refuses it.
   kDeepseekThinking,
+  // No usage object at all: what some self-hosted servers and proxies answer. The worker
+  // bills such an answer from its own estimate, flagged usage_estimated.
+  kNoUsage,
 };
 std::string_view response_style_name(ResponseStyle style);
 std::optional<ResponseStyle> parse_response_style(std::string_view name);

@@ -774,6 +774,7 @@ void apply_style(ResponseStyle style, std::size_t step, Value& message, std::str
   switch (style) {
     case ResponseStyle::kOpenAI:
     case ResponseStyle::kDeepseekUsage:  // only the usage differs
+    case ResponseStyle::kNoUsage:
       break;
     case ResponseStyle::kArgumentsObject:
       if (calls == nullptr) {
@@ -1109,7 +1110,8 @@ std::variant<Completion, RequestError> Simulator::complete(
   response.AddMember("model", string_value(model_name, out), out);
   response.AddMember("system_fingerprint", "llm-sim", out);
   response.AddMember("choices", choices, out);
-  response.AddMember("usage", usage_value(completion.usage, style, out), out);
+  if (style != ResponseStyle::kNoUsage)
+    response.AddMember("usage", usage_value(completion.usage, style, out), out);
   completion.body = compact_json(response);
   return completion;
 }
