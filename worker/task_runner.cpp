@@ -881,14 +881,31 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     const billing::Money cost = prices_.cost(spec.model, answer.usage, now);
     metrics_.tokens(spec.model, answer.usage);
     metrics_.cost(spec.model, cost.currency, cost.micros);
-    ports::LedgerRow ledger{
-        spec.user_id, spec.batch_id, spec.model, answer.usage, billing::format_micros(cost.micros),
-        cost.currency};
+    if (answer.usage_estimated)
+      metrics_.usage_estimated(spec.model);
+    ports::LedgerRow ledger{spec.user_id,
+                            spec.batch_id,
+                            spec.model,
+                            answer.usage,
+                            billing::format_micros(cost.micros),
+                            cost.currency,
+                            answer.usage_estimated};
     const std::string reply_json =
         codec::model_reply_json(answer, request.role == "react" ? std::string() : request.role);
     ports::ModelStep model_step{run.task_id, run.claimed.attempt, step,           reply_json,
                                 latency_ms,  std::move(ledger),   run.incarnation};
     auto saved = co_await store_.save_model_step(std::move(model_step));
+    if (saved.ok() && !saved.value().ok()) {
+      // Fenced: another attempt owns the task and will make this call again; this one was
+      // made and charged all the same.
+      LostCharge charge;
+      charge.usage = answer.usage;
+      charge.estimated = answer.usage_estimated;
+      charge.reason = ChargeLoss::kLeaseLost;
+      std::vector<LostCharge> lost{charge};
+      ports::Charges of_step = charges_of(run, step);
+      co_await bill_unreconciled(std::move(of_step), std::move(lost));
+    }
     if (auto stop = co_await on_store_failure(run, saved, "model step"))
       co_return *stop;
     // Billed: the totals the result event reports (input, cached input and output, as the
@@ -1045,19 +1062,39 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
     std::shared_ptr<const ToolSet> tools;
     std::optional<Result<ModelReply>> reply;
     asio::steady_timer* waiter = nullptr;
+    // Attempts the provider may have charged for whose answers are not the reply.
+    std::vector<LostCharge> lost;
+    // The run stopped waiting: the call bills what it cost itself when it ends.
+    bool abandoned = false;
+    ports::Charges step;  // the run's step, for that bill
   };
   auto call = std::make_shared<Call>();
   call->messages = std::move(messages);
   call->messages_json = std::move(messages_json);
   call->tools = std::move(tools);
+  call->step = charges_of(run, run.step);
   auto executor = co_await asio::this_coro::executor;
   ports::ModelRequest request{run.claimed.spec.model, call->messages.get(), &call->tools->schemas,
                               call->messages_json,    call->tools->json,    deadline,
-                              run.traceparent,        run.encoder.echo()};
+                              run.traceparent,        run.encoder.echo(),   &call->lost};
   asio::co_spawn(
       executor,
-      [call, request = std::move(request), &model = model_]() mutable -> asio::awaitable<void> {
+      [this, call, request = std::move(request),
+       &model = model_]() mutable -> asio::awaitable<void> {
         auto reply = co_await model.complete(std::move(request));
+        if (call->abandoned) {
+          // Nobody reads the reply any more; what the call cost is billed all the same.
+          std::vector<LostCharge> lost = std::move(call->lost);
+          if (reply.ok()) {
+            LostCharge answered;
+            answered.usage = reply.value().usage;
+            answered.estimated = reply.value().usage_estimated;
+            answered.reason = ChargeLoss::kAbandoned;
+            lost.push_back(answered);
+          }
+          co_await bill_unreconciled(call->step, std::move(lost));
+          co_return;
+        }
         call->reply = std::move(reply);
         if (call->waiter != nullptr)
           call->waiter->cancel();
@@ -1081,9 +1118,58 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
   }
   call->waiter = nullptr;
   run.control->waiting = nullptr;
-  if (!call->reply)
+  if (!call->reply) {
+    call->abandoned = true;
     co_return std::nullopt;
+  }
+  if (!call->lost.empty())
+    co_await bill_unreconciled(call->step, std::move(call->lost));
   co_return std::move(call->reply);
+}
+
+ports::Charges TaskRunner::charges_of(const Run& run, int step) {
+  ports::Charges charges;
+  charges.task_id = run.task_id;
+  charges.attempt = run.claimed.attempt;
+  charges.step = step;
+  charges.user_id = run.claimed.spec.user_id;
+  charges.batch_id = run.claimed.spec.batch_id;
+  charges.model = run.claimed.spec.model;
+  return charges;
+}
+
+asio::awaitable<void> TaskRunner::bill_unreconciled(ports::Charges charges,
+                                                    std::vector<LostCharge> lost) {
+  if (lost.empty())
+    co_return;
+  const auto now = clock_.wall_now();
+  std::string what;
+  for (const LostCharge& charge : lost) {
+    const billing::Money cost = prices_.cost(charges.model, charge.usage, now);
+    metrics_.tokens(charges.model, charge.usage);
+    metrics_.cost(charges.model, cost.currency, cost.micros);
+    metrics_.charge_unreconciled(charges.model, charge.reason, charge.estimated);
+    what += (what.empty() ? "" : "; ") + std::string(to_string(charge.reason)) + " " +
+            std::to_string(charge.usage.input) + "+" + std::to_string(charge.usage.output) +
+            " tokens" + (charge.estimated ? " (estimated)" : "");
+    charges.charges.push_back(
+        ports::UnreconciledCharge{charge, billing::format_micros(cost.micros), cost.currency});
+  }
+  // The log line's context outlives what the store is given: copies.
+  const std::string task_id = charges.task_id;
+  const std::string user_id = charges.user_id;
+  const std::string batch_id = charges.batch_id;
+  const std::string model = charges.model;
+  const log::TaskContext task{task_id, user_id, batch_id, charges.attempt, charges.step};
+  auto recorded = co_await store_.record_charges(std::move(charges));
+  if (!recorded.ok() || !recorded.value().ok()) {
+    const std::string why =
+        !recorded.ok() ? recorded.error().message : recorded.value().error().message;
+    log::error("worker", task, "unreconciled model charges not recorded (" + what + "): " + why,
+               {{"model", model}});
+    co_return;
+  }
+  log::info("worker", task, "unreconciled model charges billed: " + what, {{"model", model}});
 }
 
 asio::awaitable<std::optional<RunOutcome>> TaskRunner::on_store_failure(Run& run,

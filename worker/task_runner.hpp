@@ -94,6 +94,13 @@ class TaskRunner final : public Runs {
   boost::asio::awaitable<std::optional<Result<ModelReply>>> call_model(
       Run& run, std::shared_ptr<const std::vector<Message>> messages, std::string messages_json,
       std::shared_ptr<const ToolSet> tools, limits::Clock::time_point deadline);
+  // Bills model calls no checkpoint bills (`lost`, of the step `charges` names): their
+  // usage_unreconciled rows and the metrics; a failure to write them is logged with what
+  // was lost. Safe after the run ended (an abandoned call finishing late).
+  boost::asio::awaitable<void> bill_unreconciled(ports::Charges charges,
+                                                 std::vector<LostCharge> lost);
+  // What bill_unreconciled needs to know of the run's step `step`.
+  static ports::Charges charges_of(const Run& run, int step);
   // The tool set of these schemas, encoded.
   static std::shared_ptr<const ToolSet> make_tool_set(std::vector<ports::ToolSchema> schemas);
   // The task's tools as a set shared with the runs that offer the same tools.

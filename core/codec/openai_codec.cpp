@@ -378,6 +378,39 @@ FinishCall parse_finish_arguments(std::string_view arguments_json) {
   return finish;
 }
 
+namespace {
+// The usage object of a chat completion (OpenAI's fields, DeepSeek's cache counters); nullopt
+// when there is none, or it counts nothing (a server that does not count).
+std::optional<TokenUsage> usage_of(const rapidjson::Value& doc) {
+  auto usage_it = doc.FindMember("usage");
+  if (usage_it == doc.MemberEnd() || !usage_it->value.IsObject())
+    return std::nullopt;
+  const auto& usage = usage_it->value;
+  TokenUsage out;
+  out.input = int_member(usage, "prompt_tokens");
+  out.output = int_member(usage, "completion_tokens");
+  auto details = usage.FindMember("prompt_tokens_details");
+  if (details != usage.MemberEnd())
+    out.cached_input = int_member(details->value, "cached_tokens");
+  if (out.cached_input == 0)
+    out.cached_input = int_member(usage, "prompt_cache_hit_tokens");  // DeepSeek
+  auto completion = usage.FindMember("completion_tokens_details");
+  if (completion != usage.MemberEnd())
+    out.reasoning = int_member(completion->value, "reasoning_tokens");
+  out.cached_input = std::min(out.cached_input, out.input);
+  if (out.input == 0 && out.output == 0)
+    return std::nullopt;
+  return out;
+}
+}  // namespace
+
+std::optional<TokenUsage> parse_usage(std::string_view body) {
+  rapidjson::Document doc;
+  if (!parse_json(doc, body) || !doc.IsObject())
+    return std::nullopt;
+  return usage_of(doc);
+}
+
 Result<ModelReply> parse_chat_response(std::string_view body) {
   rapidjson::Document doc;
   if (!parse_json(doc, body) || !doc.IsObject()) {
@@ -440,23 +473,10 @@ Result<ModelReply> parse_chat_response(std::string_view body) {
     }
   }
 
-  auto usage_it = doc.FindMember("usage");
-  if (usage_it != doc.MemberEnd() && usage_it->value.IsObject()) {
-    const auto& usage = usage_it->value;
-    reply.usage.input = int_member(usage, "prompt_tokens");
-    reply.usage.output = int_member(usage, "completion_tokens");
-    auto details = usage.FindMember("prompt_tokens_details");
-    if (details != usage.MemberEnd())
-      reply.usage.cached_input = int_member(details->value, "cached_tokens");
-    if (reply.usage.cached_input == 0) {
-      reply.usage.cached_input = int_member(usage, "prompt_cache_hit_tokens");  // DeepSeek
-    }
-    auto completion = usage.FindMember("completion_tokens_details");
-    if (completion != usage.MemberEnd()) {
-      reply.usage.reasoning = int_member(completion->value, "reasoning_tokens");
-    }
-    reply.usage.cached_input = std::min(reply.usage.cached_input, reply.usage.input);
-  }
+  const std::optional<TokenUsage> usage = usage_of(doc);
+  if (usage)
+    reply.usage = *usage;
+  reply.usage_estimated = !usage;  // the caller fills in an estimate
   // Strings may carry \u0000 escapes; nothing downstream (Postgres, headers) accepts NUL.
   reply.content = sanitize_text(reply.content);
   reply.reasoning = sanitize_text(reply.reasoning);

@@ -6,6 +6,7 @@
 // hit counts; the legacy function_call field). Pure functions.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -90,6 +91,9 @@ std::int64_t estimate_tool_tokens(const std::vector<ports::ToolSchema>& tools,
 
 // kInvalid when the body is not a chat completion at all.
 Result<ModelReply> parse_chat_response(std::string_view body);
+// The usage a body reports (a chat completion's `usage`), nullopt when it reports none or
+// is not JSON: for a 2xx answer that is not a chat completion but may still say what it cost.
+std::optional<TokenUsage> parse_usage(std::string_view body);
 
 // Parses the arguments of a `finish` call: {"type", "message", "options"}.
 FinishCall parse_finish_arguments(std::string_view arguments_json);

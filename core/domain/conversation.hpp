@@ -54,6 +54,9 @@ struct ModelReply {
   std::optional<FinishCall> finish;  // present when one of the tool calls was `finish`
   std::string finish_reason;         // "stop", "tool_calls", "length", "content_filter", ...
   TokenUsage usage;
+  // The provider sent no usage: `usage` is a local estimate (react::estimate_tokens of the
+  // request and the answer), billed and flagged as such.
+  bool usage_estimated = false;
   std::string provider_model;  // the model the provider says answered
 
   // Set only by protocols that carry the answer inside the text (react_json, see

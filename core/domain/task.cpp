@@ -75,6 +75,20 @@ std::string_view to_string(AgentStrategy strategy) {
   return "react";
 }
 
+std::string_view to_string(ChargeLoss loss) {
+  switch (loss) {
+    case ChargeLoss::kUnreadable:
+      return "unreadable";
+    case ChargeLoss::kAbandoned:
+      return "abandoned";
+    case ChargeLoss::kLeaseLost:
+      return "lease_lost";
+    case ChargeLoss::kTimeout:
+      break;
+  }
+  return "timeout";
+}
+
 std::optional<AgentStrategy> parse_agent_strategy(std::string_view text) {
   for (auto s : {AgentStrategy::kReact, AgentStrategy::kPlanExecute, AgentStrategy::kPlanOnly}) {
     if (to_string(s) == text)

@@ -34,6 +34,10 @@ struct ModelRequest {
   // How `messages_json` wrote the assistants' reasoning: a client whose model sends it back
   // otherwise encodes `messages` itself.
   ReasoningEcho messages_echo = ReasoningEcho::kNone;
+  // Where the client adds each attempt of this call that the provider may have charged for
+  // but whose answer is not the call's result (a timeout after the request was sent, a 2xx
+  // that is not a chat completion); null: not reported. Valid for the whole call.
+  std::vector<LostCharge>* lost = nullptr;
 };
 
 class ModelClient {

@@ -77,6 +77,25 @@ struct LedgerRow {
   TokenUsage usage;
   std::string cost;  // decimal text
   std::string currency;
+  bool usage_estimated = false;  // the provider sent no usage: a local estimate
+};
+
+// Model calls of one step the provider may have charged for that no checkpoint bills (their
+// answers were lost to the task: ChargeLoss), each with its cost. Written whatever the fence
+// says: the charge happened whether or not the task is still this attempt's.
+struct UnreconciledCharge {
+  LostCharge charge;
+  std::string cost;  // decimal text
+  std::string currency;
+};
+struct Charges {
+  std::string task_id;
+  int attempt = 0;
+  int step = 0;
+  std::string user_id;
+  std::string batch_id;
+  std::string model;
+  std::vector<UnreconciledCharge> charges;
 };
 
 // Checkpoint of one model call: the reply and its ledger row, stored together.
@@ -149,6 +168,8 @@ class RunStore {
   virtual boost::asio::awaitable<Result<Status>> save_model_step(ModelStep step) = 0;
   virtual boost::asio::awaitable<Result<Status>> save_tool_results(ToolResults results) = 0;
   virtual boost::asio::awaitable<Result<Status>> save_tool_step(ToolStep step) = 0;
+  // Bills calls no checkpoint bills (usage_unreconciled), unfenced.
+  virtual boost::asio::awaitable<Result<Status>> record_charges(Charges charges) = 0;
 
   // Ends the task (status, result) and stores its result announcement, which the store's
   // relay publishes unless announced() says the run did. The inner value is the

@@ -197,6 +197,62 @@ TEST(RunStore, ToolResultsCutShortKeepTheTraceAndTheCountButNoObservations) {
   EXPECT_EQ(row[3].as<int>(), 1);
 }
 
+TEST(RunStore, ChargesNoCheckpointBillsAreRecordedWhoeverOwnsTheTaskAndAnEstimateIsFlagged) {
+  Harness h;
+  // The task is another attempt's by now: the charges of attempt 1 are recorded all the same.
+  const std::string id = running_task(h.db, "rs-u6", /*attempt=*/2);
+  ports::Charges charges;
+  charges.task_id = id;
+  charges.attempt = 1;
+  charges.step = 3;
+  charges.user_id = "rs-u6";
+  charges.model = "sim-model";
+  LostCharge late;
+  late.usage.input = 500;
+  late.usage.output = 40;
+  late.estimated = false;
+  late.reason = ChargeLoss::kLeaseLost;
+  LostCharge timed_out;
+  timed_out.usage.input = 480;
+  timed_out.reason = ChargeLoss::kTimeout;
+  charges.charges = {{late, "0.001300", "CNY"}, {timed_out, "0.000960", "CNY"}};
+  auto recorded = h.spawn(h.store.record_charges(charges));
+  h.io.run();
+  const auto result = recorded.get();
+  ASSERT_TRUE(result.ok() && result.value().ok());
+  // A checkpoint of a call whose usage was estimated keeps the flag.
+  const std::string ours = running_task(h.db, "rs-u6");
+  ports::ModelStep estimated = model_step(ours, 1, 0, 100);
+  estimated.ledger.usage_estimated = true;
+  h.io.restart();
+  auto saved = h.spawn(h.store.save_model_step(estimated));
+  h.io.run();
+  ASSERT_TRUE(saved.get().ok());
+  pqxx::work tx(h.db);
+  auto rows = tx.exec_params(
+      "SELECT reason, attempt, step, input_tokens, output_tokens, usage_estimated, cost::text,"
+      " batch_id IS NULL FROM usage_unreconciled WHERE task_id = $1::uuid ORDER BY id",
+      id);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0][0].as<std::string>(), "lease_lost");
+  EXPECT_EQ(rows[0][1].as<int>(), 1);
+  EXPECT_EQ(rows[0][2].as<int>(), 3);
+  EXPECT_EQ(rows[0][3].as<int>(), 500);
+  EXPECT_EQ(rows[0][4].as<int>(), 40);
+  EXPECT_FALSE(rows[0][5].as<bool>());
+  EXPECT_EQ(rows[0][6].as<std::string>(), "0.001300");
+  EXPECT_TRUE(rows[0][7].as<bool>());
+  EXPECT_EQ(rows[1][0].as<std::string>(), "timeout");
+  EXPECT_TRUE(rows[1][5].as<bool>());
+  EXPECT_TRUE(
+      tx.exec_params1("SELECT usage_estimated FROM usage_ledger WHERE task_id = $1::uuid", ours)[0]
+          .as<bool>());
+  EXPECT_EQ(
+      tx.exec_params1("SELECT input_tokens FROM tasks WHERE task_id = $1::uuid", id)[0].as<int>(),
+      0)
+      << "not the task's own totals";
+}
+
 TEST(RunStore, AWriteThatFailsIsUndoneAloneAndTheRestOfItsKindCommits) {
   Harness h;
   const std::string good = running_task(h.db, "rs-u2");

@@ -551,6 +551,24 @@ TEST(AgentctlViews, ABillWithoutTotalsIsAddedUpExactlyPerCurrency) {
   EXPECT_EQ(format_usage(empty, empty), "no usage\n");
 }
 
+TEST(AgentctlViews, ABillSaysHowMuchOfItIsUnreconciledOrEstimated) {
+  auto models = json_doc(
+      R"([{"model":"a","currency":"CNY","calls":3,"input_tokens":10,"cached_input_tokens":0,)"
+      R"("output_tokens":5,"cost":"0.300000","unreconciled_calls":1,)"
+      R"("unreconciled_cost":"0.100000","estimated_calls":2}])");
+  auto totals =
+      json_doc(R"([{"currency":"CNY","calls":3,"input_tokens":10,"cached_input_tokens":0,)"
+               R"("output_tokens":5,"cost":"0.300000","unreconciled_calls":1,)"
+               R"("unreconciled_cost":"0.100000","estimated_calls":2}])");
+  const std::string text = format_usage(models, totals);
+  EXPECT_NE(text.find("TOTAL  CNY           3     10             0       5  0.300000\n"
+                      "of which unreconciled (answers lost to their tasks): 1 calls, 0.100000 CNY\n"
+                      "of which billed from an estimate (no usage from the provider): 2 calls "
+                      "(CNY)\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST(AgentctlViews, AResultEventIsOneLineAndOtherValuesAreNot) {
   const std::string line = format_result_event(
       R"({"version":1,"task_id":"11111111-2222-4333-8444-555555555555","user_id":"u1",)"

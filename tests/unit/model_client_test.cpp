@@ -17,6 +17,7 @@
 #include "core/codec/openai_codec.hpp"
 #include "core/codec/provider_error.hpp"
 #include "core/limits/token_bucket.hpp"
+#include "core/react/context_budget.hpp"
 
 namespace agentfleet::http {
 namespace {
@@ -84,6 +85,7 @@ class ModelClientTest : public ::testing::Test {
   milliseconds latency{100};
   std::vector<Message> messages{Message{Role::kUser, "hello", {}, {}, {}}};
   std::vector<ports::ToolSchema> tools;
+  std::vector<LostCharge> lost;  // what the calls reported the provider may have charged
 
   std::unique_ptr<OpenAiModelClient> make(config::ModelConfig m) {
     ModelClientHooks hooks;
@@ -130,6 +132,7 @@ class ModelClientTest : public ::testing::Test {
     request.tools_json = tools_json;
     request.messages_echo = echo;
     request.deadline = clock.now() + left;
+    request.lost = &lost;
     auto future = asio::co_spawn(io, client.complete(std::move(request)), asio::use_future);
     io.restart();
     io.run();
@@ -228,6 +231,54 @@ TEST_F(ModelClientTest, ABodyThatIsNotAChatCompletionIsRetried) {
   ASSERT_TRUE(call(*client).ok());
   EXPECT_EQ(attempts.at(0).outcome, ModelOutcome::kBadResponse);
   EXPECT_EQ(slept.size(), 1u);
+}
+
+TEST_F(ModelClientTest, AnAnswerWithoutUsageIsBilledFromAnEstimateAndSaysSo) {
+  auto client = make(model_config({kA}));
+  script[kA] = {http(200, R"({"choices":[{"message":{"role":"assistant","content":)"
+                          R"("把周会改到晚上8点"},"finish_reason":"stop"}]})"),
+                ok()};
+  auto reply = call(*client);
+  ASSERT_TRUE(reply.ok()) << reply.error().message;
+  EXPECT_TRUE(reply.value().usage_estimated);
+  EXPECT_EQ(reply.value().usage.input, react::estimate_tokens(bodies.at(0)))
+      << "the whole request, as the provider counts it";
+  EXPECT_EQ(reply.value().usage.output, react::estimate_tokens("把周会改到晚上8点"));
+  EXPECT_GT(reply.value().usage.output, 0);
+  // A reported usage is the provider's, not flagged.
+  reply = call(*client);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_FALSE(reply.value().usage_estimated);
+  EXPECT_EQ(reply.value().usage.input, 100);
+  EXPECT_TRUE(lost.empty()) << "nothing was lost";
+}
+
+TEST_F(ModelClientTest, AttemptsThatMayHaveBeenChargedWithoutAnAnswerAreReported) {
+  config::ModelConfig m = model_config({kA});
+  m.max_retries = 5;
+  m.circuit_breaker.failure_threshold = 10;
+  auto client = make(m);
+  // A timeout (the provider may have answered after we stopped waiting), a 2xx that is not
+  // a completion but says what it cost, one that says nothing, a connection that never
+  // reached the provider; then the answer.
+  script[kA] = {
+      transport_error(ClientErrorKind::kTimeout),
+      http(200, R"({"object":"error","usage":{"prompt_tokens":40,"completion_tokens":7}})"),
+      http(200, "<html>gateway</html>"), transport_error(ClientErrorKind::kConnect), ok()};
+  auto reply = call(*client, seconds(60));
+  ASSERT_TRUE(reply.ok()) << reply.error().message;
+  EXPECT_EQ(reply.value().usage.input, 100);
+  ASSERT_EQ(lost.size(), 3u);
+  EXPECT_EQ(lost[0].reason, ChargeLoss::kTimeout);
+  EXPECT_TRUE(lost[0].estimated);
+  EXPECT_EQ(lost[0].usage.input, react::estimate_tokens(bodies.at(0)));
+  EXPECT_EQ(lost[0].usage.output, 0);
+  EXPECT_EQ(lost[1].reason, ChargeLoss::kUnreadable);
+  EXPECT_FALSE(lost[1].estimated) << "its own usage";
+  EXPECT_EQ(lost[1].usage.input, 40);
+  EXPECT_EQ(lost[1].usage.output, 7);
+  EXPECT_EQ(lost[2].reason, ChargeLoss::kUnreadable);
+  EXPECT_TRUE(lost[2].estimated);
 }
 
 TEST_F(ModelClientTest, ConnectionFailuresFailOverToTheOtherEndpoint) {

@@ -106,13 +106,25 @@ class ScriptedModel final : public ports::ModelClient {
     Result<ModelReply> reply;
     std::chrono::milliseconds takes{0};
     bool hangs = false;
+    bool held = false;             // answers once release() is called
+    std::vector<LostCharge> lost;  // attempts the client reports as lost before answering
   };
   explicit ScriptedModel(limits::ManualClock& clock) : clock_(clock) {}
 
-  void then(Result<ModelReply> reply, std::chrono::milliseconds takes = 0ms) {
-    script_.push_back(Answer{std::move(reply), takes, false});
+  void then(Result<ModelReply> reply, std::chrono::milliseconds takes = 0ms,
+            std::vector<LostCharge> lost = {}) {
+    script_.push_back(Answer{std::move(reply), takes, false, false, std::move(lost)});
   }
   void then_hang() { script_.push_back(Answer{Error{ErrorKind::kFatal, "unused"}, 0ms, true}); }
+  // A call that answers `reply` only when the test releases it (after the run stopped
+  // waiting, say).
+  void then_held(Result<ModelReply> reply) {
+    script_.push_back(Answer{std::move(reply), 0ms, false, true, {}});
+  }
+  void release() {
+    if (held_ != nullptr)
+      held_->cancel();
+  }
   // Runs when a call arrives (before it answers): lets a test act in the middle of a call.
   std::function<void()> on_call;
 
@@ -141,11 +153,16 @@ class ScriptedModel final : public ports::ModelClient {
                       "the script has no answer for call " + std::to_string(calls)};
     Answer answer = std::move(script_.front());
     script_.pop_front();
-    if (answer.hangs) {
+    if (answer.hangs || answer.held) {
       asio::steady_timer forever(co_await asio::this_coro::executor, std::chrono::hours(24));
+      if (answer.held)
+        held_ = &forever;
       boost::system::error_code ec;
       co_await forever.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      held_ = nullptr;
     }
+    if (request.lost != nullptr)
+      request.lost->insert(request.lost->end(), answer.lost.begin(), answer.lost.end());
     clock_.advance(answer.takes);
     co_return std::move(answer.reply);
   }
@@ -162,6 +179,7 @@ class ScriptedModel final : public ports::ModelClient {
  private:
   limits::ManualClock& clock_;
   std::deque<Answer> script_;
+  asio::steady_timer* held_ = nullptr;
 };
 
 // The tool service: records every invocation and answers ok (optionally taking time).
@@ -268,6 +286,12 @@ class MemoryRunStore final : public ports::RunStore {
     steps[step.step] = Row{ports::StepRecord{step.step, step.calls_json, {}}, {}};
     co_return Status(ok_status());
   }
+  asio::awaitable<Result<Status>> record_charges(ports::Charges recorded) override {
+    if (store_error)
+      co_return *store_error;  // unfenced, but not through an outage
+    charges.push_back(std::move(recorded));
+    co_return Status(ok_status());
+  }
   asio::awaitable<Result<Result<std::int64_t>>> finish(ports::TaskEnd end) override {
     if (store_error)
       co_return *store_error;
@@ -317,6 +341,7 @@ class MemoryRunStore final : public ports::RunStore {
   int tool_calls = 0;
   std::map<int, Row> steps;
   std::vector<ports::ModelStep> ledger;
+  std::vector<ports::Charges> charges;  // unreconciled
   std::optional<ports::TaskEnd> ended;
   std::string event;
   std::int64_t announcements = 0;
@@ -636,6 +661,91 @@ TEST(TaskRunner, ACancellationDuringAModelCallStopsAtOnceAndEndsCancelled) {
   EXPECT_TRUE(h.tools.invocations.empty());
   EXPECT_TRUE(h.store.ledger.empty());
   expect_ended_with(h, ErrorCode::kCancelled);
+}
+
+// Runs what is ready until `done` holds (at most 100 rounds): work the run left behind.
+void settle(Harness& h, const std::function<bool()>& done) {
+  for (int i = 0; i < 100 && !done(); ++i) {
+    h.io.restart();
+    h.io.poll();
+  }
+}
+
+TEST(TaskRunner, AModelCallTheRunStoppedWaitingForIsBilledUnreconciledWhenItsAnswerComes) {
+  Harness h;
+  h.model.then_held(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}, 300, 40));
+  h.model.on_call = [&h] { asio::post(h.io, [&h] { h.runner.cancel(kTaskId); }); };
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "cancelled");
+  EXPECT_TRUE(h.store.ledger.empty()) << "no step to bill it with";
+  EXPECT_TRUE(h.store.charges.empty()) << "not answered yet";
+  h.model.release();
+  settle(h, [&h] { return !h.store.charges.empty(); });
+  ASSERT_EQ(h.store.charges.size(), 1u) << "the provider charged for the answer nobody read";
+  const ports::Charges& billed = h.store.charges[0];
+  EXPECT_EQ(billed.task_id, kTaskId);
+  EXPECT_EQ(billed.attempt, 1);
+  EXPECT_EQ(billed.step, 0);
+  EXPECT_EQ(billed.user_id, kUser);
+  EXPECT_EQ(billed.model, "m1");
+  ASSERT_EQ(billed.charges.size(), 1u);
+  EXPECT_EQ(billed.charges[0].charge.reason, ChargeLoss::kAbandoned);
+  EXPECT_FALSE(billed.charges[0].charge.estimated) << "the provider's own usage";
+  EXPECT_EQ(billed.charges[0].charge.usage.input, 300);
+  EXPECT_EQ(billed.charges[0].charge.usage.output, 40);
+  EXPECT_FALSE(billed.charges[0].cost.empty());
+  EXPECT_FALSE(billed.charges[0].currency.empty());
+  EXPECT_TRUE(h.tools.invocations.empty()) << "its calls are never run";
+}
+
+TEST(TaskRunner, AnAnswerItsRunCouldNotCheckpointAfterTheLeaseWasLostIsBilledUnreconciled) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "create_item", R"({"title":"x"})")}, 120, 30));
+  h.model.on_call = [&h] { h.store.take_over(); };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  EXPECT_TRUE(h.store.ledger.empty()) << "the step is the new owner's";
+  ASSERT_EQ(h.store.charges.size(), 1u);
+  ASSERT_EQ(h.store.charges[0].charges.size(), 1u);
+  EXPECT_EQ(h.store.charges[0].attempt, 1) << "the attempt that made the call";
+  EXPECT_EQ(h.store.charges[0].charges[0].charge.reason, ChargeLoss::kLeaseLost);
+  EXPECT_EQ(h.store.charges[0].charges[0].charge.usage.input, 120);
+}
+
+TEST(TaskRunner, AttemptsTheClientReportsLostAreBilledUnreconciledAtTheirStep) {
+  Harness h;
+  LostCharge timed_out;
+  timed_out.usage.input = 90;
+  timed_out.estimated = true;
+  timed_out.reason = ChargeLoss::kTimeout;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(finish_reply("done"), 0ms, {timed_out});
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "succeeded");
+  EXPECT_EQ(h.store.ledger.size(), 2u) << "the answers are billed as always";
+  ASSERT_EQ(h.store.charges.size(), 1u);
+  EXPECT_EQ(h.store.charges[0].step, 1);
+  ASSERT_EQ(h.store.charges[0].charges.size(), 1u);
+  EXPECT_EQ(h.store.charges[0].charges[0].charge.reason, ChargeLoss::kTimeout);
+  EXPECT_TRUE(h.store.charges[0].charges[0].charge.estimated);
+  // Billed at the prices of the model: 90 input tokens cost something.
+  EXPECT_NE(h.store.charges[0].charges[0].cost, "0.000000");
+  EXPECT_NE(h.registry.render().find(
+                "agentfleet_model_charges_unreconciled_total{model=\"m1\",reason=\"timeout\"} 1"),
+            std::string::npos);
+}
+
+TEST(TaskRunner, AnAnswerWithoutUsageIsBilledFromItsEstimateAndFlagged) {
+  Harness h;
+  ModelReply estimated = finish_reply("done", 70, 9);
+  estimated.usage_estimated = true;
+  h.model.then(estimated);
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  ASSERT_EQ(h.store.ledger.size(), 1u);
+  EXPECT_TRUE(h.store.ledger[0].ledger.usage_estimated);
+  EXPECT_EQ(h.store.ledger[0].ledger.usage.input, 70);
+  EXPECT_TRUE(h.store.charges.empty());
+  EXPECT_NE(h.registry.render().find("agentfleet_model_usage_estimated_total{model=\"m1\"} 1"),
+            std::string::npos);
 }
 
 TEST(TaskRunner, ToolResultsThatCameBeforeACancelAreSavedToTheTraceAndCounted) {

@@ -239,7 +239,24 @@ std::string format_usage(const rapidjson::Value& models, const rapidjson::Value&
   }
   if (table.rows() == 0)
     return "no usage\n";
-  return table.render();
+  // What the figures above hold that no task step bills (docs/billing.md), when there is any.
+  std::string notes;
+  if (totals.IsArray()) {
+    for (const auto& t : totals.GetArray()) {
+      const std::int64_t lost = json::num(t, "unreconciled_calls", 0);
+      const std::int64_t estimated = json::num(t, "estimated_calls", 0);
+      if (lost > 0) {
+        notes += "of which unreconciled (answers lost to their tasks): " + std::to_string(lost) +
+                 " calls, " + json::str(t, "unreconciled_cost") + " " + json::str(t, "currency") +
+                 "\n";
+      }
+      if (estimated > 0) {
+        notes += "of which billed from an estimate (no usage from the provider): " +
+                 std::to_string(estimated) + " calls (" + json::str(t, "currency") + ")\n";
+      }
+    }
+  }
+  return table.render() + notes;
 }
 
 namespace {

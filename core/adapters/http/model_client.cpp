@@ -15,6 +15,7 @@
 #include "core/codec/text_tool_calls.hpp"
 #include "core/limits/retry_after.hpp"
 #include "core/limits/token_bucket.hpp"
+#include "core/react/context_budget.hpp"
 
 namespace agentfleet::http {
 
@@ -257,6 +258,18 @@ std::string describe(const codec::ProviderError& e) {
   return out;
 }
 
+// What an answer without usage is billed: the request's estimated tokens as input (its whole
+// body: the messages and the tools, as providers count them) and the answer's as output.
+TokenUsage estimated_usage(std::int64_t request_tokens, const ModelReply& reply) {
+  TokenUsage usage;
+  usage.input = request_tokens;
+  usage.reasoning = react::estimate_tokens(reply.reasoning);
+  usage.output = react::estimate_tokens(reply.content) + usage.reasoning;
+  for (const ToolCall& call : reply.tool_calls)
+    usage.output += react::estimate_tokens(call.name) + react::estimate_tokens(call.arguments);
+  return usage;
+}
+
 // A waiting call looks again at least this often: a half-open breaker's probe or another
 // call's correction can free an endpoint sooner than the computed time.
 constexpr milliseconds kMaxWaitSlice(1000);
@@ -287,6 +300,28 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
   const std::int64_t estimate =
       limits::estimate_request_tokens(body.size(), model.config.max_output_tokens);
   const std::string what = "model '" + model.config.name + "'";
+  // What the request is estimated to cost as input, for an attempt the provider may have
+  // charged for without saying how much.
+  // (Counted only when needed: it reads the whole body.)
+  std::optional<std::int64_t> counted;
+  auto request_tokens = [&] {
+    if (!counted)
+      counted = react::estimate_tokens(body);
+    return *counted;
+  };
+  auto lost = [&](ChargeLoss reason, std::optional<TokenUsage> usage) {
+    if (request.lost == nullptr)
+      return;
+    LostCharge charge;
+    charge.reason = reason;
+    charge.estimated = !usage;
+    if (usage) {
+      charge.usage = *usage;
+    } else {
+      charge.usage.input = request_tokens();
+    }
+    request.lost->push_back(charge);
+  };
 
   ++counters_.calls;
   std::vector<bool> failed_here(model.endpoints.size(), false);
@@ -398,6 +433,10 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
       }
       outcome = response.error == ClientErrorKind::kTimeout ? ModelOutcome::kTimeout
                                                             : ModelOutcome::kConnectError;
+      // A request that timed out may have been answered, and charged, after we stopped
+      // waiting; a connection that failed reached no provider.
+      if (outcome == ModelOutcome::kTimeout)
+        lost(ChargeLoss::kTimeout, std::nullopt);
       last_failure =
           where + ": " + std::string(to_string(response.error)) + ": " + response.error_message;
       endpoint.breaker.record_failure(now);
@@ -419,6 +458,8 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
       if (reply.ok()) {
         endpoint.breaker.record_success();
         endpoint.rate_limited_streak = 0;
+        if (reply.value().usage_estimated)
+          reply.value().usage = estimated_usage(request_tokens(), reply.value());
         const TokenUsage& usage = reply.value().usage;
         if (usage.input + usage.output > 0)
           endpoint.limits.correct(estimate, usage.input + usage.output, now);
@@ -428,6 +469,7 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
       outcome = ModelOutcome::kBadResponse;
       last_failure = where + ": HTTP " + std::to_string(response.status) +
                      " but not a chat completion: " + reply.error().message;
+      lost(ChargeLoss::kUnreadable, codec::parse_usage(response.body));
       endpoint.breaker.record_failure(now);
     } else {
       const codec::ProviderError provider =

@@ -141,6 +141,13 @@ struct WorkerMetrics::Families {
         cost(detail::counter(r, "agentfleet_model_cost_total",
                              "Cost of model calls in units of the currency (the bill itself "
                              "is exact in Postgres; this is for dashboards).")),
+        charges_unreconciled(detail::counter(
+            r, "agentfleet_model_charges_unreconciled_total",
+            "Model calls the provider may have charged for whose answer was lost to the task "
+            "(timeout, unreadable, abandoned, lease_lost), billed as unreconciled.")),
+        usage_estimated(detail::counter(r, "agentfleet_model_usage_estimated_total",
+                                        "Model calls billed from a local token estimate: the "
+                                        "provider reported no usage, or no answer came.")),
         tool_calls(
             detail::counter(r, "agentfleet_tool_calls_total", "Tool calls, by tool and outcome.")),
         tool_duration(detail::histogram(r, "agentfleet_tool_call_duration_seconds",
@@ -166,6 +173,8 @@ struct WorkerMetrics::Families {
   prometheus::Family<prometheus::Counter>& model_retries;
   prometheus::Family<prometheus::Counter>& tokens;
   prometheus::Family<prometheus::Counter>& cost;
+  prometheus::Family<prometheus::Counter>& charges_unreconciled;
+  prometheus::Family<prometheus::Counter>& usage_estimated;
   prometheus::Family<prometheus::Counter>& tool_calls;
   prometheus::Family<prometheus::Histogram>& tool_duration;
   prometheus::Family<prometheus::Gauge>& consumer_lag;
@@ -204,6 +213,11 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& registry, const config::Config& co
   for (const auto& model : f_->models.values()) {
     for (const char* kind : {"input", "cached_input", "output", "reasoning"})
       f_->tokens.Add({{"model", model}, {"kind", kind}});
+    for (ChargeLoss reason : {ChargeLoss::kTimeout, ChargeLoss::kUnreadable, ChargeLoss::kAbandoned,
+                              ChargeLoss::kLeaseLost}) {
+      f_->charges_unreconciled.Add({{"model", model}, {"reason", std::string(to_string(reason))}});
+    }
+    f_->usage_estimated.Add({{"model", model}});
   }
   for (const auto& price : config.billing.prices)
     f_->cost.Add({{"model", f_->models(price.model)}, {"currency", price.currency}});
@@ -287,6 +301,18 @@ void WorkerMetrics::model_request(std::string_view model, std::string_view endpo
 void WorkerMetrics::model_retry(std::string_view model, ModelOutcome reason) {
   f_->model_retries.Add({{"model", f_->models(model)}, {"reason", std::string(to_string(reason))}})
       .Increment();
+}
+
+void WorkerMetrics::charge_unreconciled(std::string_view model, ChargeLoss reason, bool estimated) {
+  f_->charges_unreconciled
+      .Add({{"model", f_->models(model)}, {"reason", std::string(to_string(reason))}})
+      .Increment();
+  if (estimated)
+    usage_estimated(model);
+}
+
+void WorkerMetrics::usage_estimated(std::string_view model) {
+  f_->usage_estimated.Add({{"model", f_->models(model)}}).Increment();
 }
 
 void WorkerMetrics::tokens(std::string_view model, const TokenUsage& usage) {

@@ -88,6 +88,12 @@ class WorkerMetrics {
   // The cost of one model call in micro-units of `currency`, exported in units.
   void cost(std::string_view model, std::string_view currency, std::int64_t micros);
 
+  // A model call the provider may have charged for whose answer was lost to the task,
+  // billed as unreconciled (counted as estimated too when its usage is an estimate).
+  void charge_unreconciled(std::string_view model, ChargeLoss reason, bool estimated);
+  // A model call billed from a local token estimate.
+  void usage_estimated(std::string_view model);
+
   // ---- tools ----
   // `seconds` is ignored for refused and invalid calls (they never reached the tool).
   void tool_call(std::string_view tool, ToolOutcome outcome, double seconds);

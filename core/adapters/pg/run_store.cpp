@@ -288,6 +288,8 @@ class ModelStepKind final : public WriteBatcher::Kind<ports::ModelStep, Status> 
       // A decimal string: Postgres reads it into numeric exactly.
       key_string(w, "cost", m->ledger.cost);
       key_string(w, "currency", m->ledger.currency);
+      w.Key("estimated");
+      w.Bool(m->ledger.usage_estimated);
       w.EndObject();
     }
     w.EndArray();
@@ -462,6 +464,45 @@ asio::awaitable<Result<Status>> RunStore::save_tool_results(ports::ToolResults r
 asio::awaitable<Result<Status>> RunStore::save_tool_step(ports::ToolStep step) {
   std::string key = step.task_id;
   co_return co_await writes_.run(std::move(key), kinds_->tool_steps, std::move(step));
+}
+
+asio::awaitable<Result<Status>> RunStore::record_charges(ports::Charges charges) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartArray();
+  for (const ports::UnreconciledCharge& c : charges.charges) {
+    w.StartObject();
+    key_string(w, "task_id", charges.task_id);
+    w.Key("attempt");
+    w.Int(charges.attempt);
+    w.Key("step");
+    w.Int(charges.step);
+    key_string(w, "user_id", charges.user_id);
+    key_string(w, "batch_id", charges.batch_id);
+    key_string(w, "model", charges.model);
+    w.Key("input");
+    w.Int64(c.charge.usage.input);
+    w.Key("cached");
+    w.Int64(c.charge.usage.cached_input);
+    w.Key("output");
+    w.Int64(c.charge.usage.output);
+    w.Key("reasoning");
+    w.Int64(c.charge.usage.reasoning);
+    w.Key("estimated");
+    w.Bool(c.charge.estimated);
+    key_string(w, "cost", c.cost);
+    key_string(w, "currency", c.currency);
+    key_string(w, "reason", to_string(c.charge.reason));
+    w.EndObject();
+  }
+  w.EndArray();
+  std::string rows = text_of(buffer);
+  // Named, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
+  auto write = [&rows](pqxx::work& tx) {
+    exec_named0(tx, "record_charges", rows);
+    return Status(ok_status());
+  };
+  co_return co_await writes_.run(charges.task_id, std::move(write));
 }
 
 asio::awaitable<Result<Result<std::int64_t>>> RunStore::finish(ports::TaskEnd end) {

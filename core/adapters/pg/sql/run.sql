@@ -88,7 +88,7 @@ WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, attempt integer, incarnation bigint, step integer, reply jsonb,
          latency_ms integer, user_id text, batch_id text, model text, input bigint, cached bigint, output bigint,
-         reasoning bigint, cost numeric, currency text)
+         reasoning bigint, cost numeric, currency text, estimated boolean)
 ), ours AS (
   SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
   CROSS JOIN LATERAL (
@@ -102,9 +102,10 @@ WITH req AS (
   SELECT r.task_id, r.step, r.attempt, r.reply, r.latency_ms FROM req r JOIN ours USING (task_id)
 ), ledger_rows AS (
   INSERT INTO usage_ledger (task_id, step, user_id, batch_id, model, input_tokens,
-                            cached_input_tokens, output_tokens, reasoning_tokens, cost, currency)
+                            cached_input_tokens, output_tokens, reasoning_tokens, cost, currency,
+                            usage_estimated)
   SELECT r.task_id, r.step, r.user_id, NULLIF(r.batch_id, ''), r.model, r.input, r.cached,
-         r.output, r.reasoning, r.cost, r.currency
+         r.output, r.reasoning, r.cost, r.currency, coalesce(r.estimated, false)
   FROM req r JOIN ours USING (task_id)
 ), totals AS (
   UPDATE tasks t SET steps = r.step + 1, input_tokens = t.input_tokens + r.input,
@@ -115,6 +116,21 @@ WITH req AS (
   WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND r.task_id = t.task_id
 )
 SELECT task_id::text FROM ours
+
+-- name: record_charges
+-- Model calls the provider may have charged for that no checkpoint bills (ports::Charges: a
+-- timeout, an unreadable answer, an answer the run stopped waiting for or could no longer
+-- checkpoint), a usage_unreconciled row each. Not fenced: the charge happened whoever owns
+-- the task now.
+INSERT INTO usage_unreconciled (task_id, attempt, step, user_id, batch_id, model, input_tokens,
+                                cached_input_tokens, output_tokens, reasoning_tokens,
+                                usage_estimated, cost, currency, reason)
+SELECT r.task_id, r.attempt, r.step, r.user_id, NULLIF(r.batch_id, ''), r.model, r.input, r.cached,
+       r.output, r.reasoning, r.estimated, r.cost, r.currency, r.reason
+FROM jsonb_to_recordset($1::jsonb)
+  AS r(task_id uuid, attempt integer, step integer, user_id text, batch_id text, model text,
+       input bigint, cached bigint, output bigint, reasoning bigint, estimated boolean,
+       cost numeric, currency text, reason text)
 
 -- name: save_tool_results
 -- Each step's tool results (what the model sees, and the trace) and the task's count of

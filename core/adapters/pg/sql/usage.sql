@@ -7,14 +7,29 @@
 -- name: usage
 -- Usage from the ledger per model and currency (calls, tasks, tokens, cost) and totals per
 -- currency, as JSON {"models": [...], "totals": [...]}, for user $1 and/or batch $2 ('':
--- any), over [$3, $4) (RFC 3339 timestamps; '': unbounded).
-WITH calls AS (
-  SELECT model, currency, count(*) AS calls, count(DISTINCT task_id) AS tasks,
-         sum(input_tokens) AS input_tokens, sum(cached_input_tokens) AS cached_input_tokens,
-         sum(output_tokens) AS output_tokens, sum(cost) AS cost
+-- any), over [$3, $4) (RFC 3339 timestamps; '': unbounded). Unreconciled charges (calls
+-- whose answers were lost to their tasks, usage_unreconciled) are part of it, and counted
+-- apart too, as are calls billed from an estimate.
+WITH billed AS (
+  SELECT model, currency, task_id, input_tokens, cached_input_tokens, output_tokens, cost,
+         false AS unreconciled, usage_estimated
   FROM usage_ledger
   WHERE ($1 = '' OR user_id = $1) AND ($2 = '' OR batch_id = $2)
     AND ($3 = '' OR called_at >= $3::timestamptz) AND ($4 = '' OR called_at < $4::timestamptz)
+  UNION ALL
+  SELECT model, currency, task_id, input_tokens, cached_input_tokens, output_tokens, cost,
+         true, usage_estimated
+  FROM usage_unreconciled
+  WHERE ($1 = '' OR user_id = $1) AND ($2 = '' OR batch_id = $2)
+    AND ($3 = '' OR called_at >= $3::timestamptz) AND ($4 = '' OR called_at < $4::timestamptz)
+), calls AS (
+  SELECT model, currency, count(*) AS calls, count(DISTINCT task_id) AS tasks,
+         count(*) FILTER (WHERE unreconciled) AS unreconciled_calls,
+         coalesce(sum(cost) FILTER (WHERE unreconciled), 0) AS unreconciled_cost,
+         count(*) FILTER (WHERE usage_estimated) AS estimated_calls,
+         sum(input_tokens) AS input_tokens, sum(cached_input_tokens) AS cached_input_tokens,
+         sum(output_tokens) AS output_tokens, sum(cost) AS cost
+  FROM billed
   GROUP BY model, currency
 )
 SELECT jsonb_build_object(
@@ -22,15 +37,24 @@ SELECT jsonb_build_object(
       'model', model, 'currency', currency, 'calls', calls, 'tasks', tasks,
       'input_tokens', input_tokens, 'cached_input_tokens', cached_input_tokens,
       'output_tokens', output_tokens,
-      'cost', to_char(cost, 'FM999999999999990.000000')) ORDER BY model, currency) FROM calls),
+      'cost', to_char(cost, 'FM999999999999990.000000'),
+      'unreconciled_calls', unreconciled_calls,
+      'unreconciled_cost', to_char(unreconciled_cost, 'FM999999999999990.000000'),
+      'estimated_calls', estimated_calls) ORDER BY model, currency) FROM calls),
     '[]'::jsonb),
   'totals', coalesce((SELECT jsonb_agg(jsonb_build_object(
       'currency', currency, 'calls', calls, 'input_tokens', input_tokens,
       'cached_input_tokens', cached_input_tokens, 'output_tokens', output_tokens,
-      'cost', to_char(cost, 'FM999999999999990.000000')) ORDER BY currency)
+      'cost', to_char(cost, 'FM999999999999990.000000'),
+      'unreconciled_calls', unreconciled_calls,
+      'unreconciled_cost', to_char(unreconciled_cost, 'FM999999999999990.000000'),
+      'estimated_calls', estimated_calls) ORDER BY currency)
     FROM (SELECT currency, sum(calls) AS calls, sum(input_tokens) AS input_tokens,
                  sum(cached_input_tokens) AS cached_input_tokens,
-                 sum(output_tokens) AS output_tokens, sum(cost) AS cost
+                 sum(output_tokens) AS output_tokens, sum(cost) AS cost,
+                 sum(unreconciled_calls) AS unreconciled_calls,
+                 sum(unreconciled_cost) AS unreconciled_cost,
+                 sum(estimated_calls) AS estimated_calls
           FROM calls GROUP BY currency) t), '[]'::jsonb))::text
 
 -- name: user_overrides

@@ -1,0 +1,125 @@
+// Every provider charge is billed (issue 18, item 6), on the embedded fleet through llm-sim:
+// an answer without usage is billed from the worker's estimate and flagged; an answer that
+// came after its run stopped waiting for it is billed as unreconciled, with the provider's
+// usage, in the bill and the metrics. (The client's lost attempts, the fenced save and the
+// estimates themselves are unit tests: model_client_test.cpp, task_runner_test.cpp.)
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "tests/integration/fleet_client.hpp"
+
+namespace agentfleet::test {
+namespace {
+
+using bhttp = boost::beast::http::verb;
+using namespace std::chrono_literals;
+
+std::string llm_sim() {
+  return "http://127.0.0.1:" + env()["LLM_SIM_PORT"];
+}
+
+double worker_sum(const std::string& series) {
+  return metric_sum(worker_metrics_urls(), series);
+}
+
+// The user's bill totals (one currency here).
+rapidjson::Document totals_of(const std::string& user) {
+  auto bill = api(bhttp::get, "/v1/users/" + user + "/usage", kAdminKey);
+  EXPECT_EQ(bill.status, 200) << bill.body;
+  rapidjson::Document doc = parse(bill.body);
+  rapidjson::Document totals;
+  if (doc.IsObject() && doc.HasMember("totals") && doc["totals"].IsArray() &&
+      doc["totals"].Size() == 1) {
+    totals.CopyFrom(doc["totals"][0], totals.GetAllocator());
+  }
+  EXPECT_TRUE(totals.IsObject()) << bill.body;
+  return totals;
+}
+
+TEST(Billing, AnAnswerWithoutUsageIsBilledFromTheWorkersEstimateAndFlagged) {
+  const std::string user = "bill-est-" + run_tag();
+  const std::string series = "agentfleet_model_usage_estimated_total{model=\"sim-model\"";
+  const double before = worker_sum(series);
+  const std::string id = submit(R"({"user_id":")" + user +
+                                R"(","text":"no-usage: steps=1","idempotency_key":"est-1"})");
+  auto task = wait_terminal(id);
+  ASSERT_EQ(str(task, "status"), "succeeded") << str(task, "error");
+  EXPECT_EQ(str(at(task, "result"), "message"), "no-usage 完成：1 步");
+  auto ledger = pg_row(
+      "SELECT count(*), bool_and(usage_estimated), min(input_tokens), min(output_tokens), "
+      "sum(cost)::text FROM usage_ledger WHERE task_id = $1::uuid",
+      id);
+  EXPECT_EQ(ledger[0].as<int>(), 2);
+  EXPECT_TRUE(ledger[1].as<bool>()) << "llm-sim sent no usage: every row is an estimate";
+  EXPECT_GT(ledger[2].as<std::int64_t>(), 0) << "the request's tokens, estimated";
+  EXPECT_GT(ledger[3].as<std::int64_t>(), 0) << "the answer's tokens, estimated";
+  EXPECT_NE(ledger[4].as<std::string>(), "0.000000") << "billed, not free";
+  auto totals = totals_of(user);
+  EXPECT_EQ(num(totals, "calls"), 2);
+  EXPECT_EQ(num(totals, "estimated_calls"), 2);
+  EXPECT_EQ(num(totals, "unreconciled_calls"), 0);
+  EXPECT_GE(worker_sum(series), before + 2);
+}
+
+TEST(Billing, AModelAnswerThatCameAfterTheTaskWasCancelledIsBilledUnreconciled) {
+  const std::string user = "bill-lost-" + run_tag();
+  const std::string series =
+      "agentfleet_model_charges_unreconciled_total{model=\"sim-model\",reason=\"abandoned\"";
+  const double before = worker_sum(series);
+  // The task's first model call is answered 10 s late: the cancel below ends the task long
+  // before, and the answer still comes, charged.
+  auto fault = fetch(llm_sim() + "/admin/faults", bhttp::post,
+                     R"({"mode":"slow","latency":"fixed:10000","scenario":"slow","step":0,)"
+                     R"("count":1})");
+  ASSERT_EQ(fault.status, 201) << fault.body;
+  const auto received = [] {
+    return num(parse(fetch(llm_sim() + "/stats", bhttp::get).body), "received");
+  };
+  const double received_before = received();
+  const std::string id =
+      submit(R"({"user_id":")" + user + R"(","text":"slow: steps=1","idempotency_key":"lost-1"})");
+  // Once llm-sim has the request (nothing else runs meanwhile), the call is in flight.
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (received() <= received_before && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_GT(received(), received_before) << "the model call never reached llm-sim";
+  auto cancel = api(bhttp::post, "/v1/tasks/" + id + "/cancel", kAdminKey);
+  EXPECT_EQ(cancel.status, 202) << cancel.body;
+  auto task = wait_terminal(id);
+  ASSERT_EQ(str(task, "status"), "cancelled");
+  ASSERT_EQ(num(task, "steps"), 0) << "the cancel came after the 10 s answer: nothing to test";
+  EXPECT_EQ(pg_count("SELECT count(*) FROM usage_ledger WHERE task_id = $1::uuid", id), 0);
+
+  // The answer comes about 10 s after the request; the worker bills it then.
+  const auto billed_by = std::chrono::steady_clock::now() + 40s;
+  while (pg_count("SELECT count(*) FROM usage_unreconciled WHERE task_id = $1::uuid", id) == 0 &&
+         std::chrono::steady_clock::now() < billed_by) {
+    std::this_thread::sleep_for(200ms);
+  }
+  auto row = pg_row(
+      "SELECT count(*), min(reason), bool_or(usage_estimated), min(input_tokens), "
+      "min(attempt), min(step), min(user_id), sum(cost)::text "
+      "FROM usage_unreconciled WHERE task_id = $1::uuid",
+      id);
+  ASSERT_EQ(row[0].as<int>(), 1) << "the late answer was not billed";
+  EXPECT_EQ(row[1].as<std::string>(), "abandoned");
+  EXPECT_FALSE(row[2].as<bool>()) << "llm-sim's own usage came with the answer";
+  EXPECT_GT(row[3].as<std::int64_t>(), 0);
+  EXPECT_EQ(row[4].as<int>(), 1);
+  EXPECT_EQ(row[5].as<int>(), 0);
+  EXPECT_EQ(row[6].as<std::string>(), user);
+  EXPECT_NE(row[7].as<std::string>(), "0.000000");
+  auto totals = totals_of(user);
+  EXPECT_EQ(num(totals, "calls"), 1) << "in the bill";
+  EXPECT_EQ(num(totals, "unreconciled_calls"), 1);
+  EXPECT_EQ(str(totals, "unreconciled_cost"), row[7].as<std::string>());
+  EXPECT_GE(worker_sum(series), before + 1);
+  EXPECT_EQ(num(at(task, "usage"), "input_tokens"), 0) << "not the task's own totals";
+}
+
+}  // namespace
+}  // namespace agentfleet::test
