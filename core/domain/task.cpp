@@ -77,6 +77,8 @@ std::string_view to_string(AgentStrategy strategy) {
 
 std::string_view to_string(ChargeLoss loss) {
   switch (loss) {
+    case ChargeLoss::kConnectionLost:
+      return "connection_lost";
     case ChargeLoss::kUnreadable:
       return "unreadable";
     case ChargeLoss::kAbandoned:

@@ -93,10 +93,11 @@ struct TokenUsage {
 // Why a model call the provider may have charged for has no step to bill it with: its answer
 // is lost to the task (docs/billing.md, "Unreconciled charges").
 enum class ChargeLoss {
-  kTimeout,     // the request was sent and no answer came before the call's deadline
-  kUnreadable,  // a 2xx whose body is not a chat completion
-  kAbandoned,   // the run stopped waiting (a cancel, a fence) and the answer came later
-  kLeaseLost,   // the answer came, but the task was no longer this attempt's to checkpoint
+  kTimeout,         // the request was sent and no answer came before the call's deadline
+  kConnectionLost,  // the request was sent and the connection failed before the whole answer
+  kUnreadable,      // a 2xx whose body is not a chat completion
+  kAbandoned,       // the run stopped waiting (a cancel, a fence) and the answer came later
+  kLeaseLost,       // the answer came, but the task was no longer this attempt's to checkpoint
 };
 std::string_view to_string(ChargeLoss loss);
 

@@ -34,6 +34,7 @@ class KeepAliveServer {
     kKeepAlive,          // keeps every connection open
     kCloseHeader,        // answers with `Connection: close` and closes
     kDropSecondRequest,  // reads the 2nd request of a connection and closes without answering
+    kDropEveryRequest,   // reads each request and closes without answering
   };
 
   explicit KeepAliveServer(Mode mode) : mode_(mode) {
@@ -74,7 +75,7 @@ class KeepAliveServer {
                                  asio::redirect_error(asio::use_awaitable, ec));
       if (ec)
         co_return;
-      if (mode_ == Mode::kDropSecondRequest && n == 2) {
+      if ((mode_ == Mode::kDropSecondRequest && n == 2) || mode_ == Mode::kDropEveryRequest) {
         stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
         co_return;
       }
@@ -165,6 +166,26 @@ TEST(ConnectionPool, AReusedConnectionClosedBeforeAnyResponseIsRetriedOnceOnAFre
   EXPECT_EQ(response.body, "1");  // the first request of a new connection
   EXPECT_EQ(server.accepted(), 2);
   EXPECT_EQ(pool.stats().stale_retries, 1u);
+}
+
+TEST(ConnectionPool, ARequestTheServerReadAndNeverAnsweredWasSentOneNeverDeliveredWasNot) {
+  // What a model call bills on: the server had the whole request, and may have acted on it.
+  KeepAliveServer server(KeepAliveServer::Mode::kDropEveryRequest);
+  asio::io_context io;
+  auto dropped = get(io, server.url(), nullptr);
+  ASSERT_FALSE(dropped.ok());
+  EXPECT_EQ(dropped.error, ClientErrorKind::kProtocol);
+  EXPECT_TRUE(dropped.sent);
+  // Nobody listens on the port any more: nothing was delivered.
+  asio::ip::tcp::acceptor probe(io, {asio::ip::make_address("127.0.0.1"), 0});
+  const std::string closed =
+      "http://127.0.0.1:" + std::to_string(probe.local_endpoint().port()) + "/x";
+  probe.close();
+  auto refused = get(io, closed, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_FALSE(refused.sent);
+  KeepAliveServer answering(KeepAliveServer::Mode::kKeepAlive);
+  EXPECT_TRUE(get(io, answering.url(), nullptr).sent);
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ const std::map<std::string, std::string>& pinned() {
       {"0009_earlier_texts.sql", "69bb6e99712a2834"},
       {"0010_validate_strategy_check.sql", "fc417564b99bc3c5"},
       {"0011_outbox_headers.sql", "6c2a6ccd8f75c5b9"},
-      {"0012_unreconciled_charges.sql", "00a7359e464f3a51"},
+      {"0012_unreconciled_charges.sql", "e3db4731053fa363"},
   };
   return kPinned;
 }

@@ -53,6 +53,13 @@ ClientResponse transport_error(ClientErrorKind kind) {
   return r;
 }
 
+// A failure after the whole request was written (the provider may have acted on it).
+ClientResponse failed_after_sending(ClientErrorKind kind) {
+  ClientResponse r = transport_error(kind);
+  r.sent = true;
+  return r;
+}
+
 config::ModelConfig model_config(std::vector<std::string> urls) {
   config::ModelConfig m;
   m.name = "m";
@@ -255,20 +262,25 @@ TEST_F(ModelClientTest, AnAnswerWithoutUsageIsBilledFromAnEstimateAndSaysSo) {
 
 TEST_F(ModelClientTest, AttemptsThatMayHaveBeenChargedWithoutAnAnswerAreReported) {
   config::ModelConfig m = model_config({kA});
-  m.max_retries = 5;
+  m.max_retries = 7;
   m.circuit_breaker.failure_threshold = 10;
   auto client = make(m);
-  // A timeout (the provider may have answered after we stopped waiting), a 2xx that is not
-  // a completion but says what it cost, one that says nothing, a connection that never
-  // reached the provider; then the answer.
+  // A timeout after the request was sent (the provider may have answered after we stopped
+  // waiting), a 2xx that is not a completion but says what it cost, one that says nothing,
+  // a connection lost while the answer came; and failures of requests never sent whole (a
+  // refused connection, a connect that timed out), which reached no provider. Then the answer.
   script[kA] = {
-      transport_error(ClientErrorKind::kTimeout),
+      failed_after_sending(ClientErrorKind::kTimeout),
       http(200, R"({"object":"error","usage":{"prompt_tokens":40,"completion_tokens":7}})"),
-      http(200, "<html>gateway</html>"), transport_error(ClientErrorKind::kConnect), ok()};
+      http(200, "<html>gateway</html>"),
+      failed_after_sending(ClientErrorKind::kProtocol),
+      transport_error(ClientErrorKind::kConnect),
+      transport_error(ClientErrorKind::kTimeout),
+      ok()};
   auto reply = call(*client, seconds(60));
   ASSERT_TRUE(reply.ok()) << reply.error().message;
   EXPECT_EQ(reply.value().usage.input, 100);
-  ASSERT_EQ(lost.size(), 3u);
+  ASSERT_EQ(lost.size(), 4u);
   EXPECT_EQ(lost[0].reason, ChargeLoss::kTimeout);
   EXPECT_TRUE(lost[0].estimated);
   EXPECT_EQ(lost[0].usage.input, react::estimate_tokens(bodies.at(0)));
@@ -279,6 +291,8 @@ TEST_F(ModelClientTest, AttemptsThatMayHaveBeenChargedWithoutAnAnswerAreReported
   EXPECT_EQ(lost[1].usage.output, 7);
   EXPECT_EQ(lost[2].reason, ChargeLoss::kUnreadable);
   EXPECT_TRUE(lost[2].estimated);
+  EXPECT_EQ(lost[3].reason, ChargeLoss::kConnectionLost);
+  EXPECT_TRUE(lost[3].estimated);
 }
 
 TEST_F(ModelClientTest, ConnectionFailuresFailOverToTheOtherEndpoint) {

@@ -352,8 +352,10 @@ asio::awaitable<Exchanged> exchange(Stream& stream, beast::flat_buffer& buffer,
     result.response =
         failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kProtocol,
                 "read: " + ec.message());
+    result.response.sent = true;
     co_return result;
   }
+  result.response.sent = true;
   result.reusable = parser.get().keep_alive() && !parser.get().need_eof() && out.keep_alive();
   auto in = parser.release();
   result.response.status = static_cast<int>(in.result_int());

@@ -56,6 +56,9 @@ enum class ClientErrorKind { kNone, kBadUrl, kTimeout, kConnect, kProtocol, kUns
 struct ClientResponse {
   ClientErrorKind error = ClientErrorKind::kNone;
   std::string error_message;  // set when error != kNone
+  // The whole request was written to the server, which may have acted on it (and charged
+  // for it) even when no complete answer came back.
+  bool sent = false;
   int status = 0;
   boost::beast::http::fields headers;
   std::string body;

@@ -433,10 +433,12 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
       }
       outcome = response.error == ClientErrorKind::kTimeout ? ModelOutcome::kTimeout
                                                             : ModelOutcome::kConnectError;
-      // A request that timed out may have been answered, and charged, after we stopped
-      // waiting; a connection that failed reached no provider.
-      if (outcome == ModelOutcome::kTimeout)
-        lost(ChargeLoss::kTimeout, std::nullopt);
+      // A request the provider got may have been answered, and charged, after we stopped
+      // waiting or lost the connection; one that was never sent whole reached no provider.
+      if (response.sent) {
+        lost(outcome == ModelOutcome::kTimeout ? ChargeLoss::kTimeout : ChargeLoss::kConnectionLost,
+             std::nullopt);
+      }
       last_failure =
           where + ": " + std::string(to_string(response.error)) + ": " + response.error_message;
       endpoint.breaker.record_failure(now);

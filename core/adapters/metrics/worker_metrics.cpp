@@ -144,7 +144,8 @@ struct WorkerMetrics::Families {
         charges_unreconciled(detail::counter(
             r, "agentfleet_model_charges_unreconciled_total",
             "Model calls the provider may have charged for whose answer was lost to the task "
-            "(timeout, unreadable, abandoned, lease_lost), billed as unreconciled.")),
+            "(timeout, connection_lost, unreadable, abandoned, lease_lost), billed as "
+            "unreconciled.")),
         usage_estimated(detail::counter(r, "agentfleet_model_usage_estimated_total",
                                         "Model calls billed from a local token estimate: the "
                                         "provider reported no usage, or no answer came.")),
@@ -213,8 +214,9 @@ WorkerMetrics::WorkerMetrics(MetricsRegistry& registry, const config::Config& co
   for (const auto& model : f_->models.values()) {
     for (const char* kind : {"input", "cached_input", "output", "reasoning"})
       f_->tokens.Add({{"model", model}, {"kind", kind}});
-    for (ChargeLoss reason : {ChargeLoss::kTimeout, ChargeLoss::kUnreadable, ChargeLoss::kAbandoned,
-                              ChargeLoss::kLeaseLost}) {
+    for (ChargeLoss reason :
+         {ChargeLoss::kTimeout, ChargeLoss::kConnectionLost, ChargeLoss::kUnreadable,
+          ChargeLoss::kAbandoned, ChargeLoss::kLeaseLost}) {
       f_->charges_unreconciled.Add({{"model", model}, {"reason", std::string(to_string(reason))}});
     }
     f_->usage_estimated.Add({{"model", model}});

@@ -5,9 +5,10 @@
 ALTER TABLE usage_ledger ADD COLUMN IF NOT EXISTS usage_estimated boolean NOT NULL DEFAULT false;
 
 -- Model calls the provider may have charged for that no checkpoint bills, because their
--- answer was lost to the task: a timeout after the request was sent, a 2xx that is not a chat
--- completion, an answer that came after the run stopped waiting (a cancel, a fence) or that
--- the run could no longer checkpoint (its lease was lost). Each with the provider's usage
+-- answer was lost to the task: a timeout or a lost connection after the request was sent, a
+-- 2xx that is not a chat completion, an answer that came after the run stopped waiting (a
+-- cancel, a fence, the call's own deadline) or that the run could no longer checkpoint (its
+-- lease was lost). Each with the provider's usage
 -- when it came, else an estimate from the request. Part of the bill (GET /v1/usage) and of
 -- the monthly spend a budget is held against; not of the task's own totals.
 CREATE TABLE IF NOT EXISTS usage_unreconciled (
@@ -26,7 +27,8 @@ CREATE TABLE IF NOT EXISTS usage_unreconciled (
   cost                numeric(20, 6) NOT NULL CHECK (cost >= 0),
   currency            text        NOT NULL,
   reason              text        NOT NULL
-                      CHECK (reason IN ('timeout', 'unreadable', 'abandoned', 'lease_lost')),
+                      CHECK (reason IN ('timeout', 'connection_lost', 'unreadable', 'abandoned',
+                                        'lease_lost')),
   called_at           timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS usage_unreconciled_user_time ON usage_unreconciled (user_id, called_at);
