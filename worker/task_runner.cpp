@@ -1135,6 +1135,7 @@ ports::Charges TaskRunner::charges_of(const Run& run, int step) {
   charges.user_id = run.claimed.spec.user_id;
   charges.batch_id = run.claimed.spec.batch_id;
   charges.model = run.claimed.spec.model;
+  charges.traceparent = run.traceparent;
   return charges;
 }
 
@@ -1160,7 +1161,9 @@ asio::awaitable<void> TaskRunner::bill_unreconciled(ports::Charges charges,
   const std::string user_id = charges.user_id;
   const std::string batch_id = charges.batch_id;
   const std::string model = charges.model;
-  const log::TaskContext task{task_id, user_id, batch_id, charges.attempt, charges.step};
+  const std::string traceparent = charges.traceparent;
+  const log::TaskContext task{task_id,         user_id,      batch_id,
+                              charges.attempt, charges.step, log::trace_id_of(traceparent)};
   auto recorded = co_await store_.record_charges(std::move(charges));
   if (!recorded.ok() || !recorded.value().ok()) {
     const std::string why =

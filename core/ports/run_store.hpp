@@ -96,6 +96,7 @@ struct Charges {
   std::string batch_id;
   std::string model;
   std::vector<UnreconciledCharge> charges;
+  std::string traceparent;  // the task's, for the log line; not stored
 };
 
 // Checkpoint of one model call: the reply and its ledger row, stored together.
