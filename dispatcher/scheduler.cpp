@@ -110,6 +110,15 @@ void Scheduler::idle(int ms) {
 }
 
 bool Scheduler::round() {
+  try {
+    return lead_and_pass();
+  } catch (...) {
+    store_failed_ = true;
+    throw;
+  }
+}
+
+bool Scheduler::lead_and_pass() {
   if (!leader_) {
     if (!store_.try_lead()) {
       metrics_.set_leader(false);
@@ -127,6 +136,18 @@ bool Scheduler::round() {
     estimates_.clear();
     metrics_.set_leader(true);
     log::write("info", "scheduler", "this replica is now the active scheduler");
+    // Leases that lapsed while the store was away say nothing about the workers: none could
+    // renew. Each gets one lease from now to hand back what it holds (its claims whose
+    // commit was in doubt among it, which recovery would otherwise count as lost attempts)
+    // before recovery takes their tasks over.
+    if (store_failed_) {
+      store_failed_ = false;
+      lapsed_trusted_at_ = clock_.now() + std::chrono::seconds(config_.worker.lease_s);
+      log::write("info", "scheduler",
+                 "after a failed round, no lapsed worker's running tasks are taken over for " +
+                     std::to_string(config_.worker.lease_s) +
+                     " s: their workers hand back what they hold first");
+    }
   }
   return pass();
 }
@@ -225,10 +246,12 @@ void Scheduler::log_endings(
 bool Scheduler::pass() {
   const auto started = clock_.now();
   reconcile_ended();
-  const ports::SchedulerPass spec{config_.kafka.topics.dispatch, config_.kafka.topics.results,
+  const ports::SchedulerPass spec{config_.kafka.topics.dispatch,
+                                  config_.kafka.topics.results,
                                   config_.dispatcher.scheduler_batch,
                                   config_.dispatcher.redispatch_after_s,
-                                  config_.dispatcher.max_attempts};
+                                  config_.dispatcher.max_attempts,
+                                  /*recover_lapsed=*/started >= lapsed_trusted_at_};
   // A generic plan is costed with the table sizes of the moment it was built: one cached
   // while tasks was small (a fresh fleet, then a flood of 100,000) joins it by a sequential
   // scan in every pass until autovacuum analyzes it. Dropped every second, the plans are

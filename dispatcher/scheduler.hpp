@@ -82,6 +82,7 @@ class Scheduler {
     std::int64_t tokens = 0;
   };
   void run();
+  bool lead_and_pass();
   // One pass; returns true when it used every slot (more may be waiting).
   bool pass();
   // The pass's endings and recoveries, once committed: a line per task dispatched again, a
@@ -114,6 +115,11 @@ class Scheduler {
   // When the time-driven part of a pass last ran, and whether it left work behind.
   std::chrono::steady_clock::time_point housekeeping_at_{};
   bool housekeeping_backlog_ = true;
+  // A round failed (the store was away, or the session broke) since the current term began:
+  // the next term holds back the recovery of lapsed incarnations' tasks until
+  // lapsed_trusted_at_, one worker lease after it began.
+  bool store_failed_ = false;
+  std::chrono::steady_clock::time_point lapsed_trusted_at_{};
   // When the pass's cached plans were last dropped (DISCARD PLANS), so that they are
   // rebuilt from the tables' current sizes.
   std::chrono::steady_clock::time_point plans_at_{};

@@ -32,6 +32,11 @@ struct SchedulerPass {
   // to the outbox) instead of being dispatched again: something kills every worker that
   // runs it, and trying forever would take workers down with it.
   int max_attempts = 5;
+  // Whether recovery may take over the running tasks of incarnations whose lease lapsed. False
+  // for one lease after the store came back from an outage: no worker could renew while it
+  // was away, and each gets a lease to hand back what it holds (a claim whose commit was in
+  // doubt among it) before recovery counts the attempt as lost.
+  bool recover_lapsed = true;
 };
 
 // Recovery: tasks whose worker lease expired, and dispatched tasks unclaimed for

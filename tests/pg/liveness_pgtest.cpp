@@ -272,9 +272,11 @@ TEST_F(Liveness, ATaskOfAVersion7WorkerIsTakenOverOnceItsOwnLeaseExpired) {
 
 // ---- the scheduler: recovery, capacity, upkeep -------------------------------------------
 
-pg::RecoveryReport recover(pqxx::connection& db, int redispatch_after_s = 60) {
+pg::RecoveryReport recover(pqxx::connection& db, int redispatch_after_s = 60,
+                           bool recover_lapsed = true) {
   pqxx::work tx(db);
   pg::SchedulerPass pass;
+  pass.recover_lapsed = recover_lapsed;
   pass.dispatch_topic = "agent.tasks.dispatch";
   pass.results_topic = "agent.tasks.results";
   pass.limit = 1000;
@@ -302,6 +304,28 @@ TEST_F(Liveness, RecoveryDispatchesAgainTheTasksOfALapsedIncarnationAndEndsThose
   EXPECT_EQ(r[5].as<std::string>(), "attempts_exhausted");
   r = task_row(db_, alive);
   EXPECT_EQ(r[0].as<std::string>(), "running") << "its worker is alive";
+}
+
+TEST_F(Liveness, AfterAnOutageALapsedIncarnationHandsBackItsClaimInDoubtBeforeRecoveryCounts) {
+  // Postgres was away longer than a lease: the worker's lease lapsed, and a claim it made as
+  // the store went away had committed without the worker learning so.
+  const std::int64_t lapsed = insert_worker(db_, 5);
+  const std::string in_doubt = insert_task(db_, "outage-u1", "running", 1, lapsed);
+  const std::string spent = insert_task(db_, "outage-u1", "running", 6, lapsed, /*releases=*/1);
+  auto report = recover(db_, 60, /*recover_lapsed=*/false);
+  EXPECT_EQ(report.lease_expired, 0);
+  EXPECT_EQ(report.exhausted, 0);
+  EXPECT_EQ(task_row(db_, in_doubt)[0].as<std::string>(), "running") << "held for its worker";
+  EXPECT_EQ(task_row(db_, spent)[0].as<std::string>(), "running") << "not ended either";
+
+  ASSERT_TRUE(await(store_.hand_back(lapsed, {{in_doubt, -1}})).ok());
+  auto r = task_row(db_, in_doubt);
+  EXPECT_EQ(r[0].as<std::string>(), "queued");
+  EXPECT_EQ(r[2].as<int>(), 1) << "released: the outage costs the task no attempt";
+
+  report = recover(db_);  // the hold is over: what the worker did not hand back is recovered
+  EXPECT_EQ(task_row(db_, spent)[0].as<std::string>(), "failed");
+  EXPECT_GE(report.exhausted, 1);
 }
 
 // A dispatched task whose message is old: (task id).

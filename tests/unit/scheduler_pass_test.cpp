@@ -44,14 +44,17 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
  public:
   bool try_lead() override {
     ++lead_tries;
+    if (store_away)
+      throw std::runtime_error("postgres connection: connection refused");
     return lock_free;
   }
   void reset() override { ++resets; }
   void wait(std::chrono::milliseconds, int) override {}
   void forget_heard() override {}
   void refresh_plans() override { ++plan_refreshes; }
-  ports::Housekeeping housekeep(const ports::SchedulerPass&) override {
+  ports::Housekeeping housekeep(const ports::SchedulerPass& pass) override {
     ++housekeepings;
+    recover_lapsed.push_back(pass.recover_lapsed);
     return housekeeping;
   }
   ports::FleetRoom read_fleet_room() override { return room; }
@@ -104,7 +107,9 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
   }
 
   bool lock_free = true;
+  bool store_away = false;
   bool fail_writes = false;
+  std::vector<bool> recover_lapsed;  // per housekeeping
   ports::FleetRoom room;
   ports::Backlog backlog;
   ports::Housekeeping housekeeping;
@@ -208,6 +213,36 @@ TEST(SchedulerRounds, HousekeepingRunsOncePerIntervalNotOncePerWakeUp) {
   h.store.housekeeping.recovery.lease_expired = 0;
   h.scheduler.round();
   EXPECT_EQ(h.store.housekeepings, 4);
+}
+
+TEST(SchedulerRounds, AfterTheStoreWasAwayLapsedWorkersGetALeaseBeforeTheirTasksAreTakenOver) {
+  Harness h;
+  h.queue({});
+  h.scheduler.round();
+  ASSERT_EQ(h.store.recover_lapsed.size(), 1u);
+  EXPECT_TRUE(h.store.recover_lapsed[0]) << "a term that saw no failure recovers at once";
+
+  // Postgres goes away: this replica's session breaks and it competes for the lock again.
+  Harness after;
+  after.queue({});
+  after.store.store_away = true;
+  EXPECT_THROW(after.scheduler.round(), std::runtime_error);
+  after.store.store_away = false;
+  after.scheduler.round();  // the store is back: a new term
+  ASSERT_EQ(after.store.recover_lapsed.size(), 1u);
+  EXPECT_FALSE(after.store.recover_lapsed[0])
+      << "no worker could renew while the store was away: their leases say nothing yet";
+  after.clock.advance(std::chrono::seconds(after.config.worker.lease_s - 1));
+  after.scheduler.round();
+  ASSERT_EQ(after.store.recover_lapsed.size(), 2u);
+  EXPECT_FALSE(after.store.recover_lapsed[1]);
+  after.clock.advance(std::chrono::seconds(1));
+  after.scheduler.round();
+  ASSERT_EQ(after.store.recover_lapsed.size(), 3u);
+  EXPECT_TRUE(after.store.recover_lapsed[2]) << "one lease later, a lapsed lease means gone";
+  after.clock.advance(std::chrono::hours(1));
+  after.scheduler.round();
+  EXPECT_TRUE(after.store.recover_lapsed.back()) << "the hold is once per outage";
 }
 
 TEST(SchedulerRounds, AWriteThatFailsGivesEveryGrantsChargeBack) {

@@ -188,9 +188,10 @@ int fail_exhausted(pqxx::work& tx, const SchedulerPass& pass) {
 
 RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
   RecoveryReport report;
-  report.exhausted = fail_exhausted(tx, pass);
+  if (pass.recover_lapsed)
+    report.exhausted = fail_exhausted(tx, pass);
   auto recovered = exec_named(tx, "sched_recover", pass.limit, pass.dispatch_topic,
-                              pass.redispatch_after_s, pass.max_attempts);
+                              pass.redispatch_after_s, pass.max_attempts, pass.recover_lapsed);
   for (const auto& task : read_dispatched(recovered)) {
     ++(task.was == "running" ? report.lease_expired : report.redispatched);
     report.tasks.push_back({task.task_id, task.user_id, task.traceparent, task.was == "running"});

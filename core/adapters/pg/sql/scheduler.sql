@@ -41,7 +41,8 @@ RETURNING
 -- that nothing is left to read on its partitions. A message behind a paused worker is not
 -- sent twice, unless it waited five times $3: the backstop for a consumer that reports a
 -- lag it never reads (the capacity the scheduler admits against bounds the real waits to
--- seconds).
+-- seconds). Running tasks are taken only while $5 (recover_lapsed): not for one lease after
+-- the store came back from an outage.
 -- Each picked task is marked dispatched (its lease and owner cleared) and its dispatch
 -- message written to the outbox. Per task: the status it was picked in, its priority,
 -- user, id, seconds since it was submitted, whether this is its first dispatch, its
@@ -49,7 +50,7 @@ RETURNING
 -- committed while the pass ran is never dispatched "before" it was created.
 WITH picked AS (
   SELECT task_id, status FROM tasks t
-  WHERE (status = 'running' AND attempt - releases < $4
+  WHERE (status = 'running' AND $5::boolean AND attempt - releases < $4
          AND ((t.worker_incarnation IS NULL AND t.lease_until < now())
               OR t.worker_incarnation IN (SELECT incarnation FROM workers
                                           WHERE lease_until < now())))
