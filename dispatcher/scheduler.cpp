@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "core/adapters/log.hpp"
 #include "core/billing/money.hpp"
@@ -111,9 +112,14 @@ void Scheduler::idle(int ms) {
 
 bool Scheduler::round() {
   try {
-    return lead_and_pass();
+    const bool more = lead_and_pass();
+    last_ok_ = clock_.now();
+    return more;
   } catch (...) {
+    // The lock lives and dies with the session, which the caller resets: the term is over.
     store_failed_ = true;
+    lost_term_ = leader_.exchange(false);
+    metrics_.set_leader(false);
     throw;
   }
 }
@@ -140,9 +146,11 @@ bool Scheduler::lead_and_pass() {
     // renew. Each gets one lease from now to hand back what it holds (its claims whose
     // commit was in doubt among it, which recovery would otherwise count as lost attempts)
     // before recovery takes their tasks over.
-    if (store_failed_) {
-      store_failed_ = false;
-      lapsed_trusted_at_ = clock_.now() + std::chrono::seconds(config_.worker.lease_s);
+    const auto now = clock_.now();
+    const bool gap =
+        !last_ok_ || now - *last_ok_ >= std::chrono::seconds(config_.worker.heartbeat_s);
+    if (std::exchange(store_failed_, false) && gap) {
+      lapsed_trusted_at_ = now + std::chrono::seconds(config_.worker.lease_s);
       log::write("info", "scheduler",
                  "after a failed round, no lapsed worker's running tasks are taken over for " +
                      std::to_string(config_.worker.lease_s) +
@@ -174,10 +182,13 @@ void Scheduler::run() {
     } catch (const std::exception& e) {
       // The lock lives and dies with the session: whatever failed, start over from a new
       // session and compete for the lock again.
-      if (leader_)
+      // round() ends the term when it fails and says whether there was one.
+      if (std::exchange(lost_term_, false) || leader_)
         log::write("warn", "scheduler", std::string("lost the scheduler lock: ") + e.what());
       else
         log::write("warn", "scheduler", std::string("scheduler: ") + e.what());
+      // A session that broke outside a round (in store_.wait()) is a failure too.
+      store_failed_ = true;
       leader_ = false;
       metrics_.set_leader(false);
       store_.reset();

@@ -35,6 +35,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -70,9 +71,9 @@ class Scheduler {
   bool leader() const { return leader_.load(); }
   // One round of what the thread does between its waits: competes for the lock when this
   // replica does not hold it, then runs a pass when it does. True when the pass used every
-  // slot (more may be waiting). Throws what the store throws (the thread then ends the
-  // session and competes again). The thread calls it; the unit tests call it instead of
-  // start(), with a fake store and a manual clock.
+  // slot (more may be waiting). Throws what the store throws, having ended the term (the
+  // thread then ends the session and competes again). The thread calls it; the unit tests call it
+  // instead of start(), with a fake store and a manual clock.
   bool round();
 
  private:
@@ -115,10 +116,16 @@ class Scheduler {
   // When the time-driven part of a pass last ran, and whether it left work behind.
   std::chrono::steady_clock::time_point housekeeping_at_{};
   bool housekeeping_backlog_ = true;
-  // A round failed (the store was away, or the session broke) since the current term began:
-  // the next term holds back the recovery of lapsed incarnations' tasks until
-  // lapsed_trusted_at_, one worker lease after it began.
+  // A round failed (the store was away, or the session broke) since the current term began.
+  // When the next term begins at least worker.heartbeat_s after the last round that
+  // succeeded (last_ok_; none yet: unknown, so held too), workers may have missed a renewal
+  // because of it: that term holds back the recovery of lapsed incarnations' tasks until
+  // lapsed_trusted_at_, one worker lease after it began. A failure followed at once by a new
+  // term (a statement timeout under load) holds nothing.
   bool store_failed_ = false;
+  std::optional<std::chrono::steady_clock::time_point> last_ok_;
+  // The last failed round ended a term (for run()'s log line).
+  bool lost_term_ = false;
   std::chrono::steady_clock::time_point lapsed_trusted_at_{};
   // When the pass's cached plans were last dropped (DISCARD PLANS), so that they are
   // rebuilt from the tables' current sizes.

@@ -245,6 +245,38 @@ TEST(SchedulerRounds, AfterTheStoreWasAwayLapsedWorkersGetALeaseBeforeTheirTasks
   EXPECT_TRUE(after.store.recover_lapsed.back()) << "the hold is once per outage";
 }
 
+TEST(SchedulerRounds, ARoundThatFailsAndANewTermAtOnceHoldNoRecovery) {
+  // A statement that timed out under load ends the term; the next round begins a new one at
+  // once. No worker missed a renewal because of it: a lapsed lease still means gone.
+  Harness h;
+  h.queue({waiting("u1", 1)});
+  h.scheduler.round();
+  ASSERT_TRUE(h.scheduler.leader());
+  h.store.fail_writes = true;
+  EXPECT_THROW(h.scheduler.round(), std::runtime_error);
+  EXPECT_FALSE(h.scheduler.leader()) << "a failed round ends the term";
+  h.store.fail_writes = false;
+  h.clock.advance(std::chrono::milliseconds(200));
+  std::size_t looked = h.store.recover_lapsed.size();
+  h.scheduler.round();
+  ASSERT_TRUE(h.scheduler.leader());
+  ASSERT_EQ(h.store.recover_lapsed.size(), looked + 1) << "a new term looks at once";
+  EXPECT_TRUE(h.store.recover_lapsed.back()) << "a moment's failure holds no recovery back";
+
+  // The store away for longer than a heartbeat: every worker may have missed its renewal.
+  h.store.store_away = true;
+  h.store.fail_writes = true;
+  EXPECT_THROW(h.scheduler.round(), std::runtime_error);
+  h.clock.advance(std::chrono::seconds(h.config.worker.heartbeat_s));
+  EXPECT_THROW(h.scheduler.round(), std::runtime_error);
+  h.store.store_away = false;
+  h.store.fail_writes = false;
+  looked = h.store.recover_lapsed.size();
+  h.scheduler.round();
+  ASSERT_EQ(h.store.recover_lapsed.size(), looked + 1);
+  EXPECT_FALSE(h.store.recover_lapsed.back()) << "after an outage, lapsed workers get a lease";
+}
+
 TEST(SchedulerRounds, AWriteThatFailsGivesEveryGrantsChargeBack) {
   // A user allowed 2 admissions a minute: a pass whose write failed dispatched nothing, so
   // the next one (on a new session) may admit both again.
