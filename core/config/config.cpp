@@ -778,8 +778,8 @@ void read_tools(const Section& root, std::vector<ToolConfig>& out) {
     read_properties(s, "headers", headers);
     for (auto& [name, value] : headers) {
       static const std::set<std::string> kReserved = {
-          "x-user-id",   "x-device-id",  "x-task-id", "idempotency-key",
-          "traceparent", "content-type", "host",      "content-length"};
+          "x-user-id",    "x-device-id", "x-task-id",      "idempotency-key", "traceparent",
+          "content-type", "host",        "content-length", "x-task-attempt"};
       std::string lower = name;
       std::transform(lower.begin(), lower.end(), lower.begin(),
                      [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });

@@ -20,6 +20,9 @@ struct ToolInvocation {
   std::string idempotency_key;  // "<task_id>:<step>:<call index>"
   std::chrono::steady_clock::time_point deadline;
   std::string traceparent;
+  // The task's attempt (X-Task-Attempt): a tool service that keeps idempotency keys refuses
+  // a call whose attempt is lower than one it has seen with the key (docs/tools.md).
+  int attempt = 0;
 };
 
 struct ToolOutcome {

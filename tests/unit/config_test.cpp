@@ -859,6 +859,8 @@ TEST_F(ConfigTest, ToolMethodAndServiceHeaders) {
   // Identity headers come from the task, never from configuration.
   EXPECT_CONTAINS(error_of(kMinimal + "tools:" + kTool + "    headers: {X-User-ID: admin}\n"),
                   "/tools/0/headers/X-User-ID: header 'X-User-ID' is set by the worker");
+  EXPECT_CONTAINS(error_of(kMinimal + "tools:" + kTool + "    headers: {x-task-attempt: \"9\"}\n"),
+                  "/tools/0/headers/x-task-attempt: header 'x-task-attempt' is set by the worker");
 }
 
 TEST_F(ConfigTest, TierToolPermissionAndDefaultTier) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include "core/codec/json_text.hpp"
+#include "core/limits/retry_after.hpp"
 #include "core/react/react_loop.hpp"
 
 namespace agentfleet::http {
@@ -57,6 +58,20 @@ void percent_encode(std::string& out, std::string_view text) {
       out.push_back(kHex[c & 0xf]);
     }
   }
+}
+
+// The error code of a {"error": {"code": C}} body, or empty.
+std::string error_code_of(const std::string& body) {
+  rapidjson::Document doc;
+  if (!codec::parse_json(doc, body) || !doc.IsObject())
+    return {};
+  auto error = doc.FindMember("error");
+  if (error == doc.MemberEnd() || !error->value.IsObject())
+    return {};
+  auto code = error->value.FindMember("code");
+  if (code == error->value.MemberEnd() || !code->value.IsString())
+    return {};
+  return std::string(code->value.GetString(), code->value.GetStringLength());
 }
 
 boost::beast::http::verb verb_of(const std::string& method) {
@@ -111,6 +126,45 @@ std::string query_of_arguments(const std::string& arguments_json) {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> tool_request_headers(
+    const config::ToolConfig& tool, const ports::ToolInvocation& invocation) {
+  std::vector<std::pair<std::string, std::string>> headers = tool.headers;
+  headers.emplace_back("X-User-ID", invocation.user_id);
+  if (!invocation.device_id.empty())
+    headers.emplace_back("X-Device-ID", invocation.device_id);
+  if (!invocation.task_id.empty())
+    headers.emplace_back("X-Task-ID", invocation.task_id);
+  headers.emplace_back("Idempotency-Key", invocation.idempotency_key);
+  if (invocation.attempt > 0)
+    headers.emplace_back("X-Task-Attempt", std::to_string(invocation.attempt));
+  if (!invocation.traceparent.empty())
+    headers.emplace_back("traceparent", invocation.traceparent);
+  return headers;
+}
+
+ToolRetry tool_retry(bool idempotent, int sent, const ClientResponse& response,
+                     std::chrono::system_clock::time_point now) {
+  using std::chrono::milliseconds;
+  const milliseconds backoff(100LL << std::clamp(sent - 1, 0, 10));
+  if (!response.ok()) {
+    // A timeout may have acted and took the whole budget; a bad URL or TLS fails again.
+    const bool transient =
+        response.error != ClientErrorKind::kTimeout && response.error != ClientErrorKind::kBadUrl &&
+        response.error != ClientErrorKind::kUnsupported && response.error != ClientErrorKind::kTls;
+    return {idempotent && transient && sent < kToolMaxSends, backoff};
+  }
+  if (response.status == 409 && error_code_of(response.body) == "idempotency_key_in_use") {
+    // The service runs the call with this key right now: it will answer what that one did.
+    const milliseconds asked = limits::parse_retry_after(response.header("retry-after-ms"),
+                                                         response.header("Retry-After"), now)
+                                   .value_or(milliseconds(500));
+    return {sent < kToolMaxInUseSends, std::clamp(asked, milliseconds(100), milliseconds(5000))};
+  }
+  if (response.status >= 500)
+    return {idempotent && sent < kToolMaxSends, backoff};
+  return {};
+}
+
 asio::awaitable<ports::ToolOutcome> HttpToolClient::call(ports::ToolInvocation invocation) {
   ports::ToolOutcome outcome;
   outcome.observation.tool = invocation.tool;
@@ -124,8 +178,7 @@ asio::awaitable<ports::ToolOutcome> HttpToolClient::call(ports::ToolInvocation i
   const config::ToolConfig& tool = it->second;
   const auto deadline =
       std::min(invocation.deadline, started + std::chrono::seconds(tool.timeout_s));
-  const int max_attempts = tool.idempotent ? 3 : 1;
-  for (int attempt = 0; attempt < max_attempts; ++attempt) {
+  for (int sent = 1;; ++sent) {
     ClientRequest request;
     request.method = verb_of(tool.method);
     if (request.method == boost::beast::http::verb::get) {
@@ -136,26 +189,15 @@ asio::awaitable<ports::ToolOutcome> HttpToolClient::call(ports::ToolInvocation i
       request.body = invocation.arguments;
     }
     request.deadline = deadline;
-    // Service credentials first; identity last, from the task, so nothing can replace it.
-    request.headers = tool.headers;
-    request.headers.emplace_back("X-User-ID", invocation.user_id);
-    if (!invocation.device_id.empty())
-      request.headers.emplace_back("X-Device-ID", invocation.device_id);
-    if (!invocation.task_id.empty())
-      request.headers.emplace_back("X-Task-ID", invocation.task_id);
-    request.headers.emplace_back("Idempotency-Key", invocation.idempotency_key);
-    if (!invocation.traceparent.empty())
-      request.headers.emplace_back("traceparent", invocation.traceparent);
+    request.headers = tool_request_headers(tool, invocation);
     ClientResponse response = co_await fetch(executor_, std::move(request), &pool_);
     outcome.latency = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
     outcome.http_status = response.status;
-    bool retry = false;
     if (!response.ok()) {
       outcome.observation.ok = false;
       outcome.observation.content = react::tool_error_json(
           response.error == ClientErrorKind::kTimeout ? "timeout" : "unavailable",
           "tool " + tool.name + ": " + response.error_message);
-      retry = response.error != ClientErrorKind::kTimeout;
     } else if (response.status >= 200 && response.status < 300) {
       ToolBody read = read_tool_body(response.body);
       outcome.observation.ok = read.ok;
@@ -164,14 +206,12 @@ asio::awaitable<ports::ToolOutcome> HttpToolClient::call(ports::ToolInvocation i
     } else {
       outcome.observation.ok = false;
       outcome.observation.content = error_content(response.status, response.body);
-      retry = response.status >= 500;
     }
-    if (!retry || attempt + 1 == max_attempts)
+    const ToolRetry retry =
+        tool_retry(tool.idempotent, sent, response, std::chrono::system_clock::now());
+    if (!retry.again || Clock::now() + retry.wait >= deadline)
       break;
-    const auto wait = std::chrono::milliseconds(100LL << attempt);
-    if (Clock::now() + wait >= deadline)
-      break;
-    asio::steady_timer timer(executor_, wait);
+    asio::steady_timer timer(executor_, retry.wait);
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
