@@ -576,6 +576,81 @@ TEST(ToolSimIdempotency, OldestKeysAreEvicted) {
   EXPECT_EQ(stats(service)["keys_evicted"].GetInt(), 2);
 }
 
+TEST(ToolSimIdempotency, AKeyRunningElsewhereIsAnsweredInUseThenItsOutcome) {
+  // The protocol of docs/tools.md: the first call reserves its key on arrival; a second
+  // with the same key while it runs is told to ask again; asked again, it gets the outcome.
+  ToolService service(fixed_options());
+  const std::string body =
+      R"({"item_type":"todo","title":"买牛奶","date":"2026-02-05","time_segment":"evening"})";
+  const ToolCall first{"create_item", "u1", "t1:1:0", body, 1};
+  EXPECT_FALSE(service.admit(first).has_value()) << "reserved for the first call";
+  const ToolCall again{"create_item", "u1", "t1:1:0", body, 2};
+  const std::optional<ToolResponse> busy = service.admit(again);
+  ASSERT_TRUE(busy.has_value());
+  EXPECT_EQ(busy->status, 409);
+  EXPECT_NE(busy->body.find("idempotency_key_in_use"), std::string::npos);
+  const ToolResponse done = service.call(first);
+  EXPECT_EQ(done.status, 200);
+  EXPECT_FALSE(service.admit(again).has_value()) << "stored now: call() answers it";
+  const ToolResponse replay = service.call(again);
+  EXPECT_TRUE(replay.replayed);
+  EXPECT_EQ(replay.body, done.body);
+  const auto doc = stats(service);
+  EXPECT_EQ(doc["in_progress"].GetInt(), 1);
+  EXPECT_EQ(doc["side_effects"].GetInt(), 1);
+  // Another user's key of the same text is theirs alone.
+  EXPECT_FALSE(service.admit({"create_item", "u2", "t1:1:0", body, 1}).has_value());
+}
+
+TEST(ToolSimIdempotency, AnOlderAttemptThanTheKeyHasSeenIsRefused) {
+  // A worker that lost its task to a later attempt sends late: refused, whether the later
+  // attempt's call is running or done, and nothing executes.
+  ToolService service(fixed_options());
+  const std::string body =
+      R"({"item_type":"todo","title":"买牛奶","date":"2026-02-05","time_segment":"evening"})";
+  EXPECT_FALSE(service.admit({"create_item", "u1", "t1:1:0", body, 3}).has_value());
+  std::optional<ToolResponse> stale = service.admit({"create_item", "u1", "t1:1:0", body, 2});
+  ASSERT_TRUE(stale.has_value());
+  EXPECT_EQ(stale->status, 409);
+  EXPECT_NE(stale->body.find("stale_attempt"), std::string::npos);
+  EXPECT_EQ(service.call({"create_item", "u1", "t1:1:0", body, 3}).status, 200);
+  EXPECT_EQ(service.call({"create_item", "u1", "t1:1:0", body, 1}).status, 409);
+  stale = service.admit({"create_item", "u1", "t1:1:0", body, 1});
+  ASSERT_TRUE(stale.has_value());
+  EXPECT_NE(stale->body.find("stale_attempt"), std::string::npos);
+  // The same or a later attempt gets the stored answer; a call without the header is
+  // never stale.
+  EXPECT_TRUE(service.call({"create_item", "u1", "t1:1:0", body, 4}).replayed);
+  EXPECT_TRUE(service.call({"create_item", "u1", "t1:1:0", body, 0}).replayed);
+  EXPECT_EQ(service.call({"create_item", "u1", "t1:1:0", body, 3}).status, 409)
+      << "attempt 4 was seen";
+  const auto doc = stats(service);
+  EXPECT_EQ(doc["stale_attempts"].GetInt(), 4);
+  EXPECT_EQ(doc["side_effects"].GetInt(), 1);
+}
+
+TEST(ToolSimIdempotency, AKeylessToolExecutesEveryCall) {
+  // As a service without idempotency support: a call sent twice acts twice, and /records
+  // shows its key twice (what the chaos checker looks for).
+  ToolServiceOptions options = fixed_options();
+  options.keyless_tools = {"create_item"};
+  ToolService service(options);
+  const std::string body =
+      R"({"item_type":"todo","title":"买牛奶","date":"2026-02-05","time_segment":"evening"})";
+  EXPECT_FALSE(service.admit({"create_item", "u1", "k", body, 1}).has_value());
+  EXPECT_FALSE(service.admit({"create_item", "u1", "k", body, 1}).has_value());
+  EXPECT_FALSE(service.call({"create_item", "u1", "k", body, 1}).replayed);
+  EXPECT_FALSE(service.call({"create_item", "u1", "k", body, 1}).replayed);
+  EXPECT_EQ(stats(service)["side_effects"].GetInt(), 2);
+  EXPECT_EQ(stats(service)["keyless_calls"].GetInt(), 2);
+  rapidjson::Document records;
+  records.Parse(service.records_json(std::string("u1")).c_str());
+  ASSERT_EQ(records.Size(), 2u);
+  EXPECT_EQ(str(records[1], "idempotency_key"), "k");
+  EXPECT_TRUE(call(service, "u1", "search_items", "{}", "s").status == 200);
+  EXPECT_TRUE(call(service, "u1", "search_items", "{}", "s").replayed) << "other tools keep keys";
+}
+
 // --- seed ---------------------------------------------------------------------------------
 
 std::string read_text(const std::string& path) {

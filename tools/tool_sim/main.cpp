@@ -17,6 +17,8 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <unistd.h>
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -61,6 +63,8 @@ complete_todo, get_event_groups) that agentfleet workers call over HTTP.
   --utc-offset +HH:MM  fixed offset for "today" and timestamps (default +08:00)
   --threads N          io_context threads (default 1)
   --max-keys N         idempotency keys kept before the oldest are forgotten (default 1000000)
+  --keyless-tools A,B  these tools keep no idempotency keys, as a service without support
+                       for them: every call executes (default: none)
   --timing-log PATH    append one line per executed tool call: the tool, the traceparent's
                        trace id, received and answered (µs since the epoch); tools/bench
   --help               this text
@@ -81,6 +85,7 @@ struct Flags {
   int utc_offset_minutes = 8 * 60;
   int threads = 1;
   long long max_keys = 1000000;
+  std::vector<std::string> keyless_tools;
   std::string timing_log;
 };
 
@@ -176,6 +181,14 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
       flags.threads = static_cast<int>(parse_number(flag, value(), 1, 64));
     } else if (flag == "--max-keys") {
       flags.max_keys = parse_number(flag, value(), 1, 1000000000);
+    } else if (flag == "--keyless-tools") {
+      std::stringstream names(value());
+      for (std::string name; std::getline(names, name, ',');) {
+        const auto& known = tool_sim::ToolService::tool_names();
+        if (std::find(known.begin(), known.end(), name) == known.end())
+          throw UsageError{"--keyless-tools: no tool named '" + name + "'"};
+        flags.keyless_tools.push_back(name);
+      }
     } else {
       throw UsageError{"unknown flag '" + args[i] + "'"};
     }
@@ -320,8 +333,16 @@ asio::awaitable<http::Reply> handle_reply(App* app, http::Request& request) {
     co_return reply_of(co_await handle(app, request));
   }
   const auto received = std::chrono::system_clock::now();
-  const tool_sim::ToolCall call{path.substr(kToolsPrefix.size()), header(request, "X-User-Id"),
-                                header(request, "Idempotency-Key"), request.body()};
+  tool_sim::ToolCall call{path.substr(kToolsPrefix.size()), header(request, "X-User-Id"),
+                          header(request, "Idempotency-Key"), request.body()};
+  {
+    const std::string_view attempt = header(request, "X-Task-Attempt");
+    int value = 0;
+    const auto [end, error] =
+        std::from_chars(attempt.data(), attempt.data() + attempt.size(), value);
+    if (error == std::errc() && end == attempt.data() + attempt.size() && value > 0)
+      call.attempt = value;
+  }
   std::optional<sim::FaultSpec> fault = app->faults->next(std::nullopt);
   if (!fault) {
     sim::FaultTarget fault_target;
@@ -344,6 +365,24 @@ asio::awaitable<http::Reply> handle_reply(App* app, http::Request& request) {
     }
     co_return reply;
   }
+  // The protocol of docs/tools.md: a key running elsewhere, or an older attempt, is
+  // answered now; otherwise the key is this call's until it has run.
+  if (std::optional<tool_sim::ToolResponse> refused = app->service->admit(call)) {
+    http::Reply reply = reply_of(
+        http::make_response(request, static_cast<http::Status>(refused->status), refused->body));
+    if (refused->body.find("idempotency_key_in_use") != std::string::npos)
+      reply.response.set("Retry-After", "1");
+    co_return reply;
+  }
+  struct Release {
+    tool_sim::ToolService* service;
+    const tool_sim::ToolCall* call;
+    bool armed = true;
+    ~Release() {
+      if (armed)
+        service->release(*call);
+    }
+  } release{app->service, &call};
   std::chrono::milliseconds delay = app->random->sample(app->latency->get());
   if (fault && fault->mode == sim::FaultMode::kSlow && fault->latency)
     delay += app->random->sample(*fault->latency);
@@ -352,6 +391,7 @@ asio::awaitable<http::Reply> handle_reply(App* app, http::Request& request) {
     timer.expires_after(delay);
     co_await timer.async_wait(asio::use_awaitable);
   }
+  release.armed = false;
   const auto response = app->service->call(call);
   http::Reply reply = reply_of(
       http::make_response(request, static_cast<http::Status>(response.status), response.body));
@@ -455,6 +495,7 @@ int main(int argc, char** argv) {
     tool_sim::ToolServiceOptions options;
     options.utc_offset_minutes = flags.utc_offset_minutes;
     options.max_keys = static_cast<std::size_t>(flags.max_keys);
+    options.keyless_tools = flags.keyless_tools;
     options.envelope = flags.envelope;
     tool_sim::ToolService service(options);
     sim::RandomSource random(flags.random_seed);

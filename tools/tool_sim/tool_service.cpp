@@ -321,13 +321,77 @@ void ToolService::reset(std::string_view seed_yaml) {
   std::lock_guard lock(mutex_);
   store_ = std::move(store);
   calls_ = executed_ = duplicates_ = key_conflicts_ = side_effects_ = keys_evicted_ = 0;
-  injected_ = 0;
+  injected_ = in_progress_ = stale_attempts_ = keyless_ = 0;
   faults_.clear();
   for (auto& [name, counters] : by_tool_)
     counters = ToolCounters{};
   responses_.clear();
   key_order_.clear();
+  running_.clear();
   records_.clear();
+}
+
+std::string ToolService::key_of(const ToolCall& call) const {
+  if (call.idempotency_key.empty())
+    return {};
+  const auto& keyless = options_.keyless_tools;
+  if (std::find(keyless.begin(), keyless.end(), call.tool) != keyless.end())
+    return {};
+  std::string key(call.user_id);
+  key += '\0';
+  key.append(call.idempotency_key);
+  return key;
+}
+
+ToolResponse ToolService::stale(const ToolCall& call, int seen) {
+  ++stale_attempts_;
+  return {409,
+          error_body({409,
+                      "stale_attempt",
+                      "attempt " + std::to_string(call.attempt) + " is older than attempt " +
+                          std::to_string(seen) + " already seen with this Idempotency-Key",
+                      "",
+                      {}}),
+          false};
+}
+
+std::optional<ToolResponse> ToolService::admit(const ToolCall& call) {
+  std::lock_guard lock(mutex_);
+  const std::string key = key_of(call);
+  if (key.empty() || call.user_id.empty())
+    return std::nullopt;
+  if (auto stored = responses_.find(key); stored != responses_.end()) {
+    if (call.attempt > 0 && call.attempt < stored->second.attempt) {
+      ++calls_;
+      return stale(call, stored->second.attempt);
+    }
+    return std::nullopt;  // call() answers the stored response
+  }
+  auto running = running_.find(key);
+  if (running == running_.end()) {
+    running_.emplace(key, call.attempt);
+    return std::nullopt;
+  }
+  ++calls_;
+  if (call.attempt > 0 && call.attempt < running->second)
+    return stale(call, running->second);
+  running->second = std::max(running->second, call.attempt);
+  ++in_progress_;
+  return ToolResponse{409,
+                      error_body({409,
+                                  "idempotency_key_in_use",
+                                  "a call with this Idempotency-Key is running; ask again after "
+                                  "Retry-After for its answer",
+                                  "",
+                                  {}}),
+                      false};
+}
+
+void ToolService::release(const ToolCall& call) {
+  std::lock_guard lock(mutex_);
+  const std::string key = key_of(call);
+  if (!key.empty())
+    running_.erase(key);
 }
 
 ToolResponse ToolService::call(const ToolCall& call) {
@@ -366,19 +430,26 @@ ToolResponse ToolService::call(const ToolCall& call) {
   }
   auto& counters = tool_counters->second;
 
-  std::string key;
-  if (!call.idempotency_key.empty()) {
-    key.assign(call.user_id);
-    key += '\0';
-    key.append(call.idempotency_key);
+  std::string key = key_of(call);
+  int attempt = call.attempt;
+  if (!key.empty()) {
+    if (auto running = running_.find(key); running != running_.end()) {
+      attempt = std::max(attempt, running->second);
+      running_.erase(running);
+    }
     const auto stored = responses_.find(key);
     if (stored != responses_.end()) {
+      if (call.attempt > 0 && call.attempt < stored->second.attempt)
+        return stale(call, stored->second.attempt);
+      stored->second.attempt = std::max(stored->second.attempt, attempt);
       ++duplicates_;
       ++counters.duplicates;
       if (stored->second.fingerprint != fingerprint(call.tool, call.body))
         ++key_conflicts_;
       return enveloped({stored->second.status, stored->second.body, true});
     }
+  } else if (!call.idempotency_key.empty()) {
+    ++keyless_;
   }
 
   const std::string user_id(call.user_id);
@@ -400,8 +471,8 @@ ToolResponse ToolService::call(const ToolCall& call) {
     records_.pop_front();
 
   if (!key.empty()) {
-    remember(std::move(key),
-             StoredResponse{fingerprint(call.tool, call.body), result.status, result.body});
+    remember(std::move(key), StoredResponse{fingerprint(call.tool, call.body), result.status,
+                                            result.body, attempt});
   }
   return enveloped({result.status, std::move(result.body), false});
 }
@@ -633,7 +704,10 @@ std::string ToolService::stats_json() const {
                                                                {"key_conflicts", key_conflicts_},
                                                                {"side_effects", side_effects_},
                                                                {"keys_evicted", keys_evicted_},
-                                                               {"injected", injected_}};
+                                                               {"injected", injected_},
+                                                               {"in_progress", in_progress_},
+                                                               {"stale_attempts", stale_attempts_},
+                                                               {"keyless_calls", keyless_}};
   for (const auto& [name, value] : totals) {
     put_key(writer, name);
     writer.Uint64(value);

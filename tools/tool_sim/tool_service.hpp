@@ -11,6 +11,15 @@
 // users never collide. At most `max_keys` keys are kept; the oldest are forgotten first
 // (counted in stats as keys_evicted).
 //
+// The protocol of docs/tools.md, for a service whose calls take time: admit() runs when a
+// call arrives, before its latency. A key another request is running right now is answered
+// 409 idempotency_key_in_use (the caller asks again after Retry-After and gets the stored
+// answer); a call whose X-Task-Attempt is lower than one already seen with its key is
+// refused 409 stale_attempt (a worker that lost the task to a later attempt), whether the
+// key is running or stored. Otherwise admit() reserves the key until call() runs it.
+// `keyless_tools` run as a service without idempotency support would: every call
+// executes, so a call sent twice shows in /records as its key executed twice.
+//
 // Time: "now" comes from the injected clock and is read at the configured fixed UTC offset
 // (timestamps, the seed's {{today}}). Tests pass a fixed clock.
 //
@@ -55,7 +64,8 @@ struct ToolServiceOptions {
   Envelope envelope = Envelope::kBare;
   std::size_t max_records = 100000;
   std::size_t max_keys = 1000000;
-  Clock clock;  // empty: std::chrono::system_clock::now
+  Clock clock;                             // empty: std::chrono::system_clock::now
+  std::vector<std::string> keyless_tools;  // tools that keep no idempotency keys
 };
 
 struct ToolCall {
@@ -63,6 +73,7 @@ struct ToolCall {
   std::string_view user_id;          // X-User-Id; empty when the header is missing
   std::string_view idempotency_key;  // Idempotency-Key; empty when absent
   std::string_view body;             // the JSON arguments; empty means {}
+  int attempt = 0;                   // X-Task-Attempt; 0 when absent or unreadable
 };
 
 struct ToolResponse {
@@ -81,6 +92,10 @@ class ToolService {
   // is malformed or one of its items fails create_item's validation.
   void reset(std::string_view seed_yaml);
 
+  // On arrival (see above): an answer that ends the call now, or nullopt with the key
+  // reserved for it (release() gives the reservation up if call() will not run).
+  std::optional<ToolResponse> admit(const ToolCall& call);
+  void release(const ToolCall& call);
   ToolResponse call(const ToolCall& call);
 
   // The answer of a fault that fires instead of the call (http_429/500/502/503: the error
@@ -92,7 +107,7 @@ class ToolService {
   void note_fault(sim::FaultMode mode);
 
   // {"calls","executed","duplicates","key_conflicts","side_effects","keys_evicted",
-  //  "injected","faults": {mode: N},
+  //  "injected","in_progress","stale_attempts","keyless_calls","faults": {mode: N},
   //  "by_tool": {tool: {"calls","executed","duplicates","errors","injected"}}}
   std::string stats_json() const;
   // [{"user_id","tool","idempotency_key","status","side_effect","at"}] of executed calls,
@@ -114,6 +129,7 @@ class ToolService {
     std::string fingerprint;  // tool + canonical arguments of the first call
     int status = 200;
     std::string body;
+    int attempt = 0;  // the highest X-Task-Attempt seen with the key
   };
   struct ToolCounters {
     std::uint64_t calls = 0;
@@ -135,6 +151,10 @@ class ToolService {
   Executed execute(std::string_view tool, const std::string& user_id, std::string_view body);
   std::string now_timestamp() const;
   void remember(std::string key, StoredResponse response);
+  // "user \0 key", or empty when the call keeps no key (none sent, or a keyless tool).
+  std::string key_of(const ToolCall& call) const;
+  // 409 stale_attempt, counted.
+  ToolResponse stale(const ToolCall& call, int seen);
 
   ToolServiceOptions options_;
   mutable std::mutex mutex_;
@@ -146,10 +166,14 @@ class ToolService {
   std::uint64_t side_effects_ = 0;
   std::uint64_t keys_evicted_ = 0;
   std::uint64_t injected_ = 0;
+  std::uint64_t in_progress_ = 0;
+  std::uint64_t stale_attempts_ = 0;
+  std::uint64_t keyless_ = 0;
   std::map<std::string, std::uint64_t, std::less<>> faults_;
   std::map<std::string, ToolCounters, std::less<>> by_tool_;
   std::unordered_map<std::string, StoredResponse> responses_;  // user '\0' key -> response
   std::deque<std::string> key_order_;                          // oldest first, for eviction
+  std::unordered_map<std::string, int> running_;  // keys admitted, not yet run -> attempt
   std::deque<Record> records_;
 };
 
