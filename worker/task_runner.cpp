@@ -9,6 +9,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 
@@ -168,6 +169,8 @@ TaskRunner::TaskRunner(const config::Config& config, std::string worker_id,
       no_tools_(make_tool_set({})),
       finish_only_(make_tool_set({codec::finish_tool_schema()})) {
   for (const auto& tool : config.tools) {
+    if (!tool.idempotent)
+      not_idempotent_.insert(tool.name);
     rapidjson::Document schema;
     schema.Parse(tool.parameters_schema.c_str());
     argument_schemas_.emplace(tool.name, std::make_shared<codec::CompiledSchema>(schema));
@@ -697,6 +700,11 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
   }
   run.steps = step;
   run.tool_calls = strategy.tool_calls();
+  // Calls the replay leads to whose step was written by an earlier attempt (a model step, or
+  // a plan's tool step) were perhaps sent by it; a plan tool step not yet written was not.
+  bool replayed_calls = false;
+  if (const auto* calls = std::get_if<react::CallTools>(&next))
+    replayed_calls = !calls->own_checkpoint || tool_row_written;
 
   // What a call offers: the task's tools (ReAct), only finish (the synthesizer), the plan
   // step's tool (an executor filling it in), or nothing.
@@ -746,7 +754,14 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     run.step = pending_tools != nullptr && (!pending_tools->own_checkpoint || tool_row_written)
                    ? step - 1
                    : step;
-    if (auto stop = co_await stop_requested(run, true))
+    // A drain hands the task back at a checkpoint, but not between this run's model step
+    // and its calls of a tool that is not idempotent: the next attempt could not send them
+    // (it would report their outcome unknown), so they are sent first.
+    const bool own_unsent_once_only =
+        pending_tools != nullptr && !replayed_calls &&
+        std::any_of(pending_tools->calls.begin(), pending_tools->calls.end(),
+                    [this](const ToolCall& c) { return not_idempotent_.count(c.name) > 0; });
+    if (auto stop = co_await stop_requested(run, !own_unsent_once_only))
       co_return *stop;
     if (clock_.now() >= run.deadline) {
       co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt,
@@ -772,7 +787,8 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
       // with the same idempotency keys, so their side effects happen once.
       const int tools_step = step - 1;
       std::string trace;
-      ToolsRun ran = co_await run_tools(run, tools_step, *calls, &trace);
+      ToolsRun ran = co_await run_tools(run, tools_step, *calls, replayed_calls, &trace);
+      replayed_calls = false;  // every later call is this run's own
       if (!ran.complete) {
         if (run.control->lease_lost)
           co_return RunOutcome::kLeaseLost;  // another attempt owns it: nothing is written
@@ -1201,7 +1217,7 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::on_store_failure(Run& run
 
 asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
                                                             const react::CallTools& calls,
-                                                            std::string* trace_json) {
+                                                            bool resumed, std::string* trace_json) {
   const TaskSpec& spec = run.claimed.spec;
   auto executor = co_await asio::this_coro::executor;
   struct Slot {
@@ -1210,6 +1226,7 @@ asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
     ports::ToolOutcome outcome;
     std::chrono::system_clock::time_point at;
     bool refused = false;  // never sent: permission or arguments
+    bool unknown = false;  // an earlier attempt's call of a tool that is not idempotent
     bool sent = false;
     bool done = false;
   };
@@ -1245,6 +1262,23 @@ asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
                          0);
       continue;
     }
+    if (resumed && not_idempotent_.count(slot.call.name)) {
+      // Sent again, it might act twice: the model is told to check before repeating it.
+      slot.unknown = true;
+      slot.outcome.observation.ok = false;
+      slot.outcome.observation.content = react::tool_error_json(
+          "outcome_unknown",
+          "an earlier attempt of this task made this call and stopped before its answer was "
+          "saved: it may or may not have taken effect. It was not sent again; check (for "
+          "example by searching) before repeating it.");
+      metrics_.tool_call(slot.call.name, metrics::ToolOutcome::kOutcomeUnknown, 0);
+      const std::string key =
+          run.task_id + ":" + std::to_string(step) + ":" + std::to_string(slot.index);
+      log::warn("worker", run.log_context(),
+                "tool call not sent again: an earlier attempt may have made it (outcome unknown)",
+                {{"tool", slot.call.name}, {"idempotency_key", key}});
+      continue;
+    }
     to_call.push_back(i);
   }
 
@@ -1271,7 +1305,8 @@ asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
           slot.call.arguments,
           run.task_id + ":" + std::to_string(step) + ":" + std::to_string(slot.index),
           run.deadline,
-          run.traceparent};
+          run.traceparent,
+          run.claimed.attempt};
       asio::co_spawn(
           executor, tools_.call(std::move(invocation)),
           [batch, i, &metrics = metrics_](std::exception_ptr error, ports::ToolOutcome out) {
@@ -1314,9 +1349,9 @@ asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
   for (Slot& slot : batch->slots) {
     const ToolObservation& o = slot.outcome.observation;
     const bool refused = slot.refused;
-    if (!refused && !slot.sent)
+    if (!refused && !slot.unknown && !slot.sent)
       continue;  // cut short before its window started: never sent, not shown
-    if (!refused && !slot.done) {
+    if (!refused && !slot.unknown && !slot.done) {
       // Sent, and no answer before the run stopped: it may or may not have acted.
       w.StartObject();
       w.Key("call_id");
@@ -1338,7 +1373,7 @@ asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
     }
     if (slot.done)
       ++ran.answered;
-    if (!o.ok) {
+    if (!o.ok && !slot.unknown) {
       const std::string code = error_code_of(o.content);
       if (refused) {
         log::info("worker", run.log_context(), "tool call refused",
@@ -1363,7 +1398,7 @@ asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
     w.Key("arguments");
     w.String(slot.call.arguments.c_str());
     w.Key("status");
-    w.String(o.ok ? "ok" : (refused ? "refused" : "error"));
+    w.String(o.ok ? "ok" : refused ? "refused" : slot.unknown ? "outcome_unknown" : "error");
     w.Key("http_status");
     w.Int(slot.outcome.http_status);
     w.Key("result");

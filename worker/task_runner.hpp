@@ -128,8 +128,11 @@ class TaskRunner final : public Runs {
     std::vector<ToolObservation> observations;  // complete: one per call
     int answered = 0;                           // calls sent that answered
   };
+  // `resumed`: the calls are an earlier attempt's (its checkpointed step has no saved
+  // answers), which may have sent them: a call of a tool that is not idempotent is not sent
+  // again; the model reads that its outcome is unknown (error code outcome_unknown).
   boost::asio::awaitable<ToolsRun> run_tools(Run& run, int step, const react::CallTools& calls,
-                                             std::string* trace_json);
+                                             bool resumed, std::string* trace_json);
   // nullopt when `saved` succeeded; else how the run ends (lease lost, left to recovery,
   // or failed for good).
   boost::asio::awaitable<std::optional<RunOutcome>> on_store_failure(Run& run,
@@ -154,6 +157,7 @@ class TaskRunner final : public Runs {
   react::ResultMarkers markers_;
   react::PlanPolicy plan_policy_;
   std::map<std::string, std::shared_ptr<codec::CompiledSchema>> argument_schemas_;
+  std::set<std::string> not_idempotent_;  // tools marked idempotent: false
   // What a plan_execute call offers when it is not the task's tools.
   std::shared_ptr<const ToolSet> no_tools_;
   std::shared_ptr<const ToolSet> finish_only_;

@@ -198,6 +198,8 @@ struct ToolConfig {
   // Extra request headers: service credentials (from secrets, via ${VAR}); never logged.
   std::vector<std::pair<std::string, std::string>> headers;
   int timeout_s = 60;
+  // A call sent twice under its Idempotency-Key acts once (docs/tools.md): retried, and
+  // re-sent by a resumed task. Otherwise sent once; a resumed task reports outcome_unknown.
   bool idempotent = false;
   Permission permission = Permission::kRead;
   std::string parameters_schema;  // JSON Schema of the arguments, serialized JSON text

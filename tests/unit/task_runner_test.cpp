@@ -529,7 +529,7 @@ TEST(TaskRunner, AResumedTaskNeverCallsOrBillsASavedModelStepAgain) {
   h.store.attempt = 1;
   h.store.checkpoint(0, calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}),
                      R"([{"call_id":"c1","tool":"search_items","ok":true,"content":"{}"}])");
-  h.store.checkpoint(1, calls_reply({call("c2", "create_item", R"({"title":"周会"})")}),
+  h.store.checkpoint(1, calls_reply({call("c2", "search_items", R"({"keyword":"周会"})")}),
                      std::nullopt);
   h.model.then(finish_reply("done"));
   EXPECT_EQ(h.run(), RunOutcome::kFinished);
@@ -544,6 +544,57 @@ TEST(TaskRunner, AResumedTaskNeverCallsOrBillsASavedModelStepAgain) {
   // The model saw the whole conversation: system, user, and both replayed steps.
   ASSERT_EQ(h.model.sent_messages.size(), 1u);
   EXPECT_EQ(h.model.sent_messages[0], 6u);
+}
+
+TEST(TaskRunner, AResumedStepSendsNoCallOfAToolThatIsNotIdempotentAgain) {
+  Harness h;
+  // Attempt 1 saved step 0 and died while its calls ran: the search may be sent again under
+  // its key; the create may have acted, and its service may keep no keys.
+  h.store.attempt = 1;
+  h.store.checkpoint(0,
+                     calls_reply({call("c1", "search_items", R"({"keyword":"周会"})"),
+                                  call("c2", "create_item", R"({"title":"周会"})")}),
+                     std::nullopt);
+  h.model.then(finish_reply("done"));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  ASSERT_EQ(h.tools.invocations.size(), 1u);
+  EXPECT_EQ(h.tools.invocations[0].tool, "search_items");
+  EXPECT_EQ(h.tools.invocations[0].idempotency_key, std::string(kTaskId) + ":0:0");
+  EXPECT_EQ(h.tools.invocations[0].attempt, 2) << "X-Task-Attempt: this run's attempt";
+  // The model reads that the create's outcome is unknown, and the trace shows it.
+  ASSERT_EQ(h.model.sent.size(), 1u);
+  const Message& unknown = h.model.sent[0].back();
+  EXPECT_EQ(unknown.role, Role::kTool);
+  EXPECT_EQ(unknown.tool_call_id, "c2");
+  EXPECT_NE(unknown.content.find(R"("code":"outcome_unknown")"), std::string::npos)
+      << unknown.content;
+  const std::string& trace = h.store.steps.at(0).trace;
+  EXPECT_NE(trace.find(R"("status":"outcome_unknown")"), std::string::npos) << trace;
+  EXPECT_NE(trace.find(R"("tool":"create_item")"), std::string::npos) << trace;
+  EXPECT_EQ(h.store.status, "succeeded");
+
+  // The same step written by this run (no earlier attempt) sends both.
+  Harness fresh;
+  fresh.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})"),
+                                call("c2", "create_item", R"({"title":"周会"})")}));
+  fresh.model.then(finish_reply("done"));
+  EXPECT_EQ(fresh.run(), RunOutcome::kFinished);
+  EXPECT_EQ(fresh.tools.invocations.size(), 2u);
+  EXPECT_EQ(fresh.tools.invocations[1].attempt, 1);
+}
+
+TEST(TaskRunner, ADrainBetweenAModelStepAndItsNonIdempotentCallsSendsThemFirst) {
+  // Handed back before its create was sent, the task's next attempt could only report the
+  // create's outcome unknown: the drain waits for the step's calls, then hands it back.
+  Harness h;
+  h.model.then(calls_reply({call("c1", "create_item", R"({"title":"x"})")}));
+  h.model.then(finish_reply("done"));
+  h.model.on_call = [&h] { h.runner.drain(); };
+  EXPECT_EQ(h.run(), RunOutcome::kReleased);
+  ASSERT_EQ(h.tools.invocations.size(), 1u) << "the create was sent before the hand-back";
+  EXPECT_EQ(h.store.releases, 1);
+  EXPECT_EQ(h.model.calls, 1) << "handed back at the checkpoint after the calls";
+  EXPECT_FALSE(h.store.steps.at(0).record.observations.empty()) << "its answer is saved";
 }
 
 TEST(TaskRunner, ACallPastTheDeadlineEndsTheTaskTimedOutWithItsTokensBilledAndNoToolsRun) {

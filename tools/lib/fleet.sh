@@ -108,9 +108,12 @@ fleet_start() {
   _fleet_spawn "$run_dir" llm-sim "$bin_llm" --scenarios "$AF_ROOT/config/llm-sim-scenarios.yaml" \
     --port-file "$run_dir/llm-sim.port" ${LLM_SIM_LATENCY_MS:+--latency-ms "$LLM_SIM_LATENCY_MS"} \
     ${SIM_TIMING_DIR:+--timing-log "$SIM_TIMING_DIR/llm-sim.timing"}
+  # TOOL_SIM_ARGS: more flags for tool-sim (words split on spaces).
+  local tool_sim_args=()
+  read -ra tool_sim_args <<<"${TOOL_SIM_ARGS:-}"
   _fleet_spawn "$run_dir" tool-sim "$bin_tool" --seed "$AF_ROOT/config/tool-sim-seed.yaml" \
     --port-file "$run_dir/tool-sim.port" ${TOOL_SIM_LATENCY:+--latency "$TOOL_SIM_LATENCY"} \
-    ${SIM_TIMING_DIR:+--timing-log "$SIM_TIMING_DIR/tool-sim.timing"}
+    ${SIM_TIMING_DIR:+--timing-log "$SIM_TIMING_DIR/tool-sim.timing"} "${tool_sim_args[@]}"
   _fleet_wait_file "$run_dir/llm-sim.port" llm-sim "$run_dir"
   _fleet_wait_file "$run_dir/tool-sim.port" tool-sim "$run_dir"
   LLM_SIM_PORT=$(cat "$run_dir/llm-sim.port")
@@ -119,7 +122,8 @@ fleet_start() {
 
   AGENTFLEET_DISPATCHER_PORT=$(af_free_port)
   export AGENTFLEET_DISPATCHER_PORT
-  export AGENTFLEET_CONFIG="$AF_ROOT/config/agentfleet.yaml"
+  # FLEET_CONFIG: another configuration file (a test's variant of the embedded default).
+  export AGENTFLEET_CONFIG="${FLEET_CONFIG:-$AF_ROOT/config/agentfleet.yaml}"
 
   af_log "applying migrations"
   "$bin_dispatcher" migrate >"$run_dir/logs/migrate.log" 2>&1 || {

@@ -57,6 +57,8 @@ std::string_view to_string(ToolOutcome outcome) {
       return "invalid_arguments";
     case ToolOutcome::kTimeout:
       return "timeout";
+    case ToolOutcome::kOutcomeUnknown:
+      return "outcome_unknown";
   }
   return "other";
 }
@@ -340,8 +342,9 @@ void WorkerMetrics::cost(std::string_view model, std::string_view currency, std:
 void WorkerMetrics::tool_call(std::string_view tool, ToolOutcome outcome, double seconds) {
   const std::string label = f_->tools(tool);
   f_->tool_calls.Add({{"tool", label}, {"outcome", std::string(to_string(outcome))}}).Increment();
-  // A refused or invalid call never reached the tool: it has no latency to report.
-  if (outcome == ToolOutcome::kRefused || outcome == ToolOutcome::kInvalidArguments)
+  // A refused, invalid or unsent call never reached the tool: it has no latency to report.
+  if (outcome == ToolOutcome::kRefused || outcome == ToolOutcome::kInvalidArguments ||
+      outcome == ToolOutcome::kOutcomeUnknown)
     return;
   f_->tool_duration.Add({{"tool", label}}, buckets::kToolCall).Observe(seconds);
 }

@@ -36,7 +36,9 @@ enum class ModelOutcome {
   kCircuitOpen,      // not sent: the endpoint's breaker is open
   kThrottled,        // not sent: the provider account's request/token limits had no room
 };
-enum class ToolOutcome { kOk, kError, kRefused, kInvalidArguments, kTimeout };
+// kOutcomeUnknown: a call of a tool that is not idempotent, left by an earlier attempt
+// without a saved answer, and not sent again.
+enum class ToolOutcome { kOk, kError, kRefused, kInvalidArguments, kTimeout, kOutcomeUnknown };
 enum class DeadLetterReason { kNotJson, kSchema, kUnknownTask };
 
 std::string_view to_string(ClaimOutcome outcome);
