@@ -34,10 +34,12 @@ case "$mode" in
 esac
 fleet_reset "$run_dir"
 if [[ "$mode" == plan ]]; then
-  # The embedded default with create_item marked idempotent (its service keeps keys).
+  # The embedded default with create_item marked idempotent (its service keeps keys); the
+  # prompt file it names is found beside the original.
   mkdir -p "$run_dir"
-  awk '/^  - name: /{tool=$3} tool == "create_item" && /^    idempotent: false$/ {
-         sub(/false/, "true")} {print}' "$root/config/agentfleet.yaml" >"$run_dir/agentfleet.yaml"
+  awk -v dir="$root/config/" '/^  - name: /{tool=$3} tool == "create_item" && /^    idempotent: false$/ {
+         sub(/false/, "true")} /^  system_prompt_file: [^\/]/ {sub(/: /, ": " dir)} {print}' \
+    "$root/config/agentfleet.yaml" >"$run_dir/agentfleet.yaml"
   grep -A12 -- '- name: create_item' "$run_dir/agentfleet.yaml" | grep -q 'idempotent: true' ||
     fail "could not mark create_item idempotent in the test's configuration"
   export FLEET_CONFIG="$run_dir/agentfleet.yaml"
