@@ -59,7 +59,7 @@ Scheduler::Scheduler(const config::Config& config, ports::SchedulerStore& store,
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0)
     throw std::runtime_error("scheduler: eventfd failed");
-  currency_ = config.billing.prices.empty() ? "CNY" : config.billing.prices.front().currency;
+  exchange_ = config::budget_exchange(config.billing);
 }
 
 Scheduler::~Scheduler() {
@@ -200,6 +200,20 @@ void Scheduler::run() {
   leader_ = false;
 }
 
+std::int64_t Scheduler::spent_in_budget_currency(const ports::SpendByCurrency& spent) {
+  std::vector<std::string> unconverted;
+  const std::int64_t total = exchange_.sum(spent, &unconverted);
+  for (const std::string& currency : unconverted) {
+    // A currency no price has any more (the configuration checks those that have one).
+    if (unconvertible_.insert(currency).second) {
+      log::warn("scheduler", "the ledger holds spend in " + currency +
+                                 ", which billing.exchange_rates cannot convert into " +
+                                 exchange_.target() + ": budgets do not count it");
+    }
+  }
+  return total;
+}
+
 void Scheduler::reconcile_ended() {
   std::vector<Ended> ended;
   {
@@ -298,7 +312,7 @@ bool Scheduler::pass() {
   // active count read here can only fall before the dispatch below (which locks the rows it
   // takes); a pass that finds nobody waiting is one statement.
   ports::Backlog backlog;
-  std::map<std::string, std::int64_t> spent;
+  std::map<std::string, ports::SpendByCurrency> spent;
   std::map<std::string, ports::RecentUsage> recent;
   std::vector<limits::UserBacklog> users;
   {
@@ -330,13 +344,13 @@ bool Scheduler::pass() {
         unseeded.push_back(u.user_id);
       users.push_back(std::move(u));
     }
-    spent = store_.month_spend_micros(with_budget, config_.billing.time_zone, currency_);
+    spent = store_.month_spend_micros(with_budget, config_.billing.time_zone);
     if (!unseeded.empty())
       recent = store_.recent_usage(unseeded);
   }
   for (limits::UserBacklog& u : users) {
     if (auto it = spent.find(u.user_id); it != spent.end())
-      u.spent_micros = it->second;
+      u.spent_micros = spent_in_budget_currency(it->second);
     if (!seeded_.count(u.user_id)) {
       const ports::RecentUsage used =
           recent.count(u.user_id) ? recent[u.user_id] : ports::RecentUsage{};
@@ -366,9 +380,9 @@ bool Scheduler::pass() {
       const auto it =
           std::find_if(users.begin(), users.end(),
                        [&id = user_id](const limits::UserBacklog& u) { return u.user_id == id; });
-      const std::string message =
-          budget_message(currency_, it == users.end() ? 0 : it->limits.monthly_budget_micros,
-                         it == users.end() ? 0 : it->spent_micros, config_.billing.time_zone);
+      const std::string message = budget_message(
+          exchange_.target(), it == users.end() ? 0 : it->limits.monthly_budget_micros,
+          it == users.end() ? 0 : it->spent_micros, config_.billing.time_zone);
       TaskResult result;
       result.type = ResultType::kError;
       result.message = message;

@@ -36,12 +36,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
+#include "core/billing/money.hpp"
 #include "core/config/config.hpp"
 #include "core/limits/clock.hpp"
 #include "core/limits/fair_scheduler.hpp"
@@ -91,6 +93,8 @@ class Scheduler {
   void log_endings(const ports::RecoveryReport& recovery, int expired, int swept,
                    const std::vector<std::pair<std::string, std::size_t>>& over_budget_users) const;
   void reconcile_ended();
+  // The sum of a user's spend per currency in the budget currency.
+  std::int64_t spent_in_budget_currency(const ports::SpendByCurrency& spent);
   // Waits up to `ms` for a wake() or stop() (not for work heard by the store).
   void idle(int ms);
 
@@ -112,7 +116,10 @@ class Scheduler {
   std::atomic<bool> backlog_left_{true};
   std::atomic<bool> stopping_{false};
   int wake_fd_ = -1;
-  std::string currency_;
+  // Budgets are kept in the budget currency; spend in others is converted at fixed rates.
+  billing::Exchange exchange_;
+  // Currencies in the ledger this term could not convert (logged once each).
+  std::set<std::string> unconvertible_;
   // When the time-driven part of a pass last ran, and whether it left work behind.
   std::chrono::steady_clock::time_point housekeeping_at_{};
   bool housekeeping_backlog_ = true;

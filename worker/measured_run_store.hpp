@@ -72,6 +72,13 @@ class MeasuredRunStore final : public ports::RunStore {
     observe(started, result.ok());
     co_return result;
   }
+  boost::asio::awaitable<Result<billing::SpendByCurrency>> month_spend(
+      std::string user_id, std::string time_zone) override {
+    const auto started = clock_.now();
+    auto result = co_await inner_.month_spend(std::move(user_id), std::move(time_zone));
+    observe(started, result.ok());
+    co_return result;
+  }
   void announced(std::int64_t id) override { inner_.announced(id); }
   bool settling() const override { return inner_.settling(); }
 

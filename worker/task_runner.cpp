@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <set>
 
 #include "core/adapters/log.hpp"
@@ -164,6 +165,7 @@ TaskRunner::TaskRunner(const config::Config& config, std::string worker_id,
       metrics_(metrics),
       clock_(clock),
       prices_(make_price_table(config.billing)),
+      exchange_(config::budget_exchange(config.billing)),
       markers_(make_markers(config.react.markers)),
       plan_policy_(make_plan_policy(config.plan_execute)),
       no_tools_(make_tool_set({})),
@@ -301,6 +303,10 @@ struct TaskRunner::Run : ClaimedRun {
   int steps = 0;
   int tool_calls = 0;
   ports::TaskTotals totals;  // billed so far: earlier attempts' and this run's saved steps
+  // The user's monthly budget (0: none) and their spend this month: what the store said
+  // when the run began plus what this run's calls cost since, both in the budget currency.
+  std::int64_t budget_micros = 0;
+  std::int64_t budget_spent_micros = 0;
 
   // What every log line about this run carries.
   log::TaskContext log_context() const {
@@ -581,6 +587,20 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
                               "unknown model '" + spec.model + "'", ErrorCode::kUnknownModel);
   }
+  // A budget is held before every model call (see budget_stop), from the month's spend as
+  // it is now.
+  run.budget_micros = config_.monthly_budget_micros_for(run.claimed.user_tier,
+                                                        run.claimed.user_monthly_budget_micros);
+  if (run.budget_micros > 0) {
+    auto spent = co_await store_.month_spend(spec.user_id, config_.billing.time_zone);
+    if (!spent.ok()) {
+      log::warn("worker", run.log_context(),
+                "could not read the month's spend for the budget (left for lease recovery): " +
+                    spent.error().message);
+      co_return RunOutcome::kStoreUnavailable;
+    }
+    run.budget_spent_micros = exchange_.sum(spent.value());
+  }
 
   // The tools this task may use: its allow-list within the registry, plus `finish`. Tools
   // above the user's permission level are not offered; if the model calls one anyway, the
@@ -734,11 +754,12 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
   // A function-calling conversation is encoded once, each call appending what is new.
   const bool keep_encoded =
       codec::chat_protocol(model.protocol) == codec::ChatProtocol::kFunctionCalling;
-  const react::ContextBudget budget = react::context_budget(
-      model.context_window_tokens, model.max_output_tokens,
-      keep_encoded ? react::estimate_tokens(run.schemas->json)
-                   : codec::estimate_tool_tokens(run.schemas->schemas,
-                                                 codec::chat_protocol(model.protocol)));
+  const std::int64_t tool_tokens =
+      keep_encoded
+          ? react::estimate_tokens(run.schemas->json)
+          : codec::estimate_tool_tokens(run.schemas->schemas, codec::chat_protocol(model.protocol));
+  const react::ContextBudget budget =
+      react::context_budget(model.context_window_tokens, model.max_output_tokens, tool_tokens);
   for (;;) {
     if (auto* finished = std::get_if<react::Finish>(&next)) {
       co_return co_await finish(run, TaskStatus::kSucceeded, finished->result, std::string(),
@@ -832,11 +853,13 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     // which the call keeps alive), else a trimmed copy.
     std::shared_ptr<const std::vector<Message>> messages;
     std::string messages_json;
+    std::int64_t input_tokens = tool_tokens;  // as estimated: the call's input
     if (keep_encoded)
       run.encoder.sync(request.conversation, *request.messages, model.reasoning_echo);
     if (keep_encoded && run.encoder.estimated_tokens() <= budget.max_tokens) {
       messages = std::shared_ptr<const std::vector<Message>>(strategy_owner, request.messages);
       messages_json = run.encoder.json();
+      input_tokens += run.encoder.estimated_tokens();
     } else {
       react::FittedContext context = react::fit_context(*request.messages, budget);
       if (!context.fits) {
@@ -845,6 +868,11 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
                       std::to_string(context.estimated_tokens) + " estimated tokens)");
       }
       messages = std::make_shared<const std::vector<Message>>(std::move(context.messages));
+      input_tokens += context.estimated_tokens;
+    }
+    if (std::optional<std::string> over = budget_stop(run, model, input_tokens)) {
+      co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, std::move(*over),
+                                ErrorCode::kQuotaExceeded);
     }
     auto reply = co_await call_model(run, std::move(messages), std::move(messages_json),
                                      offered_tools(run, request), call_deadline);
@@ -931,6 +959,11 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     run.totals.usage.output += answer.usage.output;
     run.totals.cost_micros += cost.micros;
     run.totals.currency = cost.currency;
+    if (run.budget_micros > 0) {
+      const std::int64_t in_budget = exchange_.to_target(cost.micros, cost.currency).value_or(0);
+      if (__builtin_add_overflow(run.budget_spent_micros, in_budget, &run.budget_spent_micros))
+        run.budget_spent_micros = std::numeric_limits<std::int64_t>::max();
+    }
     if (!answer.content.empty()) {
       // The model's text of the step, always as {"text": ...} (react_json text is JSON too).
       rapidjson::StringBuffer text;
@@ -1213,6 +1246,29 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::on_store_failure(Run& run
       run, TaskStatus::kFailed, std::nullopt,
       std::string("could not store the ") + what + ": " + saved.error().message,
       ErrorCode::kInternal);
+}
+
+std::optional<std::string> TaskRunner::budget_stop(const Run& run, const config::ModelConfig& model,
+                                                   std::int64_t input_tokens) const {
+  if (run.budget_micros <= 0)
+    return std::nullopt;
+  // The call at its most: the input as estimated and the model's whole output allowance.
+  TokenUsage most;
+  most.input = input_tokens;
+  most.output = model.max_output_tokens;
+  const billing::Money cost = prices_.cost(run.claimed.spec.model, most, clock_.wall_now());
+  const std::int64_t call_micros = exchange_.to_target(cost.micros, cost.currency)
+                                       .value_or(std::numeric_limits<std::int64_t>::max());
+  if (run.budget_spent_micros <= run.budget_micros - call_micros)
+    return std::nullopt;
+  const std::string& currency = exchange_.target();
+  return "quota_exceeded: the next model call could pass the monthly budget of " +
+         billing::format_micros(run.budget_micros) + " " + currency + " (" +
+         billing::format_micros(run.budget_spent_micros) + " " + currency +
+         " used this month, up to " + billing::format_micros(call_micros) + " " + currency +
+         " for the call, " + config_.billing.time_zone +
+         "); the task stopped before it. Raise the budget (PUT /v1/users/{id}/limits) or wait "
+         "for next month.";
 }
 
 asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,

@@ -128,6 +128,10 @@ class TaskRunner final : public Runs {
     std::vector<ToolObservation> observations;  // complete: one per call
     int answered = 0;                           // calls sent that answered
   };
+  // Why the next model call may not be made: it could take the user's spend this month past
+  // their budget (nullopt: it may, or there is no budget). `input_tokens`: as estimated.
+  std::optional<std::string> budget_stop(const Run& run, const config::ModelConfig& model,
+                                         std::int64_t input_tokens) const;
   // `resumed`: the calls are an earlier attempt's (its checkpointed step has no saved
   // answers), which may have sent them: a call of a tool that is not idempotent is not sent
   // again; the model reads that its outcome is unknown (error code outcome_unknown).
@@ -154,6 +158,7 @@ class TaskRunner final : public Runs {
   metrics::WorkerMetrics& metrics_;
   const limits::Clock& clock_;
   billing::PriceTable prices_;
+  billing::Exchange exchange_;  // spend in the budget currency
   react::ResultMarkers markers_;
   react::PlanPolicy plan_policy_;
   std::map<std::string, std::shared_ptr<codec::CompiledSchema>> argument_schemas_;

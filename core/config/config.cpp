@@ -819,6 +819,11 @@ void read_tools(const Section& root, std::vector<ToolConfig>& out) {
   });
 }
 
+bool is_currency_code(const std::string& code) {
+  return code.size() == 3 &&
+         std::all_of(code.begin(), code.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+}
+
 void read_billing(const Section& s, const std::vector<ModelConfig>& models, BillingConfig& out) {
   s.read("time_zone", out.time_zone);
   s.each("prices", [&](const Section& p) {
@@ -864,6 +869,39 @@ void read_billing(const Section& s, const std::vector<ModelConfig>& models, Bill
     }
     out.prices.push_back(std::move(price));
   });
+  s.read("budget_currency", out.budget_currency);
+  if (out.budget_currency.empty())
+    out.budget_currency = out.prices.empty() ? "CNY" : out.prices.front().currency;
+  if (!is_currency_code(out.budget_currency)) {
+    throw Problem(s.path("budget_currency"),
+                  "'" + out.budget_currency + "' is not an ISO 4217 code (three capitals)");
+  }
+  read_properties(s, "exchange_rates", out.exchange_rates);
+  for (const auto& [currency, rate] : out.exchange_rates) {
+    const std::string path = s.path("exchange_rates") + "/" + codec::json_pointer_token(currency);
+    if (!is_currency_code(currency))
+      throw Problem(path, "'" + currency + "' is not an ISO 4217 code (three capitals)");
+    if (currency == out.budget_currency)
+      throw Problem(path, "the budget currency needs no rate");
+    const auto micros = billing::parse_decimal_micros(rate);
+    if (!micros || *micros <= 0) {
+      throw Problem(path, "'" + rate +
+                              "' is not a rate: a decimal string above 0 with at most 6 decimals, "
+                              "the " +
+                              out.budget_currency + " one " + currency + " is worth");
+    }
+  }
+  // A price in a currency the budgets cannot count would make that model free to a user
+  // with a budget.
+  for (std::size_t i = 0; i < out.prices.size(); ++i) {
+    const std::string& currency = out.prices[i].currency;
+    if (currency != out.budget_currency && !out.exchange_rates.count(currency)) {
+      throw Problem(s.path("prices") + "/" + std::to_string(i) + "/currency",
+                    "prices in " + currency + " need billing.exchange_rates." + currency +
+                        " (what one " + currency + " is worth in the budget currency, " +
+                        out.budget_currency + ")");
+    }
+  }
 }
 
 void read_react(const Section& s, ReactConfig& out) {
@@ -923,6 +961,17 @@ void read_tiers(const Section& root, std::vector<UserTierLimits>& out) {
     out.push_back(std::move(t));
   });
 }
+
+}  // namespace
+
+billing::Exchange budget_exchange(const BillingConfig& billing) {
+  std::map<std::string, std::int64_t, std::less<>> rates;
+  for (const auto& [currency, rate] : billing.exchange_rates)
+    rates[currency] = billing::parse_decimal_micros(rate).value_or(0);
+  return billing::Exchange(billing.budget_currency, std::move(rates));
+}
+
+namespace {
 
 Config read_config(const Value& doc) {
   Config c;
@@ -1064,6 +1113,16 @@ Permission Config::tool_permission_for(const std::string& user_tier,
   if (tier == nullptr)
     tier = find_tier(task_defaults.tier);
   return tier ? tier->tool_permission : Permission::kWrite;
+}
+
+std::int64_t Config::monthly_budget_micros_for(const std::string& user_tier,
+                                               std::optional<std::int64_t> user_override) const {
+  if (user_override)
+    return *user_override;
+  const UserTierLimits* tier = user_tier.empty() ? nullptr : find_tier(user_tier);
+  if (tier == nullptr)
+    tier = find_tier(task_defaults.tier);
+  return tier == nullptr ? 0 : billing::parse_decimal_micros(tier->monthly_budget).value_or(0);
 }
 
 const std::string& Config::strategy_for(const std::string& user_tier) const {

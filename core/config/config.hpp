@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/billing/money.hpp"
 #include "core/domain/conversation.hpp"
 
 namespace agentfleet::config {
@@ -225,7 +226,16 @@ struct PriceConfig {
 struct BillingConfig {
   std::string time_zone = "Asia/Shanghai";  // zone of effective_from dates and windows
   std::vector<PriceConfig> prices;
+  // The currency budgets are kept in (tiers' and users' monthly_budget); the loader sets it
+  // to the first price's currency (else CNY) when the file gives none.
+  std::string budget_currency;
+  // What one unit of another currency is worth in the budget currency, as a decimal string
+  // (USD: "7.2"). Every price currency other than the budget currency has one.
+  std::map<std::string, std::string> exchange_rates;
 };
+
+// The exchange of a loaded configuration (its rates are valid).
+billing::Exchange budget_exchange(const BillingConfig& billing);
 
 struct ResultMarkers {
   std::vector<std::string> action_completed = {"✅"};
@@ -299,6 +309,10 @@ struct Config {
   // else their tier's (their tier when set and known, else task_defaults.tier), else write.
   Permission tool_permission_for(const std::string& user_tier,
                                  const std::string& user_override) const;
+  // A user's monthly budget in micro-units of billing.budget_currency (0: none): their own
+  // when set, else their tier's (as above).
+  std::int64_t monthly_budget_micros_for(const std::string& user_tier,
+                                         std::optional<std::int64_t> user_override) const;
   // The strategy of a task that names none: its user's tier's (as above), else
   // task_defaults.strategy.
   const std::string& strategy_for(const std::string& user_tier) const;

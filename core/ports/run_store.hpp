@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/billing/money.hpp"
 #include "core/domain/error.hpp"
 #include "core/domain/task.hpp"
 
@@ -53,6 +54,9 @@ struct ClaimedTask {
   bool cancel_requested = false;
   bool schedule_expired = false;  // waited longer than schedule_timeout_s before running
   std::vector<StepRecord> steps;  // checkpoints of earlier attempts, in order
+  // The user's own monthly budget (user_limits), in micro-units of the budget currency;
+  // nullopt: their tier's.
+  std::optional<std::int64_t> user_monthly_budget_micros;
 };
 
 // kBusyOrDone: the task is terminal, queued, or owned by another live attempt; kUnknown: no
@@ -180,6 +184,11 @@ class RunStore {
   // Hands the task back (a draining worker): queued again, not counted as a lost attempt.
   virtual boost::asio::awaitable<Result<Status>> release(std::string task_id, int attempt,
                                                          std::int64_t incarnation) = 0;
+
+  // The user's spend since the start of this month in `time_zone`, per currency,
+  // unreconciled charges included (what a budget is held against).
+  virtual boost::asio::awaitable<Result<billing::SpendByCurrency>> month_spend(
+      std::string user_id, std::string time_zone) = 0;
 
   // A follow-up's parent, only when it is `user_id`'s task; nullopt otherwise.
   virtual boost::asio::awaitable<Result<std::optional<ParentTask>>> load_parent(

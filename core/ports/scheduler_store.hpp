@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/billing/money.hpp"
 #include "core/domain/task.hpp"
 
 namespace agentfleet::ports {
@@ -147,6 +148,8 @@ struct PassWrites {
   std::vector<DispatchedTask> dispatched;
 };
 
+using SpendByCurrency = billing::SpendByCurrency;  // currency -> micro-units spent in it
+
 class SchedulerStore {
  public:
   virtual ~SchedulerStore() = default;
@@ -172,11 +175,10 @@ class SchedulerStore {
   virtual FleetRoom read_fleet_room() = 0;
   // The backlog with each queued count capped at `count_cap`.
   virtual Backlog read_backlog(int count_cap) = 0;
-  // Each user's cost in `currency` since the start of this month in `time_zone`, in
-  // micro-units (users without calls are absent).
-  virtual std::map<std::string, std::int64_t> month_spend_micros(
-      const std::vector<std::string>& users, const std::string& time_zone,
-      const std::string& currency) = 0;
+  // Each user's cost since the start of this month in `time_zone`, unreconciled charges
+  // included, per currency in micro-units (users without calls are absent).
+  virtual std::map<std::string, SpendByCurrency> month_spend_micros(
+      const std::vector<std::string>& users, const std::string& time_zone) = 0;
   virtual std::map<std::string, RecentUsage> recent_usage(
       const std::vector<std::string>& users) = 0;
 

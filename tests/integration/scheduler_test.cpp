@@ -692,8 +692,10 @@ TEST(SchedulerLimits, ARaisedMaxConcurrencyAppliesWithinASecondWhileTasksRun) {
 TEST(SchedulerBudget, ASpentMonthlyBudgetEndsLaterTasksQuotaExceededWithoutRunningThem) {
   const Fleet fleet = Fleet::from_env();
   const std::string user = user_of_run("sched-budget-u1");
+  // A budget the first task cannot pass (each model call is checked against it too), then
+  // one the first task has passed.
   fleet.put_limits(
-      user, "\"monthly_budget\":\"0.000001\",\"max_concurrency\":5," + std::string(kNoRateLimits));
+      user, "\"monthly_budget\":\"1000\",\"max_concurrency\":5," + std::string(kNoRateLimits));
   pqxx::connection db(fleet.pg);
   ASSERT_TRUE(wait_earlier_outbox_published(db, 120s))
       << "earlier tests' outbox rows still unpublished after 120 s";
@@ -720,6 +722,8 @@ TEST(SchedulerBudget, ASpentMonthlyBudgetEndsLaterTasksQuotaExceededWithoutRunni
                       "WHERE user_id = $1",
                       user);
   ASSERT_TRUE(spent[0].as<bool>()) << "the first task did not spend the budget";
+  fleet.put_limits(
+      user, "\"monthly_budget\":\"0.000001\",\"max_concurrency\":5," + std::string(kNoRateLimits));
 
   // Spent: later tasks, interactive and batch, end failed without running.
   TopicReader marks_reader(fleet.bootstrap, kResultsTopic);
@@ -761,6 +765,37 @@ TEST(SchedulerBudget, ASpentMonthlyBudgetEndsLaterTasksQuotaExceededWithoutRunni
     EXPECT_STREQ(event["result"]["type"].GetString(), "error");
     EXPECT_EQ(event["steps"].GetInt(), 0);
   }
+}
+
+TEST(SchedulerBudget, AUserWithoutTheBudgetForOneCallIsStoppedBeforeItsFirstModelCall) {
+  // Nothing spent, so the scheduler admits the task; but its first model call could cost
+  // more than the budget: the worker ends it before making the call.
+  const Fleet fleet = Fleet::from_env();
+  const std::string user = user_of_run("sched-budget-u2");
+  fleet.put_limits(
+      user, "\"monthly_budget\":\"0.000001\",\"max_concurrency\":5," + std::string(kNoRateLimits));
+  pqxx::connection db(fleet.pg);
+  const std::string id = fleet.submit(task_body(user, kFast));
+  ASSERT_FALSE(id.empty());
+  const char* kTask =
+      "SELECT status, coalesce(error_code, ''), coalesce(error, ''), steps, started_at IS NULL, "
+      "(SELECT count(*) FROM usage_ledger l WHERE l.task_id = t.task_id), "
+      "(SELECT count(*) FROM usage_unreconciled l WHERE l.task_id = t.task_id) "
+      "FROM tasks t WHERE task_id = $1::uuid";
+  ASSERT_TRUE(wait_until(60s, [&] {
+    const std::string status = row_of(db, kTask, id)[0].as<std::string>();
+    return status != "queued" && status != "dispatched" && status != "running";
+  })) << "the task did not end";
+  auto row = row_of(db, kTask, id);
+  EXPECT_EQ(row[0].as<std::string>(), "failed");
+  EXPECT_EQ(row[1].as<std::string>(), "quota_exceeded");
+  EXPECT_NE(row[2].as<std::string>().find("the next model call could pass the monthly budget"),
+            std::string::npos)
+      << row[2].c_str();
+  EXPECT_EQ(row[3].as<int>(), 0) << "steps";
+  EXPECT_FALSE(row[4].as<bool>()) << "it was claimed and began";
+  EXPECT_EQ(row[5].as<int>(), 0) << "no model call was made";
+  EXPECT_EQ(row[6].as<int>(), 0) << "not even one lost";
 }
 
 TEST(SchedulerQueueTimeout, ATaskWaitingPastScheduleTimeoutEndsTimedOutWithoutRunning) {

@@ -88,6 +88,27 @@ TEST(MoneyTest, FormatsWithSixDecimals) {
   EXPECT_EQ(format_micros(std::numeric_limits<std::int64_t>::min()), "-9223372036854.775808");
 }
 
+TEST(ExchangeTest, ConvertsAtTheRateRoundingUpToAMicroUnit) {
+  const Exchange exchange("CNY", {{"USD", 7'200'000}, {"EUR", 7'812'345}});
+  EXPECT_EQ(exchange.to_target(1'000'000, "CNY"), 1'000'000) << "the budget currency as it is";
+  EXPECT_EQ(exchange.to_target(1'000'000, "USD"), 7'200'000);
+  EXPECT_EQ(exchange.to_target(1, "USD"), 8) << "7.2 micro-CNY rounds up";
+  EXPECT_EQ(exchange.to_target(-1, "USD"), -8) << "away from zero";
+  EXPECT_EQ(exchange.to_target(123'456'789, "EUR"), 964'487'029);  // 964487028.26...
+  EXPECT_EQ(exchange.to_target(0, "EUR"), 0);
+  EXPECT_FALSE(exchange.to_target(5, "JPY").has_value()) << "no rate: no guess";
+  EXPECT_TRUE(exchange.converts("CNY"));
+  EXPECT_TRUE(exchange.converts("USD"));
+  EXPECT_FALSE(exchange.converts("JPY"));
+}
+
+TEST(ExchangeTest, SaturatesInsteadOfOverflowing) {
+  const Exchange exchange("CNY", {{"USD", 7'200'000}});
+  EXPECT_EQ(exchange.to_target(kMax, "USD"), kMax);
+  EXPECT_EQ(exchange.to_target(-kMax, "USD"), std::numeric_limits<std::int64_t>::min());
+  EXPECT_EQ(exchange.to_target(kMax / 8, "USD"), 8'301'034'833'169'298'220) << "exact near the top";
+}
+
 TEST(MoneyTest, FormatAndParseRoundTrip) {
   for (std::int64_t micros : std::vector<std::int64_t>{
            0, 1, -1, 999'999, 1'000'000, -1'000'001, 123'456'789'012, -987'654'321, kMax, -kMax}) {

@@ -571,6 +571,32 @@ billing:
   EXPECT_EQ(load(kUnpriced + price + "\"2.00\"\n").billing.prices[0].input_per_million, "2.00");
 }
 
+TEST_F(ConfigTest, BudgetsAreKeptInOneCurrencyAndEveryOtherNeedsARate) {
+  // The budget currency is the first price's unless given.
+  EXPECT_EQ(load(kMinimal).billing.budget_currency, "CNY");
+  const std::string in_dollars = kUnpriced + R"(
+billing:
+  prices:
+    - {model: m1, currency: USD, effective_from: "2026-01-01", input_per_million: "1"}
+)";
+  EXPECT_EQ(load(in_dollars).billing.budget_currency, "USD");
+  // A price in a currency the budgets cannot count would make that model free.
+  EXPECT_CONTAINS(error_of(in_dollars + "  budget_currency: CNY\n"),
+                  "/billing/prices/0/currency: prices in USD need billing.exchange_rates.USD");
+  const Config c = load(in_dollars + "  budget_currency: CNY\n  exchange_rates: {USD: \"7.2\"}\n");
+  EXPECT_EQ(c.billing.budget_currency, "CNY");
+  const billing::Exchange exchange = budget_exchange(c.billing);
+  EXPECT_EQ(exchange.target(), "CNY");
+  EXPECT_EQ(exchange.to_target(1'000'000, "USD"), 7'200'000);
+  EXPECT_CONTAINS(error_of(in_dollars + "  budget_currency: CNY\n  exchange_rates: {USD: \"0\"}\n"),
+                  "/billing/exchange_rates/USD: '0' is not a rate");
+  EXPECT_CONTAINS(error_of(in_dollars + "  exchange_rates: {USD: \"1\"}\n"),
+                  "/billing/exchange_rates/USD: the budget currency needs no rate");
+  EXPECT_CONTAINS(error_of(in_dollars + "  budget_currency: usd\n"), "/billing/budget_currency");
+  EXPECT_CONTAINS(error_of(in_dollars + "  exchange_rates: {usd: \"1\"}\n"),
+                  "/billing/exchange_rates");
+}
+
 TEST_F(ConfigTest, EveryModelNeedsAPrice) {
   EXPECT_CONTAINS(error_of(kUnpriced), "/models/0/name: model 'm1' has no price in billing.prices");
 }

@@ -24,10 +24,12 @@ config::Config test_config() {
   return config::load_config_text(R"(
 postgres: {url: x}
 kafka: {bootstrap_servers: b}
-models: [{name: m1, endpoints: [{url: "http://h/x"}]}]
+models: [{name: m1, endpoints: [{url: "http://h/x"}]}, {name: m2, endpoints: [{url: "http://h/y"}]}]
 billing:
   prices:
     - {model: m1, effective_from: "2026-01-01", input_per_million: "1"}
+    - {model: m2, currency: USD, effective_from: "2026-01-01", input_per_million: "1"}
+  exchange_rates: {USD: "7.2"}
 task_defaults: {tier: standard}
 tiers:
   - {tier: standard, max_concurrency: 3, requests_per_minute: 100, tokens_per_minute: 200000,
@@ -62,10 +64,9 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
     count_caps.push_back(count_cap);
     return backlog;
   }
-  std::map<std::string, std::int64_t> month_spend_micros(const std::vector<std::string>& users,
-                                                         const std::string&,
-                                                         const std::string&) override {
-    std::map<std::string, std::int64_t> out;
+  std::map<std::string, ports::SpendByCurrency> month_spend_micros(
+      const std::vector<std::string>& users, const std::string&) override {
+    std::map<std::string, ports::SpendByCurrency> out;
     for (const auto& u : users) {
       if (spent.count(u))
         out[u] = spent[u];
@@ -113,7 +114,7 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
   ports::FleetRoom room;
   ports::Backlog backlog;
   ports::Housekeeping housekeeping;
-  std::map<std::string, std::int64_t> spent;
+  std::map<std::string, ports::SpendByCurrency> spent;
   int lead_tries = 0, resets = 0, plan_refreshes = 0, housekeepings = 0, writes = 0;
   std::vector<int> count_caps;
   std::vector<ports::EndQueued> ended;
@@ -179,7 +180,7 @@ TEST(SchedulerRounds, GrantsStayWithinEachUsersConcurrencyAndTheFleetsCapacity) 
 TEST(SchedulerRounds, ASpentBudgetEndsTheUsersQueuedTasksInsteadOfRunningThem) {
   Harness h;
   h.queue({waiting("spender", 4, 0, "capped"), waiting("b", 1)});
-  h.store.spent["spender"] = 2500000;  // the tier's 2.5 a month, all of it
+  h.store.spent["spender"]["CNY"] = 2500000;  // the tier's 2.5 a month, all of it
   h.scheduler.round();
   EXPECT_EQ(h.store.granted_to("spender"), 0);
   ASSERT_EQ(h.store.ended.size(), 1u);
@@ -193,6 +194,32 @@ TEST(SchedulerRounds, ASpentBudgetEndsTheUsersQueuedTasksInsteadOfRunningThem) {
   EXPECT_NE(end.ending.result->message.find("monthly budget of 2.5"), std::string::npos)
       << end.ending.result->message;
   EXPECT_EQ(h.store.granted_to("b"), 1) << "others are admitted in the same pass";
+}
+
+TEST(SchedulerRounds, SpendInAnotherCurrencyCountsAgainstTheBudgetAtItsRate) {
+  // The budget is 2.5 CNY; m2 is priced in USD at 7.2 CNY to the dollar. Spend in USD used
+  // to count for nothing.
+  Harness under;
+  under.queue({waiting("spender", 1, 0, "capped")});
+  under.store.spent["spender"] = {{"CNY", 1'000'000}, {"USD", 200'000}};  // 1 + 1.44
+  under.scheduler.round();
+  EXPECT_EQ(under.store.granted_to("spender"), 1) << "2.44 CNY of 2.5 spent";
+
+  Harness over;
+  over.queue({waiting("spender", 1, 0, "capped")});
+  over.store.spent["spender"] = {{"CNY", 1'000'000}, {"USD", 210'000}};  // 1 + 1.512
+  over.scheduler.round();
+  EXPECT_EQ(over.store.granted_to("spender"), 0);
+  ASSERT_EQ(over.store.ended.size(), 1u);
+  EXPECT_NE(over.store.ended[0].ending.error.find("(2.512000 CNY used this month"),
+            std::string::npos)
+      << over.store.ended[0].ending.error;
+
+  Harness dollars_only;
+  dollars_only.queue({waiting("spender", 1, 0, "capped")});
+  dollars_only.store.spent["spender"] = {{"USD", 350'000}};  // 2.52 CNY
+  dollars_only.scheduler.round();
+  EXPECT_EQ(dollars_only.store.granted_to("spender"), 0) << "a budget holds in any currency";
 }
 
 TEST(SchedulerRounds, HousekeepingRunsOncePerIntervalNotOncePerWakeUp) {

@@ -257,6 +257,7 @@ class MemoryRunStore final : public ports::RunStore {
     claimed.attempt = attempt;
     claimed.remaining_ms = remaining_ms;
     claimed.totals = billed_before;
+    claimed.user_monthly_budget_micros = user_budget_micros;
     for (const auto& [step, row] : steps)
       claimed.steps.push_back(row.record);
     if (on_claim)
@@ -314,6 +315,12 @@ class MemoryRunStore final : public ports::RunStore {
                                                                         std::string) override {
     co_return std::optional<ports::ParentTask>();
   }
+  asio::awaitable<Result<billing::SpendByCurrency>> month_spend(std::string user_id,
+                                                                std::string) override {
+    ++spend_reads;
+    EXPECT_EQ(user_id, kUser);
+    co_return month_spent;
+  }
   void announced(std::int64_t id) override { forgotten.push_back(id); }
   bool settling() const override { return false; }
 
@@ -339,6 +346,9 @@ class MemoryRunStore final : public ports::RunStore {
   std::function<void()> on_claim;    // runs while a claim that succeeds is under way
   int releases = 0;
   int tool_calls = 0;
+  std::optional<std::int64_t> user_budget_micros;  // the user's own monthly budget
+  billing::SpendByCurrency month_spent;            // this month's spend, per currency
+  int spend_reads = 0;
   std::map<int, Row> steps;
   std::vector<ports::ModelStep> ledger;
   std::vector<ports::Charges> charges;  // unreconciled
@@ -635,6 +645,49 @@ void expect_ended_with(const Harness& h, ErrorCode code) {
   const auto errors = h.publisher.events("error");
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_NE(errors[0].find(quoted), std::string::npos) << errors[0];
+}
+
+TEST(TaskRunner, ACallThatCouldPassTheMonthlyBudgetIsNotMadeAndTheTaskEndsQuotaExceeded) {
+  // Budget 1 CNY, 0.995 spent: the first call at its most (its input as estimated and m1's
+  // 1024 output tokens at 8 CNY a million, 0.008192 CNY) could pass it.
+  Harness h;
+  h.store.user_budget_micros = 1'000'000;
+  h.store.month_spent = {{"CNY", 995'000}};
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.model.calls, 0) << "stopped before the call";
+  EXPECT_EQ(h.store.status, "failed");
+  expect_ended_with(h, ErrorCode::kQuotaExceeded);
+  EXPECT_NE(h.store.ended->error.find("monthly budget of 1.000000 CNY"), std::string::npos)
+      << h.store.ended->error;
+  EXPECT_NE(h.store.ended->error.find("0.995000 CNY used this month"), std::string::npos);
+  EXPECT_TRUE(h.store.ledger.empty());
+}
+
+TEST(TaskRunner, TheBudgetCountsWhatTheRunSpentSinceItBegan) {
+  // 0.5 of 1 CNY spent; the first call costs 0.492 (246,000 input tokens at 2 a million),
+  // so the second (0.008192 for its output alone) could pass the budget: the task stops
+  // after the first step's tools.
+  Harness h;
+  h.store.user_budget_micros = 1'000'000;
+  h.store.month_spent = {{"CNY", 500'000}};
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"x"})")}, 246'000, 0));
+  h.model.then(finish_reply("done"));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.model.calls, 1);
+  EXPECT_EQ(h.tools.invocations.size(), 1u) << "the step's calls ran";
+  expect_ended_with(h, ErrorCode::kQuotaExceeded);
+  EXPECT_NE(h.store.ended->error.find("0.992000 CNY used this month"), std::string::npos)
+      << h.store.ended->error;
+  EXPECT_EQ(h.store.spend_reads, 1) << "the month's spend is read once, when the run begins";
+}
+
+TEST(TaskRunner, AUserWithoutABudgetIsNotAskedForTheirSpend) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"x"})")}));
+  h.model.then(finish_reply("done"));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "succeeded");
+  EXPECT_EQ(h.store.spend_reads, 0) << "the tier's budget is 0: none";
 }
 
 TEST(TaskRunner, ATaskThatRunsOutOfTimeEndsWithTheCodeDeadline) {

@@ -655,6 +655,9 @@ class NullRunStore final : public ports::RunStore {
                                                                         std::string) override {
     co_return std::optional<ports::ParentTask>();
   }
+  asio::awaitable<Result<billing::SpendByCurrency>> month_spend(std::string, std::string) override {
+    co_return billing::SpendByCurrency{};
+  }
   void announced(std::int64_t) override {}
   bool settling() const override { return false; }
 };

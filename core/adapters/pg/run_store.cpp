@@ -13,6 +13,7 @@
 
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/outbox_relay.hpp"
+#include "core/adapters/pg/scheduler_session.hpp"
 #include "core/adapters/pg/sql.hpp"
 #include "core/billing/money.hpp"
 
@@ -147,6 +148,8 @@ ports::Claim read_claim(const pqxx::row& r) {
   claimed.totals.cost_micros = r[29].as<std::int64_t>();
   claimed.totals.currency = r[30].as<std::string>();
   claimed.steps = step_records(r[31]);
+  if (!r[34].is_null())
+    claimed.user_monthly_budget_micros = r[34].as<std::int64_t>();
   return ports::Claim{ports::ClaimOutcome::kClaimed, std::move(claimed)};
 }
 
@@ -522,6 +525,14 @@ asio::awaitable<Result<std::optional<ports::ParentTask>>> RunStore::load_parent(
     std::string parent_id, std::string user_id) {
   co_return co_await writes_.run(std::string(), [&parent_id, &user_id](pqxx::work& tx) {
     return pg::load_parent(tx, parent_id, user_id);
+  });
+}
+
+asio::awaitable<Result<billing::SpendByCurrency>> RunStore::month_spend(std::string user_id,
+                                                                        std::string time_zone) {
+  co_return co_await writes_.run(std::string(), [&user_id, &time_zone](pqxx::work& tx) {
+    auto spent = pg::month_spend_micros(tx, {user_id}, time_zone);
+    return spent.empty() ? billing::SpendByCurrency{} : std::move(spent.begin()->second);
   });
 }
 

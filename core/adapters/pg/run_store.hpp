@@ -70,6 +70,8 @@ class RunStore final : public ports::RunStore {
                                                  std::int64_t incarnation) override;
   boost::asio::awaitable<Result<std::optional<ports::ParentTask>>> load_parent(
       std::string parent_id, std::string user_id) override;
+  boost::asio::awaitable<Result<billing::SpendByCurrency>> month_spend(
+      std::string user_id, std::string time_zone) override;
   void announced(std::int64_t id) override;
   bool settling() const override { return removing_; }
 

@@ -118,14 +118,13 @@ ports::Backlog SchedulerSession::read_backlog(int count_cap) {
   return pg::read_backlog(reads, count_cap);
 }
 
-std::map<std::string, std::int64_t> SchedulerSession::month_spend_micros(
-    const std::vector<std::string>& users, const std::string& time_zone,
-    const std::string& currency) {
+std::map<std::string, ports::SpendByCurrency> SchedulerSession::month_spend_micros(
+    const std::vector<std::string>& users, const std::string& time_zone) {
   if (users.empty())
     return {};
   const auto armed = arm();
   pqxx::nontransaction reads(session());
-  return pg::month_spend_micros(reads, users, time_zone, currency);
+  return pg::month_spend_micros(reads, users, time_zone);
 }
 
 std::map<std::string, ports::RecentUsage> SchedulerSession::recent_usage(
@@ -240,16 +239,15 @@ Backlog read_backlog(pqxx::transaction_base& tx, int count_cap) {
   return backlog;
 }
 
-std::map<std::string, std::int64_t> month_spend_micros(pqxx::transaction_base& tx,
-                                                       const std::vector<std::string>& users,
-                                                       const std::string& time_zone,
-                                                       const std::string& currency) {
-  std::map<std::string, std::int64_t> spent;
+std::map<std::string, ports::SpendByCurrency> month_spend_micros(
+    pqxx::transaction_base& tx, const std::vector<std::string>& users,
+    const std::string& time_zone) {
+  std::map<std::string, ports::SpendByCurrency> spent;
   if (users.empty())
     return spent;
-  auto rows = exec_named(tx, "sched_month_spend", json_string_array(users), time_zone, currency);
+  auto rows = exec_named(tx, "sched_month_spend", json_string_array(users), time_zone);
   for (const auto& row : rows)
-    spent[row[0].as<std::string>()] = row[1].as<std::int64_t>();
+    spent[row[0].as<std::string>()][row[1].as<std::string>()] = row[2].as<std::int64_t>();
   return spent;
 }
 

@@ -47,9 +47,8 @@ class SchedulerSession final : public ports::SchedulerStore {
   ports::Housekeeping housekeep(const ports::SchedulerPass& pass) override;
   ports::FleetRoom read_fleet_room() override;
   ports::Backlog read_backlog(int count_cap) override;
-  std::map<std::string, std::int64_t> month_spend_micros(const std::vector<std::string>& users,
-                                                         const std::string& time_zone,
-                                                         const std::string& currency) override;
+  std::map<std::string, ports::SpendByCurrency> month_spend_micros(
+      const std::vector<std::string>& users, const std::string& time_zone) override;
   std::map<std::string, ports::RecentUsage> recent_usage(
       const std::vector<std::string>& users) override;
   ports::PassWrites write_pass(const std::vector<ports::EndQueued>& end_queued,
@@ -99,12 +98,11 @@ Backlog read_backlog(pqxx::transaction_base& tx, int count_cap);
 using ports::FleetRoom;
 FleetRoom read_fleet_room(pqxx::transaction_base& tx);
 
-// Each user's cost in `currency` in the ledger since the start of this month in
-// `time_zone`, in micro-units (users without calls are absent).
-std::map<std::string, std::int64_t> month_spend_micros(pqxx::transaction_base& tx,
-                                                       const std::vector<std::string>& users,
-                                                       const std::string& time_zone,
-                                                       const std::string& currency);
+// Each user's cost per currency in the ledger (unreconciled charges included) since the
+// start of this month in `time_zone`, in micro-units (users without calls are absent).
+std::map<std::string, ports::SpendByCurrency> month_spend_micros(
+    pqxx::transaction_base& tx, const std::vector<std::string>& users,
+    const std::string& time_zone);
 
 // Tokens (input + output) in the ledger and dispatches in the last minute, per user: where
 // a new active scheduler starts its rate buckets.

@@ -76,7 +76,8 @@ SELECT r.task_id::text, c.task_id IS NOT NULL, k.task_id IS NOT NULL,
                WHERE me.incarnation = r.incarnation AND me.lease_until > now()),
        (SELECT x.attempt FROM tasks x
         WHERE x.task_id = r.task_id AND x.status = 'running'
-          AND x.worker_incarnation = r.incarnation)
+          AND x.worker_incarnation = r.incarnation),
+       (u.monthly_budget * 1000000)::bigint
 FROM req r
 LEFT JOIN claimed c ON c.task_id = r.task_id
 LEFT JOIN known k ON k.task_id = r.task_id

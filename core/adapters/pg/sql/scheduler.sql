@@ -144,21 +144,19 @@ WHERE u.user_id IS NOT NULL
 ORDER BY u.user_id
 
 -- name: sched_month_spend
--- Each user's (of the JSON array $1) cost in currency $3 in the ledger, unreconciled charges
+-- Each user's (of the JSON array $1) cost per currency in the ledger, unreconciled charges
 -- included, since the start of this month in time zone $2, in micro-units; users without
--- calls are absent.
-SELECT user_id, (sum(cost) * 1000000)::bigint FROM (
-  SELECT user_id, cost FROM usage_ledger
+-- calls are absent. The scheduler converts each currency into the budget currency.
+SELECT user_id, currency, (sum(cost) * 1000000)::bigint FROM (
+  SELECT user_id, currency, cost FROM usage_ledger
   WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
     AND called_at >= date_trunc('month', now() AT TIME ZONE $2) AT TIME ZONE $2
-    AND currency = $3
   UNION ALL
-  SELECT user_id, cost FROM usage_unreconciled
+  SELECT user_id, currency, cost FROM usage_unreconciled
   WHERE user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
     AND called_at >= date_trunc('month', now() AT TIME ZONE $2) AT TIME ZONE $2
-    AND currency = $3
 ) spent
-GROUP BY user_id
+GROUP BY user_id, currency
 
 -- name: sched_recent_tokens
 -- Tokens (input + output) in the ledger in the last minute, per user of the JSON array $1:
