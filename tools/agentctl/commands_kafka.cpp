@@ -228,6 +228,10 @@ int cmd_tail_results(Context& ctx) {
            ctx.settings.kafka_bootstrap + "?");
       told_waiting = true;
     }
+    // Reading is not idle: a --user filter reading through a long topic from the beginning
+    // may pass many results before its first.
+    if (!batch.empty())
+      last = Clock::now();
     for (const auto& m : batch) {
       rapidjson::Document doc;
       const bool parsed = codec::parse_json(doc, m.value);
@@ -241,7 +245,6 @@ int cmd_tail_results(Context& ctx) {
                                  std::to_string(m.offset) + ")\n"
                            : line);
       }
-      last = Clock::now();
       if (count > 0 && ++shown >= count)
         return kExitOk;
     }
@@ -252,7 +255,7 @@ int cmd_tail_results(Context& ctx) {
       if (count > 0) {
         throw CommandFailure(kExitUnavailable,
                              std::to_string(shown) + " of " + std::to_string(count) +
-                                 " results, then none for " + std::to_string(idle_s) + " s" +
+                                 " results, then nothing for " + std::to_string(idle_s) + " s" +
                                  (told_assigned ? std::string() : "; " + never_joined));
       }
       // Nothing arrived because nothing was read: not the quiet topic the caller waited for.

@@ -112,8 +112,8 @@ const std::vector<CommandSpec>& command_specs() {
         {"--from-beginning", "", "start at the oldest result kept"},
         {"--count", "N", "stop after N results (exit 7 if --timeout-s passes first)"},
         {"--timeout-s", "N",
-         "stop after N seconds without a result; exit 7 if Kafka was never joined (with "
-         "--task: give up after N seconds)"}}},
+         "stop after N seconds in which no result arrived (of any user); exit 7 if Kafka was "
+         "never joined (with --task: give up after N seconds)"}}},
       {"batch submit",
        "FILE.jsonl",
        "upload a batch (JSON Lines; - reads stdin) and follow it to the end",
