@@ -588,7 +588,8 @@ asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submi
                    traceparent_for(std::string(request["traceparent"]))};
   task.spec.task_id = new_task_id();
   const pg::QueueLimit limit = queue_limit(config_);
-  auto inserted = co_await store_.insert_task(task, limit, true);
+  const pg::ModelCheck models = model_check(config_);
+  auto inserted = co_await store_.insert_task(task, limit, true, models);
   if (!inserted.ok())
     co_return store_unavailable(request, inserted.error());
   const pg::InsertResult result = inserted.value();
@@ -613,6 +614,12 @@ asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submi
             std::to_string(result.room.max_queued) + "); retry once some have run");
     response.set(bhttp::field::retry_after, "5");
     co_return response;
+  }
+  if (result.outcome == pg::InsertOutcome::kModelNotAllowed) {
+    logged.task_id = {};
+    log::info("api", logged, "submission refused: model_not_allowed");
+    co_return http::make_error(request, http::Status::forbidden, "model_not_allowed",
+                               result.refusal, "/model");
   }
   if (result.outcome == pg::InsertOutcome::kConflict) {
     co_return http::make_error(

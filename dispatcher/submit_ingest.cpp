@@ -185,7 +185,8 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
   // shutdown, is it left uncommitted for the next read.
   for (int attempt = 0;; ++attempt) {
     const pg::QueueLimit limit = queue_limit(config_);
-    auto inserted = co_await store_.insert_task(task, limit, false);
+    const pg::ModelCheck models = model_check(config_);
+    auto inserted = co_await store_.insert_task(task, limit, false, models);
     if (inserted.ok()) {
       const pg::InsertResult& result = inserted.value();
       if (result.outcome == pg::InsertOutcome::kQueueFull) {
@@ -199,6 +200,13 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
                                                    " tasks queued (max_queued " +
                                                    std::to_string(result.room.max_queued) + ")",
                                                task.spec.user_id);
+        done(message, sent);
+        co_return;
+      }
+      if (result.outcome == pg::InsertOutcome::kModelNotAllowed) {
+        // Named, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
+        std::string why = "model_not_allowed: " + result.refusal;
+        const bool sent = co_await dead_letter(message, std::move(why), task.spec.user_id);
         done(message, sent);
         co_return;
       }

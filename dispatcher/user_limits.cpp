@@ -63,6 +63,12 @@ pg::QueueLimit queue_limit(const config::Config& config) {
   };
 }
 
+pg::ModelCheck model_check(const config::Config& config) {
+  return [&config](const std::string& tier, const std::string& model) {
+    return config.model_refusal(tier, model);
+  };
+}
+
 std::string limits_json(const std::string& user_id, const EffectiveLimits& e,
                         const std::optional<pg::UserOverrides>& overrides) {
   rapidjson::StringBuffer buffer;

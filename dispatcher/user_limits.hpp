@@ -34,6 +34,8 @@ EffectiveLimits effective_limits(const config::Config& config, const pg::UserOve
 
 // The queue limit for pg::insert_task (tier and max_queued from the user's overrides).
 pg::QueueLimit queue_limit(const config::Config& config);
+// The tiers' allowed_models, for insert_task.
+pg::ModelCheck model_check(const config::Config& config);
 
 // GET /v1/users/{id}/limits: {"user_id", "tier", "effective": {...}, "overrides": {...}}.
 std::string limits_json(const std::string& user_id, const EffectiveLimits& effective,

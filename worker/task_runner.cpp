@@ -587,6 +587,12 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
                               "unknown model '" + spec.model + "'", ErrorCode::kUnknownModel);
   }
+  // The tier may have changed since the submission was checked, and batch lines are not.
+  if (std::string refusal = config_.model_refusal(run.claimed.user_tier, spec.model);
+      !refusal.empty()) {
+    co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, std::move(refusal),
+                              ErrorCode::kModelNotAllowed);
+  }
   // A budget is held before every model call (see budget_stop), from the month's spend as
   // it is now.
   run.budget_micros = config_.monthly_budget_micros_for(run.claimed.user_tier,

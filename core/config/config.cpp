@@ -934,7 +934,8 @@ void read_plan_execute(const Section& s, PlanExecuteConfig& out) {
   }
 }
 
-void read_tiers(const Section& root, std::vector<UserTierLimits>& out) {
+void read_tiers(const Section& root, const std::vector<ModelConfig>& models,
+                std::vector<UserTierLimits>& out) {
   root.each("tiers", [&](const Section& s) {
     UserTierLimits t;
     s.read("tier", t.tier);
@@ -953,6 +954,15 @@ void read_tiers(const Section& root, std::vector<UserTierLimits>& out) {
     }
     t.tool_permission = *parsed;
     s.read("strategy", t.strategy);
+    s.read("allowed_models", t.allowed_models);
+    for (std::size_t i = 0; i < t.allowed_models.size(); ++i) {
+      const std::string& name = t.allowed_models[i];
+      if (std::none_of(models.begin(), models.end(),
+                       [&](const ModelConfig& m) { return m.name == name; })) {
+        throw Problem(s.path("allowed_models") + "/" + std::to_string(i),
+                      "unknown model '" + name + "' (not in models)");
+      }
+    }
     for (const UserTierLimits& other : out) {
       if (other.tier == t.tier) {
         throw Problem(s.path("tier"), "duplicate tier '" + t.tier + "'");
@@ -995,7 +1005,7 @@ Config read_config(const Value& doc) {
   }
   read_react(root.child("react"), c.react);
   read_plan_execute(root.child("plan_execute"), c.plan_execute);
-  read_tiers(root, c.tiers);
+  read_tiers(root, c.models, c.tiers);
   Section metrics = root.child("metrics");
   metrics.read("host", c.metrics.host);
   metrics.read("port", c.metrics.port);
@@ -1113,6 +1123,22 @@ Permission Config::tool_permission_for(const std::string& user_tier,
   if (tier == nullptr)
     tier = find_tier(task_defaults.tier);
   return tier ? tier->tool_permission : Permission::kWrite;
+}
+
+std::string Config::model_refusal(const std::string& user_tier, const std::string& model) const {
+  const UserTierLimits* tier = user_tier.empty() ? nullptr : find_tier(user_tier);
+  if (tier == nullptr)
+    tier = find_tier(task_defaults.tier);
+  if (tier == nullptr || tier->allowed_models.empty() ||
+      std::find(tier->allowed_models.begin(), tier->allowed_models.end(), model) !=
+          tier->allowed_models.end()) {
+    return {};
+  }
+  std::string allowed;
+  for (const std::string& name : tier->allowed_models)
+    allowed += (allowed.empty() ? "" : ", ") + name;
+  return "model '" + model + "' is not allowed for tier '" + tier->tier + "' (allowed: " + allowed +
+         ")";
 }
 
 std::int64_t Config::monthly_budget_micros_for(const std::string& user_tier,

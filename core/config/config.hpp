@@ -265,6 +265,8 @@ struct UserTierLimits {
   int weight = 1;  // share of scarce capacity relative to other tiers (round-robin weight)
   Permission tool_permission = Permission::kWrite;  // highest tool level the user may call
   std::string strategy;  // "react" or "plan_execute" for tasks that name none; empty: default
+  // The models the tier's users may run (names of models[]); empty: every model.
+  std::vector<std::string> allowed_models;
 };
 
 // The plan_execute strategy (core/react/plan_execute.hpp).
@@ -309,6 +311,9 @@ struct Config {
   // else their tier's (their tier when set and known, else task_defaults.tier), else write.
   Permission tool_permission_for(const std::string& user_tier,
                                  const std::string& user_override) const;
+  // Why a user of tier `user_tier` (their own override; empty: task_defaults.tier) may not
+  // run `model` (its tier's allowed_models); empty when they may.
+  std::string model_refusal(const std::string& user_tier, const std::string& model) const;
   // A user's monthly budget in micro-units of billing.budget_currency (0: none): their own
   // when set, else their tier's (as above).
   std::int64_t monthly_budget_micros_for(const std::string& user_tier,

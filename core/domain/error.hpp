@@ -43,6 +43,7 @@ enum class ErrorCode {
   kNoPlan,               // plan_execute: no usable plan
   kUnperformedAction,    // the model reported an action that no tool performed
   kUnknownModel,         // the task names a model this worker does not have
+  kModelNotAllowed,      // the user's tier may not use the task's model (allowed_models)
   kUnsupportedStrategy,  // the task's strategy cannot run on its model
   kParentUnavailable,    // a follow-up whose parent task could not be read
   kCheckpointMismatch,   // a saved step no longer matches the replay (settings changed)

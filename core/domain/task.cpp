@@ -194,6 +194,8 @@ std::string_view to_string(ErrorCode code) {
       return "unperformed_action";
     case ErrorCode::kUnknownModel:
       return "unknown_model";
+    case ErrorCode::kModelNotAllowed:
+      return "model_not_allowed";
     case ErrorCode::kUnsupportedStrategy:
       return "unsupported_strategy";
     case ErrorCode::kParentUnavailable:

@@ -456,6 +456,45 @@ TEST(Isolation, AToolAboveTheUsersLevelOrOutsideTheAllowListIsRefusedFedBackAndA
   EXPECT_EQ(records_of(listed).Size(), 0u);
 }
 
+TEST(Isolation, ATierThatAllowsSomeModelsRefusesTheOthersAtSubmissionAndAtTheWorker) {
+  // The embedded default's tier `trial` allows sim-model only.
+  const std::string trial = user("trial");
+  auto limits =
+      api(bhttp::verb::put, "/v1/users/" + trial + "/limits", kAdminKey, R"({"tier":"trial"})");
+  ASSERT_EQ(limits.status, 200) << limits.body;
+
+  // Refused before it is stored.
+  auto refused =
+      api(bhttp::verb::post, "/v1/tasks", kAdminKey,
+          submission(trial, "bench: steps=1", "trial-1", R"(,"model":"sim-react-model")"));
+  expect_error(refused, 403, "model_not_allowed", "/model");
+  EXPECT_NE(refused.body.find("allowed: sim-model"), std::string::npos) << refused.body;
+  EXPECT_EQ(pg_row("SELECT count(*) FROM tasks WHERE user_id = $1", trial)[0].as<int>(), 0);
+
+  // The allowed model (the default) runs.
+  auto allowed = wait_terminal(submit(submission(trial, "bench: steps=1", "trial-2")));
+  EXPECT_EQ(str(allowed, "status"), "succeeded") << str(allowed, "error");
+
+  // A batch line is stored as it is: the worker ends it before any model call.
+  const std::string batch_id = user("trial-batch");
+  auto uploaded =
+      fetch(env()["AGENTFLEET_URL"] + "/v1/batches?batch_id=" + batch_id, bhttp::verb::post,
+            submission(trial, "bench: steps=1", "trial-3", R"(,"model":"sim-react-model")") + "\n",
+            {{"Authorization", "Bearer " + kAdminKey}});
+  ASSERT_EQ(uploaded.status, 201) << uploaded.body;
+  const std::string id = pg_row(
+                             "SELECT task_id::text FROM tasks WHERE user_id = $1 AND "
+                             "idempotency_key = 'trial-3'",
+                             trial)[0]
+                             .as<std::string>();
+  auto ended = wait_terminal(id);
+  EXPECT_EQ(str(ended, "status"), "failed");
+  EXPECT_EQ(str(ended, "error_code"), "model_not_allowed");
+  EXPECT_EQ(pg_row("SELECT count(*) FROM usage_ledger WHERE task_id = $1::uuid", id)[0].as<int>(),
+            0)
+      << "no model call";
+}
+
 TEST(Isolation, AnApiKeyIsNeverEchoedInAnAnswerNorWrittenToALog) {
   const std::string planted = "af-planted-key-" + run_tag();
   const std::vector<Headers> attempts = {

@@ -145,7 +145,7 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
   EXPECT_EQ(price.windows[0].to, "08:30");
   EXPECT_EQ(price.windows[0].multiplier, "0.5");
 
-  ASSERT_EQ(c.tiers.size(), 4u);
+  ASSERT_EQ(c.tiers.size(), 5u);
   EXPECT_EQ(c.tiers[0].tier, "free");
   EXPECT_EQ(c.tiers[0].max_concurrency, 2);
   EXPECT_EQ(c.tiers[0].requests_per_minute, 20);
@@ -157,6 +157,8 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
   EXPECT_EQ(c.tiers[2].requests_per_minute, 600);
   EXPECT_EQ(c.tiers[3].tier, "readonly");
   EXPECT_EQ(c.tiers[3].tool_permission, Permission::kRead);
+  EXPECT_EQ(c.tiers[4].tier, "trial");
+  EXPECT_EQ(c.tiers[4].allowed_models, std::vector<std::string>{"sim-model"});
   EXPECT_EQ(c.tiers[2].tokens_per_minute, 2000000);
   EXPECT_EQ(c.tiers[3].tokens_per_minute, 200000);  // default
   EXPECT_EQ(c.tiers[3].monthly_budget, "0");
@@ -595,6 +597,32 @@ billing:
   EXPECT_CONTAINS(error_of(in_dollars + "  budget_currency: usd\n"), "/billing/budget_currency");
   EXPECT_CONTAINS(error_of(in_dollars + "  exchange_rates: {usd: \"1\"}\n"),
                   "/billing/exchange_rates");
+}
+
+TEST_F(ConfigTest, ATierMayAllowSomeModelsOnly) {
+  const std::string two_models = kUnpriced + R"(
+  - name: m2
+    endpoints:
+      - url: http://127.0.0.1:8090/v1/chat/completions
+)";
+  const std::string priced = two_models + R"(billing:
+  prices:
+    - {model: m1, effective_from: "2026-01-01", input_per_million: "1"}
+    - {model: m2, effective_from: "2026-01-01", input_per_million: "1"}
+task_defaults: {tier: standard}
+)";
+  const Config c = load(priced + R"(tiers:
+  - {tier: standard}
+  - {tier: trial, allowed_models: [m2]}
+)");
+  EXPECT_EQ(c.find_tier("trial")->allowed_models, std::vector<std::string>{"m2"});
+  EXPECT_EQ(c.model_refusal("trial", "m2"), "");
+  EXPECT_EQ(c.model_refusal("trial", "m1"),
+            "model 'm1' is not allowed for tier 'trial' (allowed: m2)");
+  EXPECT_EQ(c.model_refusal("", "m1"), "") << "the default tier allows every model";
+  EXPECT_EQ(c.model_refusal("no-such-tier", "m1"), "") << "an unknown tier is the default";
+  EXPECT_CONTAINS(error_of(priced + "tiers:\n  - {tier: standard, allowed_models: [m3]}\n"),
+                  "/tiers/0/allowed_models/0: unknown model 'm3' (not in models)");
 }
 
 TEST_F(ConfigTest, EveryModelNeedsAPrice) {

@@ -42,14 +42,17 @@ postgres: {url: x}
 kafka: {bootstrap_servers: b}
 models:
   - {name: m1, call_timeout_s: 60, endpoints: [{url: "http://h/x"}]}
+  - {name: m2, call_timeout_s: 60, endpoints: [{url: "http://h/y"}]}
 billing:
   time_zone: UTC
   prices:
     - {model: m1, currency: CNY, effective_from: "2026-01-01", input_per_million: "2",
        cached_input_per_million: "0.5", output_per_million: "8"}
+    - {model: m2, currency: CNY, effective_from: "2026-01-01", input_per_million: "1"}
 task_defaults: {model: m1, tier: standard, time_zone: UTC}
 tiers:
   - {tier: standard, max_concurrency: 5, tool_permission: write}
+  - {tier: m2-only, max_concurrency: 5, allowed_models: [m2]}
 tools:
   - name: search_items
     description: Search the calendar.
@@ -258,6 +261,7 @@ class MemoryRunStore final : public ports::RunStore {
     claimed.remaining_ms = remaining_ms;
     claimed.totals = billed_before;
     claimed.user_monthly_budget_micros = user_budget_micros;
+    claimed.user_tier = user_tier;
     for (const auto& [step, row] : steps)
       claimed.steps.push_back(row.record);
     if (on_claim)
@@ -346,6 +350,7 @@ class MemoryRunStore final : public ports::RunStore {
   std::function<void()> on_claim;    // runs while a claim that succeeds is under way
   int releases = 0;
   int tool_calls = 0;
+  std::string user_tier;                           // the user's own tier ("": the default)
   std::optional<std::int64_t> user_budget_micros;  // the user's own monthly budget
   billing::SpendByCurrency month_spent;            // this month's spend, per currency
   int spend_reads = 0;
@@ -679,6 +684,16 @@ TEST(TaskRunner, TheBudgetCountsWhatTheRunSpentSinceItBegan) {
   EXPECT_NE(h.store.ended->error.find("0.992000 CNY used this month"), std::string::npos)
       << h.store.ended->error;
   EXPECT_EQ(h.store.spend_reads, 1) << "the month's spend is read once, when the run begins";
+}
+
+TEST(TaskRunner, AModelTheUsersTierDoesNotAllowIsNeverCalled) {
+  // The tier changed after the submission was checked (or the task came in a batch).
+  Harness h;
+  h.store.user_tier = "m2-only";
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.model.calls, 0);
+  expect_ended_with(h, ErrorCode::kModelNotAllowed);
+  EXPECT_EQ(h.store.ended->error, "model 'm1' is not allowed for tier 'm2-only' (allowed: m2)");
 }
 
 TEST(TaskRunner, AUserWithoutABudgetIsNotAskedForTheirSpend) {

@@ -49,7 +49,8 @@ class ApiStore {
   explicit ApiStore(DbPool& db) : db_(db) {}
 
   // Tasks.
-  Awaitable<InsertResult> insert_task(const NewTask& task, const QueueLimit& limit, bool with_json);
+  Awaitable<InsertResult> insert_task(const NewTask& task, const QueueLimit& limit, bool with_json,
+                                      const ModelCheck& models = {});
   Awaitable<std::optional<ParentRef>> find_parent(const std::string& user_id,
                                                   const std::string& parent_id,
                                                   const std::string& session_id,

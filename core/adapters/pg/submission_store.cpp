@@ -103,11 +103,20 @@ QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimi
 }
 
 InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit,
-                         bool with_json) {
+                         bool with_json, const ModelCheck& models) {
   const TaskSpec& s = task.spec;
   pqxx::work tx(c);
   // One submission of a user at a time, their overrides read on the same round trip.
   auto overrides = exec_named1(tx, "submit_lock", s.user_id);
+  if (models) {
+    std::string refusal = models(overrides[1].as<std::string>(), s.model);
+    if (!refusal.empty()) {
+      InsertResult refused;
+      refused.outcome = InsertOutcome::kModelNotAllowed;
+      refused.refusal = std::move(refusal);
+      return refused;  // nothing written: the transaction rolls back
+    }
+  }
   QueueRoom room;
   if (limit) {
     room.max_queued =

@@ -29,24 +29,29 @@ struct NewTask {
 // A user's queue limit from their overrides in user_limits: `tier` (empty when none) and
 // `max_queued` (nullopt when none). Empty function: no limit.
 using QueueLimit = std::function<int(const std::string& tier, std::optional<int> max_queued)>;
+// Why a user of `tier` (empty when they have no override) may not run `model`; empty when
+// they may. Empty function: every model.
+using ModelCheck = std::function<std::string(const std::string& tier, const std::string& model)>;
 struct QueueRoom {
   std::int64_t queued = 0;  // counted up to max_queued + 1
   int max_queued = 0;
 };
 
-enum class InsertOutcome { kCreated, kExisting, kConflict, kQueueFull };
+enum class InsertOutcome { kCreated, kExisting, kConflict, kQueueFull, kModelNotAllowed };
 struct InsertResult {
   InsertOutcome outcome = InsertOutcome::kCreated;
   std::string task_id;    // the new task, or the one the idempotency key already names
   QueueRoom room;         // set for kQueueFull
   std::string task_json;  // with_json: the task as the API shows it (not for kQueueFull)
+  std::string refusal;    // kModelNotAllowed: why
 };
 // Stores a submission, one transaction: the same idempotency key returns the existing task
 // (kExisting, or kConflict when its request differs); a user with max_queued tasks queued
 // gets kQueueFull and nothing is stored. Notifies the scheduler (channel agentfleet_work).
 // `with_json`: the task's JSON is read in the same transaction (the API's answer).
+// A model the user's tier may not run (`models`) gets kModelNotAllowed and nothing is stored.
 InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit = {},
-                         bool with_json = false);
+                         bool with_json = false, const ModelCheck& models = {});
 
 // Inserts tasks (their ids set) in one statement; a task whose (user, idempotency key) is
 // taken is skipped. Returns the ids inserted. Used by batch uploads.
