@@ -307,6 +307,11 @@ struct TaskRunner::Run : ClaimedRun {
   // when the run began plus what this run's calls cost since, both in the budget currency.
   std::int64_t budget_micros = 0;
   std::int64_t budget_spent_micros = 0;
+  // What the task's billed calls cost, every attempt's, in the budget currency (kept when
+  // it has a max_cost).
+  std::int64_t task_cost_micros = 0;
+  // The output allowance of the last model call, when the task's max_tokens capped it.
+  std::optional<std::int64_t> capped_output;
 
   // What every log line about this run carries.
   log::TaskContext log_context() const {
@@ -593,7 +598,7 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, std::move(refusal),
                               ErrorCode::kModelNotAllowed);
   }
-  // A budget is held before every model call (see budget_stop), from the month's spend as
+  // A budget is held before every model call (see spend_check), from the month's spend as
   // it is now.
   run.budget_micros = config_.monthly_budget_micros_for(run.claimed.user_tier,
                                                         run.claimed.user_monthly_budget_micros);
@@ -606,6 +611,11 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
       co_return RunOutcome::kStoreUnavailable;
     }
     run.budget_spent_micros = exchange_.sum(spent.value());
+  }
+  if (spec.max_cost_micros && run.claimed.totals.cost_micros > 0) {
+    run.task_cost_micros =
+        exchange_.to_target(run.claimed.totals.cost_micros, run.claimed.totals.currency)
+            .value_or(std::numeric_limits<std::int64_t>::max());
   }
 
   // The tools this task may use: its allow-list within the registry, plus `finish`. Tools
@@ -772,6 +782,16 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
                                 std::nullopt);
     }
     if (auto* failed = std::get_if<react::Fail>(&next)) {
+      if (failed->reason == react::FailReason::kTruncated && run.capped_output) {
+        // Cut at what the task's max_tokens left it, not at the model's own allowance.
+        co_return co_await finish(
+            run, TaskStatus::kFailed, std::nullopt,
+            "the model's output was cut at the " + std::to_string(*run.capped_output) +
+                " tokens the task's max_tokens of " + std::to_string(*spec.max_tokens) +
+                " left it (" + std::to_string(run.totals.usage.input + run.totals.usage.output) +
+                " tokens used)",
+            ErrorCode::kMaxTokens);
+      }
       co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, failed->message,
                                 react::error_code_of(failed->reason));
     }
@@ -876,12 +896,21 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
       messages = std::make_shared<const std::vector<Message>>(std::move(context.messages));
       input_tokens += context.estimated_tokens;
     }
-    if (std::optional<std::string> over = budget_stop(run, model, input_tokens)) {
-      co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, std::move(*over),
-                                ErrorCode::kQuotaExceeded);
+    billing::SpendDecision spend = spend_check(run, model, input_tokens);
+    if (spend.stop) {
+      const ErrorCode code = *spend.stop == billing::SpendStop::kMaxTokens ? ErrorCode::kMaxTokens
+                             : *spend.stop == billing::SpendStop::kMaxCost
+                                 ? ErrorCode::kMaxCost
+                                 : ErrorCode::kQuotaExceeded;
+      co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, std::move(spend.message),
+                                code);
     }
+    run.capped_output.reset();
+    if (spend.capped)
+      run.capped_output = spend.output_tokens;
     auto reply = co_await call_model(run, std::move(messages), std::move(messages_json),
-                                     offered_tools(run, request), call_deadline);
+                                     offered_tools(run, request), call_deadline,
+                                     spend.capped ? spend.output_tokens : 0);
     if (!reply) {
       if (auto stop = co_await stop_requested(run, false))
         co_return *stop;
@@ -965,10 +994,13 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     run.totals.usage.output += answer.usage.output;
     run.totals.cost_micros += cost.micros;
     run.totals.currency = cost.currency;
-    if (run.budget_micros > 0) {
-      const std::int64_t in_budget = exchange_.to_target(cost.micros, cost.currency).value_or(0);
+    if (run.budget_micros > 0 || spec.max_cost_micros) {
+      const std::int64_t in_budget = exchange_.to_target(cost.micros, cost.currency)
+                                         .value_or(std::numeric_limits<std::int64_t>::max());
       if (__builtin_add_overflow(run.budget_spent_micros, in_budget, &run.budget_spent_micros))
         run.budget_spent_micros = std::numeric_limits<std::int64_t>::max();
+      if (__builtin_add_overflow(run.task_cost_micros, in_budget, &run.task_cost_micros))
+        run.task_cost_micros = std::numeric_limits<std::int64_t>::max();
     }
     if (!answer.content.empty()) {
       // The model's text of the step, always as {"text": ...} (react_json text is JSON too).
@@ -1108,7 +1140,7 @@ Result<std::unique_ptr<react::Strategy>> TaskRunner::make_strategy(
 
 asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
     Run& run, std::shared_ptr<const std::vector<Message>> messages, std::string messages_json,
-    std::shared_ptr<const ToolSet> tools, TimePoint deadline) {
+    std::shared_ptr<const ToolSet> tools, TimePoint deadline, std::int64_t max_output_tokens) {
   // The call runs as its own coroutine owning what it reads, so that a cancellation can
   // stop waiting for it at once; an abandoned call ends at its own deadline.
   struct Call {
@@ -1131,7 +1163,8 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
   auto executor = co_await asio::this_coro::executor;
   ports::ModelRequest request{run.claimed.spec.model, call->messages.get(), &call->tools->schemas,
                               call->messages_json,    call->tools->json,    deadline,
-                              run.traceparent,        run.encoder.echo(),   &call->lost};
+                              run.traceparent,        run.encoder.echo(),   &call->lost,
+                              max_output_tokens};
   asio::co_spawn(
       executor,
       [this, call, request = std::move(request),
@@ -1254,27 +1287,32 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::on_store_failure(Run& run
       ErrorCode::kInternal);
 }
 
-std::optional<std::string> TaskRunner::budget_stop(const Run& run, const config::ModelConfig& model,
-                                                   std::int64_t input_tokens) const {
-  if (run.budget_micros <= 0)
-    return std::nullopt;
-  // The call at its most: the input as estimated and the model's whole output allowance.
-  TokenUsage most;
-  most.input = input_tokens;
-  most.output = model.max_output_tokens;
-  const billing::Money cost = prices_.cost(run.claimed.spec.model, most, clock_.wall_now());
-  const std::int64_t call_micros = exchange_.to_target(cost.micros, cost.currency)
-                                       .value_or(std::numeric_limits<std::int64_t>::max());
-  if (run.budget_spent_micros <= run.budget_micros - call_micros)
-    return std::nullopt;
-  const std::string& currency = exchange_.target();
-  return "quota_exceeded: the next model call could pass the monthly budget of " +
-         billing::format_micros(run.budget_micros) + " " + currency + " (" +
-         billing::format_micros(run.budget_spent_micros) + " " + currency +
-         " used this month, up to " + billing::format_micros(call_micros) + " " + currency +
-         " for the call, " + config_.billing.time_zone +
-         "); the task stopped before it. Raise the budget (PUT /v1/users/{id}/limits) or wait "
-         "for next month.";
+billing::SpendDecision TaskRunner::spend_check(const Run& run, const config::ModelConfig& model,
+                                               std::int64_t input_tokens) const {
+  const TaskSpec& spec = run.claimed.spec;
+  billing::SpendLimits limits;
+  limits.max_tokens = spec.max_tokens;
+  limits.max_cost_micros = spec.max_cost_micros;
+  limits.budget_micros = run.budget_micros;
+  limits.currency = exchange_.target();
+  limits.month_zone = config_.billing.time_zone;
+  billing::SpendSoFar spent;
+  spent.task_tokens = run.totals.usage.input + run.totals.usage.output;
+  spent.task_cost_micros = run.task_cost_micros;
+  spent.month_micros = run.budget_spent_micros;
+  billing::NextCall call;
+  call.input_tokens = input_tokens;
+  call.max_output_tokens = model.max_output_tokens;
+  // The call at its most: the input as estimated and the whole output allowance, priced now.
+  call.cost_micros = [&](std::int64_t input, std::int64_t output) {
+    TokenUsage most;
+    most.input = input;
+    most.output = output;
+    const billing::Money cost = prices_.cost(spec.model, most, clock_.wall_now());
+    return exchange_.to_target(cost.micros, cost.currency)
+        .value_or(std::numeric_limits<std::int64_t>::max());
+  };
+  return billing::check_spend(limits, spent, call);
 }
 
 asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,

@@ -31,6 +31,7 @@
 
 #include "core/adapters/metrics/worker_metrics.hpp"
 #include "core/billing/price_table.hpp"
+#include "core/billing/spend_limits.hpp"
 #include "core/codec/json_schema.hpp"
 #include "core/config/config.hpp"
 #include "core/limits/clock.hpp"
@@ -93,7 +94,8 @@ class TaskRunner final : public Runs {
   struct ToolSet;
   boost::asio::awaitable<std::optional<Result<ModelReply>>> call_model(
       Run& run, std::shared_ptr<const std::vector<Message>> messages, std::string messages_json,
-      std::shared_ptr<const ToolSet> tools, limits::Clock::time_point deadline);
+      std::shared_ptr<const ToolSet> tools, limits::Clock::time_point deadline,
+      std::int64_t max_output_tokens);
   // Bills model calls no checkpoint bills (`lost`, of the step `charges` names): their
   // usage_unreconciled rows and the metrics; a failure to write them is logged with what
   // was lost. Safe after the run ended (an abandoned call finishing late).
@@ -128,10 +130,11 @@ class TaskRunner final : public Runs {
     std::vector<ToolObservation> observations;  // complete: one per call
     int answered = 0;                           // calls sent that answered
   };
-  // Why the next model call may not be made: it could take the user's spend this month past
-  // their budget (nullopt: it may, or there is no budget). `input_tokens`: as estimated.
-  std::optional<std::string> budget_stop(const Run& run, const config::ModelConfig& model,
-                                         std::int64_t input_tokens) const;
+  // Whether the next model call may be made, and with what output allowance: the task's
+  // max_tokens and max_cost, then the user's monthly budget (billing::check_spend).
+  // `input_tokens`: as estimated.
+  billing::SpendDecision spend_check(const Run& run, const config::ModelConfig& model,
+                                     std::int64_t input_tokens) const;
   // `resumed`: the calls are an earlier attempt's (its checkpointed step has no saved
   // answers), which may have sent them: a call of a tool that is not idempotent is not sent
   // again; the model reads that its outcome is unknown (error code outcome_unknown).

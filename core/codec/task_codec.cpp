@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <optional>
 
+#include "core/billing/money.hpp"
+
 namespace agentfleet::codec {
 
 namespace {
@@ -144,6 +146,14 @@ std::variant<Submission, SchemaViolation> parse_submission(std::string_view json
   for (char& c : spec.parent_task_id)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   spec.session_id = get_string(doc, "session_id");
+  if (auto max_tokens = doc.FindMember("max_tokens"); max_tokens != doc.MemberEnd())
+    spec.max_tokens = max_tokens->value.GetInt64();
+  if (const std::string max_cost = get_string(doc, "max_cost"); !max_cost.empty()) {
+    // The schema's pattern holds at most 12 digits and 6 decimals: it parses.
+    spec.max_cost_micros = billing::parse_decimal_micros(max_cost);
+    if (!spec.max_cost_micros || *spec.max_cost_micros <= 0)
+      return SchemaViolation{"/max_cost", "max_cost must be more than zero"};
+  }
   spec.metadata.time_zone = defaults.time_zone;
   spec.metadata.locale = defaults.locale;
   if (auto metadata = doc.FindMember("metadata"); metadata != doc.MemberEnd()) {
@@ -188,6 +198,12 @@ std::variant<Submission, SchemaViolation> parse_submission(std::string_view json
     key_string(w, "parent_task_id", spec.parent_task_id);
   if (!spec.session_id.empty())
     key_string(w, "session_id", spec.session_id);
+  if (spec.max_tokens) {
+    w.Key("max_tokens");
+    w.Int64(*spec.max_tokens);
+  }
+  if (spec.max_cost_micros)
+    key_string(w, "max_cost", billing::format_micros(*spec.max_cost_micros));
   w.EndObject();
   submission.canonical.assign(buffer.GetString(), buffer.GetSize());
   return submission;
@@ -208,7 +224,7 @@ std::variant<DispatchMessage, SchemaViolation> parse_dispatch_message(std::strin
 
 std::vector<std::string> unmet_needs(std::string_view header) {
   static const std::vector<std::string> kMet = [] {
-    std::vector<std::string> met{"feature:follow_up"};
+    std::vector<std::string> met{"feature:follow_up", "feature:spend_limits"};
     for (AgentStrategy s :
          {AgentStrategy::kReact, AgentStrategy::kPlanExecute, AgentStrategy::kPlanOnly})
       met.push_back("strategy:" + std::string(to_string(s)));

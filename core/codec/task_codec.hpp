@@ -49,7 +49,8 @@ std::variant<DispatchMessage, SchemaViolation> parse_dispatch_message(std::strin
 // written by the scheduler in SQL, pg::dispatch_grants). A header, not a payload field: a
 // payload field the schema does not know makes a message a dead letter. Kinds: strategy
 // (a strategy the task asked for), feature (follow_up: it continues a parent's
-// conversation); a later version may add words of any kind.
+// conversation; spend_limits: it has its own max_tokens or max_cost); a later version may
+// add words of any kind.
 inline constexpr std::string_view kNeedsHeader = "agentfleet-needs";
 // The words of `header` this build cannot meet, in their order (empty: it can run the task;
 // a missing or empty header needs nothing).

@@ -33,6 +33,8 @@ enum class ErrorCode {
   kDeadline,             // timeout_s ran out, or a wait the provider asked for would pass it
   kMaxSteps,             // max_steps model steps without a final answer
   kQuotaExceeded,        // the user's monthly budget is spent
+  kMaxTokens,            // the task's own max_tokens is used up
+  kMaxCost,              // the task's own max_cost is spent
   kAttemptsExhausted,    // its worker was lost max_attempts times
   kModelUnavailable,     // the model's endpoints failed (5xx, connection, bad answers)
   kModelOutOfQuota,      // the provider account is out of money on every endpoint

@@ -174,6 +174,10 @@ std::string_view to_string(ErrorCode code) {
       return "max_steps";
     case ErrorCode::kQuotaExceeded:
       return "quota_exceeded";
+    case ErrorCode::kMaxTokens:
+      return "max_tokens";
+    case ErrorCode::kMaxCost:
+      return "max_cost";
     case ErrorCode::kAttemptsExhausted:
       return "attempts_exhausted";
     case ErrorCode::kModelUnavailable:

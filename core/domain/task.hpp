@@ -63,6 +63,11 @@ struct TaskSpec {
   // of `session_id` when stored), empty for none.
   std::string parent_task_id;
   std::string session_id;
+  // The task's own spending limits, as submitted (nullopt: none): the most tokens its model
+  // calls may use (input and output together, every attempt's), and the most they may cost,
+  // in micro-units of the budget currency (docs/billing.md, "A task's own limits").
+  std::optional<std::int64_t> max_tokens;
+  std::optional<std::int64_t> max_cost_micros;
 };
 
 // What the model declared (through `finish`) or what its plain-text answer was classed as.

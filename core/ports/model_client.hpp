@@ -38,6 +38,9 @@ struct ModelRequest {
   // but whose answer is not the call's result (a timeout after the request was sent, a 2xx
   // that is not a chat completion); null: not reported. Valid for the whole call.
   std::vector<LostCharge>* lost = nullptr;
+  // The call's output allowance when less than the model's max_output_tokens (what a task's
+  // max_tokens leaves); 0: the model's.
+  std::int64_t max_output_tokens = 0;
 };
 
 class ModelClient {

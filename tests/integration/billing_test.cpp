@@ -1,8 +1,9 @@
 // Every provider charge is billed (issue 18, item 6), on the embedded fleet through llm-sim:
 // an answer without usage is billed from the worker's estimate and flagged; an answer that
 // came after its run stopped waiting for it is billed as unreconciled, with the provider's
-// usage, in the bill and the metrics. (The client's lost attempts, the fenced save and the
-// estimates themselves are unit tests: model_client_test.cpp, task_runner_test.cpp.)
+// usage, in the bill and the metrics. A task's own max_tokens and max_cost stop it before a
+// call that could pass them (issue 18, item 7). (The client's lost attempts, the fenced save and
+// the estimates themselves are unit tests: model_client_test.cpp, task_runner_test.cpp.)
 
 #include <gtest/gtest.h>
 
@@ -128,6 +129,59 @@ TEST(Billing, AModelAnswerThatCameAfterTheTaskWasCancelledIsBilledUnreconciled) 
   EXPECT_EQ(str(totals, "unreconciled_cost"), row[7].as<std::string>());
   EXPECT_GE(worker_sum(series), before + 1);
   EXPECT_EQ(num(at(task, "usage"), "input_tokens"), 0) << "not the task's own totals";
+}
+
+TEST(Billing, ATasksOwnMaxTokensAndMaxCostStopItBeforeTheCallThatCouldPassThem) {
+  const std::string user = "bill-lim-" + run_tag();
+  const auto submission = [&](const std::string& key, const std::string& limits) {
+    return R"({"user_id":")" + user + R"(","text":"bench: steps=3","idempotency_key":")" + key +
+           "\"" + limits + "}";
+  };
+  // Without limits: four model calls (three steps of one tool call, then the finish).
+  const std::string free_id = submit(submission("lim-0", ""));
+  auto free_run = wait_terminal(free_id);
+  ASSERT_EQ(str(free_run, "status"), "succeeded") << str(free_run, "error");
+  const auto first_three = pg_row(
+      "SELECT count(*) FILTER (WHERE step < 3), "
+      "coalesce(sum(input_tokens + output_tokens) FILTER (WHERE step < 3), 0) "
+      "FROM usage_ledger WHERE task_id = $1::uuid",
+      free_id);
+  ASSERT_EQ(first_three[0].as<int>(), 3);
+  const std::int64_t max_tokens = first_three[1].as<std::int64_t>();
+
+  // The tokens of its first three calls: the fourth call has no room and is not made.
+  const std::string limited_id =
+      submit(submission("lim-1", R"(,"max_tokens":)" + std::to_string(max_tokens)));
+  auto limited = wait_terminal(limited_id);
+  EXPECT_EQ(str(limited, "status"), "failed");
+  EXPECT_EQ(str(limited, "error_code"), "max_tokens") << str(limited, "error");
+  EXPECT_NE(str(limited, "error").find("of its max_tokens of " + std::to_string(max_tokens)),
+            std::string::npos)
+      << str(limited, "error");
+  EXPECT_EQ(num(limited, "max_tokens"), max_tokens) << "the task shows its limit";
+  const int calls = static_cast<int>(
+      pg_count("SELECT count(*) FROM usage_ledger WHERE task_id = $1::uuid", limited_id));
+  EXPECT_GE(calls, 1) << "the first call fits";
+  EXPECT_LE(calls, 3) << "the fourth could not be made within the limit";
+  EXPECT_EQ(num(limited, "steps"), calls);
+
+  // A max_cost the first call could pass: no call is made, nothing is billed.
+  const std::string poor_id = submit(submission("lim-2", R"(,"max_cost":"0.000001")"));
+  auto poor = wait_terminal(poor_id);
+  EXPECT_EQ(str(poor, "status"), "failed");
+  EXPECT_EQ(str(poor, "error_code"), "max_cost") << str(poor, "error");
+  EXPECT_EQ(str(poor, "max_cost"), "0.000001");
+  EXPECT_EQ(num(poor, "steps"), 0);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM usage_ledger WHERE task_id = $1::uuid", poor_id), 0);
+
+  // Limits that cannot hold anything are refused at the door, naming the field.
+  for (const char* bad : {R"(,"max_cost":"0")", R"(,"max_cost":0.5)", R"(,"max_tokens":0)"}) {
+    auto refused = api(bhttp::post, "/v1/tasks", kAdminKey, submission("lim-bad", bad));
+    EXPECT_EQ(refused.status, 400) << bad << ": " << refused.body;
+    const std::string field =
+        std::string(bad).find("max_cost") != std::string::npos ? "/max_cost" : "/max_tokens";
+    EXPECT_NE(refused.body.find(field), std::string::npos) << refused.body;
+  }
 }
 
 }  // namespace

@@ -354,10 +354,11 @@ TEST(RunStore, ATaskAskedForTwiceInOneBatchIsClaimedOnceAndAResumedClaimBringsIt
               R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
                                  max_steps, priority, request_canonical, status, attempt,
                                  worker_id, lease_until, started_at, dispatched_at, steps,
-                                 input_tokens, output_tokens, cost, currency)
+                                 input_tokens, output_tokens, cost, currency,
+                                 max_tokens, max_cost)
               VALUES (gen_random_uuid(), 'rs-u4', 'x', 'sim-model', 30, 3600, 10,
                       'interactive', '{}', 'running', 1, 'gone', now() - interval '1 s',
-                      now(), now(), 1, 500, 20, 0.00123, 'CNY')
+                      now(), now(), 1, 500, 20, 0.00123, 'CNY', 5000, 0.25)
               RETURNING task_id::text)SQL")[0]
             .as<std::string>();
     tx.exec_params0(
@@ -388,6 +389,11 @@ TEST(RunStore, ATaskAskedForTwiceInOneBatchIsClaimedOnceAndAResumedClaimBringsIt
   EXPECT_EQ(r.totals.usage.output, 20);
   EXPECT_EQ(r.totals.cost_micros, 1230);
   EXPECT_EQ(r.totals.currency, "CNY");
+  // The task's own limits come with it; a task without them has none.
+  EXPECT_EQ(r.spec.max_tokens, 5000);
+  EXPECT_EQ(r.spec.max_cost_micros, 250'000);
+  EXPECT_FALSE(c1.value().task->spec.max_tokens);
+  EXPECT_FALSE(c1.value().task->spec.max_cost_micros);
   pqxx::work tx(h.db);
   EXPECT_EQ(tx.exec_params1("SELECT worker_incarnation FROM tasks WHERE task_id = $1::uuid",
                             dispatched)[0]

@@ -99,6 +99,40 @@ TEST_F(Submission, TheAnswerIsTheStoredTaskAsTheApiShowsIt) {
   EXPECT_TRUE(quiet.task_json.empty());
 }
 
+TEST_F(Submission, ATasksOwnSpendingLimitsAreStoredExactlyAndShownAsSubmitted) {
+  pg::NewTask limited = task_of("sub-u5");
+  limited.spec.max_tokens = 20000;
+  limited.spec.max_cost_micros = 50'001;
+  const auto one = pg::insert_task(db_, limited, queue_limit, /*with_json=*/true);
+  ASSERT_EQ(one.outcome, pg::InsertOutcome::kCreated);
+  EXPECT_NE(one.task_json.find(R"("max_tokens": 20000)"), std::string::npos) << one.task_json;
+  EXPECT_NE(one.task_json.find(R"("max_cost": "0.050001")"), std::string::npos) << one.task_json;
+  EXPECT_EQ(pg::task_json(db_, one.task_id), one.task_json);
+
+  // A batch's slice stores them the same way, and a task without them shows null.
+  pg::NewTask batched = task_of("sub-u5");
+  batched.spec.max_cost_micros = 999'999'999'999'999'999;
+  pg::NewTask plain = task_of("sub-u5");
+  {
+    pqxx::work tx(db_);
+    EXPECT_EQ(pg::insert_tasks(tx, {batched, plain}).size(), 2u);
+    tx.commit();
+  }
+  const auto shown = pg::task_json(db_, batched.spec.task_id);
+  ASSERT_TRUE(shown);
+  EXPECT_NE(shown->find(R"("max_cost": "999999999999.999999")"), std::string::npos) << *shown;
+  EXPECT_NE(shown->find(R"("max_tokens": null)"), std::string::npos) << *shown;
+  const auto none = pg::task_json(db_, plain.spec.task_id);
+  ASSERT_TRUE(none);
+  EXPECT_NE(none->find(R"("max_cost": null)"), std::string::npos) << *none;
+
+  // The database refuses a limit of zero, whoever writes it.
+  pqxx::work tx(db_);
+  EXPECT_THROW(
+      tx.exec_params0("UPDATE tasks SET max_cost = 0 WHERE task_id = $1::uuid", plain.spec.task_id),
+      pqxx::check_violation);
+}
+
 TEST_F(Submission, AKeyNamesOneTaskTheSameRequestGetsItAnotherIsAConflict) {
   const auto first = pg::insert_task(db_, task_of("sub-u2", "sub-k2"), queue_limit, true);
   ASSERT_EQ(first.outcome, pg::InsertOutcome::kCreated);

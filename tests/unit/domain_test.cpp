@@ -486,6 +486,45 @@ TEST(SubmissionTest, CanonicalFormIgnoresSpellingOfDefaults) {
   EXPECT_FALSE(doc.HasParseError()) << omitted;
 }
 
+TEST(SubmissionTest, ATasksOwnSpendingLimitsAreReadExactlyAndCheckedAtTheDoor) {
+  const codec::Submission given =
+      submit_ok(R"({"user_id":"u","text":"t","max_tokens":20000,"max_cost":"0.05"})");
+  EXPECT_EQ(given.spec.max_tokens, 20000);
+  EXPECT_EQ(given.spec.max_cost_micros, 50'000);
+  const codec::Submission none = submit_ok(R"({"user_id":"u","text":"t"})");
+  EXPECT_FALSE(none.spec.max_tokens);
+  EXPECT_FALSE(none.spec.max_cost_micros);
+  EXPECT_EQ(submit_ok(R"({"user_id":"u","text":"t","max_cost":"999999999999.999999"})")
+                .spec.max_cost_micros,
+            999'999'999'999'999'999);
+
+  // Part of what a request asks: another limit is another request; spellings of one agree.
+  EXPECT_NE(given.canonical, none.canonical);
+  EXPECT_EQ(
+      given.canonical,
+      submit_ok(R"({"user_id":"u","text":"t","max_cost":"0.050","max_tokens":20000})").canonical);
+  EXPECT_NE(
+      given.canonical,
+      submit_ok(R"({"user_id":"u","text":"t","max_tokens":20001,"max_cost":"0.05"})").canonical);
+  // A submission without them keeps the canonical form it had before they existed.
+  EXPECT_EQ(none.canonical.find("max_tokens"), std::string::npos) << none.canonical;
+  EXPECT_EQ(none.canonical.find("max_cost"), std::string::npos) << none.canonical;
+
+  for (const char* bad : {R"("max_cost":"0")", R"("max_cost":"0.000000")", R"("max_cost":0.5)",
+                          R"("max_cost":"1e3")", R"("max_cost":"-1")", R"("max_cost":"0.0000001")",
+                          R"("max_cost":"1234567890123")", R"("max_cost":"")"}) {
+    EXPECT_EQ(submit_bad(std::string(R"({"user_id":"u","text":"t",)") + bad + "}").path,
+              "/max_cost")
+        << bad;
+  }
+  for (const char* bad : {R"("max_tokens":0)", R"("max_tokens":1000000001)", R"("max_tokens":1.5)",
+                          R"("max_tokens":"100")"}) {
+    EXPECT_EQ(submit_bad(std::string(R"({"user_id":"u","text":"t",)") + bad + "}").path,
+              "/max_tokens")
+        << bad;
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Dispatch, result and progress messages
 
@@ -529,6 +568,8 @@ TEST(DispatchNeedsTest, WhatThisVersionRunsIsMetAndAnythingElseIsNamed) {
         codec::unmet_needs(std::string("strategy:") + strategy + " feature:follow_up").empty())
         << strategy;
   }
+  EXPECT_TRUE(codec::unmet_needs("strategy:react feature:spend_limits").empty())
+      << "a task with its own max_tokens or max_cost";
   EXPECT_EQ(codec::unmet_needs("strategy:react feature:follow_up feature:sandbox strategy:tree"),
             (std::vector<std::string>{"feature:sandbox", "strategy:tree"}));
   EXPECT_EQ(codec::unmet_needs("  protocol:2  "), std::vector<std::string>{"protocol:2"})

@@ -92,7 +92,8 @@ class ModelClientTest : public ::testing::Test {
   milliseconds latency{100};
   std::vector<Message> messages{Message{Role::kUser, "hello", {}, {}, {}}};
   std::vector<ports::ToolSchema> tools;
-  std::vector<LostCharge> lost;  // what the calls reported the provider may have charged
+  std::vector<LostCharge> lost;       // what the calls reported the provider may have charged
+  std::int64_t output_allowance = 0;  // the calls' max_output_tokens (0: the model's)
 
   std::unique_ptr<OpenAiModelClient> make(config::ModelConfig m) {
     ModelClientHooks hooks;
@@ -140,6 +141,7 @@ class ModelClientTest : public ::testing::Test {
     request.messages_echo = echo;
     request.deadline = clock.now() + left;
     request.lost = &lost;
+    request.max_output_tokens = output_allowance;
     auto future = asio::co_spawn(io, client.complete(std::move(request)), asio::use_future);
     io.restart();
     io.run();
@@ -491,6 +493,21 @@ TEST_F(ModelClientTest, AConversationTheCallerKeepsEncodedIsSentAsIfBuiltHere) {
   ASSERT_TRUE(call(*client, seconds(30), encoder.json(), codec::encode_tools(tools)).ok());
   ASSERT_EQ(bodies.size(), 2u);
   EXPECT_EQ(bodies[1], bodies[0]);
+}
+
+TEST_F(ModelClientTest, ACallsOwnOutputAllowanceIsSentWhenLessThanTheModels) {
+  auto client = make(model_config({kA}));  // max_output_tokens 100
+  script[kA] = {ok(), ok(), ok()};
+  output_allowance = 40;  // what a task's max_tokens left
+  ASSERT_TRUE(call(*client).ok());
+  output_allowance = 500;  // never more than the model's
+  ASSERT_TRUE(call(*client).ok());
+  output_allowance = 0;
+  ASSERT_TRUE(call(*client).ok());
+  ASSERT_EQ(bodies.size(), 3u);
+  EXPECT_NE(bodies[0].find(R"("max_tokens":40)"), std::string::npos) << bodies[0];
+  EXPECT_NE(bodies[1].find(R"("max_tokens":100)"), std::string::npos) << bodies[1];
+  EXPECT_NE(bodies[2].find(R"("max_tokens":100)"), std::string::npos) << bodies[2];
 }
 
 TEST_F(ModelClientTest, AThinkingModelGetsEachToolTurnsReasoningBackHoweverTheCallerEncoded) {

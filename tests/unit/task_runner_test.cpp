@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/adapters/metrics/metrics_registry.hpp"
+#include "core/billing/spend_limits.hpp"
 #include "core/codec/checkpoint_codec.hpp"
 #include "core/codec/openai_codec.hpp"
 #include "core/config/config.hpp"
@@ -134,6 +135,7 @@ class ScriptedModel final : public ports::ModelClient {
   asio::awaitable<Result<ModelReply>> complete(ports::ModelRequest request) override {
     ++calls;
     deadlines.push_back(request.deadline);
+    output_allowances.push_back(request.max_output_tokens);
     sent_messages.push_back(request.messages ? request.messages->size() : 0);
     if (request.messages != nullptr && request.tools != nullptr) {
       // The body the model client would send: spliced from the run's encoding when it
@@ -178,6 +180,7 @@ class ScriptedModel final : public ports::ModelClient {
   std::vector<std::string> built_bodies;  // the messages and tools built whole
   std::vector<std::vector<Message>> sent;
   std::vector<std::int64_t> sent_tool_tokens;
+  std::vector<std::int64_t> output_allowances;  // each call's cap (0: the model's own)
 
  private:
   limits::ManualClock& clock_;
@@ -684,6 +687,92 @@ TEST(TaskRunner, TheBudgetCountsWhatTheRunSpentSinceItBegan) {
   EXPECT_NE(h.store.ended->error.find("0.992000 CNY used this month"), std::string::npos)
       << h.store.ended->error;
   EXPECT_EQ(h.store.spend_reads, 1) << "the month's spend is read once, when the run begins";
+}
+
+TEST(TaskRunner, ATasksMaxTokensCapsTheOutputOfItsLastCallsAndStopsItWhenUsedUp) {
+  // 6000 tokens: the first call has room for m1's whole 1024 output tokens; after it used
+  // 4910, the second's output is capped at what its input leaves of the 1090; after 5920 the
+  // third could not write 64 tokens and is not made.
+  Harness h;
+  h.store.spec.max_tokens = 6000;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"x"})")}, 4900, 10));
+  h.model.then(calls_reply({call("c2", "search_items", R"({"keyword":"y"})")}, 1000, 10));
+  h.model.then(finish_reply("done"));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.model.calls, 2);
+  ASSERT_EQ(h.model.output_allowances.size(), 2u);
+  EXPECT_EQ(h.model.output_allowances[0], 0) << "the model's own allowance";
+  EXPECT_GT(h.model.output_allowances[1], billing::kMinOutputTokens);
+  EXPECT_LT(h.model.output_allowances[1], 6000 - 4910) << "less its estimated input";
+  EXPECT_EQ(h.tools.invocations.size(), 2u) << "both steps' calls ran";
+  EXPECT_EQ(h.store.status, "failed");
+  expect_ended_with(h, ErrorCode::kMaxTokens);
+  EXPECT_NE(h.store.ended->error.find("used 5920 of its max_tokens of 6000"), std::string::npos)
+      << h.store.ended->error;
+  EXPECT_EQ(h.store.ledger.size(), 2u);
+}
+
+TEST(TaskRunner, AnAnswerCutAtWhatMaxTokensLeftEndsMaxTokensNotTruncated) {
+  Harness h;
+  h.store.spec.max_tokens = 6000;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"x"})")}, 4900, 10));
+  ModelReply cut;
+  cut.content = "The meeting is moved to";
+  cut.finish_reason = "length";
+  cut.usage.input = 900;
+  cut.usage.output = 300;
+  h.model.then(cut);
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  ASSERT_EQ(h.model.output_allowances.size(), 2u);
+  const std::int64_t cap = h.model.output_allowances[1];
+  EXPECT_GT(cap, 0);
+  expect_ended_with(h, ErrorCode::kMaxTokens);
+  EXPECT_NE(h.store.ended->error.find("cut at the " + std::to_string(cap) + " tokens"),
+            std::string::npos)
+      << h.store.ended->error;
+
+  // The same answer under the model's own allowance is the model's limit.
+  Harness own;
+  own.model.then(cut);
+  EXPECT_EQ(own.run(), RunOutcome::kFinished);
+  expect_ended_with(own, ErrorCode::kTruncated);
+}
+
+TEST(TaskRunner, ATasksMaxCostStopsACallThatCouldPassIt) {
+  // 0.01 CNY: the first call at its most (its input and 1024 output tokens at 8 a million,
+  // 0.008192 and a little) fits; it cost 0.002 (1000 input tokens at 2 a million), so the
+  // second at its most could pass it.
+  Harness h;
+  h.store.spec.max_cost_micros = 10'000;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"x"})")}, 1000, 0));
+  h.model.then(finish_reply("done"));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.model.calls, 1);
+  expect_ended_with(h, ErrorCode::kMaxCost);
+  EXPECT_NE(h.store.ended->error.find("the task's max_cost of 0.010000 CNY (0.002000 CNY spent "
+                                      "by the task"),
+            std::string::npos)
+      << h.store.ended->error;
+  EXPECT_EQ(h.store.spend_reads, 0) << "a task's own limit needs no read of the month";
+}
+
+TEST(TaskRunner, ATasksLimitsCountWhatEarlierAttemptsUsed) {
+  Harness h;
+  h.store.spec.max_tokens = 6000;
+  h.store.billed_before.usage.input = 5500;
+  h.store.billed_before.usage.output = 400;
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.model.calls, 0);
+  expect_ended_with(h, ErrorCode::kMaxTokens);
+  EXPECT_NE(h.store.ended->error.find("used 5900 of"), std::string::npos) << h.store.ended->error;
+
+  Harness cost;
+  cost.store.spec.max_cost_micros = 10'000;
+  cost.store.billed_before.cost_micros = 9'000;
+  cost.store.billed_before.currency = "CNY";
+  EXPECT_EQ(cost.run(), RunOutcome::kFinished);
+  EXPECT_EQ(cost.model.calls, 0);
+  expect_ended_with(cost, ErrorCode::kMaxCost);
 }
 
 TEST(TaskRunner, AModelTheUsersTierDoesNotAllowIsNeverCalled) {

@@ -110,12 +110,16 @@ int cmd_submit(Context& ctx) {
   for (const auto& [flag, name, hi] :
        {std::tuple<const char*, const char*, std::int64_t>{"--timeout-s", "timeout_s", 86400},
         {"--schedule-timeout-s", "schedule_timeout_s", 30 * 86400},
-        {"--max-steps", "max_steps", 1000}}) {
+        {"--max-steps", "max_steps", 1000},
+        {"--max-tokens", "max_tokens", 1'000'000'000}}) {
     if (auto n = inv.integer(flag, 1, hi)) {
       w.Key(name);
       w.Int64(*n);
     }
   }
+  // A decimal string, as the API takes it: the server checks its form.
+  if (inv.has("--max-cost"))
+    member(w, "max_cost", inv.value("--max-cost"));
   // A key of agentctl's own when none is given: a submit whose answer was lost can be run
   // again with it and is stored once (the same key and body give the task stored first).
   const std::string idempotency_key =

@@ -55,6 +55,8 @@ const std::vector<CommandSpec>& command_specs() {
         {"--timeout-s", "N", "the task's execution deadline in seconds"},
         {"--schedule-timeout-s", "N", "how long it may wait in the queue"},
         {"--max-steps", "N", "most model calls"},
+        {"--max-tokens", "N", "most tokens its model calls may use, input and output"},
+        {"--max-cost", "AMOUNT", "most its model calls may cost, in the budget currency"},
         {"--idempotency-key", "K",
          "submitting the same key and body again returns the task (default: one is made up)"},
         {"--batch", "ID", "the batch the task belongs to"},

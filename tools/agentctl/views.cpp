@@ -94,6 +94,13 @@ std::string format_task(const rapidjson::Value& task, bool with_trace) {
               (json::at(task, "attempt").IsInt64() ? ", attempt " + number_text(task, "attempt")
                                                    : std::string()));
   }
+  // The task's own spending limits, when it has them.
+  std::string limits;
+  if (json::at(task, "max_tokens").IsInt64())
+    limits = "max_tokens " + number_text(task, "max_tokens");
+  if (const std::string max_cost = json::str(task, "max_cost"); !max_cost.empty())
+    limits += (limits.empty() ? "" : ", ") + std::string("max_cost ") + max_cost;
+  field(out, "limits", limits);
   field(out, "tokens", tokens_text(json::at(task, "usage")));
   const std::string cost = json::str(task, "cost");
   field(out, "cost", cost.empty() ? cost : cost + " " + json::str(task, "currency"));

@@ -288,6 +288,8 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
   options.provider_model =
       model.config.provider_model.empty() ? model.config.name : model.config.provider_model;
   options.max_tokens = model.config.max_output_tokens;
+  if (request.max_output_tokens > 0 && request.max_output_tokens < options.max_tokens)
+    options.max_tokens = static_cast<int>(request.max_output_tokens);
   options.protocol = codec::chat_protocol(model.config.protocol);
   options.reasoning_echo = model.config.reasoning_echo;
   // A conversation the caller keeps encoded as this model wants it is spliced in, not
@@ -297,8 +299,7 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
               request.messages_echo == options.reasoning_echo
           ? codec::assemble_chat_request(options, request.messages_json, request.tools_json)
           : codec::build_chat_request(options, *request.messages, *request.tools);
-  const std::int64_t estimate =
-      limits::estimate_request_tokens(body.size(), model.config.max_output_tokens);
+  const std::int64_t estimate = limits::estimate_request_tokens(body.size(), options.max_tokens);
   const std::string what = "model '" + model.config.name + "'";
   // What the request is estimated to cost as input, for an attempt the provider may have
   // charged for without saying how much.

@@ -150,6 +150,10 @@ ports::Claim read_claim(const pqxx::row& r) {
   claimed.steps = step_records(r[31]);
   if (!r[34].is_null())
     claimed.user_monthly_budget_micros = r[34].as<std::int64_t>();
+  if (!r[35].is_null())
+    s.max_tokens = r[35].as<std::int64_t>();
+  if (!r[36].is_null())
+    s.max_cost_micros = r[36].as<std::int64_t>();
   return ports::Claim{ports::ClaimOutcome::kClaimed, std::move(claimed)};
 }
 

@@ -2,6 +2,7 @@
 
 #include "core/adapters/pg/ended_tasks.hpp"
 #include "core/adapters/pg/sql.hpp"
+#include "core/billing/money.hpp"
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -57,6 +58,19 @@ std::string tasks_json(const std::vector<NewTask>& tasks) {
     key_string(w, "strategy", s.strategy ? to_string(*s.strategy) : std::string_view());
     key_string(w, "parent_task_id", s.parent_task_id);
     key_string(w, "session_id", s.session_id);
+    w.Key("max_tokens");
+    if (s.max_tokens)
+      w.Int64(*s.max_tokens);
+    else
+      w.Null();
+    // As decimal text: numeric reads it exactly.
+    w.Key("max_cost");
+    if (s.max_cost_micros) {
+      const std::string cost = billing::format_micros(*s.max_cost_micros);
+      w.String(cost.data(), static_cast<rapidjson::SizeType>(cost.size()));
+    } else {
+      w.Null();
+    }
     w.EndObject();
   }
   w.EndArray();

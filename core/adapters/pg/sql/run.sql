@@ -22,7 +22,8 @@
 -- One row per requested task: claimed or not, whether it exists, what the run needs (the
 -- checkpoints of earlier attempts, and what they billed), whether the claimer was live, and,
 -- for a task not claimed, the attempt at which the claimer's own incarnation runs it already
--- (an earlier claim of it that committed though its answer was lost; NULL otherwise).
+-- (an earlier claim of it that committed though its answer was lost; NULL otherwise), and
+-- the user's monthly budget override and the task's own spending limits (NULL: none).
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, worker_id text, incarnation bigint, max_attempts integer)
@@ -77,7 +78,7 @@ SELECT r.task_id::text, c.task_id IS NOT NULL, k.task_id IS NOT NULL,
        (SELECT x.attempt FROM tasks x
         WHERE x.task_id = r.task_id AND x.status = 'running'
           AND x.worker_incarnation = r.incarnation),
-       (u.monthly_budget * 1000000)::bigint
+       (u.monthly_budget * 1000000)::bigint, c.max_tokens, (c.max_cost * 1000000)::bigint
 FROM req r
 LEFT JOIN claimed c ON c.task_id = r.task_id
 LEFT JOIN known k ON k.task_id = r.task_id

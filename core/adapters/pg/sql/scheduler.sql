@@ -68,7 +68,9 @@ WITH picked AS (
          lease_until = NULL, worker_incarnation = NULL
   FROM picked WHERE t.task_id = picked.task_id
   RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
-            t.attempt, t.strategy, t.parent_task_id, picked.status AS was
+            t.attempt, t.strategy, t.parent_task_id,
+            t.max_tokens IS NOT NULL OR t.max_cost IS NOT NULL AS spend_limits,
+            picked.status AS was
 ), sent AS (
   INSERT INTO outbox (topic, message_key, payload, traceparent, headers)
   SELECT $2, m.task_id::text,
@@ -78,10 +80,12 @@ WITH picked AS (
                                                      'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
          m.traceparent,
          -- What the task needs of its worker (codec::kNeedsHeader, docs/architecture.md): a
-         -- strategy it asked for (none: the worker's default), a parent it follows.
+         -- strategy it asked for (none: the worker's default), a parent it follows, its own
+         -- spending limits.
          jsonb_strip_nulls(jsonb_build_object('agentfleet-needs', nullif(concat_ws(' ',
              'strategy:' || m.strategy,
-             CASE WHEN m.parent_task_id IS NOT NULL THEN 'feature:follow_up' END), '')))
+             CASE WHEN m.parent_task_id IS NOT NULL THEN 'feature:follow_up' END,
+             CASE WHEN m.spend_limits THEN 'feature:spend_limits' END), '')))
   FROM marked m
   RETURNING id
 )
@@ -205,7 +209,9 @@ WITH picked AS (
   UPDATE tasks t SET status = 'dispatched', dispatched_at = statement_timestamp()
   FROM picked WHERE t.task_id = picked.task_id
   RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
-            t.attempt, t.strategy, t.parent_task_id, picked.status AS was
+            t.attempt, t.strategy, t.parent_task_id,
+            t.max_tokens IS NOT NULL OR t.max_cost IS NOT NULL AS spend_limits,
+            picked.status AS was
 ), sent AS (
   INSERT INTO outbox (topic, message_key, payload, traceparent, headers)
   SELECT $2, m.task_id::text,
@@ -215,10 +221,12 @@ WITH picked AS (
                                                      'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
          m.traceparent,
          -- What the task needs of its worker (codec::kNeedsHeader, docs/architecture.md): a
-         -- strategy it asked for (none: the worker's default), a parent it follows.
+         -- strategy it asked for (none: the worker's default), a parent it follows, its own
+         -- spending limits.
          jsonb_strip_nulls(jsonb_build_object('agentfleet-needs', nullif(concat_ws(' ',
              'strategy:' || m.strategy,
-             CASE WHEN m.parent_task_id IS NOT NULL THEN 'feature:follow_up' END), '')))
+             CASE WHEN m.parent_task_id IS NOT NULL THEN 'feature:follow_up' END,
+             CASE WHEN m.spend_limits THEN 'feature:spend_limits' END), '')))
   FROM marked m
   RETURNING id
 )

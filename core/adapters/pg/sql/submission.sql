@@ -33,7 +33,8 @@ WITH room AS (
 ), ins AS (
   INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                      max_steps, priority, idempotency_key, request_canonical, batch_id,
-                     metadata, traceparent, strategy, parent_task_id, session_id)
+                     metadata, traceparent, strategy, parent_task_id, session_id,
+                     max_tokens, max_cost)
   SELECT r.task_id, r.user_id, r.text, r.model,
          CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
               ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
@@ -45,12 +46,12 @@ WITH room AS (
                    WHERE r.session_id <> '' AND p.user_id = r.user_id
                      AND p.session_id = r.session_id
                    ORDER BY p.created_at DESC LIMIT 1)),
-         NULLIF(r.session_id, '')
+         NULLIF(r.session_id, ''), r.max_tokens, r.max_cost
   FROM jsonb_to_recordset($1::jsonb) AS r(
     task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
     schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
     request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
-    parent_task_id text, session_id text)
+    parent_task_id text, session_id text, max_tokens bigint, max_cost numeric)
   WHERE $3::bigint < 0 OR (SELECT queued FROM room) < $3::bigint
   ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
   RETURNING *
@@ -66,6 +67,8 @@ SELECT (SELECT queued FROM room), t.task_id::text,
            'max_steps', t.max_steps, 'strategy', t.strategy,
            'idempotency_key', t.idempotency_key, 'batch_id', t.batch_id,
            'parent_task_id', t.parent_task_id, 'session_id', t.session_id,
+           'max_tokens', t.max_tokens,
+           'max_cost', to_char(t.max_cost, 'FM999999999999990.000000'),
            'metadata', t.metadata,
            'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
                'type', t.result_type, 'message', t.result_message,
@@ -102,7 +105,8 @@ SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND idempo
 -- trigger, and a task whose (user, idempotency key) is taken is skipped. The ids inserted.
 INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                    max_steps, priority, idempotency_key, request_canonical, batch_id,
-                   metadata, traceparent, strategy, parent_task_id, session_id)
+                   metadata, traceparent, strategy, parent_task_id, session_id,
+                   max_tokens, max_cost)
 SELECT r.task_id, r.user_id, r.text, r.model,
        CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
             ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
@@ -114,12 +118,12 @@ SELECT r.task_id, r.user_id, r.text, r.model,
                  WHERE r.session_id <> '' AND p.user_id = r.user_id
                    AND p.session_id = r.session_id
                  ORDER BY p.created_at DESC LIMIT 1)),
-       NULLIF(r.session_id, '')
+       NULLIF(r.session_id, ''), r.max_tokens, r.max_cost
 FROM jsonb_to_recordset($1::jsonb) AS r(
   task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
   schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
   request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
-  parent_task_id text, session_id text)
+  parent_task_id text, session_id text, max_tokens bigint, max_cost numeric)
 ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING task_id::text
 
@@ -146,6 +150,8 @@ SELECT jsonb_build_object(
          'max_steps', t.max_steps, 'strategy', t.strategy,
          'idempotency_key', t.idempotency_key, 'batch_id', t.batch_id,
          'parent_task_id', t.parent_task_id, 'session_id', t.session_id,
+         'max_tokens', t.max_tokens,
+         'max_cost', to_char(t.max_cost, 'FM999999999999990.000000'),
          'metadata', t.metadata,
          'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
              'type', t.result_type, 'message', t.result_message,
