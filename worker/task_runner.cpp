@@ -10,7 +10,6 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <limits>
 #include <set>
 
@@ -67,43 +66,6 @@ std::string_view to_string(RunOutcome outcome) {
       return "unknown_task";
   }
   return "unknown";
-}
-
-billing::PriceTable make_price_table(const config::BillingConfig& billing) {
-  std::vector<billing::Price> prices;
-  for (const auto& p : billing.prices) {
-    billing::Price price;
-    price.model = p.model;
-    price.currency = p.currency;
-    if (std::sscanf(p.effective_from.c_str(), "%d-%d-%d", &price.effective_year,
-                    &price.effective_month, &price.effective_day) != 3) {
-      throw config::ConfigError("billing price for " + p.model + ": bad effective_from '" +
-                                p.effective_from + "'");
-    }
-    auto parse = [&](const std::string& text, const char* what) {
-      auto micros = billing::parse_decimal_micros(text);
-      if (!micros || *micros < 0) {
-        throw config::ConfigError("billing price for " + p.model + ": bad " + what + " '" + text +
-                                  "'");
-      }
-      return *micros;
-    };
-    price.input_per_million_micros = parse(p.input_per_million, "input_per_million");
-    price.cached_input_per_million_micros =
-        parse(p.cached_input_per_million, "cached_input_per_million");
-    price.output_per_million_micros = parse(p.output_per_million, "output_per_million");
-    for (const auto& w : p.windows) {
-      auto from = billing::parse_clock_minutes(w.from);
-      auto to = billing::parse_clock_minutes(w.to);
-      if (!from || !to) {
-        throw config::ConfigError("billing window for " + p.model + ": bad time " + w.from + "-" +
-                                  w.to);
-      }
-      price.windows.push_back(billing::PriceWindow{*from, *to, parse(w.multiplier, "multiplier")});
-    }
-    prices.push_back(std::move(price));
-  }
-  return billing::PriceTable(config::load_time_zone(billing.time_zone).zone, std::move(prices));
 }
 
 namespace {
@@ -164,7 +126,7 @@ TaskRunner::TaskRunner(const config::Config& config, std::string worker_id,
       publisher_(publisher),
       metrics_(metrics),
       clock_(clock),
-      prices_(make_price_table(config.billing)),
+      prices_(config::price_table(config.billing)),
       exchange_(config::budget_exchange(config.billing)),
       markers_(make_markers(config.react.markers)),
       plan_policy_(make_plan_policy(config.plan_execute)),

@@ -197,7 +197,4 @@ class TaskRunner final : public Runs {
   std::shared_ptr<Claiming> claiming_ = std::make_shared<Claiming>();
 };
 
-// Builds the price table from configuration (throws config::ConfigError on bad values).
-billing::PriceTable make_price_table(const config::BillingConfig& billing);
-
 }  // namespace agentfleet::worker

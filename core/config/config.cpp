@@ -20,6 +20,7 @@
 
 #include "core/codec/json_schema.hpp"
 #include "core/codec/text_tool_calls.hpp"
+#include "core/config/time_zone_loader.hpp"
 
 namespace agentfleet::config {
 namespace {
@@ -478,22 +479,6 @@ std::string json_text(const Value& v) {
   return std::string(sb.GetString(), sb.GetSize());
 }
 
-bool valid_date(std::string_view s) {
-  if (s.size() != 10 || s[4] != '-' || s[7] != '-') {
-    return false;
-  }
-  auto year = parse_int(s.substr(0, 4), 10);
-  auto month = parse_int(s.substr(5, 2), 10);
-  auto day = parse_int(s.substr(8, 2), 10);
-  if (!year || !month || !day || *month < 1 || *month > 12 || *day < 1) {
-    return false;
-  }
-  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  bool leap = (*year % 4 == 0 && *year % 100 != 0) || *year % 400 == 0;
-  int max_day = kDays[*month - 1] + ((*month == 2 && leap) ? 1 : 0);
-  return *day <= max_day;
-}
-
 // Minutes since midnight of "HH:MM" (24:00 allowed as the end of the day).
 std::optional<int> minutes_of(std::string_view s) {
   if (s.size() != 5 || s[2] != ':') {
@@ -824,13 +809,37 @@ bool is_currency_code(const std::string& code) {
          std::all_of(code.begin(), code.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
 }
 
+// The zone `name` names in the system's zoneinfo; a problem at `path` when there is none.
+TimeZone known_zone(const std::string& name, const std::string& path) {
+  LoadedZone loaded = load_time_zone(name);
+  if (!loaded.found) {
+    throw Problem(path, "unknown time zone '" + name + "' (an IANA name such as Asia/Shanghai)");
+  }
+  return std::move(loaded.zone);
+}
+
 void read_billing(const Section& s, const std::vector<ModelConfig>& models, BillingConfig& out) {
   s.read("time_zone", out.time_zone);
+  const TimeZone billing_zone = known_zone(out.time_zone, s.path("time_zone"));
+  s.read("holidays", out.holidays);
+  for (std::size_t i = 0; i < out.holidays.size(); ++i) {
+    const std::string path = s.path("holidays") + "/" + std::to_string(i);
+    if (!billing::parse_date(out.holidays[i]))
+      throw Problem(path, "'" + out.holidays[i] + "' is not a valid YYYY-MM-DD date");
+    if (std::find(out.holidays.begin(), out.holidays.begin() + static_cast<std::ptrdiff_t>(i),
+                  out.holidays[i]) != out.holidays.begin() + static_cast<std::ptrdiff_t>(i))
+      throw Problem(path, "'" + out.holidays[i] + "' is listed twice");
+  }
+  // When each price applies from, to find two of one model from the same instant.
+  std::vector<std::chrono::sys_seconds> starts;
   s.each("prices", [&](const Section& p) {
     PriceConfig price;
     p.read("model", price.model);
     p.read("currency", price.currency);
     p.read("effective_from", price.effective_from);
+    p.read("time_zone", price.time_zone);
+    const TimeZone zone =
+        price.time_zone.empty() ? billing_zone : known_zone(price.time_zone, p.path("time_zone"));
     p.read("input_per_million", price.input_per_million);
     p.read("cached_input_per_million", price.cached_input_per_million);
     p.read("output_per_million", price.output_per_million);
@@ -839,6 +848,12 @@ void read_billing(const Section& s, const std::vector<ModelConfig>& models, Bill
       w.read("from", window.from);
       w.read("to", window.to);
       w.read("multiplier", window.multiplier);
+      if (const auto m = billing::parse_decimal_micros(window.multiplier); !m || *m < 0) {
+        throw Problem(w.path("multiplier"),
+                      "'" + window.multiplier +
+                          "' is not a multiplier: a decimal string of 0 or more with at most 6 "
+                          "decimals");
+      }
       auto from = minutes_of(window.from);
       auto to = minutes_of(window.to);
       if (!from || *from == 24 * 60) {
@@ -847,8 +862,20 @@ void read_billing(const Section& s, const std::vector<ModelConfig>& models, Bill
       if (!to) {
         throw Problem(w.path("to"), "expected HH:MM between 00:00 and 24:00");
       }
-      if (*from == *to % (24 * 60)) {
+      if (*from == *to) {  // 00:00 to 24:00 is the whole day
         throw Problem(w.path("to"), "a window must not be empty (from equals to)");
+      }
+      w.read("days", window.days);
+      if (w.get("days") != nullptr && window.days.empty())
+        throw Problem(w.path("days"), "name at least one day (leave it out for every day)");
+      for (std::size_t i = 0; i < window.days.size(); ++i) {
+        const std::string path = w.path("days") + "/" + std::to_string(i);
+        if (!billing::parse_day_kind(window.days[i])) {
+          throw Problem(path, "'" + window.days[i] +
+                                  "' is not a day: mon, tue, wed, thu, fri, sat, sun or holiday");
+        }
+        if (std::count(window.days.begin(), window.days.end(), window.days[i]) > 1)
+          throw Problem(path, "'" + window.days[i] + "' is listed twice");
       }
       price.windows.push_back(std::move(window));
     });
@@ -856,17 +883,32 @@ void read_billing(const Section& s, const std::vector<ModelConfig>& models, Bill
                      [&](const ModelConfig& m) { return m.name == price.model; })) {
       throw Problem(p.path("model"), "unknown model '" + price.model + "' (not in models)");
     }
-    if (!valid_date(price.effective_from)) {
-      throw Problem(p.path("effective_from"),
-                    "'" + price.effective_from + "' is not a valid YYYY-MM-DD date");
-    }
-    for (const PriceConfig& other : out.prices) {
-      if (other.model == price.model && other.effective_from == price.effective_from) {
-        throw Problem(p.path("effective_from"), "model '" + price.model +
-                                                    "' already has a price effective from " +
-                                                    price.effective_from);
+    for (const auto& [key, text] :
+         {std::pair<const char*, const std::string*>{"input_per_million", &price.input_per_million},
+          {"cached_input_per_million", &price.cached_input_per_million},
+          {"output_per_million", &price.output_per_million}}) {
+      const auto micros = billing::parse_decimal_micros(*text);
+      if (!micros || *micros < 0) {
+        throw Problem(p.path(key), "'" + *text +
+                                       "' is not a price: a decimal string of 0 or more with at "
+                                       "most 6 decimals");
       }
     }
+    const auto start = billing::parse_effective_from(price.effective_from, zone);
+    if (!start) {
+      throw Problem(p.path("effective_from"),
+                    "'" + price.effective_from +
+                        "' is neither a YYYY-MM-DD date nor an instant with its offset "
+                        "(YYYY-MM-DDTHH:MM[:SS]Z or +HH:MM)");
+    }
+    for (std::size_t i = 0; i < out.prices.size(); ++i) {
+      if (out.prices[i].model == price.model && starts[i] == *start) {
+        throw Problem(p.path("effective_from"), "model '" + price.model +
+                                                    "' already has a price from that instant (" +
+                                                    out.prices[i].effective_from + ")");
+      }
+    }
+    starts.push_back(*start);
     out.prices.push_back(std::move(price));
   });
   s.read("budget_currency", out.budget_currency);
@@ -973,6 +1015,46 @@ void read_tiers(const Section& root, const std::vector<ModelConfig>& models,
 }
 
 }  // namespace
+
+billing::PriceTable price_table(const BillingConfig& billing) {
+  const TimeZone zone = load_time_zone(billing.time_zone).zone;
+  std::vector<billing::Price> prices;
+  for (const PriceConfig& p : billing.prices) {
+    billing::Price price;
+    price.model = p.model;
+    price.currency = p.currency;
+    if (!p.time_zone.empty())
+      price.zone = std::make_shared<const TimeZone>(load_time_zone(p.time_zone).zone);
+    price.effective_from =
+        billing::parse_effective_from(p.effective_from, price.zone ? *price.zone : zone)
+            .value_or(std::chrono::sys_seconds{});
+    price.input_per_million_micros = billing::parse_decimal_micros(p.input_per_million).value_or(0);
+    price.cached_input_per_million_micros =
+        billing::parse_decimal_micros(p.cached_input_per_million).value_or(0);
+    price.output_per_million_micros =
+        billing::parse_decimal_micros(p.output_per_million).value_or(0);
+    for (const PriceWindow& w : p.windows) {
+      billing::PriceWindow window;
+      window.from_minute = billing::parse_clock_minutes(w.from).value_or(0);
+      window.to_minute = billing::parse_clock_minutes(w.to).value_or(0);
+      window.multiplier_micros =
+          billing::parse_decimal_micros(w.multiplier).value_or(billing::kMicrosPerUnit);
+      if (!w.days.empty()) {
+        window.days = 0;
+        for (const std::string& day : w.days)
+          window.days |= billing::parse_day_kind(day).value_or(0);
+      }
+      price.windows.push_back(window);
+    }
+    prices.push_back(std::move(price));
+  }
+  std::vector<std::chrono::sys_days> holidays;
+  for (const std::string& date : billing.holidays) {
+    if (auto day = billing::parse_date(date))
+      holidays.push_back(*day);
+  }
+  return billing::PriceTable(zone, std::move(prices), std::move(holidays));
+}
 
 billing::Exchange budget_exchange(const BillingConfig& billing) {
   std::map<std::string, std::int64_t, std::less<>> rates;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/billing/money.hpp"
+#include "core/billing/price_table.hpp"
 #include "core/domain/conversation.hpp"
 
 namespace agentfleet::config {
@@ -207,25 +208,35 @@ struct ToolConfig {
 };
 
 struct PriceWindow {
-  std::string from;              // "HH:MM" local time of the price table's zone
+  std::string from;              // "HH:MM" on the wall clock of the price's zone
   std::string to;                // "HH:MM", exclusive; may wrap past midnight
   std::string multiplier = "1";  // decimal string, e.g. "0.5" for off-peak half price
+  // The days it applies on ("mon" … "sun", "holiday"), by the day it begins; empty: every day.
+  std::vector<std::string> days;
 };
 
 struct PriceConfig {
   std::string model;
   std::string currency = "CNY";
-  std::string effective_from;  // "YYYY-MM-DD" (start of day in the price table's zone)
+  // "YYYY-MM-DD" (the start of that day in the price's zone) or an RFC 3339 instant with its
+  // offset ("2025-09-05T16:00+08:00").
+  std::string effective_from;
   // Decimal strings per million tokens; parsed exactly by billing, never as double.
   std::string input_per_million = "0";
   std::string cached_input_per_million = "0";
   std::string output_per_million = "0";
   std::vector<PriceWindow> windows;
+  // The IANA zone of its dates, windows and holidays (the provider's); empty: billing's.
+  std::string time_zone;
 };
 
 struct BillingConfig {
-  std::string time_zone = "Asia/Shanghai";  // zone of effective_from dates and windows
+  // The zone of prices that name none, and of the month a budget counts.
+  std::string time_zone = "Asia/Shanghai";
   std::vector<PriceConfig> prices;
+  // Dates ("YYYY-MM-DD", local to each price's zone) on which windows for `holiday` apply
+  // instead of those for their weekday.
+  std::vector<std::string> holidays;
   // The currency budgets are kept in (tiers' and users' monthly_budget); the loader sets it
   // to the first price's currency (else CNY) when the file gives none.
   std::string budget_currency;
@@ -236,6 +247,9 @@ struct BillingConfig {
 
 // The exchange of a loaded configuration (its rates are valid).
 billing::Exchange budget_exchange(const BillingConfig& billing);
+// The price table of a loaded configuration (its prices are valid; zones are loaded from
+// the system's zoneinfo).
+billing::PriceTable price_table(const BillingConfig& billing);
 
 struct ResultMarkers {
   std::vector<std::string> action_completed = {"✅"};

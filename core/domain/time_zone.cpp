@@ -109,6 +109,14 @@ LocalTime to_local(const TimeZone& zone, std::chrono::system_clock::time_point u
   return t;
 }
 
+std::chrono::sys_seconds from_local(const TimeZone& zone, std::chrono::sys_seconds wall) {
+  // The offset at the wall time read as UTC is within a day of the right one; twice settles
+  // it, since offsets change at most a few times a year.
+  std::chrono::sys_seconds at = wall - zone.offset_at(wall);
+  at = wall - zone.offset_at(at);
+  return wall - zone.offset_at(at);
+}
+
 std::string format_date(const LocalTime& t) {
   char buf[16];
   std::snprintf(buf, sizeof(buf), "%04d-%02d-%02d", t.year, t.month, t.day);

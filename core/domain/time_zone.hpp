@@ -35,6 +35,10 @@ struct LocalTime {
   std::chrono::seconds offset;
 };
 LocalTime to_local(const TimeZone& zone, std::chrono::system_clock::time_point utc);
+// The instant at which the wall clock of `zone` reads `wall` (a local date and time, written
+// as if it were UTC). A time the clock skips (a gap of summer time) or reads twice (the hour
+// set back) resolves with the offset in force before the change.
+std::chrono::sys_seconds from_local(const TimeZone& zone, std::chrono::sys_seconds wall);
 // "2026-02-05 10:30 (星期四) UTC+08:00"-style text is built by the prompt; this gives
 // "YYYY-MM-DD" and "HH:MM" pieces.
 std::string format_date(const LocalTime& t);

@@ -2,6 +2,7 @@
 // reasoning tokens, rounding, effective dates and time-of-day windows in the table's zone.
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
@@ -38,9 +39,10 @@ Price price(std::string model, int y, int m, int d, std::int64_t input, std::int
   Price p;
   p.model = std::move(model);
   p.currency = "CNY";
-  p.effective_year = y;
-  p.effective_month = m;
-  p.effective_day = d;
+  // From the start of that day in the table's zone, as the loader reads a bare date.
+  char date[16];
+  std::snprintf(date, sizeof date, "%04d-%02d-%02d", y, m, d);
+  p.effective_from = *parse_effective_from(date, kShanghai);
   p.input_per_million_micros = input;
   p.cached_input_per_million_micros = cached;
   p.output_per_million_micros = output;
@@ -191,10 +193,10 @@ TEST(PriceTableTest, PriceInForceChangesAtLocalMidnightOfTheTableZone) {
 
   const Price* before = table.find("m", utc(2026, 2, 28, 15, 59, 59));
   ASSERT_NE(before, nullptr);
-  EXPECT_EQ(before->effective_year, 2025);
+  EXPECT_EQ(before->effective_from, utc(2024, 12, 31, 16));
   const Price* after = table.find("m", utc(2026, 2, 28, 16));
   ASSERT_NE(after, nullptr);
-  EXPECT_EQ(after->effective_month, 3);
+  EXPECT_EQ(after->effective_from, utc(2026, 2, 28, 16));
 }
 
 TEST(PriceTableTest, NothingIsInForceBeforeTheFirstEffectiveDate) {

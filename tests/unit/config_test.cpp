@@ -641,7 +641,8 @@ billing:
   prices:
     - {model: m1, effective_from: "2026-02-30"}
 )"),
-                  "/billing/prices/0/effective_from: '2026-02-30' is not a valid YYYY-MM-DD date");
+                  "/billing/prices/0/effective_from: '2026-02-30' is neither a YYYY-MM-DD date "
+                  "nor an instant");
   EXPECT_CONTAINS(error_of(kUnpriced + R"(
 billing:
   prices:
@@ -665,6 +666,72 @@ billing:
       windows: [{from: "08:00", to: "08:00", multiplier: "0.5"}]
 )"),
                   "/billing/prices/0/windows/0/to: a window must not be empty");
+  // The same instant written two ways is one price twice.
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
+billing:
+  time_zone: Asia/Shanghai
+  prices:
+    - {model: m1, effective_from: "2026-01-01"}
+    - {model: m1, effective_from: "2025-12-31T16:00:00Z"}
+)"),
+                  "/billing/prices/1/effective_from: model 'm1' already has a price from that "
+                  "instant (2026-01-01)");
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
+billing:
+  prices:
+    - {model: m1, effective_from: "2026-01-01T25:00+08:00"}
+)"),
+                  "/billing/prices/0/effective_from: '2026-01-01T25:00+08:00' is neither");
+  EXPECT_CONTAINS(
+      error_of(kUnpriced + R"(
+billing:
+  prices:
+    - {model: m1, effective_from: "2026-01-01T08:00"}
+)"),
+      "/billing/prices/0/effective_from: \"2026-01-01T08:00\" does not match the pattern")
+      << "an instant without its offset is ambiguous";
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
+billing:
+  prices:
+    - {model: m1, effective_from: "2026-01-01", time_zone: Mars/Olympus_Mons}
+)"),
+                  "/billing/prices/0/time_zone: unknown time zone 'Mars/Olympus_Mons'");
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
+billing:
+  time_zone: Moon/Tranquility
+  prices:
+    - {model: m1, effective_from: "2026-01-01"}
+)"),
+                  "/billing/time_zone: unknown time zone 'Moon/Tranquility'");
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
+billing:
+  prices:
+    - model: m1
+      effective_from: "2026-01-01"
+      windows: [{from: "00:00", to: "24:00", multiplier: "0.5", days: [sat, weekend]}]
+)"),
+                  "/billing/prices/0/windows/0/days/1:");
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
+billing:
+  prices:
+    - model: m1
+      effective_from: "2026-01-01"
+      windows: [{from: "00:00", to: "24:00", multiplier: "0.5", days: []}]
+)"),
+                  "/billing/prices/0/windows/0/days:");
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
+billing:
+  holidays: ["2026-10-01", "2026-02-30"]
+  prices:
+    - {model: m1, effective_from: "2026-01-01"}
+)"),
+                  "/billing/holidays/1: '2026-02-30' is not a valid YYYY-MM-DD date");
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
+billing:
+  prices:
+    - {model: m1, effective_from: "2026-01-01", input_per_million: "0.0000001"}
+)"),
+                  "/billing/prices/0/input_per_million: '0.0000001' is not a price");
   Config c = load(kUnpriced + R"(
 billing:
   prices:
