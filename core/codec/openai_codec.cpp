@@ -174,7 +174,8 @@ void write_function_calling_message(Writer& w, const Message& m, ReasoningEcho e
   w.EndObject();
 }
 
-// `{"model", "temperature", "max_tokens"` of a request, its object left open.
+// `{"model", "temperature", "max_tokens"` (and the stream's options) of a request, its
+// object left open.
 void write_request_head(Writer& w, const ChatRequestOptions& options) {
   w.StartObject();
   w.Key("model");
@@ -183,6 +184,15 @@ void write_request_head(Writer& w, const ChatRequestOptions& options) {
   w.Double(options.temperature);
   w.Key("max_tokens");
   w.Int(options.max_tokens);
+  if (options.stream) {
+    w.Key("stream");
+    w.Bool(true);
+    w.Key("stream_options");
+    w.StartObject();
+    w.Key("include_usage");
+    w.Bool(true);
+    w.EndObject();
+  }
 }
 
 void write_plain_message(Writer& w, std::string_view role, std::string_view content) {

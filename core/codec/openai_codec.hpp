@@ -33,6 +33,9 @@ struct ChatRequestOptions {
   // kFunctionCalling: which assistant messages carry `reasoning_content` (their reasoning,
   // "" when they had none).
   ReasoningEcho reasoning_echo = ReasoningEcho::kNone;
+  // Ask for the answer as a stream of chunks (`"stream": true`, with the usage in a final
+  // chunk: `stream_options.include_usage`); read it with ChatStreamAssembler.
+  bool stream = false;
 };
 
 // kFunctionCalling: messages as OpenAI expects them, `tools` with tool_choice auto.
