@@ -69,6 +69,17 @@ std::string_view to_string(RunOutcome outcome) {
 }
 
 namespace {
+// {"text": ...}: the data of a `delta` event.
+std::string text_event_json(std::string_view text) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  w.Key("text");
+  w.String(text.data(), static_cast<rapidjson::SizeType>(text.size()));
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
 react::ResultMarkers make_markers(const config::ResultMarkers& m) {
   react::ResultMarkers markers;
   markers.action_completed = m.action_completed;
@@ -274,6 +285,8 @@ struct TaskRunner::Run : ClaimedRun {
   std::int64_t task_cost_micros = 0;
   // The output allowance of the last model call, when the task's max_tokens capped it.
   std::optional<std::int64_t> capped_output;
+  // The last step whose text was streamed to the task's event stream as it came.
+  int streamed_step = -1;
 
   // What every log line about this run carries.
   log::TaskContext log_context() const {
@@ -964,15 +977,10 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
       if (__builtin_add_overflow(run.task_cost_micros, in_budget, &run.task_cost_micros))
         run.task_cost_micros = std::numeric_limits<std::int64_t>::max();
     }
-    if (!answer.content.empty()) {
-      // The model's text of the step, always as {"text": ...} (react_json text is JSON too).
-      rapidjson::StringBuffer text;
-      rapidjson::Writer<rapidjson::StringBuffer> w(text);
-      w.StartObject();
-      w.Key("text");
-      w.String(answer.content.data(), static_cast<rapidjson::SizeType>(answer.content.size()));
-      w.EndObject();
-      emit_progress(run, "delta", step, {}, std::string(text.GetString(), text.GetSize()));
+    if (!answer.content.empty() && run.streamed_step != step) {
+      // The model's text of the step, always as {"text": ...} (react_json text is JSON too),
+      // unless it came as a stream (then its pieces went out as they came).
+      emit_progress(run, "delta", step, {}, text_event_json(answer.content));
     }
     ++step;
     run.steps = step;
@@ -1127,6 +1135,14 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
                               call->messages_json,    call->tools->json,    deadline,
                               run.traceparent,        run.encoder.echo(),   &call->lost,
                               max_output_tokens};
+  // A model that streams: its text reaches the task's event stream as the model writes it.
+  // Not once the run stopped waiting (the run may be gone by then).
+  request.on_text = [this, call, running = &run, step = run.step](std::string_view text) {
+    if (call->abandoned)
+      return;
+    running->streamed_step = step;
+    emit_progress(*running, "delta", step, {}, text_event_json(text));
+  };
   asio::co_spawn(
       executor,
       [this, call, request = std::move(request),

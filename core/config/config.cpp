@@ -724,6 +724,7 @@ void read_models(const Section& root, std::vector<ModelConfig>& out) {
                           "'; the formats are hermes, llama, mistral and json");
       }
     }
+    s.read("stream", m.stream);
     std::string echo(to_string(m.reasoning_echo));
     s.read("reasoning_echo", echo);
     if (auto parsed = parse_reasoning_echo(echo)) {

@@ -187,6 +187,9 @@ struct ModelConfig {
   // `reasoning_content`: none, tool_turns (DeepSeek's thinking mode requires it there) or
   // all.
   ReasoningEcho reasoning_echo = ReasoningEcho::kNone;
+  // Ask for answers as a stream (`"stream": true`): the task's event stream shows the text
+  // as the model writes it; each attempt then has a connection of its own.
+  bool stream = false;
 };
 
 enum class Permission { kRead, kWrite, kExecute, kAdmin };

@@ -4,6 +4,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,10 @@ struct ModelRequest {
   // The call's output allowance when less than the model's max_output_tokens (what a task's
   // max_tokens leaves); 0: the model's.
   std::int64_t max_output_tokens = 0;
+  // A model configured to stream hands each piece of the answer's text here as it arrives
+  // (on the client's executor), before the call returns; optional. An attempt that fails
+  // after some text is retried from the start: its text comes again.
+  std::function<void(std::string_view text)> on_text;
 };
 
 class ModelClient {

@@ -94,6 +94,13 @@ class ModelClientTest : public ::testing::Test {
   std::vector<ports::ToolSchema> tools;
   std::vector<LostCharge> lost;       // what the calls reported the provider may have charged
   std::int64_t output_allowance = 0;  // the calls' max_output_tokens (0: the model's)
+  // A model that streams: each attempt's answer head and the pieces its body arrives in.
+  struct Streamed {
+    ClientResponse head;
+    std::vector<std::string> pieces;
+  };
+  std::deque<Streamed> streams;
+  std::vector<std::string> texts;  // what on_text was handed
 
   std::unique_ptr<OpenAiModelClient> make(config::ModelConfig m) {
     ModelClientHooks hooks;
@@ -110,6 +117,23 @@ class ModelClientTest : public ::testing::Test {
       ClientResponse r = queue.front();
       queue.pop_front();
       co_return r;
+    };
+    hooks.stream_transport = [this](ClientRequest request,
+                                    BodySink sink) -> asio::awaitable<ClientResponse> {
+      called.push_back(request.url);
+      bodies.push_back(request.body);
+      clock.advance(latency);
+      if (streams.empty())
+        co_return transport_error(ClientErrorKind::kConnect);
+      Streamed s = streams.front();
+      streams.pop_front();
+      if (s.head.ok() && s.head.status / 100 == 2) {
+        for (const auto& piece : s.pieces) {
+          if (!sink(piece))
+            break;
+        }
+      }
+      co_return s.head;
     };
     hooks.sleep = [this](milliseconds d) -> asio::awaitable<void> {
       slept.push_back(d);
@@ -142,6 +166,7 @@ class ModelClientTest : public ::testing::Test {
     request.deadline = clock.now() + left;
     request.lost = &lost;
     request.max_output_tokens = output_allowance;
+    request.on_text = [this](std::string_view t) { texts.emplace_back(t); };
     auto future = asio::co_spawn(io, client.complete(std::move(request)), asio::use_future);
     io.restart();
     io.run();
@@ -508,6 +533,61 @@ TEST_F(ModelClientTest, ACallsOwnOutputAllowanceIsSentWhenLessThanTheModels) {
   EXPECT_NE(bodies[0].find(R"("max_tokens":40)"), std::string::npos) << bodies[0];
   EXPECT_NE(bodies[1].find(R"("max_tokens":100)"), std::string::npos) << bodies[1];
   EXPECT_NE(bodies[2].find(R"("max_tokens":100)"), std::string::npos) << bodies[2];
+}
+
+// A chunk of a streamed answer.
+std::string chunk(const std::string& delta_json, const std::string& finish = "null") {
+  return "data: {\"choices\":[{\"index\":0,\"delta\":" + delta_json +
+         ",\"finish_reason\":" + finish + "}]}\n\n";
+}
+
+TEST_F(ModelClientTest, AStreamedAnswerIsReadAsItComesAndOneCutShortIsTriedAgain) {
+  config::ModelConfig m = model_config({kA});
+  m.stream = true;
+  auto client = make(m);
+  const std::string usage =
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":20}}\n\n"
+      "data: [DONE]\n\n";
+  const std::string whole =
+      chunk(R"({"content":"Hel"})") + chunk(R"({"content":"lo"})", "\"stop\"") + usage;
+  // The first attempt's stream ends after its first text (a gateway cut it); the second is
+  // whole, in pieces cut inside its events.
+  streams.push_back({http(200), {chunk(R"({"content":"Hel"})")}});
+  streams.push_back({http(200), {whole.substr(0, 30), whole.substr(30, 41), whole.substr(71)}});
+  auto reply = call(*client);
+  ASSERT_TRUE(reply.ok()) << reply.error().message;
+  EXPECT_EQ(reply.value().content, "Hello");
+  EXPECT_EQ(reply.value().finish_reason, "stop");
+  EXPECT_EQ(reply.value().usage.input, 100);
+  EXPECT_EQ(reply.value().usage.output, 20);
+  EXPECT_EQ(texts, (std::vector<std::string>{"Hel", "Hel", "lo"}))
+      << "the text as it came, the cut attempt's too";
+  ASSERT_EQ(bodies.size(), 2u);
+  EXPECT_NE(bodies[0].find(R"("stream":true,"stream_options":{"include_usage":true})"),
+            std::string::npos);
+  ASSERT_EQ(lost.size(), 1u) << "the cut attempt was sent: it may be charged";
+  EXPECT_EQ(lost[0].reason, ChargeLoss::kConnectionLost);
+  EXPECT_TRUE(lost[0].estimated);
+}
+
+TEST_F(ModelClientTest, AStreamThatIsNotAChatCompletionIsRetriedAndAnErrorAnswerReadAsOne) {
+  config::ModelConfig m = model_config({kA});
+  m.stream = true;
+  auto client = make(m);
+  streams.push_back({http(200), {"data: {\"error\":{\"message\":\"overloaded\"}}\n\n"}});
+  streams.push_back({http(429, R"({"error":{"message":"slow down","type":"rate_limit"}})",
+                          {{"Retry-After", "1"}}),
+                     {}});
+  streams.push_back({http(200), {chunk(R"({"content":"ok"})", "\"stop\"")}});
+  auto reply = call(*client);
+  ASSERT_TRUE(reply.ok()) << reply.error().message;
+  EXPECT_EQ(reply.value().content, "ok");
+  EXPECT_TRUE(reply.value().usage_estimated) << "no usage chunk: billed from an estimate";
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].reason, ChargeLoss::kUnreadable);
+  EXPECT_EQ(called.size(), 3u);
+  ASSERT_FALSE(slept.empty());
+  EXPECT_GE(slept.back(), milliseconds(1000)) << "the 429's Retry-After was honoured";
 }
 
 TEST_F(ModelClientTest, AThinkingModelGetsEachToolTurnsReasoningBackHoweverTheCallerEncoded) {

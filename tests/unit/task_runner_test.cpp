@@ -110,14 +110,21 @@ class ScriptedModel final : public ports::ModelClient {
     Result<ModelReply> reply;
     std::chrono::milliseconds takes{0};
     bool hangs = false;
-    bool held = false;             // answers once release() is called
-    std::vector<LostCharge> lost;  // attempts the client reports as lost before answering
+    bool held = false;                  // answers once release() is called
+    std::vector<LostCharge> lost;       // attempts the client reports as lost before answering
+    std::vector<std::string> streamed;  // text handed to on_text before answering
   };
   explicit ScriptedModel(limits::ManualClock& clock) : clock_(clock) {}
 
   void then(Result<ModelReply> reply, std::chrono::milliseconds takes = 0ms,
             std::vector<LostCharge> lost = {}) {
     script_.push_back(Answer{std::move(reply), takes, false, false, std::move(lost)});
+  }
+  // An answer whose text arrives as `pieces` (a model that streams) before it returns.
+  void then_streamed(ModelReply reply, std::vector<std::string> pieces) {
+    Answer answer{std::move(reply), 0ms, false, false, {}};
+    answer.streamed = std::move(pieces);
+    script_.push_back(std::move(answer));
   }
   void then_hang() { script_.push_back(Answer{Error{ErrorKind::kFatal, "unused"}, 0ms, true}); }
   // A call that answers `reply` only when the test releases it (after the run stopped
@@ -168,6 +175,10 @@ class ScriptedModel final : public ports::ModelClient {
     }
     if (request.lost != nullptr)
       request.lost->insert(request.lost->end(), answer.lost.begin(), answer.lost.end());
+    for (const auto& piece : answer.streamed) {
+      if (request.on_text)
+        request.on_text(piece);
+    }
     clock_.advance(answer.takes);
     co_return std::move(answer.reply);
   }
@@ -773,6 +784,24 @@ TEST(TaskRunner, ATasksLimitsCountWhatEarlierAttemptsUsed) {
   EXPECT_EQ(cost.run(), RunOutcome::kFinished);
   EXPECT_EQ(cost.model.calls, 0);
   expect_ended_with(cost, ErrorCode::kMaxCost);
+}
+
+TEST(TaskRunner, AStreamedAnswersTextReachesTheEventStreamAsItComesAndOnlyOnce) {
+  Harness h;
+  ModelReply first = calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")});
+  first.content = "我先查一下";
+  h.model.then_streamed(first, {"我先", "查一下"});
+  ModelReply whole = finish_reply("已改到晚上8点");
+  whole.content = "好了";
+  h.model.then(whole);  // a model that does not stream: its text at once
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  const auto deltas = h.publisher.events("delta");
+  ASSERT_EQ(deltas.size(), 3u);
+  EXPECT_NE(deltas[0].find(R"("data":{"text":"我先"})"), std::string::npos) << deltas[0];
+  EXPECT_NE(deltas[1].find(R"("data":{"text":"查一下"})"), std::string::npos) << deltas[1];
+  EXPECT_NE(deltas[2].find(R"("data":{"text":"好了"})"), std::string::npos) << deltas[2];
+  EXPECT_NE(deltas[0].find(R"("step":0)"), std::string::npos) << deltas[0];
+  EXPECT_NE(deltas[2].find(R"("step":1)"), std::string::npos) << deltas[2];
 }
 
 TEST(TaskRunner, AModelTheUsersTierDoesNotAllowIsNeverCalled) {

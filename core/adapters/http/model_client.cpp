@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "core/codec/chat_stream.hpp"
 #include "core/codec/openai_codec.hpp"
 #include "core/codec/provider_error.hpp"
 #include "core/codec/react_json_codec.hpp"
@@ -157,6 +158,34 @@ asio::awaitable<ClientResponse> OpenAiModelClient::send(ClientRequest request) {
   co_return co_await fetch(executor_, std::move(request), &pool_);
 }
 
+asio::awaitable<ClientResponse> OpenAiModelClient::send_streamed(
+    ClientRequest request, const std::function<void(std::string_view)>& on_text) {
+  codec::ChatStreamAssembler stream;
+  stream.on_text = on_text;
+  BodySink sink = [&stream](std::string_view piece) { return stream.feed(piece); };
+  ClientResponse response;
+  if (hooks_.stream_transport) {
+    response = co_await hooks_.stream_transport(std::move(request), std::move(sink));
+  } else {
+    StreamOptions options;
+    options.on_body = std::move(sink);
+    response = co_await fetch_stream(executor_, std::move(request), std::move(options));
+  }
+  if (!response.ok() || response.status < 200 || response.status >= 300)
+    co_return response;
+  if (!stream.error().empty()) {
+    // Not a chat completion: read as a 2xx body that does not parse (retried, billed).
+    response.body = "stream: " + stream.error();
+  } else if (!stream.done() && !stream.finished()) {
+    response.error = ClientErrorKind::kProtocol;
+    response.error_message = "the answer's stream ended before its end";
+    response.sent = true;
+  } else {
+    response.body = stream.completion_json();
+  }
+  co_return response;
+}
+
 asio::awaitable<void> OpenAiModelClient::sleep(milliseconds duration) {
   if (hooks_.sleep) {
     co_await hooks_.sleep(duration);
@@ -292,6 +321,7 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
     options.max_tokens = static_cast<int>(request.max_output_tokens);
   options.protocol = codec::chat_protocol(model.config.protocol);
   options.reasoning_echo = model.config.reasoning_echo;
+  options.stream = model.config.stream;
   // A conversation the caller keeps encoded as this model wants it is spliced in, not
   // encoded again.
   const std::string body =
@@ -400,7 +430,11 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
     if (!request.traceparent.empty())
       call.headers.emplace_back("traceparent", request.traceparent);
     const Clock::time_point started = clock_->now();
-    ClientResponse response = co_await send(std::move(call));
+    ClientResponse response;
+    if (model.config.stream)
+      response = co_await send_streamed(std::move(call), request.on_text);
+    else
+      response = co_await send(std::move(call));
     now = clock_->now();
     const auto latency = std::chrono::duration_cast<milliseconds>(now - started);
     const std::string where = what + " endpoint '" + endpoint.config.name + "'";

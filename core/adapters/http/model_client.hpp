@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/adapters/http/client.hpp"
+#include "core/adapters/http/stream_client.hpp"
 #include "core/config/config.hpp"
 #include "core/limits/circuit_breaker.hpp"
 #include "core/limits/clock.hpp"
@@ -87,6 +88,9 @@ struct ModelClientCounters {
 struct ModelClientHooks {
   // Sends one attempt; fetch() over the client's pool when empty.
   std::function<boost::asio::awaitable<ClientResponse>(ClientRequest)> transport;
+  // Sends one attempt of a model that streams, handing a 2xx body to the sink piece by piece;
+  // fetch_stream() (a connection of its own) when empty.
+  std::function<boost::asio::awaitable<ClientResponse>(ClientRequest, BodySink)> stream_transport;
   const limits::Clock* clock = nullptr;  // SteadyClock when null; must outlive the client
   // Waits; an Asio steady_timer when empty (a fake advances a ManualClock instead).
   std::function<boost::asio::awaitable<void>(std::chrono::milliseconds)> sleep;
@@ -128,6 +132,12 @@ class OpenAiModelClient : public ports::ModelClient {
   void report(const Model& model, std::string_view endpoint, ModelOutcome outcome, int status,
               std::chrono::milliseconds latency, bool retry_follows);
   boost::asio::awaitable<ClientResponse> send(ClientRequest request);
+  // One attempt of a model that streams: its answer assembled (codec::ChatStreamAssembler)
+  // into `body` as a whole answer would be, its text handed to `on_text` as it comes. A 2xx
+  // stream that ends before its end is a lost connection of a request that was sent; one
+  // that is not a chat completion stream is a 2xx body that does not parse.
+  boost::asio::awaitable<ClientResponse> send_streamed(
+      ClientRequest request, const std::function<void(std::string_view)>& on_text);
   boost::asio::awaitable<void> sleep(std::chrono::milliseconds duration);
 
   boost::asio::any_io_executor executor_;
