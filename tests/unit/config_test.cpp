@@ -108,10 +108,16 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
   EXPECT_EQ(c.task_defaults.timeout_s, 30);
   EXPECT_EQ(c.task_defaults.max_steps, 10);
 
-  ASSERT_EQ(c.models.size(), 3u);
+  ASSERT_EQ(c.models.size(), 4u);
   const ModelConfig* model = c.find_model("sim-model");
   ASSERT_NE(model, nullptr);
   EXPECT_EQ(model->protocol, "function_calling");
+  EXPECT_FALSE(model->stream);
+  // The same simulator asked for streamed answers.
+  const ModelConfig* streamed = c.find_model("sim-stream-model");
+  ASSERT_NE(streamed, nullptr);
+  EXPECT_TRUE(streamed->stream);
+  EXPECT_EQ(streamed->provider_model, "sim-model");
   EXPECT_EQ(model->call_timeout_s, 60);
   ASSERT_EQ(model->endpoints.size(), 1u);
   EXPECT_EQ(model->endpoints[0].url, "http://127.0.0.1:8090/v1/chat/completions");
@@ -131,7 +137,7 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
   EXPECT_EQ(thinking->reasoning_echo, ReasoningEcho::kToolTurns);
   EXPECT_EQ(thinking->provider_model, "sim-model");
 
-  ASSERT_EQ(c.billing.prices.size(), 3u);
+  ASSERT_EQ(c.billing.prices.size(), 4u);
   EXPECT_EQ(c.billing.prices[1].model, "sim-react-model");
   const PriceConfig& price = c.billing.prices[0];
   EXPECT_EQ(price.model, "sim-model");

@@ -32,6 +32,7 @@
 #include "tools/llm_sim/latency.hpp"
 #include "tools/llm_sim/llm_faults.hpp"
 #include "tools/llm_sim/simulator.hpp"
+#include "tools/llm_sim/streaming.hpp"
 #include "tools/llm_sim/timing_log.hpp"
 
 namespace {
@@ -543,8 +544,16 @@ asio::awaitable<http::Reply> handle(App& app, http::Request& request) {
     co_await timer.async_wait(asio::use_awaitable);
   }
 
-  http::Response response =
-      http::make_response(request, http::Status::ok, std::move(completion.body));
+  // A request that asks for a stream gets the same answer as server-sent events, written in
+  // pieces cut anywhere.
+  const llm_sim::StreamRequest streamed = llm_sim::stream_request(request.body());
+  std::optional<std::string> events;
+  if (streamed.stream)
+    events = llm_sim::stream_events(completion.body, streamed.include_usage);
+  http::Response response = http::make_response(
+      request, http::Status::ok, events ? std::move(*events) : std::move(completion.body));
+  if (events)
+    response.set(boost::beast::http::field::content_type, "text/event-stream");
   response.set("x-llm-sim-scenario", completion.scenario);
   response.set("x-llm-sim-step", std::to_string(completion.step));
   if (fault) {
@@ -574,7 +583,13 @@ asio::awaitable<http::Reply> handle(App& app, http::Request& request) {
     app.timing->record("model", std::string_view(traceparent.data(), traceparent.size()), received,
                        std::chrono::system_clock::now());
   }
-  co_return reply_of(std::move(response));
+  http::Reply reply = reply_of(std::move(response));
+  if (events) {
+    reply.delivery = http::Delivery::kPieces;
+    reply.piece_bytes = 37;
+    reply.piece_gap = std::chrono::milliseconds(1);
+  }
+  co_return reply;
 }
 
 }  // namespace

@@ -403,8 +403,9 @@ std::optional<RequestError> validate_request(const rapidjson::Document& request)
       return RequestError{param + ".role must be a string", param + ".role"};
     }
   }
-  if (const Value* stream = member(request, "stream"); stream && stream->IsTrue()) {
-    return RequestError{"llm-sim does not support stream=true", "stream"};
+  // stream: true is answered as server-sent events by the server (streaming.hpp).
+  if (const Value* stream = member(request, "stream"); stream && !stream->IsBool()) {
+    return RequestError{"stream must be a boolean", "stream"};
   }
   return std::nullopt;
 }

@@ -476,6 +476,7 @@ asio::awaitable<ClientResponse> stream_exchange(Stream& stream, Connection& c, c
 
   std::optional<ClientResponse> send_failure;  // the request could not be sent whole
   bool streamed_body_sent = false;             // the source's body went out to its last chunk
+  bool whole_sent = false;  // every byte of the request was written: the server may act on it
   if (!options.body_source) {
     bhttp::request<bhttp::string_body> out{request.method, url.target, 11};
     set_request_fields(out, url, request);
@@ -488,6 +489,7 @@ asio::awaitable<ClientResponse> stream_exchange(Stream& stream, Connection& c, c
     co_await bhttp::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
     if (ec)
       co_return transport_failure("write");
+    whole_sent = true;
   } else {
     bhttp::request<bhttp::empty_body> head{request.method, url.target, 11};
     set_request_fields(head, url, request);
@@ -521,6 +523,7 @@ asio::awaitable<ClientResponse> stream_exchange(Stream& stream, Connection& c, c
       }
       if (piece.empty()) {
         streamed_body_sent = true;
+        whole_sent = true;
         break;
       }
     }
@@ -537,10 +540,14 @@ asio::awaitable<ClientResponse> stream_exchange(Stream& stream, Connection& c, c
   if (ec) {
     if (send_failure)
       co_return std::move(*send_failure);
-    co_return failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kProtocol,
-                      "read: " + ec.message());
+    ClientResponse failed =
+        failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kProtocol,
+                "read: " + ec.message());
+    failed.sent = whole_sent;  // the server may have acted on a request it got whole
+    co_return failed;
   }
   ClientResponse response;
+  response.sent = whole_sent;
   response.status = static_cast<int>(parser.get().result_int());
   for (const auto& field : parser.get())
     response.headers.insert(field.name_string(), field.value());

@@ -9,6 +9,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -464,6 +465,27 @@ asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {
                                    asio::redirect_error(asio::use_awaitable, ec));
       }
       break;
+    }
+    if (reply.delivery == Delivery::kPieces) {
+      bhttp::response_serializer<bhttp::string_body> serializer(response);
+      co_await bhttp::async_write_header(connection->stream, serializer,
+                                         asio::redirect_error(asio::use_awaitable, ec));
+      const std::string& body = response.body();
+      const std::size_t step = std::max<std::size_t>(reply.piece_bytes, 1);
+      asio::steady_timer gap(connection->stream.get_executor());
+      for (std::size_t at = 0; !ec && at < body.size(); at += step) {
+        if (at > 0 && reply.piece_gap.count() > 0) {
+          gap.expires_after(reply.piece_gap);
+          co_await gap.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        }
+        connection->stream.expires_after(options_.write_timeout);
+        co_await asio::async_write(connection->stream,
+                                   asio::buffer(body.data() + at, std::min(step, body.size() - at)),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+      }
+      if (ec || !response.keep_alive())
+        break;
+      continue;
     }
     const bool keep_alive = response.keep_alive();
     co_await bhttp::async_write(connection->stream, response,

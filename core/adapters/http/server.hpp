@@ -54,6 +54,8 @@ enum class Delivery {
   kTruncate,  // the head (with the full Content-Length) and `truncate_at` body bytes, then close
   kHang,      // nothing; the connection stays open until the client closes it or `hang_for`
               // passes, then it is closed
+  kPieces,    // the head, then the body `piece_bytes` at a time with `piece_gap` between writes
+              // (a stream that arrives in pieces cut anywhere)
 };
 
 struct Reply {
@@ -61,6 +63,8 @@ struct Reply {
   Delivery delivery = Delivery::kNormal;
   std::size_t truncate_at = 0;
   std::chrono::milliseconds hang_for{std::chrono::minutes(10)};
+  std::size_t piece_bytes = 64;
+  std::chrono::milliseconds piece_gap{1};
 };
 using ReplyHandler = std::function<boost::asio::awaitable<Reply>(Request&)>;
 
