@@ -234,7 +234,7 @@ void Scheduler::reconcile_ended() {
 }
 
 void Scheduler::log_endings(
-    const ports::RecoveryReport& recovery, int expired, int swept,
+    const ports::RecoveryReport& recovery, int expired, int expired_deadline, int swept,
     const std::vector<std::pair<std::string, std::size_t>>& over_budget_users) const {
   for (const ports::RecoveryReport::Task& task : recovery.tasks) {
     log::TaskContext context;
@@ -256,6 +256,11 @@ void Scheduler::log_endings(
     log::info("scheduler", std::to_string(expired) +
                                " queued tasks ended timed_out: schedule_timeout (waited longer "
                                "than their schedule_timeout_s)");
+  }
+  if (expired_deadline > 0) {
+    log::info("scheduler", std::to_string(expired_deadline) +
+                               " queued tasks ended timed_out: deadline (handed back by their "
+                               "worker, their timeout_s passed while they waited to run again)");
   }
   if (swept > 0)
     log::info("scheduler", std::to_string(swept) + " tasks of cancelled batches ended cancelled");
@@ -293,18 +298,20 @@ bool Scheduler::pass() {
       started - housekeeping_at_ >=
           std::chrono::milliseconds(config_.dispatcher.housekeeping_interval_ms);
   ports::RecoveryReport recovery;
-  int expired = 0, swept = 0;
+  int expired = 0, expired_deadline = 0, swept = 0;
   if (housekeeping) {
     ports::Housekeeping done = store_.housekeep(spec);
     recovery = std::move(done.recovery);
     expired = done.expired;
+    expired_deadline = done.expired_deadline;
     swept = done.swept;
     housekeeping_at_ = started;
     housekeeping_backlog_ =
         recovery.exhausted + recovery.lease_expired + recovery.redispatched >= spec.limit ||
-        expired >= spec.limit || swept >= spec.limit;
-    if (recovery.exhausted + recovery.lease_expired + recovery.redispatched + expired + swept > 0 &&
-        outbox_written_) {
+        expired >= spec.limit || expired_deadline >= spec.limit || swept >= spec.limit;
+    const int ended = recovery.exhausted + recovery.lease_expired + recovery.redispatched +
+                      expired + expired_deadline + swept;
+    if (ended > 0 && outbox_written_) {
       outbox_written_();
     }
   }
@@ -425,13 +432,14 @@ bool Scheduler::pass() {
       fair_->dispatched(grant, 0);
     throw;
   }
-  log_endings(recovery, expired, swept, over_budget_users);
+  log_endings(recovery, expired, expired_deadline, swept, over_budget_users);
   for (int cause = 0; cause < limits::kThrottleCauses; ++cause)
     metrics_.throttled(throttle_reason(cause), plan.throttled[cause]);
   metrics_.recovered(metrics::RecoveryReason::kLeaseExpired, recovery.lease_expired);
   metrics_.recovered(metrics::RecoveryReason::kRedispatch, recovery.redispatched);
   metrics_.recovery_exhausted(recovery.exhausted);
   metrics_.scheduler_ended(metrics::SchedulerEnd::kScheduleTimeout, expired);
+  metrics_.scheduler_ended(metrics::SchedulerEnd::kDeadline, expired_deadline);
   metrics_.scheduler_ended(metrics::SchedulerEnd::kQuotaExceeded, over_budget);
   metrics_.scheduler_pass(std::chrono::duration<double>(clock_.now() - started).count());
   fair_->forget_idle(kForgetIdleAfter);
@@ -440,8 +448,8 @@ bool Scheduler::pass() {
     estimates_.clear();
   // Go again at once only when the slots were really used: a grant whose rows were locked
   // elsewhere (a batch cancel in progress) must not spin the loop.
-  const int work = admitted_total + over_budget + expired + swept + recovery.exhausted +
-                   recovery.lease_expired + recovery.redispatched;
+  const int work = admitted_total + over_budget + expired + expired_deadline + swept +
+                   recovery.exhausted + recovery.lease_expired + recovery.redispatched;
   return plan.slots > 0 && admitted_total >= plan.slots ? true : work >= spec.limit;
 }
 

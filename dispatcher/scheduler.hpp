@@ -90,7 +90,8 @@ class Scheduler {
   bool pass();
   // The pass's endings and recoveries, once committed: a line per task dispatched again, a
   // count per kind of ending, a line per user whose budget ended tasks.
-  void log_endings(const ports::RecoveryReport& recovery, int expired, int swept,
+  void log_endings(const ports::RecoveryReport& recovery, int expired, int expired_deadline,
+                   int swept,
                    const std::vector<std::pair<std::string, std::size_t>>& over_budget_users) const;
   void reconcile_ended();
   // The sum of a user's spend per currency in the budget currency.

@@ -61,7 +61,9 @@ struct RecoveryReport {
 struct Housekeeping {
   RecoveryReport recovery;
   int expired = 0;  // queued tasks ended timed_out (schedule_timeout)
-  int swept = 0;    // tasks of cancelled batches ended cancelled
+  // Tasks handed back to the queue whose deadline passed there, ended timed_out (deadline).
+  int expired_deadline = 0;
+  int swept = 0;  // tasks of cancelled batches ended cancelled
 };
 
 // A user's overrides in user_limits (nullopt / empty: the tier's value applies).

@@ -857,5 +857,66 @@ TEST(SchedulerQueueTimeout, ATaskWaitingPastScheduleTimeoutEndsTimedOutWithoutRu
   })) << "the slow task did not succeed";
 }
 
+TEST(SchedulerQueueTimeout, AHandedBackTaskWhoseDeadlinePassedInTheQueueEndsWithoutWaitingItsTurn) {
+  // A task its worker handed back (it had started: started_at and deadline_at are set) whose
+  // deadline passed while it waited. Its parent has not ended, so the scheduler would not
+  // admit it however long it waited: only the scheduler's deadline check can end it.
+  const Fleet fleet = Fleet::from_env();
+  const std::string user = user_of_run("sched-hb-u1");
+  pqxx::connection db(fleet.pg);
+  TopicReader marks_reader(fleet.bootstrap, kResultsTopic);
+  const auto marks = marks_reader.ends();
+  std::string parent, handed_back;
+  {
+    pqxx::work tx(db);
+    parent = tx.exec_params1(
+                   R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s,
+                                            schedule_timeout_s, max_steps, priority,
+                                            request_canonical, status, dispatched_at)
+                         VALUES (gen_random_uuid(), $1, 'x', 'sim-model', 30, 3600, 10,
+                                 'interactive', '{}', 'dispatched', now())
+                         RETURNING task_id::text)SQL",
+                   user)[0]
+                 .as<std::string>();
+    handed_back = tx.exec_params1(
+                        R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s,
+                                                 schedule_timeout_s, max_steps, priority,
+                                                 request_canonical, status, attempt, releases,
+                                                 started_at, deadline_at, parent_task_id)
+                              VALUES (gen_random_uuid(), $1, 'x', 'sim-model', 5, 3600, 10,
+                                      'interactive', '{}', 'queued', 1, 1,
+                                      now() - interval '6 s', now() - interval '1 s', $2::uuid)
+                              RETURNING task_id::text)SQL",
+                        user, parent)[0]
+                      .as<std::string>();
+    tx.commit();
+  }
+  const char* kTask =
+      "SELECT status, coalesce(error_code, ''), coalesce(error, ''), attempt "
+      "FROM tasks WHERE task_id = $1::uuid";
+  const bool ended = wait_until(
+      30s, [&] { return row_of(db, kTask, handed_back)[0].as<std::string>() != "queued"; }, 20ms);
+  {
+    // The parent is left for no one to run.
+    pqxx::work tx(db);
+    tx.exec_params0(
+        "UPDATE tasks SET status = 'cancelled', finished_at = now() "
+        "WHERE task_id = $1::uuid",
+        parent);
+    tx.commit();
+  }
+  ASSERT_TRUE(ended) << "a handed-back task past its deadline still queued after 30 s";
+  const auto row = row_of(db, kTask, handed_back);
+  EXPECT_EQ(row[0].as<std::string>(), "timed_out");
+  EXPECT_EQ(row[1].as<std::string>(), "deadline");
+  EXPECT_NE(row[2].as<std::string>().find("while it waited to run again"), std::string::npos)
+      << row[2].c_str();
+  EXPECT_EQ(row[3].as<int>(), 1) << "not claimed again";
+  auto events = result_events(fleet, marks, {handed_back});
+  ASSERT_EQ(events[handed_back].size(), 1u) << "result events";
+  EXPECT_STREQ(events[handed_back].front()["status"].GetString(), "timed_out");
+  EXPECT_STREQ(events[handed_back].front()["error_code"].GetString(), "deadline");
+}
+
 }  // namespace
 }  // namespace agentfleet

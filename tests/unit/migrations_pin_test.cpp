@@ -28,6 +28,7 @@ const std::map<std::string, std::string>& pinned() {
       {"0011_outbox_headers.sql", "6c2a6ccd8f75c5b9"},
       {"0012_unreconciled_charges.sql", "e3db4731053fa363"},
       {"0013_task_spend_limits.sql", "09e342df09bb3a62"},
+      {"0014_handed_back_deadline.sql", "86ef2ae684572dc5"},
   };
   return kPinned;
 }

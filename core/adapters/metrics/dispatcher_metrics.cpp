@@ -51,6 +51,8 @@ std::string_view to_string(SchedulerEnd reason) {
       return "schedule_timeout";
     case SchedulerEnd::kQuotaExceeded:
       return "quota_exceeded";
+    case SchedulerEnd::kDeadline:
+      return "deadline";
   }
   return "other";
 }
@@ -168,7 +170,8 @@ DispatcherMetrics::DispatcherMetrics(MetricsRegistry& registry, const config::Co
     f_->queue_depth.Add({{"priority", label}});
     f_->queue_wait.Add({{"priority", label}}, buckets::kQueueWait);
   }
-  for (auto reason : {SchedulerEnd::kScheduleTimeout, SchedulerEnd::kQuotaExceeded})
+  for (auto reason :
+       {SchedulerEnd::kScheduleTimeout, SchedulerEnd::kQuotaExceeded, SchedulerEnd::kDeadline})
     f_->scheduler_ended.Add({{"reason", std::string(to_string(reason))}});
   for (auto kind : {WaitKind::kLongPoll, WaitKind::kEventStream})
     f_->open_streams.Add({{"kind", std::string(to_string(kind))}});

@@ -23,7 +23,7 @@ enum class SubmitSource { kHttp, kTopic };
 enum class SubmitOutcome { kAccepted, kDuplicate, kRejected };
 enum class ThrottleReason { kConcurrency, kRpm, kTpm, kBudget, kQueueFull, kFleetCapacity };
 enum class RecoveryReason { kLeaseExpired, kRedispatch };
-enum class SchedulerEnd { kScheduleTimeout, kQuotaExceeded };
+enum class SchedulerEnd { kScheduleTimeout, kQuotaExceeded, kDeadline };
 enum class WaitKind { kLongPoll, kEventStream };
 
 std::string_view to_string(SubmitSource source);

@@ -99,7 +99,9 @@ ports::Housekeeping SchedulerSession::housekeep(const ports::SchedulerPass& pass
   ports::Housekeeping done;
   pqxx::work tx(session());
   done.recovery = recover_tasks(tx, pass);
-  done.expired = expire_queued(tx, pass.limit, pass.results_topic);
+  const Expired expired = expire_queued(tx, pass.limit, pass.results_topic);
+  done.expired = expired.schedule_timeout;
+  done.expired_deadline = expired.deadline;
   done.swept = sweep_cancelled_batches(tx, pass.limit, pass.results_topic);
   forget_workers(tx);
   tx.commit();
@@ -202,10 +204,13 @@ void forget_workers(pqxx::work& tx) {
   exec_named0(tx, "forget_workers");
 }
 
-int expire_queued(pqxx::work& tx, int limit, const std::string& results_topic) {
+Expired expire_queued(pqxx::work& tx, int limit, const std::string& results_topic) {
   auto rows = exec_named(tx, "sched_expire", limit);
   announce_ended(tx, rows, results_topic);
-  return static_cast<int>(rows.size());
+  Expired expired;
+  for (const auto& row : rows)
+    ++(row[4].as<std::string>() == "deadline" ? expired.deadline : expired.schedule_timeout);
+  return expired;
 }
 
 FleetRoom read_fleet_room(pqxx::transaction_base& tx) {

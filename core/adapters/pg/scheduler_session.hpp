@@ -80,9 +80,15 @@ RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass);
 // running task any more.
 void forget_workers(pqxx::work& tx);
 
-// Queued tasks (never started) past their queue deadline (created_at + schedule_timeout_s)
-// end timed_out with error_code schedule_timeout and their result events; at most `limit`.
-int expire_queued(pqxx::work& tx, int limit, const std::string& results_topic);
+// Queued tasks past a deadline end timed_out with their result events, at most `limit` of
+// each kind: never started and past their queue deadline (created_at + schedule_timeout_s),
+// error_code schedule_timeout; handed back after they started and past their execution
+// deadline, error_code deadline.
+struct Expired {
+  int schedule_timeout = 0;
+  int deadline = 0;
+};
+Expired expire_queued(pqxx::work& tx, int limit, const std::string& results_topic);
 
 // Every user with queued work: queued counts per priority (each up to `count_cap`), the
 // exact count of dispatched + running tasks, the overrides; the capacity the live workers

@@ -95,15 +95,28 @@ SELECT was, priority, user_id, task_id::text,
 FROM marked
 
 -- name: sched_expire
--- Queued tasks (never started) past their queue deadline (created_at + schedule_timeout_s),
--- at most $1, end timed_out with error_code schedule_timeout; the columns of their result
--- events.
+-- Queued tasks past a deadline, at most $1 of each kind, end timed_out: those never started
+-- past their queue deadline (created_at + schedule_timeout_s) with error_code
+-- schedule_timeout; those handed back to the queue after they started (a draining or fenced
+-- worker) past their execution deadline (fixed at the first claim) with error_code
+-- deadline. The columns of their result events.
+WITH waited AS (
+  SELECT task_id FROM tasks
+  WHERE status = 'queued' AND started_at IS NULL AND queue_deadline_at < now()
+  ORDER BY queue_deadline_at LIMIT $1 FOR UPDATE SKIP LOCKED
+), handed_back AS (
+  SELECT task_id FROM tasks
+  WHERE status = 'queued' AND started_at IS NOT NULL AND deadline_at < now()
+  ORDER BY deadline_at LIMIT $1 FOR UPDATE SKIP LOCKED
+)
 UPDATE tasks SET status = 'timed_out', finished_at = statement_timestamp(),
-       error_code = 'schedule_timeout',
-       error = 'waited in the queue longer than schedule_timeout_s (' || schedule_timeout_s || ' s)'
-WHERE task_id IN (SELECT task_id FROM tasks
-                  WHERE status = 'queued' AND started_at IS NULL AND queue_deadline_at < now()
-                  ORDER BY queue_deadline_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+       error_code = CASE WHEN started_at IS NULL THEN 'schedule_timeout' ELSE 'deadline' END,
+       error = CASE WHEN started_at IS NULL
+                    THEN 'waited in the queue longer than schedule_timeout_s (' ||
+                         schedule_timeout_s || ' s)'
+                    ELSE 'deadline of ' || timeout_s || ' s passed while it waited to run again '
+                         '(its worker had handed it back)' END
+WHERE task_id IN (SELECT task_id FROM waited UNION ALL SELECT task_id FROM handed_back)
 RETURNING
   task_id::text, user_id, coalesce(batch_id, ''), coalesce(error, ''), coalesce(error_code, ''),
   status, attempt, steps, tool_calls, input_tokens, cached_input_tokens, output_tokens,
