@@ -41,7 +41,9 @@ std::optional<std::chrono::sys_days> parse_date(std::string_view text) {
   const auto y = digits(text, 0, 4);
   const auto m = digits(text, 5, 2);
   const auto d = digits(text, 8, 2);
-  if (!y || !m || !d)
+  // The years a price or a holiday can be about: the clock counts nanoseconds from 1970,
+  // which overflow before 1678 and after 2262.
+  if (!y || !m || !d || *y < kFirstYear || *y > kLastYear)
     return std::nullopt;
   const year_month_day date{year{*y}, month{static_cast<unsigned>(*m)},
                             day{static_cast<unsigned>(*d)}};

@@ -72,12 +72,15 @@ class PriceTable {
 
 // "HH:MM" -> minutes after midnight.
 std::optional<int> parse_clock_minutes(std::string_view text);
+// The years a date in prices or holidays may name (the wall clock's range, with room).
+inline constexpr int kFirstYear = 1970;
+inline constexpr int kLastYear = 2200;
 // When a price applies from: "YYYY-MM-DD" (the start of that day in `zone`), or an RFC 3339
 // instant with its offset, "YYYY-MM-DDTHH:MM[:SS]" then "Z" or "+HH:MM"/"-HH:MM". nullopt for
-// anything else or a date that does not exist.
+// anything else, a date that does not exist, or a year outside kFirstYear..kLastYear.
 std::optional<std::chrono::sys_seconds> parse_effective_from(std::string_view text,
                                                              const TimeZone& zone);
-// "YYYY-MM-DD" -> the day, when it exists.
+// "YYYY-MM-DD" -> the day, when it exists and its year is within kFirstYear..kLastYear.
 std::optional<std::chrono::sys_days> parse_date(std::string_view text);
 // A kind of day a window names: "sun" … "sat" (its weekday's bit), "holiday" (kHoliday).
 std::optional<unsigned> parse_day_kind(std::string_view name);

@@ -826,7 +826,9 @@ void read_billing(const Section& s, const std::vector<ModelConfig>& models, Bill
   for (std::size_t i = 0; i < out.holidays.size(); ++i) {
     const std::string path = s.path("holidays") + "/" + std::to_string(i);
     if (!billing::parse_date(out.holidays[i]))
-      throw Problem(path, "'" + out.holidays[i] + "' is not a valid YYYY-MM-DD date");
+      throw Problem(path, "'" + out.holidays[i] + "' is not a valid YYYY-MM-DD date from " +
+                              std::to_string(billing::kFirstYear) + " to " +
+                              std::to_string(billing::kLastYear));
     if (std::find(out.holidays.begin(), out.holidays.begin() + static_cast<std::ptrdiff_t>(i),
                   out.holidays[i]) != out.holidays.begin() + static_cast<std::ptrdiff_t>(i))
       throw Problem(path, "'" + out.holidays[i] + "' is listed twice");
@@ -900,7 +902,9 @@ void read_billing(const Section& s, const std::vector<ModelConfig>& models, Bill
       throw Problem(p.path("effective_from"),
                     "'" + price.effective_from +
                         "' is neither a YYYY-MM-DD date nor an instant with its offset "
-                        "(YYYY-MM-DDTHH:MM[:SS]Z or +HH:MM)");
+                        "(YYYY-MM-DDTHH:MM[:SS]Z or +HH:MM), in the years " +
+                        std::to_string(billing::kFirstYear) + " to " +
+                        std::to_string(billing::kLastYear));
     }
     for (std::size_t i = 0; i < out.prices.size(); ++i) {
       if (out.prices[i].model == price.model && starts[i] == *start) {

@@ -732,6 +732,20 @@ billing:
     - {model: m1, effective_from: "2026-01-01"}
 )"),
                   "/billing/holidays/1: '2026-02-30' is not a valid YYYY-MM-DD date");
+  // A year the wall clock cannot count to (found by config_fuzz: it overflowed).
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
+billing:
+  prices:
+    - {model: m1, effective_from: "1013-01-01", input_per_million: "1"}
+)"),
+                  "/billing/prices/0/effective_from: '1013-01-01' is neither a YYYY-MM-DD date");
+  EXPECT_CONTAINS(error_of(kUnpriced + R"(
+billing:
+  holidays: ["9999-12-31"]
+  prices:
+    - {model: m1, effective_from: "2026-01-01"}
+)"),
+                  "'9999-12-31' is not a valid YYYY-MM-DD date from 1970 to 2200");
   EXPECT_CONTAINS(error_of(kUnpriced + R"(
 billing:
   prices:

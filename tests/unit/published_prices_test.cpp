@@ -152,7 +152,8 @@ TEST(PublishedPrices, TheSameInstantWrittenWithItsOffsetOrInUtcIsOnePrice) {
   EXPECT_EQ(*at_utc, utc(2025, 9, 5, 16));
   for (const char* bad :
        {"2025-09-06T00:00", "2025-09-06 00:00Z", "2025-09-31", "2025-09-06T24:00Z",
-        "2025-09-06T00:00+8:00", "2025-09-06T00:00:60Z", "06/09/2025"}) {
+        "2025-09-06T00:00+8:00", "2025-09-06T00:00:60Z", "06/09/2025", "1013-01-01",
+        "1969-12-31T23:00Z", "2201-01-01", "9999-12-31T00:00Z"}) {
     EXPECT_FALSE(billing::parse_effective_from(bad, TimeZone::fixed("UTC", {}))) << bad;
   }
 }
