@@ -298,17 +298,24 @@ bool Scheduler::pass() {
       started - housekeeping_at_ >=
           std::chrono::milliseconds(config_.dispatcher.housekeeping_interval_ms);
   ports::RecoveryReport recovery;
-  int expired = 0, expired_deadline = 0, swept = 0;
+  int expired = 0, expired_deadline = 0, swept = 0, calls_settled = 0;
   if (housekeeping) {
     ports::Housekeeping done = store_.housekeep(spec);
     recovery = std::move(done.recovery);
     expired = done.expired;
     expired_deadline = done.expired_deadline;
     swept = done.swept;
+    calls_settled = done.calls_settled;
     housekeeping_at_ = started;
     housekeeping_backlog_ =
         recovery.exhausted + recovery.lease_expired + recovery.redispatched >= spec.limit ||
-        expired >= spec.limit || expired_deadline >= spec.limit || swept >= spec.limit;
+        expired >= spec.limit || expired_deadline >= spec.limit || swept >= spec.limit ||
+        calls_settled >= spec.limit;
+    if (calls_settled > 0) {
+      log::info("scheduler", std::to_string(calls_settled) +
+                                 " model call(s) left in flight by a stopped worker billed as "
+                                 "unreconciled (worker_lost)");
+    }
     const int ended = recovery.exhausted + recovery.lease_expired + recovery.redispatched +
                       expired + expired_deadline + swept;
     if (ended > 0 && outbox_written_) {
@@ -440,6 +447,7 @@ bool Scheduler::pass() {
   metrics_.recovery_exhausted(recovery.exhausted);
   metrics_.scheduler_ended(metrics::SchedulerEnd::kScheduleTimeout, expired);
   metrics_.scheduler_ended(metrics::SchedulerEnd::kDeadline, expired_deadline);
+  metrics_.calls_settled(calls_settled);
   metrics_.scheduler_ended(metrics::SchedulerEnd::kQuotaExceeded, over_budget);
   metrics_.scheduler_pass(std::chrono::duration<double>(clock_.now() - started).count());
   fair_->forget_idle(kForgetIdleAfter);

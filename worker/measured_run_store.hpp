@@ -52,6 +52,12 @@ class MeasuredRunStore final : public ports::RunStore {
     observe(started, result.ok());
     co_return result;
   }
+  boost::asio::awaitable<Result<Status>> record_call(ports::CallSent call) override {
+    const auto started = clock_.now();
+    auto result = co_await inner_.record_call(std::move(call));
+    observe(started, result.ok());
+    co_return result;
+  }
   boost::asio::awaitable<Result<Result<std::int64_t>>> finish(ports::TaskEnd end) override {
     const auto started = clock_.now();
     auto result = co_await inner_.finish(std::move(end));

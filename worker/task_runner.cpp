@@ -287,6 +287,9 @@ struct TaskRunner::Run : ClaimedRun {
   std::optional<std::int64_t> capped_output;
   // The last step whose text was streamed to the task's event stream as it came.
   int streamed_step = -1;
+  // Set when the last model call was not sent because it could not be recorded first (the
+  // store's answer: an error, or the fence).
+  std::optional<Result<Status>> call_unrecorded;
 
   // What every log line about this run carries.
   log::TaskContext log_context() const {
@@ -903,6 +906,14 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     }
     const int latency_ms = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() - started).count());
+    if (!reply->ok() && run.call_unrecorded) {
+      // Not sent: the call could not be recorded first (the store failed, or the task is no
+      // longer this attempt's).
+      Result<Status> unrecorded = std::move(*run.call_unrecorded);
+      run.call_unrecorded.reset();
+      if (auto stop = co_await on_store_failure(run, unrecorded, "model call record"))
+        co_return *stop;
+    }
     if (!reply->ok()) {
       log::warn("worker", run.log_context(), "model call failed: " + reply->error().message,
                 {{"model", spec.model}});
@@ -958,6 +969,7 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
       charge.reason = ChargeLoss::kLeaseLost;
       std::vector<LostCharge> lost{charge};
       ports::Charges of_step = charges_of(run, step);
+      of_step.settles_call = true;  // the checkpoint did not settle the call's record
       co_await bill_unreconciled(std::move(of_step), std::move(lost));
     }
     if (auto stop = co_await on_store_failure(run, saved, "model step"))
@@ -1124,6 +1136,10 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
     // The run stopped waiting: the call bills what it cost itself when it ends.
     bool abandoned = false;
     ports::Charges step;  // the run's step, for that bill
+    // A try was recorded before it was sent (ports::CallSent): the call's end settles it.
+    bool recorded = false;
+    // The store's answer when a try could not be recorded (and so was not sent).
+    std::optional<Result<Status>> unrecorded;
   };
   auto call = std::make_shared<Call>();
   call->messages = std::move(messages);
@@ -1143,6 +1159,34 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
     running->streamed_step = step;
     emit_progress(*running, "delta", step, {}, text_event_json(text));
   };
+  request.call_id =
+      run.task_id + ":" + std::to_string(run.claimed.attempt) + ":" + std::to_string(run.step);
+  // Each try is recorded before it is sent, with the charges of the tries lost before it, so
+  // that nothing it costs is lost with the worker (docs/billing.md, "Unreconciled charges").
+  request.before_send = [this, call, incarnation = run.incarnation](
+                            std::int64_t input_tokens) -> asio::awaitable<Status> {
+    if (!call->lost.empty()) {
+      std::vector<LostCharge> earlier = std::move(call->lost);
+      call->lost.clear();
+      co_await bill_unreconciled(call->step, std::move(earlier));
+    }
+    TokenUsage estimate;
+    estimate.input = input_tokens;
+    const billing::Money cost = prices_.cost(call->step.model, estimate, clock_.wall_now());
+    ports::CallSent sent{call->step.task_id,  call->step.attempt,
+                         call->step.step,     call->step.user_id,
+                         call->step.batch_id, call->step.model,
+                         input_tokens,        billing::format_micros(cost.micros),
+                         cost.currency,       incarnation};
+    auto recorded = co_await store_.record_call(std::move(sent));
+    if (recorded.ok() && recorded.value().ok()) {
+      call->recorded = true;
+      co_return ok_status();
+    }
+    Error why = recorded.ok() ? recorded.value().error() : recorded.error();
+    call->unrecorded = std::move(recorded);
+    co_return why;
+  };
   asio::co_spawn(
       executor,
       [this, call, request = std::move(request),
@@ -1158,7 +1202,9 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
             answered.reason = ChargeLoss::kAbandoned;
             lost.push_back(answered);
           }
-          co_await bill_unreconciled(call->step, std::move(lost));
+          ports::Charges of_call = call->step;
+          of_call.settles_call = call->recorded;
+          co_await bill_unreconciled(std::move(of_call), std::move(lost));
           co_return;
         }
         call->reply = std::move(reply);
@@ -1188,8 +1234,14 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
     call->abandoned = true;
     co_return std::nullopt;
   }
-  if (!call->lost.empty())
-    co_await bill_unreconciled(call->step, std::move(call->lost));
+  run.call_unrecorded = std::move(call->unrecorded);
+  // An answer is billed by its checkpoint, which settles the call's record; a call that
+  // failed settles it here, with what its last try may have cost (maybe nothing: the
+  // provider refused it).
+  ports::Charges of_call = call->step;
+  of_call.settles_call = call->recorded && !call->reply->ok();
+  if (!call->lost.empty() || of_call.settles_call)
+    co_await bill_unreconciled(std::move(of_call), std::move(call->lost));
   co_return std::move(call->reply);
 }
 
@@ -1207,22 +1259,22 @@ ports::Charges TaskRunner::charges_of(const Run& run, int step) {
 
 asio::awaitable<void> TaskRunner::bill_unreconciled(ports::Charges charges,
                                                     std::vector<LostCharge> lost) {
-  if (lost.empty())
+  if (lost.empty() && !charges.settles_call)
     co_return;
   const auto now = clock_.wall_now();
   std::string what;
+  std::vector<std::int64_t> micros;
   for (const LostCharge& charge : lost) {
     const billing::Money cost = prices_.cost(charges.model, charge.usage, now);
-    metrics_.tokens(charges.model, charge.usage);
-    metrics_.cost(charges.model, cost.currency, cost.micros);
-    metrics_.charge_unreconciled(charges.model, charge.reason, charge.estimated);
+    micros.push_back(cost.micros);
     what += (what.empty() ? "" : "; ") + std::string(to_string(charge.reason)) + " " +
             std::to_string(charge.usage.input) + "+" + std::to_string(charge.usage.output) +
             " tokens" + (charge.estimated ? " (estimated)" : "");
     charges.charges.push_back(
         ports::UnreconciledCharge{charge, billing::format_micros(cost.micros), cost.currency});
   }
-  // The log line's context outlives what the store is given: copies.
+  // The log line's context and the metrics outlive what the store is given: copies.
+  const std::vector<ports::UnreconciledCharge> billed = charges.charges;
   const std::string task_id = charges.task_id;
   const std::string user_id = charges.user_id;
   const std::string batch_id = charges.batch_id;
@@ -1231,12 +1283,32 @@ asio::awaitable<void> TaskRunner::bill_unreconciled(ports::Charges charges,
   const log::TaskContext task{task_id,         user_id,      batch_id,
                               charges.attempt, charges.step, log::trace_id_of(traceparent)};
   auto recorded = co_await store_.record_charges(std::move(charges));
+  if (recorded.ok() && !recorded.value().ok() &&
+      recorded.value().error().kind == ErrorKind::kConflict) {
+    // The call's record was gone: the scheduler billed it (its estimate) when this worker's
+    // liveness lapsed. Billed once, not twice.
+    if (!billed.empty())
+      log::warn("worker", task,
+                "model charges already billed by the scheduler (this worker's liveness had "
+                "lapsed); not billed again: " +
+                    what,
+                {{"model", model}});
+    co_return;
+  }
   if (!recorded.ok() || !recorded.value().ok()) {
     const std::string why =
         !recorded.ok() ? recorded.error().message : recorded.value().error().message;
     log::error("worker", task, "unreconciled model charges not recorded (" + what + "): " + why,
                {{"model", model}});
     co_return;
+  }
+  if (billed.empty())
+    co_return;
+  for (std::size_t i = 0; i < billed.size(); ++i) {
+    const ports::UnreconciledCharge& c = billed[i];
+    metrics_.tokens(model, c.charge.usage);
+    metrics_.cost(model, c.currency, micros[i]);
+    metrics_.charge_unreconciled(model, c.charge.reason, c.charge.estimated);
   }
   log::info("worker", task, "unreconciled model charges billed: " + what, {{"model", model}});
 }

@@ -85,6 +85,8 @@ std::string_view to_string(ChargeLoss loss) {
       return "abandoned";
     case ChargeLoss::kLeaseLost:
       return "lease_lost";
+    case ChargeLoss::kWorkerLost:
+      return "worker_lost";
     case ChargeLoss::kTimeout:
       break;
   }

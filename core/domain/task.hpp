@@ -103,6 +103,8 @@ enum class ChargeLoss {
   kUnreadable,      // a 2xx whose body is not a chat completion
   kAbandoned,       // the run stopped waiting (a cancel, a fence) and the answer came later
   kLeaseLost,       // the answer came, but the task was no longer this attempt's to checkpoint
+  kWorkerLost,      // the worker stopped with the call in flight: billed by the scheduler from
+                    // the estimate the worker recorded before sending it
 };
 std::string_view to_string(ChargeLoss loss);
 

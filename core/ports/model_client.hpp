@@ -46,6 +46,16 @@ struct ModelRequest {
   // (on the client's executor), before the call returns; optional. An attempt that fails
   // after some text is retried from the start: its text comes again.
   std::function<void(std::string_view text)> on_text;
+  // Awaited before each try is sent, with the request's estimated input tokens (what an
+  // answer lost on the way is billed at); optional. An error: the try is not sent and the
+  // call fails with that error (the caller could not record the call, or may no longer make
+  // it).
+  std::function<boost::asio::awaitable<Status>(std::int64_t input_tokens)> before_send;
+  // Names the call to the provider (optional): each try is sent with the header
+  // X-Client-Request-Id: <call_id>:<try> (tries from 1), which providers keep with their
+  // own record of the request (OpenAI's support looks requests up by it) and llm-sim counts
+  // the calls it was charged for by. The worker's is <task id>:<attempt>:<step>.
+  std::string call_id;
 };
 
 class ModelClient {

@@ -101,9 +101,33 @@ struct Charges {
   std::string model;
   std::vector<UnreconciledCharge> charges;
   std::string traceparent;  // the task's, for the log line; not stored
+  // The step's call has ended (its last try's fate is these charges, maybe none: the
+  // provider refused it): its in-flight record (CallSent) is removed, and the charges are
+  // written only if the record was still there. Gone, the scheduler has billed the call
+  // already (its worker's liveness had lapsed), and it is not billed twice.
+  bool settles_call = false;
 };
 
-// Checkpoint of one model call: the reply and its ledger row, stored together.
+// A model call about to be sent (each try of it): recorded before it leaves, so that a call
+// whose worker dies before its fate is written is still billed (by the scheduler, at this
+// estimate: the request's tokens as input). Fenced like a checkpoint: when the task is no
+// longer this attempt's, nothing is recorded and the call must not be sent. A second try of
+// the same step keeps the first record.
+struct CallSent {
+  std::string task_id;
+  int attempt = 0;
+  int step = 0;
+  std::string user_id;
+  std::string batch_id;
+  std::string model;
+  std::int64_t input_tokens = 0;  // estimated from the request
+  std::string cost;               // of that estimate, decimal text
+  std::string currency;
+  std::int64_t incarnation = 0;
+};
+
+// Checkpoint of one model call: the reply and its ledger row, stored together (and the
+// call's in-flight record removed).
 struct ModelStep {
   std::string task_id;
   int attempt = 0;
@@ -175,6 +199,8 @@ class RunStore {
   virtual boost::asio::awaitable<Result<Status>> save_tool_step(ToolStep step) = 0;
   // Bills calls no checkpoint bills (usage_unreconciled), unfenced.
   virtual boost::asio::awaitable<Result<Status>> record_charges(Charges charges) = 0;
+  // Records a model call before it is sent (fenced: kLeaseLost, do not send it).
+  virtual boost::asio::awaitable<Result<Status>> record_call(CallSent call) = 0;
 
   // Ends the task (status, result) and stores its result announcement, which the store's
   // relay publishes unless announced() says the run did. The inner value is the

@@ -20,6 +20,7 @@
 
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/run_store.hpp"
+#include "core/adapters/pg/scheduler_session.hpp"
 #include "core/adapters/pg/write_batcher.hpp"
 #include "tests/pg/pg_url.hpp"
 
@@ -251,6 +252,149 @@ TEST(RunStore, ChargesNoCheckpointBillsAreRecordedWhoeverOwnsTheTaskAndAnEstimat
       tx.exec_params1("SELECT input_tokens FROM tasks WHERE task_id = $1::uuid", id)[0].as<int>(),
       0)
       << "not the task's own totals";
+}
+
+ports::CallSent call_sent(const std::string& task_id, int attempt, int step,
+                          std::int64_t incarnation = kIncarnation) {
+  ports::CallSent c;
+  c.task_id = task_id;
+  c.attempt = attempt;
+  c.step = step;
+  c.user_id = "rs-u9";
+  c.model = "sim-model";
+  c.input_tokens = 640;
+  c.cost = "0.001280";
+  c.currency = "CNY";
+  c.incarnation = incarnation;
+  return c;
+}
+
+// The scheduler's pass over calls left in flight (sched_settle_calls): how many it billed.
+int settle_lost_calls(pqxx::connection& db) {
+  pqxx::work tx(db);
+  const int billed = pg::settle_lost_calls(tx, 100);
+  tx.commit();
+  return billed;
+}
+
+int count_of(pqxx::connection& db, const std::string& sql, const std::string& task_id) {
+  pqxx::work tx(db);
+  return tx.exec_params1(sql, task_id)[0].as<int>();
+}
+
+constexpr const char* kInFlight =
+    "SELECT count(*) FROM model_calls_in_flight WHERE task_id = $1::uuid";
+constexpr const char* kUnreconciled =
+    "SELECT count(*) FROM usage_unreconciled WHERE task_id = $1::uuid";
+
+TEST(RunStore, AModelCallIsRecordedBeforeItIsSentAndBilledOnceByWhoeverSettlesIt) {
+  Harness h;
+  auto run = [&h](auto awaitable) {
+    h.io.restart();
+    auto done = h.spawn(std::move(awaitable));
+    h.io.run();
+    return done.get();
+  };
+  // Its checkpoint settles a call: the ledger bills it, the record goes.
+  const std::string checkpointed = running_task(h.db, "rs-u9");
+  auto recorded = run(h.store.record_call(call_sent(checkpointed, 1, 0)));
+  ASSERT_TRUE(recorded.ok() && recorded.value().ok());
+  auto again = run(h.store.record_call(call_sent(checkpointed, 1, 0)));  // a second try
+  ASSERT_TRUE(again.ok() && again.value().ok());
+  EXPECT_EQ(count_of(h.db, kInFlight, checkpointed), 1) << "one record per call";
+  EXPECT_EQ(settle_lost_calls(h.db), 0) << "the task is still its worker's run";
+  ASSERT_TRUE(run(h.store.save_model_step(model_step(checkpointed, 1, 0, 640))).ok());
+  EXPECT_EQ(count_of(h.db, kInFlight, checkpointed), 0);
+
+  // A call of an attempt that no longer owns the task is refused its record (not sent).
+  auto fenced = run(h.store.record_call(call_sent(checkpointed, 2, 1)));
+  ASSERT_TRUE(fenced.ok());
+  ASSERT_FALSE(fenced.value().ok());
+  EXPECT_EQ(fenced.value().error().kind, ErrorKind::kLeaseLost);
+  EXPECT_EQ(count_of(h.db, kInFlight, checkpointed), 0);
+
+  // A call whose answer was lost settles its record with its charge.
+  const std::string timed_out = running_task(h.db, "rs-u9");
+  ASSERT_TRUE(run(h.store.record_call(call_sent(timed_out, 1, 0))).ok());
+  ports::Charges lost;
+  lost.task_id = timed_out;
+  lost.attempt = 1;
+  lost.step = 0;
+  lost.user_id = "rs-u9";
+  lost.model = "sim-model";
+  lost.settles_call = true;
+  LostCharge charge;
+  charge.usage.input = 640;
+  charge.reason = ChargeLoss::kTimeout;
+  lost.charges = {{charge, "0.001280", "CNY"}};
+  auto settled = run(h.store.record_charges(lost));
+  ASSERT_TRUE(settled.ok() && settled.value().ok());
+  EXPECT_EQ(count_of(h.db, kUnreconciled, timed_out), 1);
+  EXPECT_EQ(count_of(h.db, kInFlight, timed_out), 0);
+
+  // A worker that dies with a call in flight: once the task is no longer its run (recovery
+  // took it back), the scheduler bills the record's estimate, once.
+  const std::string killed = running_task(h.db, "rs-u9");
+  ASSERT_TRUE(run(h.store.record_call(call_sent(killed, 1, 2))).ok());
+  {
+    pqxx::work tx(h.db);
+    tx.exec_params0(
+        "UPDATE tasks SET status = 'dispatched', worker_incarnation = NULL "
+        "WHERE task_id = $1::uuid",
+        killed);
+    tx.commit();
+  }
+  EXPECT_EQ(settle_lost_calls(h.db), 1);
+  EXPECT_EQ(settle_lost_calls(h.db), 0) << "billed once";
+  {
+    pqxx::work tx(h.db);
+    auto row = tx.exec_params1(
+        "SELECT reason, attempt, step, input_tokens, output_tokens, usage_estimated, cost::text,"
+        " currency, user_id FROM usage_unreconciled WHERE task_id = $1::uuid",
+        killed);
+    EXPECT_EQ(row[0].as<std::string>(), "worker_lost");
+    EXPECT_EQ(row[1].as<int>(), 1);
+    EXPECT_EQ(row[2].as<int>(), 2);
+    EXPECT_EQ(row[3].as<int>(), 640);
+    EXPECT_EQ(row[4].as<int>(), 0);
+    EXPECT_TRUE(row[5].as<bool>());
+    EXPECT_EQ(row[6].as<std::string>(), "0.001280");
+    EXPECT_EQ(row[7].as<std::string>(), "CNY");
+    EXPECT_EQ(row[8].as<std::string>(), "rs-u9");
+  }
+  // The worker was not dead after all: its late bill of that call is refused, not doubled.
+  lost.task_id = killed;
+  lost.step = 2;
+  auto late = run(h.store.record_charges(lost));
+  ASSERT_TRUE(late.ok());
+  ASSERT_FALSE(late.value().ok());
+  EXPECT_EQ(late.value().error().kind, ErrorKind::kConflict);
+  EXPECT_EQ(count_of(h.db, kUnreconciled, killed), 1);
+
+  // A call a live worker abandoned (its task ended meanwhile) is the worker's to bill; once
+  // the worker's liveness lapses, it is the scheduler's.
+  std::int64_t live = 0;
+  {
+    pqxx::work tx(h.db);
+    live = worker_row(tx, "w-live", "30 s");
+    tx.commit();
+  }
+  const std::string abandoned = running_task(h.db, "rs-u9", 1, live);
+  ASSERT_TRUE(run(h.store.record_call(call_sent(abandoned, 1, 0, live))).ok());
+  {
+    pqxx::work tx(h.db);
+    tx.exec_params0("UPDATE tasks SET status = 'cancelled' WHERE task_id = $1::uuid", abandoned);
+    tx.commit();
+  }
+  EXPECT_EQ(settle_lost_calls(h.db), 0) << "its worker is alive and will bill it";
+  {
+    pqxx::work tx(h.db);
+    tx.exec_params0(
+        "UPDATE workers SET lease_until = now() - interval '1 s' WHERE incarnation = $1", live);
+    tx.commit();
+  }
+  EXPECT_EQ(settle_lost_calls(h.db), 1);
+  EXPECT_EQ(count_of(h.db, kInFlight, abandoned), 0);
 }
 
 TEST(RunStore, AWriteThatFailsIsUndoneAloneAndTheRestOfItsKindCommits) {

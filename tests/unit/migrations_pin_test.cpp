@@ -29,6 +29,8 @@ const std::map<std::string, std::string>& pinned() {
       {"0012_unreconciled_charges.sql", "e3db4731053fa363"},
       {"0013_task_spend_limits.sql", "09e342df09bb3a62"},
       {"0014_handed_back_deadline.sql", "86ef2ae684572dc5"},
+      {"0015_calls_in_flight.sql", "fa497d64d0e9a3b0"},
+      {"0016_validate_unreconciled_reason.sql", "bff0925379c17473"},
   };
   return kPinned;
 }

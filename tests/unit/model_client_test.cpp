@@ -101,6 +101,11 @@ class ModelClientTest : public ::testing::Test {
   };
   std::deque<Streamed> streams;
   std::vector<std::string> texts;  // what on_text was handed
+  // The caller's record of each try (ModelRequest::before_send; unset: none) and the call's
+  // name; the X-Client-Request-Id each attempt carried.
+  std::function<asio::awaitable<Status>(std::int64_t)> before_send;
+  std::string call_id;
+  std::vector<std::string> request_ids;
 
   std::unique_ptr<OpenAiModelClient> make(config::ModelConfig m) {
     ModelClientHooks hooks;
@@ -110,6 +115,10 @@ class ModelClientTest : public ::testing::Test {
     hooks.transport = [this](ClientRequest request) -> asio::awaitable<ClientResponse> {
       called.push_back(request.url);
       bodies.push_back(request.body);
+      for (const auto& [name, value] : request.headers) {
+        if (name == "X-Client-Request-Id")
+          request_ids.push_back(value);
+      }
       clock.advance(latency);
       auto& queue = script[request.url];
       if (queue.empty())
@@ -167,6 +176,8 @@ class ModelClientTest : public ::testing::Test {
     request.lost = &lost;
     request.max_output_tokens = output_allowance;
     request.on_text = [this](std::string_view t) { texts.emplace_back(t); };
+    request.before_send = before_send;
+    request.call_id = call_id;
     auto future = asio::co_spawn(io, client.complete(std::move(request)), asio::use_future);
     io.restart();
     io.run();
@@ -320,6 +331,40 @@ TEST_F(ModelClientTest, AttemptsThatMayHaveBeenChargedWithoutAnAnswerAreReported
   EXPECT_TRUE(lost[2].estimated);
   EXPECT_EQ(lost[3].reason, ChargeLoss::kConnectionLost);
   EXPECT_TRUE(lost[3].estimated);
+}
+
+TEST_F(ModelClientTest, EachTryIsRecordedBeforeItIsSentAndNamedToTheProvider) {
+  auto client = make(model_config({kA}));
+  script[kA] = {http(500, R"({"error":{"message":"overloaded"}})"), ok()};
+  std::vector<std::pair<std::int64_t, std::size_t>> records;  // (input estimate, sent so far)
+  before_send = [this, &records](std::int64_t input) -> asio::awaitable<Status> {
+    records.emplace_back(input, called.size());
+    co_return ok_status();
+  };
+  call_id = "task-9:2:4";
+  auto reply = call(*client);
+  ASSERT_TRUE(reply.ok()) << reply.error().message;
+  ASSERT_EQ(records.size(), 2u) << "one record per try";
+  EXPECT_EQ(records[0], std::make_pair(react::estimate_tokens(bodies.at(0)), std::size_t{0}))
+      << "recorded before anything was sent, at what a lost answer is billed";
+  EXPECT_EQ(records[1].second, 1u);
+  EXPECT_EQ(request_ids, (std::vector<std::string>{"task-9:2:4:1", "task-9:2:4:2"}));
+}
+
+TEST_F(ModelClientTest, ATryThatCannotBeRecordedIsNotSentAndTheCallFailsWithTheReason) {
+  auto client = make(model_config({kA}));
+  script[kA] = {ok()};
+  before_send = [](std::int64_t) -> asio::awaitable<Status> {
+    co_return Error{ErrorKind::kLeaseLost, "task owned by a newer attempt"};
+  };
+  auto reply = call(*client);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.error().kind, ErrorKind::kLeaseLost);
+  EXPECT_NE(reply.error().message.find("not sent: task owned by a newer attempt"),
+            std::string::npos)
+      << reply.error().message;
+  EXPECT_TRUE(called.empty()) << "nothing reached the provider";
+  EXPECT_TRUE(lost.empty());
 }
 
 TEST_F(ModelClientTest, ConnectionFailuresFailOverToTheOtherEndpoint) {

@@ -158,13 +158,31 @@ class ScriptedModel final : public ports::ModelClient {
       sent_tool_tokens.push_back(
           codec::estimate_tool_tokens(*request.tools, codec::ChatProtocol::kFunctionCalling));
     }
+    std::optional<Answer> next;
+    if (!script_.empty()) {
+      next = std::move(script_.front());
+      script_.pop_front();
+    }
+    // As the model client does: each try is recorded (before_send) before it is sent; the
+    // tries the answer lists as lost come first, each reported once it is lost.
+    const std::size_t lost_tries = next ? next->lost.size() : 0;
+    for (std::size_t i = 0; i <= lost_tries; ++i) {
+      if (request.before_send) {
+        Status recorded = co_await request.before_send(kEstimatedInput);
+        if (!recorded.ok())
+          co_return recorded.error();
+      }
+      ++tries_sent;
+      call_ids.push_back(request.call_id);
+      if (i < lost_tries && request.lost != nullptr)
+        request.lost->push_back(next->lost[i]);
+    }
     if (on_call)
       on_call();
-    if (script_.empty())
+    if (!next)
       co_return Error{ErrorKind::kFatal,
                       "the script has no answer for call " + std::to_string(calls)};
-    Answer answer = std::move(script_.front());
-    script_.pop_front();
+    Answer answer = std::move(*next);
     if (answer.hangs || answer.held) {
       asio::steady_timer forever(co_await asio::this_coro::executor, std::chrono::hours(24));
       if (answer.held)
@@ -173,8 +191,6 @@ class ScriptedModel final : public ports::ModelClient {
       co_await forever.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       held_ = nullptr;
     }
-    if (request.lost != nullptr)
-      request.lost->insert(request.lost->end(), answer.lost.begin(), answer.lost.end());
     for (const auto& piece : answer.streamed) {
       if (request.on_text)
         request.on_text(piece);
@@ -183,7 +199,11 @@ class ScriptedModel final : public ports::ModelClient {
     co_return std::move(answer.reply);
   }
 
+  // What the client estimates every request's input at (what before_send is told).
+  static constexpr std::int64_t kEstimatedInput = 250;
   int calls = 0;
+  int tries_sent = 0;                 // tries that went out (recorded first)
+  std::vector<std::string> call_ids;  // each try's call id
   std::vector<limits::Clock::time_point> deadlines;
   std::vector<std::size_t> sent_messages;
   std::vector<bool> sent_encoded;         // the call carried the run's encoding
@@ -287,6 +307,7 @@ class MemoryRunStore final : public ports::RunStore {
     if (auto refused = refuse(step.attempt, step.incarnation))
       co_return *refused;
     steps[step.step] = Row{ports::StepRecord{step.step, step.reply_json, {}}, {}};
+    in_flight.erase({step.attempt, step.step});  // the ledger bills the call
     ledger.push_back(step);
     co_return Status(ok_status());
   }
@@ -297,6 +318,8 @@ class MemoryRunStore final : public ports::RunStore {
     row.record.observations = results.observations_json;
     row.trace = results.trace_json;
     tool_calls += results.executed_calls;
+    if (on_tool_results)
+      on_tool_results();
     co_return Status(ok_status());
   }
   asio::awaitable<Result<Status>> save_tool_step(ports::ToolStep step) override {
@@ -308,8 +331,33 @@ class MemoryRunStore final : public ports::RunStore {
   asio::awaitable<Result<Status>> record_charges(ports::Charges recorded) override {
     if (store_error)
       co_return *store_error;  // unfenced, but not through an outage
-    charges.push_back(std::move(recorded));
+    if (recorded.settles_call) {
+      // Whoever removes the call's record bills it: gone, the scheduler did.
+      if (in_flight.erase({recorded.attempt, recorded.step}) == 0)
+        co_return Status(Error{ErrorKind::kConflict, "billed by the scheduler already"});
+      ++settled;
+    }
+    if (!recorded.charges.empty())
+      charges.push_back(std::move(recorded));
     co_return Status(ok_status());
+  }
+  asio::awaitable<Result<Status>> record_call(ports::CallSent call) override {
+    if (record_error)
+      co_return *record_error;
+    if (auto refused = refuse(call.attempt, call.incarnation))
+      co_return *refused;
+    calls_sent.push_back(call);
+    in_flight.emplace(std::make_pair(call.attempt, call.step), call);  // a second try keeps it
+    co_return Status(ok_status());
+  }
+  // What the scheduler does once the worker is gone: every record left is billed
+  // (worker_lost) and removed.
+  std::vector<ports::CallSent> settle_lost_calls() {
+    std::vector<ports::CallSent> lost;
+    for (auto& [key, call] : in_flight)
+      lost.push_back(std::move(call));
+    in_flight.clear();
+    return lost;
   }
   asio::awaitable<Result<Result<std::int64_t>>> finish(ports::TaskEnd end) override {
     if (store_error)
@@ -356,12 +404,13 @@ class MemoryRunStore final : public ports::RunStore {
   std::int64_t remaining_ms = 30000;
   ports::TaskTotals billed_before;  // what earlier attempts billed
   int claims = 0;
-  int not_live_claims = 0;           // the next claims run after the claimer's liveness lapsed
-  int lost_claim_answers = 0;        // the next claims commit, but answer with an error
-  std::optional<Error> claim_error;  // claims fail with it, taking nothing
-  std::int64_t owner = 0;            // the incarnation that runs the task
-  std::int64_t incarnation = 7;      // the worker incarnation claims are made under
-  std::function<void()> on_claim;    // runs while a claim that succeeds is under way
+  int not_live_claims = 0;                // the next claims run after the claimer's liveness lapsed
+  int lost_claim_answers = 0;             // the next claims commit, but answer with an error
+  std::optional<Error> claim_error;       // claims fail with it, taking nothing
+  std::int64_t owner = 0;                 // the incarnation that runs the task
+  std::int64_t incarnation = 7;           // the worker incarnation claims are made under
+  std::function<void()> on_claim;         // runs while a claim that succeeds is under way
+  std::function<void()> on_tool_results;  // runs once a step's tool results are saved
   int releases = 0;
   int tool_calls = 0;
   std::string user_tier;                           // the user's own tier ("": the default)
@@ -371,6 +420,12 @@ class MemoryRunStore final : public ports::RunStore {
   std::map<int, Row> steps;
   std::vector<ports::ModelStep> ledger;
   std::vector<ports::Charges> charges;  // unreconciled
+  // Model calls recorded before they were sent, and the records not settled yet (by
+  // attempt and step).
+  std::vector<ports::CallSent> calls_sent;
+  std::map<std::pair<int, int>, ports::CallSent> in_flight;
+  int settled = 0;                    // records removed by the calls' ends (settles_call)
+  std::optional<Error> record_error;  // record_call fails with it
   std::optional<ports::TaskEnd> ended;
   std::string event;
   std::int64_t announcements = 0;
@@ -969,6 +1024,130 @@ TEST(TaskRunner, AttemptsTheClientReportsLostAreBilledUnreconciledAtTheirStep) {
   EXPECT_NE(h.registry.render().find(
                 "agentfleet_model_charges_unreconciled_total{model=\"m1\",reason=\"timeout\"} 1"),
             std::string::npos);
+}
+
+// ---- model calls in flight: recorded before they are sent ----------------------------------
+
+TEST(TaskRunner, EachModelCallIsRecordedBeforeItIsSentAndItsCheckpointSettlesTheRecord) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(finish_reply("done"));
+  std::vector<std::size_t> recorded_at_send;
+  h.model.on_call = [&h, &recorded_at_send] {
+    recorded_at_send.push_back(h.store.in_flight.size());
+  };
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(recorded_at_send, (std::vector<std::size_t>{1, 1})) << "each call's own record";
+  ASSERT_EQ(h.store.calls_sent.size(), 2u);
+  for (int step = 0; step < 2; ++step) {
+    const ports::CallSent& sent = h.store.calls_sent[static_cast<std::size_t>(step)];
+    EXPECT_EQ(sent.task_id, kTaskId);
+    EXPECT_EQ(sent.attempt, 1);
+    EXPECT_EQ(sent.step, step);
+    EXPECT_EQ(sent.user_id, kUser);
+    EXPECT_EQ(sent.model, "m1");
+    EXPECT_EQ(sent.input_tokens, ScriptedModel::kEstimatedInput) << "the client's estimate";
+    EXPECT_NE(sent.cost, "0.000000") << "priced at the model's input price";
+    EXPECT_FALSE(sent.currency.empty());
+    EXPECT_EQ(sent.incarnation, h.store.incarnation);
+  }
+  EXPECT_EQ(h.model.call_ids, (std::vector<std::string>{std::string(kTaskId) + ":1:0",
+                                                        std::string(kTaskId) + ":1:1"}));
+  EXPECT_TRUE(h.store.in_flight.empty()) << "both checkpoints billed their calls";
+  EXPECT_TRUE(h.store.charges.empty());
+}
+
+TEST(TaskRunner, ACallInFlightWhenTheWorkerStopsIsLeftRecordedForTheSchedulerToBill) {
+  Harness h;
+  h.model.then_hang();
+  h.model.on_call = [&h] { asio::post(h.io, [&h] { h.io.stop(); }); };  // the worker dies
+  asio::co_spawn(h.io, h.runner.run(kTaskId, kUser, ""), asio::detached);
+  h.io.run();
+  EXPECT_EQ(h.model.tries_sent, 1);
+  EXPECT_TRUE(h.store.charges.empty()) << "nothing was left to bill it";
+  EXPECT_TRUE(h.store.ledger.empty());
+  ASSERT_EQ(h.store.in_flight.size(), 1u) << "but its record is durable";
+  const std::vector<ports::CallSent> billed = h.store.settle_lost_calls();
+  ASSERT_EQ(billed.size(), 1u);
+  EXPECT_EQ(billed[0].step, 0);
+  EXPECT_EQ(billed[0].input_tokens, ScriptedModel::kEstimatedInput);
+}
+
+TEST(TaskRunner, TriesLostBeforeTheLastAreBilledBeforeTheNextTryIsSent) {
+  Harness h;
+  LostCharge timed_out;
+  timed_out.usage.input = 90;
+  timed_out.reason = ChargeLoss::kTimeout;
+  LostCharge cut;
+  cut.usage.input = 95;
+  cut.reason = ChargeLoss::kConnectionLost;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(finish_reply("done"), 0ms, {timed_out, cut});
+  std::size_t billed_at_last_try = 0;
+  h.model.on_call = [&h, &billed_at_last_try] {
+    for (const auto& c : h.store.charges)
+      billed_at_last_try += c.charges.size();
+  };
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.model.tries_sent, 4) << "one for the first call, three for the second";
+  EXPECT_EQ(billed_at_last_try, 2u) << "a worker dying during the last try loses neither";
+  ASSERT_EQ(h.store.charges.size(), 2u) << "each billed before the try after it";
+  EXPECT_EQ(h.store.charges[0].charges.at(0).charge.reason, ChargeLoss::kTimeout);
+  EXPECT_EQ(h.store.charges[1].charges.at(0).charge.reason, ChargeLoss::kConnectionLost);
+  EXPECT_FALSE(h.store.charges[0].settles_call) << "the call was still going";
+  EXPECT_EQ(h.store.charges[1].step, 1);
+  EXPECT_EQ(h.store.calls_sent.size(), 4u) << "every try recorded";
+  EXPECT_TRUE(h.store.in_flight.empty());
+  EXPECT_EQ(h.store.ledger.size(), 2u);
+}
+
+TEST(TaskRunner, ACallThatCouldNotBeRecordedIsNotSentAndTheTaskIsLeftForRecovery) {
+  Harness h;
+  h.model.then(finish_reply("done"));
+  h.store.record_error = Error{ErrorKind::kTransient, "connection to postgres lost"};
+  EXPECT_EQ(h.run(), RunOutcome::kStoreUnavailable);
+  EXPECT_EQ(h.model.tries_sent, 0) << "a call that could not be recorded is never sent";
+  EXPECT_TRUE(h.store.ledger.empty());
+  EXPECT_TRUE(h.store.charges.empty());
+  EXPECT_EQ(h.store.status, "running") << "left for lease recovery, not failed";
+}
+
+TEST(TaskRunner, ACallWhoseTaskIsNoLongerThisAttemptsIsNotSent) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(finish_reply("done"));
+  // Another attempt takes the task over once the first step's results are saved.
+  h.store.on_tool_results = [&h] { h.store.take_over(); };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  EXPECT_EQ(h.model.tries_sent, 1) << "the second call was refused its record, so not sent";
+  EXPECT_EQ(h.store.calls_sent.size(), 1u);
+}
+
+TEST(TaskRunner, ACallTheProviderRefusedSettlesItsRecordWithNothingToBill) {
+  Harness h;
+  h.model.then(Error{ErrorKind::kFatal, "HTTP 400: invalid request", ErrorCode::kModelUnavailable});
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "failed");
+  EXPECT_EQ(h.store.settled, 1) << "its end settled the record";
+  EXPECT_TRUE(h.store.in_flight.empty()) << "so the scheduler bills nothing for it";
+  EXPECT_TRUE(h.store.charges.empty()) << "a refused request costs nothing";
+}
+
+TEST(TaskRunner, AnAbandonedCallTheSchedulerBilledFirstIsNotBilledAgain) {
+  Harness h;
+  h.model.then_held(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}, 300, 40));
+  h.model.on_call = [&h] { asio::post(h.io, [&h] { h.runner.cancel(kTaskId); }); };
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "cancelled");
+  // The worker's liveness lapsed meanwhile: the scheduler billed the call from its record.
+  EXPECT_EQ(h.store.settle_lost_calls().size(), 1u);
+  h.model.release();
+  settle(h, [] { return false; });  // the late answer's bill runs its course
+  EXPECT_TRUE(h.store.charges.empty()) << "billed once, by the scheduler";
+  EXPECT_EQ(h.registry.render().find("agentfleet_model_charges_unreconciled_total{model=\"m1\","
+                                     "reason=\"abandoned\"} 1"),
+            std::string::npos)
+      << "nor counted twice";
 }
 
 TEST(TaskRunner, AnAnswerWithoutUsageIsBilledFromItsEstimateAndFlagged) {

@@ -645,6 +645,9 @@ class NullRunStore final : public ports::RunStore {
   asio::awaitable<Result<Status>> record_charges(ports::Charges) override {
     co_return Status(ok_status());
   }
+  asio::awaitable<Result<Status>> record_call(ports::CallSent) override {
+    co_return Status(ok_status());
+  }
   asio::awaitable<Result<Result<std::int64_t>>> finish(ports::TaskEnd) override {
     co_return Result<std::int64_t>(0);
   }

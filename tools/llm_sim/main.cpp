@@ -203,6 +203,50 @@ class Stats {
     std::lock_guard lock(mutex_);
     ++rejected_;
   }
+  // A request a provider would charge for (it was taken to generation: answered, cut, hung,
+  // or answered with a page that is not a completion), by the call its X-Client-Request-Id
+  // names: the header's value up to its last ':' (what follows is the try). At most
+  // kMaxCalls calls are told apart; past that they are counted as `untracked`.
+  void record_charged(std::string_view request_id) {
+    std::lock_guard lock(mutex_);
+    ++charged_;
+    if (request_id.empty()) {
+      ++unnamed_;
+      return;
+    }
+    const auto colon = request_id.rfind(':');
+    const std::string call(
+        request_id.substr(0, colon == std::string_view::npos ? request_id.size() : colon));
+    auto found = charged_by_call_.find(call);
+    if (found != charged_by_call_.end()) {
+      ++found->second;
+    } else if (charged_by_call_.size() < kMaxCalls) {
+      charged_by_call_.emplace(call, 1);
+    } else {
+      ++untracked_;
+    }
+  }
+  std::string calls_json() {
+    std::lock_guard lock(mutex_);
+    rapidjson::StringBuffer out;
+    rapidjson::Writer<rapidjson::StringBuffer> writer(out);
+    writer.StartObject();
+    writer.Key("charged");
+    writer.Uint64(charged_);
+    writer.Key("unnamed");
+    writer.Uint64(unnamed_);
+    writer.Key("untracked");
+    writer.Uint64(untracked_);
+    writer.Key("calls");
+    writer.StartObject();
+    for (const auto& [call, count] : charged_by_call_) {
+      writer.Key(call.c_str(), static_cast<rapidjson::SizeType>(call.size()));
+      writer.Uint64(count);
+    }
+    writer.EndObject();
+    writer.EndObject();
+    return std::string(out.GetString(), out.GetSize());
+  }
   std::uint64_t next_sequence() {
     std::lock_guard lock(mutex_);
     return ++sequence_;
@@ -250,8 +294,13 @@ class Stats {
   }
 
  private:
+  static constexpr std::size_t kMaxCalls = 2'000'000;
   std::mutex mutex_;
   std::uint64_t sequence_ = 0;
+  std::uint64_t charged_ = 0;
+  std::uint64_t unnamed_ = 0;
+  std::uint64_t untracked_ = 0;
+  std::map<std::string, std::uint64_t, std::less<>> charged_by_call_;
   std::uint64_t received_ = 0;
   std::uint64_t requests_ = 0;
   std::uint64_t rejected_ = 0;
@@ -469,6 +518,13 @@ asio::awaitable<http::Reply> handle(App& app, http::Request& request) {
     }
     co_return reply_of(http::make_response(request, http::Status::ok, app.stats.to_json()));
   }
+  if (path == "/calls") {
+    if (method != boost::beast::http::verb::get) {
+      co_return reply_of(openai_error(request, http::Status::method_not_allowed, "use GET /calls",
+                                      "invalid_request_error"));
+    }
+    co_return reply_of(http::make_response(request, http::Status::ok, app.stats.calls_json()));
+  }
   if (path == "/admin/faults") {
     co_return reply_of(admin_faults(app, request));
   }
@@ -490,11 +546,20 @@ asio::awaitable<http::Reply> handle(App& app, http::Request& request) {
   }
   app.stats.record_received();
   const auto received = std::chrono::system_clock::now();
+  const auto request_id_field = request["X-Client-Request-Id"];
+  const std::string request_id(request_id_field.data(), request_id_field.size());
+  // What a provider would bill: a request taken to generation (not one refused with an
+  // error status).
+  const auto charged_unless_refused = [&](sim::FaultMode mode) {
+    if (mode == sim::FaultMode::kHang || mode == sim::FaultMode::kNotJson)
+      app.stats.record_charged(request_id);
+  };
 
   // Unscoped faults answer before the request is even read.
   std::optional<sim::FaultSpec> fault = app.faults.next(std::nullopt);
   if (fault && (answers_in_place(fault->mode) || fault->mode == sim::FaultMode::kHang)) {
     app.stats.record_fault(fault->mode);
+    charged_unless_refused(fault->mode);
     if (app.options.verbose) {
       std::cerr << "llm-sim: fault " << sim::fault_mode_name(fault->mode) << std::endl;
     }
@@ -524,6 +589,7 @@ asio::awaitable<http::Reply> handle(App& app, http::Request& request) {
     fault = app.faults.next(target);
     if (fault && (answers_in_place(fault->mode) || fault->mode == sim::FaultMode::kHang)) {
       app.stats.record_fault(fault->mode);
+      charged_unless_refused(fault->mode);
       if (app.options.verbose) {
         std::cerr << "llm-sim: " << completion.scenario << " step " << completion.step << ": fault "
                   << sim::fault_mode_name(fault->mode) << std::endl;
@@ -560,6 +626,7 @@ asio::awaitable<http::Reply> handle(App& app, http::Request& request) {
     app.stats.record_fault(fault->mode);
     response.set("x-llm-sim-fault", std::string(sim::fault_mode_name(fault->mode)));
   }
+  app.stats.record_charged(request_id);  // answered, or cut mid-answer
   if (fault && fault->mode == sim::FaultMode::kCloseMidResponse) {
     if (app.options.verbose) {
       std::cerr << "llm-sim: " << completion.scenario << " step " << completion.step

@@ -358,6 +358,7 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
   std::vector<bool> failed_here(model.endpoints.size(), false);
   std::vector<bool> broken_here(model.endpoints.size(), false);  // TLS or URL failures
   int retries = 0;
+  int tries = 0;  // sent (or about to be)
   int prefer = -1;
   bool waited = false;
   std::string last_failure = "no attempt made";
@@ -418,6 +419,16 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
 
     const auto index = static_cast<std::size_t>(choice.index);
     Endpoint& endpoint = model.endpoints[index];
+    if (request.before_send) {
+      // Named, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
+      const std::int64_t input_tokens = request_tokens();
+      Status recorded = co_await request.before_send(input_tokens);
+      if (!recorded.ok()) {
+        co_return fail(recorded.error().kind, what + ": not sent: " + recorded.error().message,
+                       ErrorCode::kModelUnavailable);
+      }
+      now = clock_->now();
+    }
     endpoint.breaker.try_pass(now);
     endpoint.limits.try_acquire(estimate, now);
 
@@ -429,6 +440,10 @@ asio::awaitable<Result<ModelReply>> OpenAiModelClient::complete(ports::ModelRequ
       call.headers.emplace_back("Authorization", "Bearer " + endpoint.config.api_key);
     if (!request.traceparent.empty())
       call.headers.emplace_back("traceparent", request.traceparent);
+    ++tries;
+    if (!request.call_id.empty())
+      call.headers.emplace_back("X-Client-Request-Id",
+                                request.call_id + ":" + std::to_string(tries));
     const Clock::time_point started = clock_->now();
     ClientResponse response;
     if (model.config.stream)

@@ -116,6 +116,11 @@ struct DispatcherMetrics::Families {
         scheduler_ended(detail::counter(r, "agentfleet_scheduler_ended_total",
                                         "Queued tasks the scheduler ended without running them, "
                                         "by reason.")),
+        calls_settled(detail::counter(
+            r, "agentfleet_scheduler_charges_settled_total",
+            "Model calls a worker left in flight when it stopped, billed by the scheduler as "
+            "unreconciled charges (reason worker_lost) at the estimate recorded before each "
+            "was sent.")),
         open_streams(detail::gauge(r, "agentfleet_api_open_waits",
                                    "Open long polls and event streams, by kind.")) {}
 
@@ -134,6 +139,7 @@ struct DispatcherMetrics::Families {
   prometheus::Family<prometheus::Gauge>& queue_depth;
   prometheus::Family<prometheus::Histogram>& queue_wait;
   prometheus::Family<prometheus::Counter>& scheduler_ended;
+  prometheus::Family<prometheus::Counter>& calls_settled;
   prometheus::Family<prometheus::Gauge>& open_streams;
   detail::KnownValues topics;
 };
@@ -175,6 +181,7 @@ DispatcherMetrics::DispatcherMetrics(MetricsRegistry& registry, const config::Co
     f_->scheduler_ended.Add({{"reason", std::string(to_string(reason))}});
   for (auto kind : {WaitKind::kLongPoll, WaitKind::kEventStream})
     f_->open_streams.Add({{"kind", std::string(to_string(kind))}});
+  f_->calls_settled.Add({});
 }
 
 DispatcherMetrics::~DispatcherMetrics() = default;
@@ -251,6 +258,11 @@ void DispatcherMetrics::queue_wait(Priority priority, double seconds) {
   f_->queue_wait
       .Add({{"priority", std::string(agentfleet::to_string(priority))}}, buckets::kQueueWait)
       .Observe(seconds);
+}
+
+void DispatcherMetrics::calls_settled(std::int64_t calls) {
+  if (calls > 0)
+    f_->calls_settled.Add({}).Increment(static_cast<double>(calls));
 }
 
 void DispatcherMetrics::scheduler_ended(SchedulerEnd reason, std::int64_t tasks) {

@@ -65,6 +65,8 @@ class DispatcherMetrics {
   void queue_wait(Priority priority, double seconds);
   // Queued tasks the scheduler ended (queue timeout, budget spent).
   void scheduler_ended(SchedulerEnd reason, std::int64_t tasks);
+  // Model calls left in flight by a worker that stopped, billed by the scheduler.
+  void calls_settled(std::int64_t calls);
   // Long polls and event streams open on this replica.
   void wait_opened(WaitKind kind);
   void wait_closed(WaitKind kind);

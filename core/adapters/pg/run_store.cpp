@@ -29,7 +29,14 @@ using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 constexpr auto kGatherAnnounced = std::chrono::milliseconds(100);
 
 // The order kinds are written in within a batch.
-enum Rank { kClaims = 0, kToolSteps = 1, kModelSteps = 2, kToolResults = 3, kFinishes = 4 };
+enum Rank {
+  kClaims = 0,
+  kToolSteps = 1,
+  kModelSteps = 2,
+  kToolResults = 3,
+  kFinishes = 4,
+  kCallsSent = 5
+};
 
 void key_string(Writer& w, const char* key, std::string_view value) {
   w.Key(key);
@@ -429,6 +436,37 @@ class FinishKind final : public WriteBatcher::Kind<FinishItem, Result<std::int64
   }
 };
 
+class CallSentKind final : public WriteBatcher::Kind<ports::CallSent, Status> {
+ public:
+  int rank() const override { return kCallsSent; }
+  std::vector<Status> apply(pqxx::transaction_base& tx,
+                            const std::vector<const ports::CallSent*>& items) override {
+    rapidjson::StringBuffer buffer;
+    Writer w(buffer);
+    w.StartArray();
+    for (const ports::CallSent* c : items) {
+      w.StartObject();
+      key_string(w, "task_id", c->task_id);
+      w.Key("attempt");
+      w.Int(c->attempt);
+      w.Key("incarnation");
+      w.Int64(c->incarnation);
+      w.Key("step");
+      w.Int(c->step);
+      key_string(w, "user_id", c->user_id);
+      key_string(w, "batch_id", c->batch_id);
+      key_string(w, "model", c->model);
+      w.Key("input");
+      w.Int64(c->input_tokens);
+      key_string(w, "cost", c->cost);
+      key_string(w, "currency", c->currency);
+      w.EndObject();
+    }
+    w.EndArray();
+    return fenced(items, ids_of(exec_named(tx, "record_calls", text_of(buffer))));
+  }
+};
+
 }  // namespace
 
 struct RunStore::Kinds {
@@ -437,6 +475,7 @@ struct RunStore::Kinds {
   ToolResultsKind tool_results;
   ToolStepKind tool_steps;
   FinishKind finishes;
+  CallSentKind calls_sent;
 };
 
 RunStore::RunStore(asio::any_io_executor executor, WriteBatcher& writes, RunStoreOptions options)
@@ -505,11 +544,28 @@ asio::awaitable<Result<Status>> RunStore::record_charges(ports::Charges charges)
   w.EndArray();
   std::string rows = text_of(buffer);
   // Named, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
-  auto write = [&rows](pqxx::work& tx) {
-    exec_named0(tx, "record_charges", rows);
-    return Status(ok_status());
+  auto write = [&rows, &charges](pqxx::work& tx) {
+    if (!charges.settles_call) {
+      exec_named0(tx, "record_charges", rows);
+      return Status(ok_status());
+    }
+    // The call's record decides: there, it is settled with these charges; gone, the
+    // scheduler billed the call already.
+    const bool was_there =
+        exec_named1(tx, "settle_call", rows, charges.task_id, charges.attempt, charges.step)[0]
+            .as<bool>();
+    return was_there
+               ? Status(ok_status())
+               : Status(Error{ErrorKind::kConflict, "model call of task " + charges.task_id +
+                                                        " step " + std::to_string(charges.step) +
+                                                        " was billed by the scheduler already"});
   };
   co_return co_await writes_.run(charges.task_id, std::move(write));
+}
+
+asio::awaitable<Result<Status>> RunStore::record_call(ports::CallSent call) {
+  std::string key = call.task_id;
+  co_return co_await writes_.run(std::move(key), kinds_->calls_sent, std::move(call));
 }
 
 asio::awaitable<Result<Result<std::int64_t>>> RunStore::finish(ports::TaskEnd end) {

@@ -65,6 +65,7 @@ class RunStore final : public ports::RunStore {
   boost::asio::awaitable<Result<Status>> save_tool_results(ports::ToolResults results) override;
   boost::asio::awaitable<Result<Status>> save_tool_step(ports::ToolStep step) override;
   boost::asio::awaitable<Result<Status>> record_charges(ports::Charges charges) override;
+  boost::asio::awaitable<Result<Status>> record_call(ports::CallSent call) override;
   boost::asio::awaitable<Result<Result<std::int64_t>>> finish(ports::TaskEnd end) override;
   boost::asio::awaitable<Result<Status>> release(std::string task_id, int attempt,
                                                  std::int64_t incarnation) override;

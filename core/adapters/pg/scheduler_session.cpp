@@ -103,6 +103,7 @@ ports::Housekeeping SchedulerSession::housekeep(const ports::SchedulerPass& pass
   done.expired = expired.schedule_timeout;
   done.expired_deadline = expired.deadline;
   done.swept = sweep_cancelled_batches(tx, pass.limit, pass.results_topic);
+  done.calls_settled = settle_lost_calls(tx, pass.limit);
   forget_workers(tx);
   tx.commit();
   return done;
@@ -198,6 +199,10 @@ RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
     report.tasks.push_back({task.task_id, task.user_id, task.traceparent, task.was == "running"});
   }
   return report;
+}
+
+int settle_lost_calls(pqxx::work& tx, int limit) {
+  return exec_named1(tx, "sched_settle_calls", limit)[0].as<int>();
 }
 
 void forget_workers(pqxx::work& tx) {

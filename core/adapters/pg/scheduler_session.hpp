@@ -89,6 +89,10 @@ struct Expired {
   int deadline = 0;
 };
 Expired expire_queued(pqxx::work& tx, int limit, const std::string& results_topic);
+// Model calls whose worker stopped with them in flight (its incarnation no longer live, the
+// task no longer its run), at most `limit`: each billed as an unreconciled charge
+// (worker_lost) at the estimate recorded before it was sent. How many.
+int settle_lost_calls(pqxx::work& tx, int limit);
 
 // Every user with queued work: queued counts per priority (each up to `count_cap`), the
 // exact count of dispatched + running tasks, the overrides; the capacity the live workers

@@ -85,7 +85,8 @@ LEFT JOIN known k ON k.task_id = r.task_id
 LEFT JOIN user_limits u ON u.user_id = c.user_id
 
 -- name: save_model_steps
--- Each model call's checkpoint: its step row, its ledger row and the task's totals.
+-- Each model call's checkpoint: its step row, its ledger row and the task's totals; the
+-- call's in-flight record (record_calls) goes: the ledger bills it.
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, attempt integer, incarnation bigint, step integer, reply jsonb,
@@ -109,6 +110,10 @@ WITH req AS (
   SELECT r.task_id, r.step, r.user_id, NULLIF(r.batch_id, ''), r.model, r.input, r.cached,
          r.output, r.reasoning, r.cost, r.currency, coalesce(r.estimated, false)
   FROM req r JOIN ours USING (task_id)
+), settled AS (
+  DELETE FROM model_calls_in_flight c USING req r
+  WHERE c.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND c.task_id = r.task_id
+    AND c.attempt = r.attempt AND c.step = r.step
 ), totals AS (
   UPDATE tasks t SET steps = r.step + 1, input_tokens = t.input_tokens + r.input,
          cached_input_tokens = t.cached_input_tokens + r.cached,
@@ -133,6 +138,56 @@ FROM jsonb_to_recordset($1::jsonb)
   AS r(task_id uuid, attempt integer, step integer, user_id text, batch_id text, model text,
        input bigint, cached bigint, output bigint, reasoning bigint, estimated boolean,
        cost numeric, currency text, reason text)
+
+-- name: settle_call
+-- The end of a model call whose answer no checkpoint bills ($2, $3, $4: task, attempt,
+-- step): its in-flight record goes, and its charges ($1, as in record_charges, maybe none)
+-- are written only if the record was still there; gone, the scheduler billed the call
+-- (sched_settle_calls) and it is not billed twice. Answers whether the record was there.
+WITH gone AS (
+  DELETE FROM model_calls_in_flight
+  WHERE task_id = $2::uuid AND attempt = $3::integer AND step = $4::integer
+  RETURNING 1
+), billed AS (
+  INSERT INTO usage_unreconciled (task_id, attempt, step, user_id, batch_id, model, input_tokens,
+                                  cached_input_tokens, output_tokens, reasoning_tokens,
+                                  usage_estimated, cost, currency, reason)
+  SELECT r.task_id, r.attempt, r.step, r.user_id, NULLIF(r.batch_id, ''), r.model, r.input,
+         r.cached, r.output, r.reasoning, r.estimated, r.cost, r.currency, r.reason
+  FROM jsonb_to_recordset($1::jsonb)
+    AS r(task_id uuid, attempt integer, step integer, user_id text, batch_id text, model text,
+         input bigint, cached bigint, output bigint, reasoning bigint, estimated boolean,
+         cost numeric, currency text, reason text)
+  WHERE EXISTS (SELECT 1 FROM gone)
+)
+SELECT EXISTS (SELECT 1 FROM gone)
+
+-- name: record_calls
+-- Model calls about to be sent (ports::CallSent), each recorded with the estimate it is
+-- billed at should its worker stop before its fate is written; a second try of a step keeps
+-- the first record. Fenced like a checkpoint (without locking the task's row: a claim by
+-- another attempt that commits meanwhile fences the call's checkpoint instead); the task ids
+-- answered are the ones recorded.
+WITH req AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb)
+    AS r(task_id uuid, attempt integer, incarnation bigint, step integer, user_id text,
+         batch_id text, model text, input bigint, cost numeric, currency text)
+), ours AS (
+  SELECT r.* FROM req r
+  CROSS JOIN LATERAL (
+    SELECT 1 FROM tasks x
+    WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
+      AND x.worker_incarnation = r.incarnation
+  ) t
+), recorded AS (
+  INSERT INTO model_calls_in_flight (task_id, attempt, step, incarnation, user_id, batch_id,
+                                     model, input_tokens, cost, currency)
+  SELECT task_id, attempt, step, incarnation, user_id, NULLIF(batch_id, ''), model, input, cost,
+         currency
+  FROM ours
+  ON CONFLICT (task_id, attempt, step) DO NOTHING
+)
+SELECT task_id::text FROM ours
 
 -- name: save_tool_results
 -- Each step's tool results (what the model sees, and the trace) and the task's count of

@@ -124,6 +124,38 @@ RETURNING
   coalesce(traceparent, ''), coalesce(result_type, ''), coalesce(result_message, ''),
   coalesce(result_options, '[]'::jsonb)::text
 
+-- name: sched_settle_calls
+-- Model calls left in flight by a worker that stopped (run.sql record_calls): its incarnation
+-- no longer holds its liveness, and the task is no longer that incarnation's run at that
+-- attempt (so no checkpoint of it can still be written), at most $1, oldest first, rows a
+-- worker is settling skipped. Each is billed as an unreconciled charge, reason worker_lost,
+-- at the estimate recorded before it was sent, and its record goes (whoever deletes the
+-- record bills the call: run.sql settle_call). Records of deleted tasks go unbilled. How
+-- many were billed.
+WITH lost AS (
+  SELECT c.task_id, c.attempt, c.step FROM model_calls_in_flight c
+  WHERE NOT EXISTS (SELECT 1 FROM workers w
+                    WHERE w.incarnation = c.incarnation AND w.lease_until > now())
+    AND NOT EXISTS (SELECT 1 FROM tasks t
+                    WHERE t.task_id = c.task_id AND t.status = 'running'
+                      AND t.attempt = c.attempt AND t.worker_incarnation = c.incarnation)
+  ORDER BY c.sent_at LIMIT $1 FOR UPDATE OF c SKIP LOCKED
+), gone AS (
+  DELETE FROM model_calls_in_flight c USING lost l
+  WHERE c.task_id = l.task_id AND c.attempt = l.attempt AND c.step = l.step
+  RETURNING c.*
+), billed AS (
+  INSERT INTO usage_unreconciled (task_id, attempt, step, user_id, batch_id, model, input_tokens,
+                                  cached_input_tokens, output_tokens, reasoning_tokens,
+                                  usage_estimated, cost, currency, reason)
+  SELECT g.task_id, g.attempt, g.step, g.user_id, g.batch_id, g.model, g.input_tokens, 0, 0, 0,
+         true, g.cost, g.currency, 'worker_lost'
+  FROM gone g
+  WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.task_id = g.task_id)
+  RETURNING 1
+)
+SELECT count(*)::integer FROM billed
+
 -- name: sched_room
 -- What the fleet can start now: the live workers that take work, the capacity they report,
 -- and every user's dispatched and running tasks.
