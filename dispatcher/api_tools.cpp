@@ -16,6 +16,7 @@
 #include "core/codec/json_text.hpp"
 #include "core/codec/plan_codec.hpp"
 #include "core/codec/tool_call_check.hpp"
+#include "core/domain/tool_keys.hpp"
 #include "dispatcher/api.hpp"
 #include "dispatcher/api_responses.hpp"
 
@@ -126,8 +127,8 @@ asio::awaitable<http::Response> Api::call_tool(http::Request& request, const Cal
   const std::string device_id =
       body.HasMember("device_id") ? std::string(body["device_id"].GetString()) : std::string();
   // A caller retrying a call sends the same key, and the tool answers it once. The key the
-  // tool sees is in a namespace of direct calls and of the user, so it can never be a
-  // task's "<task_id>:<step>:<call>".
+  // tool sees is in a namespace of direct calls and of the user (direct_call_key), so it can
+  // never be a task's "<task_id>:<step>:<call>" nor another user's.
   std::string key(request["idempotency-key"]);
   if (key.empty()) {
     key = new_task_id();
@@ -137,7 +138,7 @@ asio::awaitable<http::Response> Api::call_tool(http::Request& request, const Cal
                                "Idempotency-Key must be at most 200 bytes of UTF-8 text",
                                "/header/idempotency-key");
   }
-  key = "direct:" + user_id + ":" + key;
+  key = direct_call_key(user_id, key);
 
   // The same checks as a model's call: the user's permission level (an admin key may call
   // any tool for any user) and the tool's JSON Schema.

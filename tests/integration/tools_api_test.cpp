@@ -129,6 +129,32 @@ TEST(ToolsApi, ADirectCallIsCheckedCalledOncePerKeyAndAudited) {
             403);
 }
 
+TEST(ToolsApi, TwoUsersWhoseIdsAndKeysJoinAlikeGetKeysOfTheirOwn) {
+  // User "<u>:x" with key "k" and user "<u>" with key "x:k" once shared the key
+  // "direct:<u>:x:k": the second call was answered from the first's record, and acted for
+  // nobody.
+  const std::string u = fresh_user("join");
+  const std::string colon_user = u + ":x";
+  const auto create = [](const std::string& user, const std::string& key) {
+    return api(bhttp::verb::post, "/v1/tools/create_item:call", kAdminKey,
+               R"({"user_id":")" + user +
+                   R"(","arguments":{"item_type":"todo","title":"各自的","date":"2026-03-01"}})",
+               {{"Idempotency-Key", key}});
+  };
+  auto first = create(colon_user, "k");
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto second = create(u, "x:k");
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(str(parse(first.body), "idempotency_key"), "direct:" + u + "%3Ax:k");
+  EXPECT_EQ(str(parse(second.body), "idempotency_key"), "direct:" + u + ":x:k");
+  for (const std::string& user : {colon_user, u}) {
+    auto items = parse(
+        fetch(env()["TOOL_SIM_URL"] + "/items?user_id=" + url_encode(user), bhttp::verb::get).body);
+    ASSERT_TRUE(at(items, "items").IsArray()) << user;
+    EXPECT_EQ(at(items, "items").GetArray().Size(), 1u) << "each user's call acted: " << user;
+  }
+}
+
 // Sets a user's tool permission override for the test's length, then puts the old
 // overrides back.
 class PermissionOverride {
