@@ -1162,7 +1162,8 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
   request.call_id =
       run.task_id + ":" + std::to_string(run.claimed.attempt) + ":" + std::to_string(run.step);
   // Each try is recorded before it is sent, with the charges of the tries lost before it, so
-  // that nothing it costs is lost with the worker (docs/billing.md, "Unreconciled charges").
+  // that nothing it costs is lost with the worker (docs/billing.md, "Calls in flight when a
+  // worker stops").
   request.before_send = [this, call, incarnation = run.incarnation](
                             std::int64_t input_tokens) -> asio::awaitable<Status> {
     if (!call->lost.empty()) {

@@ -98,7 +98,9 @@ class TaskRunner final : public Runs {
       std::int64_t max_output_tokens);
   // Bills model calls no checkpoint bills (`lost`, of the step `charges` names): their
   // usage_unreconciled rows and the metrics; a failure to write them is logged with what
-  // was lost. Safe after the run ended (an abandoned call finishing late).
+  // was lost. With `charges.settles_call` the call's in-flight record is settled too (even
+  // with nothing to bill), and nothing is billed or counted when the scheduler billed the
+  // call first. Safe after the run ended (an abandoned call finishing late).
   boost::asio::awaitable<void> bill_unreconciled(ports::Charges charges,
                                                  std::vector<LostCharge> lost);
   // What bill_unreconciled needs to know of the run's step `step`.
