@@ -149,7 +149,8 @@ TEST(ToolsApi, TwoUsersWhoseIdsAndKeysJoinAlikeGetKeysOfTheirOwn) {
   EXPECT_EQ(str(parse(second.body), "idempotency_key"), "direct:" + u + ":x:k");
   for (const std::string& user : {colon_user, u}) {
     auto items = parse(
-        fetch(env()["TOOL_SIM_URL"] + "/items?user_id=" + url_encode(user), bhttp::verb::get).body);
+        fetch(env()["TOOL_SIM_URL"] + "/items?user_id=" + test::url_encode(user), bhttp::verb::get)
+            .body);
     ASSERT_TRUE(at(items, "items").IsArray()) << user;
     EXPECT_EQ(at(items, "items").GetArray().Size(), 1u) << "each user's call acted: " << user;
   }
