@@ -175,24 +175,6 @@ std::optional<codec::SchemaViolation> check_references(const config::Config& con
   return std::nullopt;
 }
 
-std::vector<std::string> path_segments(std::string_view path) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (start < path.size()) {
-    if (path[start] == '/') {
-      ++start;
-      continue;
-    }
-    const std::size_t end = path.find('/', start);
-    parts.push_back(http::decode_path_segment(
-        path.substr(start, end == std::string_view::npos ? end : end - start)));
-    if (end == std::string_view::npos)
-      break;
-    start = end;
-  }
-  return parts;
-}
-
 std::optional<std::string> id_problem(std::string_view id, std::size_t max_chars) {
   if (id.empty())
     return "must not be empty";
@@ -418,56 +400,90 @@ Api::~Api() {
   batch_pool_->join();
 }
 
-std::string_view route_template(std::string_view path) {
-  for (std::string_view fixed : {"/healthz", "/readyz", "/metrics", "/v1/tasks", "/v1/batches",
-                                 "/v1/usage", "/v1/tools", "/v1/stats", "/v1/plan"}) {
-    if (path == fixed)
-      return fixed;
+std::variant<http::Response, Api::Routed> Api::resolve(const http::Request& head) const {
+  const std::string target(head.target());
+  const std::string path(http::target_path(target));
+  Matched matched = match_route(head.method(), path);
+  auto* found = std::get_if<RouteMatch>(&matched);
+  if (found && found->route->access == Access::kAnyone)
+    return Routed{std::move(*found), Caller{}};
+  auto caller = auth_.authenticate(head);
+  if (auto* failure = std::get_if<AuthFailure>(&caller)) {
+    auto response = http::make_error(head, http::Status::unauthorized, "unauthorized",
+                                     failure->message, kAuthorizationPath);
+    response.set(bhttp::field::www_authenticate, "Bearer");
+    return response;
   }
-  const auto parts = path_segments(path);
-  if (parts.size() < 3 || parts[0] != "v1")
-    return "unmatched";
-  if (parts[1] == "tasks") {
-    if (parts.size() == 3)
-      return "/v1/tasks/{id}";
-    if (parts.size() == 4 && parts[3] == "cancel")
-      return "/v1/tasks/{id}/cancel";
-    if (parts.size() == 4 && parts[3] == "events")
-      return "/v1/tasks/{id}/events";
-  } else if (parts[1] == "batches") {
-    if (parts.size() == 3)
-      return "/v1/batches/{id}";
-    if (parts.size() == 4 && parts[3] == "results")
-      return "/v1/batches/{id}/results";
-    if (parts.size() == 4 && parts[3] == "cancel")
-      return "/v1/batches/{id}/cancel";
-  } else if (parts[1] == "tools" && parts.size() == 3 && parts[2].ends_with(":call")) {
-    return "/v1/tools/{name}:call";
-  } else if (parts[1] == "users" && parts.size() == 4) {
-    if (parts[3] == "usage")
-      return "/v1/users/{id}/usage";
-    if (parts[3] == "limits")
-      return "/v1/users/{id}/limits";
+  if (auto* wrong = std::get_if<WrongMethod>(&matched)) {
+    auto response =
+        http::make_error(head, http::Status::method_not_allowed, "method_not_allowed",
+                         "use " + wrong->allowed + " on " + std::string(wrong->pattern), "/method");
+    response.set(bhttp::field::allow, wrong->allowed);
+    return response;
   }
-  return "unmatched";
+  if (!found) {
+    return http::make_error(head, http::Status::not_found, "not_found",
+                            "no route for " + std::string(head.method_string()) + " " + path,
+                            "/path");
+  }
+  Caller& who = std::get<Caller>(caller);
+  if (found->route->access == Access::kAdmin && !who.admin) {
+    return http::make_error(head, http::Status::forbidden, "forbidden",
+                            std::string(found->route->admin_reason), kAuthorizationPath);
+  }
+  return Routed{std::move(*found), std::move(who)};
+}
+
+http::Admission Api::admit(const http::Request& head) {
+  http::Admission admission;
+  auto resolved = resolve(head);
+  if (auto* refusal = std::get_if<http::Response>(&resolved)) {
+    const std::string target(head.target());
+    metrics_.http_request(route_template(http::target_path(target)), refusal->result_int(), 0);
+    admission.refusal = std::move(*refusal);
+    return admission;
+  }
+  const Route& route = *std::get<Routed>(resolved).match.route;
+  admission.streamed = route.streamed;
+  if (route.streamed)
+    return admission;
+  const std::size_t limit = body_limit_for(route.body, config_.dispatcher.max_text_chars);
+  admission.body_limit = limit;
+  // A declared length over the limit is refused here, to be counted; the server also stops
+  // a chunked body at the limit while reading it.
+  const auto declared = head[bhttp::field::content_length];
+  std::uint64_t length = 0;
+  const auto [end, ec] =
+      std::from_chars(declared.data(), declared.data() + declared.size(), length);
+  if (!declared.empty() && ec == std::errc() && end == declared.data() + declared.size() &&
+      length > limit) {
+    auto refusal =
+        http::make_error(head, http::Status::payload_too_large, "payload_too_large",
+                         "request body exceeds " + std::to_string(limit) + " bytes", "/");
+    refusal.keep_alive(false);
+    const std::string target(head.target());
+    metrics_.http_request(route_template(http::target_path(target)), refusal.result_int(), 0);
+    admission.refusal = std::move(refusal);
+  }
+  return admission;
 }
 
 asio::awaitable<http::Response> Api::handle(http::Request& request) {
   const auto started = std::chrono::steady_clock::now();
   const std::string target(request.target());
   const std::string path(http::target_path(target));
+  // admit() refused the head already when the server asked it; asked again here, it finds
+  // the route and the caller (without a head route, it refuses here instead).
+  auto resolved = resolve(request);
   http::Response response;
-  if (auto ops_response = co_await ops(request, path)) {
-    response = std::move(*ops_response);
+  if (auto* refusal = std::get_if<http::Response>(&resolved)) {
+    response = std::move(*refusal);
+  } else if (std::get<Routed>(resolved).match.route->streamed) {
+    // Only a server without the head route sends a streamed route here.
+    response = http::make_error(request, http::Status::internal_server_error, "internal",
+                                "a streamed route reached the whole-request handler");
   } else {
-    auto caller = auth_.authenticate(request);
-    if (auto* failure = std::get_if<AuthFailure>(&caller)) {
-      response = http::make_error(request, http::Status::unauthorized, "unauthorized",
-                                  failure->message, kAuthorizationPath);
-      response.set(bhttp::field::www_authenticate, "Bearer");
-    } else {
-      response = co_await route(request, std::get<Caller>(caller));
-    }
+    response = co_await route(request, std::get<Routed>(resolved));
   }
   metrics_.http_request(
       route_template(path), response.result_int(),
@@ -498,88 +514,50 @@ asio::awaitable<std::optional<http::Response>> Api::ops(http::Request& request,
   co_return std::nullopt;
 }
 
-asio::awaitable<http::Response> Api::route(http::Request& request, const Caller& caller) {
-  const std::string target(request.target());
-  const std::string path(http::target_path(target));
-  const auto method = request.method();
-  const auto parts = path_segments(path);
-  auto not_allowed = [&](std::string_view allowed) {
-    return http::make_error(request, http::Status::method_not_allowed, "method_not_allowed",
-                            "use " + std::string(allowed) + " on " + path, "/method");
-  };
-  if (parts.size() >= 2 && parts[0] == "v1") {
-    if (parts[1] == "tasks") {
-      if (parts.size() == 2) {
-        if (method == bhttp::verb::post)
-          co_return co_await submit(request, caller);
-        if (method == bhttp::verb::get)
-          co_return co_await list_tasks(request, caller);
-        co_return not_allowed("POST (submit) or GET (list)");
-      }
-      if (parts.size() == 3) {
-        if (method != bhttp::verb::get)
-          co_return not_allowed("GET");
-        co_return co_await get_task(request, caller, parts[2]);
-      }
-      if (parts.size() == 4 && parts[3] == "cancel") {
-        if (method != bhttp::verb::post)
-          co_return not_allowed("POST");
-        co_return co_await cancel_task(request, caller, parts[2]);
-      }
-      if (parts.size() == 4 && parts[3] == "events")
-        co_return not_allowed("GET with Accept: text/event-stream");
-    } else if (parts[1] == "batches") {
-      if (parts.size() == 2)
-        co_return not_allowed("POST with a JSON Lines body");
-      if (parts.size() == 3) {
-        if (method != bhttp::verb::get)
-          co_return not_allowed("GET");
-        co_return co_await get_batch(request, caller, parts[2]);
-      }
-      if (parts.size() == 4 && parts[3] == "cancel") {
-        if (method != bhttp::verb::post)
-          co_return not_allowed("POST");
-        co_return co_await cancel_batch(request, caller, parts[2]);
-      }
-      if (parts.size() == 4 && parts[3] == "results")
-        co_return not_allowed("GET");
-    } else if (parts[1] == "usage" && parts.size() == 2) {
-      if (method != bhttp::verb::get)
-        co_return not_allowed("GET");
-      co_return co_await fleet_usage(request, caller);
-    } else if (parts[1] == "plan" && parts.size() == 2) {
-      if (method != bhttp::verb::post)
-        co_return not_allowed("POST");
-      co_return co_await plan(request, caller);
-    } else if (parts[1] == "stats" && parts.size() == 2) {
-      if (method != bhttp::verb::get)
-        co_return not_allowed("GET");
-      co_return co_await stats(request, caller);
-    } else if (parts[1] == "tools" && parts.size() == 2) {
-      if (method != bhttp::verb::get)
-        co_return not_allowed("GET");
-      co_return co_await list_tools(request, caller);
-    } else if (parts[1] == "tools" && parts.size() == 3 && parts[2].ends_with(":call")) {
-      if (method != bhttp::verb::post)
-        co_return not_allowed("POST");
-      co_return co_await call_tool(request, caller,
-                                   parts[2].substr(0, parts[2].size() - std::strlen(":call")));
-    } else if (parts[1] == "users" && parts.size() == 4) {
-      if (parts[3] == "usage") {
-        if (method != bhttp::verb::get)
-          co_return not_allowed("GET");
-        co_return co_await usage(request, caller, parts[2]);
-      }
-      if (parts[3] == "limits") {
-        if (method != bhttp::verb::get && method != bhttp::verb::put)
-          co_return not_allowed("GET or PUT");
-        co_return co_await limits(request, caller, parts[2]);
-      }
+asio::awaitable<http::Response> Api::route(http::Request& request, const Routed& routed) {
+  const Caller& caller = routed.caller;
+  const auto& params = routed.match.params;
+  switch (routed.match.route->id) {
+    case RouteId::kHealthz:
+    case RouteId::kReadyz:
+    case RouteId::kMetrics: {
+      const std::string target(request.target());
+      co_return std::move(*co_await ops(request, std::string(http::target_path(target))));
     }
+    case RouteId::kSubmitTask:
+      co_return co_await submit(request, caller);
+    case RouteId::kListTasks:
+      co_return co_await list_tasks(request, caller);
+    case RouteId::kGetTask:
+      co_return co_await get_task(request, caller, params[0]);
+    case RouteId::kCancelTask:
+      co_return co_await cancel_task(request, caller, params[0]);
+    case RouteId::kGetBatch:
+      co_return co_await get_batch(request, caller, params[0]);
+    case RouteId::kCancelBatch:
+      co_return co_await cancel_batch(request, caller, params[0]);
+    case RouteId::kFleetUsage:
+      co_return co_await usage_of(request, std::nullopt);
+    case RouteId::kUserUsage:
+      co_return co_await usage(request, caller, params[0]);
+    case RouteId::kGetLimits:
+    case RouteId::kPutLimits:
+      co_return co_await limits(request, caller, params[0]);
+    case RouteId::kListTools:
+      co_return co_await list_tools(request, caller);
+    case RouteId::kCallTool:
+      co_return co_await call_tool(request, caller, params[0]);
+    case RouteId::kStats:
+      co_return co_await stats(request, caller);
+    case RouteId::kPlan:
+      co_return co_await plan(request, caller);
+    case RouteId::kTaskEvents:
+    case RouteId::kSubmitBatch:
+    case RouteId::kBatchResults:
+      break;  // streamed: handle() never routes them here
   }
-  co_return http::make_error(request, http::Status::not_found, "not_found",
-                             "no route for " + std::string(request.method_string()) + " " + path,
-                             "/path");
+  co_return http::make_error(request, http::Status::internal_server_error, "internal",
+                             "no handler for the route");
 }
 
 asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submission(
@@ -820,14 +798,6 @@ asio::awaitable<http::Response> Api::usage(http::Request& request, const Caller&
   co_return co_await usage_of(request, user_id);
 }
 
-asio::awaitable<http::Response> Api::fleet_usage(http::Request& request, const Caller& caller) {
-  if (!caller.admin) {
-    co_return http::make_error(request, http::Status::forbidden, "forbidden",
-                               "the usage of every user needs an admin key", kAuthorizationPath);
-  }
-  co_return co_await usage_of(request, std::nullopt);
-}
-
 asio::awaitable<http::Response> Api::usage_of(http::Request& request,
                                               std::optional<std::string> user_id) {
   const std::string target(request.target());
@@ -860,10 +830,7 @@ asio::awaitable<http::Response> Api::limits(http::Request& request, const Caller
                                "user_id " + *problem, "/path/user_id");
   }
   if (request.method() == bhttp::verb::put) {
-    if (!caller.admin) {
-      co_return http::make_error(request, http::Status::forbidden, "forbidden",
-                                 "changing limits needs an admin key", kAuthorizationPath);
-    }
+    // Only admins get here (the route's access).
     auto parsed = parse_limits_body(config_, user_id, request.body());
     if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
       co_return http::make_error(request, http::Status::bad_request, "invalid_request",
@@ -961,40 +928,33 @@ asio::awaitable<bool> respond(http::Exchange& exchange, int& answered, http::Res
 }
 }  // namespace
 
-bool Api::wants_stream(const http::Request& head) const {
-  const std::string target(head.target());
-  const auto parts = path_segments(http::target_path(target));
-  if (parts.size() < 2 || parts[0] != "v1")
-    return false;
-  if (head.method() == bhttp::verb::post && parts.size() == 2 && parts[1] == "batches")
-    return true;
-  if (head.method() == bhttp::verb::get && parts.size() == 4 && parts[1] == "batches" &&
-      parts[3] == "results")
-    return true;
-  return head.method() == bhttp::verb::get && parts.size() == 4 && parts[1] == "tasks" &&
-         parts[3] == "events";
-}
-
 asio::awaitable<void> Api::stream(http::Exchange& exchange) {
   const auto started = std::chrono::steady_clock::now();
   const http::Request& head = exchange.head();
   const std::string target(head.target());
   const std::string path(http::target_path(target));
-  const auto parts = path_segments(path);
   int code = 200;
-  auto caller = auth_.authenticate(head);
-  if (auto* failure = std::get_if<AuthFailure>(&caller)) {
-    auto response = http::make_error(head, http::Status::unauthorized, "unauthorized",
-                                     failure->message, kAuthorizationPath);
-    response.set(bhttp::field::www_authenticate, "Bearer");
-    code = 401;
-    co_await exchange.respond(std::move(response));
-  } else if (parts[1] == "batches" && parts.size() == 2) {
-    co_await submit_batch(exchange, std::get<Caller>(caller), code);
-  } else if (parts[1] == "batches") {
-    co_await batch_results(exchange, std::get<Caller>(caller), code, parts[2]);
+  auto resolved = resolve(head);
+  if (auto* refusal = std::get_if<http::Response>(&resolved)) {
+    co_await respond(exchange, code, std::move(*refusal));
   } else {
-    co_await task_events(exchange, std::get<Caller>(caller), code, parts[2]);
+    const Routed& routed = std::get<Routed>(resolved);
+    switch (routed.match.route->id) {
+      case RouteId::kSubmitBatch:
+        co_await submit_batch(exchange, routed.caller, code);
+        break;
+      case RouteId::kBatchResults:
+        co_await batch_results(exchange, routed.caller, code, routed.match.params[0]);
+        break;
+      case RouteId::kTaskEvents:
+        co_await task_events(exchange, routed.caller, code, routed.match.params[0]);
+        break;
+      default:
+        co_await respond(exchange, code,
+                         http::make_error(head, http::Status::internal_server_error, "internal",
+                                          "a whole-request route reached the stream handler"));
+        break;
+    }
   }
   metrics_.http_request(
       route_template(path), code,

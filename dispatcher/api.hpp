@@ -8,6 +8,9 @@
 //   (every user's, admin), GET|PUT /v1/users/{id}/limits, GET /v1/tools (the registry),
 //   POST /v1/tools/{name}:call (a direct, audited tool call), GET /v1/stats?user_id=&from=&to=
 //   (success statistics), /healthz, /readyz, /metrics.
+// The routes are declared once, in dispatcher/routes.hpp. Each request is decided on its
+// head before any body byte is read (`admit`, the server's head route): no caller, no
+// route, the wrong method, not an admin, or a body over the route's limit is refused then.
 // Every route but the operations ones needs a caller (Authenticator): 401 without one; a
 // caller may act only for its users (403 on a collection or submission for another user,
 // 404 for another user's task or batch, so ids do not leak); limits may be changed, and
@@ -39,6 +42,7 @@
 #include "core/config/config.hpp"
 #include "core/ports/tool_client.hpp"
 #include "dispatcher/auth.hpp"
+#include "dispatcher/routes.hpp"
 #include "dispatcher/task_feed.hpp"
 
 namespace agentfleet::dispatcher {
@@ -48,14 +52,22 @@ class Api {
   Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
       metrics::DispatcherMetrics& metrics, TaskFeed& feed);
   ~Api();
+  // The server's head route: refuses, streams, or reads the body whole with the route's
+  // limit. Refusals are counted in the request metrics here.
+  http::Admission admit(const http::Request& head);
   boost::asio::awaitable<http::Response> handle(http::Request& request);
   boost::asio::awaitable<http::Response> handle_ops(http::Request& request);
-  // Requests answered by streaming (the server asks with the head only).
-  bool wants_stream(const http::Request& head) const;
   boost::asio::awaitable<void> stream(http::Exchange& exchange);
 
  private:
-  boost::asio::awaitable<http::Response> route(http::Request& request, const Caller& caller);
+  // A request that may go to its route's handler, and who sent it.
+  struct Routed {
+    RouteMatch match;
+    Caller caller;
+  };
+  // The route of a request and its caller, or the answer that refuses it; by the head.
+  std::variant<http::Response, Routed> resolve(const http::Request& head) const;
+  boost::asio::awaitable<http::Response> route(http::Request& request, const Routed& routed);
   // Answers /metrics, /healthz and /readyz; nullopt for any other path.
   boost::asio::awaitable<std::optional<http::Response>> ops(http::Request& request,
                                                             const std::string& path);
@@ -76,8 +88,6 @@ class Api {
   boost::asio::awaitable<http::Response> list_tasks(http::Request& request, const Caller& caller);
   boost::asio::awaitable<http::Response> usage(http::Request& request, const Caller& caller,
                                                std::string user_id);
-  // GET /v1/usage: every user's (admin only).
-  boost::asio::awaitable<http::Response> fleet_usage(http::Request& request, const Caller& caller);
   // The bill of one user, or of every user (nullopt), over ?from=&to=.
   boost::asio::awaitable<http::Response> usage_of(http::Request& request,
                                                   std::optional<std::string> user_id);
@@ -130,14 +140,6 @@ std::string tool_registry_json(const config::Config& config,
 codec::SubmissionDefaults submission_defaults(const config::Config& config);
 std::optional<codec::SchemaViolation> check_references(const config::Config& config,
                                                        const TaskSpec& spec);
-
-// The route template of a request path for the metrics ("/v1/tasks/{id}"); "unmatched"
-// for a path no route serves, so raw paths never become label values.
-std::string_view route_template(std::string_view path);
-
-// The segments of a request path, each percent-decoded, empty ones dropped:
-// "/v1/users/a%20b/usage" -> {"v1", "users", "a b", "usage"}; how the API routes.
-std::vector<std::string> path_segments(std::string_view path);
 
 // What is wrong with an id a URL names (a user or a batch), or nothing. Ids are stored only
 // as task_submission.schema.json allows them: 1 to `max_chars` characters of UTF-8 without

@@ -74,12 +74,19 @@ int run_dispatcher(const config::Config& config) {
   SubmitIngest ingest(io, config, db, producer, metrics, [&] { scheduler.wake(); });
 
   // Bind first: a port in use is a start-up error reported before any thread runs.
-  http::Server server(io.get_executor(),
-                      http::ServerOptions{config.dispatcher.http.host,
-                                          static_cast<std::uint16_t>(config.dispatcher.http.port)},
+  const config::HttpListen& listen = config.dispatcher.http;
+  http::ServerOptions api_options{listen.host, static_cast<std::uint16_t>(listen.port)};
+  api_options.max_connections = static_cast<std::size_t>(listen.max_connections);
+  api_options.max_connections_per_address =
+      static_cast<std::size_t>(listen.max_connections_per_address);
+  api_options.idle_timeout = std::chrono::seconds(listen.idle_timeout_s);
+  api_options.header_timeout = std::chrono::seconds(listen.header_timeout_s);
+  api_options.request_timeout = std::chrono::seconds(listen.request_timeout_s);
+  http::Server server(io.get_executor(), api_options,
                       [&](http::Request& request) { return api.handle(request); });
-  server.set_stream_route([&](const http::Request& head) { return api.wants_stream(head); },
-                          [&](http::Exchange& exchange) { return api.stream(exchange); });
+  // Every request is decided on its head (caller, route, body limit) before its body is read.
+  server.set_head_route([&](const http::Request& head) { return api.admit(head); },
+                        [&](http::Exchange& exchange) { return api.stream(exchange); });
   server.start();
   log::write("info", "dispatcher",
              "dispatcher listening on http://" + config.dispatcher.http.host + ":" +
@@ -88,9 +95,14 @@ int run_dispatcher(const config::Config& config) {
   // operations routes, for a scraper that must not reach the API.
   std::unique_ptr<http::Server> ops_server;
   if (config.metrics.port != 0) {
+    // Scrapers and probes send no body and hold few connections.
+    http::ServerOptions ops_options{config.metrics.host,
+                                    static_cast<std::uint16_t>(config.metrics.port)};
+    ops_options.body_limit = 4 * 1024;
+    ops_options.max_connections = 64;
+    ops_options.max_connections_per_address = 16;
     ops_server = std::make_unique<http::Server>(
-        io.get_executor(),
-        http::ServerOptions{config.metrics.host, static_cast<std::uint16_t>(config.metrics.port)},
+        io.get_executor(), ops_options,
         [&](http::Request& request) { return api.handle_ops(request); });
     ops_server->start();
     log::write("info", "dispatcher",

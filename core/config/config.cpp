@@ -557,6 +557,11 @@ void read_dispatcher(const Section& s, DispatcherConfig& out) {
   Section http = s.child("http");
   http.read("host", out.http.host);
   http.read("port", out.http.port);
+  http.read("max_connections", out.http.max_connections);
+  http.read("max_connections_per_address", out.http.max_connections_per_address);
+  http.read("idle_timeout_s", out.http.idle_timeout_s);
+  http.read("header_timeout_s", out.http.header_timeout_s);
+  http.read("request_timeout_s", out.http.request_timeout_s);
   s.read("scheduler_interval_ms", out.scheduler_interval_ms);
   s.read("scheduler_min_gap_ms", out.scheduler_min_gap_ms);
   s.read("housekeeping_interval_ms", out.housekeeping_interval_ms);

@@ -56,6 +56,16 @@ struct KafkaConfig {
 struct HttpListen {
   std::string host = "127.0.0.1";
   int port = 8080;
+  // Open connections at most, in all and from one client address: over a cap a connection
+  // is answered 503 (all) or 429 (one address) with Retry-After, and closed.
+  int max_connections = 4096;
+  int max_connections_per_address = 1024;
+  // A keep-alive connection waits this long for its next request; a request's head must
+  // arrive within header_timeout_s of its first byte, and a request read whole (head and
+  // body) within request_timeout_s.
+  int idle_timeout_s = 60;
+  int header_timeout_s = 10;
+  int request_timeout_s = 30;
 };
 
 struct DispatcherConfig {

@@ -1,10 +1,12 @@
 // api_request_fuzz: the dispatcher's HTTP API on untrusted bytes, without sockets or
 // Postgres (see README.md). The input is what a client sends on one connection:
 //   - Beast's request_parser<string_body> reads it the way http::Server::serve does: the
-//     head with no body limit, then the stream route decision (Api::wants_stream, the real
-//     one, on an Api object that is constructed but never started and never reaches its
-//     database), a declared Content-Length over ServerOptions::body_limit refused on the head,
-//     the body with body_limit, then the next request of a keep-alive connection (at most 4);
+//     head with no body limit, then the head route's decision (Api::admit, the real one, on
+//     an Api object in auth mode none that is constructed but never started and never
+//     reaches its database): a refusal (a JSON error; a request without a body goes on to
+//     the next), a stream, or a body limit; a declared Content-Length over that limit
+//     refused on the head, the body with the limit, then the next request of a keep-alive
+//     connection (at most 4);
 //     a streamed route's body as Exchange::read_body reads it (request_parser<buffer_body>
 //     in pieces, stream_body_limit), the last request of its connection;
 //   - for each request: http::target_path, http::query_param for every parameter the API
@@ -86,7 +88,8 @@ struct Fixture {
   config::Config none;
   std::vector<std::unique_ptr<dispatcher::Authenticator>> authenticators;
   codec::SubmissionDefaults defaults;
-  // Constructed for Api::wants_stream only; never started, never handed a request.
+  // Constructed for Api::admit only (auth mode none, so that every route is reached); never
+  // started, never handed a request.
   boost::asio::io_context io;
   std::unique_ptr<agentfleet::metrics::MetricsRegistry> registry;
   std::unique_ptr<agentfleet::metrics::DispatcherMetrics> metrics;
@@ -114,9 +117,9 @@ Fixture* make_fixture() {
   f->registry = std::make_unique<agentfleet::metrics::MetricsRegistry>();
   f->metrics = std::make_unique<agentfleet::metrics::DispatcherMetrics>(*f->registry, f->api_keys);
   f->db = std::make_unique<agentfleet::pg::DbPool>(f->api_keys.postgres.url, 1, 1000, 1);
-  f->feed = std::make_unique<dispatcher::TaskFeed>(f->io, f->api_keys, nullptr);
+  f->feed = std::make_unique<dispatcher::TaskFeed>(f->io, f->none, nullptr);
   f->api = std::make_unique<dispatcher::Api>(
-      f->api_keys, *f->db, [] {}, *f->metrics, *f->feed);
+      f->none, *f->db, [] {}, *f->metrics, *f->feed);
   return f;
 }
 
@@ -312,7 +315,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     parser.eager(false);
     if (!feed(parser, bytes, false))
       return 0;
-    if (fixture().api->wants_stream(parser.get())) {
+    const http::Admission admission = fixture().api->admit(parser.get());
+    if (admission.refusal) {
+      require(admission.refusal->result_int() >= 400, "a refusal is an error status");
+      require(is_json_object(admission.refusal->body()), "a refusal's body is a JSON object");
+      if (!parser.is_done() || !parser.keep_alive())
+        return 0;  // the body is never read: the connection closes
+      continue;
+    }
+    if (admission.streamed) {
       http::Request head = parser.get();
       std::string body;
       if (read_streamed_body(parser, bytes, options, body)) {
@@ -321,10 +332,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       return 0;  // a streamed exchange is the last on its connection
     }
+    const std::size_t limit = admission.body_limit.value_or(options.body_limit);
     const auto length = parser.content_length();
-    if (length && *length > options.body_limit)
+    if (length && *length > limit)
       return 0;  // 413 on the head; the connection is closed
-    parser.body_limit(options.body_limit);
+    parser.body_limit(limit);
     parser.eager(true);
     if (!feed(parser, bytes, true))
       return 0;

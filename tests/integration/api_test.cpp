@@ -11,9 +11,11 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
+#include <boost/asio/write.hpp>
 #include <pqxx/pqxx>
 
 #include <algorithm>
@@ -1088,6 +1090,70 @@ TEST(ApiAuth, AKeyActsOnlyForItsUsersAndAnotherUsersTaskIsNotFound) {
   // Operations routes need no key.
   for (const std::string path : {"/healthz", "/readyz", "/metrics"})
     EXPECT_EQ(get(path, "").status, 200) << path;
+}
+
+// What a client sends on a connection of its own, and what arrives until the dispatcher
+// answers whole or closes (at most `limit`).
+std::string raw_exchange(const std::string& text, std::chrono::seconds limit = 10s) {
+  const std::string url = base_url();  // http://host:port
+  const auto colon = url.rfind(':');
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket(io);
+  socket.connect({boost::asio::ip::make_address(url.substr(7, colon - 7)),
+                  static_cast<unsigned short>(std::stoi(url.substr(colon + 1)))});
+  boost::asio::write(socket, boost::asio::buffer(text));
+  std::string got;
+  const auto until = std::chrono::steady_clock::now() + limit;
+  socket.non_blocking(true);
+  while (std::chrono::steady_clock::now() < until) {
+    char buf[4096];
+    boost::system::error_code ec;
+    const std::size_t n = socket.read_some(boost::asio::buffer(buf), ec);
+    if (ec == boost::asio::error::would_block) {
+      std::this_thread::sleep_for(5ms);
+      continue;
+    }
+    if (ec)
+      break;
+    got.append(buf, n);
+    const auto end = got.find("\r\n\r\n");
+    const auto length = got.find("Content-Length: ");
+    if (end != std::string::npos && length != std::string::npos && length < end &&
+        got.size() >= end + 4 + std::stoul(got.substr(length + 16)))
+      break;
+  }
+  return got;
+}
+
+TEST(ApiAuth, ABodyIsNeverReadBeforeTheCallerIsKnownNorBeyondItsRoutesLimit) {
+  const std::string before = get("/metrics", "").body;
+  // 8 MiB announced, none sent, no key: 401 on the head alone.
+  const std::string nokey = raw_exchange(
+      "POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 8388608\r\n\r\n");
+  EXPECT_EQ(nokey.substr(0, nokey.find("\r\n")), "HTTP/1.1 401 Unauthorized") << nokey;
+  EXPECT_NE(nokey.find("WWW-Authenticate: Bearer"), std::string::npos) << nokey;
+  EXPECT_NE(nokey.find("Connection: close"), std::string::npos) << nokey;
+  // With a key, a submission over 64 KiB is refused on its head too.
+  const std::string big =
+      raw_exchange("POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + admin_key() +
+                   "\r\nContent-Type: application/json\r\nContent-Length: 70000\r\n\r\n");
+  EXPECT_EQ(big.substr(0, big.find("\r\n")), "HTTP/1.1 413 Payload Too Large") << big;
+  EXPECT_NE(big.find("exceeds 65536 bytes"), std::string::npos) << big;
+  // A route that does not exist, or the wrong method: answered on the head as well.
+  const std::string nowhere =
+      raw_exchange("POST /v1/nowhere HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + admin_key() +
+                   "\r\nContent-Length: 8388608\r\n\r\n");
+  EXPECT_EQ(nowhere.substr(0, nowhere.find("\r\n")), "HTTP/1.1 404 Not Found") << nowhere;
+  auto wrong = call({bhttp::verb::delete_, "/v1/tasks", {}, admin_key()});
+  expect_error(wrong, 405, "/method", "method_not_allowed");
+  EXPECT_EQ(wrong.header("Allow"), "POST, GET");
+  // Counted under their routes, never under a raw path.
+  const std::string after = get("/metrics", "").body;
+  const std::string submit_401 = R"(agentfleet_http_requests_total{code="401",route="/v1/tasks"})";
+  const std::string submit_413 = R"(agentfleet_http_requests_total{code="413",route="/v1/tasks"})";
+  EXPECT_EQ(metric(after, submit_401), metric(before, submit_401) + 1);
+  EXPECT_EQ(metric(after, submit_413), metric(before, submit_413) + 1);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -386,6 +386,10 @@ TEST(BadInputCatalogue, EveryApiEntryPointAnswersEachWithA4xxNamingThePathAndSto
        submission(u, "hi", std::string(257, 'k')), 400, "invalid_request", "/idempotency_key"},
       {"a body over 8 MiB", bhttp::verb::post, sub,
        submission(u, std::string(9 * 1024 * 1024, 'a'), "k"), 413, "payload_too_large", "/"},
+      // A submission fits in 64 KiB (5,000 characters take 30 KB even escaped as \uXXXX).
+      {"a body over 64 KiB", bhttp::verb::post, sub,
+       submission(u, "hi", "k", ",\"metadata\":{\"pad\":\"" + std::string(65 * 1024, 'p') + "\"}"),
+       413, "payload_too_large", "/"},
       // Header injection: a line break in anything that could reach a header.
       {"CR LF in user_id", bhttp::verb::post, sub, submission(u + crlf, "hi", "k"), 400,
        "invalid_request", "/user_id"},
@@ -442,8 +446,10 @@ TEST(BadInputCatalogue, EveryApiEntryPointAnswersEachWithA4xxNamingThePathAndSto
        "invalid_request", "/"},
       {"limits: invalid UTF-8", bhttp::verb::put, limits, "{\"tier\":\"\xff\"}", 400,
        "invalid_request", "/"},
-      {"limits: nested 10,000 deep", bhttp::verb::put, limits, "{\"tier\":" + nested(10000) + "}",
+      {"limits: nested 5,000 deep", bhttp::verb::put, limits, "{\"tier\":" + nested(5000) + "}",
        400, "invalid_request", "/"},
+      {"limits: over 16 KiB", bhttp::verb::put, limits,
+       R"({"tier":")" + std::string(17 * 1024, 't') + "\"}", 413, "payload_too_large", "/"},
       {"limits: a string number", bhttp::verb::put, limits, R"({"max_concurrency":"5"})", 400,
        "invalid_request", "/max_concurrency"},
       {"limits: 1e400", bhttp::verb::put, limits, R"({"max_concurrency":1e400})", 400,

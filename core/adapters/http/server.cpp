@@ -15,6 +15,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <limits>
+#include <sstream>
 
 #include "core/codec/json_text.hpp"
 
@@ -26,8 +27,10 @@ namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 
 struct Server::Connection {
-  explicit Connection(tcp::socket socket) : stream(std::move(socket)) {}
+  Connection(tcp::socket socket, std::string peer)
+      : stream(std::move(socket)), address(std::move(peer)) {}
   beast::tcp_stream stream;  // its executor is the connection's strand
+  std::string address;       // the client's IP address, for the per-address cap
 };
 
 namespace {
@@ -42,6 +45,9 @@ constexpr std::chrono::seconds kLingerLimit{5};
 
 // What one socket read of a streamed body may take (Beast reads at most 64 KiB at a time).
 constexpr std::size_t kStreamReadSize = 64 * 1024;
+
+// What the first read of a request may take (the rest of its head is read by Beast).
+constexpr std::size_t kFirstRead = 4 * 1024;
 
 bool expects_continue(const Request& head) {
   return head.version() >= 11 && beast::iequals(head[bhttp::field::expect], "100-continue");
@@ -66,6 +72,32 @@ asio::awaitable<void> linger(beast::tcp_stream& stream, std::chrono::seconds lim
     co_await stream.async_read_some(asio::buffer(scratch),
                                     asio::redirect_error(asio::use_awaitable, ec));
   }
+}
+
+// The whole answer to a connection over a cap, written straight to a new socket (a fresh
+// socket's send buffer always takes it) so that refusing costs no coroutine and no buffer.
+std::string over_cap_answer(Status status, std::string_view code, std::string_view message,
+                            std::chrono::seconds retry_after, std::string_view server_name) {
+  const std::string body = std::string(R"({"error":{"code":")") + std::string(code) +
+                           R"(","message":")" + std::string(message) + "\"}}";
+  Response response{status, 11};
+  response.set(bhttp::field::server, std::string(server_name));
+  response.set(bhttp::field::retry_after, std::to_string(retry_after.count()));
+  response.set(bhttp::field::content_type, "application/json");
+  response.keep_alive(false);
+  response.body() = body;
+  response.prepare_payload();
+  std::ostringstream out;
+  out << response;
+  return out.str();
+}
+
+// The answer to a head over the server's limits; the connection closes after it.
+Response head_refused(const Request& head, Status status, std::string_view code,
+                      std::string message) {
+  Response response = make_error(head, status, code, message, "/");
+  response.keep_alive(false);
+  return response;
 }
 
 Response payload_too_large(const Request& head, std::uint64_t limit) {
@@ -281,15 +313,33 @@ Server::Server(asio::any_io_executor executor, ServerOptions options, ReplyHandl
     : executor_(executor),
       options_(std::move(options)),
       handler_(std::move(handler)),
-      acceptor_(executor) {}
+      acceptor_(executor),
+      accept_backoff_(executor) {}
 
 Server::~Server() {
   stop();
 }
 
 void Server::set_stream_route(StreamPredicate wants_stream, StreamHandler handler) {
-  wants_stream_ = std::move(wants_stream);
+  set_head_route(
+      [wants_stream = std::move(wants_stream)](const Request& head) {
+        Admission admission;
+        admission.streamed = wants_stream(head);
+        return admission;
+      },
+      std::move(handler));
+}
+
+void Server::set_head_route(HeadRoute route, StreamHandler handler) {
+  head_route_ = std::move(route);
   stream_handler_ = std::move(handler);
+}
+
+ServerCounts Server::counts() const {
+  std::lock_guard lock(connections_mutex_);
+  ServerCounts counts = counts_;
+  counts.open = connections_.size();
+  return counts;
 }
 
 void Server::start() {
@@ -317,6 +367,7 @@ void Server::stop() {
     std::lock_guard lock(acceptor_mutex_);
     boost::system::error_code ignored;
     acceptor_.close(ignored);
+    accept_backoff_.cancel();
   }
   for (const auto& connection : open) {
     // On the connection's strand: its coroutine (and a stream handler) may be using the
@@ -341,11 +392,33 @@ void Server::accept_next() {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open())
         return;
     }
-    // A failed accept (a peer that reset at once, no descriptor left) does not stop the
-    // listener.
     if (!ec)
       accepted(strand, std::move(socket));
     std::lock_guard lock(acceptor_mutex_);
+    if (!ec) {
+      accept_delay_ = std::chrono::milliseconds(0);
+      accept_next();
+      return;
+    }
+    // A failed accept (a peer that reset at once, no descriptor left) does not stop the
+    // listener, but the next one waits: out of descriptors, accept fails at once, and
+    // re-arming at once would spin. 5 ms, doubling to 1 s while accepts keep failing.
+    {
+      std::lock_guard count_lock(connections_mutex_);
+      ++counts_.accept_failures;
+    }
+    accept_delay_ = std::clamp(accept_delay_ * 2, std::chrono::milliseconds(5),
+                               std::chrono::milliseconds(1000));
+    accept_after(accept_delay_);
+  });
+}
+
+void Server::accept_after(std::chrono::milliseconds delay) {
+  accept_backoff_.expires_after(delay);
+  accept_backoff_.async_wait([this](boost::system::error_code ec) {
+    std::lock_guard lock(acceptor_mutex_);
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open())
+      return;
     accept_next();
   });
 }
@@ -353,40 +426,157 @@ void Server::accept_next() {
 void Server::accepted(asio::any_io_executor strand, tcp::socket socket) {
   boost::system::error_code ec;
   socket.set_option(tcp::no_delay(true), ec);
-  auto connection = std::make_shared<Connection>(std::move(socket));
+  const auto peer = socket.remote_endpoint(ec);
+  std::string address = ec ? std::string() : peer.address().to_string();
+  std::string_view refusal;  // the reason a cap refuses it
+  bool whole_server = false;
+  auto connection = std::make_shared<Connection>(std::move(socket), std::move(address));
   {
     std::lock_guard lock(connections_mutex_);
     if (stopped_)
       return;
-    connections_.insert(connection);
+    if (options_.max_connections > 0 && connections_.size() >= options_.max_connections) {
+      refusal = "the server has as many connections as it serves; try again later";
+      whole_server = true;
+      ++counts_.refused_total;
+    } else if (std::size_t& mine = per_address_[connection->address];
+               options_.max_connections_per_address > 0 &&
+               mine >= options_.max_connections_per_address) {
+      refusal = "too many connections from this address; try again later";
+      ++counts_.refused_address;
+    } else {
+      ++mine;
+      connections_.insert(connection);
+    }
+    if (!refusal.empty() && per_address_[connection->address] == 0)
+      per_address_.erase(connection->address);
   }
-  asio::co_spawn(strand, serve(connection), asio::detached);
+  if (refusal.empty()) {
+    asio::co_spawn(strand, serve(connection), asio::detached);
+    return;
+  }
+  const std::string answer =
+      over_cap_answer(whole_server ? Status::service_unavailable : Status::too_many_requests,
+                      whole_server ? "server_busy" : "too_many_connections", refusal,
+                      options_.retry_after, options_.server_name);
+  tcp::socket& raw = connection->stream.socket();
+  raw.non_blocking(true, ec);
+  raw.write_some(asio::buffer(answer), ec);
+  raw.shutdown(tcp::socket::shutdown_both, ec);
+  raw.close(ec);
+}
+
+void Server::closed(const std::shared_ptr<Connection>& connection) {
+  std::lock_guard lock(connections_mutex_);
+  if (connections_.erase(connection) == 0)
+    return;  // stop() already let go of it
+  auto it = per_address_.find(connection->address);
+  if (it != per_address_.end() && --it->second == 0)
+    per_address_.erase(it);
 }
 
 asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {
   beast::flat_buffer buffer;
   bool unread_body = false;  // the connection ends with part of a request body unread
+  auto count_timeout = [this] {
+    std::lock_guard lock(connections_mutex_);
+    ++counts_.timed_out;
+  };
+  // Writes an answer decided on the head alone. The connection stays open only when the
+  // request had no body and the answer allows it.
+  auto answer_head = [&](Response response, bool& keep_alive) -> asio::awaitable<void> {
+    response.set(bhttp::field::server, options_.server_name);
+    response.prepare_payload();
+    keep_alive = response.keep_alive();
+    boost::system::error_code write_error;
+    connection->stream.expires_after(options_.write_timeout);
+    co_await bhttp::async_write(connection->stream, response,
+                                asio::redirect_error(asio::use_awaitable, write_error));
+    if (write_error)
+      keep_alive = false;
+  };
   for (;;) {
+    boost::system::error_code ec;
+    if (buffer.size() == 0) {
+      // Between requests: the idle deadline, until the next request's first byte.
+      connection->stream.expires_after(options_.idle_timeout);
+      const std::size_t got = co_await connection->stream.async_read_some(
+          buffer.prepare(kFirstRead), asio::redirect_error(asio::use_awaitable, ec));
+      buffer.commit(got);
+      if (ec)
+        break;  // closed by the client, idle too long, or stop()
+    }
+    const auto request_deadline = std::chrono::steady_clock::now() + options_.request_timeout;
     bhttp::request_parser<bhttp::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(
+        std::min<std::size_t>(options_.header_limit, std::numeric_limits<std::uint32_t>::max())));
     // The limit depends on the route, known once the head is parsed. Not boost::none:
     // Beast 1.74 takes any Content-Length for over an empty limit.
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    connection->stream.expires_after(options_.read_timeout);
-    boost::system::error_code ec;
+    connection->stream.expires_after(options_.header_timeout);
     co_await bhttp::async_read_header(connection->stream, buffer, parser,
                                       asio::redirect_error(asio::use_awaitable, ec));
-    if (ec)
+    if (ec == bhttp::error::header_limit) {
+      {
+        std::lock_guard lock(connections_mutex_);
+        ++counts_.oversized_heads;
+      }
+      // Nothing of the head can be trusted; answer as HTTP/1.1 and close.
+      Request blank;
+      bool ignored = false;
+      co_await answer_head(
+          head_refused(
+              blank, Status::request_header_fields_too_large, "header_too_large",
+              "the request head exceeds " + std::to_string(options_.header_limit) + " bytes"),
+          ignored);
+      unread_body = true;
+      break;
+    }
+    if (ec) {
+      if (ec == beast::error::timeout)
+        count_timeout();
       break;  // closed, timed out or malformed: nothing to answer on this stream
+    }
+    if (parser.get().target().size() > options_.target_limit) {
+      {
+        std::lock_guard lock(connections_mutex_);
+        ++counts_.oversized_heads;
+      }
+      bool ignored = false;
+      co_await answer_head(head_refused(parser.get(), Status::uri_too_long, "target_too_long",
+                                        "the request target exceeds " +
+                                            std::to_string(options_.target_limit) + " bytes"),
+                           ignored);
+      unread_body = !parser.is_done();
+      break;
+    }
 
-    bool streamed = false;
+    Admission admission;
     bool route_failed = false;
-    if (wants_stream_) {
+    if (head_route_) {
       try {
-        streamed = wants_stream_(parser.get());
+        admission = head_route_(parser.get());
       } catch (...) {
         route_failed = true;
       }
     }
+    if (admission.refusal && !route_failed) {
+      // Refused on the head: no 100 Continue, the body is never invited nor read.
+      Response response = std::move(*admission.refusal);
+      if (!parser.is_done())
+        response.keep_alive(false);
+      bool keep_alive = false;
+      co_await answer_head(std::move(response), keep_alive);
+      if (!parser.is_done()) {
+        unread_body = true;
+        break;
+      }
+      if (!keep_alive)
+        break;
+      continue;
+    }
+    const bool streamed = admission.streamed;
+    const std::size_t body_limit = admission.body_limit.value_or(options_.body_limit);
     if (route_failed) {
       Response response = make_error(parser.get(), Status::internal_server_error, "internal",
                                      "request routing failed");
@@ -404,9 +594,9 @@ asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {
     }
 
     const auto length = parser.content_length();
-    if (length && *length > options_.body_limit) {
+    if (length && *length > body_limit) {
       // Refused on the head alone: no 100 Continue, the body is never invited.
-      Response response = payload_too_large(parser.get(), options_.body_limit);
+      Response response = payload_too_large(parser.get(), body_limit);
       response.set(bhttp::field::server, options_.server_name);
       connection->stream.expires_after(options_.write_timeout);
       co_await bhttp::async_write(connection->stream, response,
@@ -414,17 +604,17 @@ asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {
       unread_body = true;
       break;
     }
-    parser.body_limit(options_.body_limit);  // no body octet parsed yet: still allowed
+    parser.body_limit(body_limit);  // no body octet parsed yet: still allowed
     if (!parser.is_done() && expects_continue(parser.get())) {
       ec = co_await write_continue(connection->stream, options_.write_timeout);
       if (ec)
         break;
     }
-    connection->stream.expires_after(options_.read_timeout);
+    connection->stream.expires_at(request_deadline);
     co_await bhttp::async_read(connection->stream, buffer, parser,
                                asio::redirect_error(asio::use_awaitable, ec));
     if (ec == bhttp::error::body_limit) {
-      Response response = payload_too_large(parser.get(), options_.body_limit);
+      Response response = payload_too_large(parser.get(), body_limit);
       response.set(bhttp::field::server, options_.server_name);
       connection->stream.expires_after(options_.write_timeout);
       co_await bhttp::async_write(connection->stream, response,
@@ -432,8 +622,11 @@ asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {
       unread_body = true;
       break;
     }
-    if (ec)
+    if (ec) {
+      if (ec == beast::error::timeout)
+        count_timeout();
       break;
+    }
     Request request = parser.release();
     Reply reply;
     try {
@@ -499,8 +692,7 @@ asio::awaitable<void> Server::serve(std::shared_ptr<Connection> connection) {
     boost::system::error_code ignored;
     connection->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
   }
-  std::lock_guard lock(connections_mutex_);
-  connections_.erase(connection);
+  closed(connection);
 }
 
 asio::awaitable<bool> Server::serve_stream(std::shared_ptr<Connection> connection,

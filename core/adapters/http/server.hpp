@@ -1,7 +1,15 @@
 #pragma once
 // A small HTTP/1.1 server on Boost.Beast with C++20 coroutines: one coroutine per
-// connection, keep-alive, a body limit and a deadline on every read and write. The
-// dispatcher's API and the simulators (llm-sim, tool-sim) are built on it.
+// connection, keep-alive, and bounds on what a client can make it hold: open connections
+// in all and per client address, the size of a request head and target, a body limit per
+// request, and deadlines for an idle connection, a head, a whole request and each write.
+// An accept that fails (no descriptor left) is retried with backoff. The dispatcher's API
+// and the simulators (llm-sim, tool-sim) are built on it.
+//
+// Each request's head is read first and handed to the HeadRoute, if one is set, before
+// any body byte is read: it may refuse the request (the dispatcher authenticates here, so
+// a caller without a key never makes the server read a body), send it to the
+// StreamHandler, or give it a body limit of its own.
 //
 // Lifecycle: construct, optionally `set_stream_route()`, `start()` binds and begins
 // accepting (throws on bind failure), `stop()` closes the listener and every open
@@ -14,8 +22,8 @@
 // cut the body short and close the connection, or answer nothing at all until the client
 // gives up (bounded); other connections are served meanwhile either way.
 //
-// Streaming. The server reads each request head first. If a stream route is set and its
-// `wants_stream(head)` says yes, the body is not read: the StreamHandler gets an Exchange
+// Streaming. If the head route streams a request (or a stream route's `wants_stream(head)`
+// says yes), the body is not read: the StreamHandler gets an Exchange
 // and reads the body in pieces (`read_body`, bounded by `stream_body_limit` instead of
 // `body_limit`), then answers with one whole Response (`respond`) or a chunked stream
 // (`begin`, `send`..., `end`) such as server-sent events or a JSON Lines download. A
@@ -28,12 +36,14 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -70,12 +80,56 @@ using ReplyHandler = std::function<boost::asio::awaitable<Reply>(Request&)>;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  std::uint16_t port = 0;                    // 0 picks a free port; see Server::port()
-  std::size_t body_limit = 8 * 1024 * 1024;  // a request read whole (Handler, ReplyHandler)
-  std::chrono::seconds read_timeout{30};     // per read: a request head, a body, a read_body
+  std::uint16_t port = 0;  // 0 picks a free port; see Server::port()
+  // A request read whole (Handler, ReplyHandler), unless its Admission names a limit.
+  std::size_t body_limit = 8 * 1024 * 1024;
+  std::chrono::seconds read_timeout{30};  // per read of a streamed body (Exchange::read_body)
   std::string server_name = "agentfleet";
   std::uint64_t stream_body_limit = std::uint64_t{2} * 1024 * 1024 * 1024;  // per Exchange
   std::chrono::seconds write_timeout{30};  // per write: a response, a head, one chunk
+
+  // What one client may send and hold. A head over `header_limit` bytes (request line and
+  // fields) is answered 431, a target over `target_limit` 414, both closing the connection.
+  std::size_t header_limit = 16 * 1024;
+  std::size_t target_limit = 8 * 1024;
+  // A keep-alive connection waits this long for the first byte of its next request; from
+  // that byte the head must be complete within `header_timeout`, and a request read whole,
+  // head and body, within `request_timeout` (a deadline for the request, not for each read:
+  // a client trickling a byte at a time is cut off all the same). The connection is then
+  // closed without an answer.
+  std::chrono::seconds idle_timeout{60};
+  std::chrono::seconds header_timeout{10};
+  std::chrono::seconds request_timeout{30};
+  // Open connections at most, in all and from one client address (0: no cap). A connection
+  // over a cap is answered at once, 503 (all) or 429 (one address) with `Retry-After:
+  // retry_after`, and closed; a client that had already sent its request may see the
+  // connection reset instead.
+  std::size_t max_connections = 0;
+  std::size_t max_connections_per_address = 0;
+  std::chrono::seconds retry_after{1};
+};
+
+// What the server does with a request whose head was read, decided before any body byte is
+// (a HeadRoute's answer).
+struct Admission {
+  // Answered at once, and the body never read (the connection then closes): a caller
+  // without a key, a route that does not exist, a body over the route's limit.
+  std::optional<Response> refusal;
+  // To the StreamHandler, which reads the body itself.
+  bool streamed = false;
+  // The most body bytes of a request read whole; unset: ServerOptions::body_limit.
+  std::optional<std::size_t> body_limit;
+};
+using HeadRoute = std::function<Admission(const Request& head)>;
+
+// What a Server has refused and how many connections it holds, for metrics.
+struct ServerCounts {
+  std::size_t open = 0;               // connections open now
+  std::uint64_t refused_total = 0;    // over max_connections
+  std::uint64_t refused_address = 0;  // over max_connections_per_address
+  std::uint64_t accept_failures = 0;  // failed accepts (no descriptor left, ...)
+  std::uint64_t timed_out = 0;        // closed by the idle, header or request deadline
+  std::uint64_t oversized_heads = 0;  // answered 431 or 414
 };
 
 // One request handed whole to a StreamHandler: the head is parsed, the body is not read
@@ -153,6 +207,11 @@ class Server {
   // responding the server answers 500; an exception from it is caught (500 if nothing
   // was sent yet, else the stream is cut off).
   void set_stream_route(StreamPredicate wants_stream, StreamHandler handler);
+  // The general form: `route` decides on each request's head (after the server's own
+  // limits passed) whether it is refused, streamed to `handler`, or read whole with a body
+  // limit of its own. If it throws, the request is answered 500 and its connection closed.
+  // Call before start(); replaces a stream route.
+  void set_head_route(HeadRoute route, StreamHandler handler);
 
   void start();
   // Closes the listener and every connection, from any thread; idempotent. A streamed
@@ -162,13 +221,19 @@ class Server {
   // comment line ":\n\n" every few seconds), which also tells it when the client is gone.
   void stop();
   std::uint16_t port() const { return bound_port_; }
+  ServerCounts counts() const;
 
  private:
   struct Connection;
   // Arms the next accept; the caller holds acceptor_mutex_.
   void accept_next();
-  // Starts serving a connection the listener accepted on `strand`.
+  // Arms the next accept after `delay` (a failed accept); the caller holds acceptor_mutex_.
+  void accept_after(std::chrono::milliseconds delay);
+  // Starts serving a connection the listener accepted on `strand`, or refuses it when it
+  // is over a cap.
   void accepted(boost::asio::any_io_executor strand, boost::asio::ip::tcp::socket socket);
+  // Forgets a connection that ended.
+  void closed(const std::shared_ptr<Connection>& connection);
   boost::asio::awaitable<void> serve(std::shared_ptr<Connection> connection);
   // Hands the request whose head `parser` holds to the stream handler; the connection
   // is closed afterwards. True when part of the request body was left unread.
@@ -182,15 +247,21 @@ class Server {
   boost::asio::any_io_executor executor_;
   ServerOptions options_;
   ReplyHandler handler_;
-  StreamPredicate wants_stream_;
+  HeadRoute head_route_;
   StreamHandler stream_handler_;
   // The listener is touched only under acceptor_mutex_: the accept handler runs on the
   // io_context's threads and stop() may close it from any thread.
   std::mutex acceptor_mutex_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::uint16_t bound_port_ = 0;
-  std::mutex connections_mutex_;
+  // Waits out the backoff after a failed accept (a process out of descriptors would
+  // otherwise spin); under acceptor_mutex_.
+  boost::asio::steady_timer accept_backoff_;
+  std::chrono::milliseconds accept_delay_{0};
+  mutable std::mutex connections_mutex_;
   std::set<std::shared_ptr<Connection>> connections_;
+  std::map<std::string, std::size_t> per_address_;  // open connections by client address
+  ServerCounts counts_;                             // `open` is connections_.size()
   bool stopped_ = false;
 };
 
