@@ -1,5 +1,9 @@
 #pragma once
-// Error answers the API's routes share (api.cpp, api_tools.cpp).
+// What the API's route files share (api.cpp, api_tasks.cpp, api_batches.cpp,
+// api_streams.cpp, api_usage.cpp, api_tools.cpp): error answers and small readers.
+
+#include <rapidjson/document.h>
+#include <boost/asio/awaitable.hpp>
 
 #include <optional>
 #include <string>
@@ -32,6 +36,18 @@ std::optional<http::Response> check_query_user(const http::Request& request, con
 // when one is neither.
 std::optional<http::Response> read_time_window(const http::Request& request, std::string* from,
                                                std::string* to);
+// 404 not_found for `what` ("task", "batch") `id`, at /path/<what>_id.
+http::Response not_found(const http::Request& request, std::string_view what, std::string_view id);
+
+// A whole answer to a streamed request; `answered` keeps its status for the request metrics.
+boost::asio::awaitable<bool> respond(http::Exchange& exchange, int& answered,
+                                     http::Response response);
+
+// A task id as the API hands them out: a UUID in its 36-character text form.
+bool is_uuid(std::string_view text);
+// The string member `name` of a JSON object; empty when it is missing or not a string.
+std::string string_member(const rapidjson::Value& doc, const char* name);
+
 // The answer to a failed query over such a window: 400 for a time Postgres cannot read (a
 // 30th of February), else 503.
 http::Response window_query_failed(const http::Request& request, const Error& error);

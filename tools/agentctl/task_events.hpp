@@ -3,7 +3,7 @@
 // split into events, and each event in one shape whether it came live from the events
 // topic or was rebuilt from the task's trace (a late client, a task that already ended).
 //
-// The two shapes the dispatcher sends (dispatcher/api.cpp):
+// The two shapes the dispatcher sends (dispatcher/api_streams.cpp):
 //   live      the progress event: {"task_id","user_id","seq","attempt","event","step",
 //             "tool"?,"data":{...},"at"}; `done` carries the result event in `data`
 //             (status, result, error, error_code, steps as a count, usage, cost, currency);

@@ -1,0 +1,414 @@
+// The API's batch routes: POST /v1/batches (JSON Lines, streamed in), GET /v1/batches/{id},
+// GET /v1/batches/{id}/results (JSON Lines, streamed out) and POST /v1/batches/{id}/cancel.
+#include "dispatcher/api.hpp"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <vector>
+
+#include "core/adapters/pg/batch_store.hpp"
+#include "core/codec/json_text.hpp"
+#include "core/codec/task_codec.hpp"
+#include "dispatcher/api_responses.hpp"
+#include "dispatcher/user_limits.hpp"
+
+namespace agentfleet::dispatcher {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+
+namespace {
+constexpr std::size_t kReadChunk = 1 << 20;        // body bytes per read
+constexpr std::size_t kMaxLineBytes = 256 * 1024;  // one JSON line of a batch
+constexpr std::size_t kBatchSlice = 1000;          // tasks per INSERT
+constexpr int kResultsPage = 1000;                 // tasks per results page
+constexpr int kMaxReportedErrors = 10;
+}  // namespace
+
+asio::awaitable<http::Response> Api::get_batch(http::Request& request, const Caller& caller,
+                                               std::string batch_id) {
+  if (id_problem(batch_id, kMaxBatchIdBytes))
+    co_return not_found(request, "batch", batch_id);
+  auto batch = co_await store_.find_batch(batch_id);
+  if (!batch.ok())
+    co_return store_unavailable(request, batch.error());
+  if (!batch.value() || !caller.may_act_for(batch.value()->user_id))
+    co_return not_found(request, "batch", batch_id);
+  auto body = co_await store_.batch_json(batch_id);
+  if (!body.ok())
+    co_return store_unavailable(request, body.error());
+  if (!body.value())
+    co_return not_found(request, "batch", batch_id);
+  co_return http::make_response(request, http::Status::ok, *body.value());
+}
+
+asio::awaitable<http::Response> Api::cancel_batch(http::Request& request, const Caller& caller,
+                                                  std::string batch_id) {
+  if (id_problem(batch_id, kMaxBatchIdBytes))
+    co_return not_found(request, "batch", batch_id);
+  auto batch = co_await store_.find_batch(batch_id);
+  if (!batch.ok())
+    co_return store_unavailable(request, batch.error());
+  if (!batch.value() || !caller.may_act_for(batch.value()->user_id))
+    co_return not_found(request, "batch", batch_id);
+  const pg::BatchHeader header = *batch.value();
+  // Slices of a few thousand tasks, each one transaction, until none is left; the batch is
+  // marked cancelled by the first, so the scheduler admits none of the rest meanwhile.
+  constexpr int kSlice = 5000;
+  std::string after;  // the last task id of the slices committed so far
+  for (;;) {
+    auto ended =
+        co_await store_.cancel_batch_slice(header, after, kSlice, config_.kafka.topics.results);
+    if (!ended.ok())
+      co_return store_unavailable(request, ended.error());
+    after = ended.value().last;
+    if (ended.value().taken < kSlice)
+      break;
+  }
+  auto body = co_await store_.batch_json(batch_id);
+  if (!body.ok() || !body.value()) {
+    co_return store_unavailable(
+        request, body.ok() ? Error{ErrorKind::kTransient, "batch vanished"} : body.error());
+  }
+  co_return http::make_response(request, http::Status::ok, *body.value());
+}
+
+asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& caller,
+                                        int& answered) {
+  const http::Request& head = exchange.head();
+  const std::string target(head.target());
+  auto refuse = [&](http::Status status, std::string_view code, const std::string& message,
+                    std::string_view path = {}) {
+    return respond(exchange, answered, http::make_error(head, status, code, message, path));
+  };
+  std::string user_id = http::query_param(target, "user_id").value_or("");
+  std::string batch_id = http::query_param(target, "batch_id").value_or("");
+  Priority priority = Priority::kBatch;
+  if (auto text = http::query_param(target, "priority")) {
+    auto parsed = parse_priority(*text);
+    if (!parsed) {
+      co_await refuse(http::Status::bad_request, "invalid_request",
+                      "priority must be interactive or batch", "/query/priority");
+      co_return;
+    }
+    priority = *parsed;
+  }
+  // The batch id goes into the Location header: a CR or LF in it would write headers of
+  // its own.
+  if (!batch_id.empty() &&
+      (batch_id.size() > kMaxBatchIdBytes || id_problem(batch_id, kMaxBatchIdBytes))) {
+    co_await refuse(http::Status::bad_request, "invalid_request",
+                    "batch_id must be valid UTF-8 of at most " + std::to_string(kMaxBatchIdBytes) +
+                        " bytes without control characters",
+                    "/query/batch_id");
+    co_return;
+  }
+  if (!user_id.empty()) {
+    if (auto problem = id_problem(user_id, kMaxUserIdChars)) {
+      co_await refuse(http::Status::bad_request, "invalid_request", "user_id " + *problem,
+                      "/query/user_id");
+      co_return;
+    }
+  }
+  if (!user_id.empty() && !caller.may_act_for(user_id)) {
+    co_await respond(exchange, answered, forbidden(head, user_id, "/query/user_id"));
+    co_return;
+  }
+  if (batch_uploads_ >= config_.dispatcher.max_batch_uploads) {
+    auto response = http::make_error(head, http::Status::too_many_requests, "too_many_uploads",
+                                     "this replica is taking " + std::to_string(batch_uploads_) +
+                                         " batch uploads already; retry shortly");
+    response.set(bhttp::field::retry_after, "5");
+    co_await respond(exchange, answered, std::move(response));
+    co_return;
+  }
+  ++batch_uploads_;
+  struct Release {
+    int& uploads;
+    ~Release() { --uploads; }
+  } release{batch_uploads_};
+  if (batch_id.empty())
+    batch_id = new_task_id();
+
+  codec::SubmissionDefaults defaults = defaults_;
+  defaults.priority = priority;
+  std::unique_ptr<pg::BatchWriter> writer;
+  // Blocking store work runs on the batch pool, one call at a time for this upload.
+  auto on_pool = [this](auto fn) {
+    return asio::co_spawn(
+        *batch_pool_,
+        [fn = std::move(fn)]() mutable -> asio::awaitable<Result<decltype(fn())>> {
+          try {
+            co_return Result<decltype(fn())>(fn());
+          } catch (const std::exception& e) {
+            co_return pg::map_pg_error(e);
+          }
+        },
+        asio::use_awaitable);
+  };
+
+  std::vector<std::pair<std::string, std::string>> errors;  // (path, message)
+  std::string store_error;
+  bool too_many = false;
+  bool not_permitted = false;  // the lines name a user the key may not act for: 403
+  std::int64_t lines = 0, accepted = 0, duplicates = 0;
+  std::vector<pg::NewTask> slice;
+  auto flush = [&]() -> asio::awaitable<void> {
+    if (slice.empty() || !errors.empty() || !store_error.empty())
+      co_return;
+    if (!writer) {
+      pg::BatchHeader header{batch_id, user_id, priority};
+      auto created = co_await on_pool([&] {
+        writer = std::make_unique<pg::BatchWriter>(config_.postgres.url,
+                                                   config_.postgres.statement_timeout_ms,
+                                                   config_.postgres.connect_timeout_s, header);
+        return writer->create();
+      });
+      if (!created.ok()) {
+        store_error = created.error().message;
+        co_return;
+      }
+      if (!created.value()) {
+        errors.emplace_back("/query/batch_id", "a batch '" + batch_id + "' exists already");
+        co_return;
+      }
+    }
+    std::vector<pg::NewTask> rows;
+    rows.swap(slice);
+    auto added = co_await on_pool([&] { return writer->add(rows); });
+    if (!added.ok()) {
+      store_error = added.error().message;
+      co_return;
+    }
+    accepted += added.value();
+    duplicates += static_cast<std::int64_t>(rows.size()) - added.value();
+  };
+  auto take_line = [&](std::string_view line) {
+    ++lines;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
+      --lines;  // blank lines (a trailing newline) are not tasks
+      return;
+    }
+    const std::string where = "/line/" + std::to_string(lines);
+    auto fail = [&](const std::string& at, const std::string& message) {
+      if (errors.size() < kMaxReportedErrors)
+        errors.emplace_back(where + (at == "/" ? "" : at), message);
+      else
+        errors.back().second += "";  // keep the count below; the rest are not listed
+    };
+    if (lines > config_.dispatcher.max_batch_lines) {
+      too_many = true;
+      return;
+    }
+    if (line.size() > kMaxLineBytes) {
+      fail("/", "the line is longer than " + std::to_string(kMaxLineBytes) + " bytes");
+      return;
+    }
+    auto parsed = codec::parse_submission(line, defaults);
+    if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
+      fail(violation->path.empty() ? "/" : violation->path, violation->message);
+      return;
+    }
+    auto& submission = std::get<codec::Submission>(parsed);
+    TaskSpec& spec = submission.spec;
+    if (user_id.empty()) {
+      user_id = spec.user_id;
+      if (!caller.may_act_for(user_id)) {
+        not_permitted = true;
+        fail("/user_id", "this key may not act for user '" + user_id + "'");
+        return;
+      }
+    }
+    if (spec.user_id != user_id) {
+      fail("/user_id", "every task of a batch belongs to its user '" + user_id + "'");
+      return;
+    }
+    if (!spec.batch_id.empty() && spec.batch_id != batch_id) {
+      fail("/batch_id",
+           "the line names batch '" + spec.batch_id + "', the upload is batch '" + batch_id + "'");
+      return;
+    }
+    if (auto problem = check_references(config_, spec)) {
+      fail(problem->path, problem->message);
+      return;
+    }
+    if (!errors.empty())
+      return;  // nothing will be stored; only validate the rest
+    spec.batch_id = batch_id;
+    spec.task_id = new_task_id();
+    slice.push_back(pg::NewTask{std::move(spec), std::move(submission.canonical),
+                                traceparent_for(std::string(head["traceparent"]))});
+  };
+
+  std::string buffer;
+  bool body_failed = false;
+  for (;;) {
+    boost::system::error_code ec;
+    const std::size_t before = buffer.size();
+    const std::size_t got = co_await exchange.read_body(buffer, kReadChunk, ec);
+    if (ec) {
+      body_failed = true;
+      break;
+    }
+    std::size_t start = 0;
+    for (std::size_t nl = buffer.find('\n', before); nl != std::string::npos;
+         nl = buffer.find('\n', start)) {
+      take_line(std::string_view(buffer).substr(start, nl - start));
+      start = nl + 1;
+    }
+    buffer.erase(0, start);
+    if (buffer.size() > kMaxLineBytes + 1) {
+      take_line(buffer);  // reports the overlong line
+      buffer.clear();
+      while (!exchange.body_done() && !ec) {
+        std::string skip;
+        const std::size_t n = co_await exchange.read_body(skip, kReadChunk, ec);
+        const auto nl = skip.find('\n');
+        if (nl != std::string::npos) {
+          buffer = skip.substr(nl + 1);
+          break;
+        }
+        if (n == 0)
+          break;
+      }
+    }
+    if (slice.size() >= kBatchSlice)
+      co_await flush();
+    if (got == 0 || exchange.body_done())
+      break;
+  }
+  if (!body_failed && !buffer.empty())
+    take_line(buffer);
+  if (body_failed) {
+    co_await refuse(http::Status::bad_request, "invalid_request",
+                    "the request body could not be read to its end; nothing was stored", "/");
+    co_return;
+  }
+  if (too_many) {
+    co_await refuse(http::Status::payload_too_large, "payload_too_large",
+                    "a batch has at most " + std::to_string(config_.dispatcher.max_batch_lines) +
+                        " lines; nothing was stored",
+                    "/line/" + std::to_string(config_.dispatcher.max_batch_lines + 1));
+    co_return;
+  }
+  if (errors.empty() && lines == 0) {
+    co_await refuse(http::Status::bad_request, "invalid_request",
+                    "the batch has no lines: send one JSON task submission per line", "/line/1");
+    co_return;
+  }
+  co_await flush();
+  if (!store_error.empty()) {
+    auto response = store_unavailable(head, Error{ErrorKind::kTransient, store_error});
+    co_await respond(exchange, answered, std::move(response));
+    co_return;
+  }
+  if (!errors.empty()) {
+    std::string message = "nothing was stored: ";
+    for (std::size_t i = 0; i < errors.size(); ++i) {
+      if (i)
+        message += "; ";
+      message += errors[i].first.substr(1) + ": " + errors[i].second;
+    }
+    http::Status status = http::Status::bad_request;
+    std::string_view code = "invalid_request";
+    if (not_permitted) {
+      status = http::Status::forbidden;
+      code = "forbidden";
+    } else if (errors.front().first == "/query/batch_id") {
+      status = http::Status::conflict;
+      code = "batch_exists";
+    }
+    auto response = http::make_error(head, status, code, message, errors.front().first);
+    co_await respond(exchange, answered, std::move(response));
+    co_return;
+  }
+  auto room = co_await on_pool([&] { return writer->room(queue_limit(config_)); });
+  if (!room.ok()) {
+    co_await respond(exchange, answered, store_unavailable(head, room.error()));
+    co_return;
+  }
+  if (room.value().queued > room.value().max_queued) {
+    metrics_.throttled(metrics::ThrottleReason::kQueueFull, accepted);
+    auto response = http::make_error(
+        head, http::Status::too_many_requests, "queue_full",
+        "the batch's " + std::to_string(accepted) + " tasks would exceed user '" + user_id +
+            "''s max_queued of " + std::to_string(room.value().max_queued) +
+            " queued tasks; nothing was stored");
+    response.set(bhttp::field::retry_after, "60");
+    co_await respond(exchange, answered, std::move(response));
+    co_return;
+  }
+  auto committed = co_await on_pool([&] {
+    writer->commit(accepted);
+    return true;
+  });
+  if (!committed.ok()) {
+    co_await respond(exchange, answered, store_unavailable(head, committed.error()));
+    co_return;
+  }
+  for (std::int64_t i = 0; i < accepted; ++i)
+    metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kAccepted);
+  wake_scheduler_();
+  rapidjson::StringBuffer out;
+  rapidjson::Writer<rapidjson::StringBuffer> w(out);
+  w.StartObject();
+  w.Key("batch_id");
+  w.String(batch_id.c_str());
+  w.Key("user_id");
+  w.String(user_id.c_str());
+  w.Key("priority");
+  w.String(std::string(to_string(priority)).c_str());
+  w.Key("lines");
+  w.Int64(lines);
+  w.Key("accepted");
+  w.Int64(accepted);
+  w.Key("duplicates");
+  w.Int64(duplicates);
+  w.EndObject();
+  auto response =
+      http::make_response(head, http::Status::created, std::string(out.GetString(), out.GetSize()));
+  response.set(bhttp::field::location, "/v1/batches/" + batch_id);
+  co_await respond(exchange, answered, std::move(response));
+}
+
+asio::awaitable<void> Api::batch_results(http::Exchange& exchange, const Caller& caller,
+                                         int& answered, std::string batch_id) {
+  const http::Request& head = exchange.head();
+  if (id_problem(batch_id, kMaxBatchIdBytes)) {
+    co_await respond(exchange, answered, not_found(head, "batch", batch_id));
+    co_return;
+  }
+  auto batch = co_await store_.find_batch(batch_id);
+  if (!batch.ok()) {
+    co_await respond(exchange, answered, store_unavailable(head, batch.error()));
+    co_return;
+  }
+  if (!batch.value() || !caller.may_act_for(batch.value()->user_id)) {
+    co_await respond(exchange, answered, not_found(head, "batch", batch_id));
+    co_return;
+  }
+  const pg::BatchHeader header = *batch.value();
+  http::Response start{http::Status::ok, head.version()};
+  start.set(bhttp::field::content_type, "application/x-ndjson");
+  if (!co_await exchange.begin(std::move(start)))
+    co_return;
+  std::string after;
+  for (;;) {
+    auto page = co_await store_.batch_results_page(header, after, kResultsPage);
+    if (!page.ok())
+      co_return;  // the client sees the stream cut short, without the last chunk
+    if (!page.value().lines.empty() && !co_await exchange.send(page.value().lines))
+      co_return;
+    if (page.value().last.empty())
+      break;
+    after = page.value().last;
+  }
+  co_await exchange.end();
+}
+
+}  // namespace agentfleet::dispatcher

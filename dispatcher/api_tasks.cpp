@@ -1,0 +1,283 @@
+// The API's task routes: POST /v1/tasks, GET /v1/tasks, GET /v1/tasks/{id} (with ?wait=N
+// long polls) and POST /v1/tasks/{id}/cancel.
+#include "dispatcher/api.hpp"
+
+#include <charconv>
+#include <chrono>
+#include <variant>
+
+#include "core/adapters/log.hpp"
+#include "core/adapters/pg/submission_store.hpp"
+#include "core/codec/json_text.hpp"
+#include "core/codec/task_codec.hpp"
+#include "core/domain/task.hpp"
+#include "dispatcher/api_responses.hpp"
+#include "dispatcher/user_limits.hpp"
+
+namespace agentfleet::dispatcher {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+
+namespace {
+// A query parameter that must be an integer in [lo, hi]; nullopt when absent, an error
+// response's message when malformed.
+std::variant<std::nullopt_t, int, std::string> int_param(std::string_view target,
+                                                         std::string_view name, int lo, int hi) {
+  auto text = http::query_param(target, name);
+  if (!text)
+    return std::nullopt;
+  int value = 0;
+  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc() || end != text->data() + text->size() || value < lo || value > hi) {
+    return std::string(name) + " must be an integer from " + std::to_string(lo) + " to " +
+           std::to_string(hi);
+  }
+  return value;
+}
+
+// The owner and status of a task's JSON (as task_json gives it).
+struct TaskView {
+  std::string user_id;
+  bool terminal = false;
+};
+TaskView view_of(const std::string& task_json) {
+  rapidjson::Document doc;
+  TaskView view;
+  if (!codec::parse_json(doc, task_json))
+    return view;
+  view.user_id = string_member(doc, "user_id");
+  const auto status = parse_task_status(string_member(doc, "status"));
+  view.terminal = status && is_terminal(*status);
+  return view;
+}
+}  // namespace
+
+asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submission(
+    http::Request& request, const codec::Submission& submission) {
+  pg::NewTask task{submission.spec, submission.canonical,
+                   traceparent_for(std::string(request["traceparent"]))};
+  task.spec.task_id = new_task_id();
+  const pg::QueueLimit limit = queue_limit(config_);
+  const pg::ModelCheck models = model_check(config_);
+  auto inserted = co_await store_.insert_task(task, limit, true, models);
+  if (!inserted.ok())
+    co_return store_unavailable(request, inserted.error());
+  const pg::InsertResult result = inserted.value();
+  metrics_.task_submitted(
+      metrics::SubmitSource::kHttp,
+      result.outcome == pg::InsertOutcome::kCreated    ? metrics::SubmitOutcome::kAccepted
+      : result.outcome == pg::InsertOutcome::kExisting ? metrics::SubmitOutcome::kDuplicate
+                                                       : metrics::SubmitOutcome::kRejected);
+  log::TaskContext logged;  // the task's (or the refused submission's) ids in the log
+  logged.task_id = result.task_id;
+  logged.user_id = task.spec.user_id;
+  logged.batch_id = task.spec.batch_id;
+  logged.trace_id = log::trace_id_of(task.traceparent);
+  if (result.outcome == pg::InsertOutcome::kQueueFull) {
+    metrics_.throttled(metrics::ThrottleReason::kQueueFull, 1);
+    logged.task_id = {};
+    log::info("api", logged, "submission refused: queue_full");
+    auto response = http::make_error(
+        request, http::Status::too_many_requests, "queue_full",
+        "user '" + task.spec.user_id + "' has " + std::to_string(result.room.queued) +
+            " tasks queued, the most allowed (max_queued " +
+            std::to_string(result.room.max_queued) + "); retry once some have run");
+    response.set(bhttp::field::retry_after, "5");
+    co_return response;
+  }
+  if (result.outcome == pg::InsertOutcome::kModelNotAllowed) {
+    logged.task_id = {};
+    log::info("api", logged, "submission refused: model_not_allowed");
+    co_return http::make_error(request, http::Status::forbidden, "model_not_allowed",
+                               result.refusal, "/model");
+  }
+  if (result.outcome == pg::InsertOutcome::kConflict) {
+    co_return http::make_error(
+        request, http::Status::conflict, "idempotency_conflict",
+        "idempotency_key was used with a different request for task " + result.task_id,
+        "/idempotency_key");
+  }
+  if (result.outcome == pg::InsertOutcome::kCreated) {
+    log::info("api", logged, "accepted");
+    wake_scheduler_();
+  }
+  co_return result;
+}
+
+asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller& caller) {
+  auto parsed = codec::parse_submission(request.body(), defaults_);
+  if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
+    metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
+    co_return invalid_request(request, *violation);
+  }
+  auto& submission = std::get<codec::Submission>(parsed);
+  if (!caller.may_act_for(submission.spec.user_id)) {
+    metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
+    co_return forbidden(request, submission.spec.user_id, "/user_id");
+  }
+  if (auto problem = check_references(config_, submission.spec)) {
+    metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               problem->message, problem->path);
+  }
+  if (const TaskSpec& spec = submission.spec;
+      !spec.parent_task_id.empty() || !spec.session_id.empty()) {
+    // A follow-up continues an ended task of the same user (the one named, or its session's
+    // latest); another user's task is as unknown as a task that does not exist.
+    auto parent = co_await store_.find_parent(spec.user_id, spec.parent_task_id, spec.session_id,
+                                              spec.idempotency_key);
+    if (!parent.ok())
+      co_return store_unavailable(request, parent.error());
+    const std::string path = spec.parent_task_id.empty() ? "/session_id" : "/parent_task_id";
+    if (!parent.value() && !spec.parent_task_id.empty()) {
+      metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
+      co_return http::make_error(
+          request, http::Status::bad_request, "invalid_request",
+          "no task " + spec.parent_task_id + " of user '" + spec.user_id + "'", path);
+    }
+    if (parent.value() && !is_terminal(parent.value()->status)) {
+      metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
+      co_return http::make_error(
+          request, http::Status::conflict, "parent_not_ended",
+          "task " + parent.value()->task_id + " has not ended; submit its follow-up once it has",
+          path);
+    }
+  }
+  auto stored = co_await store_submission(request, submission);
+  if (auto* refused = std::get_if<http::Response>(&stored))
+    co_return std::move(*refused);
+  const pg::InsertResult& result = std::get<pg::InsertResult>(stored);
+  if (result.task_json.empty()) {
+    co_return store_unavailable(request, Error{ErrorKind::kTransient, "task vanished"});
+  }
+  auto response = http::make_response(
+      request,
+      result.outcome == pg::InsertOutcome::kCreated ? http::Status::created : http::Status::ok,
+      result.task_json);
+  response.set(bhttp::field::location, "/v1/tasks/" + result.task_id);
+  co_return response;
+}
+
+asio::awaitable<http::Response> Api::get_task(http::Request& request, const Caller& caller,
+                                              std::string task_id) {
+  if (!is_uuid(task_id))
+    co_return not_found(request, "task", task_id);
+  const std::string target(request.target());
+  auto wait = int_param(target, "wait", 0, 30);
+  if (auto* problem = std::get_if<std::string>(&wait)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request", *problem,
+                               "/query/wait");
+  }
+  const int wait_s = std::holds_alternative<int>(wait) ? std::get<int>(wait) : 0;
+  auto read = co_await read_task(request, caller, task_id, wait_s);
+  if (auto* answered = std::get_if<http::Response>(&read))
+    co_return std::move(*answered);
+  co_return http::make_response(request, http::Status::ok, std::get<std::string>(read));
+}
+
+asio::awaitable<std::variant<http::Response, std::string>> Api::read_task(
+    http::Request& request, const Caller& caller, const std::string& task_id, int wait_s) {
+  // Answer as soon as the task ends (its result event, from the feed), or after wait_s
+  // seconds with it as it is. The row is the truth: it is re-read on every wake-up, and
+  // every second in case the event went past this replica.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+  std::unique_ptr<TaskFeed::Subscription> subscription;
+  if (wait_s > 0) {
+    subscription = feed_.subscribe(task_id);
+    metrics_.wait_opened(metrics::WaitKind::kLongPoll);
+  }
+  struct Closed {
+    metrics::DispatcherMetrics& metrics;
+    bool open;
+    ~Closed() {
+      if (open)
+        metrics.wait_closed(metrics::WaitKind::kLongPoll);
+    }
+  } closed{metrics_, wait_s > 0};
+  for (;;) {
+    auto body = co_await store_.task_json(task_id);
+    if (!body.ok())
+      co_return store_unavailable(request, body.error());
+    if (!body.value())
+      co_return not_found(request, "task", task_id);
+    const TaskView view = view_of(*body.value());
+    if (!caller.may_act_for(view.user_id))
+      co_return not_found(request, "task", task_id);
+    const auto now = std::chrono::steady_clock::now();
+    if (view.terminal || !subscription || now >= until || feed_.stopped())
+      co_return std::move(*body.value());
+    co_await subscription->next(std::min(until, now + std::chrono::seconds(1)));
+  }
+}
+
+asio::awaitable<http::Response> Api::list_tasks(http::Request& request, const Caller& caller) {
+  const std::string target(request.target());
+  pg::TaskListQuery query;
+  auto user = http::query_param(target, "user_id");
+  if (!user || user->empty()) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               "user_id is required", "/query/user_id");
+  }
+  if (auto refused = check_query_user(request, caller, *user))
+    co_return std::move(*refused);
+  query.user_id = *user;
+  if (auto status = http::query_param(target, "status")) {
+    if (!parse_task_status(*status)) {
+      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                                 "unknown status '" + *status + "'", "/query/status");
+    }
+    query.status = *status;
+  }
+  auto limit = int_param(target, "limit", 1, 500);
+  if (auto* problem = std::get_if<std::string>(&limit)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request", *problem,
+                               "/query/limit");
+  }
+  if (auto* value = std::get_if<int>(&limit))
+    query.limit = *value;
+  if (auto before = http::query_param(target, "before")) {
+    if (!is_uuid(*before)) {
+      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                                 "before must be a task id", "/query/before");
+    }
+    query.before = *before;
+  }
+  auto page = co_await store_.list_tasks(query);
+  if (!page.ok())
+    co_return store_unavailable(request, page.error());
+  co_return http::make_response(request, http::Status::ok, "{\"tasks\":" + page.value() + "}");
+}
+
+asio::awaitable<http::Response> Api::cancel_task(http::Request& request, const Caller& caller,
+                                                 std::string task_id) {
+  if (!is_uuid(task_id))
+    co_return not_found(request, "task", task_id);
+  auto before = co_await store_.task_json(task_id);
+  if (!before.ok())
+    co_return store_unavailable(request, before.error());
+  if (!before.value() || !caller.may_act_for(view_of(*before.value()).user_id))
+    co_return not_found(request, "task", task_id);
+  auto outcome = co_await store_.cancel_task(task_id, config_.kafka.topics.results);
+  if (!outcome.ok())
+    co_return store_unavailable(request, outcome.error());
+  if (outcome.value() == pg::CancelOutcome::kUnknown)
+    co_return not_found(request, "task", task_id);
+  auto body = co_await store_.task_json(task_id);
+  if (!body.ok() || !body.value()) {
+    co_return store_unavailable(
+        request, body.ok() ? Error{ErrorKind::kTransient, "task vanished"} : body.error());
+  }
+  switch (outcome.value()) {
+    case pg::CancelOutcome::kAlreadyEnded:
+      co_return http::make_error(request, http::Status::conflict, "already_ended",
+                                 "the task already ended; it cannot be cancelled", "/path/task_id");
+    case pg::CancelOutcome::kRequested:
+      // Running: its worker stops it within worker.cancel_poll_ms.
+      co_return http::make_response(request, http::Status::accepted, *body.value());
+    default:
+      co_return http::make_response(request, http::Status::ok, *body.value());
+  }
+}
+
+}  // namespace agentfleet::dispatcher
