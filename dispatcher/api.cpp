@@ -67,6 +67,19 @@ asio::awaitable<bool> respond(http::Exchange& exchange, int& answered, http::Res
   co_return co_await exchange.respond(std::move(response));
 }
 
+http::Response waiters_refused(const http::Request& request, WaiterLimits::Refusal refusal,
+                               std::string_view what) {
+  const bool mine = refusal == WaiterLimits::Refusal::kCaller;
+  auto response = http::make_error(
+      request, mine ? http::Status::too_many_requests : http::Status::service_unavailable,
+      mine ? "too_many_waiting" : "server_busy",
+      mine ? "this key holds as many open " + std::string(what) + " as it may; close one first"
+           : "this replica holds as many open " + std::string(what) + " as it serves; retry",
+      kAuthorizationPath);
+  response.set(bhttp::field::retry_after, "1");
+  return response;
+}
+
 http::Response store_unavailable(const http::Request& request, const Error& error) {
   // The detail (libpq's text names hosts and database users) goes to the log only.
   const std::string target(request.target());
@@ -203,6 +216,10 @@ Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wak
       feed_(feed),
       auth_(config.auth),
       defaults_(submission_defaults(config)),
+      waiters_(WaiterCaps{static_cast<std::size_t>(config.dispatcher.max_streams_per_caller),
+                          static_cast<std::size_t>(config.dispatcher.max_streams)},
+               WaiterCaps{static_cast<std::size_t>(config.dispatcher.max_long_polls_per_caller),
+                          static_cast<std::size_t>(config.dispatcher.max_long_polls)}),
       batch_pool_(std::make_unique<asio::thread_pool>(
           static_cast<std::size_t>(config.dispatcher.max_batch_uploads))) {
   for (const auto& tool : config.tools) {

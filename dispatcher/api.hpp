@@ -44,6 +44,7 @@
 #include "dispatcher/auth.hpp"
 #include "dispatcher/routes.hpp"
 #include "dispatcher/task_feed.hpp"
+#include "dispatcher/waiter_limits.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -121,6 +122,8 @@ class Api {
   Authenticator auth_;
   codec::SubmissionDefaults defaults_;
   int batch_uploads_ = 0;  // in progress on this replica
+  // Event streams and long polls open, per caller and on this replica.
+  WaiterLimits waiters_;
   // Blocking work of batch uploads (each holds a transaction on its own connection).
   std::unique_ptr<boost::asio::thread_pool> batch_pool_;
   // Direct tool calls: the tools' argument schemas, and a client made on first use (on the

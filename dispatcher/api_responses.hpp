@@ -13,6 +13,7 @@
 #include "core/codec/json_schema.hpp"
 #include "core/domain/error.hpp"
 #include "dispatcher/auth.hpp"
+#include "dispatcher/waiter_limits.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -36,6 +37,11 @@ std::optional<http::Response> check_query_user(const http::Request& request, con
 // when one is neither.
 std::optional<http::Response> read_time_window(const http::Request& request, std::string* from,
                                                std::string* to);
+// 429 (the caller's share) or 503 (the replica's total) with Retry-After, when `what`
+// ("event streams", "long polls") are at a cap.
+http::Response waiters_refused(const http::Request& request, WaiterLimits::Refusal refusal,
+                               std::string_view what);
+
 // 404 not_found for `what` ("task", "batch") `id`, at /path/<what>_id.
 http::Response not_found(const http::Request& request, std::string_view what, std::string_view id);
 

@@ -170,6 +170,11 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
     co_await respond(exchange, answered, not_found(head, "task", task_id));
     co_return;
   }
+  auto place = waiters_.acquire(Waiter::kEventStream, caller.name);
+  if (auto* refused = std::get_if<WaiterLimits::Refusal>(&place)) {
+    co_await respond(exchange, answered, waiters_refused(head, *refused, "event streams"));
+    co_return;
+  }
   // Subscribe first, then read the history: nothing falls between the two.
   auto subscription = feed_.subscribe(task_id);
   auto history = co_await store_.task_history_json(task_id);

@@ -183,7 +183,12 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::read_task(
   // every second in case the event went past this replica.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
   std::unique_ptr<TaskFeed::Subscription> subscription;
+  std::optional<WaiterLimits::Ticket> place;
   if (wait_s > 0) {
+    auto acquired = waiters_.acquire(Waiter::kLongPoll, caller.name);
+    if (auto* refused = std::get_if<WaiterLimits::Refusal>(&acquired))
+      co_return waiters_refused(request, *refused, "long polls");
+    place.emplace(std::move(std::get<WaiterLimits::Ticket>(acquired)));
     subscription = feed_.subscribe(task_id);
     metrics_.wait_opened(metrics::WaitKind::kLongPoll);
   }

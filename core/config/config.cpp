@@ -584,6 +584,10 @@ void read_dispatcher(const Section& s, DispatcherConfig& out) {
   s.read("max_batch_lines", out.max_batch_lines);
   s.read("max_batch_uploads", out.max_batch_uploads);
   s.read("stream_heartbeat_s", out.stream_heartbeat_s);
+  s.read("max_streams_per_caller", out.max_streams_per_caller);
+  s.read("max_streams", out.max_streams);
+  s.read("max_long_polls_per_caller", out.max_long_polls_per_caller);
+  s.read("max_long_polls", out.max_long_polls);
 }
 
 bool is_sha256_hex(const std::string& text) {

@@ -105,6 +105,12 @@ struct DispatcherConfig {
   int max_batch_uploads = 2;
   // Server-sent events: a comment line this often keeps proxies from closing the stream.
   int stream_heartbeat_s = 15;
+  // Event streams and long polls (?wait=N, POST /v1/plan) open at once on a replica, per
+  // caller (an API key, a gateway user) and in all; over a cap: 429 / 503 with Retry-After.
+  int max_streams_per_caller = 100;
+  int max_streams = 5000;
+  int max_long_polls_per_caller = 200;
+  int max_long_polls = 10000;
 };
 
 struct ApiKey {

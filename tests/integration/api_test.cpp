@@ -1156,6 +1156,78 @@ TEST(ApiAuth, ABodyIsNeverReadBeforeTheCallerIsKnownNorBeyondItsRoutesLimit) {
   EXPECT_EQ(metric(after, submit_413), metric(before, submit_413) + 1);
 }
 
+// A connection that sent `text` and read the answer's head (up to its blank line); the
+// status line, and the socket kept open (an event stream goes on).
+struct HeldConnection {
+  std::unique_ptr<boost::asio::ip::tcp::socket> socket;
+  std::string status;
+};
+HeldConnection hold(boost::asio::io_context& io, const std::string& text) {
+  const std::string url = base_url();
+  const auto colon = url.rfind(':');
+  HeldConnection held{std::make_unique<boost::asio::ip::tcp::socket>(io), {}};
+  held.socket->connect({boost::asio::ip::make_address(url.substr(7, colon - 7)),
+                        static_cast<unsigned short>(std::stoi(url.substr(colon + 1)))});
+  boost::asio::write(*held.socket, boost::asio::buffer(text));
+  held.socket->non_blocking(true);
+  std::string got;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (got.find("\r\n\r\n") == std::string::npos && std::chrono::steady_clock::now() < until) {
+    char buf[1024];
+    boost::system::error_code ec;
+    const std::size_t n = held.socket->read_some(boost::asio::buffer(buf), ec);
+    if (ec == boost::asio::error::would_block) {
+      std::this_thread::sleep_for(2ms);
+      continue;
+    }
+    if (ec)
+      break;
+    got.append(buf, n);
+  }
+  held.status = got.substr(0, got.find("\r\n"));
+  return held;
+}
+
+TEST(ApiAuth, AKeyHoldsAtMostItsShareOfEventStreamsAndOtherKeysStillGetTheirs) {
+  // A task that runs about 36 s: its streams stay open while the test holds them.
+  const std::string task =
+      submit(submission("u2", "slow: steps=60", "streams-cap-" + user("cap")), kU2Key);
+  auto events_of = [&](const std::string& key) {
+    return "GET /v1/tasks/" + task +
+           "/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n"
+           "Authorization: Bearer " +
+           key + "\r\n\r\n";
+  };
+  boost::asio::io_context io;
+  std::vector<HeldConnection> held;
+  constexpr int kShare = 100;  // dispatcher.max_streams_per_caller in config/agentfleet.yaml
+  for (int i = 0; i < kShare; ++i) {
+    held.push_back(hold(io, events_of(kU2Key)));
+    ASSERT_EQ(held.back().status, "HTTP/1.1 200 OK") << "stream " << i;
+  }
+  const std::string over = raw_exchange(events_of(kU2Key));
+  EXPECT_EQ(over.substr(0, over.find("\r\n")), "HTTP/1.1 429 Too Many Requests") << over;
+  EXPECT_NE(over.find("Retry-After: 1"), std::string::npos) << over;
+  EXPECT_NE(over.find("too_many_waiting"), std::string::npos) << over;
+  // Another key's stream of the same task is its own share.
+  HeldConnection admin = hold(io, events_of(admin_key()));
+  EXPECT_EQ(admin.status, "HTTP/1.1 200 OK");
+  // Closed streams give their places back (noticed when the dispatcher next writes or
+  // reads: within a heartbeat at most; the test tries for 30 s).
+  held.clear();
+  std::string again;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < until) {
+    HeldConnection one = hold(io, events_of(kU2Key));
+    again = one.status;
+    if (again == "HTTP/1.1 200 OK")
+      break;
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_EQ(again, "HTTP/1.1 200 OK");
+  post("/v1/tasks/" + task + "/cancel", "", kU2Key);
+}
+
 // ---------------------------------------------------------------------------------------
 // The bad-input catalogue
 
