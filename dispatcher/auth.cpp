@@ -27,12 +27,27 @@ bool Caller::may_act_for(const std::string& user_id) const {
 Authenticator::Authenticator(const config::AuthConfig& config) : config_(config) {
   for (const config::ApiKey& key : config_.api_keys)
     by_hash_.emplace(key.sha256, &key);
+  for (const config::ApiKey& key : config_.gateway_keys)
+    gateways_by_hash_.emplace(key.sha256, &key);
 }
 
 std::variant<Caller, AuthFailure> Authenticator::authenticate(const http::Request& request) const {
   if (config_.mode == "none")
     return Caller{"anonymous", true, true, {}};
   if (config_.mode == "gateway") {
+    // Two of a header that says who is calling would be read differently by the gateway,
+    // a proxy and this server: refused, never a guess.
+    for (const std::string& name :
+         {config_.gateway_key_header, config_.user_header, config_.admin_header}) {
+      if (request.count(name) > 1)
+        return AuthFailure{"the request carries more than one " + name + " header"};
+    }
+    const auto secret = request[config_.gateway_key_header];
+    if (secret.empty() ||
+        !gateways_by_hash_.contains(sha256_hex(std::string_view(secret.data(), secret.size())))) {
+      return AuthFailure{"the request did not come through the gateway (no valid " +
+                         config_.gateway_key_header + ")"};
+    }
     const auto user = request[config_.user_header];
     const bool admin = request[config_.admin_header] == "true";
     if (user.empty() && !admin) {
@@ -45,6 +60,8 @@ std::variant<Caller, AuthFailure> Authenticator::authenticate(const http::Reques
       caller.users.emplace_back(user);
     return caller;
   }
+  if (request.count(boost::beast::http::field::authorization) > 1 || request.count("X-API-Key") > 1)
+    return AuthFailure{"the request carries more than one key"};
   std::string_view key;
   const auto authorization = request[boost::beast::http::field::authorization];
   constexpr std::string_view kBearer = "Bearer ";

@@ -1,7 +1,9 @@
 #pragma once
 // Who is calling the API, from configuration (auth): an API key (`Authorization: Bearer
 // <key>` or `X-API-Key: <key>`) matched by its SHA-256 against the configured hashes, or
-// the user headers of a trusted gateway, or nobody checks (mode none). Keys never appear
+// the user headers of a gateway, believed only from a request that carries one of the
+// gateways' secrets (`gateway_key_header`, matched by SHA-256), or nobody checks (mode
+// none). A request with two of a header that names the caller is refused. Keys never appear
 // in logs or errors; only the key's configured name does.
 //
 // Immutable after construction; thread-safe.
@@ -39,6 +41,7 @@ class Authenticator {
  private:
   const config::AuthConfig& config_;
   std::unordered_map<std::string, const config::ApiKey*> by_hash_;
+  std::unordered_map<std::string, const config::ApiKey*> gateways_by_hash_;
 };
 
 // Lower-case hex SHA-256 of `text`.

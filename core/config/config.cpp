@@ -600,6 +600,27 @@ void read_auth(const Section& s, AuthConfig& out) {
   s.read("mode", out.mode);
   s.read("user_header", out.user_header);
   s.read("admin_header", out.admin_header);
+  s.read("gateway_key_header", out.gateway_key_header);
+  s.each("gateway_keys", [&](const Section& k) {
+    ApiKey key;
+    k.read("name", key.name);
+    k.read("sha256", key.sha256);
+    if (!is_sha256_hex(key.sha256)) {
+      throw Problem(k.path("sha256"),
+                    "must be the gateway secret's SHA-256 as 64 lower-case hex digits (e.g. printf "
+                    "%s SECRET | sha256sum)");
+    }
+    for (const ApiKey& other : out.gateway_keys) {
+      if (other.name == key.name)
+        throw Problem(k.path("name"), "duplicate gateway key name '" + key.name + "'");
+    }
+    out.gateway_keys.push_back(std::move(key));
+  });
+  if (out.mode == "gateway" && out.gateway_keys.empty()) {
+    throw Problem(s.path("gateway_keys"),
+                  "auth.mode gateway needs at least one gateway key: the identity headers are "
+                  "believed only from a request that proves it came through the gateway");
+  }
   s.each("api_keys", [&](const Section& k) {
     ApiKey key;
     k.read("name", key.name);

@@ -129,6 +129,11 @@ struct AuthConfig {
   std::vector<ApiKey> api_keys;
   std::string user_header = "X-User-ID";
   std::string admin_header = "X-Admin";
+  // gateway mode: the gateway proves each request came through it with one of these
+  // secrets (SHA-256 only, like api keys; `users` and `admin` unused) in
+  // `gateway_key_header`; without it the identity headers are not believed.
+  std::vector<ApiKey> gateway_keys;
+  std::string gateway_key_header = "X-Gateway-Key";
 };
 
 struct WorkerConfig {

@@ -108,8 +108,10 @@ Fixture* make_fixture() {
           ", users: [alice]}\n    - {name: up, sha256: " + dispatcher::sha256_hex("any-secret") +
           ", users: [\"*\"]}\n",
       "fuzz.yaml");
-  f->gateway = config::load_config_text(base + "auth: {mode: gateway, user_header: X-Caller}\n",
-                                        "fuzz.yaml");
+  f->gateway = config::load_config_text(
+      base + "auth: {mode: gateway, user_header: X-Caller, gateway_keys: [{name: edge, sha256: " +
+          dispatcher::sha256_hex("gw-secret") + "}]}\n",
+      "fuzz.yaml");
   f->none = config::load_config_text(base + "auth: {mode: none}\n", "fuzz.yaml");
   for (const config::Config* c : {&f->api_keys, &f->gateway, &f->none})
     f->authenticators.push_back(std::make_unique<dispatcher::Authenticator>(c->auth));

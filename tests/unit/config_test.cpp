@@ -910,8 +910,17 @@ TEST_F(ConfigTest, AuthKeysAreHashesAndEachNamesWhoItActsFor) {
   ASSERT_EQ(keys.auth.api_keys.size(), 2u);
   EXPECT_TRUE(keys.auth.api_keys[0].admin);
   EXPECT_EQ(keys.auth.api_keys[1].users, (std::vector<std::string>{"u1", "u2"}));
-  EXPECT_EQ(load(kMinimal + "auth: {mode: gateway, user_header: X-Caller}\n").auth.user_header,
-            "X-Caller");
+  const Config gateway = load(kMinimal +
+                              "auth: {mode: gateway, user_header: X-Caller, gateway_keys: [{name: "
+                              "edge, sha256: " +
+                              hash + "}]}\n");
+  EXPECT_EQ(gateway.auth.user_header, "X-Caller");
+  ASSERT_EQ(gateway.auth.gateway_keys.size(), 1u);
+  EXPECT_EQ(gateway.auth.gateway_keys[0].name, "edge");
+  EXPECT_EQ(gateway.auth.gateway_key_header, "X-Gateway-Key");
+  // Gateway mode without a gateway secret would believe anyone's identity headers.
+  EXPECT_CONTAINS(error_of(kMinimal + "auth: {mode: gateway, user_header: X-Caller}\n"),
+                  "/auth/gateway_keys");
   EXPECT_CONTAINS(error_of(kMinimal + "auth:\n  api_keys:\n    - {name: k, sha256: secret}\n"),
                   "/auth/api_keys/0/sha256");
   EXPECT_CONTAINS(error_of(kMinimal + "auth:\n  api_keys:\n    - {name: k, sha256: " +

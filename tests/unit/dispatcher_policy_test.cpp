@@ -37,7 +37,7 @@ tiers:
 http::Request request_with(std::initializer_list<std::pair<std::string, std::string>> fields) {
   http::Request request{bhttp::verb::get, "/v1/tasks", 11};
   for (const auto& [name, value] : fields)
-    request.set(name, value);
+    request.insert(name, value);  // a name given twice is sent twice
   return request;
 }
 
@@ -82,24 +82,60 @@ TEST(DispatcherAuth, AKeyForAnyUserIsNotAnAdmin) {
   EXPECT_FALSE(std::get<Caller>(caller).admin);
 }
 
-TEST(DispatcherAuth, GatewayModeTrustsItsHeadersAndNoneModeLetsEveryoneIn) {
-  const auto gateway = config_with("auth: {mode: gateway, user_header: X-Caller}\n");
+TEST(DispatcherAuth, GatewayModeTrustsItsHeadersFromTheGatewayAloneAndNoneModeLetsEveryoneIn) {
+  const auto gateway = config_with(
+      "auth: {mode: gateway, user_header: X-Caller, gateway_keys: [{name: edge, sha256: " +
+      sha256_hex("gw-secret") + "}]}\n");
   Authenticator auth(gateway.auth);
-  auto user = auth.authenticate(request_with({{"X-Caller", "carol"}}));
+  const std::pair<std::string, std::string> proof{"X-Gateway-Key", "gw-secret"};
+  auto user = auth.authenticate(request_with({proof, {"X-Caller", "carol"}}));
   ASSERT_TRUE(std::holds_alternative<Caller>(user));
   EXPECT_TRUE(std::get<Caller>(user).may_act_for("carol"));
   EXPECT_FALSE(std::get<Caller>(user).may_act_for("dave"));
   EXPECT_FALSE(std::get<Caller>(user).admin);
-  auto admin = auth.authenticate(request_with({{"X-Admin", "true"}}));
+  auto admin = auth.authenticate(request_with({proof, {"X-Admin", "true"}}));
   ASSERT_TRUE(std::holds_alternative<Caller>(admin));
   EXPECT_TRUE(std::get<Caller>(admin).admin);
-  EXPECT_TRUE(std::holds_alternative<AuthFailure>(auth.authenticate(request_with({}))));
+  EXPECT_TRUE(std::holds_alternative<AuthFailure>(auth.authenticate(request_with({proof}))));
+  // Identity headers from anyone but the gateway are not believed.
+  for (const auto& request :
+       {request_with({{"X-Caller", "carol"}}), request_with({{"X-Admin", "true"}}),
+        request_with({{"X-Gateway-Key", "guess"}, {"X-Caller", "carol"}}),
+        request_with({{"X-Gateway-Key", ""}, {"X-Admin", "true"}})}) {
+    const auto refused = auth.authenticate(request);
+    ASSERT_TRUE(std::holds_alternative<AuthFailure>(refused));
+    EXPECT_NE(std::get<AuthFailure>(refused).message.find("did not come through the gateway"),
+              std::string::npos);
+  }
+  // Two of a header that names the caller: refused, not the first one believed.
+  for (const auto& request :
+       {request_with({proof, {"X-Caller", "carol"}, {"X-Caller", "admin-user"}}),
+        request_with({proof, {"X-Caller", "carol"}, {"X-Admin", "false"}, {"X-Admin", "true"}}),
+        request_with({proof, proof, {"X-Caller", "carol"}})}) {
+    const auto refused = auth.authenticate(request);
+    ASSERT_TRUE(std::holds_alternative<AuthFailure>(refused));
+    EXPECT_NE(std::get<AuthFailure>(refused).message.find("more than one"), std::string::npos);
+  }
 
   const auto open = config_with("auth: {mode: none}\n");
   Authenticator none(open.auth);
   auto anyone = none.authenticate(request_with({}));
   ASSERT_TRUE(std::holds_alternative<Caller>(anyone));
   EXPECT_TRUE(std::get<Caller>(anyone).may_act_for("x"));
+}
+
+TEST(DispatcherAuth, TwoKeysInOneRequestAreRefused) {
+  const auto config =
+      config_with("auth:\n  api_keys:\n    - {name: ops, sha256: " + sha256_hex("admin-secret") +
+                  ", admin: true}\n");
+  Authenticator auth(config.auth);
+  for (const auto& request :
+       {request_with({{"Authorization", "Bearer admin-secret"}, {"Authorization", "Bearer other"}}),
+        request_with({{"X-API-Key", "admin-secret"}, {"X-API-Key", "x"}})}) {
+    const auto refused = auth.authenticate(request);
+    ASSERT_TRUE(std::holds_alternative<AuthFailure>(refused));
+    EXPECT_NE(std::get<AuthFailure>(refused).message.find("more than one key"), std::string::npos);
+  }
 }
 
 TEST(DispatcherAuth, WithoutAnAuthSectionEveryRequestIsRefused) {
