@@ -4,7 +4,9 @@
     check_manifests.py RENDERED.yaml CHART_DIR OUT_DIR [--monitoring]
 
 Every document must parse as YAML and carry the chart's labels; the dispatcher and worker
-Deployments must have probes on /readyz and /healthz, resources, a non-root read-only
+Deployments must have probes on /readyz and /healthz on their metrics (operations) port, a
+NetworkPolicy each (the dispatcher's API and metrics ports, the worker's metrics port),
+resources, a non-root read-only
 security context, anti-affinity, a termination grace above the drain grace, secrets only
 through secretKeyRef; Services, PodDisruptionBudgets and the autoscaler must select or
 target what exists. --monitoring: the ServiceMonitor, PrometheusRule and dashboard must be
@@ -74,12 +76,37 @@ def check_container(where, container, pod_spec, config):
 
 def check_probes(where, container):
     ports = {p["name"] for p in container.get("ports") or []}
-    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz"),
+                        ("startupProbe", "/healthz")):
         get = (container.get(probe) or {}).get("httpGet") or {}
         if get.get("path") != path:
             problem(where, f"{probe} is not an HTTP GET of {path}")
         if get.get("port") not in ports:
             problem(where, f"{probe} uses port {get.get('port')!r}, which the container does not declare")
+        # The operations port: the API port is the clients', behind its connection caps.
+        if get.get("port") != "metrics":
+            problem(where, f"{probe} uses port {get.get('port')!r}, not the metrics (operations) port")
+
+
+def check_network_policies(policies, component):
+    """One NetworkPolicy per Deployment, for ingress: the dispatcher's API and metrics
+    ports, the worker's metrics port alone."""
+    for role, deployment in component.items():
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        mine = [p for p in policies if selects(p["spec"]["podSelector"].get("matchLabels"), labels)]
+        where = name_of(deployment)
+        if len(mine) != 1:
+            problem(where, f"is selected by {len(mine)} NetworkPolicies, not 1")
+            continue
+        spec = mine[0]["spec"]
+        if "Ingress" not in (spec.get("policyTypes") or []):
+            problem(name_of(mine[0]), "does not govern ingress")
+        declared = {p["name"]: p["containerPort"] for c in deployment["spec"]["template"]["spec"]["containers"]
+                    for p in c.get("ports") or []}
+        allowed = sorted(p.get("port") for rule in spec.get("ingress") or [] for p in rule.get("ports") or [])
+        wanted = sorted(declared[n] for n in (("http", "metrics") if role == "dispatcher" else ("metrics",)))
+        if allowed != wanted:
+            problem(name_of(mine[0]), f"admits the ports {allowed}, not {wanted}")
 
 
 def check_anti_affinity(where, pod_spec, pod_labels):
@@ -178,6 +205,7 @@ def main():
         for port in service["spec"]["ports"]:
             if port.get("targetPort") not in ports:
                 problem(name_of(service), f"targets port {port.get('targetPort')!r}, which its pods do not declare")
+    check_network_policies(by_kind.get("NetworkPolicy", []), component)
     for pdb in by_kind.get("PodDisruptionBudget", []):
         if not any(selects(pdb["spec"]["selector"].get("matchLabels"), d["spec"]["template"]["metadata"]["labels"]) for d in deployments.values()):
             problem(name_of(pdb), "selects no Deployment")
