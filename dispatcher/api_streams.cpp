@@ -8,11 +8,13 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "core/codec/json_text.hpp"
 #include "core/codec/task_codec.hpp"
 #include "dispatcher/api_responses.hpp"
+#include "dispatcher/feed_watch.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -161,6 +163,24 @@ Replay replay_of(const rapidjson::Document& h, const std::string& task_id) {
   }
   return replay;
 }
+
+// Sends the events of a fresh read of the row that the client has not had (counted in
+// `sent`; those sent here are counted in `filled` too, so that the feed's copies of them
+// are not sent again); false when the client is gone.
+asio::awaitable<bool> send_missed(http::Exchange& exchange, const Replay& fresh, int& id,
+                                  std::map<EventKey, int>& sent, std::map<EventKey, int>& filled) {
+  std::map<EventKey, int> seen;
+  for (const auto& e : fresh.events) {
+    const EventKey key = key_of(e.event, e.step);
+    if (seen[key]++ < sent[key])
+      continue;
+    ++sent[key];
+    ++filled[key];
+    if (!co_await exchange.send(sse(e.event, e.data, id++)))
+      co_return false;
+  }
+  co_return true;
+}
 }  // namespace
 
 asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& caller,
@@ -212,17 +232,28 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
   }
   // Live events. Those the history already covered are skipped: every event of an earlier
   // step; of the last step, its start, text and tool calls, and its outcomes when they are
-  // in the history too.
+  // in the history too. The row is read again only when the feed brings the result, when it
+  // may have missed something (a gap), or on the slow safety timer (feed_watch.hpp); what a
+  // read finds that the client has not had is sent from it.
   const auto stream_until = std::chrono::steady_clock::now() + kMaxStream;
   const auto heartbeat = std::chrono::seconds(config_.dispatcher.stream_heartbeat_s);
   const int last = replay.steps - 1;
-  auto recheck = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  RereadSchedule rereads(std::chrono::steady_clock::now());
+  // Events sent from a later read of the row: the feed's copies of them are not sent again.
+  std::map<EventKey, int> filled;
+  std::map<EventKey, int> skipped;
   while (std::chrono::steady_clock::now() < stream_until) {
     const auto now = std::chrono::steady_clock::now();
+    if (subscription->take_gap())
+      rereads.gap(now);
     // Not std::min({...}): GCC 12 cannot keep an initializer_list across a co_await.
-    const auto wake_at = std::min(std::min(now + heartbeat, recheck), stream_until);
-    auto item = co_await subscription->next(wake_at);
+    const auto wake_at = std::min(std::min(now + heartbeat, rereads.due()), stream_until);
+    // Not a conditional expression around the co_await: GCC 12 miscompiles it.
+    std::optional<TaskFeed::Item> item;
+    if (!rereads.is_due(now))
+      item = co_await subscription->next(wake_at);
     if (item && !item->result) {
+      const EventKey key = key_of(item->event, item->step);
       const bool covered =
           item->step < last ||
           (item->step == last &&
@@ -230,18 +261,22 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
             (item->event == "execution" && replay.last_tools_done)));
       if (covered)
         continue;
+      if (skipped[key] < filled[key]) {
+        ++skipped[key];  // sent already, from a read of the row
+        continue;
+      }
       if (item->event == "error" || item->event == "done") {
         // Only the row says a task ended: an ending event while the row is not terminal (a
         // forged or garbled message on the events topic) is not passed on, nor does it end
         // the stream.
+        metrics_.waiter_reread(metrics::WaitKind::kEventStream);
         auto ended = co_await store_.task_history_json(task_id);
         rapidjson::Document row;
         if (!ended.ok() || !ended.value() || !codec::parse_json(row, *ended.value()) ||
             !replay_of(row, task_id).terminal)
           continue;
       }
-      if (key_of(item->event, item->step).first >= 0 && item->event != "step" &&
-          sent[key_of("step", item->step)] == 0) {
+      if (key.first >= 0 && item->event != "step" && sent[key_of("step", item->step)] == 0) {
         // The step started after the history was read but before the subscription.
         ++sent[key_of("step", item->step)];
         if (!co_await exchange.send(
@@ -254,27 +289,40 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
           co_await exchange.end();
         co_return;
       }
-      ++sent[key_of(item->event, item->step)];
+      ++sent[key];
       if (!co_await exchange.send(sse(item->event, item->json, id++)))
         co_return;
       continue;
     }
-    if (!item && std::chrono::steady_clock::now() < recheck) {
-      if (!co_await exchange.send(": keep-alive\n\n"))
-        co_return;
+    if (!item && !rereads.is_due(std::chrono::steady_clock::now())) {
+      if (!subscription->take_gap()) {
+        if (!co_await exchange.send(": keep-alive\n\n"))
+          co_return;
+        continue;
+      }
+      rereads.gap(std::chrono::steady_clock::now());
       continue;
     }
-    // A result event, or time to look at the row: the task may have ended without its done
-    // event reaching this replica (ended by the scheduler, or the event was missed).
-    recheck = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    // A result event, a gap, or the safety timer: read the row. The task may have ended
+    // without its done event reaching this replica (ended by the scheduler, or the event
+    // was missed), or the feed may have missed progress.
+    metrics_.waiter_reread(metrics::WaitKind::kEventStream);
     auto now_history = co_await store_.task_history_json(task_id);
     rapidjson::Document fresh;
     if (!now_history.ok() || !now_history.value() ||
-        !codec::parse_json(fresh, *now_history.value()))
+        !codec::parse_json(fresh, *now_history.value())) {
+      rereads.read(std::chrono::steady_clock::now(), false);
       continue;
-    const Replay ended = replay_of(fresh, task_id);
-    if (!ended.terminal)
+    }
+    const Replay read = replay_of(fresh, task_id);
+    if (!read.terminal) {
+      // Progress the feed did not bring (a gap) goes out now.
+      const int before = id;
+      if (!co_await send_missed(exchange, read, id, sent, filled))
+        co_return;
+      rereads.read(std::chrono::steady_clock::now(), id != before);
       continue;
+    }
     if (item && item->result) {
       // Give the worker's own done event a moment to arrive; it comes just before.
       auto more = co_await subscription->next(std::chrono::steady_clock::now() +
@@ -287,14 +335,8 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
     }
     // The result can come before the progress events the feed has yet to deliver (they
     // travel on another topic): the history gives what the client has not had.
-    std::map<EventKey, int> seen;
-    for (const auto& e : ended.events) {
-      const EventKey key = key_of(e.event, e.step);
-      if (seen[key]++ < sent[key])
-        continue;
-      if (!co_await exchange.send(sse(e.event, e.data, id++)))
-        co_return;
-    }
+    if (!co_await send_missed(exchange, read, id, sent, filled))
+      co_return;
     co_await exchange.end();
     co_return;
   }

@@ -12,6 +12,7 @@
 #include "core/codec/task_codec.hpp"
 #include "core/domain/task.hpp"
 #include "dispatcher/api_responses.hpp"
+#include "dispatcher/feed_watch.hpp"
 #include "dispatcher/user_limits.hpp"
 
 namespace agentfleet::dispatcher {
@@ -179,8 +180,9 @@ asio::awaitable<http::Response> Api::get_task(http::Request& request, const Call
 asio::awaitable<std::variant<http::Response, std::string>> Api::read_task(
     http::Request& request, const Caller& caller, const std::string& task_id, int wait_s) {
   // Answer as soon as the task ends (its result event, from the feed), or after wait_s
-  // seconds with it as it is. The row is the truth: it is re-read on every wake-up, and
-  // every second in case the event went past this replica.
+  // seconds with it as it is. The row is the truth: it is read first, when the result
+  // arrives, when the feed may have missed something, and on a slow safety timer
+  // (feed_watch.hpp); a task's progress events do not make it read the row.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
   std::unique_ptr<TaskFeed::Subscription> subscription;
   std::optional<WaiterLimits::Ticket> place;
@@ -200,6 +202,7 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::read_task(
         metrics.wait_closed(metrics::WaitKind::kLongPoll);
     }
   } closed{metrics_, wait_s > 0};
+  std::optional<RereadSchedule> rereads;
   for (;;) {
     auto body = co_await store_.task_json(task_id);
     if (!body.ok())
@@ -209,10 +212,25 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::read_task(
     const TaskView view = view_of(*body.value());
     if (!caller.may_act_for(view.user_id))
       co_return not_found(request, "task", task_id);
-    const auto now = std::chrono::steady_clock::now();
+    auto now = std::chrono::steady_clock::now();
     if (view.terminal || !subscription || now >= until || feed_.stopped())
       co_return std::move(*body.value());
-    co_await subscription->next(std::min(until, now + std::chrono::seconds(1)));
+    if (rereads)
+      rereads->read(now, false);
+    else
+      rereads.emplace(now);
+    // Wait for the result, a gap, the safety timer or the end of the wait.
+    for (;;) {
+      now = std::chrono::steady_clock::now();
+      if (subscription->take_gap())
+        rereads->gap(now);
+      if (now >= until || rereads->is_due(now) || feed_.stopped())
+        break;
+      auto item = co_await subscription->next(std::min(until, rereads->due()));
+      if (item && item->result)
+        break;
+    }
+    metrics_.waiter_reread(metrics::WaitKind::kLongPoll);
   }
 }
 

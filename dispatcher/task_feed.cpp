@@ -38,7 +38,10 @@ std::int64_t int64_member(const rapidjson::Value& doc, const char* name) {
 }  // namespace
 
 TaskFeed::Subscription::Subscription(TaskFeed& feed, std::string task_id)
-    : feed_(feed), task_id_(std::move(task_id)), signal_(feed.io_) {}
+    : feed_(feed), task_id_(std::move(task_id)), signal_(feed.io_), epoch_(feed.epoch_) {
+  // Before the consumer holds its partitions, what is published is not heard.
+  missed_ = !feed.assigned_;
+}
 
 TaskFeed::Subscription::~Subscription() {
   auto [begin, end] = feed_.subscribers_.equal_range(task_id_);
@@ -51,9 +54,20 @@ TaskFeed::Subscription::~Subscription() {
   }
 }
 
+bool TaskFeed::Subscription::take_gap() {
+  bool gap = missed_ || epoch_ != feed_.epoch_ || !feed_.assigned_;
+  missed_ = false;
+  epoch_ = feed_.epoch_;
+  return gap;
+}
+
 void TaskFeed::Subscription::push(Item item) {
-  if (items_.size() >= kMaxBacklog)
+  if (!item.result && seqs_.observe(item.attempt, item.seq))
+    missed_ = true;
+  if (items_.size() >= kMaxBacklog) {
     items_.pop_front();
+    missed_ = true;
+  }
   items_.push_back(std::move(item));
   signal_.cancel();
 }
@@ -61,7 +75,10 @@ void TaskFeed::Subscription::push(Item item) {
 asio::awaitable<std::optional<TaskFeed::Item>> TaskFeed::Subscription::next(
     std::chrono::steady_clock::time_point until) {
   while (items_.empty()) {
-    if (feed_.stopped_ || std::chrono::steady_clock::now() >= until)
+    // A new gap wakes the waiter too (not a lasting one: the feed without its partitions
+    // would wake it at once, again and again).
+    if (feed_.stopped_ || std::chrono::steady_clock::now() >= until || missed_ ||
+        epoch_ != feed_.epoch_)
       co_return std::nullopt;
     signal_.expires_at(until);
     boost::system::error_code ec;
@@ -92,7 +109,10 @@ void TaskFeed::start() {
           return;  // a progress event nobody here is watching
         asio::post(io_, [this, m = std::move(message)]() mutable { deliver(std::move(m)); });
       },
-      kafka::Consumer::RebalanceHandler{}, "latest");
+      [this](bool assigned, const std::vector<std::pair<std::string, int>>&) {
+        asio::post(io_, [this, assigned] { rebalanced(assigned); });
+      },
+      "latest");
   consumer_->start();
 }
 
@@ -102,6 +122,14 @@ void TaskFeed::stop() {
   stopped_ = true;
   if (consumer_)
     consumer_->stop();
+  for (auto& [task_id, subscriber] : subscribers_)
+    subscriber->signal_.cancel();
+}
+
+void TaskFeed::rebalanced(bool assigned) {
+  assigned_ = assigned;
+  ++epoch_;
+  // Waiters look at the row: what was published while the partitions moved may be missed.
   for (auto& [task_id, subscriber] : subscribers_)
     subscriber->signal_.cancel();
 }

@@ -5,8 +5,11 @@
 // talks to. It answers long polls the moment a task's result lands, feeds event streams
 // (SSE), and tells the scheduler a task ended (its slot is free, its real tokens known).
 //
-// The feed is a fast path, not the truth: a waiter re-reads Postgres on a timer too, so
-// a message lost or read before the consumer joined only delays an answer.
+// The feed is a fast path, not the truth. A subscription says when it may have missed
+// something (a gap: the consumer was not yet assigned its partitions or was reassigned, a
+// progress event's `seq` skipped a number, or the subscriber fell behind by more than its
+// backlog); the waiter then re-reads Postgres, and otherwise only on a slow safety timer
+// (feed_watch.hpp).
 //
 // Lifecycle: construct, start(), stop() before the io_context goes away; a Subscription
 // must not outlive its feed. Thread-safety: subscribe() and Subscription run on the
@@ -30,6 +33,7 @@
 
 #include "core/adapters/kafka/kafka.hpp"
 #include "core/config/config.hpp"
+#include "dispatcher/feed_watch.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -49,8 +53,12 @@ class TaskFeed {
     ~Subscription();
     Subscription(const Subscription&) = delete;
     Subscription& operator=(const Subscription&) = delete;
-    // The next item for the task, or nullopt once `until` passes or the feed stops.
+    // The next item for the task, or nullopt once `until` passes, the feed stops or a gap
+    // opens (take_gap).
     boost::asio::awaitable<std::optional<Item>> next(std::chrono::steady_clock::time_point until);
+    // Whether the feed may have missed something for the task since the last call (or since
+    // the subscription began): the waiter should read the row.
+    bool take_gap();
 
    private:
     friend class TaskFeed;
@@ -60,6 +68,9 @@ class TaskFeed {
     std::string task_id_;
     std::deque<Item> items_;
     boost::asio::steady_timer signal_;
+    std::uint64_t epoch_;  // the feed's assignment epoch when last looked at
+    SeqGaps seqs_;
+    bool missed_ = false;  // items dropped, or a seq skipped, since take_gap
   };
 
   // `on_result(user_id, task_id, tokens)` runs on the io thread for every result event.
@@ -73,9 +84,12 @@ class TaskFeed {
   std::unique_ptr<Subscription> subscribe(const std::string& task_id);
   // stop() was called: waiters should answer with what they have.
   bool stopped() const { return stopped_; }
+  // The consumer holds its partitions (messages from now on reach the feed).
+  bool assigned() const { return assigned_; }
 
  private:
   void deliver(kafka::InMessage message);
+  void rebalanced(bool assigned);
 
   boost::asio::io_context& io_;
   const config::Config& config_;
@@ -83,6 +97,10 @@ class TaskFeed {
   std::unordered_multimap<std::string, Subscription*> subscribers_;
   std::atomic<std::size_t> subscriptions_{0};  // subscribers_.size(), for the consumer thread
   bool stopped_ = false;
+  // Counts assignments and revocations (io thread): a subscription that saw another epoch
+  // may have missed messages.
+  std::uint64_t epoch_ = 0;
+  bool assigned_ = false;
   std::unique_ptr<kafka::Consumer> consumer_;
 };
 

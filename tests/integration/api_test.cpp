@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <future>
 #include <map>
 #include <set>
 #include <string>
@@ -912,6 +913,50 @@ std::vector<Shown> open_stream(const std::string& task_id, const std::string& la
             1)
       << label << ": exactly one done";
   return shown;
+}
+
+TEST(ApiLongPoll, WaitersReadTheRowOnTheResultNotOnEveryEventOrSecond) {
+  // A task of ten model answers of 600 ms (about 6 s, some thirty progress events) with six
+  // long polls and two event streams on it. Each waiter reads the row when it starts, when
+  // the result comes and on its safety timer (5 s after its first read); a read every
+  // second, or on each progress event, would be 6 to 40 reads a waiter.
+  const std::string u = user("rereads");
+  const std::vector<std::string> dispatcher = {test::env()["AGENTFLEET_DISPATCHER_METRICS_URL"]};
+  const auto rereads = [&](std::string_view kind) {
+    return test::metric_sum(
+        dispatcher, "agentfleet_api_waiter_rereads_total{kind=\"" + std::string(kind) + "\"}");
+  };
+  const double polls_before = rereads("long_poll");
+  const double streams_before = rereads("event_stream");
+  const std::string id = submit(submission(u, "slow: steps=9", "rereads-1"));
+  auto streams = std::async(std::launch::async, [&] {
+    auto first = std::async(std::launch::async, [&] { return open_stream(id, "first"); });
+    auto second = open_stream(id, "second");
+    return std::make_pair(first.get(), second);
+  });
+  const auto polls = staggered_polls(id, 6, 100ms);
+  auto row = pg_row(
+      "SELECT extract(epoch FROM finished_at - started_at)::float8, status FROM "
+      "tasks WHERE task_id = $1::uuid",
+      id);
+  EXPECT_GT(row[0].as<double>(), 4.0) << "ten answers of 600 ms";
+  for (const auto& poll : polls) {
+    ASSERT_TRUE(poll.response.ok()) << poll.response.error_message;
+    ASSERT_EQ(poll.response.status, 200) << poll.response.body;
+    EXPECT_EQ(str(parse(poll.response.body), "status"), "succeeded");
+  }
+  const auto [first, second] = streams.get();
+  ASSERT_FALSE(first.empty());
+  EXPECT_EQ(std::get<0>(first.back()), "done");
+  EXPECT_EQ(first, second) << "both streams showed the same events";
+  const double poll_reads = rereads("long_poll") - polls_before;
+  const double stream_reads = rereads("event_stream") - streams_before;
+  std::printf("6 long polls read the row %.0f times after their first; 2 streams %.0f times\n",
+              poll_reads, stream_reads);
+  // Per waiter: the result, the safety timer, a gap at most (a rebalance of the feed).
+  EXPECT_LE(poll_reads, 6 * 3);
+  EXPECT_LE(stream_reads, 2 * 3);
+  EXPECT_GE(poll_reads, 6) << "each long poll read the row when the result came";
 }
 
 // The events of a task that ran `steps` model calls with `calls` tool calls each (the

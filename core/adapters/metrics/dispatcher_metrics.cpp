@@ -122,7 +122,11 @@ struct DispatcherMetrics::Families {
             "unreconciled charges (reason worker_lost) at the estimate recorded before each "
             "was sent.")),
         open_streams(detail::gauge(r, "agentfleet_api_open_waits",
-                                   "Open long polls and event streams, by kind.")) {}
+                                   "Open long polls and event streams, by kind.")),
+        waiter_rereads(detail::counter(
+            r, "agentfleet_api_waiter_rereads_total",
+            "Reads of Postgres by long polls and event streams after their first: on the "
+            "task's result, a gap in the task feed, or the safety timer; by kind.")) {}
 
   prometheus::Family<prometheus::Counter>& submitted;
   prometheus::Family<prometheus::Counter>& http_requests;
@@ -141,6 +145,7 @@ struct DispatcherMetrics::Families {
   prometheus::Family<prometheus::Counter>& scheduler_ended;
   prometheus::Family<prometheus::Counter>& calls_settled;
   prometheus::Family<prometheus::Gauge>& open_streams;
+  prometheus::Family<prometheus::Counter>& waiter_rereads;
   detail::KnownValues topics;
 };
 
@@ -179,8 +184,10 @@ DispatcherMetrics::DispatcherMetrics(MetricsRegistry& registry, const config::Co
   for (auto reason :
        {SchedulerEnd::kScheduleTimeout, SchedulerEnd::kQuotaExceeded, SchedulerEnd::kDeadline})
     f_->scheduler_ended.Add({{"reason", std::string(to_string(reason))}});
-  for (auto kind : {WaitKind::kLongPoll, WaitKind::kEventStream})
+  for (auto kind : {WaitKind::kLongPoll, WaitKind::kEventStream}) {
     f_->open_streams.Add({{"kind", std::string(to_string(kind))}});
+    f_->waiter_rereads.Add({{"kind", std::string(to_string(kind))}});
+  }
   f_->calls_settled.Add({});
 }
 
@@ -278,6 +285,10 @@ void DispatcherMetrics::wait_opened(WaitKind kind) {
 
 void DispatcherMetrics::wait_closed(WaitKind kind) {
   f_->open_streams.Add({{"kind", std::string(to_string(kind))}}).Decrement();
+}
+
+void DispatcherMetrics::waiter_reread(WaitKind kind) {
+  f_->waiter_rereads.Add({{"kind", std::string(to_string(kind))}}).Increment();
 }
 
 }  // namespace agentfleet::metrics

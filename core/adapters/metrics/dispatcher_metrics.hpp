@@ -70,6 +70,8 @@ class DispatcherMetrics {
   // Long polls and event streams open on this replica.
   void wait_opened(WaitKind kind);
   void wait_closed(WaitKind kind);
+  // A long poll or event stream read Postgres again (after its first read).
+  void waiter_reread(WaitKind kind);
 
  private:
   struct Families;
