@@ -387,6 +387,7 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Routed&
     case RouteId::kTaskEvents:
     case RouteId::kSubmitBatch:
     case RouteId::kBatchResults:
+    case RouteId::kResults:
       break;  // streamed: handle() never routes them here
   }
   co_return http::make_error(request, http::Status::internal_server_error, "internal",
@@ -420,6 +421,9 @@ asio::awaitable<void> Api::stream(http::Exchange& exchange) {
         break;
       case RouteId::kTaskEvents:
         co_await task_events(exchange, routed.caller, code, routed.match.params[0]);
+        break;
+      case RouteId::kResults:
+        co_await results(exchange, routed.caller, code);
         break;
       default:
         co_await respond(exchange, code,

@@ -113,6 +113,9 @@ class Api {
                                              int& answered, std::string batch_id);
   boost::asio::awaitable<void> task_events(http::Exchange& exchange, const Caller& caller,
                                            int& answered, std::string task_id);
+  // GET /v1/results?user_id=: the user's result events as their tasks end.
+  boost::asio::awaitable<void> results(http::Exchange& exchange, const Caller& caller,
+                                       int& answered);
 
   const config::Config& config_;
   pg::ApiStore store_;

@@ -1,5 +1,6 @@
-// The API's event streams: GET /v1/tasks/{id}/events (server-sent events), the task's
-// history rebuilt from Postgres and then its live events from the task feed.
+// The API's event streams (server-sent events): GET /v1/tasks/{id}/events, the task's
+// history rebuilt from Postgres and then its live events from the task feed; GET
+// /v1/results, a user's result events from the feed as their tasks end.
 #include "dispatcher/api.hpp"
 
 #include <rapidjson/document.h>
@@ -7,8 +8,11 @@
 #include <rapidjson/writer.h>
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <optional>
+#include <set>
+#include <unordered_set>
 #include <vector>
 
 #include "core/codec/json_text.hpp"
@@ -24,6 +28,12 @@ namespace bhttp = boost::beast::http;
 namespace {
 // An event stream closes after this long; the client reconnects and gets the history again.
 constexpr auto kMaxStream = std::chrono::hours(1);
+// A results stream reads the rows of what the feed brought at most this often (one read
+// for every result that came in the meantime), and remembers this many results it sent
+// (a result published twice, by its worker and by the outbox relay, is sent once).
+constexpr auto kResultsCoalesce = std::chrono::milliseconds(20);
+constexpr std::size_t kResultsRemembered = 10000;
+constexpr std::size_t kResultsPerRead = 500;
 
 // One server-sent event.
 std::string sse(std::string_view event, std::string_view data, int id) {
@@ -181,6 +191,28 @@ asio::awaitable<bool> send_missed(http::Exchange& exchange, const Replay& fresh,
   }
   co_return true;
 }
+
+// An event stream, counted in the open waits while it lives.
+class OpenStream {
+ public:
+  explicit OpenStream(metrics::DispatcherMetrics& metrics) : metrics_(metrics) {
+    metrics_.wait_opened(metrics::WaitKind::kEventStream);
+  }
+  ~OpenStream() { metrics_.wait_closed(metrics::WaitKind::kEventStream); }
+  OpenStream(const OpenStream&) = delete;
+  OpenStream& operator=(const OpenStream&) = delete;
+
+ private:
+  metrics::DispatcherMetrics& metrics_;
+};
+
+// Begins a server-sent events answer; false when the client is gone.
+asio::awaitable<bool> begin_events(http::Exchange& exchange) {
+  http::Response start{http::Status::ok, exchange.head().version()};
+  start.set(bhttp::field::content_type, "text/event-stream");
+  start.set(bhttp::field::cache_control, "no-cache");
+  co_return co_await exchange.begin(std::move(start));
+}
 }  // namespace
 
 asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& caller,
@@ -208,15 +240,8 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
     co_await respond(exchange, answered, not_found(head, "task", task_id));
     co_return;
   }
-  metrics_.wait_opened(metrics::WaitKind::kEventStream);
-  struct Closed {
-    metrics::DispatcherMetrics& metrics;
-    ~Closed() { metrics.wait_closed(metrics::WaitKind::kEventStream); }
-  } closed{metrics_};
-  http::Response start{http::Status::ok, head.version()};
-  start.set(bhttp::field::content_type, "text/event-stream");
-  start.set(bhttp::field::cache_control, "no-cache");
-  if (!co_await exchange.begin(std::move(start)))
+  const OpenStream open(metrics_);
+  if (!co_await begin_events(exchange))
     co_return;
   int id = 0;
   std::map<EventKey, int> sent;  // events the client has
@@ -339,6 +364,110 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
       co_return;
     co_await exchange.end();
     co_return;
+  }
+  co_await exchange.end();
+}
+
+asio::awaitable<void> Api::results(http::Exchange& exchange, const Caller& caller, int& answered) {
+  const http::Request& head = exchange.head();
+  const std::string target(head.target());
+  auto user = http::query_param(target, "user_id");
+  if (!user || user->empty()) {
+    co_await respond(exchange, answered,
+                     http::make_error(head, http::Status::bad_request, "invalid_request",
+                                      "user_id is required", "/query/user_id"));
+    co_return;
+  }
+  if (auto refused = check_query_user(head, caller, *user)) {
+    co_await respond(exchange, answered, std::move(*refused));
+    co_return;
+  }
+  auto place = waiters_.acquire(Waiter::kEventStream, caller.name);
+  if (auto* refused = std::get_if<WaiterLimits::Refusal>(&place)) {
+    co_await respond(exchange, answered, waiters_refused(head, *refused, "event streams"));
+    co_return;
+  }
+  auto subscription = feed_.subscribe_user(*user);
+  const OpenStream open(metrics_);
+  if (!co_await begin_events(exchange))
+    co_return;
+  // A first comment: the client knows the stream is open before any result comes.
+  if (!co_await exchange.send(": following\n\n"))
+    co_return;
+  const auto stream_until = std::chrono::steady_clock::now() + kMaxStream;
+  const auto heartbeat = std::chrono::seconds(config_.dispatcher.stream_heartbeat_s);
+  int id = 0;
+  bool in_gap = false;
+  std::unordered_set<std::string> sent;
+  std::deque<std::string> sent_order;
+  // A gap is told once, when it opens: the client may have missed results and can list
+  // the user's tasks to catch up.
+  auto gap_event = [&](const char* reason) {
+    rapidjson::StringBuffer b;
+    rapidjson::Writer<rapidjson::StringBuffer> w(b);
+    w.StartObject();
+    w.Key("user_id");
+    w.String(user->data(), static_cast<rapidjson::SizeType>(user->size()));
+    w.Key("reason");
+    w.String(reason);
+    w.EndObject();
+    return sse("gap", std::string_view(b.GetString(), b.GetSize()), id++);
+  };
+  while (std::chrono::steady_clock::now() < stream_until) {
+    if (subscription->take_gap()) {
+      if (!in_gap) {
+        in_gap = true;
+        if (!co_await exchange.send(gap_event("feed")))
+          co_return;
+      }
+    } else {
+      in_gap = false;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    auto item = co_await subscription->next(std::min(now + heartbeat, stream_until));
+    if (!item) {
+      if (!co_await exchange.send(": keep-alive\n\n"))
+        co_return;
+      continue;
+    }
+    // What else comes within the coalescing window is checked with it, in one read.
+    std::vector<TaskFeed::Item> items;
+    items.push_back(std::move(*item));
+    const auto gather_until = std::chrono::steady_clock::now() + kResultsCoalesce;
+    while (items.size() < kResultsPerRead) {
+      auto more = co_await subscription->next(gather_until);
+      if (!more)
+        break;
+      items.push_back(std::move(*more));
+    }
+    std::vector<std::string> ids;
+    for (const auto& i : items) {
+      if (is_uuid(i.task_id) && !sent.contains(i.task_id))
+        ids.push_back(i.task_id);
+    }
+    if (ids.empty())
+      continue;
+    auto ended = co_await store_.ended_of_user(*user, ids);
+    if (!ended.ok()) {
+      // Not passed on unchecked: the client is told it may have missed these.
+      if (!co_await exchange.send(gap_event("store_unavailable")))
+        co_return;
+      continue;
+    }
+    const std::set<std::string> truly(ended.value().begin(), ended.value().end());
+    for (auto& i : items) {
+      // Only the row says a task ended (a forged result on the topic is dropped).
+      if (!truly.contains(i.task_id) || sent.contains(i.task_id))
+        continue;
+      sent.insert(i.task_id);
+      sent_order.push_back(i.task_id);
+      if (sent_order.size() > kResultsRemembered) {
+        sent.erase(sent_order.front());
+        sent_order.pop_front();
+      }
+      if (!co_await exchange.send(sse("result", i.json, id++)))
+        co_return;
+    }
   }
   co_await exchange.end();
 }

@@ -41,6 +41,7 @@ enum class RouteId {
   kCallTool,
   kStats,
   kPlan,
+  kResults,
 };
 
 // Who may call a route.

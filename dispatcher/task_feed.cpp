@@ -37,18 +37,24 @@ std::int64_t int64_member(const rapidjson::Value& doc, const char* name) {
 }
 }  // namespace
 
-TaskFeed::Subscription::Subscription(TaskFeed& feed, std::string task_id)
-    : feed_(feed), task_id_(std::move(task_id)), signal_(feed.io_), epoch_(feed.epoch_) {
+TaskFeed::Subscription::Subscription(TaskFeed& feed, std::string key, bool by_user)
+    : feed_(feed),
+      task_id_(std::move(key)),
+      by_user_(by_user),
+      signal_(feed.io_),
+      epoch_(feed.epoch_) {
   // Before the consumer holds its partitions, what is published is not heard.
   missed_ = !feed.assigned_;
 }
 
 TaskFeed::Subscription::~Subscription() {
-  auto [begin, end] = feed_.subscribers_.equal_range(task_id_);
+  auto& map = by_user_ ? feed_.user_subscribers_ : feed_.subscribers_;
+  auto [begin, end] = map.equal_range(task_id_);
   for (auto it = begin; it != end; ++it) {
     if (it->second == this) {
-      feed_.subscribers_.erase(it);
-      --feed_.subscriptions_;
+      map.erase(it);
+      if (!by_user_)
+        --feed_.subscriptions_;
       break;
     }
   }
@@ -124,6 +130,8 @@ void TaskFeed::stop() {
     consumer_->stop();
   for (auto& [task_id, subscriber] : subscribers_)
     subscriber->signal_.cancel();
+  for (auto& [user_id, subscriber] : user_subscribers_)
+    subscriber->signal_.cancel();
 }
 
 void TaskFeed::rebalanced(bool assigned) {
@@ -132,10 +140,18 @@ void TaskFeed::rebalanced(bool assigned) {
   // Waiters look at the row: what was published while the partitions moved may be missed.
   for (auto& [task_id, subscriber] : subscribers_)
     subscriber->signal_.cancel();
+  for (auto& [user_id, subscriber] : user_subscribers_)
+    subscriber->signal_.cancel();
+}
+
+std::unique_ptr<TaskFeed::Subscription> TaskFeed::subscribe_user(const std::string& user_id) {
+  std::unique_ptr<Subscription> subscription(new Subscription(*this, user_id, true));
+  user_subscribers_.emplace(user_id, subscription.get());
+  return subscription;
 }
 
 std::unique_ptr<TaskFeed::Subscription> TaskFeed::subscribe(const std::string& task_id) {
-  std::unique_ptr<Subscription> subscription(new Subscription(*this, task_id));
+  std::unique_ptr<Subscription> subscription(new Subscription(*this, task_id, false));
   subscribers_.emplace(task_id, subscription.get());
   ++subscriptions_;
   return subscription;
@@ -158,6 +174,15 @@ void TaskFeed::deliver(kafka::InMessage message) {
     item.event = "result";
     auto user = doc.FindMember("user_id");
     auto usage = doc.FindMember("usage");
+    if (user != doc.MemberEnd() && user->value.IsString()) {
+      auto [from, to] = user_subscribers_.equal_range(user->value.GetString());
+      for (auto it = from; it != to; ++it) {
+        Item copy = item;
+        copy.task_id = task_id;
+        copy.json = message.value;
+        it->second->push(std::move(copy));
+      }
+    }
     if (on_result_ && user != doc.MemberEnd() && user->value.IsString()) {
       std::int64_t tokens = 0;
       if (usage != doc.MemberEnd() && usage->value.IsObject()) {
@@ -185,6 +210,7 @@ void TaskFeed::deliver(kafka::InMessage message) {
   if (begin == end)
     return;
   item.json = std::move(message.value);
+  item.task_id = task_id;
   for (auto it = begin; it != end; ++it)
     it->second->push(item);
 }

@@ -46,6 +46,7 @@ class TaskFeed {
     int seq = 0;
     int step = 0;
     std::string json;  // the message as it came
+    std::string task_id;
   };
 
   class Subscription {
@@ -62,10 +63,11 @@ class TaskFeed {
 
    private:
     friend class TaskFeed;
-    Subscription(TaskFeed& feed, std::string task_id);
+    Subscription(TaskFeed& feed, std::string key, bool by_user);
     void push(Item item);
     TaskFeed& feed_;
-    std::string task_id_;
+    std::string task_id_;  // or the user's id, for a subscription to a user's results
+    bool by_user_ = false;
     std::deque<Item> items_;
     boost::asio::steady_timer signal_;
     std::uint64_t epoch_;  // the feed's assignment epoch when last looked at
@@ -82,6 +84,8 @@ class TaskFeed {
   void start();
   void stop();
   std::unique_ptr<Subscription> subscribe(const std::string& task_id);
+  // Every result event of the user's tasks (items with `result` set, `task_id` filled).
+  std::unique_ptr<Subscription> subscribe_user(const std::string& user_id);
   // stop() was called: waiters should answer with what they have.
   bool stopped() const { return stopped_; }
   // The consumer holds its partitions (messages from now on reach the feed).
@@ -95,6 +99,7 @@ class TaskFeed {
   const config::Config& config_;
   ResultObserver on_result_;
   std::unordered_multimap<std::string, Subscription*> subscribers_;
+  std::unordered_multimap<std::string, Subscription*> user_subscribers_;
   std::atomic<std::size_t> subscriptions_{0};  // subscribers_.size(), for the consumer thread
   bool stopped_ = false;
   // Counts assignments and revocations (io thread): a subscription that saw another epoch

@@ -392,20 +392,30 @@ has "$out" "error (max_steps): reached max_steps (1)"
 has "$out" "done: failed"
 ctl 3 tail --task "$missing"
 
-echo "== tail of the results topic"
-ctl 0 tail --from-beginning --user "$u1" --count 2 --timeout-s 20
-[[ $(grep -c " $u1 " <<<"$out") == 2 ]] || fail "tail --from-beginning: $out"
+echo "== tail --kafka: the results topic (operators)"
+ctl 0 tail --kafka --from-beginning --user "$u1" --count 2 --timeout-s 20
+[[ $(grep -c " $u1 " <<<"$out") == 2 ]] || fail "tail --kafka --from-beginning: $out"
 has "$err" "following agent.tasks.results"
-ctl 0 --json tail --from-beginning --user "$u1" --count 1 --timeout-s 20
+ctl 0 --json tail --kafka --from-beginning --user "$u1" --count 1 --timeout-s 20
 has "$out" "\"user_id\":\"$u1\""
-ctl 7 tail --user "nobody-$run" --count 1 --timeout-s 2
+ctl 7 tail --kafka --user "nobody-$run" --count 1 --timeout-s 2
 has "$err" "0 of 1 results"
 # Quiet after joining (the first join of a group takes the broker 3 s, and a sanitizer
 # build on a busy machine a while to start): exit 0; never joined: exit 7.
-ctl 0 tail --user "nobody-$run" --timeout-s 20
-ctl 7 --kafka-bootstrap 127.0.0.1:1 tail --timeout-s 2
+ctl 0 tail --kafka --user "nobody-$run" --timeout-s 20
+ctl 7 --kafka-bootstrap 127.0.0.1:1 tail --kafka --timeout-s 2
 one_error_line
 has "$err" "never joined agent.tasks.results at 127.0.0.1:1"
+ctl 2 tail --from-beginning --user "$u1"
+has "$err" "add --kafka"
+ctl 2 tail
+has "$err" "tail needs --user U"
+
+echo "== tail --user: a user's results over the API"
+ctl 7 tail --user "nobody-$run" --count 1 --timeout-s 2
+has "$err" "0 of 1 results"
+ctl 0 tail --user "nobody-$run" --timeout-s 2
+ctl 4 --api-key af-dev-u1-key tail --user "$ut" --timeout-s 2
 # New results only: follow, then submit until one arrives.
 bounded_ctl tail --user "$ut" --count 1 --timeout-s 45 >"$tmp/tail.out" 2>"$tmp/tail.err" &
 bg_pid=$!

@@ -19,6 +19,7 @@
 #include <pqxx/pqxx>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "core/adapters/http/client.hpp"
+#include "core/adapters/http/stream_client.hpp"
 #include "core/domain/task.hpp"
 #include "tests/integration/fleet_client.hpp"
 #include "tests/integration/fleet_env.hpp"
@@ -821,6 +823,104 @@ TEST(ApiLongPoll, AnswersTheMomentTheResultLandsAndAShortWaitWithTheTaskAsItIs) 
   EXPECT_LT(took, 3.0);
   post("/v1/tasks/" + slow + "/cancel", "");
   EXPECT_EQ(str(wait_terminal(slow), "status"), "cancelled");
+}
+
+// ---------------------------------------------------------------------------------------
+// A user's results (GET /v1/results)
+
+struct ResultsSeen {
+  http::ClientResponse response;
+  std::vector<std::string> task_ids;  // of the `result` events, in order
+  std::vector<std::string> users;
+  bool opened = false;
+};
+
+// Follows GET /v1/results?user_id= with `key` until `want` results came or `within` passed;
+// `opened` is set as soon as the stream has begun (its first comment).
+void follow_results(const std::string& user, const std::string& key, std::size_t want,
+                    std::chrono::seconds within, ResultsSeen& seen, std::atomic<bool>& opened) {
+  boost::asio::io_context io;
+  std::string pending;
+  http::ClientRequest request;
+  request.method = bhttp::verb::get;
+  request.url = base_url() + "/v1/results?user_id=" + test::url_encode(user);
+  request.headers.emplace_back("Authorization", "Bearer " + key);
+  request.headers.emplace_back("Accept", "text/event-stream");
+  request.deadline = std::chrono::steady_clock::now() + within;
+  http::StreamOptions options;
+  options.idle_timeout = within;
+  options.on_body = [&](std::string_view piece) {
+    opened = true;
+    pending.append(piece);
+    for (std::size_t end = pending.find("\n\n"); end != std::string::npos;
+         end = pending.find("\n\n")) {
+      const std::string block = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      if (block.find("event: result\n") == std::string::npos)
+        continue;
+      const auto data = block.find("data: ");
+      rapidjson::Document doc;
+      doc.Parse(block.c_str() + data + 6);
+      EXPECT_FALSE(doc.HasParseError()) << block;
+      if (doc.HasParseError())
+        continue;
+      seen.task_ids.push_back(str(doc, "task_id"));
+      seen.users.push_back(str(doc, "user_id"));
+    }
+    return seen.task_ids.size() < want;
+  };
+  boost::asio::co_spawn(
+      io,
+      [&]() -> boost::asio::awaitable<void> {
+        seen.response =
+            co_await http::fetch_stream(io.get_executor(), std::move(request), std::move(options));
+      },
+      boost::asio::detached);
+  io.run();
+}
+
+TEST(ApiResults, AUsersStreamCarriesEachOfItsResultsOnceAndNothingForgedOrOfOthers) {
+  const std::string u = user("results");
+  const std::string other = user("results-other");
+  ResultsSeen seen;
+  std::atomic<bool> opened{false};
+  std::thread follower([&] { follow_results(u, admin_key(), 3, 60s, seen, opened); });
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (!opened && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(20ms);  // polling a bounded wait: the stream has begun
+  ASSERT_TRUE(opened) << "the results stream never opened";
+  // A forged result for the user on the topic (no such task), another user's task, then
+  // three of the user's.
+  test::produce("agent.tasks.results", u,
+                R"({"version":1,"task_id":"00000000-0000-4000-8000-0000000f0e9d","user_id":")" + u +
+                    R"(","status":"succeeded","attempt":1})",
+                {});
+  const std::string theirs = submit(submission(other, "bench: steps=1 calls=1", "r-other"));
+  std::vector<std::string> mine;
+  for (int i = 0; i < 3; ++i)
+    mine.push_back(submit(submission(u, "bench: steps=1 calls=1", "r-" + std::to_string(i))));
+  follower.join();
+  ASSERT_EQ(seen.task_ids.size(), 3u)
+      << "status " << seen.response.status << " " << seen.response.error_message;
+  EXPECT_EQ(std::set<std::string>(seen.task_ids.begin(), seen.task_ids.end()),
+            std::set<std::string>(mine.begin(), mine.end()));
+  for (const auto& who : seen.users)
+    EXPECT_EQ(who, u);
+  EXPECT_EQ(str(wait_terminal(theirs), "status"), "succeeded");
+
+  // A key acts only for its users; the user is required.
+  auto refused = call({bhttp::verb::get,
+                       "/v1/results?user_id=" + test::url_encode(u),
+                       {},
+                       test::kU1Key,
+                       {{"Accept", "text/event-stream"}},
+                       "application/json",
+                       10s});
+  EXPECT_EQ(refused.status, 403) << refused.body;
+  auto missing =
+      call({bhttp::verb::get, "/v1/results", {}, admin_key(), {}, "application/json", 10s});
+  EXPECT_EQ(missing.status, 400) << missing.body;
+  EXPECT_NE(missing.body.find("/query/user_id"), std::string::npos) << missing.body;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -104,9 +104,9 @@ TEST(Routes, EveryRouteButTheOperationsOnesNeedsACallerAndAdminRoutesSayWhy) {
         route.pattern == "/healthz" || route.pattern == "/readyz" || route.pattern == "/metrics";
     EXPECT_EQ(route.access == Access::kAnyone, ops) << route.pattern;
     EXPECT_EQ(route.access == Access::kAdmin, !route.admin_reason.empty()) << route.pattern;
-    EXPECT_EQ(route.streamed, route.body == BodySize::kStreamed ||
-                                  route.id == RouteId::kTaskEvents ||
-                                  route.id == RouteId::kBatchResults)
+    EXPECT_EQ(route.streamed,
+              route.body == BodySize::kStreamed || route.id == RouteId::kTaskEvents ||
+                  route.id == RouteId::kBatchResults || route.id == RouteId::kResults)
         << route.pattern;
     EXPECT_FALSE(route.summary.empty()) << route.pattern;
   }

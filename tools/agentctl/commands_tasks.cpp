@@ -247,10 +247,79 @@ int cmd_list(Context& ctx) {
   return kExitOk;
 }
 
+namespace {
+// `tail --user U`: the user's results over the API (GET /v1/results), with the key.
+int tail_user_results(Context& ctx) {
+  const Invocation& inv = ctx.inv;
+  const std::string user = inv.required("--user");
+  const std::int64_t count = inv.integer("--count", 0, 1, 100000000);
+  const std::int64_t for_s = inv.integer("--timeout-s", 0, 1, 30 * 86400);
+  const auto deadline = for_s > 0 ? Clock::now() + std::chrono::seconds(for_s)
+                                  : Clock::now() + std::chrono::hours(25);
+  const auto idle =
+      std::max<std::chrono::seconds>(ctx.settings.request_timeout, std::chrono::seconds(60));
+  SseParser parser;
+  std::int64_t shown = 0;
+  bool opened = false;
+  auto sink = [&](std::string_view piece) {
+    if (!opened) {
+      note("following the results of " + user + " (new results)");
+      opened = true;
+    }
+    for (const SseEvent& e : parser.feed(piece)) {
+      if (e.event == "gap") {
+        note("results of " + user + " may have been missed here (list them: agentctl list --user " +
+             user + ")");
+        continue;
+      }
+      if (e.event != "result")
+        continue;
+      if (ctx.settings.json) {
+        print(e.data + "\n");
+      } else {
+        const std::string line = format_result_event(e.data);
+        print(line.empty() ? "(not a result event)\n" : line);
+      }
+      if (count > 0 && ++shown >= count)
+        return false;
+    }
+    return true;
+  };
+  const std::string target = "/v1/results?" + query_string({{"user_id", user}});
+  auto response = ctx.api.get_stream(target, sink, idle, deadline);
+  if (count > 0 && shown >= count)
+    return kExitOk;
+  if (Clock::now() >= deadline) {
+    if (count > 0) {
+      throw CommandFailure(kExitUnavailable, std::to_string(shown) + " of " +
+                                                 std::to_string(count) + " results within " +
+                                                 std::to_string(for_s) + " s");
+    }
+    return kExitOk;
+  }
+  ctx.api.check(response, "GET", target);
+  throw CommandFailure(kExitUnavailable,
+                       "the results stream ended (streams close after an hour; run again to go "
+                       "on, and list what ended meanwhile)");
+}
+}  // namespace
+
 int cmd_tail(Context& ctx) {
-  if (!ctx.inv.has("--task"))
+  if (ctx.inv.has("--kafka")) {
+    if (ctx.inv.has("--task"))
+      throw UsageError("tail --kafka takes no --task");
     return cmd_tail_results(ctx);
-  for (const char* flag : {"--user", "--from-beginning", "--count"}) {
+  }
+  if (ctx.inv.has("--from-beginning"))
+    throw UsageError("tail --from-beginning reads the results topic: add --kafka");
+  if (!ctx.inv.has("--task")) {
+    if (!ctx.inv.has("--user"))
+      throw UsageError(
+          "tail needs --user U (a user's results), --task ID (a task's events) or --kafka (the "
+          "results topic, an operator's tool)");
+    return tail_user_results(ctx);
+  }
+  for (const char* flag : {"--user", "--count"}) {
     if (ctx.inv.has(flag))
       throw UsageError(std::string("tail --task takes no ") + flag);
   }

@@ -102,20 +102,24 @@ const std::vector<CommandSpec>& command_specs() {
         {"--limit", "N", "at most N tasks (default 50)"}}},
       {"tail",
        "",
-       "follow the results topic (or one task's events with --task)",
-       "Without --task: a Kafka consumer of the results topic, in a consumer group of its\n"
-       "own that never commits, from the end (new results only) unless --from-beginning.\n"
-       "With --task ID: the task's server-sent events until it ends (exit 0 when it\n"
-       "succeeded, 1 otherwise; a task that already ended is replayed from its trace).",
+       "follow a user's results, one task's events, or (operators) the results topic",
+       "--user U: the user's results as their tasks end, over the API with your key\n"
+       "(GET /v1/results), from now on.\n"
+       "--task ID: the task's server-sent events until it ends (exit 0 when it\n"
+       "succeeded, 1 otherwise; a task that already ended is replayed from its trace).\n"
+       "--kafka: an operator's tool, every user's results read from the results topic by a\n"
+       "Kafka consumer (a group of its own that never commits; needs Kafka ACLs to read\n"
+       "that topic), from the end unless --from-beginning; --user filters it.",
        0,
        0,
-       {{"--task", "ID", "follow this task's events instead"},
-        {"--user", "U", "only results of this user"},
-        {"--from-beginning", "", "start at the oldest result kept"},
+       {{"--task", "ID", "follow this task's events"},
+        {"--user", "U", "this user's results (with --kafka: only this user's)"},
+        {"--kafka", "", "read the results topic directly (operators)"},
+        {"--from-beginning", "", "with --kafka: start at the oldest result kept"},
         {"--count", "N", "stop after N results (exit 7 if --timeout-s passes first)"},
         {"--timeout-s", "N",
-         "stop after N seconds in which no result arrived (of any user); exit 7 if Kafka was "
-         "never joined (with --task: give up after N seconds)"}}},
+         "--user: stop after N seconds; --kafka: after N seconds in which no result arrived "
+         "(of any user), exit 7 if Kafka was never joined; --task: give up after N seconds"}}},
       {"batch submit",
        "FILE.jsonl",
        "upload a batch (JSON Lines; - reads stdin) and follow it to the end",

@@ -26,6 +26,12 @@ Awaitable<std::optional<std::string>> ApiStore::task_history_json(const std::str
       [&](pqxx::connection& c) { return pg::task_history_json(c, task_id); });
 }
 
+Awaitable<std::vector<std::string>> ApiStore::ended_of_user(const std::string& user_id,
+                                                            std::vector<std::string> task_ids) {
+  co_return co_await db_.run(
+      [&](pqxx::connection& c) { return pg::ended_of_user(c, user_id, task_ids); });
+}
+
 Awaitable<std::string> ApiStore::list_tasks(const TaskListQuery& query) {
   co_return co_await db_.run([&](pqxx::connection& c) { return pg::list_tasks(c, query); });
 }

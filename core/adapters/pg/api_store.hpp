@@ -57,6 +57,9 @@ class ApiStore {
                                                   const std::string& idempotency_key);
   Awaitable<std::optional<std::string>> task_json(const std::string& task_id);
   Awaitable<std::optional<std::string>> task_history_json(const std::string& task_id);
+  // Of `task_ids` (uuids), those of `user_id` that have ended.
+  Awaitable<std::vector<std::string>> ended_of_user(const std::string& user_id,
+                                                    std::vector<std::string> task_ids);
   Awaitable<std::string> list_tasks(const TaskListQuery& query);
   Awaitable<CancelOutcome> cancel_task(const std::string& task_id,
                                        const std::string& results_topic);

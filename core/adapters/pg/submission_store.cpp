@@ -190,6 +190,22 @@ std::optional<std::string> task_json(pqxx::connection& c, const std::string& tas
   return json;
 }
 
+std::vector<std::string> ended_of_user(pqxx::connection& c, const std::string& user_id,
+                                       const std::vector<std::string>& task_ids) {
+  std::string ids = "[";
+  for (const std::string& id : task_ids) {
+    if (ids.size() > 1)
+      ids += ',';
+    ids += '"' + id + '"';  // uuids: nothing to escape
+  }
+  ids += ']';
+  pqxx::read_transaction tx(c);
+  std::vector<std::string> out;
+  for (const auto& row : exec_named(tx, "ended_of_user", user_id, ids))
+    out.push_back(row[0].as<std::string>());
+  return out;
+}
+
 std::optional<std::string> task_history_json(pqxx::connection& c, const std::string& task_id) {
   pqxx::read_transaction tx(c);
   auto rows = exec_text(tx, "task_history", task_id);

@@ -77,6 +77,9 @@ std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& use
 
 // The task as the API shows it (JSON text), or nullopt.
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id);
+// Of `task_ids` (uuids), those of `user_id` that have ended.
+std::vector<std::string> ended_of_user(pqxx::connection& c, const std::string& user_id,
+                                       const std::vector<std::string>& task_ids);
 
 // What an event stream replays for a task that is already under way: user, status, the
 // result and error when it ended, and per step the model's text, its tool calls and (once

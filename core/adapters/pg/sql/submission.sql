@@ -195,6 +195,13 @@ SELECT jsonb_build_object(
     FROM task_steps s WHERE s.task_id = t.task_id))::text
 FROM tasks t WHERE t.task_id = $1::uuid
 
+-- name: ended_of_user
+-- Of the task ids in the JSON array $2, those of user $1 that have ended (a results stream
+-- passes on a result event only when the row says so). One id per row.
+SELECT task_id::text FROM tasks
+WHERE task_id = ANY(ARRAY(SELECT jsonb_array_elements_text($2::jsonb))::uuid[])
+  AND user_id = $1 AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+
 -- name: list_tasks
 -- GET /v1/tasks: user $1's tasks, newest first, of status $2 ('': any), at most $3, created
 -- before task $4 (a cursor: the last id of the previous page; '': from the newest). Each
