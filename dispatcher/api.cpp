@@ -238,8 +238,16 @@ std::variant<http::Response, Api::Routed> Api::resolve(const http::Request& head
   const std::string path(http::target_path(target));
   Matched matched = match_route(head.method(), path);
   auto* found = std::get_if<RouteMatch>(&matched);
-  if (found && found->route->access == Access::kAnyone)
+  if (found && found->route->access == Access::kAnyone) {
+    // With an operations port (metrics.port), readiness and metrics are served there only:
+    // nobody on the API's network reads the fleet's metrics or makes it ping Postgres.
+    // Liveness stays on both (a load balancer's health check).
+    if (config_.metrics.port != 0 && found->route->id != RouteId::kHealthz) {
+      return http::make_error(head, http::Status::not_found, "not_found",
+                              path + " is served on the operations port (metrics.port)", "/path");
+    }
     return Routed{std::move(*found), Caller{}};
+  }
   auto caller = auth_.authenticate(head);
   if (auto* failure = std::get_if<AuthFailure>(&caller)) {
     auto response = http::make_error(head, http::Status::unauthorized, "unauthorized",

@@ -91,8 +91,9 @@ int run_dispatcher(const config::Config& config) {
   log::write("info", "dispatcher",
              "dispatcher listening on http://" + config.dispatcher.http.host + ":" +
                  std::to_string(server.port()));
-  // The API port serves /metrics too; metrics.port adds a listener with only the
-  // operations routes, for a scraper that must not reach the API.
+  // metrics.port adds a listener with only the operations routes, for scrapers and probes
+  // that must not reach the API; the API port then answers only /healthz of them (without
+  // it, the API port serves all three).
   std::unique_ptr<http::Server> ops_server;
   if (config.metrics.port != 0) {
     // Scrapers and probes send no body and hold few connections.

@@ -708,14 +708,28 @@ double metric(const std::string& text, const std::string& series) {
   return 0;
 }
 
-TEST(ApiOps, HealthReadinessAndMetricsNeedNoKey) {
-  auto health = get("/healthz", "");
-  EXPECT_EQ(health.status, 200) << health.body;
-  EXPECT_EQ(str(parse(health.body), "status"), "ok");
-  auto ready = get("/readyz", "");
+// GET on the dispatcher's operations port (metrics.port, which the fleet sets).
+http::ClientResponse ops_get(const std::string& path) {
+  return test::fetch(test::env()["AGENTFLEET_DISPATCHER_METRICS_URL"] + path, bhttp::verb::get, {},
+                     {}, 15s, "application/json");
+}
+
+TEST(ApiOps, ReadinessAndMetricsAreOnTheOperationsPortOnlyAndLivenessOnBoth) {
+  for (const auto& health : {get("/healthz", ""), ops_get("/healthz")}) {
+    EXPECT_EQ(health.status, 200) << health.body;
+    EXPECT_EQ(str(parse(health.body), "status"), "ok");
+  }
+  auto ready = ops_get("/readyz");
   EXPECT_EQ(ready.status, 200) << ready.body;
   EXPECT_EQ(str(parse(ready.body), "status"), "ready");
-  auto before = get("/metrics", "");
+  // Nobody on the API's network reads the metrics or makes the dispatcher ping Postgres.
+  for (const std::string path : {"/readyz", "/metrics"}) {
+    auto refused = get(path, "");
+    EXPECT_EQ(refused.status, 404) << path << ": " << refused.body;
+    EXPECT_NE(refused.body.find("operations port"), std::string::npos) << refused.body;
+    EXPECT_EQ(get(path, admin_key()).status, 404) << path << " with a key";
+  }
+  auto before = ops_get("/metrics");
   ASSERT_EQ(before.status, 200);
   EXPECT_EQ(before.header("Content-Type").rfind("text/plain", 0), 0u)
       << before.header("Content-Type");
@@ -733,7 +747,7 @@ TEST(ApiOps, HealthReadinessAndMetricsNeedNoKey) {
         admin_key(),
         {{"Accept", "text/event-stream"}}});
   post_batch("", "");
-  auto after = get("/metrics", "");
+  auto after = ops_get("/metrics");
   EXPECT_EQ(metric(after.body, stream_404), metric(before.body, stream_404) + 1);
   EXPECT_EQ(metric(after.body, batch_400), metric(before.body, batch_400) + 1);
 }
@@ -1233,8 +1247,9 @@ TEST(ApiAuth, AKeyActsOnlyForItsUsersAndAnotherUsersTaskIsNotFound) {
   EXPECT_TRUE(at(done, "cancel_requested").IsFalse());
 
   // Operations routes need no key.
+  EXPECT_EQ(get("/healthz", "").status, 200);
   for (const std::string path : {"/healthz", "/readyz", "/metrics"})
-    EXPECT_EQ(get(path, "").status, 200) << path;
+    EXPECT_EQ(ops_get(path).status, 200) << path;
 }
 
 // What a client sends on a connection of its own, and what arrives until the dispatcher
@@ -1271,7 +1286,7 @@ std::string raw_exchange(const std::string& text, std::chrono::seconds limit = 1
 }
 
 TEST(ApiAuth, ABodyIsNeverReadBeforeTheCallerIsKnownNorBeyondItsRoutesLimit) {
-  const std::string before = get("/metrics", "").body;
+  const std::string before = ops_get("/metrics").body;
   // 8 MiB announced, none sent, no key: 401 on the head alone.
   const std::string nokey = raw_exchange(
       "POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -1294,7 +1309,7 @@ TEST(ApiAuth, ABodyIsNeverReadBeforeTheCallerIsKnownNorBeyondItsRoutesLimit) {
   expect_error(wrong, 405, "/method", "method_not_allowed");
   EXPECT_EQ(wrong.header("Allow"), "POST, GET");
   // Counted under their routes, never under a raw path.
-  const std::string after = get("/metrics", "").body;
+  const std::string after = ops_get("/metrics").body;
   const std::string submit_401 = R"(agentfleet_http_requests_total{code="401",route="/v1/tasks"})";
   const std::string submit_413 = R"(agentfleet_http_requests_total{code="413",route="/v1/tasks"})";
   EXPECT_EQ(metric(after, submit_401), metric(before, submit_401) + 1);

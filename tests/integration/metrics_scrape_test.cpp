@@ -114,13 +114,16 @@ TEST(Metrics, EveryProcessAnswersHealthAndReadiness) {
   std::vector<std::string> bases = split_list(env["AGENTFLEET_WORKER_METRICS_URLS"]);
   ASSERT_FALSE(bases.empty()) << "the fixture exported no worker metrics URL";
   bases.push_back(env["AGENTFLEET_DISPATCHER_METRICS_URL"]);
-  bases.push_back(env["AGENTFLEET_URL"]);  // the API port serves them too
   for (const auto& base : bases) {
     for (const char* path : {"/healthz", "/readyz", "/metrics"}) {
       auto response = call(bhttp::verb::get, base + path);
       EXPECT_EQ(response.status, 200) << base << path << ": " << response.body;
     }
   }
+  // With an operations port, the API port answers liveness only.
+  EXPECT_EQ(call(bhttp::verb::get, env["AGENTFLEET_URL"] + "/healthz").status, 200);
+  for (const char* path : {"/readyz", "/metrics"})
+    EXPECT_EQ(call(bhttp::verb::get, env["AGENTFLEET_URL"] + path).status, 404) << path;
   auto wrong = call(bhttp::verb::get, env["AGENTFLEET_DISPATCHER_METRICS_URL"] + "/v1/tasks");
   EXPECT_EQ(wrong.status, 404) << "the metrics port serves no API";
 }

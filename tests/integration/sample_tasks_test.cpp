@@ -416,7 +416,11 @@ TEST(TaskApi, UnknownTasksAndRoutesAre404) {
       call(boost::beast::http::verb::get, env["AGENTFLEET_URL"] + "/v1/tasks/not-a-uuid").status,
       404);
   EXPECT_EQ(call(boost::beast::http::verb::get, env["AGENTFLEET_URL"] + "/v1/nothing").status, 404);
-  EXPECT_EQ(call(boost::beast::http::verb::get, env["AGENTFLEET_URL"] + "/readyz").status, 200);
+  EXPECT_EQ(call(boost::beast::http::verb::get, env["AGENTFLEET_URL"] + "/healthz").status, 200);
+  EXPECT_EQ(
+      call(boost::beast::http::verb::get, env["AGENTFLEET_DISPATCHER_METRICS_URL"] + "/readyz")
+          .status,
+      200);
 }
 
 }  // namespace
