@@ -15,6 +15,7 @@
 #include "core/codec/json_text.hpp"
 #include "core/codec/task_codec.hpp"
 #include "dispatcher/api_responses.hpp"
+#include "dispatcher/batch_lines.hpp"
 #include "dispatcher/user_limits.hpp"
 
 namespace agentfleet::dispatcher {
@@ -152,17 +153,24 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
         asio::use_awaitable);
   };
 
-  std::vector<std::pair<std::string, std::string>> errors;  // (path, message)
+  BatchLineOptions line_options;
+  line_options.batch_id = batch_id;
+  line_options.user_id = user_id;
+  line_options.defaults = defaults;
+  line_options.max_lines = config_.dispatcher.max_batch_lines;
+  line_options.max_line_bytes = kMaxLineBytes;
+  line_options.max_reported = kMaxReportedErrors;
+  BatchLines checker(config_, std::move(line_options),
+                     [&caller](const std::string& user) { return caller.may_act_for(user); });
   std::string store_error;
-  bool too_many = false;
-  bool not_permitted = false;  // the lines name a user the key may not act for: 403
-  std::int64_t lines = 0, accepted = 0, duplicates = 0;
+  bool batch_exists = false;
+  std::int64_t accepted = 0, duplicates = 0;
   std::vector<pg::NewTask> slice;
   auto flush = [&]() -> asio::awaitable<void> {
-    if (slice.empty() || !errors.empty() || !store_error.empty())
+    if (slice.empty() || checker.failed() || batch_exists || !store_error.empty())
       co_return;
     if (!writer) {
-      pg::BatchHeader header{batch_id, user_id, priority};
+      pg::BatchHeader header{batch_id, checker.user_id(), priority};
       auto created = co_await on_pool([&] {
         writer = std::make_unique<pg::BatchWriter>(config_.postgres.url,
                                                    config_.postgres.statement_timeout_ms,
@@ -174,7 +182,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
         co_return;
       }
       if (!created.value()) {
-        errors.emplace_back("/query/batch_id", "a batch '" + batch_id + "' exists already");
+        batch_exists = true;
         co_return;
       }
     }
@@ -188,61 +196,13 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     accepted += added.value();
     duplicates += static_cast<std::int64_t>(rows.size()) - added.value();
   };
+  const std::string traceparent = traceparent_for(std::string(head["traceparent"]));
   auto take_line = [&](std::string_view line) {
-    ++lines;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
-      --lines;  // blank lines (a trailing newline) are not tasks
+    auto task = checker.take(line);
+    if (!task)
       return;
-    }
-    const std::string where = "/line/" + std::to_string(lines);
-    auto fail = [&](const std::string& at, const std::string& message) {
-      if (errors.size() < kMaxReportedErrors)
-        errors.emplace_back(where + (at == "/" ? "" : at), message);
-      else
-        errors.back().second += "";  // keep the count below; the rest are not listed
-    };
-    if (lines > config_.dispatcher.max_batch_lines) {
-      too_many = true;
-      return;
-    }
-    if (line.size() > kMaxLineBytes) {
-      fail("/", "the line is longer than " + std::to_string(kMaxLineBytes) + " bytes");
-      return;
-    }
-    auto parsed = codec::parse_submission(line, defaults);
-    if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
-      fail(violation->path.empty() ? "/" : violation->path, violation->message);
-      return;
-    }
-    auto& submission = std::get<codec::Submission>(parsed);
-    TaskSpec& spec = submission.spec;
-    if (user_id.empty()) {
-      user_id = spec.user_id;
-      if (!caller.may_act_for(user_id)) {
-        not_permitted = true;
-        fail("/user_id", "this key may not act for user '" + user_id + "'");
-        return;
-      }
-    }
-    if (spec.user_id != user_id) {
-      fail("/user_id", "every task of a batch belongs to its user '" + user_id + "'");
-      return;
-    }
-    if (!spec.batch_id.empty() && spec.batch_id != batch_id) {
-      fail("/batch_id",
-           "the line names batch '" + spec.batch_id + "', the upload is batch '" + batch_id + "'");
-      return;
-    }
-    if (auto problem = check_references(config_, spec)) {
-      fail(problem->path, problem->message);
-      return;
-    }
-    if (!errors.empty())
-      return;  // nothing will be stored; only validate the rest
-    spec.batch_id = batch_id;
-    spec.task_id = new_task_id();
-    slice.push_back(pg::NewTask{std::move(spec), std::move(submission.canonical),
-                                traceparent_for(std::string(head["traceparent"]))});
+    task->spec.task_id = new_task_id();
+    slice.push_back(pg::NewTask{std::move(task->spec), std::move(task->canonical), traceparent});
   };
 
   std::string buffer;
@@ -289,14 +249,14 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
                     "the request body could not be read to its end; nothing was stored", "/");
     co_return;
   }
-  if (too_many) {
+  if (checker.too_many()) {
     co_await refuse(http::Status::payload_too_large, "payload_too_large",
                     "a batch has at most " + std::to_string(config_.dispatcher.max_batch_lines) +
                         " lines; nothing was stored",
                     "/line/" + std::to_string(config_.dispatcher.max_batch_lines + 1));
     co_return;
   }
-  if (errors.empty() && lines == 0) {
+  if (!checker.failed() && checker.lines() == 0) {
     co_await refuse(http::Status::bad_request, "invalid_request",
                     "the batch has no lines: send one JSON task submission per line", "/line/1");
     co_return;
@@ -307,26 +267,26 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     co_await respond(exchange, answered, std::move(response));
     co_return;
   }
-  if (!errors.empty()) {
+  if (batch_exists) {
+    co_await refuse(http::Status::conflict, "batch_exists",
+                    "nothing was stored: query/batch_id: a batch '" + batch_id + "' exists already",
+                    "/query/batch_id");
+    co_return;
+  }
+  if (checker.failed()) {
+    const auto& errors = checker.errors();
     std::string message = "nothing was stored: ";
     for (std::size_t i = 0; i < errors.size(); ++i) {
       if (i)
         message += "; ";
-      message += errors[i].first.substr(1) + ": " + errors[i].second;
+      message += errors[i].path.substr(1) + ": " + errors[i].message;
     }
-    http::Status status = http::Status::bad_request;
-    std::string_view code = "invalid_request";
-    if (not_permitted) {
-      status = http::Status::forbidden;
-      code = "forbidden";
-    } else if (errors.front().first == "/query/batch_id") {
-      status = http::Status::conflict;
-      code = "batch_exists";
-    }
-    auto response = http::make_error(head, status, code, message, errors.front().first);
-    co_await respond(exchange, answered, std::move(response));
+    const bool forbidden = checker.not_permitted();
+    co_await refuse(forbidden ? http::Status::forbidden : http::Status::bad_request,
+                    forbidden ? "forbidden" : "invalid_request", message, errors.front().path);
     co_return;
   }
+  const std::string& batch_user = checker.user_id();
   auto room = co_await on_pool([&] { return writer->room(queue_limit(config_)); });
   if (!room.ok()) {
     co_await respond(exchange, answered, store_unavailable(head, room.error()));
@@ -336,7 +296,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     metrics_.throttled(metrics::ThrottleReason::kQueueFull, accepted);
     auto response = http::make_error(
         head, http::Status::too_many_requests, "queue_full",
-        "the batch's " + std::to_string(accepted) + " tasks would exceed user '" + user_id +
+        "the batch's " + std::to_string(accepted) + " tasks would exceed user '" + batch_user +
             "''s max_queued of " + std::to_string(room.value().max_queued) +
             " queued tasks; nothing was stored");
     response.set(bhttp::field::retry_after, "60");
@@ -360,11 +320,11 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   w.Key("batch_id");
   w.String(batch_id.c_str());
   w.Key("user_id");
-  w.String(user_id.c_str());
+  w.String(batch_user.c_str());
   w.Key("priority");
   w.String(std::string(to_string(priority)).c_str());
   w.Key("lines");
-  w.Int64(lines);
+  w.Int64(checker.lines());
   w.Key("accepted");
   w.Int64(accepted);
   w.Key("duplicates");

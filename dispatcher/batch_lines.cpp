@@ -1,0 +1,65 @@
+#include "dispatcher/batch_lines.hpp"
+
+#include <variant>
+
+#include "dispatcher/api.hpp"
+
+namespace agentfleet::dispatcher {
+
+BatchLines::BatchLines(const config::Config& config, BatchLineOptions options,
+                       std::function<bool(const std::string&)> may_act_for)
+    : config_(config), options_(std::move(options)), may_act_for_(std::move(may_act_for)) {}
+
+void BatchLines::fail(const std::string& at, const std::string& message) {
+  failed_ = true;
+  if (errors_.size() < options_.max_reported)
+    errors_.push_back({"/line/" + std::to_string(lines_) + (at == "/" ? "" : at), message});
+}
+
+std::optional<codec::Submission> BatchLines::take(std::string_view line) {
+  if (line.find_first_not_of(" \t\r") == std::string_view::npos)
+    return std::nullopt;  // blank lines (a trailing newline) are not tasks
+  ++lines_;
+  if (lines_ > options_.max_lines) {
+    too_many_ = true;
+    return std::nullopt;
+  }
+  if (line.size() > options_.max_line_bytes) {
+    fail("/", "the line is longer than " + std::to_string(options_.max_line_bytes) + " bytes");
+    return std::nullopt;
+  }
+  auto parsed = codec::parse_submission(line, options_.defaults);
+  if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
+    fail(violation->path.empty() ? "/" : violation->path, violation->message);
+    return std::nullopt;
+  }
+  auto& submission = std::get<codec::Submission>(parsed);
+  TaskSpec& spec = submission.spec;
+  if (options_.user_id.empty()) {
+    options_.user_id = spec.user_id;
+    if (!may_act_for_(options_.user_id)) {
+      not_permitted_ = true;
+      fail("/user_id", "this key may not act for user '" + options_.user_id + "'");
+      return std::nullopt;
+    }
+  }
+  if (spec.user_id != options_.user_id) {
+    fail("/user_id", "every task of a batch belongs to its user '" + options_.user_id + "'");
+    return std::nullopt;
+  }
+  if (!spec.batch_id.empty() && spec.batch_id != options_.batch_id) {
+    fail("/batch_id", "the line names batch '" + spec.batch_id + "', the upload is batch '" +
+                          options_.batch_id + "'");
+    return std::nullopt;
+  }
+  if (auto problem = check_references(config_, spec)) {
+    fail(problem->path, problem->message);
+    return std::nullopt;
+  }
+  if (failed())
+    return std::nullopt;  // nothing will be stored; the rest are only checked
+  spec.batch_id = options_.batch_id;
+  return std::move(submission);
+}
+
+}  // namespace agentfleet::dispatcher

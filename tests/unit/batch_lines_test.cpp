@@ -1,0 +1,114 @@
+// The lines of a batch upload, checked as they stream in (dispatcher/batch_lines.hpp).
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config/config.hpp"
+#include "dispatcher/api.hpp"
+#include "dispatcher/batch_lines.hpp"
+
+namespace agentfleet::dispatcher {
+namespace {
+
+config::Config test_config() {
+  return config::load_config_text(R"(
+postgres: {url: x}
+kafka: {bootstrap_servers: b}
+models: [{name: m1, endpoints: [{url: "http://h/x"}]}]
+billing:
+  prices:
+    - {model: m1, effective_from: "2026-01-01", input_per_million: "1"}
+)",
+                                  "test.yaml");
+}
+
+BatchLineOptions options(std::string user_id = "", std::int64_t max_lines = 100) {
+  BatchLineOptions o;
+  o.defaults = submission_defaults(test_config());
+  o.batch_id = "b-1";
+  o.user_id = std::move(user_id);
+  o.max_lines = max_lines;
+  o.max_line_bytes = 300;
+  o.max_reported = 3;
+  return o;
+}
+
+std::string line(const std::string& user, const std::string& extra = "") {
+  return R"({"user_id":")" + user + R"(","text":"完成报告提交")" + extra + "}";
+}
+
+TEST(BatchLines, GoodLinesBecomeTasksOfTheBatchAndBlankLinesAreNotCounted) {
+  const auto config = test_config();
+  BatchLines lines(config, options("u1"), [](const std::string&) { return true; });
+  auto first = lines.take(line("u1"));
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->spec.batch_id, "b-1");
+  EXPECT_EQ(first->spec.user_id, "u1");
+  EXPECT_TRUE(first->spec.task_id.empty()) << "the upload gives each task its id";
+  EXPECT_FALSE(lines.take("").has_value());
+  EXPECT_FALSE(lines.take(" \t\r").has_value());
+  EXPECT_TRUE(lines.take(line("u1", R"(,"batch_id":"b-1")")).has_value())
+      << "a line may name its own batch";
+  EXPECT_EQ(lines.lines(), 2);
+  EXPECT_FALSE(lines.failed());
+}
+
+TEST(BatchLines, TheFirstLineNamesTheUserWhenTheQueryDoesNotAndMustBeOneTheCallerMayActFor) {
+  const auto config = test_config();
+  BatchLines allowed(config, options(), [](const std::string& u) { return u == "u1"; });
+  EXPECT_TRUE(allowed.take(line("u1")).has_value());
+  EXPECT_EQ(allowed.user_id(), "u1");
+  EXPECT_FALSE(allowed.take(line("u2")).has_value()) << "every task belongs to the batch's user";
+  ASSERT_EQ(allowed.errors().size(), 1u);
+  EXPECT_EQ(allowed.errors()[0].path, "/line/2/user_id");
+  EXPECT_FALSE(allowed.not_permitted());
+
+  BatchLines refused(config, options(), [](const std::string& u) { return u == "u1"; });
+  EXPECT_FALSE(refused.take(line("u2")).has_value());
+  EXPECT_TRUE(refused.not_permitted());
+  EXPECT_EQ(refused.errors()[0].path, "/line/1/user_id");
+}
+
+TEST(BatchLines, AfterAnErrorNothingIsHandedOutButTheFirstProblemsAreNamed) {
+  const auto config = test_config();
+  BatchLines lines(config, options("u1"), [](const std::string&) { return true; });
+  EXPECT_TRUE(lines.take(line("u1")).has_value());
+  EXPECT_FALSE(lines.take("not json").has_value());
+  EXPECT_FALSE(lines.take(line("u1")).has_value()) << "a good line after a bad one is not stored";
+  EXPECT_FALSE(lines.take(line("u1", R"(,"model":"nope")")).has_value());
+  EXPECT_FALSE(lines.take(line("u1", R"(,"batch_id":"other")")).has_value());
+  EXPECT_FALSE(lines.take(std::string(400, ' ') + line("u1")).has_value());
+  EXPECT_TRUE(lines.failed());
+  ASSERT_EQ(lines.errors().size(), 3u) << "at most max_reported are listed";
+  EXPECT_EQ(lines.errors()[0].path, "/line/2");
+  EXPECT_EQ(lines.errors()[1].path, "/line/4/model");
+  EXPECT_EQ(lines.errors()[2].path, "/line/5/batch_id");
+  EXPECT_EQ(lines.lines(), 6);
+}
+
+TEST(BatchLines, ALineOverTheLimitIsAnErrorOfItsOwnLine) {
+  const auto config = test_config();
+  BatchLines lines(config, options("u1"), [](const std::string&) { return true; });
+  EXPECT_FALSE(
+      lines.take(line("u1", R"(,"metadata":{"x":")" + std::string(300, 'a') + "\"}")).has_value());
+  ASSERT_EQ(lines.errors().size(), 1u);
+  EXPECT_EQ(lines.errors()[0].path, "/line/1");
+  EXPECT_NE(lines.errors()[0].message.find("longer than 300 bytes"), std::string::npos);
+}
+
+TEST(BatchLines, PastTheMostLinesTheUploadIsTooBig) {
+  const auto config = test_config();
+  BatchLines lines(config, options("u1", 2), [](const std::string&) { return true; });
+  EXPECT_TRUE(lines.take(line("u1")).has_value());
+  EXPECT_TRUE(lines.take(line("u1")).has_value());
+  EXPECT_FALSE(lines.too_many());
+  EXPECT_FALSE(lines.take(line("u1")).has_value());
+  EXPECT_TRUE(lines.too_many());
+  EXPECT_TRUE(lines.failed());
+  EXPECT_TRUE(lines.errors().empty()) << "too many is its own answer (413)";
+}
+
+}  // namespace
+}  // namespace agentfleet::dispatcher
