@@ -9,6 +9,8 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/adapters/pg/batch_store.hpp"
@@ -29,6 +31,27 @@ constexpr std::size_t kMaxLineBytes = 256 * 1024;  // one JSON line of a batch
 constexpr std::size_t kBatchSlice = 1000;          // tasks per INSERT
 constexpr int kResultsPage = 1000;                 // tasks per results page
 constexpr int kMaxReportedErrors = 10;
+constexpr auto kSliceEvery = std::chrono::seconds(1);  // a partial slice goes in this often
+
+// 429 queue_full for a batch of `tasks` tasks (0: refused before any was read; `so_far`:
+// the upload was stopped when it had that many) of `user`, whose queue is `room`.
+http::Response queue_full(const http::Request& head, const std::string& user, std::int64_t tasks,
+                          const pg::QueueRoom& room, bool so_far = false) {
+  const std::string limit =
+      "user '" + user + "''s max_queued of " + std::to_string(room.max_queued) + " queued tasks";
+  std::string message;
+  if (tasks == 0)
+    message = "the queue is full: " + limit + " are all queued; nothing was stored";
+  else if (so_far)
+    message = "the batch's first " + std::to_string(tasks) + " tasks would already exceed " +
+              limit + "; the upload was stopped and nothing was stored";
+  else
+    message = "the batch's " + std::to_string(tasks) + " tasks would exceed " + limit +
+              "; nothing was stored";
+  auto response = http::make_error(head, http::Status::too_many_requests, "queue_full", message);
+  response.set(bhttp::field::retry_after, "60");
+  return response;
+}
 }  // namespace
 
 asio::awaitable<http::Response> Api::get_batch(http::Request& request, const Caller& caller,
@@ -135,6 +158,23 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   } release{batch_uploads_};
   if (batch_id.empty())
     batch_id = new_task_id();
+  // The user's queue is looked at before the body is read (when the query names the user;
+  // else once the first line does) and as the upload grows: an upload that cannot fit is
+  // refused early, not inserted and then rolled back. The end checks again, exactly.
+  std::optional<pg::QueueRoom> room_at_start;
+  if (!user_id.empty()) {
+    auto room = co_await store_.queue_room(user_id, queue_limit(config_));
+    if (!room.ok()) {
+      co_await respond(exchange, answered, store_unavailable(head, room.error()));
+      co_return;
+    }
+    room_at_start = room.value();
+    if (room_at_start->max_queued > 0 && room_at_start->queued >= room_at_start->max_queued) {
+      metrics_.throttled(metrics::ThrottleReason::kQueueFull, 1);
+      co_await respond(exchange, answered, queue_full(head, user_id, 0, *room_at_start));
+      co_return;
+    }
+  }
 
   codec::SubmissionDefaults defaults = defaults_;
   defaults.priority = priority;
@@ -166,9 +206,24 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   bool batch_exists = false;
   std::int64_t accepted = 0, duplicates = 0;
   std::vector<pg::NewTask> slice;
+  bool over_queue = false;
   auto flush = [&]() -> asio::awaitable<void> {
-    if (slice.empty() || checker.failed() || batch_exists || !store_error.empty())
+    if (slice.empty() || checker.failed() || batch_exists || over_queue || !store_error.empty())
       co_return;
+    if (!room_at_start) {
+      auto room = co_await store_.queue_room(checker.user_id(), queue_limit(config_));
+      if (!room.ok()) {
+        store_error = room.error().message;
+        co_return;
+      }
+      room_at_start = room.value();
+    }
+    if (room_at_start->max_queued > 0 &&
+        room_at_start->queued + accepted + static_cast<std::int64_t>(slice.size()) >
+            room_at_start->max_queued) {
+      over_queue = true;
+      co_return;
+    }
     if (!writer) {
       pg::BatchHeader header{batch_id, checker.user_id(), priority};
       auto created = co_await on_pool([&] {
@@ -207,12 +262,35 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
 
   std::string buffer;
   bool body_failed = false;
+  std::optional<std::string> too_slow;
+  const auto upload_started = std::chrono::steady_clock::now();
+  const auto upload_deadline =
+      upload_started + std::chrono::seconds(config_.dispatcher.batch_upload_timeout_s);
+  const auto rate_window = std::chrono::seconds(config_.dispatcher.batch_upload_rate_window_s);
+  auto last_flush = upload_started;
+  std::uint64_t received = 0;
   for (;;) {
     boost::system::error_code ec;
     const std::size_t before = buffer.size();
     const std::size_t got = co_await exchange.read_body(buffer, kReadChunk, ec);
     if (ec) {
       body_failed = true;
+      break;
+    }
+    received += got;
+    const auto now = std::chrono::steady_clock::now();
+    if (now > upload_deadline) {
+      too_slow = "the upload took longer than " +
+                 std::to_string(config_.dispatcher.batch_upload_timeout_s) + " s";
+      break;
+    }
+    const double seconds = std::chrono::duration<double>(now - upload_started).count();
+    if (now - upload_started > rate_window &&
+        static_cast<double>(received) / seconds < config_.dispatcher.batch_upload_min_bytes_per_s) {
+      too_slow = "the upload sent " + std::to_string(received) + " bytes in " +
+                 std::to_string(static_cast<long long>(seconds)) + " s, less than " +
+                 std::to_string(config_.dispatcher.batch_upload_min_bytes_per_s) +
+                 " bytes a second";
       break;
     }
     std::size_t start = 0;
@@ -237,12 +315,23 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
           break;
       }
     }
-    if (slice.size() >= kBatchSlice)
+    // A slice goes in when it is full, or a second after the last one: while lines come
+    // in, the upload's transaction is never idle long (idle_in_transaction_session_timeout).
+    if (slice.size() >= kBatchSlice ||
+        (!slice.empty() && std::chrono::steady_clock::now() - last_flush >= kSliceEvery)) {
       co_await flush();
-    if (got == 0 || exchange.body_done())
+      last_flush = std::chrono::steady_clock::now();
+    }
+    if (over_queue || got == 0 || exchange.body_done())
       break;
   }
-  if (!body_failed && !buffer.empty())
+  if (too_slow) {
+    co_await refuse(http::Status::request_timeout, "upload_too_slow",
+                    *too_slow + "; nothing was stored", "/");
+    co_return;
+  }
+
+  if (!body_failed && !over_queue && !buffer.empty())
     take_line(buffer);
   if (body_failed) {
     co_await refuse(http::Status::bad_request, "invalid_request",
@@ -262,6 +351,14 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     co_return;
   }
   co_await flush();
+  if (over_queue) {
+    // Refused as soon as the lines outgrew the room (the rest of the body is not read).
+    const std::int64_t tasks = accepted + static_cast<std::int64_t>(slice.size());
+    metrics_.throttled(metrics::ThrottleReason::kQueueFull, tasks);
+    co_await respond(exchange, answered,
+                     queue_full(head, checker.user_id(), tasks, *room_at_start, true));
+    co_return;
+  }
   if (!store_error.empty()) {
     auto response = store_unavailable(head, Error{ErrorKind::kTransient, store_error});
     co_await respond(exchange, answered, std::move(response));
@@ -294,13 +391,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   }
   if (room.value().queued > room.value().max_queued) {
     metrics_.throttled(metrics::ThrottleReason::kQueueFull, accepted);
-    auto response = http::make_error(
-        head, http::Status::too_many_requests, "queue_full",
-        "the batch's " + std::to_string(accepted) + " tasks would exceed user '" + batch_user +
-            "''s max_queued of " + std::to_string(room.value().max_queued) +
-            " queued tasks; nothing was stored");
-    response.set(bhttp::field::retry_after, "60");
-    co_await respond(exchange, answered, std::move(response));
+    co_await respond(exchange, answered, queue_full(head, batch_user, accepted, room.value()));
     co_return;
   }
   auto committed = co_await on_pool([&] {

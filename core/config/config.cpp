@@ -588,6 +588,9 @@ void read_dispatcher(const Section& s, DispatcherConfig& out) {
   s.read("max_streams", out.max_streams);
   s.read("max_long_polls_per_caller", out.max_long_polls_per_caller);
   s.read("max_long_polls", out.max_long_polls);
+  s.read("batch_upload_timeout_s", out.batch_upload_timeout_s);
+  s.read("batch_upload_min_bytes_per_s", out.batch_upload_min_bytes_per_s);
+  s.read("batch_upload_rate_window_s", out.batch_upload_rate_window_s);
 }
 
 bool is_sha256_hex(const std::string& text) {

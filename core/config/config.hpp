@@ -111,6 +111,13 @@ struct DispatcherConfig {
   int max_streams = 5000;
   int max_long_polls_per_caller = 200;
   int max_long_polls = 10000;
+  // POST /v1/batches: an upload must end within this, and after its first
+  // batch_upload_rate_window_s send at least batch_upload_min_bytes_per_s on average
+  // (else 408, nothing stored): a trickling client holds neither a place nor a transaction
+  // for long.
+  int batch_upload_timeout_s = 3600;
+  int batch_upload_min_bytes_per_s = 8192;
+  int batch_upload_rate_window_s = 30;
 };
 
 struct ApiKey {

@@ -1547,5 +1547,111 @@ TEST(ApiBadInput, EachIsAClear4xxOfTheErrorShapeAndNothingIsStored) {
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE idempotency_key IN ('br-2', 'br-3')"), 0);
 }
 
+// ---------------------------------------------------------------------------------------
+// Batch uploads that cannot fit, or trickle
+
+std::string batch_lines_of(const std::string& u, int n, const std::string& prefix) {
+  std::string lines;
+  for (int i = 0; i < n; ++i) {
+    lines += R"({"user_id":")" + u + R"(","text":"bench: steps=1 calls=1","idempotency_key":")" +
+             prefix + std::to_string(i) + "\"}\n";
+  }
+  return lines;
+}
+
+TEST(ApiBatchLimits, AnUploadThatCannotFitIsRefusedBeforeItsBodyOrAsSoonAsItOutgrowsTheQueue) {
+  const std::string u = user("batch-room");
+  // One request a minute: the first task runs, the next three wait queued, filling a queue
+  // of three.
+  auto limits = call({bhttp::verb::put, "/v1/users/" + u + "/limits",
+                      R"({"max_queued":3,"requests_per_minute":1})"});
+  ASSERT_EQ(limits.status, 200) << limits.body;
+  // Ten lines into a queue of three: refused as soon as they outgrow it; nothing stored.
+  auto over = post_batch("?user_id=" + u, batch_lines_of(u, 10, "over-"));
+  EXPECT_EQ(over.status, 429) << over.body;
+  EXPECT_EQ(over.header("Retry-After"), "60");
+  EXPECT_EQ(str(at(parse(over.body), "error"), "code"), "queue_full") << over.body;
+  EXPECT_NE(over.body.find("the upload was stopped and nothing was stored"), std::string::npos)
+      << over.body;
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 0);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM batches WHERE user_id = $1", u), 0);
+
+  for (int i = 0; i < 4; ++i)
+    submit(submission(u, "bench: steps=1 calls=1", "room-" + std::to_string(i)));
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'queued'", u) < 3 &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(50ms);  // polling a bounded wait
+  ASSERT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'queued'", u), 3);
+  // The queue is full: an upload announcing 8 MiB is refused on its head, none of it sent.
+  const std::string full = raw_exchange(
+      "POST /v1/batches?user_id=" + u + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+      admin_key() + "\r\nContent-Type: application/x-ndjson\r\nContent-Length: 8388608\r\n\r\n");
+  EXPECT_EQ(full.substr(0, full.find("\r\n")), "HTTP/1.1 429 Too Many Requests") << full;
+  EXPECT_NE(full.find("Retry-After: 60"), std::string::npos) << full;
+  EXPECT_NE(full.find("the queue is full"), std::string::npos) << full;
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 4);
+  EXPECT_EQ(call({bhttp::verb::put, "/v1/users/" + u + "/limits", "{}"}).status, 200);
+}
+
+TEST(ApiBatchLimits, AnUploadBelowTheMinimumRateIsCutWithA408AndStoresNothing) {
+  // The fleet holds uploads to 8,192 bytes a second after their first 3 s
+  // (AGENTFLEET_BATCH_UPLOAD_RATE_WINDOW_S in the fixture). One line a second is far less.
+  const std::string u = user("trickle");
+  const std::string url = base_url();
+  const auto colon = url.rfind(':');
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket(io);
+  socket.connect({boost::asio::ip::make_address(url.substr(7, colon - 7)),
+                  static_cast<unsigned short>(std::stoi(url.substr(colon + 1)))});
+  boost::asio::write(
+      socket, boost::asio::buffer("POST /v1/batches?user_id=" + u +
+                                  " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + admin_key() +
+                                  "\r\nContent-Type: application/x-ndjson\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n"));
+  socket.non_blocking(true);
+  std::string got;
+  const auto started = std::chrono::steady_clock::now();
+  int sent = 0;
+  auto next_line = started;
+  while (std::chrono::steady_clock::now() < started + 30s &&
+         got.find("\r\n\r\n") == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= next_line) {
+      const std::string line = batch_lines_of(u, 1, "trickle-" + std::to_string(sent++));
+      char size[16];
+      std::snprintf(size, sizeof size, "%zx\r\n", line.size());
+      boost::system::error_code ec;
+      boost::asio::write(socket, boost::asio::buffer(std::string(size) + line + "\r\n"), ec);
+      next_line += 1s;
+    }
+    char buf[4096];
+    boost::system::error_code ec;
+    const std::size_t n = socket.read_some(boost::asio::buffer(buf), ec);
+    if (ec == boost::asio::error::would_block) {
+      std::this_thread::sleep_for(20ms);  // polling a bounded wait
+      continue;
+    }
+    if (ec)
+      break;
+    got.append(buf, n);
+  }
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 408 Request Timeout") << got;
+  // Read a second past the window (the rate is looked at as lines arrive); well before the
+  // upload's overall bound.
+  EXPECT_LT(took, 15.0) << got;
+  EXPECT_GE(took, 3.0) << got;
+  boost::system::error_code ec;
+  char buf[4096];
+  socket.non_blocking(false);
+  while (got.find("upload_too_slow") == std::string::npos && !ec)
+    got.append(buf, socket.read_some(boost::asio::buffer(buf), ec));
+  EXPECT_NE(got.find("upload_too_slow"), std::string::npos) << got;
+  EXPECT_NE(got.find("nothing was stored"), std::string::npos) << got;
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 0);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM batches WHERE user_id = $1", u), 0);
+}
+
 }  // namespace
 }  // namespace agentfleet

@@ -11,6 +11,9 @@ command=$1
 run_dir=$2
 case "$command" in
   start)
+    # A batch upload's average rate is held after 3 s instead of 30, so that a trickling
+    # upload is cut within a test's patience.
+    export AGENTFLEET_BATCH_UPLOAD_RATE_WINDOW_S=3
     fleet_reset "$run_dir"
     if ! fleet_start "$run_dir" "$3" 2; then
       fleet_stop "$run_dir"

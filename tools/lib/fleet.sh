@@ -26,7 +26,8 @@
 # distribution such as fixed:1500, each tool call), AGENTFLEET_LEASE_S,
 # AGENTFLEET_HEARTBEAT_S, AGENTFLEET_MAX_IN_FLIGHT, AGENTFLEET_SHUTDOWN_GRACE_S,
 # AGENTFLEET_ROUND_TRIP_TARGET_MS (worker.round_trip_target_ms), AGENTFLEET_LEADER_SILENCE_S
-# (dispatcher.leader_silence_s), AGENTFLEET_MAX_ACTIVE_TASKS, AGENTFLEET_RELAY_INTERVAL_MS
+# (dispatcher.leader_silence_s), AGENTFLEET_MAX_ACTIVE_TASKS, AGENTFLEET_RELAY_INTERVAL_MS,
+# AGENTFLEET_BATCH_UPLOAD_RATE_WINDOW_S (dispatcher.batch_upload_rate_window_s)
 # (read by config/agentfleet.yaml, which the fleet runs with),
 # SIM_TIMING_DIR (both simulators write a --timing-log there: llm-sim.timing, tool-sim.timing).
 #   fleet_stop RUN_DIR                        stops everything fleet_start started

@@ -26,6 +26,11 @@ Awaitable<std::optional<std::string>> ApiStore::task_history_json(const std::str
       [&](pqxx::connection& c) { return pg::task_history_json(c, task_id); });
 }
 
+Awaitable<QueueRoom> ApiStore::queue_room(const std::string& user_id, QueueLimit limit) {
+  co_return co_await db_.run(
+      [&](pqxx::connection& c) { return pg::queue_room_now(c, user_id, limit); });
+}
+
 Awaitable<std::vector<std::string>> ApiStore::ended_of_user(const std::string& user_id,
                                                             std::vector<std::string> task_ids) {
   co_return co_await db_.run(

@@ -57,6 +57,8 @@ class ApiStore {
                                                   const std::string& idempotency_key);
   Awaitable<std::optional<std::string>> task_json(const std::string& task_id);
   Awaitable<std::optional<std::string>> task_history_json(const std::string& task_id);
+  // The user's queue now (queued tasks counted up to the limit + 1, and the limit).
+  Awaitable<QueueRoom> queue_room(const std::string& user_id, QueueLimit limit);
   // Of `task_ids` (uuids), those of `user_id` that have ended.
   Awaitable<std::vector<std::string>> ended_of_user(const std::string& user_id,
                                                     std::vector<std::string> task_ids);

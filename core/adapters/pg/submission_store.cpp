@@ -116,6 +116,13 @@ QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimi
   return room;
 }
 
+QueueRoom queue_room_now(pqxx::connection& c, const std::string& user_id, const QueueLimit& limit) {
+  pqxx::work tx(c);
+  QueueRoom room = queue_room(tx, user_id, limit);
+  tx.commit();
+  return room;
+}
+
 InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit,
                          bool with_json, const ModelCheck& models) {
   const TaskSpec& s = task.spec;

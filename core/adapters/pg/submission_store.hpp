@@ -77,6 +77,9 @@ std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& use
 
 // The task as the API shows it (JSON text), or nullopt.
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id);
+// The user's queue now, in a transaction of its own (without the user's submission lock:
+// a batch upload looks before it starts and checks again, under the lock, at its end).
+QueueRoom queue_room_now(pqxx::connection& c, const std::string& user_id, const QueueLimit& limit);
 // Of `task_ids` (uuids), those of `user_id` that have ended.
 std::vector<std::string> ended_of_user(pqxx::connection& c, const std::string& user_id,
                                        const std::vector<std::string>& task_ids);
