@@ -263,36 +263,23 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   std::string buffer;
   bool body_failed = false;
   std::optional<std::string> too_slow;
-  const auto upload_started = std::chrono::steady_clock::now();
-  const auto upload_deadline =
-      upload_started + std::chrono::seconds(config_.dispatcher.batch_upload_timeout_s);
-  const auto rate_window = std::chrono::seconds(config_.dispatcher.batch_upload_rate_window_s);
-  auto last_flush = upload_started;
-  std::uint64_t received = 0;
+  auto last_flush = std::chrono::steady_clock::now();
+  UploadPace pace(last_flush, std::chrono::seconds(config_.dispatcher.batch_upload_timeout_s),
+                  std::chrono::seconds(config_.dispatcher.batch_upload_rate_window_s),
+                  config_.dispatcher.batch_upload_min_bytes_per_s);
   for (;;) {
     boost::system::error_code ec;
     const std::size_t before = buffer.size();
+    auto asked = std::chrono::steady_clock::now();
     const std::size_t got = co_await exchange.read_body(buffer, kReadChunk, ec);
     if (ec) {
       body_failed = true;
       break;
     }
-    received += got;
-    const auto now = std::chrono::steady_clock::now();
-    if (now > upload_deadline) {
-      too_slow = "the upload took longer than " +
-                 std::to_string(config_.dispatcher.batch_upload_timeout_s) + " s";
+    auto now = std::chrono::steady_clock::now();
+    too_slow = pace.read(got, now - asked, now);
+    if (too_slow)
       break;
-    }
-    const double seconds = std::chrono::duration<double>(now - upload_started).count();
-    if (now - upload_started > rate_window &&
-        static_cast<double>(received) / seconds < config_.dispatcher.batch_upload_min_bytes_per_s) {
-      too_slow = "the upload sent " + std::to_string(received) + " bytes in " +
-                 std::to_string(static_cast<long long>(seconds)) + " s, less than " +
-                 std::to_string(config_.dispatcher.batch_upload_min_bytes_per_s) +
-                 " bytes a second";
-      break;
-    }
     std::size_t start = 0;
     for (std::size_t nl = buffer.find('\n', before); nl != std::string::npos;
          nl = buffer.find('\n', start)) {
@@ -305,7 +292,12 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
       buffer.clear();
       while (!exchange.body_done() && !ec) {
         std::string skip;
+        asked = std::chrono::steady_clock::now();
         const std::size_t n = co_await exchange.read_body(skip, kReadChunk, ec);
+        now = std::chrono::steady_clock::now();
+        too_slow = pace.read(n, now - asked, now);
+        if (too_slow)
+          break;
         const auto nl = skip.find('\n');
         if (nl != std::string::npos) {
           buffer = skip.substr(nl + 1);
@@ -322,7 +314,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
       co_await flush();
       last_flush = std::chrono::steady_clock::now();
     }
-    if (over_queue || got == 0 || exchange.body_done())
+    if (too_slow || over_queue || got == 0 || exchange.body_done())
       break;
   }
   if (too_slow) {

@@ -267,12 +267,20 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
   // Events sent from a later read of the row: the feed's copies of them are not sent again.
   std::map<EventKey, int> filled;
   std::map<EventKey, int> skipped;
+  // A comment line every heartbeat, whatever else the stream does (re-reads must not hold
+  // it back: proxies close a quiet stream, and a client gone is noticed on a write).
+  auto next_heartbeat = std::chrono::steady_clock::now() + heartbeat;
   while (std::chrono::steady_clock::now() < stream_until) {
     const auto now = std::chrono::steady_clock::now();
+    if (now >= next_heartbeat) {
+      if (!co_await exchange.send(": keep-alive\n\n"))
+        co_return;
+      next_heartbeat = now + heartbeat;
+    }
     if (subscription->take_gap())
       rereads.gap(now);
     // Not std::min({...}): GCC 12 cannot keep an initializer_list across a co_await.
-    const auto wake_at = std::min(std::min(now + heartbeat, rereads.due()), stream_until);
+    const auto wake_at = std::min(std::min(next_heartbeat, rereads.due()), stream_until);
     // Not a conditional expression around the co_await: GCC 12 miscompiles it.
     std::optional<TaskFeed::Item> item;
     if (!rereads.is_due(now))
@@ -319,15 +327,8 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
         co_return;
       continue;
     }
-    if (!item && !rereads.is_due(std::chrono::steady_clock::now())) {
-      if (!subscription->take_gap()) {
-        if (!co_await exchange.send(": keep-alive\n\n"))
-          co_return;
-        continue;
-      }
-      rereads.gap(std::chrono::steady_clock::now());
-      continue;
-    }
+    if (!item && !rereads.is_due(std::chrono::steady_clock::now()))
+      continue;  // the heartbeat, or a gap: both are seen to at the top
     // A result event, a gap, or the safety timer: read the row. The task may have ended
     // without its done event reaching this replica (ended by the scheduler, or the event
     // was missed), or the feed may have missed progress.

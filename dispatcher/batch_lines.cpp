@@ -62,4 +62,27 @@ std::optional<codec::Submission> BatchLines::take(std::string_view line) {
   return std::move(submission);
 }
 
+UploadPace::UploadPace(Clock::time_point start, std::chrono::seconds timeout,
+                       std::chrono::seconds window, std::int64_t min_bytes_per_s)
+    : deadline_(start + timeout),
+      timeout_(timeout),
+      window_(window),
+      min_bytes_per_s_(min_bytes_per_s) {}
+
+std::optional<std::string> UploadPace::read(std::size_t bytes, Clock::duration waited,
+                                            Clock::time_point now) {
+  received_ += bytes;
+  waiting_ += waited;
+  if (now > deadline_)
+    return "the upload took longer than " + std::to_string(timeout_.count()) + " s";
+  if (waiting_ <= window_)
+    return std::nullopt;
+  const double seconds = std::chrono::duration<double>(waiting_).count();
+  if (static_cast<double>(received_) / seconds >= static_cast<double>(min_bytes_per_s_))
+    return std::nullopt;
+  return "the upload sent " + std::to_string(received_) + " bytes in " +
+         std::to_string(static_cast<long long>(seconds)) + " s of waiting for it, less than " +
+         std::to_string(min_bytes_per_s_) + " bytes a second";
+}
+
 }  // namespace agentfleet::dispatcher

@@ -10,6 +10,7 @@
 //
 // Pure: no I/O, not thread-safe (one per upload).
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -69,6 +70,29 @@ class BatchLines {
   bool failed_ = false;
   bool too_many_ = false;
   bool not_permitted_ = false;
+};
+
+// How fast a batch upload's body comes in: it must have ended by its deadline and, once
+// the server has spent `window` waiting for the client's bytes, have sent at least
+// `min_bytes_per_s` on average over that waiting (the server's own time, writing slices to
+// Postgres, is not counted against the client). Pure, like BatchLines.
+class UploadPace {
+ public:
+  using Clock = std::chrono::steady_clock;
+  UploadPace(Clock::time_point start, std::chrono::seconds timeout, std::chrono::seconds window,
+             std::int64_t min_bytes_per_s);
+
+  // One read of the body: `bytes` came after waiting `waited`; `now` is after it. Why the
+  // upload is cut (the 408's message), or nullopt.
+  std::optional<std::string> read(std::size_t bytes, Clock::duration waited, Clock::time_point now);
+
+ private:
+  Clock::time_point deadline_;
+  std::chrono::seconds timeout_;
+  std::chrono::seconds window_;
+  std::int64_t min_bytes_per_s_;
+  std::uint64_t received_ = 0;
+  Clock::duration waiting_{};
 };
 
 }  // namespace agentfleet::dispatcher

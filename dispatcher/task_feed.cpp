@@ -18,6 +18,9 @@ namespace asio = boost::asio;
 namespace {
 // A subscriber that stops reading keeps at most this many items.
 constexpr std::size_t kMaxBacklog = 1000;
+// After an assignment the consumer settles where it reads from (the end, for a group of
+// its own) on its next fetches: until this has passed, the feed may miss what is published.
+constexpr auto kSettle = std::chrono::seconds(2);
 
 std::string process_group(const std::string& base) {
   std::random_device random;
@@ -43,8 +46,9 @@ TaskFeed::Subscription::Subscription(TaskFeed& feed, std::string key, bool by_us
       by_user_(by_user),
       signal_(feed.io_),
       epoch_(feed.epoch_) {
-  // Before the consumer holds its partitions, what is published is not heard.
-  missed_ = !feed.assigned_;
+  // Before the consumer holds its partitions (and has settled on where it reads from),
+  // what is published may not be heard.
+  missed_ = !feed.settled();
 }
 
 TaskFeed::Subscription::~Subscription() {
@@ -61,7 +65,7 @@ TaskFeed::Subscription::~Subscription() {
 }
 
 bool TaskFeed::Subscription::take_gap() {
-  bool gap = missed_ || epoch_ != feed_.epoch_ || !feed_.assigned_;
+  bool gap = missed_ || epoch_ != feed_.epoch_ || !feed_.settled();
   missed_ = false;
   epoch_ = feed_.epoch_;
   return gap;
@@ -134,8 +138,13 @@ void TaskFeed::stop() {
     subscriber->signal_.cancel();
 }
 
+bool TaskFeed::settled() const {
+  return assigned_ && std::chrono::steady_clock::now() - assigned_at_ >= kSettle;
+}
+
 void TaskFeed::rebalanced(bool assigned) {
   assigned_ = assigned;
+  assigned_at_ = std::chrono::steady_clock::now();
   ++epoch_;
   // Waiters look at the row: what was published while the partitions moved may be missed.
   for (auto& [task_id, subscriber] : subscribers_)

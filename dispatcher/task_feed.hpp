@@ -94,6 +94,8 @@ class TaskFeed {
  private:
   void deliver(kafka::InMessage message);
   void rebalanced(bool assigned);
+  // Assigned, and for long enough that the consumer reads from where it will.
+  bool settled() const;
 
   boost::asio::io_context& io_;
   const config::Config& config_;
@@ -106,6 +108,7 @@ class TaskFeed {
   // may have missed messages.
   std::uint64_t epoch_ = 0;
   bool assigned_ = false;
+  std::chrono::steady_clock::time_point assigned_at_;
   std::unique_ptr<kafka::Consumer> consumer_;
 };
 

@@ -1,6 +1,7 @@
 // The lines of a batch upload, checked as they stream in (dispatcher/batch_lines.hpp).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -108,6 +109,42 @@ TEST(BatchLines, PastTheMostLinesTheUploadIsTooBig) {
   EXPECT_TRUE(lines.too_many());
   EXPECT_TRUE(lines.failed());
   EXPECT_TRUE(lines.errors().empty()) << "too many is its own answer (413)";
+}
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+const UploadPace::Clock::time_point kStart = UploadPace::Clock::time_point{} + seconds(100);
+
+TEST(UploadPace, AClientAboveTheRateIsNeverCutAndOneBelowItOnlyAfterTheWindow) {
+  UploadPace fast(kStart, seconds(3600), seconds(30), 8192);
+  UploadPace slow(kStart, seconds(3600), seconds(30), 8192);
+  for (int i = 1; i <= 120; ++i) {
+    const auto now = kStart + seconds(i);
+    EXPECT_EQ(fast.read(10000, seconds(1), now), std::nullopt) << i;
+    auto cut = slow.read(100, seconds(1), now);
+    if (i <= 30) {
+      EXPECT_EQ(cut, std::nullopt) << "within the window, at " << i << " s";
+    } else {
+      ASSERT_NE(cut, std::nullopt) << "past the window, at " << i << " s";
+      EXPECT_NE(cut->find("3100 bytes in 31 s"), std::string::npos) << *cut;
+      break;
+    }
+  }
+}
+
+TEST(UploadPace, TheServersOwnTimeIsNotCountedAgainstTheClient) {
+  UploadPace pace(kStart, seconds(3600), seconds(30), 8192);
+  // Each megabyte comes at once, then the server spends ten seconds writing it.
+  for (int i = 1; i <= 20; ++i)
+    EXPECT_EQ(pace.read(1 << 20, milliseconds(10), kStart + seconds(10 * i)), std::nullopt) << i;
+}
+
+TEST(UploadPace, NoUploadOutlivesItsDeadlineHoweverFast) {
+  UploadPace pace(kStart, seconds(60), seconds(30), 1);
+  EXPECT_EQ(pace.read(1 << 20, seconds(1), kStart + seconds(60)), std::nullopt);
+  auto cut = pace.read(1 << 20, seconds(1), kStart + seconds(61));
+  ASSERT_NE(cut, std::nullopt);
+  EXPECT_NE(cut->find("longer than 60 s"), std::string::npos) << *cut;
 }
 
 }  // namespace
