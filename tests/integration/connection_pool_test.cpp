@@ -8,6 +8,8 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/beast/core.hpp>
@@ -35,6 +37,7 @@ class KeepAliveServer {
     kCloseHeader,        // answers with `Connection: close` and closes
     kDropSecondRequest,  // reads the 2nd request of a connection and closes without answering
     kDropEveryRequest,   // reads each request and closes without answering
+    kHoldSecondRequest,  // reads the 2nd request, works on it for a second, closes unanswered
   };
 
   explicit KeepAliveServer(Mode mode) : mode_(mode) {
@@ -52,6 +55,7 @@ class KeepAliveServer {
     return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()) + "/x";
   }
   int accepted() const { return accepted_; }
+  int requests() const { return requests_; }
 
  private:
   asio::awaitable<void> accept_loop() {
@@ -75,7 +79,13 @@ class KeepAliveServer {
                                  asio::redirect_error(asio::use_awaitable, ec));
       if (ec)
         co_return;
-      if ((mode_ == Mode::kDropSecondRequest && n == 2) || mode_ == Mode::kDropEveryRequest) {
+      ++requests_;
+      if (mode_ == Mode::kHoldSecondRequest && n == 2) {
+        asio::steady_timer work(co_await asio::this_coro::executor, 1s);
+        co_await work.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      }
+      if ((mode_ == Mode::kDropSecondRequest && n == 2) || mode_ == Mode::kDropEveryRequest ||
+          (mode_ == Mode::kHoldSecondRequest && n == 2)) {
         stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
         co_return;
       }
@@ -96,6 +106,7 @@ class KeepAliveServer {
   asio::ip::tcp::acceptor acceptor_{io_};
   std::thread thread_;
   std::atomic<int> accepted_{0};
+  std::atomic<int> requests_{0};
 };
 
 ClientResponse get(asio::io_context& io, const std::string& url, ConnectionPool* pool) {
@@ -166,6 +177,21 @@ TEST(ConnectionPool, AReusedConnectionClosedBeforeAnyResponseIsRetriedOnceOnAFre
   EXPECT_EQ(response.body, "1");  // the first request of a new connection
   EXPECT_EQ(server.accepted(), 2);
   EXPECT_EQ(pool.stats().stale_retries, 1u);
+}
+
+TEST(ConnectionPool, AReusedConnectionThatEndsUnansweredAfterTheServerWorkedOnItIsNotSentAgain) {
+  // The server took the request and worked on it (a provider that may charge for it) before
+  // the connection ended: sending it again would act on it twice.
+  KeepAliveServer server(KeepAliveServer::Mode::kHoldSecondRequest);
+  asio::io_context io;
+  ConnectionPool pool;
+  EXPECT_EQ(get(io, server.url(), &pool).body, "1");
+  auto response = get(io, server.url(), &pool);
+  ASSERT_FALSE(response.ok());
+  EXPECT_TRUE(response.sent);
+  EXPECT_EQ(server.requests(), 2);
+  EXPECT_EQ(server.accepted(), 1);
+  EXPECT_EQ(pool.stats().stale_retries, 0u);
 }
 
 TEST(ConnectionPool, ARequestTheServerReadAndNeverAnsweredWasSentOneNeverDeliveredWasNot) {

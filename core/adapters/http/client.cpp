@@ -328,9 +328,17 @@ asio::awaitable<Opened> open_connection(asio::any_io_executor executor, const Ur
 
 struct Exchanged {
   ClientResponse response;
-  bool nothing_received = false;  // failed before any byte of a response arrived
-  bool reusable = false;          // complete response, both sides keep the connection
+  // Failed before any byte of a response arrived, on the write or within kIdleCloseWithin
+  // of it: a kept-alive connection the server had closed while it sat idle.
+  bool closed_while_idle = false;
+  bool reusable = false;  // complete response, both sides keep the connection
 };
+
+// A server's close of an idle connection is seen by the request's write or at once after
+// it. A connection that ends later without a byte of an answer had the request taken: the
+// server may have acted on it (a provider may have charged for it), and it is not sent
+// again here.
+constexpr auto kIdleCloseWithin = std::chrono::milliseconds(500);
 
 template <typename Stream>
 asio::awaitable<Exchanged> exchange(Stream& stream, beast::flat_buffer& buffer,
@@ -339,16 +347,18 @@ asio::awaitable<Exchanged> exchange(Stream& stream, beast::flat_buffer& buffer,
   boost::system::error_code ec;
   co_await bhttp::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
-    result.nothing_received = true;
+    result.closed_while_idle = true;
     result.response = failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kConnect,
                               "write: " + ec.message());
     co_return result;
   }
+  const auto written = std::chrono::steady_clock::now();
   bhttp::response_parser<bhttp::string_body> parser;
   parser.body_limit(64 * 1024 * 1024);
   co_await bhttp::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
-    result.nothing_received = !parser.got_some();
+    result.closed_while_idle =
+        !parser.got_some() && std::chrono::steady_clock::now() - written < kIdleCloseWithin;
     result.response =
         failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kProtocol,
                 "read: " + ec.message());
@@ -411,9 +421,10 @@ asio::awaitable<ClientResponse> fetch(asio::any_io_executor executor, ClientRequ
     } else {
       result = co_await exchange(*connection->plain, connection->buffer, out);
     }
-    // A kept-alive connection the server closed while it sat idle fails before any byte
-    // of a response: the request was not processed, so it goes once more on a new one.
-    if (!result.response.ok() && reused && result.nothing_received &&
+    // A kept-alive connection the server closed while it sat idle fails at once, before
+    // any byte of a response: the request was not processed, so it goes once more on a
+    // new one.
+    if (!result.response.ok() && reused && result.closed_while_idle &&
         result.response.error != ClientErrorKind::kTimeout &&
         std::chrono::steady_clock::now() < request.deadline) {
       connection->close();

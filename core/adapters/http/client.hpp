@@ -77,7 +77,10 @@ struct ConnectionPoolOptions {
 // by one fetch, and returned after a complete response when both sides allow keep-alive
 // (HTTP/1.1 without `Connection: close`, a body not delimited by end of stream). Idle ones
 // past idle_timeout, or that the server has closed, are dropped when the pool is next
-// touched. Not thread-safe (see above).
+// touched. A reused connection that fails at once, before any byte of an answer (the server
+// closed it while it sat idle), sends the request once more on a new one; one that ends
+// unanswered later does not: the server took the request and may have acted on it.
+// Not thread-safe (see above).
 class ConnectionPool {
  public:
   struct Stats {
