@@ -22,21 +22,8 @@
 namespace agentfleet {
 namespace {
 
+using pgtest::next_id;
 using pgtest::pg_url;
-
-// A random version-4 UUID: each test runs in a process of its own on a shared cluster.
-std::string next_id() {
-  static std::mutex mutex;
-  static std::mt19937_64 random{std::random_device{}()};
-  std::lock_guard lock(mutex);
-  const std::uint64_t a = random(), b = random();
-  char id[40];
-  std::snprintf(id, sizeof id, "%08x-%04x-4%03x-8%03x-%012llx", static_cast<unsigned>(a >> 32),
-                static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xfff),
-                static_cast<unsigned>(b >> 52),
-                static_cast<unsigned long long>(b & 0xffffffffffffULL));
-  return id;
-}
 
 pg::NewTask task_of(const std::string& user, const std::string& key = {},
                     const std::string& text = "把周会改到晚上8点") {
