@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/adapters/log.hpp"
 #include "core/adapters/pg/batch_store.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/codec/task_codec.hpp"
@@ -28,7 +29,8 @@ namespace bhttp = boost::beast::http;
 namespace {
 constexpr std::size_t kReadChunk = 1 << 20;        // body bytes per read
 constexpr std::size_t kMaxLineBytes = 256 * 1024;  // one JSON line of a batch
-constexpr std::size_t kBatchSlice = 1000;          // tasks per INSERT
+constexpr std::size_t kBatchSlice = 1000;          // tasks per INSERT (one commit each)
+constexpr int kMoveSlice = 5000;                   // tasks moved or deleted per transaction
 constexpr int kResultsPage = 1000;                 // tasks per results page
 constexpr int kMaxReportedErrors = 10;
 constexpr auto kSliceEvery = std::chrono::seconds(1);  // a partial slice goes in this often
@@ -226,10 +228,13 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     }
     if (!writer) {
       pg::BatchHeader header{batch_id, checker.user_id(), priority};
+      // Between two slices a live upload is silent at most for its rate window (else it is
+      // cut as too slow); past that and a margin, the scheduler takes it for abandoned.
+      const int renew_s = config_.dispatcher.batch_upload_rate_window_s + 60;
       auto created = co_await on_pool([&] {
-        writer = std::make_unique<pg::BatchWriter>(config_.postgres.url,
-                                                   config_.postgres.statement_timeout_ms,
-                                                   config_.postgres.connect_timeout_s, header);
+        writer = std::make_unique<pg::BatchWriter>(
+            config_.postgres.url, config_.postgres.statement_timeout_ms,
+            config_.postgres.connect_timeout_s, header, renew_s);
         return writer->create();
       });
       if (!created.ok()) {
@@ -317,86 +322,100 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     if (too_slow || over_queue || got == 0 || exchange.body_done())
       break;
   }
-  if (too_slow) {
-    co_await refuse(http::Status::request_timeout, "upload_too_slow",
-                    *too_slow + "; nothing was stored", "/");
-    co_return;
-  }
-
-  if (!body_failed && !over_queue && !buffer.empty())
+  // The answer when the upload is refused; what it staged is then deleted before it goes.
+  std::optional<http::Response> refusal;
+  auto refuse_with = [&](http::Status status, std::string_view code, const std::string& message,
+                         std::string_view path = {}) {
+    refusal = http::make_error(head, status, code, message, path);
+  };
+  if (!too_slow && !body_failed && !over_queue && !buffer.empty())
     take_line(buffer);
-  if (body_failed) {
-    co_await refuse(http::Status::bad_request, "invalid_request",
-                    "the request body could not be read to its end; nothing was stored", "/");
-    co_return;
-  }
-  if (checker.too_many()) {
-    co_await refuse(http::Status::payload_too_large, "payload_too_large",
-                    "a batch has at most " + std::to_string(config_.dispatcher.max_batch_lines) +
-                        " lines; nothing was stored",
-                    "/line/" + std::to_string(config_.dispatcher.max_batch_lines + 1));
-    co_return;
-  }
-  if (!checker.failed() && checker.lines() == 0) {
-    co_await refuse(http::Status::bad_request, "invalid_request",
-                    "the batch has no lines: send one JSON task submission per line", "/line/1");
-    co_return;
-  }
-  co_await flush();
-  if (over_queue) {
-    // Refused as soon as the lines outgrew the room (the rest of the body is not read).
-    const std::int64_t tasks = accepted + static_cast<std::int64_t>(slice.size());
-    metrics_.throttled(metrics::ThrottleReason::kQueueFull, tasks);
-    co_await respond(exchange, answered,
-                     queue_full(head, checker.user_id(), tasks, *room_at_start, true));
-    co_return;
-  }
-  if (!store_error.empty()) {
-    auto response = store_unavailable(head, Error{ErrorKind::kTransient, store_error});
-    co_await respond(exchange, answered, std::move(response));
-    co_return;
-  }
-  if (batch_exists) {
-    co_await refuse(http::Status::conflict, "batch_exists",
-                    "nothing was stored: query/batch_id: a batch '" + batch_id + "' exists already",
-                    "/query/batch_id");
-    co_return;
-  }
-  if (checker.failed()) {
-    const auto& errors = checker.errors();
-    std::string message = "nothing was stored: ";
-    for (std::size_t i = 0; i < errors.size(); ++i) {
-      if (i)
-        message += "; ";
-      message += errors[i].path.substr(1) + ": " + errors[i].message;
+  if (too_slow) {
+    refuse_with(http::Status::request_timeout, "upload_too_slow",
+                *too_slow + "; nothing was stored", "/");
+  } else if (body_failed) {
+    refuse_with(http::Status::bad_request, "invalid_request",
+                "the request body could not be read to its end; nothing was stored", "/");
+  } else if (checker.too_many()) {
+    refuse_with(http::Status::payload_too_large, "payload_too_large",
+                "a batch has at most " + std::to_string(config_.dispatcher.max_batch_lines) +
+                    " lines; nothing was stored",
+                "/line/" + std::to_string(config_.dispatcher.max_batch_lines + 1));
+  } else if (!checker.failed() && checker.lines() == 0) {
+    refuse_with(http::Status::bad_request, "invalid_request",
+                "the batch has no lines: send one JSON task submission per line", "/line/1");
+  } else {
+    co_await flush();
+    if (over_queue) {
+      // Refused as soon as the lines outgrew the room (the rest of the body is not read).
+      const std::int64_t tasks = accepted + static_cast<std::int64_t>(slice.size());
+      metrics_.throttled(metrics::ThrottleReason::kQueueFull, tasks);
+      refusal = queue_full(head, checker.user_id(), tasks, *room_at_start, true);
+    } else if (!store_error.empty()) {
+      refusal = store_unavailable(head, Error{ErrorKind::kTransient, store_error});
+    } else if (batch_exists) {
+      refuse_with(http::Status::conflict, "batch_exists",
+                  "nothing was stored: query/batch_id: a batch '" + batch_id + "' exists already",
+                  "/query/batch_id");
+    } else if (checker.failed()) {
+      const auto& errors = checker.errors();
+      std::string message = "nothing was stored: ";
+      for (std::size_t i = 0; i < errors.size(); ++i) {
+        if (i)
+          message += "; ";
+        message += errors[i].path.substr(1) + ": " + errors[i].message;
+      }
+      const bool forbidden = checker.not_permitted();
+      refuse_with(forbidden ? http::Status::forbidden : http::Status::bad_request,
+                  forbidden ? "forbidden" : "invalid_request", message, errors.front().path);
     }
-    const bool forbidden = checker.not_permitted();
-    co_await refuse(forbidden ? http::Status::forbidden : http::Status::bad_request,
-                    forbidden ? "forbidden" : "invalid_request", message, errors.front().path);
+  }
+  if (!refusal && !writer)
+    refusal = store_unavailable(head, Error{ErrorKind::kTransient, "the batch was not created"});
+  // The commit point: under the user's queue lock, with the exact room check.
+  if (!refusal) {
+    auto sealed = co_await on_pool([&] { return writer->seal(queue_limit(config_), accepted); });
+    if (!sealed.ok()) {
+      refusal = store_unavailable(head, sealed.error());
+    } else if (sealed.value().outcome == pg::SealOutcome::kQueueFull) {
+      metrics_.throttled(metrics::ThrottleReason::kQueueFull, accepted);
+      refusal = queue_full(head, checker.user_id(), accepted, sealed.value().room);
+    } else if (sealed.value().outcome == pg::SealOutcome::kExpired) {
+      refuse_with(http::Status::request_timeout, "upload_too_slow",
+                  "the upload outlived its deadline; nothing was stored", "/");
+    }
+  }
+  if (refusal) {
+    if (writer && !batch_exists) {
+      auto discarded = co_await on_pool([&] {
+        writer->discard(kMoveSlice);
+        return true;
+      });
+      if (!discarded.ok()) {
+        log::warn("api", "batch '" + batch_id + "': its staged tasks were not deleted (" +
+                             discarded.error().message +
+                             "); the scheduler deletes them once the upload's deadline passes");
+      }
+    }
+    co_await respond(exchange, answered, std::move(*refusal));
     co_return;
   }
-  const std::string& batch_user = checker.user_id();
-  auto room = co_await on_pool([&] { return writer->room(queue_limit(config_)); });
-  if (!room.ok()) {
-    co_await respond(exchange, answered, store_unavailable(head, room.error()));
-    co_return;
-  }
-  if (room.value().queued > room.value().max_queued) {
-    metrics_.throttled(metrics::ThrottleReason::kQueueFull, accepted);
-    co_await respond(exchange, answered, queue_full(head, batch_user, accepted, room.value()));
-    co_return;
-  }
-  auto committed = co_await on_pool([&] {
-    writer->commit(accepted);
-    return true;
-  });
-  if (!committed.ok()) {
-    co_await respond(exchange, answered, store_unavailable(head, committed.error()));
-    co_return;
+  // Sealed: the batch is stored. Its tasks go into the queue a slice at a time; a failure
+  // here leaves the rest to the scheduler, which finishes the move.
+  for (;;) {
+    auto moved = co_await on_pool([&] { return writer->promote(kMoveSlice); });
+    if (!moved.ok()) {
+      log::warn("api", "batch '" + batch_id + "': its tasks are moved into the queue by the " +
+                           "scheduler (" + moved.error().message + ")");
+      break;
+    }
+    if (moved.value() < kMoveSlice)
+      break;
   }
   for (std::int64_t i = 0; i < accepted; ++i)
     metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kAccepted);
   wake_scheduler_();
+  const std::string& batch_user = checker.user_id();
   rapidjson::StringBuffer out;
   rapidjson::Writer<rapidjson::StringBuffer> w(out);
   w.StartObject();

@@ -306,11 +306,16 @@ bool Scheduler::pass() {
     expired_deadline = done.expired_deadline;
     swept = done.swept;
     calls_settled = done.calls_settled;
+    if (done.staged > 0) {
+      log::info("scheduler", std::to_string(done.staged) +
+                                 " staged tasks of batch uploads that stopped part-way moved "
+                                 "into the queue (sealed) or deleted (abandoned)");
+    }
     housekeeping_at_ = started;
     housekeeping_backlog_ =
         recovery.exhausted + recovery.lease_expired + recovery.redispatched >= spec.limit ||
         expired >= spec.limit || expired_deadline >= spec.limit || swept >= spec.limit ||
-        calls_settled >= spec.limit;
+        calls_settled >= spec.limit || done.staged >= spec.limit;
     if (calls_settled > 0) {
       log::info("scheduler", std::to_string(calls_settled) +
                                  " model call(s) left in flight by a stopped worker billed as "

@@ -64,6 +64,9 @@ struct Housekeeping {
   // Tasks handed back to the queue whose deadline passed there, ended timed_out (deadline).
   int expired_deadline = 0;
   int swept = 0;  // tasks of cancelled batches ended cancelled
+  // Staged tasks of uploads that stopped part-way: those of a sealed batch moved into the
+  // queue, those of an abandoned one deleted.
+  int staged = 0;
   // Model calls left in flight by a worker that stopped, billed as unreconciled
   // (worker_lost) from the estimate recorded before each was sent.
   int calls_settled = 0;

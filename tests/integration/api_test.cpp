@@ -1551,6 +1551,16 @@ TEST(ApiBadInput, EachIsAClear4xxOfTheErrorShapeAndNothingIsStored) {
 // ---------------------------------------------------------------------------------------
 // Batch uploads that cannot fit, or trickle
 
+// A plain connection to the API, for requests written by hand.
+boost::asio::ip::tcp::socket api_socket(boost::asio::io_context& io) {
+  const std::string url = base_url();
+  const auto colon = url.rfind(':');
+  boost::asio::ip::tcp::socket socket(io);
+  socket.connect({boost::asio::ip::make_address(url.substr(7, colon - 7)),
+                  static_cast<unsigned short>(std::stoi(url.substr(colon + 1)))});
+  return socket;
+}
+
 std::string batch_lines_of(const std::string& u, int n, const std::string& prefix) {
   std::string lines;
   for (int i = 0; i < n; ++i) {
@@ -1603,16 +1613,64 @@ TEST(ApiBatchLimits, AnUploadThatCannotFitIsRefusedBeforeItsBodyOrAsSoonAsItOutg
   EXPECT_EQ(call({bhttp::verb::put, "/v1/users/" + u + "/limits", "{}"}).status, 200);
 }
 
+TEST(ApiBatchLimits, AnUploadUnderWayHoldsNoTransactionAndItsTasksWaitUnseenUntilItEnds) {
+  // A slice of 1,000 lines is committed as it arrives, staged: no transaction stays open
+  // while the client sends, yet no read shows the tasks and no scheduler starts them until
+  // the body ends and the upload is sealed.
+  const std::string u = user("staged");
+  const std::string batch =
+      "staged-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket = api_socket(io);
+  auto chunk = [](const std::string& data) {
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+    return std::string(size) + data + "\r\n";
+  };
+  boost::asio::write(
+      socket, boost::asio::buffer("POST /v1/batches?user_id=" + u + "&batch_id=" + batch +
+                                  " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + admin_key() +
+                                  "\r\nContent-Type: application/x-ndjson\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n" +
+                                  chunk(batch_lines_of(u, 1200, "staged-"))));
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'staged'", u) <
+             1000 &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(20ms);  // polling a bounded wait
+  // The first slice at least (the rest goes in once it is full or a second later).
+  EXPECT_GE(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'staged'", u),
+            1000);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status <> 'staged'", u), 0);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM pg_stat_activity "
+                     "WHERE state LIKE 'idle in transaction%' AND query LIKE '%tasks%'"),
+            0);
+  auto list = get("/v1/tasks?user_id=" + u);
+  ASSERT_EQ(list.status, 200) << list.body;
+  EXPECT_EQ(size_of(at(parse(list.body), "tasks")), 0u) << list.body;
+  EXPECT_EQ(get("/v1/batches/" + batch).status, 404);
+
+  boost::asio::write(socket, boost::asio::buffer(std::string("0\r\n\r\n")));
+  std::string got;
+  boost::system::error_code ec;
+  char buf[4096];
+  while (got.find("\"duplicates\"") == std::string::npos && !ec)
+    got.append(buf, socket.read_some(boost::asio::buffer(buf), ec));
+  EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 201 Created") << got;
+  EXPECT_NE(got.find("\"accepted\":1200"), std::string::npos) << got;
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'staged'", u), 0);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 1200);
+  auto shown = get("/v1/batches/" + batch);
+  EXPECT_EQ(shown.status, 200) << shown.body;
+  EXPECT_EQ(call({bhttp::verb::post, "/v1/batches/" + batch + "/cancel", ""}).status, 200);
+}
+
 TEST(ApiBatchLimits, AnUploadBelowTheMinimumRateIsCutWithA408AndStoresNothing) {
   // The fleet holds uploads to 8,192 bytes a second after their first 3 s
   // (AGENTFLEET_BATCH_UPLOAD_RATE_WINDOW_S in the fixture). One line a second is far less.
   const std::string u = user("trickle");
-  const std::string url = base_url();
-  const auto colon = url.rfind(':');
   boost::asio::io_context io;
-  boost::asio::ip::tcp::socket socket(io);
-  socket.connect({boost::asio::ip::make_address(url.substr(7, colon - 7)),
-                  static_cast<unsigned short>(std::stoi(url.substr(colon + 1)))});
+  boost::asio::ip::tcp::socket socket = api_socket(io);
   boost::asio::write(
       socket, boost::asio::buffer("POST /v1/batches?user_id=" + u +
                                   " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + admin_key() +

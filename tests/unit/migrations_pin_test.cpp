@@ -31,6 +31,8 @@ const std::map<std::string, std::string>& pinned() {
       {"0014_handed_back_deadline.sql", "86ef2ae684572dc5"},
       {"0015_calls_in_flight.sql", "fa497d64d0e9a3b0"},
       {"0016_validate_unreconciled_reason.sql", "bff0925379c17473"},
+      {"0017_staged_batches.sql", "9ecc7bf7bb917b60"},
+      {"0018_staged_tasks_index.sql", "67c9d9f1450faf5d"},
   };
   return kPinned;
 }

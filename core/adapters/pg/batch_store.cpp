@@ -7,44 +7,158 @@
 
 namespace agentfleet::pg {
 
-BatchWriter::BatchWriter(const std::string& url, int statement_timeout_ms, int connect_timeout_s,
-                         BatchHeader header)
-    : header_(std::move(header)),
-      connection_(open_connection(url, statement_timeout_ms, connect_timeout_s)),
-      tx_(std::make_unique<pqxx::work>(*connection_)) {}
+namespace {
+// How long a sealed batch's uploader has to move its staged tasks into the queue before the
+// scheduler takes over, renewed by each slice it moves.
+constexpr int kPromoteWithinS = 60;
 
-BatchWriter::~BatchWriter() {
-  tx_.reset();  // aborts an uncommitted transaction
+// Moves up to `limit` staged tasks of the batch into the queue: they are submitted now
+// (created_at, and the queue deadline from it). Rows another mover holds are skipped.
+int move_staged(pqxx::work& tx, const std::string& batch_id, const std::string& user_id,
+                int limit) {
+  auto moved = tx.exec_params1(R"SQL(
+WITH picked AS MATERIALIZED (
+  SELECT s.task_id FROM tasks s
+  WHERE s.batch_id = $1 AND s.user_id = $2 AND s.status = 'staged'
+  ORDER BY s.task_id LIMIT $3 FOR UPDATE SKIP LOCKED
+), moved AS (
+  UPDATE tasks t SET status = 'queued', created_at = statement_timestamp(),
+         queue_deadline_at = statement_timestamp() + make_interval(secs => t.schedule_timeout_s)
+  FROM picked p
+  WHERE t.task_id = p.task_id AND t.status = 'staged'
+  RETURNING 1
+), woken AS (SELECT pg_notify('agentfleet_work', '') WHERE EXISTS (SELECT 1 FROM moved))
+SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woken))SQL",
+                               batch_id, user_id, limit);
+  return moved[0].as<int>();
 }
 
+// A sealed batch with no staged task left is complete (its upload_deadline cleared: the
+// API shows it); one with some left has its deadline renewed.
+void settle_sealed(pqxx::work& tx, const std::string& batch_id, const std::string& user_id) {
+  tx.exec_params0(R"SQL(
+UPDATE batches SET upload_deadline =
+  CASE WHEN EXISTS (SELECT 1 FROM tasks WHERE batch_id = $1 AND user_id = $2 AND status = 'staged')
+       THEN clock_timestamp() + make_interval(secs => $3) END
+WHERE batch_id = $1 AND sealed AND upload_deadline IS NOT NULL)SQL",
+                  batch_id, user_id, kPromoteWithinS);
+}
+
+// Deletes up to `limit` staged tasks of the batch.
+int delete_staged(pqxx::work& tx, const std::string& batch_id, const std::string& user_id,
+                  int limit) {
+  auto deleted = tx.exec_params(R"SQL(
+WITH picked AS MATERIALIZED (
+  SELECT s.task_id FROM tasks s
+  WHERE s.batch_id = $1 AND s.user_id = $2 AND s.status = 'staged'
+  LIMIT $3 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM tasks t USING picked p
+WHERE t.task_id = p.task_id AND t.status = 'staged'
+RETURNING 1)SQL",
+                                batch_id, user_id, limit);
+  return static_cast<int>(deleted.size());
+}
+
+// The row of an unsealed batch with no staged task left.
+void delete_unsealed(pqxx::work& tx, const std::string& batch_id, const std::string& user_id) {
+  tx.exec_params0(R"SQL(
+DELETE FROM batches
+WHERE batch_id = $1 AND NOT sealed AND upload_deadline IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM tasks WHERE batch_id = $1 AND user_id = $2 AND status = 'staged'))SQL",
+                  batch_id, user_id);
+}
+}  // namespace
+
+BatchWriter::BatchWriter(const std::string& url, int statement_timeout_ms, int connect_timeout_s,
+                         BatchHeader header, int renew_s)
+    : header_(std::move(header)),
+      renew_s_(renew_s),
+      connection_(open_connection(url, statement_timeout_ms, connect_timeout_s)) {}
+
+BatchWriter::~BatchWriter() = default;
+
 bool BatchWriter::create() {
-  auto rows = tx_->exec_params(
-      "INSERT INTO batches (batch_id, user_id, priority) VALUES ($1, $2, $3) "
+  pqxx::work tx(*connection_);
+  auto rows = tx.exec_params(
+      "INSERT INTO batches (batch_id, user_id, priority, upload_deadline) "
+      "VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4)) "
       "ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id",
-      header_.batch_id, header_.user_id, std::string(to_string(header_.priority)));
+      header_.batch_id, header_.user_id, std::string(to_string(header_.priority)), renew_s_);
+  tx.commit();
   return !rows.empty();
 }
 
-int BatchWriter::add(const std::vector<NewTask>& tasks) {
-  return static_cast<int>(insert_tasks(*tx_, tasks).size());
+int BatchWriter::add(std::vector<NewTask>& tasks) {
+  pqxx::work tx(*connection_);
+  // The batch row stays locked until the commit: the scheduler's sweep cannot take an
+  // upload a slice is being added to, and one it took is refused here.
+  auto alive = tx.exec_params(
+      "UPDATE batches SET upload_deadline = clock_timestamp() + make_interval(secs => $2) "
+      "WHERE batch_id = $1 AND NOT sealed AND upload_deadline > clock_timestamp() RETURNING 1",
+      header_.batch_id, renew_s_);
+  if (alive.empty())
+    throw std::runtime_error("the upload of batch '" + header_.batch_id +
+                             "' went longer than its deadline without a slice");
+  for (NewTask& task : tasks)
+    task.staged = true;
+  const int inserted = static_cast<int>(insert_tasks(tx, tasks).size());
+  tx.commit();
+  return inserted;
 }
 
-QueueRoom BatchWriter::room(const QueueLimit& limit) {
-  // Taken at the end, not while the body streams in: the user's other submissions wait
-  // only for this count and the commit.
-  lock_user_queue(*tx_, header_.user_id);
-  return queue_room(*tx_, header_.user_id, limit);
+Seal BatchWriter::seal(const QueueLimit& limit, std::int64_t total) {
+  pqxx::work tx(*connection_);
+  // The user's other submissions wait only for this count and the seal.
+  lock_user_queue(tx, header_.user_id);
+  Seal seal;
+  seal.room = queue_room(tx, header_.user_id, limit);
+  if (seal.room.max_queued > 0 && seal.room.queued > seal.room.max_queued) {
+    seal.outcome = SealOutcome::kQueueFull;
+    return seal;  // rolls back
+  }
+  // clock_timestamp(): re-evaluated after a wait for the sweep's lock, so a batch the
+  // sweep took is never sealed.
+  auto sealed = tx.exec_params(
+      "UPDATE batches SET sealed = true, total = $2, "
+      "upload_deadline = clock_timestamp() + make_interval(secs => $3) "
+      "WHERE batch_id = $1 AND NOT sealed AND upload_deadline > clock_timestamp() RETURNING 1",
+      header_.batch_id, total, kPromoteWithinS);
+  if (sealed.empty()) {
+    seal.outcome = SealOutcome::kExpired;
+    return seal;
+  }
+  tx.commit();
+  return seal;
 }
 
-void BatchWriter::commit(std::int64_t total) {
-  tx_->exec_params0("UPDATE batches SET total = $2 WHERE batch_id = $1", header_.batch_id, total);
-  tx_->exec("SELECT pg_notify('agentfleet_work', '')");
-  tx_->commit();
+int BatchWriter::promote(int slice) {
+  pqxx::work tx(*connection_);
+  const int moved = move_staged(tx, header_.batch_id, header_.user_id, slice);
+  settle_sealed(tx, header_.batch_id, header_.user_id);
+  tx.commit();
+  return moved;
+}
+
+void BatchWriter::discard(int slice) {
+  for (;;) {
+    pqxx::work tx(*connection_);
+    const int deleted = delete_staged(tx, header_.batch_id, header_.user_id, slice);
+    if (deleted < slice)
+      delete_unsealed(tx, header_.batch_id, header_.user_id);
+    tx.commit();
+    if (deleted < slice)
+      return;
+  }
 }
 
 std::optional<BatchHeader> find_batch(pqxx::connection& c, const std::string& batch_id) {
   pqxx::read_transaction tx(c);
-  auto rows = tx.exec_params("SELECT user_id, priority FROM batches WHERE batch_id = $1", batch_id);
+  // A batch whose upload is under way (or whose tasks are still moving into the queue) is
+  // not there yet: its uploader answers when it is.
+  auto rows = tx.exec_params(
+      "SELECT user_id, priority FROM batches WHERE batch_id = $1 AND upload_deadline IS NULL",
+      batch_id);
   if (rows.empty())
     return std::nullopt;
   return BatchHeader{batch_id, rows[0][0].as<std::string>(),
@@ -54,7 +168,7 @@ std::optional<BatchHeader> find_batch(pqxx::connection& c, const std::string& ba
 std::optional<std::string> batch_json(pqxx::connection& c, const std::string& batch_id) {
   pqxx::read_transaction tx(c);
   auto rows = tx.exec_params(R"SQL(
-WITH b AS (SELECT * FROM batches WHERE batch_id = $1),
+WITH b AS (SELECT * FROM batches WHERE batch_id = $1 AND upload_deadline IS NULL),
 t AS (SELECT status, result_type FROM tasks
       WHERE batch_id = $1 AND user_id = (SELECT user_id FROM b)),
 by_status AS (SELECT status, count(*) AS n FROM t GROUP BY status),
@@ -178,6 +292,33 @@ FOR UPDATE)SQL",
     mark_drained_if_empty(tx, batch.batch_id, batch.user_id);
   tx.commit();
   return static_cast<int>(picked.size());
+}
+
+int sweep_staged_batches(pqxx::work& tx, int limit) {
+  // Only uploads past their deadline, which the partial index batches_uploading holds.
+  auto batches = exec_prepared(tx, "af_sched_staged_batches",
+                               "SELECT batch_id, user_id, sealed FROM batches "
+                               "WHERE upload_deadline < now() ORDER BY upload_deadline LIMIT 5 "
+                               "FOR UPDATE SKIP LOCKED");
+  int done = 0;
+  for (const auto& b : batches) {
+    const std::string batch_id = b[0].as<std::string>();
+    const std::string user_id = b[1].as<std::string>();
+    const int room = limit - done;
+    if (room <= 0)
+      break;
+    if (b[2].as<bool>()) {
+      const int moved = move_staged(tx, batch_id, user_id, room);
+      done += moved;
+      settle_sealed(tx, batch_id, user_id);
+    } else {
+      const int deleted = delete_staged(tx, batch_id, user_id, room);
+      done += deleted;
+      if (deleted < room)
+        delete_unsealed(tx, batch_id, user_id);
+    }
+  }
+  return done;
 }
 
 int sweep_cancelled_batches(pqxx::work& tx, int limit, const std::string& results_topic) {

@@ -1,7 +1,14 @@
 #pragma once
 // Batches: many tasks of one user submitted as one JSON Lines upload, followed and cancelled
-// together. A batch upload is one transaction on a connection of its own (BatchWriter),
-// written in slices as the body streams in, so a failed or refused upload stores nothing.
+// together. A batch upload (BatchWriter) never holds a transaction open while its client
+// sends: each slice of lines is committed as it arrives, its tasks `staged` (no scheduler
+// looks at them, no API read shows them; they count against the user's max_queued), and
+// the upload ends in one of two ways:
+//   - seal(): the commit point, under the user's queue lock with the exact room check;
+//     then promote() moves the staged tasks into the queue a slice at a time (a crash
+//     part-way is finished by the scheduler, sweep_staged_batches);
+//   - discard(): the staged tasks and the batch are deleted (an upload abandoned by a
+//     crash is deleted by the scheduler once its upload_deadline passed).
 //
 // Thread-safety: a BatchWriter is used by one caller at a time (its calls may run on
 // different threads, one after another). The functions take their connection like the
@@ -25,30 +32,50 @@ struct BatchHeader {
   Priority priority = Priority::kBatch;
 };
 
+// How seal() went.
+enum class SealOutcome {
+  kSealed,     // committed: the batch's tasks go into the queue
+  kQueueFull,  // the user's queue has no room for them; nothing changed (discard next)
+  kExpired,    // the upload outlived its upload_deadline; the scheduler deletes it
+};
+struct Seal {
+  SealOutcome outcome = SealOutcome::kSealed;
+  QueueRoom room;  // the user's queue with this batch's tasks counted in
+};
+
 class BatchWriter {
  public:
-  // Opens its own connection (statement and lock timeouts) and begins the transaction.
+  // Opens its own connection (statement and lock timeouts). `renew_s`: how long the upload
+  // stays alive after each slice without another (its client's allowed silence, with a
+  // margin); past it, the scheduler takes the upload for abandoned.
   BatchWriter(const std::string& url, int statement_timeout_ms, int connect_timeout_s,
-              BatchHeader header);
-  ~BatchWriter();  // rolls back what was not committed
+              BatchHeader header, int renew_s);
+  ~BatchWriter();
   BatchWriter(const BatchWriter&) = delete;
   BatchWriter& operator=(const BatchWriter&) = delete;
 
-  // False when a batch with this id exists already (for any user).
+  // Commits the batch row, its upload under way. False when a batch with this id exists
+  // already (for any user).
   bool create();
-  // Inserts tasks (their ids set); a task whose (user, idempotency key) exists already is
-  // skipped and counted as a duplicate. Returns how many were inserted.
-  int add(const std::vector<NewTask>& tasks);
-  // The user's queue after the upload: queued tasks (counted up to the limit + 1) and limit.
-  // Takes the user's submission lock until the commit.
-  QueueRoom room(const QueueLimit& limit);
-  // Sets the batch's total and commits; the scheduler is notified.
-  void commit(std::int64_t total);
+  // One transaction: renews the upload, inserts tasks (their ids set) staged; a task whose
+  // (user, idempotency key) exists already is skipped and counted as a duplicate. Returns
+  // how many were inserted. Throws when the upload expired (the scheduler deletes it).
+  int add(std::vector<NewTask>& tasks);
+  // One transaction under the user's queue lock: when their queued and staged tasks fit
+  // `limit`, marks the batch sealed with `total` tasks and commits.
+  Seal seal(const QueueLimit& limit, std::int64_t total);
+  // One transaction: moves up to `slice` staged tasks into the queue (their created_at and
+  // queue deadline from now) and wakes the scheduler; the last marks the batch complete.
+  // Returns how many moved: call until it returns less than `slice`.
+  int promote(int slice);
+  // Deletes the staged tasks a slice at a time, then the batch row (a created batch that
+  // was not sealed). Best effort: what a failure leaves, the scheduler deletes later.
+  void discard(int slice);
 
  private:
   BatchHeader header_;
+  int renew_s_;
   std::unique_ptr<pqxx::connection> connection_;
-  std::unique_ptr<pqxx::work> tx_;
 };
 
 // The batch row, or nullopt.
@@ -71,6 +98,12 @@ std::string batch_results_page(pqxx::connection& c, const BatchHeader& batch,
 // taken. Call again until it returns less than `limit`; the batch is then marked drained.
 int cancel_batch_slice(pqxx::connection& c, const BatchHeader& batch, std::string& after, int limit,
                        const std::string& results_topic);
+
+// For the scheduler: batches whose upload stopped part-way. A sealed batch whose uploader
+// did not move all its staged tasks into the queue by its upload_deadline has them moved;
+// an unsealed batch past its upload_deadline (its replica died) has its staged tasks and
+// then its row deleted. At most `limit` tasks; returns how many were moved or deleted.
+int sweep_staged_batches(pqxx::work& tx, int limit);
 
 // For the scheduler: tasks of cancelled batches not yet drained (a cancel cut short by a
 // failure or a crash), ended cancelled, at most `limit`.

@@ -9,7 +9,8 @@ WITH t AS (
   SELECT status, result_type, strategy, started_at, finished_at, steps, tool_calls,
          input_tokens, cached_input_tokens, output_tokens, cost, currency
   FROM tasks
-  WHERE ($1 = '' OR user_id = $1) AND ($2 = '' OR created_at >= $2::timestamptz)
+  WHERE ($1 = '' OR user_id = $1) AND status <> 'staged'
+    AND ($2 = '' OR created_at >= $2::timestamptz)
     AND ($3 = '' OR created_at < $3::timestamptz)
 ), ended AS (
   SELECT * FROM t WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')

@@ -103,6 +103,7 @@ ports::Housekeeping SchedulerSession::housekeep(const ports::SchedulerPass& pass
   done.expired = expired.schedule_timeout;
   done.expired_deadline = expired.deadline;
   done.swept = sweep_cancelled_batches(tx, pass.limit, pass.results_topic);
+  done.staged = sweep_staged_batches(tx, pass.limit);
   done.calls_settled = settle_lost_calls(tx, pass.limit);
   forget_workers(tx);
   tx.commit();

@@ -71,6 +71,10 @@ std::string tasks_json(const std::vector<NewTask>& tasks) {
     } else {
       w.Null();
     }
+    if (t.staged) {
+      w.Key("status");
+      w.String("staged");
+    }
     w.EndObject();
   }
   w.EndArray();

@@ -24,6 +24,7 @@ struct NewTask {
   TaskSpec spec;  // task_id set by the caller
   std::string canonical;
   std::string traceparent;
+  bool staged = false;  // a batch upload's task, held out of the queue until it is sealed
 };
 
 // A user's queue limit from their overrides in user_limits: `tier` (empty when none) and

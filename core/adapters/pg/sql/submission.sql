@@ -29,12 +29,15 @@ WITH room AS (
               ELSE (SELECT count(*) FROM (SELECT 1 FROM tasks
                                           WHERE user_id = $2 AND status = 'queued'
                                           LIMIT $3::bigint + 1) q)
+                 + (SELECT count(*) FROM (SELECT 1 FROM tasks
+                                          WHERE user_id = $2 AND status = 'staged'
+                                          LIMIT $3::bigint + 1) s)
          END AS queued
 ), ins AS (
   INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                      max_steps, priority, idempotency_key, request_canonical, batch_id,
                      metadata, traceparent, strategy, parent_task_id, session_id,
-                     max_tokens, max_cost)
+                     max_tokens, max_cost, status)
   SELECT r.task_id, r.user_id, r.text, r.model,
          CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
               ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
@@ -46,12 +49,12 @@ WITH room AS (
                    WHERE r.session_id <> '' AND p.user_id = r.user_id
                      AND p.session_id = r.session_id
                    ORDER BY p.created_at DESC LIMIT 1)),
-         NULLIF(r.session_id, ''), r.max_tokens, r.max_cost
+         NULLIF(r.session_id, ''), r.max_tokens, r.max_cost, coalesce(r.status, 'queued')
   FROM jsonb_to_recordset($1::jsonb) AS r(
     task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
     schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
     request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
-    parent_task_id text, session_id text, max_tokens bigint, max_cost numeric)
+    parent_task_id text, session_id text, max_tokens bigint, max_cost numeric, status text)
   WHERE $3::bigint < 0 OR (SELECT queued FROM room) < $3::bigint
   ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
   RETURNING *
@@ -106,7 +109,7 @@ SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND idempo
 INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                    max_steps, priority, idempotency_key, request_canonical, batch_id,
                    metadata, traceparent, strategy, parent_task_id, session_id,
-                   max_tokens, max_cost)
+                   max_tokens, max_cost, status)
 SELECT r.task_id, r.user_id, r.text, r.model,
        CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
             ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
@@ -118,12 +121,12 @@ SELECT r.task_id, r.user_id, r.text, r.model,
                  WHERE r.session_id <> '' AND p.user_id = r.user_id
                    AND p.session_id = r.session_id
                  ORDER BY p.created_at DESC LIMIT 1)),
-       NULLIF(r.session_id, ''), r.max_tokens, r.max_cost
+       NULLIF(r.session_id, ''), r.max_tokens, r.max_cost, coalesce(r.status, 'queued')
 FROM jsonb_to_recordset($1::jsonb) AS r(
   task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
   schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
   request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
-  parent_task_id text, session_id text, max_tokens bigint, max_cost numeric)
+  parent_task_id text, session_id text, max_tokens bigint, max_cost numeric, status text)
 ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING task_id::text
 
@@ -136,9 +139,12 @@ SELECT pg_advisory_xact_lock(7311002, hashtext($1))
 SELECT coalesce(tier, ''), max_queued FROM user_limits WHERE user_id = $1
 
 -- name: queue_count
--- User $1's queued tasks, counted up to $2 + 1: a deep queue costs no more than a full one.
-SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND status = 'queued'
-                      LIMIT $2::bigint + 1) q
+-- User $1's queued tasks, with the staged tasks of their uploads under way, each counted up
+-- to $2 + 1: a deep queue costs no more than a full one.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND status = 'queued'
+                              LIMIT $2::bigint + 1) q)
+       + (SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND status = 'staged'
+                                LIMIT $2::bigint + 1) s)
 
 -- name: task_json
 -- Task $1 as the API shows it (JSON text), read in the caller's transaction (a task
@@ -173,7 +179,7 @@ SELECT jsonb_build_object(
              'model_latency_ms', s.model_latency_ms, 'at', s.created_at) ORDER BY s.step),
              '[]'::jsonb)
            FROM task_steps s WHERE s.task_id = t.task_id))::text
-FROM tasks t WHERE t.task_id = $1::uuid
+FROM tasks t WHERE t.task_id = $1::uuid AND t.status <> 'staged'
 
 -- name: task_history
 -- What an event stream replays for task $1, already under way: user, status, the result
@@ -193,7 +199,7 @@ SELECT jsonb_build_object(
       'tool_calls', coalesce(s.model_reply->'tool_calls', '[]'::jsonb),
       'trace', s.trace) ORDER BY s.step), '[]'::jsonb)
     FROM task_steps s WHERE s.task_id = t.task_id))::text
-FROM tasks t WHERE t.task_id = $1::uuid
+FROM tasks t WHERE t.task_id = $1::uuid AND t.status <> 'staged'
 
 -- name: ended_of_user
 -- Of the task ids in the JSON array $2, those of user $1 that have ended (a results stream
@@ -220,7 +226,7 @@ FROM (
       'created_at', t.created_at, 'finished_at', t.finished_at) AS item
   FROM tasks t
   WHERE t.user_id = $1
-    AND ($2 = '' OR t.status = $2)
+    AND ($2 = '' OR t.status = $2) AND t.status <> 'staged'
     AND ($4 = '' OR (t.created_at, t.task_id) <
          (SELECT b.created_at, b.task_id FROM tasks b WHERE b.task_id = NULLIF($4, '')::uuid))
   ORDER BY t.created_at DESC, t.task_id DESC
@@ -229,7 +235,7 @@ FROM (
 
 -- name: cancel_status
 -- Task $1's status, its row locked until the cancel commits.
-SELECT status FROM tasks WHERE task_id = $1::uuid FOR UPDATE
+SELECT status FROM tasks WHERE task_id = $1::uuid AND status <> 'staged' FOR UPDATE
 
 -- name: cancel_request
 -- Marks task $1 to be cancelled: its worker stops it, a dispatch message on its way skips it.
@@ -242,5 +248,5 @@ UPDATE tasks SET cancel_requested = true WHERE task_id = $1::uuid
 SELECT task_id::text, status FROM tasks
 WHERE user_id = $1 AND (($2 <> '' AND task_id = NULLIF($2, '')::uuid)
                         OR ($2 = '' AND session_id = $3))
-  AND ($4 = '' OR idempotency_key IS DISTINCT FROM $4)
+  AND ($4 = '' OR idempotency_key IS DISTINCT FROM $4) AND status <> 'staged'
 ORDER BY created_at DESC LIMIT 1
