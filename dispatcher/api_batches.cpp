@@ -5,6 +5,8 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -30,7 +32,8 @@ namespace {
 constexpr std::size_t kReadChunk = 1 << 20;        // body bytes per read
 constexpr std::size_t kMaxLineBytes = 256 * 1024;  // one JSON line of a batch
 constexpr std::size_t kBatchSlice = 1000;          // tasks per INSERT (one commit each)
-constexpr int kMoveSlice = 5000;                   // tasks moved or deleted per transaction
+constexpr int kMoveSlice = 1000;                   // tasks moved or deleted per transaction
+constexpr int kMoveTries = 4;                      // per slice, a second apart
 constexpr int kResultsPage = 1000;                 // tasks per results page
 constexpr int kMaxReportedErrors = 10;
 constexpr auto kSliceEvery = std::chrono::seconds(1);  // a partial slice goes in this often
@@ -402,13 +405,21 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   }
   // Sealed: the batch is stored. Its tasks go into the queue a slice at a time; a failure
   // here leaves the rest to the scheduler, which finishes the move.
-  for (;;) {
+  // A slice that fails (a statement timeout on a busy database, say) is tried again a
+  // second later, a few times.
+  for (int failures = 0;;) {
     auto moved = co_await on_pool([&] { return writer->promote(kMoveSlice); });
     if (!moved.ok()) {
+      if (++failures < kMoveTries) {
+        asio::steady_timer pause(co_await asio::this_coro::executor, std::chrono::seconds(1));
+        co_await pause.async_wait(asio::use_awaitable);
+        continue;
+      }
       log::warn("api", "batch '" + batch_id + "': its tasks are moved into the queue by the " +
                            "scheduler (" + moved.error().message + ")");
       break;
     }
+    failures = 0;
     if (moved.value() < kMoveSlice)
       break;
   }

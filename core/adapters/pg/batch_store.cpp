@@ -34,14 +34,18 @@ SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woken))SQL",
 }
 
 // A sealed batch with no staged task left is complete (its upload_deadline cleared: the
-// API shows it); one with some left has its deadline renewed.
-void settle_sealed(pqxx::work& tx, const std::string& batch_id, const std::string& user_id) {
+// API shows it). One with some left has its deadline renewed when its uploader moves them
+// (`renew`); the scheduler's sweep leaves it past, and goes on in its next pass.
+void settle_sealed(pqxx::work& tx, const std::string& batch_id, const std::string& user_id,
+                   bool renew) {
   tx.exec_params0(R"SQL(
 UPDATE batches SET upload_deadline =
-  CASE WHEN EXISTS (SELECT 1 FROM tasks WHERE batch_id = $1 AND user_id = $2 AND status = 'staged')
-       THEN clock_timestamp() + make_interval(secs => $3) END
+  CASE WHEN NOT EXISTS (SELECT 1 FROM tasks
+                        WHERE batch_id = $1 AND user_id = $2 AND status = 'staged') THEN NULL
+       WHEN $4 THEN clock_timestamp() + make_interval(secs => $3)
+       ELSE upload_deadline END
 WHERE batch_id = $1 AND sealed AND upload_deadline IS NOT NULL)SQL",
-                  batch_id, user_id, kPromoteWithinS);
+                  batch_id, user_id, kPromoteWithinS, renew);
 }
 
 // Deletes up to `limit` staged tasks of the batch.
@@ -135,7 +139,7 @@ Seal BatchWriter::seal(const QueueLimit& limit, std::int64_t total) {
 int BatchWriter::promote(int slice) {
   pqxx::work tx(*connection_);
   const int moved = move_staged(tx, header_.batch_id, header_.user_id, slice);
-  settle_sealed(tx, header_.batch_id, header_.user_id);
+  settle_sealed(tx, header_.batch_id, header_.user_id, /*renew=*/true);
   tx.commit();
   return moved;
 }
@@ -310,7 +314,7 @@ int sweep_staged_batches(pqxx::work& tx, int limit) {
     if (b[2].as<bool>()) {
       const int moved = move_staged(tx, batch_id, user_id, room);
       done += moved;
-      settle_sealed(tx, batch_id, user_id);
+      settle_sealed(tx, batch_id, user_id, /*renew=*/false);
     } else {
       const int deleted = delete_staged(tx, batch_id, user_id, room);
       done += deleted;
