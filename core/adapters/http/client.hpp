@@ -7,10 +7,11 @@
 // decides what is retryable.
 //
 // Keep-alive: pass a ConnectionPool (the client that calls owns it) and connections are
-// reused per (scheme, host, port). A request that fails on a reused connection before any
-// response byte arrived (the server had closed it while idle) is sent once more on a fresh
-// connection, within the same deadline. Without a pool every call opens and closes its
-// own connection.
+// reused per (scheme, host, port). A request that fails on a reused connection at once,
+// on the write or within 500 ms of it and before any response byte arrived (the server had
+// closed it while idle), is sent once more on a fresh connection, within the same deadline;
+// one that ends unanswered later is not (the server may have acted on it). Without a pool
+// every call opens and closes its own connection.
 //
 // Thread-safety: `fetch` without a pool: each call is independent; run it on any
 // executor. A ConnectionPool is NOT thread-safe: every fetch that uses one must run on one
