@@ -109,16 +109,23 @@ class KeepAliveServer {
   std::atomic<int> requests_{0};
 };
 
-ClientResponse get(asio::io_context& io, const std::string& url, ConnectionPool* pool) {
+ClientResponse call(asio::io_context& io, bhttp::verb method, const std::string& url,
+                    ConnectionPool* pool) {
   ClientRequest request;
-  request.method = bhttp::verb::get;
+  request.method = method;
   request.url = url;
   request.deadline = std::chrono::steady_clock::now() + 10s;
+  if (method == bhttp::verb::post)
+    request.body = "{}";
   auto future =
       asio::co_spawn(io, fetch(io.get_executor(), std::move(request), pool), asio::use_future);
   io.restart();
   io.run();
   return future.get();
+}
+
+ClientResponse get(asio::io_context& io, const std::string& url, ConnectionPool* pool) {
+  return call(io, bhttp::verb::get, url, pool);
 }
 
 TEST(ConnectionPool, ReusesAKeptAliveConnection) {
@@ -167,7 +174,7 @@ TEST(ConnectionPool, IdleConnectionsExpire) {
   EXPECT_EQ(server.accepted(), 2);
 }
 
-TEST(ConnectionPool, AReusedConnectionClosedBeforeAnyResponseIsRetriedOnceOnAFreshOne) {
+TEST(ConnectionPool, AGetOnAReusedConnectionThatEndsBeforeAnyAnswerIsSentOnceMoreOnAFreshOne) {
   KeepAliveServer server(KeepAliveServer::Mode::kDropSecondRequest);
   asio::io_context io;
   ConnectionPool pool;
@@ -179,14 +186,29 @@ TEST(ConnectionPool, AReusedConnectionClosedBeforeAnyResponseIsRetriedOnceOnAFre
   EXPECT_EQ(pool.stats().stale_retries, 1u);
 }
 
+TEST(ConnectionPool, APostTheServerReadIsNeverSentAgainEvenWhenTheConnectionEndsAtOnce) {
+  // A model call: the server had the whole request, and may have charged for it however
+  // soon the connection ended. The caller sees a failure that was sent (and bills it).
+  KeepAliveServer server(KeepAliveServer::Mode::kDropSecondRequest);
+  asio::io_context io;
+  ConnectionPool pool;
+  EXPECT_EQ(call(io, bhttp::verb::post, server.url(), &pool).body, "1");
+  auto response = call(io, bhttp::verb::post, server.url(), &pool);
+  ASSERT_FALSE(response.ok());
+  EXPECT_TRUE(response.sent);
+  EXPECT_EQ(server.requests(), 2);
+  EXPECT_EQ(server.accepted(), 1);
+  EXPECT_EQ(pool.stats().stale_retries, 0u);
+}
+
 TEST(ConnectionPool, AReusedConnectionThatEndsUnansweredAfterTheServerWorkedOnItIsNotSentAgain) {
   // The server took the request and worked on it (a provider that may charge for it) before
   // the connection ended: sending it again would act on it twice.
   KeepAliveServer server(KeepAliveServer::Mode::kHoldSecondRequest);
   asio::io_context io;
   ConnectionPool pool;
-  EXPECT_EQ(get(io, server.url(), &pool).body, "1");
-  auto response = get(io, server.url(), &pool);
+  EXPECT_EQ(call(io, bhttp::verb::post, server.url(), &pool).body, "1");
+  auto response = call(io, bhttp::verb::post, server.url(), &pool);
   ASSERT_FALSE(response.ok());
   EXPECT_TRUE(response.sent);
   EXPECT_EQ(server.requests(), 2);

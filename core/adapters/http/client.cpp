@@ -328,17 +328,10 @@ asio::awaitable<Opened> open_connection(asio::any_io_executor executor, const Ur
 
 struct Exchanged {
   ClientResponse response;
-  // Failed before any byte of a response arrived, on the write or within kIdleCloseWithin
-  // of it: a kept-alive connection the server had closed while it sat idle.
-  bool closed_while_idle = false;
-  bool reusable = false;  // complete response, both sides keep the connection
+  bool write_failed = false;   // the request did not reach the server whole
+  bool answered_none = false;  // failed before any byte of a response arrived
+  bool reusable = false;       // complete response, both sides keep the connection
 };
-
-// A server's close of an idle connection is seen by the request's write or at once after
-// it. A connection that ends later without a byte of an answer had the request taken: the
-// server may have acted on it (a provider may have charged for it), and it is not sent
-// again here.
-constexpr auto kIdleCloseWithin = std::chrono::milliseconds(500);
 
 template <typename Stream>
 asio::awaitable<Exchanged> exchange(Stream& stream, beast::flat_buffer& buffer,
@@ -347,18 +340,17 @@ asio::awaitable<Exchanged> exchange(Stream& stream, beast::flat_buffer& buffer,
   boost::system::error_code ec;
   co_await bhttp::async_write(stream, out, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
-    result.closed_while_idle = true;
+    result.write_failed = true;
+    result.answered_none = true;
     result.response = failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kConnect,
                               "write: " + ec.message());
     co_return result;
   }
-  const auto written = std::chrono::steady_clock::now();
   bhttp::response_parser<bhttp::string_body> parser;
   parser.body_limit(64 * 1024 * 1024);
   co_await bhttp::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
-    result.closed_while_idle =
-        !parser.got_some() && std::chrono::steady_clock::now() - written < kIdleCloseWithin;
+    result.answered_none = !parser.got_some();
     result.response =
         failure(timed_out(ec) ? ClientErrorKind::kTimeout : ClientErrorKind::kProtocol,
                 "read: " + ec.message());
@@ -375,6 +367,24 @@ asio::awaitable<Exchanged> exchange(Stream& stream, beast::flat_buffer& buffer,
   co_return result;
 }
 }  // namespace
+
+// The rule of Go's net/http Transport. A server that closed the connection while it sat
+// idle never saw the request: that shows as a failed write. A failure after the write does
+// not tell an idle close from a server that took the request, worked on it (a provider may
+// have charged for it) and then dropped the connection, so only a method that may be sent
+// twice is sent again then, and only when no byte of an answer came. The pool's check
+// before each reuse (looks_alive) and its idle timeout, well under servers' keep-alive,
+// keep the race with an idle close rare.
+bool send_again_on_fresh_connection(bhttp::verb method, const ClientResponse& failed,
+                                    bool write_failed, bool answered_none) {
+  if (failed.ok() || failed.error == ClientErrorKind::kTimeout)
+    return false;
+  if (write_failed)
+    return true;
+  const bool replayable = method == bhttp::verb::get || method == bhttp::verb::head ||
+                          method == bhttp::verb::options || method == bhttp::verb::trace;
+  return replayable && answered_none;
+}
 
 asio::awaitable<ClientResponse> fetch(asio::any_io_executor executor, ClientRequest request,
                                       ConnectionPool* pool) {
@@ -421,11 +431,10 @@ asio::awaitable<ClientResponse> fetch(asio::any_io_executor executor, ClientRequ
     } else {
       result = co_await exchange(*connection->plain, connection->buffer, out);
     }
-    // A kept-alive connection the server closed while it sat idle fails at once, before
-    // any byte of a response: the request was not processed, so it goes once more on a
-    // new one.
-    if (!result.response.ok() && reused && result.closed_while_idle &&
-        result.response.error != ClientErrorKind::kTimeout &&
+    // A kept-alive connection the server had closed: once more on a new one (send_again).
+    if (reused &&
+        send_again_on_fresh_connection(out.method(), result.response, result.write_failed,
+                                       result.answered_none) &&
         std::chrono::steady_clock::now() < request.deadline) {
       connection->close();
       ++PoolAccess::stats(*pool).stale_retries;

@@ -7,11 +7,12 @@
 // decides what is retryable.
 //
 // Keep-alive: pass a ConnectionPool (the client that calls owns it) and connections are
-// reused per (scheme, host, port). A request that fails on a reused connection at once,
-// on the write or within 500 ms of it and before any response byte arrived (the server had
-// closed it while idle), is sent once more on a fresh connection, within the same deadline;
-// one that ends unanswered later is not (the server may have acted on it). Without a pool
-// every call opens and closes its own connection.
+// reused per (scheme, host, port). A request that fails on a reused connection is sent
+// once more on a fresh one, within the same deadline, when its write failed (the server
+// had closed the connection while it sat idle), or, for GET, HEAD, OPTIONS and TRACE only,
+// when it failed before any byte of an answer. A POST that was written whole and then went
+// unanswered is never sent again here: the server may have acted on it (Go's rule). Without
+// a pool every call opens and closes its own connection.
 //
 // Thread-safety: `fetch` without a pool: each call is independent; run it on any
 // executor. A ConnectionPool is NOT thread-safe: every fetch that uses one must run on one
@@ -78,9 +79,8 @@ struct ConnectionPoolOptions {
 // by one fetch, and returned after a complete response when both sides allow keep-alive
 // (HTTP/1.1 without `Connection: close`, a body not delimited by end of stream). Idle ones
 // past idle_timeout, or that the server has closed, are dropped when the pool is next
-// touched. A reused connection that fails at once, before any byte of an answer (the server
-// closed it while it sat idle), sends the request once more on a new one; one that ends
-// unanswered later does not: the server took the request and may have acted on it.
+// touched. Keep idle_timeout well under the servers' keep-alive timeout: a POST that meets
+// a close of an idle connection after its write fails (see above), and is not sent again.
 // Not thread-safe (see above).
 class ConnectionPool {
  public:
@@ -112,6 +112,13 @@ class ConnectionPool {
 
 boost::asio::awaitable<ClientResponse> fetch(boost::asio::any_io_executor executor,
                                              ClientRequest request, ConnectionPool* pool = nullptr);
+
+// Whether a request that `failed` on a reused connection is sent once more on a fresh one:
+// when its write failed (the server had closed the connection while it sat idle), or, for
+// GET, HEAD, OPTIONS and TRACE, when no byte of an answer came (`answered_none`). Never
+// after a timeout.
+bool send_again_on_fresh_connection(boost::beast::http::verb method, const ClientResponse& failed,
+                                    bool write_failed, bool answered_none);
 
 std::string_view to_string(ClientErrorKind kind);
 
