@@ -36,7 +36,8 @@ constexpr int kMoveSlice = 1000;                   // tasks moved or deleted per
 constexpr int kMoveTries = 4;                      // per slice, a second apart
 constexpr int kResultsPage = 1000;                 // tasks per results page
 constexpr int kMaxReportedErrors = 10;
-constexpr auto kSliceEvery = std::chrono::seconds(1);  // a partial slice goes in this often
+constexpr auto kSliceEvery = std::chrono::seconds(1);   // a partial slice goes in this often
+constexpr auto kRenewEvery = std::chrono::seconds(10);  // an upload without a slice is renewed
 
 // 429 queue_full for a batch of `tasks` tasks (0: refused before any was read; `so_far`:
 // the upload was stopped when it had that many) of `user`, whose queue is `room`.
@@ -212,8 +213,10 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   std::int64_t accepted = 0, duplicates = 0;
   std::vector<pg::NewTask> slice;
   bool over_queue = false;
+  pg::Added held;  // a line's key held by another upload under way: refused for now
   auto flush = [&]() -> asio::awaitable<void> {
-    if (slice.empty() || checker.failed() || batch_exists || over_queue || !store_error.empty())
+    if (slice.empty() || checker.failed() || batch_exists || over_queue || !store_error.empty() ||
+        !held.held_key.empty())
       co_return;
     if (!room_at_start) {
       auto room = co_await store_.queue_room(checker.user_id(), queue_limit(config_));
@@ -256,8 +259,23 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
       store_error = added.error().message;
       co_return;
     }
-    accepted += added.value();
-    duplicates += static_cast<std::int64_t>(rows.size()) - added.value();
+    if (!added.value().held_key.empty()) {
+      held = added.value();
+      co_return;
+    }
+    accepted += added.value().inserted;
+    duplicates += static_cast<std::int64_t>(rows.size()) - added.value().inserted;
+  };
+  // While no slice goes in (one long line trickling in within the pace rules), the upload
+  // is renewed, so the scheduler does not take it for abandoned.
+  auto keep_alive = [&]() -> asio::awaitable<void> {
+    if (!writer || batch_exists || !store_error.empty())
+      co_return;
+    auto alive = co_await on_pool([&] { return writer->renew(); });
+    if (!alive.ok())
+      store_error = alive.error().message;
+    else if (!alive.value())
+      store_error = "the upload of batch '" + batch_id + "' went past its deadline";
   };
   const std::string traceparent = traceparent_for(std::string(head["traceparent"]));
   auto take_line = [&](std::string_view line) {
@@ -321,8 +339,11 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
         (!slice.empty() && std::chrono::steady_clock::now() - last_flush >= kSliceEvery)) {
       co_await flush();
       last_flush = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - last_flush >= kRenewEvery) {
+      co_await keep_alive();
+      last_flush = std::chrono::steady_clock::now();
     }
-    if (too_slow || over_queue || got == 0 || exchange.body_done())
+    if (too_slow || over_queue || !held.held_key.empty() || got == 0 || exchange.body_done())
       break;
   }
   // The answer when the upload is refused; what it staged is then deleted before it goes.
@@ -331,7 +352,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
                          std::string_view path = {}) {
     refusal = http::make_error(head, status, code, message, path);
   };
-  if (!too_slow && !body_failed && !over_queue && !buffer.empty())
+  if (!too_slow && !body_failed && !over_queue && held.held_key.empty() && !buffer.empty())
     take_line(buffer);
   if (too_slow) {
     refuse_with(http::Status::request_timeout, "upload_too_slow",
@@ -354,6 +375,14 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
       const std::int64_t tasks = accepted + static_cast<std::int64_t>(slice.size());
       metrics_.throttled(metrics::ThrottleReason::kQueueFull, tasks);
       refusal = queue_full(head, checker.user_id(), tasks, *room_at_start, true);
+    } else if (!held.held_key.empty()) {
+      refusal = http::make_error(
+          head, http::Status::service_unavailable, "idempotency_key_pending",
+          "idempotency_key '" + held.held_key + "' is held by batch '" + held.held_by_batch +
+              "', whose upload is under way; nothing was stored: send this batch again once "
+              "that upload has ended (its tasks are then duplicates, or the key is free)",
+          "/");
+      refusal->set(bhttp::field::retry_after, "5");
     } else if (!store_error.empty()) {
       refusal = store_unavailable(head, Error{ErrorKind::kTransient, store_error});
     } else if (batch_exists) {

@@ -93,6 +93,16 @@ asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submi
     co_return http::make_error(request, http::Status::forbidden, "model_not_allowed",
                                result.refusal, "/model");
   }
+  if (result.outcome == pg::InsertOutcome::kPending) {
+    auto response = http::make_error(
+        request, http::Status::service_unavailable, "idempotency_key_pending",
+        "idempotency_key is held by a task of batch '" + result.held_by_batch +
+            "', whose upload is under way; nothing was stored: retry once it has ended (the "
+            "key then names that task, or is free)",
+        "/idempotency_key");
+    response.set(bhttp::field::retry_after, "5");
+    co_return response;
+  }
   if (result.outcome == pg::InsertOutcome::kConflict) {
     co_return http::make_error(
         request, http::Status::conflict, "idempotency_conflict",

@@ -179,15 +179,17 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
                                 ":" + std::to_string(message.offset);
   }
   task.spec.task_id = new_task_id();
-  // A store outage: tried again with backoff (0.2 s, doubling to 2 s) for up to ten minutes,
-  // so the message is stored within seconds of the store's return (later messages of its
-  // key wait behind it; the consumer pauses once kMaxInFlight wait). Only then, or on
-  // shutdown, is it left uncommitted for the next read.
+  // A store outage, or a key held by a batch upload under way: tried again with backoff
+  // (0.2 s, doubling to 2 s) for up to ten minutes, so the message is stored within seconds
+  // of the store's return or the upload's end (later messages of its key wait behind it;
+  // the consumer pauses once kMaxInFlight wait). Only then, or on shutdown, is it left
+  // uncommitted for the next read.
   for (int attempt = 0;; ++attempt) {
     const pg::QueueLimit limit = queue_limit(config_);
     const pg::ModelCheck models = model_check(config_);
     auto inserted = co_await store_.insert_task(task, limit, false, models);
-    if (inserted.ok()) {
+    const bool pending = inserted.ok() && inserted.value().outcome == pg::InsertOutcome::kPending;
+    if (inserted.ok() && !pending) {
       const pg::InsertResult& result = inserted.value();
       if (result.outcome == pg::InsertOutcome::kQueueFull) {
         // Not held back: a full queue of one user must not stop the partition for others.
@@ -235,12 +237,17 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
       done(message, true);
       co_return;
     }
-    if (!inserted.error().retryable() || attempt >= kStoreRetries || stopping_) {
+    // Its key held by a batch upload under way: whether it names a task is known once that
+    // upload ends (within its deadline), so the message waits like a store outage.
+    const std::string why = pending ? "its idempotency_key is held by batch '" +
+                                          inserted.value().held_by_batch +
+                                          "', whose upload is under way"
+                                    : inserted.error().message;
+    if ((!pending && !inserted.error().retryable()) || attempt >= kStoreRetries || stopping_) {
       log::TaskContext context;
       context.user_id = task.spec.user_id;
       context.trace_id = log::trace_id_of(task.traceparent);
-      log::warn("dispatcher", context,
-                "submission not stored, left for the next read: " + inserted.error().message,
+      log::warn("dispatcher", context, "submission not stored, left for the next read: " + why,
                 {{"topic", message.topic},
                  {"partition", std::to_string(message.partition)},
                  {"offset", std::to_string(message.offset)}});
@@ -248,8 +255,7 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
       co_return;
     }
     if (attempt == 0) {
-      log::warn("dispatcher", "submission not stored yet, trying again until the store answers: " +
-                                  inserted.error().message);
+      log::warn("dispatcher", "submission not stored yet, trying again: " + why);
     }
     asio::steady_timer pause(
         io_, std::chrono::milliseconds(std::min(2000, 200 << std::min(attempt, 4))));

@@ -1665,6 +1665,64 @@ TEST(ApiBatchLimits, AnUploadUnderWayHoldsNoTransactionAndItsTasksWaitUnseenUnti
   EXPECT_EQ(call({bhttp::verb::post, "/v1/batches/" + batch + "/cancel", ""}).status, 200);
 }
 
+TEST(ApiBatchLimits, AKeyHeldByAnUploadUnderWayIsRefusedForNowNeverTakenForADuplicate) {
+  // An upload under way holds its lines' keys in staged tasks that may yet be deleted (the
+  // upload refused). Until it ends, another submission with such a key is told to retry,
+  // not answered with a task that may never exist, and another upload (the same file sent
+  // again under a new batch id) stores nothing rather than counting its lines duplicates.
+  const std::string u = user("held");
+  const std::string batch =
+      "held-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket = api_socket(io);
+  auto chunk = [](const std::string& data) {
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+    return std::string(size) + data + "\r\n";
+  };
+  boost::asio::write(
+      socket, boost::asio::buffer("POST /v1/batches?user_id=" + u + "&batch_id=" + batch +
+                                  " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + admin_key() +
+                                  "\r\nContent-Type: application/x-ndjson\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n" +
+                                  chunk(batch_lines_of(u, 1000, "held-"))));
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  // A full slice of 1,000 lines goes in as it arrives.
+  while (pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'staged'", u) <
+             1000 &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(20ms);  // polling a bounded wait
+  ASSERT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'staged'", u),
+            1000);
+
+  auto single = post("/v1/tasks", submission(u, "bench: steps=1 calls=1", "held-1"));
+  expect_error(single, 503, "/idempotency_key", "idempotency_key_pending");
+  EXPECT_FALSE(single.header("Retry-After").empty());
+  EXPECT_NE(single.body.find(batch), std::string::npos) << single.body;
+  auto again = post_batch("?user_id=" + u, batch_lines_of(u, 3, "held-"));
+  expect_error(again, 503, "/", "idempotency_key_pending");
+  EXPECT_FALSE(again.header("Retry-After").empty());
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 1000)
+      << "only the first upload's staged tasks";
+  EXPECT_EQ(pg_count("SELECT count(*) FROM batches WHERE user_id = $1", u), 1);
+
+  boost::asio::write(socket, boost::asio::buffer(std::string("0\r\n\r\n")));
+  std::string got;
+  boost::system::error_code ec;
+  char buf[4096];
+  while (got.find("\"duplicates\"") == std::string::npos && !ec)
+    got.append(buf, socket.read_some(boost::asio::buffer(buf), ec));
+  EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 201 Created") << got;
+  // Sealed: the key names a stored task from now on (whose request, a batch's line, was
+  // another).
+  expect_error(post("/v1/tasks", submission(u, "bench: steps=1 calls=1", "held-1")), 409,
+               "/idempotency_key", "idempotency_conflict");
+  auto duplicate = post_batch("?user_id=" + u, batch_lines_of(u, 3, "held-"));
+  EXPECT_EQ(duplicate.status, 201) << duplicate.body;
+  EXPECT_NE(duplicate.body.find("\"duplicates\":3"), std::string::npos) << duplicate.body;
+  EXPECT_EQ(call({bhttp::verb::post, "/v1/batches/" + batch + "/cancel", ""}).status, 200);
+}
+
 TEST(ApiBatchLimits, AnUploadBelowTheMinimumRateIsCutWithA408AndStoresNothing) {
   // The fleet holds uploads to 8,192 bytes a second after their first 3 s
   // (AGENTFLEET_BATCH_UPLOAD_RATE_WINDOW_S in the fixture). One line a second is far less.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/adapters/pg/batch_store.hpp"
+#include "core/adapters/pg/scheduler_session.hpp"
 #include "core/adapters/pg/submission_store.hpp"
 #include "tests/pg/pg_url.hpp"
 
@@ -64,6 +65,21 @@ class Batches : public ::testing::Test {
     tx.exec_params0(sql, arg);
     tx.commit();
   }
+  std::string text(const std::string& sql, const std::string& arg) {
+    pqxx::work tx(db_);
+    auto row = tx.exec_params1(sql, arg);
+    tx.commit();
+    return row[0].is_null() ? std::string("(null)") : row[0].as<std::string>();
+  }
+  int dispatch(const std::string& user) {
+    pqxx::work tx(db_);
+    const auto sent = pg::dispatch_grants(tx,
+                                          {ports::DispatchGrant{user, Priority::kInteractive, 10},
+                                           ports::DispatchGrant{user, Priority::kBatch, 10}},
+                                          "b-dispatch");
+    tx.commit();
+    return static_cast<int>(sent.size());
+  }
   std::unique_ptr<pg::BatchWriter> writer(const std::string& user, const std::string& batch) {
     return std::make_unique<pg::BatchWriter>(pg_url(), 5000, 5,
                                              pg::BatchHeader{batch, user, Priority::kBatch},
@@ -84,8 +100,8 @@ TEST_F(Batches, SlicesAreCommittedAsTheyComeHiddenUntilSealedThenQueued) {
   ASSERT_TRUE(upload->create());
   auto first = tasks_of(user, batch, 3);
   auto second = tasks_of(user, batch, 2);
-  EXPECT_EQ(upload->add(first), 3);
-  EXPECT_EQ(upload->add(second), 2);
+  EXPECT_EQ(upload->add(first).inserted, 3);
+  EXPECT_EQ(upload->add(second).inserted, 2);
 
   // Committed, with no transaction left open between slices.
   EXPECT_EQ(tasks_with(batch, "staged"), 5);
@@ -131,7 +147,7 @@ TEST_F(Batches, ASealOverTheQueueStoresNothingAndTheDiscardDeletesEveryRow) {
   auto upload = writer(user, batch);
   ASSERT_TRUE(upload->create());
   auto slice = tasks_of(user, batch, 5);
-  EXPECT_EQ(upload->add(slice), 5);
+  EXPECT_EQ(upload->add(slice).inserted, 5);
   const pg::Seal seal = upload->seal(queue_limit, 5);
   EXPECT_EQ(seal.outcome, pg::SealOutcome::kQueueFull);
   EXPECT_EQ(seal.room.max_queued, 4);
@@ -150,7 +166,7 @@ TEST_F(Batches, StagedTasksHoldTheirRoomAgainstTheUsersOtherSubmissions) {
   auto upload = writer(user, batch);
   ASSERT_TRUE(upload->create());
   auto slice = tasks_of(user, batch, 3);
-  EXPECT_EQ(upload->add(slice), 3);
+  EXPECT_EQ(upload->add(slice).inserted, 3);
   auto one = tasks_of(user, "", 2);
   EXPECT_EQ(pg::insert_task(db_, one[0], queue_limit).outcome, pg::InsertOutcome::kCreated);
   EXPECT_EQ(pg::insert_task(db_, one[1], queue_limit).outcome, pg::InsertOutcome::kQueueFull);
@@ -161,7 +177,7 @@ TEST_F(Batches, TheSweepDeletesAnAbandonedUploadWhichCanThenNeitherGrowNorBeSeal
   auto upload = writer(user, batch);
   ASSERT_TRUE(upload->create());
   auto slice = tasks_of(user, batch, 3);
-  EXPECT_EQ(upload->add(slice), 3);
+  EXPECT_EQ(upload->add(slice).inserted, 3);
   EXPECT_EQ(sweep(100), 0) << "an upload within its deadline is left alone";
   // Its replica died: no slice renewed it.
   exec("UPDATE batches SET upload_deadline = now() - interval '1 second' WHERE batch_id = $1",
@@ -182,7 +198,7 @@ TEST_F(Batches, TheSweepFinishesTheMoveOfASealedBatchItsUploaderDidNotFinish) {
   auto upload = writer(user, batch);
   ASSERT_TRUE(upload->create());
   auto slice = tasks_of(user, batch, 3);
-  EXPECT_EQ(upload->add(slice), 3);
+  EXPECT_EQ(upload->add(slice).inserted, 3);
   ASSERT_EQ(upload->seal(queue_limit, 3).outcome, pg::SealOutcome::kSealed);
   EXPECT_EQ(upload->promote(1), 1);
   upload.reset();  // its replica died
@@ -196,6 +212,161 @@ TEST_F(Batches, TheSweepFinishesTheMoveOfASealedBatchItsUploaderDidNotFinish) {
   EXPECT_EQ(tasks_with(batch, "queued"), 3);
   ASSERT_TRUE(pg::find_batch(db_, batch));
   EXPECT_EQ(sweep(100), 0);
+}
+
+TEST_F(Batches, AKeyStagedByAnUploadUnderWayIsNeitherADuplicateNorFreeUntilThatUploadEnds) {
+  const std::string user = "batch-u6", first = "batch-" + next_id(), second = "batch-" + next_id();
+  auto upload = writer(user, first);
+  ASSERT_TRUE(upload->create());
+  auto keyed = tasks_of(user, first, 2);
+  keyed[0].spec.idempotency_key = "line-1";
+  EXPECT_EQ(upload->add(keyed).inserted, 2);
+
+  // A submission with that key: not stored, not told of a task that may never exist.
+  auto single = tasks_of(user, "", 1);
+  single[0].spec.idempotency_key = "line-1";
+  const pg::InsertResult pending = pg::insert_task(db_, single[0], queue_limit);
+  EXPECT_EQ(pending.outcome, pg::InsertOutcome::kPending);
+  EXPECT_EQ(pending.held_by_batch, first);
+  EXPECT_TRUE(pending.task_id.empty());
+
+  // Another upload (the same lines sent again under a new batch id): its slice is not
+  // stored, and it is told which key and which upload hold it.
+  auto retry = writer(user, second);
+  ASSERT_TRUE(retry->create());
+  auto again = tasks_of(user, second, 3);
+  again[1].spec.idempotency_key = "line-1";
+  const pg::Added held = retry->add(again);
+  EXPECT_EQ(held.inserted, 0);
+  EXPECT_EQ(held.held_key, "line-1");
+  EXPECT_EQ(held.held_by_batch, first);
+  EXPECT_EQ(count("SELECT count(*) FROM tasks WHERE batch_id = $1", second), 0);
+
+  // The first upload is refused: the key is free again, for the upload and the submission.
+  upload->discard(10);
+  EXPECT_EQ(retry->add(again).inserted, 3);
+  const pg::InsertResult after = pg::insert_task(db_, single[0], queue_limit);
+  EXPECT_EQ(after.outcome, pg::InsertOutcome::kPending) << "now held by the second upload";
+  ASSERT_EQ(retry->seal(queue_limit, 3).outcome, pg::SealOutcome::kSealed);
+  while (retry->promote(100) == 100) {
+  }
+  // Sealed and queued: a duplicate (or a conflict) from then on, like any stored task.
+  auto third = writer(user, "batch-" + next_id());
+  ASSERT_TRUE(third->create());
+  auto once_more = tasks_of(user, "", 1);
+  once_more[0].spec.idempotency_key = "line-1";
+  const pg::Added duplicate = third->add(once_more);
+  EXPECT_EQ(duplicate.inserted, 0);
+  EXPECT_TRUE(duplicate.held_key.empty());
+  const pg::InsertResult existing = pg::insert_task(db_, single[0], queue_limit);
+  EXPECT_EQ(existing.outcome, pg::InsertOutcome::kExisting);
+  EXPECT_EQ(existing.task_id, again[1].spec.task_id);
+}
+
+TEST_F(Batches, TwoUploadsThatFitOneAfterTheOtherDoNotRefuseEachOtherAtTheirSeal) {
+  const std::string user = "batch-u7", a = "batch-" + next_id(), b = "batch-" + next_id();
+  exec(
+      "INSERT INTO user_limits (user_id, max_queued) VALUES ($1, 4) "
+      "ON CONFLICT (user_id) DO UPDATE SET max_queued = 4",
+      user);
+  auto first = writer(user, a);
+  auto second = writer(user, b);
+  ASSERT_TRUE(first->create());
+  ASSERT_TRUE(second->create());
+  auto three = tasks_of(user, a, 3);
+  auto two = tasks_of(user, b, 2);
+  EXPECT_EQ(first->add(three).inserted, 3);
+  EXPECT_EQ(second->add(two).inserted, 2);
+  // 3 + 2 staged: over 4 together, but the first fits alone and is sealed.
+  const pg::Seal sealed = first->seal(queue_limit, 3);
+  EXPECT_EQ(sealed.outcome, pg::SealOutcome::kSealed);
+  EXPECT_EQ(sealed.room.queued, 3);
+  // The second is counted with the first, sealed (still staged, or queued): refused.
+  const pg::Seal refused = second->seal(queue_limit, 2);
+  EXPECT_EQ(refused.outcome, pg::SealOutcome::kQueueFull);
+  EXPECT_EQ(refused.room.queued, 5);
+  EXPECT_EQ(first->promote(10), 3);
+  EXPECT_EQ(second->seal(queue_limit, 2).outcome, pg::SealOutcome::kQueueFull);
+}
+
+TEST_F(Batches, AFollowUpWaitsForAParentStillStagedAndSessionsSkipOtherUploadsStagedTasks) {
+  const std::string user = "batch-u8", batch = "batch-" + next_id();
+  auto upload = writer(user, batch);
+  ASSERT_TRUE(upload->create());
+  // The child's id sorts before its parent's: it moves into the queue first.
+  auto lines = tasks_of(user, batch, 2);
+  lines[0].spec.task_id = "ffffffff-ffff-4fff-8fff-" + next_id().substr(24);
+  lines[1].spec.task_id = "00000000-0000-4000-8000-" + next_id().substr(24);
+  lines[1].spec.parent_task_id = lines[0].spec.task_id;
+  lines[0].spec.session_id = "s-" + batch;
+  EXPECT_EQ(upload->add(lines).inserted, 2);
+  // A later line of the same upload in that session follows its staged task.
+  auto later = tasks_of(user, batch, 1);
+  later[0].spec.session_id = "s-" + batch;
+  EXPECT_EQ(upload->add(later).inserted, 1);
+  EXPECT_EQ(text("SELECT parent_task_id::text FROM tasks WHERE task_id = $1::uuid",
+                 later[0].spec.task_id),
+            lines[0].spec.task_id);
+  // A submission in the same session meanwhile: not the follow-up of a task that may never
+  // exist.
+  auto single = tasks_of(user, "", 1);
+  single[0].spec.session_id = "s-" + batch;
+  ASSERT_EQ(pg::insert_task(db_, single[0], queue_limit).outcome, pg::InsertOutcome::kCreated);
+  EXPECT_EQ(text("SELECT parent_task_id::text FROM tasks WHERE task_id = $1::uuid",
+                 single[0].spec.task_id),
+            "(null)");
+
+  ASSERT_EQ(upload->seal(queue_limit, 3).outcome, pg::SealOutcome::kSealed);
+  EXPECT_EQ(upload->promote(1), 1);
+  EXPECT_EQ(tasks_with(batch, "queued"), 1);
+  EXPECT_EQ(text("SELECT status FROM tasks WHERE task_id = $1::uuid", lines[1].spec.task_id),
+            "queued");
+  // The single submission (no parent) goes; the child waits for its staged parent.
+  EXPECT_EQ(dispatch(user), 1);
+  EXPECT_EQ(text("SELECT status FROM tasks WHERE task_id = $1::uuid", lines[1].spec.task_id),
+            "queued");
+}
+
+TEST_F(Batches, EachSliceOfAMoveGoesOnFromTheLastWithoutReReadingTheMovedRows) {
+  const std::string user = "batch-u9", batch = "batch-" + next_id();
+  auto upload = writer(user, batch);
+  ASSERT_TRUE(upload->create());
+  auto lines = tasks_of(user, batch, 7);
+  EXPECT_EQ(upload->add(lines).inserted, 7);
+  ASSERT_EQ(upload->seal(queue_limit, 7).outcome, pg::SealOutcome::kSealed);
+  EXPECT_EQ(upload->promote(3), 3);
+  const std::string through =
+      text("SELECT settled_through::text FROM batches WHERE batch_id = $1", batch);
+  EXPECT_EQ(count("SELECT count(*) FROM tasks WHERE batch_id = $1 AND status = 'queued' "
+                  "AND task_id > (SELECT settled_through FROM batches WHERE batch_id = $1)",
+                  batch),
+            0)
+      << "the slice took the first tasks in id order, and the batch row says where it stopped";
+  EXPECT_EQ(count("SELECT count(*) FROM tasks WHERE batch_id = $1 AND status = 'staged' "
+                  "AND task_id <= (SELECT settled_through FROM batches WHERE batch_id = $1)",
+                  batch),
+            0);
+  // The uploader dies; the sweep goes on from the same place.
+  upload.reset();
+  exec("UPDATE batches SET upload_deadline = now() - interval '1 second' WHERE batch_id = $1",
+       batch);
+  EXPECT_EQ(sweep(3), 3);
+  EXPECT_NE(text("SELECT settled_through::text FROM batches WHERE batch_id = $1", batch), through);
+  EXPECT_EQ(sweep(3), 1);
+  EXPECT_EQ(tasks_with(batch, "queued"), 7);
+  EXPECT_TRUE(pg::find_batch(db_, batch));
+  // The move reads the batch's tasks by an index, in order, starting at the cursor: the
+  // rows moved before it are not read again, and nothing is sorted.
+  pqxx::work tx(db_);
+  std::string plan;
+  for (const auto& row : tx.exec_params(
+           "EXPLAIN SELECT s.task_id FROM tasks s WHERE s.batch_id = $1 AND s.status = 'staged' "
+           "AND s.user_id = $2 AND s.task_id > $3::uuid ORDER BY s.task_id LIMIT 1000",
+           batch, user, through))
+    plan += row[0].as<std::string>() + "\n";
+  EXPECT_NE(plan.find("Index Cond: ((batch_id = "), std::string::npos) << plan;
+  EXPECT_NE(plan.find("AND (task_id > '" + through + "'::uuid))"), std::string::npos) << plan;
+  EXPECT_EQ(plan.find("Sort"), std::string::npos) << plan;
 }
 
 }  // namespace

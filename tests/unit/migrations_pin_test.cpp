@@ -33,6 +33,7 @@ const std::map<std::string, std::string>& pinned() {
       {"0016_validate_unreconciled_reason.sql", "bff0925379c17473"},
       {"0017_staged_batches.sql", "9ecc7bf7bb917b60"},
       {"0018_staged_tasks_index.sql", "67c9d9f1450faf5d"},
+      {"0019_staged_cursor.sql", "3ececf2690c218ed"},
   };
   return kPinned;
 }

@@ -12,65 +12,98 @@ namespace {
 // scheduler takes over, renewed by each slice it moves.
 constexpr int kPromoteWithinS = 60;
 
-// Moves up to `limit` staged tasks of the batch into the queue: they are submitted now
-// (created_at, and the queue deadline from it). Rows another mover holds are skipped.
-int move_staged(pqxx::work& tx, const std::string& batch_id, const std::string& user_id,
-                int limit) {
-  auto moved = tx.exec_params1(R"SQL(
+// What one slice of a move or a delete did: how many tasks, and the last task id.
+struct Slice {
+  int done = 0;
+  std::string last;
+};
+
+// Moves up to `limit` staged tasks of the batch into the queue, in task id order after
+// `after` (empty: from the first): they are submitted now (created_at, and the queue
+// deadline from it). Rows another mover holds are skipped (it moves them).
+Slice move_staged(pqxx::work& tx, const std::string& batch_id, const std::string& user_id,
+                  const std::string& after, int limit) {
+  auto moved = tx.exec_params(R"SQL(
 WITH picked AS MATERIALIZED (
   SELECT s.task_id FROM tasks s
-  WHERE s.batch_id = $1 AND s.user_id = $2 AND s.status = 'staged'
+  WHERE s.batch_id = $1 AND s.status = 'staged' AND s.user_id = $2
+    AND ($4 = '' OR s.task_id > NULLIF($4, '')::uuid)
   ORDER BY s.task_id LIMIT $3 FOR UPDATE SKIP LOCKED
 ), moved AS (
   UPDATE tasks t SET status = 'queued', created_at = statement_timestamp(),
          queue_deadline_at = statement_timestamp() + make_interval(secs => t.schedule_timeout_s)
   FROM picked p
   WHERE t.task_id = p.task_id AND t.status = 'staged'
-  RETURNING 1
+  RETURNING t.task_id
 ), woken AS (SELECT pg_notify('agentfleet_work', '') WHERE EXISTS (SELECT 1 FROM moved))
-SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM woken))SQL",
-                               batch_id, user_id, limit);
-  return moved[0].as<int>();
+SELECT (SELECT count(*) FROM moved), (SELECT task_id::text FROM picked ORDER BY task_id DESC LIMIT 1),
+       (SELECT count(*) FROM woken))SQL",
+                              batch_id, user_id, limit, after);
+  Slice slice;
+  slice.done = moved[0][0].as<int>();
+  if (!moved[0][1].is_null())
+    slice.last = moved[0][1].as<std::string>();
+  return slice;
 }
 
-// A sealed batch with no staged task left is complete (its upload_deadline cleared: the
-// API shows it). One with some left has its deadline renewed when its uploader moves them
-// (`renew`); the scheduler's sweep leaves it past, and goes on in its next pass.
-void settle_sealed(pqxx::work& tx, const std::string& batch_id, const std::string& user_id,
-                   bool renew) {
-  tx.exec_params0(R"SQL(
-UPDATE batches SET upload_deadline =
-  CASE WHEN NOT EXISTS (SELECT 1 FROM tasks
-                        WHERE batch_id = $1 AND user_id = $2 AND status = 'staged') THEN NULL
-       WHEN $4 THEN clock_timestamp() + make_interval(secs => $3)
-       ELSE upload_deadline END
-WHERE batch_id = $1 AND sealed AND upload_deadline IS NOT NULL)SQL",
-                  batch_id, user_id, kPromoteWithinS, renew);
-}
-
-// Deletes up to `limit` staged tasks of the batch.
-int delete_staged(pqxx::work& tx, const std::string& batch_id, const std::string& user_id,
-                  int limit) {
+// Deletes up to `limit` staged tasks of the batch, in task id order after `after`.
+Slice delete_staged(pqxx::work& tx, const std::string& batch_id, const std::string& user_id,
+                    const std::string& after, int limit) {
   auto deleted = tx.exec_params(R"SQL(
 WITH picked AS MATERIALIZED (
   SELECT s.task_id FROM tasks s
-  WHERE s.batch_id = $1 AND s.user_id = $2 AND s.status = 'staged'
-  LIMIT $3 FOR UPDATE SKIP LOCKED
+  WHERE s.batch_id = $1 AND s.status = 'staged' AND s.user_id = $2
+    AND ($4 = '' OR s.task_id > NULLIF($4, '')::uuid)
+  ORDER BY s.task_id LIMIT $3 FOR UPDATE SKIP LOCKED
+), gone AS (
+  DELETE FROM tasks t USING picked p
+  WHERE t.task_id = p.task_id AND t.status = 'staged'
+  RETURNING 1
 )
-DELETE FROM tasks t USING picked p
-WHERE t.task_id = p.task_id AND t.status = 'staged'
-RETURNING 1)SQL",
-                                batch_id, user_id, limit);
-  return static_cast<int>(deleted.size());
+SELECT (SELECT count(*) FROM gone), (SELECT task_id::text FROM picked ORDER BY task_id DESC LIMIT 1))SQL",
+                                batch_id, user_id, limit, after);
+  Slice slice;
+  slice.done = deleted[0][0].as<int>();
+  if (!deleted[0][1].is_null())
+    slice.last = deleted[0][1].as<std::string>();
+  return slice;
 }
 
-// The row of an unsealed batch with no staged task left.
-void delete_unsealed(pqxx::work& tx, const std::string& batch_id, const std::string& user_id) {
-  tx.exec_params0(R"SQL(
-DELETE FROM batches
-WHERE batch_id = $1 AND NOT sealed AND upload_deadline IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM tasks WHERE batch_id = $1 AND user_id = $2 AND status = 'staged'))SQL",
-                  batch_id, user_id);
+// Whether the batch has a staged task after `after` (empty: any). From the cursor this is
+// one probe of tasks_staged_batch; from the first it walks the entries of the rows moved
+// since the last vacuum, which is why it is asked once, at the end.
+bool any_staged(pqxx::work& tx, const std::string& batch_id, const std::string& after) {
+  return !tx.exec_params(
+                "SELECT 1 FROM tasks WHERE batch_id = $1 AND status = 'staged' "
+                "AND ($2 = '' OR task_id > NULLIF($2, '')::uuid) LIMIT 1",
+                batch_id, after)
+              .empty();
+}
+
+// After a slice of a move (`sealed`) or a delete that asked for `limit` tasks. One that
+// took them all with more after it records where the next one starts. At the end, a
+// sealed batch with no staged task left is complete (its upload_deadline cleared: the API
+// shows it), and an unsealed one is deleted; one with tasks left behind the cursor (rows
+// another mover held, and let go without moving them) starts again from the first.
+void settle(pqxx::work& tx, const std::string& batch_id, bool sealed, const Slice& slice,
+            int limit) {
+  if (slice.done >= limit && any_staged(tx, batch_id, slice.last)) {
+    tx.exec_params0("UPDATE batches SET settled_through = $2::uuid WHERE batch_id = $1", batch_id,
+                    slice.last);
+    return;
+  }
+  if (any_staged(tx, batch_id, "")) {
+    tx.exec_params0("UPDATE batches SET settled_through = NULL WHERE batch_id = $1", batch_id);
+    return;
+  }
+  if (sealed) {
+    tx.exec_params0(
+        "UPDATE batches SET upload_deadline = NULL, settled_through = NULL "
+        "WHERE batch_id = $1 AND sealed",
+        batch_id);
+  } else {
+    tx.exec_params0("DELETE FROM batches WHERE batch_id = $1 AND NOT sealed", batch_id);
+  }
 }
 }  // namespace
 
@@ -90,33 +123,79 @@ bool BatchWriter::create() {
       "ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id",
       header_.batch_id, header_.user_id, std::string(to_string(header_.priority)), renew_s_);
   tx.commit();
-  return !rows.empty();
+  created_ = !rows.empty();
+  return created_;
 }
 
-int BatchWriter::add(std::vector<NewTask>& tasks) {
+namespace {
+// Renews an upload under way (the batch row stays locked until the commit: the scheduler's
+// sweep cannot take an upload a slice is being added to, and one it took is refused).
+bool renew_upload(pqxx::work& tx, const std::string& batch_id, int renew_s) {
+  return !tx.exec_params(
+                "UPDATE batches SET upload_deadline = clock_timestamp() + make_interval(secs => "
+                "$2) "
+                "WHERE batch_id = $1 AND NOT sealed AND upload_deadline > clock_timestamp() "
+                "RETURNING 1",
+                batch_id, renew_s)
+              .empty();
+}
+}  // namespace
+
+bool BatchWriter::renew() {
+  if (!created_ || sealed_)
+    return false;
   pqxx::work tx(*connection_);
-  // The batch row stays locked until the commit: the scheduler's sweep cannot take an
-  // upload a slice is being added to, and one it took is refused here.
-  auto alive = tx.exec_params(
-      "UPDATE batches SET upload_deadline = clock_timestamp() + make_interval(secs => $2) "
-      "WHERE batch_id = $1 AND NOT sealed AND upload_deadline > clock_timestamp() RETURNING 1",
-      header_.batch_id, renew_s_);
-  if (alive.empty())
+  const bool alive = renew_upload(tx, header_.batch_id, renew_s_);
+  tx.commit();
+  return alive;
+}
+
+Added BatchWriter::add(std::vector<NewTask>& tasks) {
+  if (!created_ || sealed_)
+    throw std::logic_error("BatchWriter::add: the batch was not created here, or is sealed");
+  pqxx::work tx(*connection_);
+  if (!renew_upload(tx, header_.batch_id, renew_s_))
     throw std::runtime_error("the upload of batch '" + header_.batch_id +
                              "' went longer than its deadline without a slice");
   for (NewTask& task : tasks)
     task.staged = true;
-  const int inserted = static_cast<int>(insert_tasks(tx, tasks).size());
+  const std::vector<std::string> ids = insert_tasks(tx, tasks);
+  Added added;
+  added.inserted = static_cast<int>(ids.size());
+  if (added.inserted < static_cast<int>(tasks.size())) {
+    // Skipped: their idempotency keys name tasks already. One staged by another upload under
+    // way is not a duplicate yet (that upload may be refused and its tasks deleted): the
+    // slice is not stored, and the caller refuses this upload for now.
+    std::vector<std::string> keys;
+    for (const NewTask& task : tasks) {
+      if (!task.spec.idempotency_key.empty())
+        keys.push_back(task.spec.idempotency_key);
+    }
+    auto held = tx.exec_params(
+        "SELECT idempotency_key, coalesce(batch_id, '') FROM tasks "
+        "WHERE user_id = $1 AND idempotency_key = ANY(ARRAY(SELECT "
+        "jsonb_array_elements_text($2::jsonb))) AND status = 'staged' "
+        "AND batch_id IS DISTINCT FROM $3 LIMIT 1",
+        header_.user_id, json_string_array(keys), header_.batch_id);
+    if (!held.empty()) {
+      added.inserted = 0;
+      added.held_key = held[0][0].as<std::string>();
+      added.held_by_batch = held[0][1].as<std::string>();
+      return added;  // rolls back
+    }
+  }
   tx.commit();
-  return inserted;
+  return added;
 }
 
 Seal BatchWriter::seal(const QueueLimit& limit, std::int64_t total) {
+  if (!created_ || sealed_)
+    throw std::logic_error("BatchWriter::seal: the batch was not created here, or is sealed");
   pqxx::work tx(*connection_);
   // The user's other submissions wait only for this count and the seal.
   lock_user_queue(tx, header_.user_id);
   Seal seal;
-  seal.room = queue_room(tx, header_.user_id, limit);
+  seal.room = queue_room(tx, header_.user_id, limit, header_.batch_id);
   if (seal.room.max_queued > 0 && seal.room.queued > seal.room.max_queued) {
     seal.outcome = SealOutcome::kQueueFull;
     return seal;  // rolls back
@@ -124,7 +203,7 @@ Seal BatchWriter::seal(const QueueLimit& limit, std::int64_t total) {
   // clock_timestamp(): re-evaluated after a wait for the sweep's lock, so a batch the
   // sweep took is never sealed.
   auto sealed = tx.exec_params(
-      "UPDATE batches SET sealed = true, total = $2, "
+      "UPDATE batches SET sealed = true, total = $2, settled_through = NULL, "
       "upload_deadline = clock_timestamp() + make_interval(secs => $3) "
       "WHERE batch_id = $1 AND NOT sealed AND upload_deadline > clock_timestamp() RETURNING 1",
       header_.batch_id, total, kPromoteWithinS);
@@ -133,25 +212,46 @@ Seal BatchWriter::seal(const QueueLimit& limit, std::int64_t total) {
     return seal;
   }
   tx.commit();
+  sealed_ = true;
   return seal;
 }
 
 int BatchWriter::promote(int slice) {
+  if (!sealed_)
+    throw std::logic_error("BatchWriter::promote: the batch is not sealed");
   pqxx::work tx(*connection_);
-  const int moved = move_staged(tx, header_.batch_id, header_.user_id, slice);
-  settle_sealed(tx, header_.batch_id, header_.user_id, /*renew=*/true);
+  // The batch row first, renewed and locked (the sweep passes it by): where the last slice
+  // stopped. None: the move is complete (the scheduler's sweep finished it).
+  auto row = tx.exec_params(
+      "UPDATE batches SET upload_deadline = clock_timestamp() + make_interval(secs => $2) "
+      "WHERE batch_id = $1 AND sealed AND upload_deadline IS NOT NULL "
+      "RETURNING coalesce(settled_through::text, '')",
+      header_.batch_id, kPromoteWithinS);
+  if (row.empty())
+    return 0;
+  const Slice moved =
+      move_staged(tx, header_.batch_id, header_.user_id, row[0][0].as<std::string>(), slice);
+  settle(tx, header_.batch_id, /*sealed=*/true, moved, slice);
   tx.commit();
-  return moved;
+  return moved.done;
 }
 
 void BatchWriter::discard(int slice) {
+  if (!created_ || sealed_)
+    return;  // only an upload this writer created and did not seal
   for (;;) {
     pqxx::work tx(*connection_);
-    const int deleted = delete_staged(tx, header_.batch_id, header_.user_id, slice);
-    if (deleted < slice)
-      delete_unsealed(tx, header_.batch_id, header_.user_id);
+    auto row = tx.exec_params(
+        "SELECT coalesce(settled_through::text, '') FROM batches "
+        "WHERE batch_id = $1 AND NOT sealed FOR UPDATE",
+        header_.batch_id);
+    if (row.empty())
+      return;  // deleted (by the scheduler's sweep)
+    const Slice deleted =
+        delete_staged(tx, header_.batch_id, header_.user_id, row[0][0].as<std::string>(), slice);
+    settle(tx, header_.batch_id, /*sealed=*/false, deleted, slice);
     tx.commit();
-    if (deleted < slice)
+    if (deleted.done < slice)
       return;
   }
 }
@@ -301,26 +401,23 @@ FOR UPDATE)SQL",
 int sweep_staged_batches(pqxx::work& tx, int limit) {
   // Only uploads past their deadline, which the partial index batches_uploading holds.
   auto batches = exec_prepared(tx, "af_sched_staged_batches",
-                               "SELECT batch_id, user_id, sealed FROM batches "
+                               "SELECT batch_id, user_id, sealed, "
+                               "coalesce(settled_through::text, '') FROM batches "
                                "WHERE upload_deadline < now() ORDER BY upload_deadline LIMIT 5 "
                                "FOR UPDATE SKIP LOCKED");
   int done = 0;
   for (const auto& b : batches) {
     const std::string batch_id = b[0].as<std::string>();
     const std::string user_id = b[1].as<std::string>();
+    const bool sealed = b[2].as<bool>();
+    const std::string after = b[3].as<std::string>();
     const int room = limit - done;
     if (room <= 0)
       break;
-    if (b[2].as<bool>()) {
-      const int moved = move_staged(tx, batch_id, user_id, room);
-      done += moved;
-      settle_sealed(tx, batch_id, user_id, /*renew=*/false);
-    } else {
-      const int deleted = delete_staged(tx, batch_id, user_id, room);
-      done += deleted;
-      if (deleted < room)
-        delete_unsealed(tx, batch_id, user_id);
-    }
+    const Slice slice = sealed ? move_staged(tx, batch_id, user_id, after, room)
+                               : delete_staged(tx, batch_id, user_id, after, room);
+    done += slice.done;
+    settle(tx, batch_id, sealed, slice, room);
   }
   return done;
 }

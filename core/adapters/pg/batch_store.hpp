@@ -43,11 +43,21 @@ struct Seal {
   QueueRoom room;  // the user's queue with this batch's tasks counted in
 };
 
+// How add() went.
+struct Added {
+  int inserted = 0;  // tasks stored; the others' idempotency keys name a task already
+  // Not empty: nothing of the slice was stored, because the key `held_key` is held by a
+  // task staged by another upload under way (batch `held_by_batch`), which may yet be
+  // refused; whether the line is a duplicate is known once that upload ends.
+  std::string held_key;
+  std::string held_by_batch;
+};
+
 class BatchWriter {
  public:
   // Opens its own connection (statement and lock timeouts). `renew_s`: how long the upload
-  // stays alive after each slice without another (its client's allowed silence, with a
-  // margin); past it, the scheduler takes the upload for abandoned.
+  // stays alive after each slice or renew() without another (its client's allowed silence,
+  // with a margin); past it, the scheduler takes the upload for abandoned.
   BatchWriter(const std::string& url, int statement_timeout_ms, int connect_timeout_s,
               BatchHeader header, int renew_s);
   ~BatchWriter();
@@ -55,27 +65,36 @@ class BatchWriter {
   BatchWriter& operator=(const BatchWriter&) = delete;
 
   // Commits the batch row, its upload under way. False when a batch with this id exists
-  // already (for any user).
+  // already (for any user); the writer then acts on nothing.
   bool create();
+  // Keeps the upload alive while its client sends without a slice to add (one long line
+  // trickling in). False when it expired (the scheduler deletes it).
+  bool renew();
   // One transaction: renews the upload, inserts tasks (their ids set) staged; a task whose
-  // (user, idempotency key) exists already is skipped and counted as a duplicate. Returns
-  // how many were inserted. Throws when the upload expired (the scheduler deletes it).
-  int add(std::vector<NewTask>& tasks);
-  // One transaction under the user's queue lock: when their queued and staged tasks fit
-  // `limit`, marks the batch sealed with `total` tasks and commits.
+  // (user, idempotency key) exists already is skipped and counted as a duplicate, unless
+  // that task is staged by another upload (see Added). Throws when the upload expired.
+  Added add(std::vector<NewTask>& tasks);
+  // One transaction under the user's queue lock: when their queued tasks, this batch's and
+  // those of their sealed batches still moving fit `limit`, marks the batch sealed with
+  // `total` tasks and commits. (Their other uploads under way are checked at their own
+  // seal: two that fit one after the other do not refuse each other.)
   Seal seal(const QueueLimit& limit, std::int64_t total);
-  // One transaction: moves up to `slice` staged tasks into the queue (their created_at and
-  // queue deadline from now) and wakes the scheduler; the last marks the batch complete.
-  // Returns how many moved: call until it returns less than `slice`.
+  // One transaction: moves up to `slice` staged tasks into the queue from where the last
+  // slice stopped (their created_at and queue deadline from now) and wakes the scheduler;
+  // the last marks the batch complete. Returns how many moved: call until it returns less
+  // than `slice`. Only after a seal.
   int promote(int slice);
-  // Deletes the staged tasks a slice at a time, then the batch row (a created batch that
-  // was not sealed). Best effort: what a failure leaves, the scheduler deletes later.
+  // Deletes the staged tasks a slice at a time, then the batch row. Only for a batch this
+  // writer created and did not seal (else it does nothing). Best effort: what a failure
+  // leaves, the scheduler deletes later.
   void discard(int slice);
 
  private:
   BatchHeader header_;
   int renew_s_;
   std::unique_ptr<pqxx::connection> connection_;
+  bool created_ = false;
+  bool sealed_ = false;
 };
 
 // The batch row, or nullopt.
@@ -102,7 +121,8 @@ int cancel_batch_slice(pqxx::connection& c, const BatchHeader& batch, std::strin
 // For the scheduler: batches whose upload stopped part-way. A sealed batch whose uploader
 // did not move all its staged tasks into the queue by its upload_deadline has them moved;
 // an unsealed batch past its upload_deadline (its replica died) has its staged tasks and
-// then its row deleted. At most `limit` tasks; returns how many were moved or deleted.
+// then its row deleted. Either goes on from where the last slice stopped
+// (batches.settled_through). At most `limit` tasks; returns how many were moved or deleted.
 int sweep_staged_batches(pqxx::work& tx, int limit);
 
 // For the scheduler: tasks of cancelled batches not yet drained (a cancel cut short by a

@@ -103,7 +103,8 @@ void lock_user_queue(pqxx::work& tx, const std::string& user_id) {
   exec_named(tx, "queue_lock", user_id);
 }
 
-QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimit& limit) {
+QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimit& limit,
+                     const std::string& sealing) {
   QueueRoom room;
   if (!limit)
     return room;
@@ -116,7 +117,10 @@ QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimi
       max_queued = overrides[0][1].as<int>();
   }
   room.max_queued = limit(tier, max_queued);
-  room.queued = exec_named1(tx, "queue_count", user_id, room.max_queued)[0].as<std::int64_t>();
+  room.queued =
+      (sealing.empty() ? exec_named1(tx, "queue_count", user_id, room.max_queued)
+                       : exec_named1(tx, "seal_count", user_id, room.max_queued, sealing))[0]
+          .as<std::int64_t>();
   return room;
 }
 
@@ -166,6 +170,13 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
   // the user's queue is full.
   if (!s.idempotency_key.empty()) {
     auto existing = exec_named(tx, "idempotency", s.user_id, s.idempotency_key);
+    if (!existing.empty() && existing[0][2].as<std::string>() == "staged") {
+      // Held by a batch upload under way: whether the key names a task is known when the
+      // upload ends (sealed, or refused and deleted). Nothing is stored meanwhile.
+      result.outcome = InsertOutcome::kPending;
+      result.held_by_batch = existing[0][3].as<std::string>();
+      return result;
+    }
     if (!existing.empty()) {
       result.task_id = existing[0][0].as<std::string>();
       if (with_json)

@@ -38,17 +38,21 @@ struct QueueRoom {
   int max_queued = 0;
 };
 
-enum class InsertOutcome { kCreated, kExisting, kConflict, kQueueFull, kModelNotAllowed };
+// kPending: the idempotency key is held by a task of a batch upload under way (staged);
+// nothing is stored, and the same submission later gets kExisting, kConflict or kCreated.
+enum class InsertOutcome { kCreated, kExisting, kConflict, kQueueFull, kModelNotAllowed, kPending };
 struct InsertResult {
   InsertOutcome outcome = InsertOutcome::kCreated;
-  std::string task_id;    // the new task, or the one the idempotency key already names
-  QueueRoom room;         // set for kQueueFull
-  std::string task_json;  // with_json: the task as the API shows it (not for kQueueFull)
-  std::string refusal;    // kModelNotAllowed: why
+  std::string task_id;        // the new task, or the one the idempotency key already names
+  QueueRoom room;             // set for kQueueFull
+  std::string task_json;      // with_json: the task as the API shows it (not for kQueueFull)
+  std::string refusal;        // kModelNotAllowed: why
+  std::string held_by_batch;  // kPending: the batch whose upload holds the key
 };
 // Stores a submission, one transaction: the same idempotency key returns the existing task
-// (kExisting, or kConflict when its request differs); a user with max_queued tasks queued
-// gets kQueueFull and nothing is stored. Notifies the scheduler (channel agentfleet_work).
+// (kExisting, or kConflict when its request differs; kPending while it is a staged task of
+// a batch upload under way); a user with max_queued tasks queued gets kQueueFull and
+// nothing is stored. Notifies the scheduler (channel agentfleet_work).
 // `with_json`: the task's JSON is read in the same transaction (the API's answer).
 // A model the user's tier may not run (`models`) gets kModelNotAllowed and nothing is stored.
 InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit = {},
@@ -60,8 +64,11 @@ std::vector<std::string> insert_tasks(pqxx::work& tx, const std::vector<NewTask>
 
 // Serializes one user's submissions until the transaction ends (advisory lock).
 void lock_user_queue(pqxx::work& tx, const std::string& user_id);
-// The user's queued tasks (counted up to the limit + 1) and their limit.
-QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimit& limit);
+// The user's queued tasks with the staged tasks of their uploads under way (counted up to
+// the limit + 1), and their limit. `sealing`: the batch being sealed; only its staged tasks
+// and those of the user's sealed batches still moving into the queue are counted.
+QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimit& limit,
+                     const std::string& sealing = {});
 
 // The parent a submission names (`parent_id`), or its session's latest task (`session_id`,
 // when `parent_id` is empty), among `user_id`'s tasks; nullopt when there is none. A task

@@ -241,12 +241,13 @@ WITH picked AS (
            OR NOT EXISTS (SELECT 1 FROM batches b WHERE b.cancelled AND b.batch_id = t.batch_id
                                                     AND b.user_id = t.user_id))
       -- A follow-up waits until its parent has ended: with dispatch keyed by task, no
-      -- partition order keeps it behind its parent. Looked up only for a follow-up: as a
+      -- partition order keeps it behind its parent (nor, within a batch, the order its
+      -- tasks move into the queue: a parent may still be staged). Looked up only for a follow-up: as a
       -- plain NOT EXISTS the planner may join it as an anti-join over every unfinished task.
       AND (t.parent_task_id IS NULL
            OR NOT EXISTS (SELECT 1 FROM tasks p
                           WHERE p.task_id = t.parent_task_id
-                            AND p.status IN ('queued', 'dispatched', 'running')))
+                            AND p.status IN ('staged', 'queued', 'dispatched', 'running')))
     ORDER BY t.created_at
     LIMIT g.n
     FOR UPDATE SKIP LOCKED) p

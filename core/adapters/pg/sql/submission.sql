@@ -48,6 +48,7 @@ WITH room AS (
                   (SELECT p.task_id FROM tasks p
                    WHERE r.session_id <> '' AND p.user_id = r.user_id
                      AND p.session_id = r.session_id
+                     AND (p.status <> 'staged' OR p.batch_id = NULLIF(r.batch_id, ''))
                    ORDER BY p.created_at DESC LIMIT 1)),
          NULLIF(r.session_id, ''), r.max_tokens, r.max_cost, coalesce(r.status, 'queued')
   FROM jsonb_to_recordset($1::jsonb) AS r(
@@ -98,14 +99,17 @@ SELECT (SELECT queued FROM room), t.task_id::text,
 FROM (SELECT 1) one LEFT JOIN ins t ON true
 
 -- name: idempotency
--- The task user $1's idempotency key $2 names already, and the canonical form of its
--- request (a submission not stored: the same request again, or a conflict).
-SELECT task_id::text, request_canonical FROM tasks WHERE user_id = $1 AND idempotency_key = $2
+-- The task user $1's idempotency key $2 names already, the canonical form of its request (a
+-- submission not stored: the same request again, or a conflict), its status and its batch
+-- ('' for none): a staged task belongs to an upload under way, which may yet be refused.
+SELECT task_id::text, request_canonical, status, coalesce(batch_id, '')
+FROM tasks WHERE user_id = $1 AND idempotency_key = $2
 
 -- name: insert_tasks
 -- Tasks from the JSON array $1 (one object per task, ids set; see tasks_json() in
 -- submission_store.cpp), any number in one statement; the queue deadline is set by a
 -- trigger, and a task whose (user, idempotency key) is taken is skipped. The ids inserted.
+-- A session's latest task is never one staged by another upload (it may yet be deleted).
 INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                    max_steps, priority, idempotency_key, request_canonical, batch_id,
                    metadata, traceparent, strategy, parent_task_id, session_id,
@@ -120,6 +124,7 @@ SELECT r.task_id, r.user_id, r.text, r.model,
                 (SELECT p.task_id FROM tasks p
                  WHERE r.session_id <> '' AND p.user_id = r.user_id
                    AND p.session_id = r.session_id
+                   AND (p.status <> 'staged' OR p.batch_id = NULLIF(r.batch_id, ''))
                  ORDER BY p.created_at DESC LIMIT 1)),
        NULLIF(r.session_id, ''), r.max_tokens, r.max_cost, coalesce(r.status, 'queued')
 FROM jsonb_to_recordset($1::jsonb) AS r(
@@ -144,6 +149,21 @@ SELECT coalesce(tier, ''), max_queued FROM user_limits WHERE user_id = $1
 SELECT (SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND status = 'queued'
                               LIMIT $2::bigint + 1) q)
        + (SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND status = 'staged'
+                                LIMIT $2::bigint + 1) s)
+
+-- name: seal_count
+-- User $1's queued tasks, with the staged tasks of batch $3 (the upload being sealed) and of
+-- their sealed batches still moving into the queue, each counted up to $2 + 1. The staged
+-- tasks of their other uploads under way are not: each is checked at its own seal, so two
+-- uploads that fit one after the other do not refuse each other.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND status = 'queued'
+                              LIMIT $2::bigint + 1) q)
+       + (SELECT count(*) FROM (SELECT 1 FROM tasks
+                                WHERE user_id = $1 AND status = 'staged'
+                                  AND batch_id IN (SELECT batch_id FROM batches
+                                                   WHERE upload_deadline IS NOT NULL
+                                                     AND user_id = $1
+                                                     AND (sealed OR batch_id = $3))
                                 LIMIT $2::bigint + 1) s)
 
 -- name: task_json
