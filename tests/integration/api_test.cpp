@@ -1570,6 +1570,39 @@ std::string batch_lines_of(const std::string& u, int n, const std::string& prefi
   return lines;
 }
 
+// Starts a chunked batch upload of `lines` for user `u` as `batch` and waits (bounded) until
+// `staged` of its tasks are stored, staged; the body is left open.
+boost::asio::ip::tcp::socket start_upload(boost::asio::io_context& io, const std::string& u,
+                                          const std::string& batch, const std::string& lines,
+                                          std::int64_t staged) {
+  boost::asio::ip::tcp::socket socket = api_socket(io);
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx\r\n", lines.size());
+  boost::asio::write(
+      socket, boost::asio::buffer("POST /v1/batches?user_id=" + u + "&batch_id=" + batch +
+                                  " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + admin_key() +
+                                  "\r\nContent-Type: application/x-ndjson\r\n"
+                                  "Transfer-Encoding: chunked\r\n\r\n" +
+                                  size + lines + "\r\n"));
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'staged'", u) <
+             staged &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(20ms);  // polling a bounded wait
+  return socket;
+}
+
+// Ends an upload start_upload began; its answer, read until its JSON's last member.
+std::string end_upload(boost::asio::ip::tcp::socket& socket) {
+  boost::asio::write(socket, boost::asio::buffer(std::string("0\r\n\r\n")));
+  std::string got;
+  boost::system::error_code ec;
+  char buf[4096];
+  while (got.find("\"duplicates\"") == std::string::npos && !ec)
+    got.append(buf, socket.read_some(boost::asio::buffer(buf), ec));
+  return got;
+}
+
 TEST(ApiBatchLimits, AnUploadThatCannotFitIsRefusedBeforeItsBodyOrAsSoonAsItOutgrowsTheQueue) {
   const std::string u = user("batch-room");
   // One request a minute: the first task runs, the next three wait queued, filling a queue
@@ -1621,23 +1654,8 @@ TEST(ApiBatchLimits, AnUploadUnderWayHoldsNoTransactionAndItsTasksWaitUnseenUnti
   const std::string batch =
       "staged-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   boost::asio::io_context io;
-  boost::asio::ip::tcp::socket socket = api_socket(io);
-  auto chunk = [](const std::string& data) {
-    char size[16];
-    std::snprintf(size, sizeof size, "%zx\r\n", data.size());
-    return std::string(size) + data + "\r\n";
-  };
-  boost::asio::write(
-      socket, boost::asio::buffer("POST /v1/batches?user_id=" + u + "&batch_id=" + batch +
-                                  " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + admin_key() +
-                                  "\r\nContent-Type: application/x-ndjson\r\n"
-                                  "Transfer-Encoding: chunked\r\n\r\n" +
-                                  chunk(batch_lines_of(u, 1200, "staged-"))));
-  const auto until = std::chrono::steady_clock::now() + 20s;
-  while (pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'staged'", u) <
-             1000 &&
-         std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(20ms);  // polling a bounded wait
+  boost::asio::ip::tcp::socket socket =
+      start_upload(io, u, batch, batch_lines_of(u, 1200, "staged-"), 1000);
   // The first slice at least (the rest goes in once it is full or a second later).
   EXPECT_GE(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'staged'", u),
             1000);
@@ -1650,12 +1668,7 @@ TEST(ApiBatchLimits, AnUploadUnderWayHoldsNoTransactionAndItsTasksWaitUnseenUnti
   EXPECT_EQ(size_of(at(parse(list.body), "tasks")), 0u) << list.body;
   EXPECT_EQ(get("/v1/batches/" + batch).status, 404);
 
-  boost::asio::write(socket, boost::asio::buffer(std::string("0\r\n\r\n")));
-  std::string got;
-  boost::system::error_code ec;
-  char buf[4096];
-  while (got.find("\"duplicates\"") == std::string::npos && !ec)
-    got.append(buf, socket.read_some(boost::asio::buffer(buf), ec));
+  const std::string got = end_upload(socket);
   EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 201 Created") << got;
   EXPECT_NE(got.find("\"accepted\":1200"), std::string::npos) << got;
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'staged'", u), 0);
@@ -1674,24 +1687,9 @@ TEST(ApiBatchLimits, AKeyHeldByAnUploadUnderWayIsRefusedForNowNeverTakenForADupl
   const std::string batch =
       "held-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   boost::asio::io_context io;
-  boost::asio::ip::tcp::socket socket = api_socket(io);
-  auto chunk = [](const std::string& data) {
-    char size[16];
-    std::snprintf(size, sizeof size, "%zx\r\n", data.size());
-    return std::string(size) + data + "\r\n";
-  };
-  boost::asio::write(
-      socket, boost::asio::buffer("POST /v1/batches?user_id=" + u + "&batch_id=" + batch +
-                                  " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + admin_key() +
-                                  "\r\nContent-Type: application/x-ndjson\r\n"
-                                  "Transfer-Encoding: chunked\r\n\r\n" +
-                                  chunk(batch_lines_of(u, 1000, "held-"))));
-  const auto until = std::chrono::steady_clock::now() + 20s;
   // A full slice of 1,000 lines goes in as it arrives.
-  while (pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'staged'", u) <
-             1000 &&
-         std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(20ms);  // polling a bounded wait
+  boost::asio::ip::tcp::socket socket =
+      start_upload(io, u, batch, batch_lines_of(u, 1000, "held-"), 1000);
   ASSERT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'staged'", u),
             1000);
 
@@ -1706,12 +1704,7 @@ TEST(ApiBatchLimits, AKeyHeldByAnUploadUnderWayIsRefusedForNowNeverTakenForADupl
       << "only the first upload's staged tasks";
   EXPECT_EQ(pg_count("SELECT count(*) FROM batches WHERE user_id = $1", u), 1);
 
-  boost::asio::write(socket, boost::asio::buffer(std::string("0\r\n\r\n")));
-  std::string got;
-  boost::system::error_code ec;
-  char buf[4096];
-  while (got.find("\"duplicates\"") == std::string::npos && !ec)
-    got.append(buf, socket.read_some(boost::asio::buffer(buf), ec));
+  const std::string got = end_upload(socket);
   EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 201 Created") << got;
   // Sealed: the key names a stored task from now on (whose request, a batch's line, was
   // another).
