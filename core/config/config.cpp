@@ -21,6 +21,7 @@
 #include "core/codec/json_schema.hpp"
 #include "core/codec/text_tool_calls.hpp"
 #include "core/config/time_zone_loader.hpp"
+#include "core/config/yaml_json.hpp"
 
 namespace agentfleet::config {
 namespace {
@@ -1398,6 +1399,69 @@ namespace agentfleet::config {
 std::string default_config_path() {
   const char* from_env = std::getenv("AGENTFLEET_CONFIG");
   return from_env && *from_env ? from_env : "config/agentfleet.yaml";
+}
+
+}  // namespace agentfleet::config
+
+namespace agentfleet::config {
+
+namespace {
+void plain_yaml_to_json(const YAML::Node& node, Value& out, Allocator& alloc,
+                        const std::string& path, int depth, std::size_t& values) {
+  if (depth > kMaxYamlDepth)
+    throw std::runtime_error(path + ": nested too deeply");
+  if (++values > kMaxYamlValues)
+    throw std::runtime_error(path + ": more than " + std::to_string(kMaxYamlValues) + " values");
+  switch (node.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      out.SetNull();
+      return;
+    case YAML::NodeType::Scalar:
+      scalar_to_json(node.Scalar(), node.Tag(), out, alloc);
+      return;
+    case YAML::NodeType::Sequence: {
+      out.SetArray();
+      std::size_t index = 0;
+      for (const auto& item : node) {
+        Value v;
+        plain_yaml_to_json(item, v, alloc, path + "/" + std::to_string(index++), depth + 1, values);
+        out.PushBack(v, alloc);
+      }
+      return;
+    }
+    case YAML::NodeType::Map: {
+      out.SetObject();
+      std::set<std::string> seen;
+      for (const auto& entry : node) {
+        if (!entry.first.IsScalar())
+          throw std::runtime_error(path + ": mapping keys must be plain strings");
+        const std::string& name = entry.first.Scalar();
+        const std::string key_path = path + "/" + codec::json_pointer_token(name);
+        if (!seen.insert(name).second)
+          throw std::runtime_error(key_path + ": duplicate key '" + name + "'");
+        Value k(name.c_str(), static_cast<SizeType>(name.size()), alloc);
+        Value v;
+        plain_yaml_to_json(entry.second, v, alloc, key_path, depth + 1, values);
+        out.AddMember(k, v, alloc);
+      }
+      return;
+    }
+  }
+}
+}  // namespace
+
+rapidjson::Document yaml_text_to_json(std::string_view yaml) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    throw std::runtime_error(std::string("invalid YAML: ") + e.what());
+  }
+  rapidjson::Document doc;
+  std::size_t values = 0;
+  plain_yaml_to_json(root, doc, doc.GetAllocator(), "", 0, values);
+  return doc;
 }
 
 }  // namespace agentfleet::config
