@@ -11,6 +11,7 @@
 #include "core/codec/json_text.hpp"
 #include "core/codec/task_codec.hpp"
 #include "dispatcher/api_responses.hpp"
+#include "dispatcher/openapi.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -242,7 +243,9 @@ std::variant<http::Response, Api::Routed> Api::resolve(const http::Request& head
     // With an operations port (metrics.port), readiness and metrics are served there only:
     // nobody on the API's network reads the fleet's metrics or makes it ping Postgres.
     // Liveness stays on both (a load balancer's health check).
-    if (config_.metrics.port != 0 && found->route->id != RouteId::kHealthz) {
+    // The contract is the API's own.
+    if (config_.metrics.port != 0 && found->route->id != RouteId::kHealthz &&
+        found->route->id != RouteId::kOpenApi) {
       return http::make_error(head, http::Status::not_found, "not_found",
                               path + " is served on the operations port (metrics.port)", "/path");
     }
@@ -392,6 +395,8 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Routed&
       co_return co_await stats(request, caller);
     case RouteId::kPlan:
       co_return co_await plan(request, caller);
+    case RouteId::kOpenApi:
+      co_return http::make_response(request, http::Status::ok, openapi_json());
     case RouteId::kTaskEvents:
     case RouteId::kSubmitBatch:
     case RouteId::kBatchResults:

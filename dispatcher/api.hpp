@@ -1,13 +1,10 @@
 #pragma once
-// The dispatcher's HTTP API (a handler for http::Server):
-//   POST /v1/tasks, GET /v1/tasks?user_id=&status=&limit=&before=, GET /v1/tasks/{id}
-//   (?wait=N long polling, answered the moment the result lands), POST /v1/tasks/{id}/cancel,
-//   GET /v1/tasks/{id}/events (server-sent events), POST /v1/batches (JSON Lines, streamed),
-//   GET /v1/batches/{id}, GET /v1/batches/{id}/results (JSON Lines), POST
-//   /v1/batches/{id}/cancel, GET /v1/users/{id}/usage?from=&to=, GET /v1/usage?from=&to=
-//   (every user's, admin), GET|PUT /v1/users/{id}/limits, GET /v1/tools (the registry),
-//   POST /v1/tools/{name}:call (a direct, audited tool call), GET /v1/stats?user_id=&from=&to=
-//   (success statistics), /healthz, /readyz, /metrics.
+// The dispatcher's HTTP API (a handler for http::Server): tasks (submit, list, read with
+// ?wait=N long polling, cancel, their events as server-sent events), users' results as they
+// end (server-sent events), batches (upload as JSON Lines, streamed; progress, results,
+// cancel), usage, limits, the tool registry and direct tool calls, statistics, plans, the
+// operations routes (/healthz, /readyz, /metrics) and the API's contract
+// (GET /v1/openapi.json, schemas/openapi.yaml, which describes every route).
 // The routes are declared once, in dispatcher/routes.hpp. Each request is decided on its
 // head before any body byte is read (`admit`, the server's head route): no caller, no
 // route, the wrong method, not an admin, or a body over the route's limit is refused then.

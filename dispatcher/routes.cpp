@@ -132,6 +132,14 @@ constexpr std::array kRoutes{
           kCaller,
           {},
           "a plan for an instruction, without running it"},
+    Route{kOpenApi,
+          verb::get,
+          "/v1/openapi.json",
+          false,
+          kNone,
+          kAnyone,
+          {},
+          "this API's contract (OpenAPI 3.1)"},
 };
 
 // Splits a pattern into its segments (patterns are ASCII and never empty between slashes).

@@ -4,7 +4,8 @@
 // this table, labels its request metrics with the pattern, and decides on a request's head
 // alone (before any body byte is read) whether to refuse it: no caller (401), no route
 // (404), the wrong method (405), not an admin (403), a declared body over the route's
-// limit (413). docs/api.md lists the same table; a unit test keeps the two equal.
+// limit (413). schemas/openapi.yaml describes the same routes; a unit test keeps the two
+// equal.
 //
 // Pure: no I/O; the table is immutable.
 
@@ -42,6 +43,7 @@ enum class RouteId {
   kStats,
   kPlan,
   kResults,
+  kOpenApi,
 };
 
 // Who may call a route.
@@ -71,11 +73,11 @@ struct Route {
   Access access;
   // The 403 message when `access` is kAdmin and the caller is not an admin.
   std::string_view admin_reason;
-  // One line for docs/api.md.
+  // One line: what the route is for.
   std::string_view summary;
 };
 
-// Every route, in the order docs/api.md lists them.
+// Every route.
 std::span<const Route> routes();
 
 struct RouteMatch {
