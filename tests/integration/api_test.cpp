@@ -35,6 +35,8 @@
 #include "core/adapters/http/client.hpp"
 #include "core/adapters/http/stream_client.hpp"
 #include "core/domain/task.hpp"
+#include "dispatcher/openapi.hpp"
+#include "tests/integration/contract.hpp"
 #include "tests/integration/fleet_client.hpp"
 #include "tests/integration/fleet_env.hpp"
 
@@ -88,6 +90,7 @@ struct Call {
   std::chrono::seconds timeout = 15s;
 };
 
+// Every answer is checked against the API's contract (test::fetch, contract.hpp).
 http::ClientResponse call(Call c) {
   if (!c.key.empty())
     c.headers.emplace_back("Authorization", "Bearer " + c.key);
@@ -300,6 +303,36 @@ TEST(ApiTasks, SubmitReadListAndCancelAnswerWithTheTaskWhereItLives) {
   auto page = parse(get("/v1/tasks?user_id=" + u + "&limit=1&before=" + queued).body);
   ASSERT_EQ(size_of(at(page, "tasks")), 1u);
   EXPECT_EQ(str(item(at(page, "tasks"), 0), "task_id"), running) << "the page after the cursor";
+}
+
+TEST(ApiContract, TheContractIsServedWithoutAKeyAndAnAnswerOutsideItIsCaught) {
+  auto served = call({bhttp::verb::get, "/v1/openapi.json", {}, ""});
+  ASSERT_EQ(served.status, 200) << served.body;
+  EXPECT_EQ(served.header("Content-Type"), "application/json");
+  EXPECT_EQ(served.body, dispatcher::openapi_json());
+  auto doc = parse(served.body);
+  EXPECT_EQ(str(doc, "openapi").rfind("3.1", 0), 0u);
+
+  // The check every answer of these tests goes through finds what the contract forbids.
+  auto& contract = test::Contract::instance();
+  const std::string task = submit(submission(user("contract"), "bench: steps=1 calls=1", "c-1"));
+  auto answer = get("/v1/tasks/" + task);
+  ASSERT_EQ(answer.status, 200);
+  EXPECT_EQ(contract.violation(bhttp::verb::get, "/v1/tasks/" + task, 200, "application/json",
+                               answer.body),
+            std::nullopt);
+  // A task without its status, a status the route never answers, a route it does not have.
+  std::string broken = answer.body;
+  broken.replace(broken.find("\"status\""), 8, "\"statux\"");
+  EXPECT_NE(
+      contract.violation(bhttp::verb::get, "/v1/tasks/" + task, 200, "application/json", broken),
+      std::nullopt);
+  EXPECT_NE(contract.violation(bhttp::verb::get, "/v1/tasks/" + task, 201, "application/json",
+                               answer.body),
+            std::nullopt);
+  EXPECT_NE(
+      contract.violation(bhttp::verb::delete_, "/v1/tasks/" + task, 200, "application/json", "{}"),
+      std::nullopt);
 }
 
 TEST(ApiUsage, PerModelCallsTokensAndCostAreTheLedgerSumsAndAFutureRangeIsEmpty) {

@@ -1,7 +1,8 @@
 #pragma once
 // What the integration tests that talk to the fleet share: the fixture's values, one HTTP
-// exchange on a private io_context, safe reads of JSON answers, one-statement Postgres
-// reads, a message on a topic and the sum of a metric over processes' /metrics.
+// exchange on a private io_context (an answer of the API checked against its contract), safe reads
+// of JSON answers, one-statement Postgres reads, a message on a topic and the sum of a metric over
+// processes' /metrics.
 
 #include <gtest/gtest.h>
 #include <librdkafka/rdkafka.h>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "core/adapters/http/client.hpp"
+#include "tests/integration/contract.hpp"
 #include "tests/integration/fleet_env.hpp"
 #include "tools/agentctl/json_fields.hpp"
 
@@ -65,6 +67,14 @@ inline http::ClientResponse fetch(const std::string& url, boost::beast::http::ve
   io.run();
   auto response = future.get();
   EXPECT_TRUE(response.ok()) << url << ": " << response.error_message;
+  // Every answer of the fleet's API is checked against its contract (contract.hpp).
+  const std::string& api = env()["AGENTFLEET_URL"];
+  if (response.ok() && !api.empty() && url.rfind(api + "/", 0) == 0) {
+    if (auto broken =
+            Contract::instance().violation(method, url.substr(api.size()), response.status,
+                                           response.header("Content-Type"), response.body))
+      ADD_FAILURE() << "not as the contract says: " << *broken;
+  }
   return response;
 }
 
