@@ -11,6 +11,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/beast/core.hpp>
@@ -69,8 +71,13 @@ std::filesystem::path cert_dir() {
 // SNI it saw and counts the requests it read (after a handshake the client accepted).
 class TlsServer {
  public:
-  explicit TlsServer(const std::string& name, std::string body = "ok over tls")
-      : context_(asio::ssl::context::tls_server), body_(std::move(body)) {
+  // `close_notify`: after each answer the server ends the TLS session (close_notify), then
+  // closes the connection, as servers do when a kept-alive connection has sat idle.
+  explicit TlsServer(const std::string& name, std::string body = "ok over tls",
+                     bool close_notify = false)
+      : context_(asio::ssl::context::tls_server),
+        body_(std::move(body)),
+        close_notify_(close_notify) {
     context_.use_certificate_chain_file((cert_dir() / (name + ".pem")).string());
     context_.use_private_key_file((cert_dir() / (name + ".key")).string(), asio::ssl::context::pem);
     acceptor_.open(asio::ip::tcp::v4());
@@ -91,6 +98,10 @@ class TlsServer {
   int requests() {
     std::lock_guard lock(mutex_);
     return requests_;
+  }
+  int closed() {
+    std::lock_guard lock(mutex_);
+    return closed_;
   }
 
  private:
@@ -131,6 +142,18 @@ class TlsServer {
     response.prepare_payload();
     co_await beast::http::async_write(stream, response,
                                       asio::redirect_error(asio::use_awaitable, ec));
+    if (close_notify_) {
+      // The connection sits idle a moment (the client has read the whole answer), then
+      // close_notify goes out; the wait for the client's own is cut short, and the
+      // connection closed.
+      asio::steady_timer idle(co_await asio::this_coro::executor, 100ms);
+      co_await idle.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      beast::get_lowest_layer(stream).expires_after(50ms);
+      co_await stream.async_shutdown(asio::redirect_error(asio::use_awaitable, ec));
+      beast::get_lowest_layer(stream).socket().close(ec);
+      std::lock_guard lock(mutex_);
+      ++closed_;
+    }
   }
 
   asio::io_context io_;
@@ -140,19 +163,24 @@ class TlsServer {
   std::mutex mutex_;
   std::string sni_;
   std::string body_;
+  bool close_notify_ = false;
   int requests_ = 0;
+  int closed_ = 0;
 };
 
 // A pool's connections belong to the io_context that opened them: pass the one the pool
 // is used with.
 ClientResponse get(const std::string& url, ConnectionPool* pool = nullptr,
-                   asio::io_context* shared_io = nullptr) {
+                   asio::io_context* shared_io = nullptr,
+                   beast::http::verb method = beast::http::verb::get) {
   asio::io_context own_io;
   asio::io_context& io = shared_io ? *shared_io : own_io;
   io.restart();
   ClientRequest request;
-  request.method = beast::http::verb::get;
+  request.method = method;
   request.url = url;
+  if (method == beast::http::verb::post)
+    request.body = "{}";
   request.deadline = std::chrono::steady_clock::now() + 10s;
   auto future =
       asio::co_spawn(io, fetch(io.get_executor(), std::move(request), pool), asio::use_future);
@@ -182,6 +210,29 @@ TEST(HttpsClient, APooledConnectionTheServerClosedIsReplaced) {
     EXPECT_EQ(response.body, "ok over tls");
   }
   EXPECT_EQ(pool.stats().opened, 3u);
+}
+
+TEST(HttpsClient, APostNeverMeetsAPooledConnectionTheServerEndedWithCloseNotify) {
+  // A model call (POST) is never sent twice, so it must not be written to a connection the
+  // server has already ended: the close_notify pending before the FIN must not pass it for
+  // alive.
+  cert_dir();
+  TlsServer server("server", "ok over tls", /*close_notify=*/true);
+  asio::io_context io;
+  ConnectionPool pool;
+  const std::string url = "https://localhost:" + std::to_string(server.port()) + "/v1/x";
+  for (int i = 0; i < 3; ++i) {
+    auto response = get(url, &pool, &io, beast::http::verb::post);
+    ASSERT_TRUE(response.ok()) << i << ": " << response.error_message;
+    EXPECT_EQ(response.body, "ok over tls");
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (server.closed() < i + 1 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(5ms);  // polling a bounded wait for the server's close
+    ASSERT_EQ(server.closed(), i + 1);
+  }
+  EXPECT_EQ(pool.stats().opened, 3u);
+  EXPECT_EQ(pool.stats().stale_retries, 0u);
+  EXPECT_EQ(server.requests(), 3);
 }
 
 TEST(HttpsClient, ACertificateForAnotherNameIsRefused) {

@@ -2,6 +2,8 @@
 #include "core/adapters/http/stream_client.hpp"
 #include "core/domain/redaction.hpp"
 
+#include <poll.h>
+
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
@@ -158,10 +160,15 @@ struct ConnectionPool::Connection {
 
   // An idle connection the server has closed (EOF pending) or written to out of turn is
   // not worth a request. TLS may legitimately have bytes pending (TLS 1.3 session
-  // tickets), so only EOF and errors disqualify it.
+  // tickets), so only EOF and errors disqualify it. A server closing a TLS connection
+  // sends close_notify before its FIN: the bytes pending hide the FIN from a peek, so the
+  // kernel is asked whether the peer shut its side (POLLRDHUP), whatever is pending.
   bool looks_alive() {
     auto& socket = lowest().socket();
     if (!socket.is_open() || (!tls && buffer.size() > 0))
+      return false;
+    pollfd state{socket.native_handle(), POLLIN | POLLRDHUP, 0};
+    if (::poll(&state, 1, 0) > 0 && (state.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0)
       return false;
     boost::system::error_code ec, ignored;
     char byte = 0;
@@ -368,8 +375,11 @@ asio::awaitable<Exchanged> exchange(Stream& stream, beast::flat_buffer& buffer,
 }
 }  // namespace
 
-// The rule of Go's net/http Transport. A server that closed the connection while it sat
-// idle never saw the request: that shows as a failed write. A failure after the write does
+// The rule of Go's net/http Transport. A request whose write failed (the connection was
+// reset) never reached the server whole. A server's close of an idle connection is caught
+// before the reuse (looks_alive: its FIN, or its reset); one that lands between that check
+// and the write is seen only after the write, like any other failure. A failure after the
+// write does
 // not tell an idle close from a server that took the request, worked on it (a provider may
 // have charged for it) and then dropped the connection, so only a method that may be sent
 // twice is sent again then, and only when no byte of an answer came. The pool's check

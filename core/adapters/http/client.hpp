@@ -9,10 +9,12 @@
 // Keep-alive: pass a ConnectionPool (the client that calls owns it) and connections are
 // reused per (scheme, host, port). A request that fails on a reused connection is sent
 // once more on a fresh one, within the same deadline, when its write failed (the server
-// had closed the connection while it sat idle), or, for GET, HEAD, OPTIONS and TRACE only,
+// had reset the connection while it sat idle), or, for GET, HEAD, OPTIONS and TRACE only,
 // when it failed before any byte of an answer. A POST that was written whole and then went
-// unanswered is never sent again here: the server may have acted on it (Go's rule). Without
-// a pool every call opens and closes its own connection.
+// unanswered is never sent again here: the server may have acted on it (Go's rule). An
+// idle connection the server closed (its FIN, after close_notify on TLS) is found before
+// it is reused and never written to. Without a pool every call opens and closes its own
+// connection.
 //
 // Thread-safety: `fetch` without a pool: each call is independent; run it on any
 // executor. A ConnectionPool is NOT thread-safe: every fetch that uses one must run on one
@@ -114,7 +116,7 @@ boost::asio::awaitable<ClientResponse> fetch(boost::asio::any_io_executor execut
                                              ClientRequest request, ConnectionPool* pool = nullptr);
 
 // Whether a request that `failed` on a reused connection is sent once more on a fresh one:
-// when its write failed (the server had closed the connection while it sat idle), or, for
+// when its write failed (the server had reset the connection while it sat idle), or, for
 // GET, HEAD, OPTIONS and TRACE, when no byte of an answer came (`answered_none`). Never
 // after a timeout.
 bool send_again_on_fresh_connection(boost::beast::http::verb method, const ClientResponse& failed,
