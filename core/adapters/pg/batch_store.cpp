@@ -69,14 +69,25 @@ SELECT (SELECT count(*) FROM gone), (SELECT task_id::text FROM picked ORDER BY t
   return slice;
 }
 
-// Whether the batch has a staged task after `after` (empty: any). From the cursor this is
-// one probe of tasks_staged_batch; from the first it walks the entries of the rows moved
-// since the last vacuum, which is why it is asked once, at the end.
-bool any_staged(pqxx::work& tx, const std::string& batch_id, const std::string& after) {
+// Whether the batch has a staged task after the cursor `after`: one probe of tasks_batch
+// (batch_id, task_id) from there.
+bool any_staged_after(pqxx::work& tx, const std::string& batch_id, const std::string& after) {
   return !tx.exec_params(
                 "SELECT 1 FROM tasks WHERE batch_id = $1 AND status = 'staged' "
-                "AND ($2 = '' OR task_id > NULLIF($2, '')::uuid) LIMIT 1",
+                "AND task_id > $2::uuid LIMIT 1",
                 batch_id, after)
+              .empty();
+}
+
+// Whether the batch has any staged task left, asked once, at the end of a move or a delete.
+// By the user's staged tasks (tasks_staged_user holds only those), not by tasks_batch, whose
+// entries for the batch include every row moved since the last vacuum: a million-task
+// batch would be two million entries read under the statement timeout.
+bool any_staged_left(pqxx::work& tx, const std::string& batch_id, const std::string& user_id) {
+  return !tx.exec_params(
+                "SELECT 1 FROM tasks WHERE user_id = $2 AND status = 'staged' AND batch_id = $1 "
+                "LIMIT 1",
+                batch_id, user_id)
               .empty();
 }
 
@@ -85,14 +96,14 @@ bool any_staged(pqxx::work& tx, const std::string& batch_id, const std::string& 
 // sealed batch with no staged task left is complete (its upload_deadline cleared: the API
 // shows it), and an unsealed one is deleted; one with tasks left behind the cursor (rows
 // another mover held, and let go without moving them) starts again from the first.
-void settle(pqxx::work& tx, const std::string& batch_id, bool sealed, const Slice& slice,
-            int limit) {
-  if (slice.done >= limit && any_staged(tx, batch_id, slice.last)) {
+void settle(pqxx::work& tx, const std::string& batch_id, const std::string& user_id, bool sealed,
+            const Slice& slice, int limit) {
+  if (slice.done >= limit && any_staged_after(tx, batch_id, slice.last)) {
     tx.exec_params0("UPDATE batches SET settled_through = $2::uuid WHERE batch_id = $1", batch_id,
                     slice.last);
     return;
   }
-  if (any_staged(tx, batch_id, "")) {
+  if (any_staged_left(tx, batch_id, user_id)) {
     tx.exec_params0("UPDATE batches SET settled_through = NULL WHERE batch_id = $1", batch_id);
     return;
   }
@@ -231,7 +242,7 @@ int BatchWriter::promote(int slice) {
     return 0;
   const Slice moved =
       move_staged(tx, header_.batch_id, header_.user_id, row[0][0].as<std::string>(), slice);
-  settle(tx, header_.batch_id, /*sealed=*/true, moved, slice);
+  settle(tx, header_.batch_id, header_.user_id, /*sealed=*/true, moved, slice);
   tx.commit();
   return moved.done;
 }
@@ -249,7 +260,7 @@ void BatchWriter::discard(int slice) {
       return;  // deleted (by the scheduler's sweep)
     const Slice deleted =
         delete_staged(tx, header_.batch_id, header_.user_id, row[0][0].as<std::string>(), slice);
-    settle(tx, header_.batch_id, /*sealed=*/false, deleted, slice);
+    settle(tx, header_.batch_id, header_.user_id, /*sealed=*/false, deleted, slice);
     tx.commit();
     if (deleted.done < slice)
       return;
@@ -417,7 +428,7 @@ int sweep_staged_batches(pqxx::work& tx, int limit) {
     const Slice slice = sealed ? move_staged(tx, batch_id, user_id, after, room)
                                : delete_staged(tx, batch_id, user_id, after, room);
     done += slice.done;
-    settle(tx, batch_id, sealed, slice, room);
+    settle(tx, batch_id, user_id, sealed, slice, room);
   }
   return done;
 }
