@@ -140,6 +140,8 @@ bool Scheduler::lead_and_pass() {
         clock_);
     seeded_.clear();
     estimates_.clear();
+    waiting_written_.clear();
+    waiting_replace_ = true;
     metrics_.set_leader(true);
     log::write("info", "scheduler", "this replica is now the active scheduler");
     // Leases that lapsed while the store was away say nothing about the workers: none could
@@ -444,6 +446,7 @@ bool Scheduler::pass() {
       fair_->dispatched(grant, 0);
     throw;
   }
+  record_waiting(plan.waiting);
   log_endings(recovery, expired, expired_deadline, swept, over_budget_users);
   for (int cause = 0; cause < limits::kThrottleCauses; ++cause)
     metrics_.throttled(throttle_reason(cause), plan.throttled[cause]);
@@ -464,6 +467,30 @@ bool Scheduler::pass() {
   const int work = admitted_total + over_budget + expired + expired_deadline + swept +
                    recovery.exhausted + recovery.lease_expired + recovery.redispatched;
   return plan.slots > 0 && admitted_total >= plan.slots ? true : work >= spec.limit;
+}
+
+void Scheduler::record_waiting(const std::vector<limits::Waiting>& waiting) {
+  std::map<std::pair<std::string, Priority>, limits::WaitReason> now;
+  for (const limits::Waiting& w : waiting)
+    now.emplace(std::make_pair(w.user_id, w.priority), w.reason);
+  if (!waiting_replace_ && now == waiting_written_)
+    return;
+  ports::WaitingChanges changes;
+  changes.replace = waiting_replace_;
+  for (const auto& [key, reason] : now) {
+    const auto it = waiting_written_.find(key);
+    if (waiting_replace_ || it == waiting_written_.end() || it->second != reason)
+      changes.set.push_back(
+          ports::WaitingRow{key.first, key.second, limits::wait_reason_name(reason)});
+  }
+  if (!waiting_replace_) {
+    for (const auto& [key, reason] : waiting_written_)
+      if (!now.count(key))
+        changes.cleared.push_back(key);
+  }
+  store_.record_waiting(changes);
+  waiting_written_ = std::move(now);
+  waiting_replace_ = false;
 }
 
 }  // namespace agentfleet::dispatcher

@@ -153,6 +153,26 @@ int round_robin(std::vector<Candidate>& candidates, Priority priority, int budge
 
 }  // namespace
 
+const char* wait_reason_name(WaitReason reason) {
+  switch (reason) {
+    case WaitReason::kConcurrency:
+      return "concurrency";
+    case WaitReason::kRequestsPerMinute:
+      return "requests_per_minute";
+    case WaitReason::kTokensPerMinute:
+      return "tokens_per_minute";
+    case WaitReason::kBudget:
+      return "budget";
+    case WaitReason::kFleetCapacity:
+      return "fleet_capacity";
+    case WaitReason::kBatchShare:
+      return "batch_share";
+    case WaitReason::kPassLimit:
+      return "pass_limit";
+  }
+  return "pass_limit";
+}
+
 FairScheduler::UserState::UserState(const UserLimits& applied, Clock::time_point now)
     : limits(applied),
       requests(requests_capacity(applied), kMinute, now),
@@ -286,6 +306,34 @@ PassPlan FairScheduler::plan(const std::vector<UserBacklog>& users, std::int64_t
   int granted = 0;
   for (const Grant& g : plan.grants)
     granted += g.tasks;
+  const bool slots_used = granted >= plan.slots;
+  // The fleet's room, not the pass limit, bounded the slots: the capacity the workers report
+  // or the fleet's cap on active tasks.
+  const bool fleet_full =
+      capacity_binds || (options_.max_active > 0 &&
+                         std::max<std::int64_t>(options_.max_active - active, 0) < pass_room);
+  const bool interactive_served = std::any_of(candidates.begin(), candidates.end(),
+                                              [](const Candidate& c) { return c.granted[0] > 0; });
+  for (const Candidate& c : candidates) {
+    for (const Priority priority : {Priority::kInteractive, Priority::kBatch}) {
+      const int cls = class_index(priority);
+      if (c.queued[cls] <= c.granted[cls])
+        continue;
+      WaitReason reason = WaitReason::kPassLimit;
+      if (c.over_budget) {
+        reason = WaitReason::kBudget;
+      } else if (const auto cause = limit_reached(c, now)) {
+        reason = *cause == ThrottleCause::kConcurrency ? WaitReason::kConcurrency
+                 : *cause == ThrottleCause::kRpm       ? WaitReason::kRequestsPerMinute
+                                                       : WaitReason::kTokensPerMinute;
+      } else if (slots_used && priority == Priority::kBatch && interactive_served) {
+        reason = WaitReason::kBatchShare;
+      } else if (slots_used && fleet_full) {
+        reason = WaitReason::kFleetCapacity;
+      }
+      plan.waiting.push_back(Waiting{*c.user_id, priority, reason});
+    }
+  }
   for (const Candidate& c : candidates) {
     if (c.over_budget || c.queued_total() == 0 || c.granted_total() > 0)
       continue;

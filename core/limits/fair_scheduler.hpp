@@ -71,6 +71,29 @@ struct UserBacklog {
 enum class ThrottleCause { kConcurrency, kRpm, kTpm, kBudget, kFleetCapacity };
 inline constexpr int kThrottleCauses = 5;
 
+// Why a user's queued tasks of one priority still wait after a pass (the API's
+// `waiting_reason`): the first limit that stopped the user, or the fleet's room that ran out.
+enum class WaitReason {
+  kConcurrency,        // the user's max_concurrency tasks are dispatched or running
+  kRequestsPerMinute,  // requests_per_minute admissions this minute
+  kTokensPerMinute,    // tokens_per_minute: no room for one more task's estimate
+  kBudget,             // the monthly budget is spent (the tasks end quota_exceeded)
+  kFleetCapacity,      // the workers' capacity, or the fleet's max_active_tasks, is in use
+  kBatchShare,         // batch work, behind interactive work beyond its guaranteed share
+  kPassLimit,          // the pass admitted all it may at once; the next pass follows at once
+};
+inline constexpr int kWaitReasons = 7;
+// "concurrency", "requests_per_minute", "tokens_per_minute", "budget", "fleet_capacity",
+// "batch_share", "pass_limit": the names the API shows.
+const char* wait_reason_name(WaitReason reason);
+
+struct Waiting {
+  std::string user_id;
+  Priority priority = Priority::kInteractive;
+  WaitReason reason = WaitReason::kConcurrency;
+  bool operator==(const Waiting&) const = default;
+};
+
 struct Grant {
   std::string user_id;
   Priority priority = Priority::kInteractive;
@@ -84,6 +107,9 @@ struct PassPlan {
   std::vector<std::pair<std::string, int>> over_budget;
   // Users with queued work held back this pass, by the first limit that stopped them.
   int throttled[kThrottleCauses] = {0, 0, 0, 0, 0};
+  // Every (user, priority) with queued tasks the pass leaves waiting, and why; in user
+  // order, interactive before batch.
+  std::vector<Waiting> waiting;
   // What the pass could admit (pass limit less the over_budget failures, and fleet cap);
   // the grants add up to at most this.
   int slots = 0;

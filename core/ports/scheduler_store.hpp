@@ -156,6 +156,20 @@ struct PassWrites {
   std::vector<DispatchedTask> dispatched;
 };
 
+// Why queued tasks wait (the API's `waiting_reason`), per user and priority, as the last pass
+// found: rows in `set` are written (a reason by its API name, limits::wait_reason_name), rows
+// in `cleared` go. With `replace`, every row not in `set` goes: a new term starts over.
+struct WaitingRow {
+  std::string user_id;
+  Priority priority = Priority::kInteractive;
+  std::string reason;
+};
+struct WaitingChanges {
+  bool replace = false;
+  std::vector<WaitingRow> set;
+  std::vector<std::pair<std::string, Priority>> cleared;
+};
+
 using SpendByCurrency = billing::SpendByCurrency;  // currency -> micro-units spent in it
 
 class SchedulerStore {
@@ -195,6 +209,8 @@ class SchedulerStore {
   virtual PassWrites write_pass(const std::vector<EndQueued>& end_queued,
                                 const std::vector<DispatchGrant>& grants,
                                 const SchedulerPass& pass) = 0;
+  // One statement: the waiting reasons changed since the last call (see WaitingChanges).
+  virtual void record_waiting(const WaitingChanges& changes) = 0;
 };
 
 }  // namespace agentfleet::ports

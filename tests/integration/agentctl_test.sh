@@ -265,7 +265,7 @@ ctl 1 batch submit "$tmp/batch.jsonl" --user "$ub" --batch-id "$batch" --interva
   --wait-timeout-s 60
 has "$(head -n 1 <<<"$out")" "batch $batch uploaded: 5 tasks accepted of 5 lines, 0 duplicates"
 last=$(tail -n 1 <<<"$out")
-[[ "$last" =~ ^batch\ $batch\ ended:\ 5\ of\ 5\ tasks\ in\ [0-9hms]+:\ succeeded\ 4,\ failed\ 1,\ timed_out\ 0,\ cancelled\ 0$ ]] ||
+[[ "$last" =~ ^batch\ $batch\ ended:\ 5\ of\ 5\ tasks\ in\ [0-9hms]+:\ succeeded\ 4,\ failed\ 1,\ timed_out\ 0,\ cancelled\ 0\;\ results:\ action_completed\ 4,\ need_clarification\ 0,\ error\ 0$ ]] ||
   fail "the final line is '$last'"
 lacks "$out" $'\r'
 ctl 0 batch status "$batch"

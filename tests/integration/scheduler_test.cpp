@@ -918,5 +918,112 @@ TEST(SchedulerQueueTimeout, AHandedBackTaskWhoseDeadlinePassedInTheQueueEndsWith
   EXPECT_STREQ(events[handed_back].front()["error_code"].GetString(), "deadline");
 }
 
+// GET /v1/tasks/{id}: the task's waiting_reason ("null" when it has none, "" on failure).
+std::string waiting_reason_of(const Fleet& fleet, const std::string& task_id) {
+  auto response = call(Verb::get, fleet.api + "/v1/tasks/" + task_id);
+  if (response.status != 200)
+    return "";
+  auto doc = parse(response.body);
+  if (!doc.IsObject() || !doc.HasMember("waiting_reason"))
+    return "";
+  return doc["waiting_reason"].IsString() ? doc["waiting_reason"].GetString() : "null";
+}
+
+void cancel_all(const Fleet& fleet, const std::vector<std::string>& ids) {
+  for (const std::string& id : ids)
+    call(Verb::post, fleet.api + "/v1/tasks/" + id + "/cancel");
+}
+
+TEST(SchedulerWaiting, AQueuedTaskSaysWhichOfItsUsersLimitsHoldsItAndAFollowUpItsParent) {
+  const Fleet fleet = Fleet::from_env();
+  // One admission a minute: the first task goes, the second waits for the rate limit, and
+  // so does a batch, whose second line follows the second task: that one waits for its
+  // parent (which waits for the minute to pass).
+  const std::string rpm = user_of_run("wait-rpm");
+  fleet.put_limits(rpm, R"("max_concurrency":10,"requests_per_minute":1,)"
+                        R"("tokens_per_minute":1000000000000)");
+  std::vector<std::string> ids;
+  ids.push_back(fleet.submit(task_body(rpm, kFast)));
+  const std::string held = fleet.submit(task_body(rpm, kFast));
+  ids.push_back(held);
+  auto uploaded = call(Verb::post, fleet.api + "/v1/batches?user_id=" + rpm,
+                       task_body(rpm, kFast) + "\n" +
+                           task_body(rpm, kFast, R"(,"parent_task_id":")" + held + "\"") + "\n",
+                       30s, "application/x-ndjson");
+  ASSERT_EQ(uploaded.status, 201) << uploaded.body;
+  const std::string batch = parse(uploaded.body)["batch_id"].GetString();
+  pqxx::connection db(fleet.pg);
+  const std::string follow_up =
+      row_of(db,
+             "SELECT task_id::text FROM tasks WHERE batch_id = $1 AND user_id = $2 "
+             "AND parent_task_id IS NOT NULL",
+             batch, rpm)[0]
+          .as<std::string>();
+  ids.push_back(follow_up);
+  // 1,000 tokens a minute: the first task's estimate takes them; the second waits.
+  const std::string tpm = user_of_run("wait-tpm");
+  fleet.put_limits(tpm, R"("max_concurrency":10,"requests_per_minute":1000000,)"
+                        R"("tokens_per_minute":1000)");
+  ids.push_back(fleet.submit(task_body(tpm, kFast)));
+  const std::string tokens = fleet.submit(task_body(tpm, kFast));
+  ids.push_back(tokens);
+  ASSERT_EQ(std::count(ids.begin(), ids.end(), std::string()), 0);
+
+  // The scheduler's next pass names the limit (before it: "scheduling").
+  std::string seen_rpm, seen_tpm;
+  EXPECT_TRUE(wait_until(30s,
+                         [&] {
+                           seen_rpm = waiting_reason_of(fleet, held);
+                           seen_tpm = waiting_reason_of(fleet, tokens);
+                           return seen_rpm == "requests_per_minute" &&
+                                  seen_tpm == "tokens_per_minute";
+                         }))
+      << "rpm: " << seen_rpm << ", tpm: " << seen_tpm;
+  EXPECT_EQ(waiting_reason_of(fleet, follow_up), "parent");
+  EXPECT_EQ(waiting_reason_of(fleet, ids[0]), "null") << "admitted: it waits for nothing";
+  // The list says the same.
+  auto list = call(Verb::get, fleet.api + "/v1/tasks?user_id=" + rpm + "&status=queued");
+  ASSERT_EQ(list.status, 200) << list.body;
+  EXPECT_NE(list.body.find(R"("waiting_reason": "requests_per_minute")"), std::string::npos)
+      << list.body;
+  // The batch's queued tasks wait for the same limit.
+  auto shown = call(Verb::get, fleet.api + "/v1/batches/" + batch);
+  ASSERT_EQ(shown.status, 200) << shown.body;
+  EXPECT_STREQ(parse(shown.body)["waiting_reason"].GetString(), "requests_per_minute")
+      << shown.body;
+  cancel_all(fleet, ids);
+  EXPECT_EQ(fleet.cancel_batch(batch).status, 200);
+}
+
+TEST(SchedulerWaiting, TasksBeyondTheUsersConcurrencyWaitForItWhileTheFirstRuns) {
+  const Fleet fleet = Fleet::from_env();
+  const std::string user = user_of_run("wait-conc");
+  fleet.put_limits(user, "\"max_concurrency\":1," + std::string(kNoRateLimits));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i)
+    ids.push_back(fleet.submit(task_body(user, "slow: steps=3")));
+  ASSERT_EQ(std::count(ids.begin(), ids.end(), std::string()), 0);
+  // One runs at a time, for seconds each: while the others wait, each says why. A task
+  // just submitted may not have met a pass yet ("scheduling"); nothing else may show.
+  std::string wrong;
+  EXPECT_TRUE(wait_until(30s, [&] {
+    auto list = call(Verb::get, fleet.api + "/v1/tasks?user_id=" + user + "&status=queued");
+    if (list.status != 200)
+      return false;
+    auto doc = parse(list.body);
+    bool said = false;
+    for (const auto& task : doc["tasks"].GetArray()) {
+      const std::string reason =
+          task["waiting_reason"].IsString() ? task["waiting_reason"].GetString() : "null";
+      said = said || reason == "concurrency";
+      if (reason != "concurrency" && reason != "scheduling")
+        wrong = reason;
+    }
+    return said;
+  })) << "no queued task said concurrency";
+  EXPECT_EQ(wrong, "") << "a queued task gave another reason";
+  cancel_all(fleet, ids);
+}
+
 }  // namespace
 }  // namespace agentfleet

@@ -367,12 +367,22 @@ TEST(AgentctlProgress, TheProgressLineAndTheSummaryLine) {
   EXPECT_EQ(format_progress_line(counts(10, 10, 0, 0, 0), std::nullopt, std::nullopt),
             "[....................] 0%  accepted 10  queued 10  running 0  done 0  failed 0  -  "
             "ETA -");
+  // Why the queued tasks wait, when the answer says.
+  auto held = counts(10, 10, 0, 0, 0);
+  held.waiting_reason = "tokens_per_minute";
+  EXPECT_EQ(format_progress_line(held, std::nullopt, std::nullopt),
+            "[....................] 0%  accepted 10  queued 10 (tokens_per_minute)  running 0  "
+            "done 0  failed 0  -  ETA -");
   auto done = counts(5, 0, 0, 4, 1);
   EXPECT_TRUE(done.finished());
   EXPECT_EQ(done.unsuccessful(), 1);
+  // Succeeded is not the same as done what was asked: the result types say how many
+  // answered with an error.
+  done.action_completed = 2;
+  done.error_results = 2;
   EXPECT_EQ(format_batch_summary(done, 83),
             "batch b1 ended: 5 of 5 tasks in 1m23s: succeeded 4, failed 1, timed_out 0, "
-            "cancelled 0");
+            "cancelled 0; results: action_completed 2, need_clarification 0, error 2");
   done.batch_cancelled = true;
   EXPECT_EQ(format_batch_summary(done, 1).rfind("batch b1 cancelled: 5 of 5", 0), 0u);
 }
@@ -380,9 +390,14 @@ TEST(AgentctlProgress, TheProgressLineAndTheSummaryLine) {
 TEST(AgentctlProgress, BatchCountsAreReadFromTheBatchAnswer) {
   auto c = parse_batch_counts(
       R"({"batch_id":"b9","total":7,"cancelled":false,"ended":4,"counts":{"queued":1,)"
-      R"("dispatched":1,"running":1,"succeeded":2,"failed":1,"timed_out":0,"cancelled":1}})");
+      R"("dispatched":1,"running":1,"succeeded":2,"failed":1,"timed_out":0,"cancelled":1},)"
+      R"("result_types":{"action_completed":1,"need_clarification":0,"error":1},)"
+      R"("waiting_reason":"concurrency"})");
   ASSERT_TRUE(c);
   EXPECT_EQ(c->batch_id, "b9");
+  EXPECT_EQ(c->action_completed, 1);
+  EXPECT_EQ(c->error_results, 1);
+  EXPECT_EQ(c->waiting_reason, "concurrency");
   EXPECT_EQ(c->total, 7);
   EXPECT_EQ(c->ended, 4);
   EXPECT_EQ(c->unsuccessful(), 2);
@@ -587,6 +602,32 @@ TEST(AgentctlViews, AResultEventIsOneLineAndOtherValuesAreNot) {
       << "identifiers are never cut; no result type shows as -";
   EXPECT_EQ(format_result_event("garbage"), "");
   EXPECT_EQ(format_result_event("{\"x\":1}"), "");
+}
+
+TEST(AgentctlViews, AQueuedTaskSaysWhyItWaitsInItsViewTheListAndItsBatch) {
+  rapidjson::Document task;
+  task.Parse(R"({"task_id":"t1","user_id":"u1","status":"queued",)"
+             R"("waiting_reason":"tokens_per_minute","text":"x"})");
+  EXPECT_NE(format_task(task, false)
+                .find("waiting    tokens_per_minute (the user's tokens_per_minute limit)\n"),
+            std::string::npos)
+      << format_task(task, false);
+  rapidjson::Document list;
+  list.Parse(R"([{"task_id":"t1","status":"queued","waiting_reason":"concurrency",)"
+             R"("created_at":"c","text":"x"},{"task_id":"t2","status":"succeeded",)"
+             R"("waiting_reason":null,"created_at":"c","text":"y"}])");
+  const std::string table = format_task_list(list);
+  EXPECT_NE(table.find("queued (concurrency)"), std::string::npos) << table;
+  EXPECT_EQ(table.find("succeeded ("), std::string::npos) << table;
+  rapidjson::Document batch;
+  batch.Parse(R"({"batch_id":"b1","waiting_reason":"fleet_capacity","counts":{},)"
+              R"("result_types":{}})");
+  EXPECT_NE(format_batch(batch).find("waiting    fleet_capacity (every worker slot"),
+            std::string::npos)
+      << format_batch(batch);
+  // A task that does not wait shows no such line.
+  task.Parse(R"({"task_id":"t1","status":"running","waiting_reason":null})");
+  EXPECT_EQ(format_task(task, false).find("waiting"), std::string::npos);
 }
 
 // ---- dead letters

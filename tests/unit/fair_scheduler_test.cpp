@@ -742,5 +742,88 @@ TEST(FairScheduler, AUserHeldByItsOwnLimitIsCountedThereNotUnderCapacity) {
   EXPECT_EQ(plan.throttled[static_cast<int>(ThrottleCause::kFleetCapacity)], 1);
 }
 
+// The reason the pass gives for a (user, priority) it leaves waiting; "" when it leaves none.
+std::string why(const PassPlan& plan, const std::string& user_id,
+                Priority priority = Priority::kInteractive) {
+  for (const Waiting& w : plan.waiting)
+    if (w.user_id == user_id && w.priority == priority)
+      return wait_reason_name(w.reason);
+  return "";
+}
+
+TEST(FairSchedulerWaiting, EachLimitIsNamedAsTheReasonItsUsersTasksWait) {
+  ManualClock clock;
+  FairScheduler scheduler(options(200), clock);
+  UserLimits concurrency = open_limits();
+  concurrency.max_concurrency = 2;
+  UserLimits rpm = open_limits();
+  rpm.requests_per_minute = 1;
+  UserLimits tpm = open_limits();
+  tpm.tokens_per_minute = 4000;  // one task's default estimate
+  UserLimits budget = open_limits();
+  budget.monthly_budget_micros = 1'000'000;
+  UserBacklog spent = backlog("d-budget", 3, 0, budget);
+  spent.spent_micros = 1'000'000;
+
+  auto plan =
+      scheduler.plan({backlog("a-concurrency", 5, 0, concurrency), backlog("b-rpm", 5, 0, rpm),
+                      backlog("c-tpm", 5, 0, tpm), spent, backlog("e-open", 5)},
+                     0);
+  // Each limited user got what its limit allows, and the rest waits for that limit.
+  EXPECT_EQ(granted(plan, "a-concurrency"), 2);
+  EXPECT_EQ(why(plan, "a-concurrency"), "concurrency");
+  EXPECT_EQ(granted(plan, "b-rpm"), 1);
+  EXPECT_EQ(why(plan, "b-rpm"), "requests_per_minute");
+  EXPECT_EQ(granted(plan, "c-tpm"), 1);
+  EXPECT_EQ(why(plan, "c-tpm"), "tokens_per_minute");
+  EXPECT_EQ(granted(plan, "d-budget"), 0);
+  EXPECT_EQ(why(plan, "d-budget"), "budget");
+  // Everything of the user without limits was admitted: it waits for nothing.
+  EXPECT_EQ(granted(plan, "e-open"), 5);
+  EXPECT_EQ(why(plan, "e-open"), "");
+  EXPECT_EQ(plan.waiting.size(), 4u);
+  // A priority with nothing queued is never listed.
+  EXPECT_EQ(why(plan, "a-concurrency", Priority::kBatch), "");
+}
+
+TEST(FairSchedulerWaiting, TheFleetsRoomTheBatchShareAndThePassLimitAreNamedWhenTheyRanOut) {
+  ManualClock clock;
+  // The workers can start 5 more: interactive takes 4, batch its share of 1; the rest of
+  // both waits, interactive for the fleet's room and batch behind interactive work.
+  FairScheduler scheduler(options(200), clock);
+  auto plan = scheduler.plan({backlog("a", 10), backlog("b", 0, 10)}, 25, 30);
+  EXPECT_EQ(granted(plan, "a"), 4);
+  EXPECT_EQ(granted(plan, "b"), 1);
+  EXPECT_EQ(why(plan, "a"), "fleet_capacity");
+  EXPECT_EQ(why(plan, "b", Priority::kBatch), "batch_share");
+  // Full: both wait for the fleet's room (no interactive work was served ahead of batch).
+  plan = scheduler.plan({backlog("a", 10), backlog("b", 0, 10)}, 30, 30);
+  EXPECT_EQ(why(plan, "a"), "fleet_capacity");
+  EXPECT_EQ(why(plan, "b", Priority::kBatch), "fleet_capacity");
+
+  // The fleet's own cap on active tasks counts as its room too.
+  FairScheduler capped(options(200, /*max_active=*/3), clock);
+  plan = capped.plan({backlog("a", 10)}, 0);
+  EXPECT_EQ(granted(plan, "a"), 3);
+  EXPECT_EQ(why(plan, "a"), "fleet_capacity");
+
+  // Only the pass limit ran out: admitted by the next pass, which follows at once.
+  FairScheduler small(options(4), clock);
+  plan = small.plan({backlog("a", 10)}, 0, 1000);
+  EXPECT_EQ(granted(plan, "a"), 4);
+  EXPECT_EQ(why(plan, "a"), "pass_limit");
+}
+
+TEST(FairSchedulerWaiting, AUsersOwnLimitIsItsReasonEvenWhenTheFleetIsFull) {
+  ManualClock clock;
+  FairScheduler scheduler(options(200), clock);
+  UserLimits one = open_limits();
+  one.max_concurrency = 1;
+  auto plan = scheduler.plan({backlog("a", 5, 5, one, /*active=*/1), backlog("b", 5)}, 10, 10);
+  EXPECT_EQ(why(plan, "a"), "concurrency");
+  EXPECT_EQ(why(plan, "a", Priority::kBatch), "concurrency");
+  EXPECT_EQ(why(plan, "b"), "fleet_capacity");
+}
+
 }  // namespace
 }  // namespace agentfleet::limits

@@ -34,6 +34,7 @@ const std::map<std::string, std::string>& pinned() {
       {"0017_staged_batches.sql", "9ecc7bf7bb917b60"},
       {"0018_staged_tasks_index.sql", "67c9d9f1450faf5d"},
       {"0019_staged_cursor.sql", "3ececf2690c218ed"},
+      {"0020_waiting_reasons.sql", "31c5512853525c50"},
   };
   return kPinned;
 }

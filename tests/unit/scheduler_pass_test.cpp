@@ -99,6 +99,18 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
     return done;
   }
 
+  void record_waiting(const ports::WaitingChanges& changes) override {
+    if (fail_writes)
+      throw std::runtime_error("postgres connection: connection reset");
+    waiting_writes.push_back(changes);
+    if (changes.replace)
+      waiting.clear();
+    for (const auto& key : changes.cleared)
+      waiting.erase(key);
+    for (const auto& row : changes.set)
+      waiting[{row.user_id, row.priority}] = row.reason;
+  }
+
   // Tasks granted to `user` over every write so far.
   int granted_to(const std::string& user) const {
     int n = 0;
@@ -120,6 +132,8 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
   std::vector<ports::EndQueued> ended;
   std::vector<ports::DispatchGrant> granted;
   int next_task = 0;
+  std::vector<ports::WaitingChanges> waiting_writes;
+  std::map<std::pair<std::string, Priority>, std::string> waiting;  // what the table holds
 };
 
 ports::BacklogUser waiting(const std::string& user, std::int64_t queued, int active = 0,
@@ -316,6 +330,45 @@ TEST(SchedulerRounds, AWriteThatFailsGivesEveryGrantsChargeBack) {
   EXPECT_EQ(h.store.granted_to("slow"), 2) << "the failed pass's charges were given back";
   h.scheduler.round();
   EXPECT_EQ(h.store.granted_to("slow"), 2) << "and the limit holds afterwards";
+}
+
+TEST(SchedulerRounds, WhyTasksWaitIsWrittenWhenItChangesAndANewTermStartsItOver) {
+  Harness h;
+  // "slow" may start 2 a minute, "a" 3 at once (3 already running): both wait, each for its
+  // own limit; "b" gets everything it asked for and waits for nothing.
+  h.queue({waiting("slow", 5, 0, "slow"), waiting("a", 4, /*active=*/3), waiting("b", 1)});
+  h.scheduler.round();
+  using Key = std::pair<std::string, Priority>;
+  const std::map<Key, std::string> both = {
+      {{"a", Priority::kInteractive}, "concurrency"},
+      {{"slow", Priority::kInteractive}, "requests_per_minute"}};
+  EXPECT_EQ(h.store.waiting, both);
+  ASSERT_EQ(h.store.waiting_writes.size(), 1u);
+  EXPECT_TRUE(h.store.waiting_writes[0].replace) << "a term's first write starts over";
+
+  // Nothing changed: nothing is written.
+  h.scheduler.round();
+  EXPECT_EQ(h.store.waiting_writes.size(), 1u);
+
+  // "a" no longer waits (its tasks ended, the rest admitted): its row goes, alone.
+  h.queue({waiting("slow", 5, 0, "slow")});
+  h.scheduler.round();
+  ASSERT_EQ(h.store.waiting_writes.size(), 2u);
+  EXPECT_FALSE(h.store.waiting_writes[1].replace);
+  EXPECT_TRUE(h.store.waiting_writes[1].set.empty());
+  EXPECT_EQ(h.store.waiting_writes[1].cleared, (std::vector<Key>{{"a", Priority::kInteractive}}));
+  EXPECT_EQ(
+      h.store.waiting,
+      (std::map<Key, std::string>{{{"slow", Priority::kInteractive}, "requests_per_minute"}}));
+
+  // A failed round ends the term; the next term writes everything again, from scratch.
+  h.store.fail_writes = true;
+  EXPECT_THROW(h.scheduler.round(), std::runtime_error);
+  h.store.fail_writes = false;
+  h.scheduler.round();
+  ASSERT_EQ(h.store.waiting_writes.size(), 3u);
+  EXPECT_TRUE(h.store.waiting_writes[2].replace);
+  EXPECT_EQ(h.store.waiting_writes[2].set.size(), 1u);
 }
 
 }  // namespace

@@ -26,6 +26,11 @@ std::optional<BatchCounts> parse_batch_counts(std::string_view text) {
   c.failed = json::num(counts, "failed", 0);
   c.timed_out = json::num(counts, "timed_out", 0);
   c.cancelled = json::num(counts, "cancelled", 0);
+  const auto& types = json::at(doc, "result_types");
+  c.action_completed = json::num(types, "action_completed", 0);
+  c.need_clarification = json::num(types, "need_clarification", 0);
+  c.error_results = json::num(types, "error", 0);
+  c.waiting_reason = json::str(doc, "waiting_reason");
   return c;
 }
 
@@ -86,10 +91,11 @@ std::string format_progress_line(const BatchCounts& c, std::optional<double> rat
   if (rate)
     std::snprintf(rate_text, sizeof rate_text, "%.1f/s", *rate);
   return progress_bar(c.ended, c.total, 20) + " " + std::to_string(percent) + "%  accepted " +
-         std::to_string(c.total) + "  queued " + std::to_string(c.queued) + "  running " +
-         std::to_string(c.dispatched + c.running) + "  done " + std::to_string(c.succeeded) +
-         "  failed " + std::to_string(c.unsuccessful()) + "  " + rate_text + "  ETA " +
-         (eta_s ? format_duration(*eta_s) : std::string("-"));
+         std::to_string(c.total) + "  queued " + std::to_string(c.queued) +
+         (c.queued > 0 && !c.waiting_reason.empty() ? " (" + c.waiting_reason + ")" : "") +
+         "  running " + std::to_string(c.dispatched + c.running) + "  done " +
+         std::to_string(c.succeeded) + "  failed " + std::to_string(c.unsuccessful()) + "  " +
+         rate_text + "  ETA " + (eta_s ? format_duration(*eta_s) : std::string("-"));
 }
 
 std::string format_batch_summary(const BatchCounts& c, double elapsed_s) {
@@ -97,7 +103,9 @@ std::string format_batch_summary(const BatchCounts& c, double elapsed_s) {
          std::to_string(c.ended) + " of " + std::to_string(c.total) + " tasks in " +
          format_duration(elapsed_s) + ": succeeded " + std::to_string(c.succeeded) + ", failed " +
          std::to_string(c.failed) + ", timed_out " + std::to_string(c.timed_out) + ", cancelled " +
-         std::to_string(c.cancelled);
+         std::to_string(c.cancelled) + "; results: action_completed " +
+         std::to_string(c.action_completed) + ", need_clarification " +
+         std::to_string(c.need_clarification) + ", error " + std::to_string(c.error_results);
 }
 
 }  // namespace agentfleet::agentctl

@@ -26,6 +26,13 @@ struct BatchCounts {
   std::int64_t cancelled = 0;
   std::int64_t ended = 0;
   bool batch_cancelled = false;
+  // Per result type: a task can succeed with an `error` result (it told the user it could
+  // not do the job).
+  std::int64_t action_completed = 0;
+  std::int64_t need_clarification = 0;
+  std::int64_t error_results = 0;
+  // Why its queued tasks wait (the API's waiting_reason); empty when none is queued.
+  std::string waiting_reason;
 
   bool finished() const { return ended >= total; }
   // Ended but not succeeded.
@@ -59,13 +66,15 @@ std::string format_duration(double seconds);
 // A bar of `width` cells: "[#####.....]".
 std::string progress_bar(std::int64_t done, std::int64_t total, int width);
 
-// "[##..................] 12%  accepted 1000  queued 800  running 80  done 110  failed 10
-// 12.5/s  ETA 1m10s" on one line (running counts dispatched ones too; failed counts failed,
-// timed_out and cancelled).
+// "[##..................] 12%  accepted 1000  queued 800 (tokens_per_minute)  running 80
+// done 110  failed 10  12.5/s  ETA 1m10s" on one line (the queued tasks' waiting reason in
+// brackets; running counts dispatched ones too; failed counts failed, timed_out and
+// cancelled).
 std::string format_progress_line(const BatchCounts& counts, std::optional<double> rate,
                                  std::optional<double> eta_s);
 
-// "batch B ended: 1000 tasks in 1m20s: succeeded 990, failed 5, timed_out 3, cancelled 2"
+// "batch B ended: 1000 of 1000 tasks in 1m20s: succeeded 990, failed 5, timed_out 3,
+// cancelled 2; results: action_completed 900, need_clarification 10, error 85"
 // ("batch B cancelled: ..." for a cancelled batch).
 std::string format_batch_summary(const BatchCounts& counts, double elapsed_s);
 

@@ -61,6 +61,23 @@ std::string tokens_text(const rapidjson::Value& usage) {
          " cached), " + number_text(usage, "output_tokens") + " out";
 }
 
+// A queued task's waiting reason with what it means; "" for none.
+std::string waiting_text(const std::string& reason) {
+  static const std::map<std::string, std::string, std::less<>> kMeaning = {
+      {"concurrency", "the user's max_concurrency tasks are running"},
+      {"requests_per_minute", "the user's requests_per_minute limit"},
+      {"tokens_per_minute", "the user's tokens_per_minute limit"},
+      {"budget", "the monthly budget is spent; it ends quota_exceeded"},
+      {"fleet_capacity", "every worker slot of the fleet is in use"},
+      {"batch_share", "batch work waits behind interactive work"},
+      {"pass_limit", "the scheduler's next pass admits it"},
+      {"parent", "the task it follows has not ended"},
+      {"scheduling", "the scheduler's next pass admits it"},
+  };
+  const auto it = kMeaning.find(reason);
+  return it == kMeaning.end() || reason.empty() ? reason : reason + " (" + it->second + ")";
+}
+
 // A task's result message, or its error when it has none.
 std::string message_or_error(const rapidjson::Value& task) {
   std::string message = json::str(json::at(task, "result"), "message");
@@ -77,6 +94,7 @@ std::string format_task(const rapidjson::Value& task, bool with_trace) {
             (json::flag(task, "cancel_requested") && json::str(task, "status") == "running"
                  ? " (cancel requested)"
                  : ""));
+  field(out, "waiting", waiting_text(json::str(task, "waiting_reason")));
   field(out, "result", result_text(task));
   field(out, "options", options_text(json::at(task, "result")));
   const std::string code = json::str(task, "error_code");
@@ -156,7 +174,9 @@ std::string format_task_list(const rapidjson::Value& tasks) {
   Table table({{"TASK"}, {"STATUS"}, {"RESULT"}, {"CREATED"}, {"TEXT", false, 50}});
   if (tasks.IsArray()) {
     for (const auto& t : tasks.GetArray()) {
-      table.add_row({json::str(t, "task_id"), json::str(t, "status"),
+      const std::string waiting = json::str(t, "waiting_reason");
+      table.add_row({json::str(t, "task_id"),
+                     json::str(t, "status") + (waiting.empty() ? "" : " (" + waiting + ")"),
                      json::str(json::at(t, "result"), "type"), json::str(t, "created_at"),
                      json::str(t, "text")});
     }
@@ -371,6 +391,7 @@ std::string format_batch(const rapidjson::Value& batch) {
   for (const char* t : {"action_completed", "need_clarification", "error"})
     by_type += (by_type.empty() ? "" : ", ") + std::string(t) + " " + number_text(types, t);
   field(out, "results", by_type);
+  field(out, "waiting", waiting_text(json::str(batch, "waiting_reason")));
   static const rapidjson::Value kNoTotals;
   const auto& usage = json::at(batch, "usage");
   if (usage.IsArray() && !usage.Empty())

@@ -312,6 +312,11 @@ SELECT jsonb_build_object(
       'error', coalesce(sum(n) FILTER (WHERE result_type = 'error'), 0)) FROM by_type),
   'ended', (SELECT coalesce(sum(n), 0) FROM by_status
             WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')),
+  -- Why its queued tasks wait: those of one user and priority wait for the same limit
+  -- (a follow-up waiting for its parent aside, which GET /v1/tasks/{id} names).
+  'waiting_reason', CASE WHEN EXISTS (SELECT 1 FROM by_status WHERE status = 'queued')
+      THEN coalesce((SELECT w.reason FROM waiting_reasons w
+                     WHERE w.user_id = b.user_id AND w.priority = b.priority), 'scheduling') END,
   'usage', coalesce((SELECT jsonb_agg(jsonb_build_object(
       'model', model, 'currency', currency, 'calls', calls, 'input_tokens', input_tokens,
       'cached_input_tokens', cached_input_tokens, 'output_tokens', output_tokens,

@@ -160,6 +160,42 @@ ports::PassWrites SchedulerSession::write_pass(const std::vector<ports::EndQueue
   return done;
 }
 
+void SchedulerSession::record_waiting(const ports::WaitingChanges& changes) {
+  if (!changes.replace && changes.set.empty() && changes.cleared.empty())
+    return;
+  const auto armed = arm();
+  const auto string = [](rapidjson::Writer<rapidjson::StringBuffer>& w, std::string_view text) {
+    w.String(text.data(), static_cast<rapidjson::SizeType>(text.size()));
+  };
+  rapidjson::StringBuffer set_buffer, cleared_buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> set(set_buffer), cleared(cleared_buffer);
+  set.StartArray();
+  for (const ports::WaitingRow& row : changes.set) {
+    set.StartObject();
+    set.Key("user_id");
+    string(set, row.user_id);
+    set.Key("priority");
+    string(set, to_string(row.priority));
+    set.Key("reason");
+    string(set, row.reason);
+    set.EndObject();
+  }
+  set.EndArray();
+  cleared.StartArray();
+  for (const auto& [user_id, priority] : changes.cleared) {
+    cleared.StartObject();
+    cleared.Key("user_id");
+    string(cleared, user_id);
+    cleared.Key("priority");
+    string(cleared, to_string(priority));
+    cleared.EndObject();
+  }
+  cleared.EndArray();
+  pqxx::nontransaction tx(session());
+  exec_named(tx, "sched_waiting", std::string(set_buffer.GetString(), set_buffer.GetSize()),
+             std::string(cleared_buffer.GetString(), cleared_buffer.GetSize()), changes.replace);
+}
+
 namespace {
 // The rows sched_recover and sched_admit answer with: the status each task was picked in,
 // its priority, user, id, seconds since it was submitted, whether this is its first

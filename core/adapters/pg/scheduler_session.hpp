@@ -54,6 +54,7 @@ class SchedulerSession final : public ports::SchedulerStore {
   ports::PassWrites write_pass(const std::vector<ports::EndQueued>& end_queued,
                                const std::vector<ports::DispatchGrant>& grants,
                                const ports::SchedulerPass& pass) override;
+  void record_waiting(const ports::WaitingChanges& changes) override;
 
  private:
   // The session, opened (with LISTEN and its idle timeout) when there is none.

@@ -294,3 +294,26 @@ DELETE FROM workers w
 WHERE w.lease_until < now() - interval '1 minute'
   AND NOT EXISTS (SELECT 1 FROM tasks t
                   WHERE t.status = 'running' AND t.worker_incarnation = w.incarnation)
+
+-- name: sched_waiting
+-- Why queued tasks wait: rows of the JSON array $1 ({user_id, priority, reason}) written
+-- (`since` kept while the reason stays), rows of the JSON array $2 ({user_id, priority})
+-- deleted, and, when $3, every row not in $1 deleted too (a new term starts over). The
+-- deletes and the writes never touch the same row.
+WITH put AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(user_id text, priority text, reason text)
+), gone AS (
+  DELETE FROM waiting_reasons w
+  WHERE (w.user_id, w.priority) IN (SELECT g.user_id, g.priority
+                                    FROM jsonb_to_recordset($2::jsonb) AS g(user_id text,
+                                                                             priority text))
+     OR ($3::boolean AND (w.user_id, w.priority) NOT IN (SELECT user_id, priority FROM put))
+  RETURNING 1
+), written AS (
+  INSERT INTO waiting_reasons (user_id, priority, reason)
+  SELECT user_id, priority, reason FROM put
+  ON CONFLICT (user_id, priority) DO UPDATE SET reason = EXCLUDED.reason, since = now()
+  WHERE waiting_reasons.reason <> EXCLUDED.reason
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM written)

@@ -78,6 +78,12 @@ SELECT (SELECT queued FROM room), t.task_id::text,
                'type', t.result_type, 'message', t.result_message,
                'options', coalesce(t.result_options, '[]'::jsonb)) END,
            'error', t.error, 'error_code', t.error_code, 'cancel_requested', t.cancel_requested,
+           'waiting_reason', CASE WHEN t.status = 'queued' THEN coalesce(
+               CASE WHEN t.parent_task_id IS NOT NULL AND EXISTS (
+                   SELECT 1 FROM tasks p WHERE p.task_id = t.parent_task_id
+                     AND p.status IN ('staged', 'queued', 'dispatched', 'running')) THEN 'parent' END,
+               (SELECT w.reason FROM waiting_reasons w
+                WHERE w.user_id = t.user_id AND w.priority = t.priority), 'scheduling') END,
            'attempt', t.attempt,
            'steps', t.steps, 'tool_calls', t.tool_calls,
            'usage', jsonb_build_object('input_tokens', t.input_tokens,
@@ -183,6 +189,12 @@ SELECT jsonb_build_object(
              'type', t.result_type, 'message', t.result_message,
              'options', coalesce(t.result_options, '[]'::jsonb)) END,
          'error', t.error, 'error_code', t.error_code, 'cancel_requested', t.cancel_requested,
+         'waiting_reason', CASE WHEN t.status = 'queued' THEN coalesce(
+             CASE WHEN t.parent_task_id IS NOT NULL AND EXISTS (
+                 SELECT 1 FROM tasks p WHERE p.task_id = t.parent_task_id
+                   AND p.status IN ('staged', 'queued', 'dispatched', 'running')) THEN 'parent' END,
+             (SELECT w.reason FROM waiting_reasons w
+              WHERE w.user_id = t.user_id AND w.priority = t.priority), 'scheduling') END,
          'attempt', t.attempt,
          'steps', t.steps, 'tool_calls', t.tool_calls,
          'usage', jsonb_build_object('input_tokens', t.input_tokens,
@@ -242,6 +254,12 @@ FROM (
           'options', coalesce(t.result_options, '[]'::jsonb)) END,
       'error', t.error, 'error_code', t.error_code, 'steps', t.steps,
       'tool_calls', t.tool_calls,
+      'waiting_reason', CASE WHEN t.status = 'queued' THEN coalesce(
+          CASE WHEN t.parent_task_id IS NOT NULL AND EXISTS (
+              SELECT 1 FROM tasks p WHERE p.task_id = t.parent_task_id
+                AND p.status IN ('staged', 'queued', 'dispatched', 'running')) THEN 'parent' END,
+          (SELECT w.reason FROM waiting_reasons w
+           WHERE w.user_id = t.user_id AND w.priority = t.priority), 'scheduling') END,
       'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
       'created_at', t.created_at, 'finished_at', t.finished_at) AS item
   FROM tasks t
