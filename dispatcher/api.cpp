@@ -376,6 +376,8 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Routed&
       co_return co_await get_task(request, caller, params[0]);
     case RouteId::kCancelTask:
       co_return co_await cancel_task(request, caller, params[0]);
+    case RouteId::kRetryTask:
+      co_return co_await retry_task(request, caller, params[0]);
     case RouteId::kGetBatch:
       co_return co_await get_batch(request, caller, params[0]);
     case RouteId::kCancelBatch:

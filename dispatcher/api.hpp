@@ -72,7 +72,8 @@ class Api {
   boost::asio::awaitable<http::Response> submit(http::Request& request, const Caller& caller);
   // Stores a checked submission (the queue limit, idempotency); the refusal as a response.
   boost::asio::awaitable<std::variant<http::Response, pg::InsertResult>> store_submission(
-      http::Request& request, const codec::Submission& submission);
+      http::Request& request, const codec::Submission& submission,
+      const std::string& retry_of = {});
   // POST /v1/plan (api_tools.cpp): a plan_only task, answered with its plan once made.
   boost::asio::awaitable<http::Response> plan(http::Request& request, const Caller& caller);
   boost::asio::awaitable<http::Response> get_task(http::Request& request, const Caller& caller,
@@ -83,6 +84,9 @@ class Api {
       http::Request& request, const Caller& caller, const std::string& task_id, int wait_s);
   boost::asio::awaitable<http::Response> cancel_task(http::Request& request, const Caller& caller,
                                                      std::string task_id);
+  // POST /v1/tasks/{id}/retry: a new task with the ended task's request.
+  boost::asio::awaitable<http::Response> retry_task(http::Request& request, const Caller& caller,
+                                                    std::string task_id);
   boost::asio::awaitable<http::Response> list_tasks(http::Request& request, const Caller& caller);
   boost::asio::awaitable<http::Response> usage(http::Request& request, const Caller& caller,
                                                std::string user_id);

@@ -1,5 +1,5 @@
 // The API's task routes: POST /v1/tasks, GET /v1/tasks, GET /v1/tasks/{id} (with ?wait=N
-// long polls) and POST /v1/tasks/{id}/cancel.
+// long polls), POST /v1/tasks/{id}/cancel and POST /v1/tasks/{id}/retry.
 #include "dispatcher/api.hpp"
 
 #include <charconv>
@@ -55,9 +55,10 @@ TaskView view_of(const std::string& task_json) {
 }  // namespace
 
 asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submission(
-    http::Request& request, const codec::Submission& submission) {
+    http::Request& request, const codec::Submission& submission, const std::string& retry_of) {
   pg::NewTask task{submission.spec, submission.canonical,
                    traceparent_for(std::string(request["traceparent"]))};
+  task.retry_of = retry_of;
   task.spec.task_id = new_task_id();
   const pg::QueueLimit limit = queue_limit(config_);
   const pg::ModelCheck models = model_check(config_);
@@ -311,6 +312,80 @@ asio::awaitable<http::Response> Api::cancel_task(http::Request& request, const C
     default:
       co_return http::make_response(request, http::Status::ok, *body.value());
   }
+}
+
+asio::awaitable<http::Response> Api::retry_task(http::Request& request, const Caller& caller,
+                                                std::string task_id) {
+  if (!is_uuid(task_id))
+    co_return not_found(request, "task", task_id);
+  // The body is optional: {"idempotency_key": K} makes the retry safe to send again.
+  std::string key;
+  if (!request.body().empty()) {
+    rapidjson::Document doc;
+    if (!codec::parse_json(doc, request.body()) || !doc.IsObject()) {
+      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                                 "the body must be a JSON object (or empty)", "/");
+    }
+    for (const auto& member : doc.GetObject()) {
+      const std::string_view name(member.name.GetString(), member.name.GetStringLength());
+      if (name != "idempotency_key") {
+        co_return http::make_error(
+            request, http::Status::bad_request, "invalid_request",
+            "unknown member '" + std::string(name) + "' (a retry takes only idempotency_key)",
+            "/" + std::string(name));
+      }
+    }
+    key = string_member(doc, "idempotency_key");
+  }
+  auto source = co_await store_.retry_source(task_id);
+  if (!source.ok())
+    co_return store_unavailable(request, source.error());
+  if (!source.value() || !caller.may_act_for(source.value()->user_id))
+    co_return not_found(request, "task", task_id);
+  const pg::RetrySource& first = *source.value();
+  if (!is_terminal(first.status)) {
+    co_return http::make_error(request, http::Status::conflict, "task_not_ended",
+                               "task " + task_id + " is " + std::string(to_string(first.status)) +
+                                   "; retry it once it has ended (or cancel it first)",
+                               "/path/task_id");
+  }
+  const auto body = codec::submission_from_canonical(first.canonical, key);
+  auto parsed = body ? codec::parse_submission(*body, defaults_)
+                     : std::variant<codec::Submission, codec::SchemaViolation>(
+                           codec::SchemaViolation{"", "the stored request cannot be read"});
+  if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
+    // A request stored by an older version that this one no longer accepts, or a key that
+    // is not one: said as the request's problem.
+    co_return http::make_error(
+        request, http::Status::unprocessable_entity, "cannot_retry",
+        "task " + task_id + "'s request cannot be submitted again: " + violation->message,
+        violation->path);
+  }
+  auto& submission = std::get<codec::Submission>(parsed);
+  // It follows the task the first one followed; a first task of a session leaves the session
+  // (as a follow-up of the session's latest task it would continue the conversation it
+  // retries).
+  submission.spec.parent_task_id = first.parent_task_id;
+  if (first.parent_task_id.empty())
+    submission.spec.session_id.clear();
+  if (auto problem = check_references(config_, submission.spec)) {
+    co_return http::make_error(
+        request, http::Status::unprocessable_entity, "cannot_retry",
+        "task " + task_id + "'s request cannot be submitted again: " + problem->message,
+        problem->path);
+  }
+  auto stored = co_await store_submission(request, submission, task_id);
+  if (auto* refused = std::get_if<http::Response>(&stored))
+    co_return std::move(*refused);
+  const pg::InsertResult& result = std::get<pg::InsertResult>(stored);
+  if (result.task_json.empty())
+    co_return store_unavailable(request, Error{ErrorKind::kTransient, "task vanished"});
+  auto response = http::make_response(
+      request,
+      result.outcome == pg::InsertOutcome::kCreated ? http::Status::created : http::Status::ok,
+      result.task_json);
+  response.set(bhttp::field::location, "/v1/tasks/" + result.task_id);
+  co_return response;
 }
 
 }  // namespace agentfleet::dispatcher

@@ -29,6 +29,7 @@ enum class RouteId {
   kListTasks,
   kGetTask,
   kCancelTask,
+  kRetryTask,
   kTaskEvents,
   kSubmitBatch,
   kGetBatch,

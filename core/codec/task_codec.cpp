@@ -209,6 +209,42 @@ std::variant<Submission, SchemaViolation> parse_submission(std::string_view json
   return submission;
 }
 
+std::optional<std::string> submission_from_canonical(std::string_view canonical,
+                                                     std::string_view idempotency_key) {
+  rapidjson::Document doc;
+  doc.Parse(canonical.data(), canonical.size());
+  if (doc.HasParseError() || !doc.IsObject())
+    return std::nullopt;
+  rapidjson::Document out(rapidjson::kObjectType);
+  auto& alloc = out.GetAllocator();
+  rapidjson::Value metadata(rapidjson::kObjectType);
+  for (auto& member : doc.GetObject()) {
+    const std::string_view name(member.name.GetString(), member.name.GetStringLength());
+    if (name == "device_id" || name == "time_zone" || name == "locale") {
+      if (member.value.IsString() && member.value.GetStringLength() > 0)
+        metadata.AddMember(rapidjson::Value(member.name, alloc),
+                           rapidjson::Value(member.value, alloc), alloc);
+    } else if (name != "batch_id" && !member.value.IsNull()) {
+      out.AddMember(rapidjson::Value(member.name, alloc), rapidjson::Value(member.value, alloc),
+                    alloc);
+    }
+  }
+  if (!out.HasMember("user_id") || !out.HasMember("text"))
+    return std::nullopt;
+  if (!metadata.ObjectEmpty())
+    out.AddMember("metadata", metadata, alloc);
+  if (!idempotency_key.empty()) {
+    out.AddMember("idempotency_key",
+                  rapidjson::Value(idempotency_key.data(),
+                                   static_cast<rapidjson::SizeType>(idempotency_key.size()), alloc),
+                  alloc);
+  }
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  out.Accept(w);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
 std::variant<DispatchMessage, SchemaViolation> parse_dispatch_message(std::string_view json) {
   rapidjson::Document doc;
   if (auto violation = validate_json_text(json, "dispatch_message.schema.json", &doc)) {

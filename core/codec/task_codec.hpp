@@ -35,6 +35,13 @@ struct Submission {
 std::variant<Submission, SchemaViolation> parse_submission(std::string_view json,
                                                            const SubmissionDefaults& defaults);
 
+// The submission a stored task's canonical form (Submission::canonical) stands for, as a
+// submission body parse_submission() takes: what a retry of the task submits again. The
+// batch, when it had one, is left out (a retry is a task of its own); `idempotency_key` is
+// set when not empty. nullopt when `canonical` is not such a form.
+std::optional<std::string> submission_from_canonical(std::string_view canonical,
+                                                     std::string_view idempotency_key = {});
+
 // Written by the scheduler in SQL (pg::dispatch_grants); read here by the worker.
 struct DispatchMessage {
   std::string task_id;

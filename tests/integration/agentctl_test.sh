@@ -100,7 +100,7 @@ one_error_line() {
 
 echo "== help and bad flags (exit 2)"
 ctl 0 --help
-for c in submit status wait cancel list tail "batch submit" "batch status" "batch results" \
+for c in submit status wait cancel retry list tail "batch submit" "batch status" "batch results" \
   "batch cancel" usage "limits get" "limits set" "dlq list" "dlq replay"; do
   has "$out" "  $c"
   # shellcheck disable=SC2086
@@ -179,6 +179,25 @@ has "$out" "status     cancelled"
 ctl 5 cancel "$task"
 one_error_line
 has "$err" "409 already_ended"
+
+echo "== retry"
+ctl 0 retry "$task" --idempotency-key "retry-$run"
+again=$out
+[[ ${#again} == 36 && "$again" != "$task" ]] || fail "retry printed '$again'"
+ctl 0 retry "$task" --idempotency-key "retry-$run"
+[[ "$out" == "$again" ]] || fail "the same retry key gave another task"
+has "$err" "used for a retry before"
+ctl 0 wait "$again" --wait-timeout-s 30
+has "$out" "status     succeeded"
+has "$out" "retry of   $task"
+has "$out" "text       bench: steps=2 calls=1"
+ctl 0 submit --user "$u1" --timeout-s 120 "slow: steps=20"
+running=$out
+ctl 5 retry "$running"
+one_error_line
+has "$err" "409 task_not_ended"
+ctl 0 cancel "$running"
+ctl 3 retry "$missing"
 
 echo "== exit codes: not found (3), refused (4), rejected (5), throttled (6), unreachable (7)"
 ctl 3 status "$missing"

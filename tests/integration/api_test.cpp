@@ -220,6 +220,54 @@ void expect_error(const http::ClientResponse& response, int status, const std::s
 // ---------------------------------------------------------------------------------------
 // Happy paths
 
+TEST(ApiTasks, ARetryAsksAgainWhatAnEndedTaskAskedAndNamesTheFirst) {
+  const std::string u = user("retry");
+  const std::string first = submit(submission(u, "bench: steps=1 calls=1", "retry-first",
+                                              R"(,"max_steps":4,"metadata":{"device_id":"d9"})"));
+  EXPECT_EQ(str(wait_terminal(first), "status"), "succeeded");
+
+  auto retried = post("/v1/tasks/" + first + "/retry", R"({"idempotency_key":"retry-1"})");
+  ASSERT_EQ(retried.status, 201) << retried.body;
+  auto doc = parse(retried.body);
+  const std::string retry = str(doc, "task_id");
+  EXPECT_NE(retry, first);
+  EXPECT_EQ(retried.header("Location"), "/v1/tasks/" + retry);
+  EXPECT_EQ(str(doc, "retry_of"), first);
+  EXPECT_EQ(str(doc, "user_id"), u);
+  EXPECT_EQ(str(doc, "text"), "bench: steps=1 calls=1");
+  EXPECT_EQ(num(doc, "max_steps"), 4);
+  EXPECT_EQ(str(at(doc, "metadata"), "device_id"), "d9");
+  EXPECT_EQ(str(doc, "idempotency_key"), "retry-1") << "its own key";
+  EXPECT_EQ(str(doc, "status"), "queued");
+  // The same key again: the retry already made, not a second one.
+  auto again = post("/v1/tasks/" + first + "/retry", R"({"idempotency_key":"retry-1"})");
+  EXPECT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(str(parse(again.body), "task_id"), retry);
+  // Without a key, each retry is a task of its own.
+  auto keyless = post("/v1/tasks/" + first + "/retry", "");
+  ASSERT_EQ(keyless.status, 201) << keyless.body;
+  EXPECT_NE(str(parse(keyless.body), "task_id"), retry);
+  EXPECT_EQ(str(wait_terminal(retry), "status"), "succeeded");
+  EXPECT_EQ(str(wait_terminal(str(parse(keyless.body), "task_id")), "status"), "succeeded");
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE retry_of = $1::uuid", first), 2);
+
+  // A task still running is not retried; another user's task, or none, is not found.
+  const std::string running =
+      submit(submission(u, "slow: steps=20", "retry-running", R"(,"timeout_s":120)"));
+  expect_error(post("/v1/tasks/" + running + "/retry", ""), 409, "/path/task_id", "task_not_ended");
+  EXPECT_EQ(post("/v1/tasks/" + running + "/cancel", "").status / 100, 2);
+  expect_error(post("/v1/tasks/" + first + "/retry", "", "af-dev-u1-key"), 404, "/path/task_id",
+               "not_found");
+  expect_error(post("/v1/tasks/00000000-0000-4000-8000-000000000000/retry", ""), 404,
+               "/path/task_id", "not_found");
+  // A body other than {"idempotency_key": K} is refused, naming what.
+  expect_error(post("/v1/tasks/" + first + "/retry", "[1]"), 400, "/", "invalid_request");
+  expect_error(post("/v1/tasks/" + first + "/retry", R"({"text":"x"})"), 400, "/text",
+               "invalid_request");
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE retry_of = $1::uuid", first), 2)
+      << "nothing stored by the refused ones";
+}
+
 TEST(ApiTasks, SubmitReadListAndCancelAnswerWithTheTaskWhereItLives) {
   const std::string u = user("tasks");
   // One task at a time for this user, so a second one waits queued.

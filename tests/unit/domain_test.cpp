@@ -486,6 +486,42 @@ TEST(SubmissionTest, CanonicalFormIgnoresSpellingOfDefaults) {
   EXPECT_FALSE(doc.HasParseError()) << omitted;
 }
 
+TEST(SubmissionTest, ARetrySubmitsAgainWhatTheStoredTaskAskedOutsideItsBatch) {
+  using codec::Submission;
+  using codec::submission_from_canonical;
+  // Every field a submission can carry comes back from the stored canonical form.
+  const Submission first = submit_ok(
+      R"({"user_id":"u2","text":"t","model":"qwen","tools":["search_items"],"timeout_s":60,)"
+      R"("schedule_timeout_s":120,"max_steps":4,"priority":"batch","idempotency_key":"k1",)"
+      R"("batch_id":"b1","strategy":"plan_execute","session_id":"s1","max_tokens":900,)"
+      R"("max_cost":"0.5","metadata":{"device_id":"d1","time_zone":"America/New_York",)"
+      R"("locale":"en-US"}})");
+  const auto again = submission_from_canonical(first.canonical, "retry-key");
+  ASSERT_TRUE(again);
+  const Submission retry = submit_ok(*again);
+  EXPECT_EQ(retry.spec.text, "t");
+  EXPECT_EQ(retry.spec.model, "qwen");
+  EXPECT_EQ(retry.spec.tools, first.spec.tools);
+  EXPECT_EQ(retry.spec.timeout_s, 60);
+  EXPECT_EQ(retry.spec.schedule_timeout_s, 120);
+  EXPECT_EQ(retry.spec.max_steps, 4);
+  EXPECT_EQ(retry.spec.priority, Priority::kBatch);
+  EXPECT_EQ(retry.spec.strategy, first.spec.strategy);
+  EXPECT_EQ(retry.spec.session_id, "s1");
+  EXPECT_EQ(retry.spec.max_tokens, 900);
+  EXPECT_EQ(retry.spec.max_cost_micros, first.spec.max_cost_micros);
+  EXPECT_EQ(retry.spec.metadata.device_id, "d1");
+  EXPECT_EQ(retry.spec.metadata.time_zone, "America/New_York");
+  EXPECT_EQ(retry.spec.metadata.locale, "en-US");
+  EXPECT_EQ(retry.spec.idempotency_key, "retry-key") << "its own key, not the first's";
+  EXPECT_TRUE(retry.spec.batch_id.empty()) << "a retry is a task of its own";
+  // Without a batch, the same request: a retry of a retry asks the same.
+  const Submission plain = submit_ok(R"({"user_id":"u","text":"t"})");
+  EXPECT_EQ(submit_ok(*submission_from_canonical(plain.canonical)).canonical, plain.canonical);
+  EXPECT_FALSE(submission_from_canonical("not json"));
+  EXPECT_FALSE(submission_from_canonical(R"({"text":"t"})"));
+}
+
 TEST(SubmissionTest, ATasksOwnSpendingLimitsAreReadExactlyAndCheckedAtTheDoor) {
   const codec::Submission given =
       submit_ok(R"({"user_id":"u","text":"t","max_tokens":20000,"max_cost":"0.05"})");

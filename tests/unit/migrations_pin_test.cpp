@@ -35,6 +35,7 @@ const std::map<std::string, std::string>& pinned() {
       {"0018_staged_tasks_index.sql", "67c9d9f1450faf5d"},
       {"0019_staged_cursor.sql", "3ececf2690c218ed"},
       {"0020_waiting_reasons.sql", "31c5512853525c50"},
+      {"0021_task_retry_of.sql", "bd08d8bb66343cd3"},
   };
   return kPinned;
 }

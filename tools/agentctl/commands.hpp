@@ -45,6 +45,7 @@ int cmd_submit(Context& ctx);
 int cmd_status(Context& ctx);
 int cmd_wait(Context& ctx);
 int cmd_cancel(Context& ctx);
+int cmd_retry(Context& ctx);
 int cmd_list(Context& ctx);
 int cmd_tail(Context& ctx);  // --task here, the results topic in commands_kafka.cpp
 int cmd_tail_results(Context& ctx);

@@ -206,6 +206,45 @@ int cmd_cancel(Context& ctx) {
   return kExitOk;
 }
 
+int cmd_retry(Context& ctx) {
+  const Invocation& inv = ctx.inv;
+  const std::string& id = inv.args[0];
+  const std::string target = task_path(id) + "/retry";
+  // As with submit: a retry whose answer was lost, run again with its key, is stored once.
+  const std::string idempotency_key =
+      inv.has("--idempotency-key") ? inv.value("--idempotency-key") : "agentctl-" + new_uuid();
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  member(w, "idempotency_key", idempotency_key);
+  w.EndObject();
+  const std::int64_t wait_timeout = inv.integer("--wait-timeout-s", 300, 0, 30 * 86400);
+  auto response = ctx.api.post(target, std::string(buffer.GetString(), buffer.GetSize()));
+  try {
+    ctx.api.check(response, "POST", target);
+  } catch (const CommandFailure& e) {
+    if (response.ok() ||
+        (response.status == 0 && response.error != http::ClientErrorKind::kTimeout &&
+         response.error != http::ClientErrorKind::kProtocol))
+      throw;
+    throw CommandFailure(e.code, std::string(e.what()) +
+                                     "; the retry may have been stored: run the same retry "
+                                     "with --idempotency-key " +
+                                     idempotency_key + " to get it rather than a second one");
+  }
+  auto doc = ApiClient::parse(response, target);
+  const std::string retry = json::str(doc, "task_id");
+  if (response.status == 200)
+    note("this idempotency key was used for a retry before: task " + retry);
+  if (!inv.has("--wait")) {
+    print(ctx.settings.json ? response.body + "\n" : retry + "\n");
+    return kExitOk;
+  }
+  if (!ctx.settings.json)
+    note("task " + retry + " retries " + id + ", waiting for its result");
+  return wait_and_show(ctx, retry, wait_timeout, false);
+}
+
 int cmd_list(Context& ctx) {
   const Invocation& inv = ctx.inv;
   const std::string user = inv.required("--user");

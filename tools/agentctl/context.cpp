@@ -96,6 +96,7 @@ CommandFunction command_function(const std::string& name) {
       {"status", cmd_status},
       {"wait", cmd_wait},
       {"cancel", cmd_cancel},
+      {"retry", cmd_retry},
       {"list", cmd_list},
       {"tail", cmd_tail},
       {"batch submit", cmd_batch_submit},

@@ -89,6 +89,19 @@ const std::vector<CommandSpec>& command_specs() {
        1,
        1,
        {}},
+      {"retry",
+       "ID",
+       "run an ended task again: a new task with its request, linked to it",
+       "Prints the new task's id (with --wait, the finished task; exit codes as submit's).\n"
+       "The new task asks what the first asked, outside its batch, with retry_of naming it.\n"
+       "A task still queued or running is exit 5 (cancel it first). Without\n"
+       "--idempotency-key one is made up: when no answer came, the error names it.",
+       1,
+       1,
+       {{"--idempotency-key", "K",
+         "retrying with the same key again returns the retry made (default: one is made up)"},
+        {"--wait", "", "wait for the result (long polls of up to 30 s) and print it"},
+        kWaitTimeout}},
       {"list",
        "",
        "list a user's tasks, newest first",

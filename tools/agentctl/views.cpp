@@ -106,6 +106,7 @@ std::string format_task(const rapidjson::Value& task, bool with_trace) {
     model += " (" + json::str(task, "priority") + ")";
   field(out, "model", model);
   field(out, "batch", json::str(task, "batch_id"));
+  field(out, "retry of", json::str(task, "retry_of"));
   if (json::at(task, "steps").IsInt64()) {
     field(out, "steps",
           number_text(task, "steps") + ", tool calls " + number_text(task, "tool_calls") +

@@ -21,6 +21,10 @@ Awaitable<std::optional<std::string>> ApiStore::task_json(const std::string& tas
   co_return co_await db_.run([&](pqxx::connection& c) { return pg::task_json(c, task_id); });
 }
 
+Awaitable<std::optional<RetrySource>> ApiStore::retry_source(const std::string& task_id) {
+  co_return co_await db_.run([&](pqxx::connection& c) { return pg::retry_source(c, task_id); });
+}
+
 Awaitable<std::optional<std::string>> ApiStore::task_history_json(const std::string& task_id) {
   co_return co_await db_.run(
       [&](pqxx::connection& c) { return pg::task_history_json(c, task_id); });

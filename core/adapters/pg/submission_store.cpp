@@ -58,6 +58,7 @@ std::string tasks_json(const std::vector<NewTask>& tasks) {
     key_string(w, "strategy", s.strategy ? to_string(*s.strategy) : std::string_view());
     key_string(w, "parent_task_id", s.parent_task_id);
     key_string(w, "session_id", s.session_id);
+    key_string(w, "retry_of", t.retry_of);
     w.Key("max_tokens");
     if (s.max_tokens)
       w.Int64(*s.max_tokens);
@@ -202,6 +203,16 @@ std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& use
     return std::nullopt;
   return ParentRef{rows[0][0].as<std::string>(),
                    parse_task_status(rows[0][1].as<std::string>()).value_or(TaskStatus::kQueued)};
+}
+
+std::optional<RetrySource> retry_source(pqxx::connection& c, const std::string& task_id) {
+  pqxx::read_transaction tx(c);
+  auto rows = exec_text(tx, "retry_source", task_id);
+  if (rows.empty())
+    return std::nullopt;
+  return RetrySource{rows[0][0].as<std::string>(),
+                     parse_task_status(rows[0][1].as<std::string>()).value_or(TaskStatus::kQueued),
+                     rows[0][2].as<std::string>(), rows[0][3].as<std::string>()};
 }
 
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id) {

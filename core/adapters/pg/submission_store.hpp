@@ -24,7 +24,8 @@ struct NewTask {
   TaskSpec spec;  // task_id set by the caller
   std::string canonical;
   std::string traceparent;
-  bool staged = false;  // a batch upload's task, held out of the queue until it is sealed
+  bool staged = false;   // a batch upload's task, held out of the queue until it is sealed
+  std::string retry_of;  // the task this one retries (POST /v1/tasks/{id}/retry); "" for none
 };
 
 // A user's queue limit from their overrides in user_limits: `tier` (empty when none) and
@@ -82,6 +83,16 @@ std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& use
                                      const std::string& idempotency_key = {});
 
 // ---- the API's reads and writes of a task ------------------------------------------
+
+// What a retry copies of a task: its user and status, the canonical form of its request
+// (codec::parse_submission reads it back), the parent it followed ("" for none).
+struct RetrySource {
+  std::string user_id;
+  TaskStatus status = TaskStatus::kQueued;
+  std::string canonical;
+  std::string parent_task_id;
+};
+std::optional<RetrySource> retry_source(pqxx::connection& c, const std::string& task_id);
 
 // The task as the API shows it (JSON text), or nullopt.
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id);

@@ -37,7 +37,7 @@ WITH room AS (
   INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                      max_steps, priority, idempotency_key, request_canonical, batch_id,
                      metadata, traceparent, strategy, parent_task_id, session_id,
-                     max_tokens, max_cost, status)
+                     max_tokens, max_cost, status, retry_of)
   SELECT r.task_id, r.user_id, r.text, r.model,
          CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
               ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
@@ -50,12 +50,14 @@ WITH room AS (
                      AND p.session_id = r.session_id
                      AND (p.status <> 'staged' OR p.batch_id = NULLIF(r.batch_id, ''))
                    ORDER BY p.created_at DESC LIMIT 1)),
-         NULLIF(r.session_id, ''), r.max_tokens, r.max_cost, coalesce(r.status, 'queued')
+         NULLIF(r.session_id, ''), r.max_tokens, r.max_cost, coalesce(r.status, 'queued'),
+         NULLIF(r.retry_of, '')::uuid
   FROM jsonb_to_recordset($1::jsonb) AS r(
     task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
     schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
     request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
-    parent_task_id text, session_id text, max_tokens bigint, max_cost numeric, status text)
+    parent_task_id text, session_id text, max_tokens bigint, max_cost numeric, status text,
+    retry_of text)
   WHERE $3::bigint < 0 OR (SELECT queued FROM room) < $3::bigint
   ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
   RETURNING *
@@ -71,6 +73,7 @@ SELECT (SELECT queued FROM room), t.task_id::text,
            'max_steps', t.max_steps, 'strategy', t.strategy,
            'idempotency_key', t.idempotency_key, 'batch_id', t.batch_id,
            'parent_task_id', t.parent_task_id, 'session_id', t.session_id,
+           'retry_of', t.retry_of,
            'max_tokens', t.max_tokens,
            'max_cost', to_char(t.max_cost, 'FM999999999999990.000000'),
            'metadata', t.metadata,
@@ -119,7 +122,7 @@ FROM tasks WHERE user_id = $1 AND idempotency_key = $2
 INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                    max_steps, priority, idempotency_key, request_canonical, batch_id,
                    metadata, traceparent, strategy, parent_task_id, session_id,
-                   max_tokens, max_cost, status)
+                   max_tokens, max_cost, status, retry_of)
 SELECT r.task_id, r.user_id, r.text, r.model,
        CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
             ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
@@ -132,12 +135,14 @@ SELECT r.task_id, r.user_id, r.text, r.model,
                    AND p.session_id = r.session_id
                    AND (p.status <> 'staged' OR p.batch_id = NULLIF(r.batch_id, ''))
                  ORDER BY p.created_at DESC LIMIT 1)),
-       NULLIF(r.session_id, ''), r.max_tokens, r.max_cost, coalesce(r.status, 'queued')
+       NULLIF(r.session_id, ''), r.max_tokens, r.max_cost, coalesce(r.status, 'queued'),
+       NULLIF(r.retry_of, '')::uuid
 FROM jsonb_to_recordset($1::jsonb) AS r(
   task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
   schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
   request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
-  parent_task_id text, session_id text, max_tokens bigint, max_cost numeric, status text)
+  parent_task_id text, session_id text, max_tokens bigint, max_cost numeric, status text,
+  retry_of text)
 ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING task_id::text
 
@@ -182,6 +187,7 @@ SELECT jsonb_build_object(
          'max_steps', t.max_steps, 'strategy', t.strategy,
          'idempotency_key', t.idempotency_key, 'batch_id', t.batch_id,
          'parent_task_id', t.parent_task_id, 'session_id', t.session_id,
+         'retry_of', t.retry_of,
          'max_tokens', t.max_tokens,
          'max_cost', to_char(t.max_cost, 'FM999999999999990.000000'),
          'metadata', t.metadata,
@@ -278,6 +284,12 @@ SELECT status FROM tasks WHERE task_id = $1::uuid AND status <> 'staged' FOR UPD
 -- name: cancel_request
 -- Marks task $1 to be cancelled: its worker stops it, a dispatch message on its way skips it.
 UPDATE tasks SET cancel_requested = true WHERE task_id = $1::uuid
+
+-- name: retry_source
+-- What POST /v1/tasks/{id}/retry copies of task $1: its user, status, the canonical form
+-- of its request, and the parent it followed ('' for none).
+SELECT user_id, status, request_canonical, coalesce(parent_task_id::text, '')
+FROM tasks WHERE task_id = $1::uuid AND status <> 'staged'
 
 -- name: find_parent
 -- The parent a submission of user $1 names: task $2, or (when $2 is '') session $3's latest
