@@ -7,6 +7,7 @@
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/migrations.hpp"
 #include "core/config/config.hpp"
+#include "core/domain/build_info.hpp"
 #include "core/domain/redaction.hpp"
 #include "dispatcher/dispatcher_service.hpp"
 
@@ -22,9 +23,17 @@ int main(int argc, char** argv) {
       check_only = true;
     } else if (arg == "serve" || arg == "migrate") {
       command = arg;
+    } else if (arg == "--version") {
+      const agentfleet::BuildInfo& build = agentfleet::build_info();
+      std::printf("%s %.*s (%.*s, %.*s)\n", "agentfleet-dispatcher",
+                  static_cast<int>(build.version.size()), build.version.data(),
+                  static_cast<int>(build.build_type.size()), build.build_type.data(),
+                  static_cast<int>(build.compiler.size()), build.compiler.data());
+      return 0;
     } else if (arg == "--help" || arg == "-h") {
       std::printf(
-          "usage: agentfleet-dispatcher [--config FILE] [--check-config] [serve|migrate]\n"
+          "usage: agentfleet-dispatcher [--config FILE] [--check-config] [--version] "
+          "[serve|migrate]\n"
           "  serve    run the HTTP API, the scheduler and the outbox relay (default)\n"
           "  migrate  apply the database migrations and exit\n");
       return 0;

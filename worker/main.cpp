@@ -7,6 +7,7 @@
 
 #include "core/adapters/log.hpp"
 #include "core/config/config.hpp"
+#include "core/domain/build_info.hpp"
 #include "core/domain/redaction.hpp"
 #include "worker/worker_service.hpp"
 
@@ -19,8 +20,15 @@ int main(int argc, char** argv) {
       path = argv[++i];
     } else if (arg == "--check-config") {
       check_only = true;
+    } else if (arg == "--version") {
+      const agentfleet::BuildInfo& build = agentfleet::build_info();
+      std::printf("%s %.*s (%.*s, %.*s)\n", "agentfleet-worker",
+                  static_cast<int>(build.version.size()), build.version.data(),
+                  static_cast<int>(build.build_type.size()), build.build_type.data(),
+                  static_cast<int>(build.compiler.size()), build.compiler.data());
+      return 0;
     } else if (arg == "--help" || arg == "-h") {
-      std::printf("usage: agentfleet-worker [--config FILE] [--check-config]\n");
+      std::printf("usage: agentfleet-worker [--config FILE] [--check-config] [--version]\n");
       return 0;
     } else {
       std::fprintf(stderr, "agentfleet-worker: unknown argument '%s' (see --help)\n", arg.c_str());

@@ -110,6 +110,12 @@ has "$out" "7  unreachable"
 ctl 2 frobnicate
 one_error_line
 has "$err" "unknown command 'frobnicate'"
+ctl 2 stauts "$missing"
+has "$err" "did you mean 'status'?"
+ctl 2 list --usr "$u1"
+has "$err" "did you mean '--user'?"
+ctl 0 --version
+[[ "$out" =~ ^agentctl\ [0-9]+\.[0-9]+\.[0-9]+\ \( ]] || fail "--version printed '$out'"
 ctl 2 status
 one_error_line
 ctl 2 list --user "$u1" --limit zero

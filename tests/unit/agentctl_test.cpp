@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/codec/task_codec.hpp"
+#include "core/domain/build_info.hpp"
 #include "tools/agentctl/batch_progress.hpp"
 #include "tools/agentctl/dead_letters.hpp"
 #include "tools/agentctl/options.hpp"
@@ -118,11 +119,35 @@ TEST(AgentctlOptions, BadCommandLinesAreUsageErrorsNamingTheProblem) {
   EXPECT_NE(message_of({"submit", "x", "--wait=yes"}).find("--wait takes no value"),
             std::string::npos);
 
+  // A typo is met with the word it most likely meant.
+  EXPECT_NE(message_of({"stauts", "ID"}).find("unknown command 'stauts' (did you mean 'status'?)"),
+            std::string::npos);
+  EXPECT_NE(message_of({"batch", "sumbit"}).find("(did you mean 'submit'?)"), std::string::npos);
+  EXPECT_NE(message_of({"limts"}).find("(did you mean 'limits'?)"), std::string::npos);
+  EXPECT_NE(message_of({"list", "--usr", "u"})
+                .find("unknown option --usr for list (did you mean '--user'?)"),
+            std::string::npos);
+  EXPECT_NE(message_of({"list", "--jsno"}).find("(did you mean '--json'?)"), std::string::npos);
+  EXPECT_EQ(message_of({"frobnicate"}).find("did you mean"), std::string::npos)
+      << "nothing is close: no guess";
+  EXPECT_EQ(closest_match("sbmt", {"submit", "status"}), "");
+  EXPECT_EQ(closest_match("sumbit", {"submit", "status"}), "submit");
+  EXPECT_EQ(closest_match("x", {}), "");
+
   auto inv = parse({"list", "--user", "u", "--limit", "0"});
   EXPECT_THROW(inv.integer("--limit", 50, 1, 100), UsageError);
   EXPECT_EQ(parse({"list", "--user", "u"}).integer("--limit", 50, 1, 100), 50);
   EXPECT_THROW(parse({"list", "--user", ""}).required("--user"), UsageError);
   EXPECT_THROW(parse({"list"}).required("--user"), UsageError);
+}
+
+TEST(AgentctlOptions, VersionNeedsNoCommandAndNamesTheBuild) {
+  EXPECT_TRUE(parse({"--version"}).version);
+  EXPECT_TRUE(parse({"status", "ID", "--version"}).version);
+  EXPECT_EQ(
+      version_text().rfind("agentctl " + std::string(agentfleet::build_info().version) + " (", 0),
+      0u)
+      << version_text();
 }
 
 TEST(AgentctlOptions, HelpIsAskedAnywhereAndListsEveryCommandAndTheExitCodes) {

@@ -9,6 +9,7 @@
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
 #include "core/adapters/metrics/metrics_registry.hpp"
 #include "core/adapters/metrics/worker_metrics.hpp"
+#include "core/domain/build_info.hpp"
 
 namespace agentfleet::metrics {
 namespace {
@@ -304,6 +305,13 @@ TEST(MetricsRegistryTest, RendersValidExpositionLinesWithProcessMetrics) {
   EXPECT_GT(sample(text, "process_open_fds"), 0);
   EXPECT_GT(sample(text, "process_start_time_seconds"), 1e9);
   EXPECT_GE(sample(text, "process_cpu_seconds_total"), 0);
+  // Which build this is, for dashboards that compare versions during a rollout.
+  const BuildInfo& build = build_info();
+  EXPECT_FALSE(build.version.empty());
+  EXPECT_EQ(sample(text, "agentfleet_build_info{build_type=\"" + std::string(build.build_type) +
+                             "\",compiler=\"" + std::string(build.compiler) + "\",version=\"" +
+                             std::string(build.version) + "\"}"),
+            1);
   static const std::regex kSample(
       R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="[^"]*",?)*\})? \S+$)");
   std::istringstream lines(text);

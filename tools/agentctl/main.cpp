@@ -17,6 +17,10 @@ using namespace agentfleet::agentctl;
 int main(int argc, char** argv) {
   try {
     const Invocation inv = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
+    if (inv.version) {
+      print(version_text());
+      return kExitOk;
+    }
     if (inv.help || !inv.command) {
       print(inv.command         ? command_help(*inv.command)
             : inv.group.empty() ? general_help()

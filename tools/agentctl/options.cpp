@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "core/domain/build_info.hpp"
 #include "tools/agentctl/outcomes.hpp"
 
 namespace agentfleet::agentctl {
@@ -32,6 +33,7 @@ const std::vector<OptionSpec>& global_options() {
       {"--request-timeout-s", "N", "the same deadline, on any command"},
       {"--json", "", "print the API's JSON (JSON lines for streams) instead of text"},
       {"--help", "", "this help"},
+      {"--version", "", "print agentctl's version and exit"},
   };
   return options;
 }
@@ -238,6 +240,60 @@ const std::vector<CommandSpec>& command_specs() {
 namespace {
 const std::vector<std::string> kGroups = {"batch", "limits", "dlq"};
 
+// The optimal string alignment distance of a and b.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i)
+    d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j)
+    d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// " (did you mean 'X'?)" for the closest of `candidates`, or "".
+std::string suggestion(std::string_view word, const std::vector<std::string>& candidates) {
+  const std::string match = closest_match(word, candidates);
+  return match.empty() ? "" : " (did you mean '" + match + "'?)";
+}
+
+// The top-level words: commands without a group, and the groups.
+std::vector<std::string> top_level_words() {
+  std::vector<std::string> words(kGroups.begin(), kGroups.end());
+  for (const auto& c : command_specs()) {
+    if (c.name.find(' ') == std::string::npos)
+      words.push_back(c.name);
+  }
+  return words;
+}
+
+std::vector<std::string> subcommand_words(std::string_view group) {
+  std::vector<std::string> words;
+  for (const auto& c : command_specs()) {
+    if (c.name.rfind(std::string(group) + " ", 0) == 0)
+      words.push_back(c.name.substr(group.size() + 1));
+  }
+  return words;
+}
+
+std::vector<std::string> option_names(const CommandSpec* command) {
+  std::vector<std::string> names;
+  if (command) {
+    for (const auto& o : command->options)
+      names.push_back(o.name);
+  }
+  for (const auto& o : global_options())
+    names.push_back(o.name);
+  return names;
+}
+
 const CommandSpec* find_command(const std::string& name) {
   for (const auto& c : command_specs()) {
     if (c.name == name)
@@ -282,6 +338,26 @@ void set_global(GlobalFlags& g, const std::string& name, const std::string& valu
   }
 }
 }  // namespace
+
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
+  const std::size_t allowed = word.size() <= 4 ? 1 : word.size() <= 8 ? 2 : 3;
+  std::string best;
+  std::size_t best_distance = allowed + 1;
+  for (const std::string& candidate : candidates) {
+    const std::size_t distance = edit_distance(word, candidate);
+    if (distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+std::string version_text() {
+  const BuildInfo& build = build_info();
+  return "agentctl " + std::string(build.version) + " (" + std::string(build.build_type) + ", " +
+         std::string(build.compiler) + ")\n";
+}
 
 std::int64_t parse_integer(std::string_view text, std::int64_t lo, std::int64_t hi,
                            std::string_view what) {
@@ -343,10 +419,12 @@ Invocation parse_command_line(const std::vector<std::string>& argv) {
         inv.command = find_command(candidate);
         if (!inv.command) {
           if (!inv.group.empty()) {
-            throw UsageError("unknown command '" + candidate + "' (" + inv.group +
+            throw UsageError("unknown command '" + candidate + "'" +
+                             suggestion(arg, subcommand_words(inv.group)) + " (" + inv.group +
                              " has: " + subcommands_of(inv.group) + ")");
           }
-          throw UsageError("unknown command '" + arg + "' (see agentctl --help)");
+          throw UsageError("unknown command '" + arg + "'" + suggestion(arg, top_level_words()) +
+                           " (see agentctl --help)");
         }
         continue;
       }
@@ -363,6 +441,10 @@ Invocation parse_command_line(const std::vector<std::string>& argv) {
       inv.help = true;
       continue;
     }
+    if (arg == "--version") {
+      inv.version = true;
+      continue;
+    }
     std::string name = arg;
     std::optional<std::string> inline_value;
     if (const auto eq = arg.find('='); eq != std::string::npos) {
@@ -375,9 +457,9 @@ Invocation parse_command_line(const std::vector<std::string>& argv) {
       spec = find_option(global_options(), name);
     if (!spec) {
       throw UsageError("unknown option " + name +
-                       (inv.command ? " for " + inv.command->name + " (see agentctl " +
-                                          inv.command->name + " --help)"
-                                    : std::string(" (see agentctl --help)")));
+                       (inv.command ? " for " + inv.command->name : std::string()) +
+                       suggestion(name, option_names(inv.command)) + " (see agentctl " +
+                       (inv.command ? inv.command->name + " " : std::string()) + "--help)");
     }
     std::string value;
     if (!spec->value_name.empty()) {
@@ -400,7 +482,7 @@ Invocation parse_command_line(const std::vector<std::string>& argv) {
       throw UsageError(name + " given twice");
     slot.push_back(value);
   }
-  if (inv.help)
+  if (inv.help || inv.version)
     return inv;
   if (!inv.command) {
     if (!inv.group.empty()) {

@@ -52,6 +52,7 @@ struct Invocation {
   const CommandSpec* command = nullptr;  // null: no command given
   std::string group;                     // "batch" when `agentctl batch --help` was asked
   bool help = false;
+  bool version = false;  // --version: print agentctl's build and exit
   GlobalFlags globals;
   std::vector<std::string> args;
   std::map<std::string, std::vector<std::string>> options;  // by name ("--user")
@@ -76,8 +77,15 @@ struct Invocation {
 Invocation parse_command_line(const std::vector<std::string>& argv);
 
 std::string general_help();
+// "agentctl 0.1.0 (RelWithDebInfo, GNU 12.2.0)".
+std::string version_text();
 std::string group_help(std::string_view group);
 std::string command_help(const CommandSpec& command);
+
+// The candidate closest to `word` by edit distance (insertions, deletions, substitutions
+// and swaps of neighbours), when it is close enough to be a typo of it: at most one edit
+// for a word of up to four characters, two up to eight, three beyond. Empty otherwise.
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
 
 // An integer in [lo, hi] from text, or UsageError naming `what`.
 std::int64_t parse_integer(std::string_view text, std::int64_t lo, std::int64_t hi,

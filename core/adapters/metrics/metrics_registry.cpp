@@ -12,6 +12,8 @@
 #include <sstream>
 #include <vector>
 
+#include "core/domain/build_info.hpp"
+
 namespace agentfleet::metrics {
 
 namespace {
@@ -115,8 +117,19 @@ struct MetricsRegistry::ProcessFamilies {
 
 MetricsRegistry::MetricsRegistry(RegistryOptions options)
     : registry_(std::make_shared<prometheus::Registry>()) {
-  if (options.process_metrics)
+  if (options.process_metrics) {
     process_ = std::make_unique<ProcessFamilies>(*registry_);
+    // What this process is, as the usual *_build_info gauge: always 1, the build in labels.
+    const BuildInfo& build = build_info();
+    prometheus::BuildGauge()
+        .Name("agentfleet_build_info")
+        .Help("The build of this process (always 1): version, build type and compiler.")
+        .Register(*registry_)
+        .Add({{"version", std::string(build.version)},
+              {"build_type", std::string(build.build_type)},
+              {"compiler", std::string(build.compiler)}})
+        .Set(1);
+  }
 }
 
 MetricsRegistry::~MetricsRegistry() = default;
