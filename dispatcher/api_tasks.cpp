@@ -42,6 +42,19 @@ struct TaskView {
   std::string user_id;
   bool terminal = false;
 };
+// The answer to a submission stored or found by its key: 201 (or 200) with the task and
+// where it lives.
+http::Response stored_answer(const http::Request& request, const pg::InsertResult& result) {
+  if (result.task_json.empty())
+    return store_unavailable(request, Error{ErrorKind::kTransient, "task vanished"});
+  auto response = http::make_response(
+      request,
+      result.outcome == pg::InsertOutcome::kCreated ? http::Status::created : http::Status::ok,
+      result.task_json);
+  response.set(bhttp::field::location, "/v1/tasks/" + result.task_id);
+  return response;
+}
+
 TaskView view_of(const std::string& task_json) {
   rapidjson::Document doc;
   TaskView view;
@@ -159,16 +172,7 @@ asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller
   auto stored = co_await store_submission(request, submission);
   if (auto* refused = std::get_if<http::Response>(&stored))
     co_return std::move(*refused);
-  const pg::InsertResult& result = std::get<pg::InsertResult>(stored);
-  if (result.task_json.empty()) {
-    co_return store_unavailable(request, Error{ErrorKind::kTransient, "task vanished"});
-  }
-  auto response = http::make_response(
-      request,
-      result.outcome == pg::InsertOutcome::kCreated ? http::Status::created : http::Status::ok,
-      result.task_json);
-  response.set(bhttp::field::location, "/v1/tasks/" + result.task_id);
-  co_return response;
+  co_return stored_answer(request, std::get<pg::InsertResult>(stored));
 }
 
 asio::awaitable<http::Response> Api::get_task(http::Request& request, const Caller& caller,
@@ -377,15 +381,7 @@ asio::awaitable<http::Response> Api::retry_task(http::Request& request, const Ca
   auto stored = co_await store_submission(request, submission, task_id);
   if (auto* refused = std::get_if<http::Response>(&stored))
     co_return std::move(*refused);
-  const pg::InsertResult& result = std::get<pg::InsertResult>(stored);
-  if (result.task_json.empty())
-    co_return store_unavailable(request, Error{ErrorKind::kTransient, "task vanished"});
-  auto response = http::make_response(
-      request,
-      result.outcome == pg::InsertOutcome::kCreated ? http::Status::created : http::Status::ok,
-      result.task_json);
-  response.set(bhttp::field::location, "/v1/tasks/" + result.task_id);
-  co_return response;
+  co_return stored_answer(request, std::get<pg::InsertResult>(stored));
 }
 
 }  // namespace agentfleet::dispatcher

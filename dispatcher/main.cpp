@@ -24,11 +24,7 @@ int main(int argc, char** argv) {
     } else if (arg == "serve" || arg == "migrate") {
       command = arg;
     } else if (arg == "--version") {
-      const agentfleet::BuildInfo& build = agentfleet::build_info();
-      std::printf("%s %.*s (%.*s, %.*s)\n", "agentfleet-dispatcher",
-                  static_cast<int>(build.version.size()), build.version.data(),
-                  static_cast<int>(build.build_type.size()), build.build_type.data(),
-                  static_cast<int>(build.compiler.size()), build.compiler.data());
+      std::fputs(agentfleet::version_line("agentfleet-dispatcher").c_str(), stdout);
       return 0;
     } else if (arg == "--help" || arg == "-h") {
       std::printf(

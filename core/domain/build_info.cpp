@@ -12,4 +12,10 @@ const BuildInfo& build_info() {
   return info;
 }
 
+std::string version_line(std::string_view program) {
+  const BuildInfo& build = build_info();
+  return std::string(program) + " " + std::string(build.version) + " (" +
+         std::string(build.build_type) + ", " + std::string(build.compiler) + ")\n";
+}
+
 }  // namespace agentfleet

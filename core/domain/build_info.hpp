@@ -4,6 +4,7 @@
 // --version`, `agentfleet-dispatcher --version`, `agentfleet-worker --version`, and exported
 // by every process as the metric agentfleet_build_info.
 
+#include <string>
 #include <string_view>
 
 namespace agentfleet {
@@ -15,5 +16,8 @@ struct BuildInfo {
 };
 
 const BuildInfo& build_info();
+
+// "PROGRAM 0.1.0 (RelWithDebInfo, GNU 12.2.0)\n": what --version prints.
+std::string version_line(std::string_view program);
 
 }  // namespace agentfleet

@@ -86,6 +86,42 @@ std::string choice(const Invocation& inv, const std::string& name,
   }
   throw UsageError(name + " must be one of " + listed + ", not '" + value + "'");
 }
+// POSTs a request that creates a task under `idempotency_key` (`what`: "task", "retry";
+// `again`: the command to run again) and prints it (its id; the task with --json); with
+// --wait, waits for it and shows it. When no answer came, the error says the request may
+// have been stored and how to get it without a second one; `found` is the note for an
+// answer that the key named a task already.
+int post_task(Context& ctx, const std::string& target, const std::string& body,
+              const std::string& idempotency_key, const std::string& what, const std::string& again,
+              const std::string& found) {
+  const Invocation& inv = ctx.inv;
+  const std::int64_t wait_timeout = inv.integer("--wait-timeout-s", 300, 0, 30 * 86400);
+  auto response = ctx.api.post(target, body);
+  try {
+    ctx.api.check(response, "POST", target);
+  } catch (const CommandFailure& e) {
+    // An answer, or a request that never went out (refused, a bad URL): nothing is unknown.
+    if (response.ok() ||
+        (response.status == 0 && response.error != http::ClientErrorKind::kTimeout &&
+         response.error != http::ClientErrorKind::kProtocol))
+      throw;
+    throw CommandFailure(e.code, std::string(e.what()) + "; the " + what +
+                                     " may have been stored: run the same " + again +
+                                     " with --idempotency-key " + idempotency_key +
+                                     " to get it rather than a second one");
+  }
+  auto doc = ApiClient::parse(response, target);
+  const std::string id = json::str(doc, "task_id");
+  if (response.status == 200)
+    note(found + id);
+  if (!inv.has("--wait")) {
+    print(ctx.settings.json ? response.body + "\n" : id + "\n");
+    return kExitOk;
+  }
+  if (!ctx.settings.json)
+    note("task " + id + " submitted, waiting for its result");
+  return wait_and_show(ctx, id, wait_timeout, false);
+}
 }  // namespace
 
 int cmd_submit(Context& ctx) {
@@ -147,33 +183,9 @@ int cmd_submit(Context& ctx) {
     w.EndObject();
   }
   w.EndObject();
-  const std::int64_t wait_timeout = inv.integer("--wait-timeout-s", 300, 0, 30 * 86400);
-
-  auto response = ctx.api.post("/v1/tasks", std::string(buffer.GetString(), buffer.GetSize()));
-  try {
-    ctx.api.check(response, "POST", "/v1/tasks");
-  } catch (const CommandFailure& e) {
-    // An answer, or a request that never went out (refused, a bad URL): nothing is unknown.
-    if (response.ok() ||
-        (response.status == 0 && response.error != http::ClientErrorKind::kTimeout &&
-         response.error != http::ClientErrorKind::kProtocol))
-      throw;
-    throw CommandFailure(e.code, std::string(e.what()) +
-                                     "; the task may have been stored: run the same submit "
-                                     "with --idempotency-key " +
-                                     idempotency_key + " to get it rather than a second one");
-  }
-  auto doc = ApiClient::parse(response, "/v1/tasks");
-  const std::string id = json::str(doc, "task_id");
-  if (response.status == 200)
-    note("this idempotency key and body were submitted before: task " + id);
-  if (!inv.has("--wait")) {
-    print(ctx.settings.json ? response.body + "\n" : id + "\n");
-    return kExitOk;
-  }
-  if (!ctx.settings.json)
-    note("task " + id + " submitted, waiting for its result");
-  return wait_and_show(ctx, id, wait_timeout, false);
+  return post_task(ctx, "/v1/tasks", std::string(buffer.GetString(), buffer.GetSize()),
+                   idempotency_key, "task", "submit",
+                   "this idempotency key and body were submitted before: task ");
 }
 
 int cmd_status(Context& ctx) {
@@ -218,31 +230,8 @@ int cmd_retry(Context& ctx) {
   w.StartObject();
   member(w, "idempotency_key", idempotency_key);
   w.EndObject();
-  const std::int64_t wait_timeout = inv.integer("--wait-timeout-s", 300, 0, 30 * 86400);
-  auto response = ctx.api.post(target, std::string(buffer.GetString(), buffer.GetSize()));
-  try {
-    ctx.api.check(response, "POST", target);
-  } catch (const CommandFailure& e) {
-    if (response.ok() ||
-        (response.status == 0 && response.error != http::ClientErrorKind::kTimeout &&
-         response.error != http::ClientErrorKind::kProtocol))
-      throw;
-    throw CommandFailure(e.code, std::string(e.what()) +
-                                     "; the retry may have been stored: run the same retry "
-                                     "with --idempotency-key " +
-                                     idempotency_key + " to get it rather than a second one");
-  }
-  auto doc = ApiClient::parse(response, target);
-  const std::string retry = json::str(doc, "task_id");
-  if (response.status == 200)
-    note("this idempotency key was used for a retry before: task " + retry);
-  if (!inv.has("--wait")) {
-    print(ctx.settings.json ? response.body + "\n" : retry + "\n");
-    return kExitOk;
-  }
-  if (!ctx.settings.json)
-    note("task " + retry + " retries " + id + ", waiting for its result");
-  return wait_and_show(ctx, retry, wait_timeout, false);
+  return post_task(ctx, target, std::string(buffer.GetString(), buffer.GetSize()), idempotency_key,
+                   "retry", "retry", "this idempotency key was used for a retry before: task ");
 }
 
 int cmd_list(Context& ctx) {

@@ -354,9 +354,7 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
 }
 
 std::string version_text() {
-  const BuildInfo& build = build_info();
-  return "agentctl " + std::string(build.version) + " (" + std::string(build.build_type) + ", " +
-         std::string(build.compiler) + ")\n";
+  return version_line("agentctl");
 }
 
 std::int64_t parse_integer(std::string_view text, std::int64_t lo, std::int64_t hi,
