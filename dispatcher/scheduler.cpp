@@ -21,6 +21,10 @@ namespace {
 constexpr auto kForgetIdleAfter = std::chrono::minutes(10);
 // How often a pass drops the connection's cached plans (see pass()).
 constexpr auto kReplanEvery = std::chrono::seconds(1);
+// Waiting reasons are written at most this often (a term's first write at once): a busy
+// fleet's users go in and out of waiting from pass to pass, and what they wait for may
+// show a second late.
+constexpr auto kWaitingEvery = std::chrono::seconds(1);
 
 metrics::ThrottleReason throttle_reason(int cause) {
   switch (static_cast<limits::ThrottleCause>(cause)) {
@@ -473,7 +477,7 @@ void Scheduler::record_waiting(const std::vector<limits::Waiting>& waiting) {
   std::map<std::pair<std::string, Priority>, limits::WaitReason> now;
   for (const limits::Waiting& w : waiting)
     now.emplace(std::make_pair(w.user_id, w.priority), w.reason);
-  if (!waiting_replace_ && now == waiting_written_)
+  if (!waiting_replace_ && (now == waiting_written_ || clock_.now() - waiting_at_ < kWaitingEvery))
     return;
   ports::WaitingChanges changes;
   changes.replace = waiting_replace_;
@@ -491,6 +495,7 @@ void Scheduler::record_waiting(const std::vector<limits::Waiting>& waiting) {
   store_.record_waiting(changes);
   waiting_written_ = std::move(now);
   waiting_replace_ = false;
+  waiting_at_ = clock_.now();
 }
 
 }  // namespace agentfleet::dispatcher

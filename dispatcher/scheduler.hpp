@@ -136,11 +136,14 @@ class Scheduler {
   // The last failed round ended a term (for run()'s log line).
   bool lost_term_ = false;
   std::chrono::steady_clock::time_point lapsed_trusted_at_{};
-  // The waiting reasons the store holds from this term's passes (see record_waiting()), and
-  // whether the next write starts the table over (a new term: another replica's rows).
+  // The waiting reasons the store holds from this term's passes (see record_waiting()),
+  // whether the next write starts the table over (a new term: another replica's rows), and
+  // when they were last written.
   std::map<std::pair<std::string, Priority>, limits::WaitReason> waiting_written_;
   bool waiting_replace_ = true;
-  // Writes what changed in the plan's waiting reasons since the last pass.
+  std::chrono::steady_clock::time_point waiting_at_{};
+  // Writes what changed in the plan's waiting reasons since the last write, at most once a
+  // second (a term's first write at once).
   void record_waiting(const std::vector<limits::Waiting>& waiting);
   // When the pass's cached plans were last dropped (DISCARD PLANS), so that they are
   // rebuilt from the tables' current sizes.

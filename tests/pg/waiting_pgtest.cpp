@@ -9,6 +9,7 @@
 #include <rapidjson/document.h>
 #include <pqxx/pqxx>
 
+#include <chrono>
 #include <string>
 
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
@@ -102,6 +103,8 @@ class Waiting : public ::testing::Test {
          "DELETE FROM workers; DELETE FROM waiting_reasons");
   }
   void round() {
+    // Waiting reasons are written at most once a second.
+    clock_.advance(std::chrono::seconds(1));
     scheduler_.round();
     ASSERT_TRUE(scheduler_.leader()) << "the test's scheduler holds the lock";
   }
