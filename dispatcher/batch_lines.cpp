@@ -8,7 +8,10 @@ namespace agentfleet::dispatcher {
 
 BatchLines::BatchLines(const config::Config& config, BatchLineOptions options,
                        std::function<bool(const std::string&)> may_act_for)
-    : config_(config), options_(std::move(options)), may_act_for_(std::move(may_act_for)) {}
+    : config_(config), options_(std::move(options)), may_act_for_(std::move(may_act_for)) {
+  // The upload named its user: a line without one is that user's.
+  options_.defaults.user_id = options_.user_id;
+}
 
 void BatchLines::fail(const std::string& at, const std::string& message) {
   failed_ = true;

@@ -1,7 +1,8 @@
 #pragma once
 // The lines of a batch upload (POST /v1/batches), checked one at a time as they stream in.
 // Each line is a task submission (task_submission.schema.json) of the batch's user: the
-// query's `user_id`, else the first line's (which the caller must be allowed to act for);
+// query's `user_id` (a line without one is that user's), else the first line's (which the
+// caller must be allowed to act for);
 // a line that names another batch, another user, an unknown model or tool, or is longer
 // than the line limit, is an error reported by its line number (`/line/N/...`). Once there
 // is an error no line is handed out any more (nothing of the batch is stored), but the rest

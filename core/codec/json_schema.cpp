@@ -809,6 +809,12 @@ std::optional<SchemaViolation> validate_json_text(std::string_view json,
                                                   rapidjson::Document* out) {
   rapidjson::Document local;
   rapidjson::Document& doc = out != nullptr ? *out : local;
+  if (auto violation = parse_json_text(json, doc))
+    return violation;
+  return validate(doc, schema_file);
+}
+
+std::optional<SchemaViolation> parse_json_text(std::string_view json, rapidjson::Document& doc) {
   // Iterative parsing: a deeply nested body must not exhaust the stack.
   // Iterative parsing with UTF-8 validation: text that is not UTF-8 is bad input (400),
   // not something to discover later when Postgres refuses it.
@@ -822,7 +828,7 @@ std::optional<SchemaViolation> validate_json_text(std::string_view json,
     return SchemaViolation{"", "invalid JSON at offset " + std::to_string(*offset) +
                                    ": a lone low surrogate escape is not a character"};
   }
-  return validate(doc, schema_file);
+  return std::nullopt;
 }
 
 struct CompiledSchema::Impl {

@@ -43,6 +43,10 @@ std::optional<SchemaViolation> validate(const rapidjson::Value& doc, std::string
 
 // Parses JSON text then validates; a parse error gives path "" and a message with the byte
 // offset. When `out` is given the parsed document is left there (also when invalid).
+// Parses JSON text (iteratively, UTF-8 checked) into `doc`: the violation (path "") when it
+// is not JSON. validate_json_text() is this, then validate().
+std::optional<SchemaViolation> parse_json_text(std::string_view json, rapidjson::Document& doc);
+
 std::optional<SchemaViolation> validate_json_text(std::string_view json,
                                                   std::string_view schema_file,
                                                   rapidjson::Document* out = nullptr);

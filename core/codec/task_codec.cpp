@@ -111,9 +111,17 @@ std::optional<std::string> nul_path(const rapidjson::Value& value, const std::st
 std::variant<Submission, SchemaViolation> parse_submission(std::string_view json,
                                                            const SubmissionDefaults& defaults) {
   rapidjson::Document doc;
-  if (auto violation = validate_json_text(json, "task_submission.schema.json", &doc)) {
+  if (auto violation = parse_json_text(json, doc))
     return *violation;
+  if (!defaults.user_id.empty() && doc.IsObject() && !doc.HasMember("user_id")) {
+    doc.AddMember("user_id",
+                  rapidjson::Value(defaults.user_id.data(),
+                                   static_cast<rapidjson::SizeType>(defaults.user_id.size()),
+                                   doc.GetAllocator()),
+                  doc.GetAllocator());
   }
+  if (auto violation = validate(doc, "task_submission.schema.json"))
+    return *violation;
   if (auto path = nul_path(doc, "")) {
     return SchemaViolation{*path, "must not contain NUL characters"};
   }

@@ -15,6 +15,9 @@
 namespace agentfleet::codec {
 
 struct SubmissionDefaults {
+  // The user of a submission that names none (a batch upload's lines, when the upload names
+  // its user); empty: user_id is required.
+  std::string user_id;
   std::string model;
   int timeout_s = 30;
   int schedule_timeout_s = 3600;

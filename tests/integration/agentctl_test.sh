@@ -307,7 +307,8 @@ ctl 5 batch submit "$tmp/batch.jsonl" --user "$ub" --batch-id "$batch" --no-foll
 has "$err" "409 batch_exists"
 has "$err" "agentctl batch status $batch"
 # Without --batch-id agentctl makes a UUID up and sends it.
-printf '{"user_id":"%s","text":"bench: steps=1 calls=1","idempotency_key":"own-id"}\n' "$ub" >"$tmp/own.jsonl"
+# (a line without its user_id is --user's)
+printf '{"text":"bench: steps=1 calls=1","idempotency_key":"own-id"}\n' >"$tmp/own.jsonl"
 ctl 0 batch submit "$tmp/own.jsonl" --user "$ub" --no-follow
 [[ "$out" =~ ^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$ ]] ||
   fail "the made-up batch id is '$out'"

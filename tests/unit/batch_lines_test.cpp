@@ -72,6 +72,25 @@ TEST(BatchLines, TheFirstLineNamesTheUserWhenTheQueryDoesNotAndMustBeOneTheCalle
   EXPECT_EQ(refused.errors()[0].path, "/line/1/user_id");
 }
 
+TEST(BatchLines, WhenTheUploadNamesItsUserALineWithoutOneIsThatUsers) {
+  const auto config = test_config();
+  BatchLines named(config, options("u1"), [](const std::string&) { return true; });
+  auto task = named.take(R"({"text":"完成报告提交"})");
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->spec.user_id, "u1");
+  // The same request as the line that names the user: the same idempotency comparisons.
+  EXPECT_EQ(task->canonical, named.take(line("u1"))->canonical);
+  EXPECT_FALSE(named.take(line("u2")).has_value()) << "a line naming another user is refused";
+  EXPECT_EQ(named.errors().at(0).path, "/line/3/user_id");
+
+  // Without a user in the query, every line must name one.
+  BatchLines unnamed(config, options(), [](const std::string&) { return true; });
+  EXPECT_FALSE(unnamed.take(R"({"text":"完成报告提交"})").has_value());
+  ASSERT_EQ(unnamed.errors().size(), 1u);
+  EXPECT_NE(unnamed.errors()[0].message.find("user_id"), std::string::npos)
+      << unnamed.errors()[0].message;
+}
+
 TEST(BatchLines, AfterAnErrorNothingIsHandedOutButTheFirstProblemsAreNamed) {
   const auto config = test_config();
   BatchLines lines(config, options("u1"), [](const std::string&) { return true; });
