@@ -30,6 +30,8 @@ struct PostgresConfig {
   int pool_size = 8;  // connections (and threads) per process
   int statement_timeout_ms = 5000;
   int connect_timeout_s = 5;
+
+  bool operator==(const PostgresConfig&) const = default;
 };
 
 struct KafkaTopics {
@@ -38,6 +40,8 @@ struct KafkaTopics {
   std::string results = "agent.tasks.results";
   std::string events = "agent.tasks.events";
   std::string dlq = "agent.tasks.dlq";
+
+  bool operator==(const KafkaTopics&) const = default;
 };
 
 struct KafkaConfig {
@@ -51,6 +55,8 @@ struct KafkaConfig {
   std::map<std::string, std::string> properties;
   // Consumers only, applied after `properties` (session.timeout.ms, ...).
   std::map<std::string, std::string> consumer_properties;
+
+  bool operator==(const KafkaConfig&) const = default;
 };
 
 struct HttpListen {
@@ -66,6 +72,8 @@ struct HttpListen {
   int idle_timeout_s = 60;
   int header_timeout_s = 10;
   int request_timeout_s = 30;
+
+  bool operator==(const HttpListen&) const = default;
 };
 
 struct DispatcherConfig {
@@ -118,6 +126,8 @@ struct DispatcherConfig {
   int batch_upload_timeout_s = 3600;
   int batch_upload_min_bytes_per_s = 8192;
   int batch_upload_rate_window_s = 30;
+
+  bool operator==(const DispatcherConfig&) const = default;
 };
 
 struct ApiKey {
@@ -125,6 +135,8 @@ struct ApiKey {
   std::string sha256;              // hex SHA-256 of the key; the key itself is never configured
   bool admin = false;              // admin keys act for every user and may change limits
   std::vector<std::string> users;  // the users a non-admin key may act for ("*": any)
+
+  bool operator==(const ApiKey&) const = default;
 };
 
 // Who may call the dispatcher's API. `api_keys`: `Authorization: Bearer <key>` (or
@@ -141,6 +153,8 @@ struct AuthConfig {
   // `gateway_key_header`; without it the identity headers are not believed.
   std::vector<ApiKey> gateway_keys;
   std::string gateway_key_header = "X-Gateway-Key";
+
+  bool operator==(const AuthConfig&) const = default;
 };
 
 struct WorkerConfig {
@@ -163,6 +177,8 @@ struct WorkerConfig {
   // Statement timeout of the lease keeper's own connection: a heartbeat slower than this
   // fails and is tried again at the next tick.
   int heartbeat_timeout_ms = 2000;
+
+  bool operator==(const WorkerConfig&) const = default;
 };
 
 struct TaskDefaults {
@@ -175,6 +191,8 @@ struct TaskDefaults {
   std::string time_zone = "Asia/Shanghai";
   std::string locale = "zh-CN";
   std::string strategy = "react";  // of tasks that name none and whose tier names none
+
+  bool operator==(const TaskDefaults&) const = default;
 };
 
 struct ModelEndpoint {
@@ -184,16 +202,22 @@ struct ModelEndpoint {
   // Limits of the provider account behind this endpoint; 0 = unlimited.
   std::int64_t requests_per_minute = 0;
   std::int64_t tokens_per_minute = 0;
+
+  bool operator==(const ModelEndpoint&) const = default;
 };
 
 struct ModelRetryConfig {
   int base_ms = 250;  // full-jitter backoff: uniform in [0, min(max_ms, base_ms * 2^retry)]
   int max_ms = 20000;
+
+  bool operator==(const ModelRetryConfig&) const = default;
 };
 
 struct CircuitBreakerConfig {
   int failure_threshold = 5;  // consecutive failures of an endpoint that open its breaker
   int open_s = 30;            // how long it stays open before one probe is let through
+
+  bool operator==(const CircuitBreakerConfig&) const = default;
 };
 
 struct ModelConfig {
@@ -218,6 +242,8 @@ struct ModelConfig {
   // Ask for answers as a stream (`"stream": true`): the task's event stream shows the text
   // as the model writes it; each attempt then has a connection of its own.
   bool stream = false;
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 enum class Permission { kRead, kWrite, kExecute, kAdmin };
@@ -236,6 +262,8 @@ struct ToolConfig {
   bool idempotent = false;
   Permission permission = Permission::kRead;
   std::string parameters_schema;  // JSON Schema of the arguments, serialized JSON text
+
+  bool operator==(const ToolConfig&) const = default;
 };
 
 struct PriceWindow {
@@ -244,6 +272,8 @@ struct PriceWindow {
   std::string multiplier = "1";  // decimal string, e.g. "0.5" for off-peak half price
   // The days it applies on ("mon" … "sun", "holiday"), by the day it begins; empty: every day.
   std::vector<std::string> days;
+
+  bool operator==(const PriceWindow&) const = default;
 };
 
 struct PriceConfig {
@@ -259,6 +289,8 @@ struct PriceConfig {
   std::vector<PriceWindow> windows;
   // The IANA zone of its dates, windows and holidays (the provider's); empty: billing's.
   std::string time_zone;
+
+  bool operator==(const PriceConfig&) const = default;
 };
 
 struct BillingConfig {
@@ -274,6 +306,8 @@ struct BillingConfig {
   // What one unit of another currency is worth in the budget currency, as a decimal string
   // (USD: "7.2"). Every price currency other than the budget currency has one.
   std::map<std::string, std::string> exchange_rates;
+
+  bool operator==(const BillingConfig&) const = default;
 };
 
 // The exchange of a loaded configuration (its rates are valid).
@@ -287,6 +321,8 @@ struct ResultMarkers {
   std::vector<std::string> need_clarification = {"⚠️"};
   std::vector<std::string> error = {"❌"};
   std::string fallback = "action_completed";  // result type when no marker matches
+
+  bool operator==(const ResultMarkers&) const = default;
 };
 
 struct ReactConfig {
@@ -298,6 +334,8 @@ struct ReactConfig {
   std::string system_prompt_file;
   int tool_result_context_chars = 4000;  // longer tool results are truncated in the context
   ResultMarkers markers;
+
+  bool operator==(const ReactConfig&) const = default;
 };
 
 struct UserTierLimits {
@@ -312,6 +350,8 @@ struct UserTierLimits {
   std::string strategy;  // "react" or "plan_execute" for tasks that name none; empty: default
   // The models the tier's users may run (names of models[]); empty: every model.
   std::vector<std::string> allowed_models;
+
+  bool operator==(const UserTierLimits&) const = default;
 };
 
 // The plan_execute strategy (core/react/plan_execute.hpp).
@@ -323,6 +363,8 @@ struct PlanExecuteConfig {
   double weight_completeness = 0.3;
   double weight_relevance = 0.2;
   double weight_logic = 0.1;
+
+  bool operator==(const PlanExecuteConfig&) const = default;
 };
 
 struct MetricsConfig {
@@ -331,6 +373,8 @@ struct MetricsConfig {
   // How often the slow gauges are refreshed: the dispatcher's task and outbox counts
   // (queries), the worker's consumer lag (a broker round trip).
   int refresh_interval_s = 15;
+
+  bool operator==(const MetricsConfig&) const = default;
 };
 
 struct Config {
@@ -366,6 +410,8 @@ struct Config {
   // The strategy of a task that names none: its user's tier's (as above), else
   // task_defaults.strategy.
   const std::string& strategy_for(const std::string& user_tier) const;
+
+  bool operator==(const Config&) const = default;
 };
 
 // Replaces `${VAR}` and `${VAR:-default}` in one string from `lookup` (the environment by
