@@ -344,7 +344,9 @@ bool Scheduler::pass() {
     // The backlog's counts stop at what this pass could admit: with the fleet full, a queue
     // of thousands costs a pass one row per user and priority, not the scheduler batch
     // each (measured at twice the peak: 4.6 ms a pass, 71 passes a second, a third of a CPU
-    // of Postgres). At least one, so that waiting work is seen and results wake the next pass.
+    // of Postgres). One more than that: a user whose count reaches it has work this pass
+    // leaves waiting (its waiting_reason, and results wake the next pass), even when the
+    // fleet has no room at all.
     const ports::FleetRoom room = store_.read_fleet_room();
     std::int64_t count_cap = spec.limit;
     if (room.capacity >= 0)
@@ -352,7 +354,7 @@ bool Scheduler::pass() {
     if (config_.dispatcher.max_active_tasks > 0)
       count_cap =
           std::min<std::int64_t>(count_cap, config_.dispatcher.max_active_tasks - room.active);
-    backlog = store_.read_backlog(static_cast<int>(std::max<std::int64_t>(count_cap, 1)));
+    backlog = store_.read_backlog(static_cast<int>(std::max<std::int64_t>(count_cap, 0) + 1));
 
     users.reserve(backlog.users.size());
     std::vector<std::string> with_budget, unseeded;
@@ -450,7 +452,13 @@ bool Scheduler::pass() {
       fair_->dispatched(grant, 0);
     throw;
   }
-  record_waiting(plan.waiting);
+  try {
+    record_waiting(plan.waiting);
+  } catch (const std::exception& e) {
+    // Only what the API shows: admission goes on, and the next write starts the table over.
+    log::warn("scheduler", std::string("could not record why tasks wait: ") + e.what());
+    waiting_replace_ = true;
+  }
   log_endings(recovery, expired, expired_deadline, swept, over_budget_users);
   for (int cause = 0; cause < limits::kThrottleCauses; ++cause)
     metrics_.throttled(throttle_reason(cause), plan.throttled[cause]);

@@ -62,7 +62,13 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
   ports::FleetRoom read_fleet_room() override { return room; }
   ports::Backlog read_backlog(int count_cap) override {
     count_caps.push_back(count_cap);
-    return backlog;
+    // As the store counts: each queue up to the cap.
+    ports::Backlog capped = backlog;
+    for (auto& u : capped.users) {
+      u.queued_interactive = std::min<std::int64_t>(u.queued_interactive, count_cap);
+      u.queued_batch = std::min<std::int64_t>(u.queued_batch, count_cap);
+    }
+    return capped;
   }
   std::map<std::string, ports::SpendByCurrency> month_spend_micros(
       const std::vector<std::string>& users, const std::string&) override {
@@ -100,7 +106,7 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
   }
 
   void record_waiting(const ports::WaitingChanges& changes) override {
-    if (fail_writes)
+    if (fail_writes || fail_waiting)
       throw std::runtime_error("postgres connection: connection reset");
     waiting_writes.push_back(changes);
     if (changes.replace)
@@ -122,6 +128,7 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
   bool lock_free = true;
   bool store_away = false;
   bool fail_writes = false;
+  bool fail_waiting = false;         // only the waiting reasons' write fails
   std::vector<bool> recover_lapsed;  // per housekeeping
   ports::FleetRoom room;
   ports::Backlog backlog;
@@ -188,7 +195,8 @@ TEST(SchedulerRounds, GrantsStayWithinEachUsersConcurrencyAndTheFleetsCapacity) 
   EXPECT_EQ(h.store.granted_to("a"), 1) << "3 at once, 2 already active";
   EXPECT_EQ(h.store.granted_to("a") + h.store.granted_to("b") + h.store.granted_to("c"), 3)
       << "the fleet has room for 5, 2 of them taken";
-  EXPECT_EQ(h.store.count_caps.back(), 3) << "the backlog is read up to the room left";
+  EXPECT_EQ(h.store.count_caps.back(), 4)
+      << "the backlog is read up to the room left, and one more to see who still waits";
 }
 
 TEST(SchedulerRounds, ASpentBudgetEndsTheUsersQueuedTasksInsteadOfRunningThem) {
@@ -373,6 +381,46 @@ TEST(SchedulerRounds, WhyTasksWaitIsWrittenWhenItChangesAndANewTermStartsItOver)
   ASSERT_EQ(h.store.waiting_writes.size(), 3u);
   EXPECT_TRUE(h.store.waiting_writes[2].replace);
   EXPECT_EQ(h.store.waiting_writes[2].set.size(), 1u);
+}
+
+TEST(SchedulerRounds, AUserWithMoreQueuedThanTheFleetHasRoomForIsSaidToWaitForIt) {
+  // Room for one: "a" gets it and the rest of its queue, which the pass counted only up to
+  // the room and one more, waits for the fleet's capacity; so does all of it once full.
+  Harness h;
+  h.queue({waiting("a", 50)}, /*capacity=*/1);
+  h.scheduler.round();
+  EXPECT_EQ(h.store.granted_to("a"), 1);
+  using Key = std::pair<std::string, Priority>;
+  EXPECT_EQ(h.store.waiting,
+            (std::map<Key, std::string>{{{"a", Priority::kInteractive}, "fleet_capacity"}}));
+  h.queue({waiting("a", 49, /*active=*/1)}, /*capacity=*/1);
+  h.clock.advance(std::chrono::seconds(1));
+  h.scheduler.round();
+  EXPECT_EQ(h.store.granted_to("a"), 1);
+  EXPECT_EQ(h.store.waiting,
+            (std::map<Key, std::string>{{{"a", Priority::kInteractive}, "fleet_capacity"}}));
+}
+
+TEST(SchedulerRounds, AFailedWriteOfWhyTasksWaitNeitherStopsAdmissionNorEndsTheTerm) {
+  Harness h;
+  h.queue({waiting("a", 5, /*active=*/3)});
+  h.scheduler.round();
+  ASSERT_EQ(h.store.waiting_writes.size(), 1u);
+  // "c" starts waiting too, and the write of that fails: the pass's admissions stand and
+  // the term goes on.
+  h.clock.advance(std::chrono::seconds(1));
+  h.queue({waiting("a", 5, /*active=*/3), waiting("c", 5, /*active=*/3)});
+  h.store.fail_waiting = true;
+  h.scheduler.round();
+  EXPECT_TRUE(h.scheduler.leader());
+  EXPECT_EQ(h.store.resets, 0);
+  h.store.fail_waiting = false;
+  h.queue({waiting("a", 5, /*active=*/3), waiting("c", 5, /*active=*/3), waiting("b", 2)});
+  h.scheduler.round();
+  EXPECT_EQ(h.store.granted_to("b"), 2) << "admission went on";
+  ASSERT_EQ(h.store.waiting_writes.size(), 2u);
+  EXPECT_TRUE(h.store.waiting_writes.back().replace) << "the next write starts the table over";
+  EXPECT_EQ(h.store.waiting.size(), 2u);
 }
 
 }  // namespace
