@@ -338,6 +338,13 @@ asio::awaitable<http::Response> Api::retry_task(http::Request& request, const Ca
             "unknown member '" + std::string(name) + "' (a retry takes only idempotency_key)",
             "/" + std::string(name));
       }
+      // Checked as a submission's key is: a key dropped would make a retry sent again a
+      // second task.
+      if (!member.value.IsString() || member.value.GetStringLength() == 0) {
+        co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                                   "idempotency_key must be a non-empty string",
+                                   "/idempotency_key");
+      }
     }
     key = string_member(doc, "idempotency_key");
   }
@@ -366,6 +373,9 @@ asio::awaitable<http::Response> Api::retry_task(http::Request& request, const Ca
         violation->path);
   }
   auto& submission = std::get<codec::Submission>(parsed);
+  // A retry of another task is another request: a key used for one retry (or for a
+  // submission) is a conflict when used to retry something else.
+  submission.canonical = codec::canonical_with_retry_of(submission.canonical, task_id);
   // It follows the task the first one followed; a first task of a session leaves the session
   // (as a follow-up of the session's latest task it would continue the conversation it
   // retries).

@@ -232,7 +232,7 @@ std::optional<std::string> submission_from_canonical(std::string_view canonical,
       if (member.value.IsString() && member.value.GetStringLength() > 0)
         metadata.AddMember(rapidjson::Value(member.name, alloc),
                            rapidjson::Value(member.value, alloc), alloc);
-    } else if (name != "batch_id" && !member.value.IsNull()) {
+    } else if (name != "batch_id" && name != "retry_of" && !member.value.IsNull()) {
       out.AddMember(rapidjson::Value(member.name, alloc), rapidjson::Value(member.value, alloc),
                     alloc);
     }
@@ -250,6 +250,22 @@ std::optional<std::string> submission_from_canonical(std::string_view canonical,
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   out.Accept(w);
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+std::string canonical_with_retry_of(std::string_view canonical, std::string_view retry_of) {
+  rapidjson::Document doc;
+  doc.Parse(canonical.data(), canonical.size());
+  if (doc.HasParseError() || !doc.IsObject())
+    return std::string(canonical);
+  doc.RemoveMember("retry_of");
+  doc.AddMember("retry_of",
+                rapidjson::Value(retry_of.data(), static_cast<rapidjson::SizeType>(retry_of.size()),
+                                 doc.GetAllocator()),
+                doc.GetAllocator());
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  doc.Accept(w);
   return std::string(buffer.GetString(), buffer.GetSize());
 }
 

@@ -44,6 +44,10 @@ std::variant<Submission, SchemaViolation> parse_submission(std::string_view json
 // set when not empty. nullopt when `canonical` is not such a form.
 std::optional<std::string> submission_from_canonical(std::string_view canonical,
                                                      std::string_view idempotency_key = {});
+// A retry's canonical form: the request's, naming the task it retries (so that one
+// idempotency key cannot name retries of two tasks). submission_from_canonical() leaves it
+// out again.
+std::string canonical_with_retry_of(std::string_view canonical, std::string_view retry_of);
 
 // Written by the scheduler in SQL (pg::dispatch_grants); read here by the worker.
 struct DispatchMessage {

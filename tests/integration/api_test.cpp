@@ -264,6 +264,16 @@ TEST(ApiTasks, ARetryAsksAgainWhatAnEndedTaskAskedAndNamesTheFirst) {
   expect_error(post("/v1/tasks/" + first + "/retry", "[1]"), 400, "/", "invalid_request");
   expect_error(post("/v1/tasks/" + first + "/retry", R"({"text":"x"})"), 400, "/text",
                "invalid_request");
+  expect_error(post("/v1/tasks/" + first + "/retry", R"({"idempotency_key":7})"), 400,
+               "/idempotency_key", "invalid_request");
+  expect_error(post("/v1/tasks/" + first + "/retry", R"({"idempotency_key":""})"), 400,
+               "/idempotency_key", "invalid_request");
+  // A key names one retry of one task: used again to retry another task, or with a plain
+  // submission, it is a conflict, not that retry.
+  expect_error(post("/v1/tasks/" + retry + "/retry", R"({"idempotency_key":"retry-1"})"), 409,
+               "/idempotency_key", "idempotency_conflict");
+  expect_error(post("/v1/tasks", submission(u, "bench: steps=1 calls=1", "retry-1")), 409,
+               "/idempotency_key", "idempotency_conflict");
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE retry_of = $1::uuid", first), 2)
       << "nothing stored by the refused ones";
 }

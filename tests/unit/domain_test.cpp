@@ -518,6 +518,12 @@ TEST(SubmissionTest, ARetrySubmitsAgainWhatTheStoredTaskAskedOutsideItsBatch) {
   // Without a batch, the same request: a retry of a retry asks the same.
   const Submission plain = submit_ok(R"({"user_id":"u","text":"t"})");
   EXPECT_EQ(submit_ok(*submission_from_canonical(plain.canonical)).canonical, plain.canonical);
+  // A retry's canonical form names what it retries; a retry of the retry asks the same again.
+  const std::string retry_form = codec::canonical_with_retry_of(plain.canonical, "t-1");
+  EXPECT_NE(retry_form, plain.canonical);
+  EXPECT_EQ(retry_form, codec::canonical_with_retry_of(retry_form, "t-1"));
+  EXPECT_NE(retry_form, codec::canonical_with_retry_of(plain.canonical, "t-2"));
+  EXPECT_EQ(submit_ok(*submission_from_canonical(retry_form)).canonical, plain.canonical);
   EXPECT_FALSE(submission_from_canonical("not json"));
   EXPECT_FALSE(submission_from_canonical(R"({"text":"t"})"));
 }
