@@ -1752,9 +1752,10 @@ TEST(ApiBatchLimits, AnUploadUnderWayHoldsNoTransactionAndItsTasksWaitUnseenUnti
             1000);
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status <> 'staged'", u), 0);
   // Held means open for longer than any short transaction of the fleet's own (a scheduler
-  // pass may be caught between two statements at any moment): an upload holding its
-  // transaction would have opened it with the request, over a second before its lines
-  // could be seen, and left it idle waiting for the client.
+  // pass may be caught between two statements at any moment). The client stays silent for
+  // a second and a half: a transaction left open for the next slice (or one opened with
+  // the request) would be idle in it by then.
+  std::this_thread::sleep_for(1500ms);  // the silence under test, not a wait for an event
   EXPECT_EQ(pg_count("SELECT count(*) FROM pg_stat_activity "
                      "WHERE state LIKE 'idle in transaction%' AND pid <> pg_backend_pid() "
                      "AND xact_start < clock_timestamp() - interval '1 second'"),
