@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -380,8 +382,15 @@ TEST(ApiContract, TheContractIsServedWithoutAKeyAndAnAnswerOutsideItIsCaught) {
                                answer.body),
             std::nullopt);
   // A task without its status, a status the route never answers, a route it does not have.
-  std::string broken = answer.body;
-  broken.replace(broken.find("\"status\""), 8, "\"statux\"");
+  // (The member removed from the parsed task: a task under way has "status" in its trace
+  // too, which jsonb writes before the task's own.)
+  rapidjson::Document without_status = parse(answer.body);
+  ASSERT_TRUE(without_status.IsObject() && without_status.HasMember("status")) << answer.body;
+  without_status.RemoveMember("status");
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+  without_status.Accept(writer);
+  const std::string broken(buffer.GetString(), buffer.GetSize());
   EXPECT_NE(
       contract.violation(bhttp::verb::get, "/v1/tasks/" + task, 200, "application/json", broken),
       std::nullopt);
