@@ -70,9 +70,16 @@ until naps=$(pgrep -P "$quickstart" -x sleep); do
 done
 [[ -n "$postgres" ]] || fail "no Postgres found"
 
+# Running, not a zombie waiting to be reaped (its parent, the quickstart, is gone).
+running() { [[ -r /proc/$1/stat ]] && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; }
 # A second SIGTERM while it stops must not cut the stop short (Postgres would be left).
 kill -TERM "$quickstart"
-sleep 0.5
+# The handler has run once the sleep it kills is gone; then the stop is under way.
+deadline=$(($(af_now_ms) + 10000))
+while running "$naps"; do
+  (($(af_now_ms) < deadline)) || fail "the sleep $naps still runs 10 s after SIGTERM"
+  sleep 0.1
+done
 kill -TERM "$quickstart" 2>/dev/null || true
 # The fleet's own stop allows a worker's drain 35 s, then the rest.
 deadline=$(($(af_now_ms) + 120000))
@@ -80,8 +87,6 @@ while kill -0 "$quickstart" 2>/dev/null; do
   (($(af_now_ms) < deadline)) || fail "the quickstart did not stop within 120 s of SIGTERM"
   sleep 0.2
 done
-# Running, not a zombie waiting to be reaped (its parent, the quickstart, is gone).
-running() { [[ -r /proc/$1/stat ]] && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; }
 for pid in $pids $postgres $naps; do
   if running "$pid"; then
     fail "process $pid ($(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)) outlived the quickstart"
