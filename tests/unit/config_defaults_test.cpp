@@ -10,23 +10,17 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/config/config.hpp"
+#include "tests/unit/source_file.hpp"
 
 namespace agentfleet::config {
 namespace {
 
-std::string read_source(const std::string& relative) {
-  std::ifstream in(std::string(AGENTFLEET_SOURCE_DIR) + "/" + relative, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
+using test::read_source;
 
 // The least a configuration needs, as JSON (which YAML reads as it is), with one model, one
 // price window, one tier and one API key so that their items' defaults are checked too (an

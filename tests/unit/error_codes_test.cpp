@@ -2,7 +2,6 @@
 // docs/errors.md and the result event schema's enum name the same codes.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -11,16 +10,12 @@
 
 #include "core/domain/error.hpp"
 #include "core/react/react_loop.hpp"
+#include "tests/unit/source_file.hpp"
 
 namespace agentfleet {
 namespace {
 
-std::string read_source(const std::string& relative) {
-  std::ifstream in(std::string(AGENTFLEET_SOURCE_DIR) + "/" + relative, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
+using test::read_source;
 
 std::set<std::string> enum_codes() {
   std::set<std::string> codes;
