@@ -1,0 +1,590 @@
+/** The agentfleet HTTP API over fetch (Node 18+ and browsers). */
+
+import { TransportError, WaitTimeout, errorFor } from "./errors.js";
+import { EventParser, type StreamEvent } from "./sse.js";
+
+/** A task in one of these has ended and never changes again. */
+export const TERMINAL_STATUSES: ReadonlySet<string> = new Set([
+  "succeeded",
+  "failed",
+  "timed_out",
+  "cancelled",
+]);
+
+export type TaskStatus =
+  | "queued"
+  | "dispatched"
+  | "running"
+  | "succeeded"
+  | "failed"
+  | "timed_out"
+  | "cancelled";
+
+export type WaitingReason =
+  | "concurrency"
+  | "requests_per_minute"
+  | "tokens_per_minute"
+  | "budget"
+  | "fleet_capacity"
+  | "batch_share"
+  | "pass_limit"
+  | "parent"
+  | "scheduling";
+
+export interface TokenUsage {
+  input_tokens: number;
+  output_tokens: number;
+  cached_input_tokens: number;
+  reasoning_tokens?: number;
+}
+
+export interface TaskResult {
+  type: "action_completed" | "need_clarification" | "error";
+  message: string;
+  options: string[];
+}
+
+/** A task as the API answers it (GET /v1/tasks/{id}; a list gives summaries without the
+ * trace). Members this version does not name are kept as they came. */
+export interface Task {
+  task_id: string;
+  user_id: string;
+  text: string;
+  status: TaskStatus;
+  result: TaskResult | null;
+  error: string | null;
+  error_code: string | null;
+  waiting_reason: WaitingReason | null;
+  usage: TokenUsage;
+  cost: string;
+  currency: string | null;
+  batch_id: string | null;
+  retry_of?: string | null;
+  created_at: string;
+  finished_at: string | null;
+  trace?: unknown[];
+  [member: string]: unknown;
+}
+
+/** The optional members of a submission (schemas/task_submission.schema.json). */
+export interface SubmitOptions {
+  model?: string;
+  tools?: string[];
+  timeout_s?: number;
+  schedule_timeout_s?: number;
+  max_steps?: number;
+  max_tokens?: number;
+  max_cost?: string;
+  strategy?: "react" | "plan_execute";
+  parent_task_id?: string;
+  session_id?: string;
+  priority?: "interactive" | "batch";
+  idempotency_key?: string;
+  batch_id?: string;
+  metadata?: { device_id?: string; time_zone?: string; locale?: string };
+}
+
+/** A line of a batch: a submission, whose user may be left out when the batch names it. */
+export type BatchLine = SubmitOptions & { text: string; user_id?: string };
+
+export interface BatchAccepted {
+  batch_id: string;
+  user_id: string;
+  priority: string;
+  lines: number;
+  accepted: number;
+  duplicates: number;
+}
+
+export interface Batch {
+  batch_id: string;
+  user_id: string;
+  priority: string;
+  total: number;
+  ended: number;
+  counts: Record<TaskStatus, number>;
+  result_types: Record<TaskResult["type"], number>;
+  cancelled: boolean;
+  waiting_reason: WaitingReason | null;
+  usage: Array<Record<string, unknown>>;
+  [member: string]: unknown;
+}
+
+/** How much of a batch upload has been sent; `totalLines` when the lines were an array. */
+export interface BatchProgress {
+  lines: number;
+  bytes: number;
+  totalLines?: number;
+}
+
+export interface ClientOptions {
+  /** The dispatcher's address, such as `http://127.0.0.1:8080`. */
+  url: string;
+  /** Sent as `Authorization: Bearer`. */
+  apiKey: string;
+  /** Bounds every call that is not a wait or a stream, in seconds (30). */
+  timeoutS?: number;
+  /** How many times a call safe to repeat is sent again (3). */
+  maxRetries?: number;
+  /** The first pause before sending again, in seconds, doubling (0.2), at most maxBackoffS (5). */
+  backoffS?: number;
+  maxBackoffS?: number;
+  /** The fetch to use (the global one by default). */
+  fetch?: typeof fetch;
+}
+
+type Query = Record<string, string | number | boolean | undefined | null>;
+
+interface CallOptions {
+  query?: Query;
+  body?: unknown;
+  /** A JSON Lines body sent as it is read, or whole (never sent again). */
+  stream?: ReadableStream<Uint8Array>;
+  raw?: Blob;
+  timeoutS?: number;
+  retries?: number;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+function retryAfterOf(response: Response): number | undefined {
+  const value = response.headers.get("Retry-After");
+  if (value === null) return undefined;
+  const seconds = Number(value);
+  return Number.isFinite(seconds) && seconds >= 0 ? seconds : undefined;
+}
+
+// Web Crypto: global in browsers and Node 19+; Node 18 has it as node:crypto's webcrypto.
+const webCrypto: { randomUUID(): string } =
+  (globalThis as { crypto?: { randomUUID(): string } }).crypto ??
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  ((await import("node:crypto" as string)) as any).webcrypto;
+
+function newKey(): string {
+  return webCrypto.randomUUID();
+}
+
+/**
+ * A client of one fleet. A call safe to send again (every call but a batch upload) is sent
+ * again after a failed connection, a 503, or a 429 with `Retry-After`, at most `maxRetries`
+ * times, backing off (doubling, with jitter, honouring `Retry-After` up to `maxBackoffS`),
+ * never past the call's deadline. Submissions and retries carry an idempotency key (made up
+ * when none is given), so sending one again never makes a second task.
+ */
+export class Client {
+  private readonly base: string;
+  private readonly apiKey: string;
+  private readonly timeoutS: number;
+  private readonly maxRetries: number;
+  private readonly backoffS: number;
+  private readonly maxBackoffS: number;
+  private readonly fetchImpl: typeof fetch;
+
+  constructor(options: ClientOptions) {
+    const url = new URL(options.url);
+    if (url.protocol !== "http:" && url.protocol !== "https:") {
+      throw new TypeError(`url must be http(s)://host[:port], not ${options.url}`);
+    }
+    this.base = options.url.replace(/\/+$/, "");
+    this.apiKey = options.apiKey;
+    this.timeoutS = options.timeoutS ?? 30;
+    this.maxRetries = options.maxRetries ?? 3;
+    this.backoffS = options.backoffS ?? 0.2;
+    this.maxBackoffS = options.maxBackoffS ?? 5;
+    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  // ---- tasks ----------------------------------------------------------------------------
+
+  /** POST /v1/tasks: the task as stored (`queued` when new; the first one for a key sent
+   * again with the same body). */
+  submit(userId: string, text: string, options: SubmitOptions = {}): Promise<Task> {
+    const body = { ...options, user_id: userId, text };
+    body.idempotency_key ??= newKey();
+    return this.call("POST", "/v1/tasks", { body });
+  }
+
+  /** GET /v1/tasks/{id}: the task with its trace; with `waitS` (0-30) the answer comes the
+   * moment it ends, or after `waitS` seconds with the task as it is. */
+  task(taskId: string, waitS?: number): Promise<Task> {
+    const query = waitS === undefined ? undefined : { wait: Math.max(0, Math.min(30, Math.floor(waitS))) };
+    return this.call("GET", `/v1/tasks/${encodeURIComponent(taskId)}`, {
+      query,
+      timeoutS: this.timeoutS + (waitS ?? 0),
+    });
+  }
+
+  /** The task once ended (the API's long wait, repeated); WaitTimeout past `timeoutS`. */
+  async wait(taskId: string, timeoutS = 300): Promise<Task> {
+    const deadline = Date.now() + timeoutS * 1000;
+    for (;;) {
+      const left = (deadline - Date.now()) / 1000;
+      const task = await this.task(taskId, Math.max(0, Math.min(30, left)));
+      if (TERMINAL_STATUSES.has(task.status)) return task;
+      if (Date.now() >= deadline) {
+        throw new WaitTimeout(`task ${taskId} is still ${task.status} after ${timeoutS} s`, task);
+      }
+    }
+  }
+
+  /** GET /v1/tasks: one page of the user's tasks, newest first (summaries). */
+  async listTasks(
+    userId: string,
+    options: { status?: TaskStatus; limit?: number; before?: string } = {},
+  ): Promise<Task[]> {
+    const answer = await this.call<{ tasks: Task[] }>("GET", "/v1/tasks", {
+      query: { user_id: userId, ...options },
+    });
+    return answer.tasks;
+  }
+
+  /** Every task of the user, newest first, a page at a time. */
+  async *iterTasks(
+    userId: string,
+    options: { status?: TaskStatus; pageSize?: number } = {},
+  ): AsyncGenerator<Task> {
+    const limit = options.pageSize ?? 100;
+    let before: string | undefined;
+    for (;;) {
+      const page = await this.listTasks(userId, { status: options.status, limit, before });
+      yield* page;
+      if (page.length < limit) return;
+      before = page[page.length - 1]!.task_id;
+    }
+  }
+
+  /** POST /v1/tasks/{id}/cancel: `cancelled` when it had not started; a running task is
+   * being stopped (wait for it). Conflict `already_ended` when it ended otherwise. */
+  cancel(taskId: string): Promise<Task> {
+    return this.call("POST", `/v1/tasks/${encodeURIComponent(taskId)}/cancel`);
+  }
+
+  /** POST /v1/tasks/{id}/retry: a new task asking what the ended one asked, `retry_of`
+   * naming it. Conflict `task_not_ended` while it is queued or running. */
+  retry(taskId: string, idempotencyKey: string = newKey()): Promise<Task> {
+    return this.call("POST", `/v1/tasks/${encodeURIComponent(taskId)}/retry`, {
+      body: { idempotency_key: idempotencyKey },
+    });
+  }
+
+  /** GET /v1/tasks/{id}/events: the task's events (those so far first, rebuilt from its
+   * trace), ending after `done`. `idleTimeoutS` bounds the silence between two reads. */
+  events(taskId: string, idleTimeoutS = 60): AsyncGenerator<StreamEvent> {
+    return this.stream(`/v1/tasks/${encodeURIComponent(taskId)}/events`, {}, idleTimeoutS);
+  }
+
+  /** GET /v1/results: a `result` event for each of the user's tasks as it ends, from the
+   * moment the stream is open (`gap` when some may have been missed). Resolves once it is
+   * open, so a task submitted afterwards is not missed. */
+  async results(userId: string, idleTimeoutS = 60): Promise<AsyncGenerator<StreamEvent>> {
+    const opened = await this.open("/v1/results", { user_id: userId }, idleTimeoutS);
+    return this.readEvents(opened);
+  }
+
+  // ---- batches --------------------------------------------------------------------------
+
+  /** POST /v1/batches: the lines streamed as JSON Lines (with `userId`, a line may leave
+   * its user out), `onProgress` called after each piece. A bad line is BadRequest naming
+   * `/line/N/...` and nothing is stored. Never sent again by the client: lines with their
+   * own `idempotency_key` may be sent again safely (those stored count as `duplicates`). */
+  async submitBatch(
+    lines: Iterable<BatchLine | string> | AsyncIterable<BatchLine | string>,
+    options: {
+      userId?: string;
+      batchId?: string;
+      priority?: "interactive" | "batch";
+      onProgress?: (progress: BatchProgress) => void;
+      chunkBytes?: number;
+      timeoutS?: number;
+      /** Read every line into one body before sending (browsers over HTTP/1.1). */
+      buffer?: boolean;
+    } = {},
+  ): Promise<BatchAccepted> {
+    const chunkBytes = options.chunkBytes ?? 256 << 10;
+    const totalLines = Array.isArray(lines) ? lines.length : undefined;
+    const encoder = new TextEncoder();
+    const source = (async function* () {
+      yield* lines as AsyncIterable<BatchLine | string>;
+    })();
+    let sentLines = 0;
+    let sentBytes = 0;
+    let number = 0;
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        const pieces: Uint8Array[] = [];
+        let size = 0;
+        let count = 0;
+        while (size < chunkBytes) {
+          const next = await source.next();
+          if (next.done) break;
+          number += 1;
+          const text = typeof next.value === "string" ? next.value : JSON.stringify(next.value);
+          if (/[\r\n]/.test(text)) throw new TypeError(`line ${number} holds a line break`);
+          const bytes = encoder.encode(text + "\n");
+          pieces.push(bytes);
+          size += bytes.length;
+          count += 1;
+        }
+        if (count > 0) {
+          const piece = new Uint8Array(size);
+          let at = 0;
+          for (const p of pieces) {
+            piece.set(p, at);
+            at += p.length;
+          }
+          controller.enqueue(piece);
+          sentLines += count;
+          sentBytes += size;
+          options.onProgress?.({ lines: sentLines, bytes: sentBytes, totalLines });
+        }
+        if (size < chunkBytes) controller.close();
+      },
+    });
+    const query = { user_id: options.userId, batch_id: options.batchId, priority: options.priority };
+    if (options.buffer) {
+      const whole = await new Response(body).blob();
+      return this.call("POST", "/v1/batches", {
+        query,
+        raw: whole,
+        timeoutS: options.timeoutS ?? 3600,
+        retries: 0,
+      });
+    }
+    return this.call("POST", "/v1/batches", {
+      query,
+      stream: body,
+      timeoutS: options.timeoutS ?? 3600,
+      retries: 0,
+    });
+  }
+
+  /** GET /v1/batches/{id}: counts per status and result type, `ended` of `total`. */
+  batch(batchId: string): Promise<Batch> {
+    return this.call("GET", `/v1/batches/${encodeURIComponent(batchId)}`);
+  }
+
+  /** The batch once all its tasks ended (polled every `intervalS`); WaitTimeout past
+   * `timeoutS`. */
+  async waitBatch(
+    batchId: string,
+    options: { timeoutS?: number; intervalS?: number; onProgress?: (batch: Batch) => void } = {},
+  ): Promise<Batch> {
+    const timeoutS = options.timeoutS ?? 3600;
+    const deadline = Date.now() + timeoutS * 1000;
+    for (;;) {
+      const batch = await this.batch(batchId);
+      options.onProgress?.(batch);
+      if (batch.ended >= batch.total) return batch;
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        throw new WaitTimeout(
+          `batch ${batchId}: ${batch.ended} of ${batch.total} ended after ${timeoutS} s`,
+          batch,
+        );
+      }
+      await sleep(Math.min((options.intervalS ?? 1) * 1000, left));
+    }
+  }
+
+  /** GET /v1/batches/{id}/results: one object per task, as they stream in. */
+  async *batchResults(batchId: string, idleTimeoutS = 60): AsyncGenerator<Record<string, unknown>> {
+    const opened = await this.open(`/v1/batches/${encodeURIComponent(batchId)}/results`, {}, idleTimeoutS);
+    let rest = "";
+    for await (const text of this.texts(opened)) {
+      rest += text;
+      let end: number;
+      while ((end = rest.indexOf("\n")) >= 0) {
+        const line = rest.slice(0, end);
+        rest = rest.slice(end + 1);
+        if (line.trim() !== "") yield JSON.parse(line) as Record<string, unknown>;
+      }
+    }
+    if (rest.trim() !== "") yield JSON.parse(rest) as Record<string, unknown>;
+  }
+
+  /** POST /v1/batches/{id}/cancel: tasks not yet running end cancelled, none starts after. */
+  cancelBatch(batchId: string): Promise<Record<string, unknown>> {
+    return this.call("POST", `/v1/batches/${encodeURIComponent(batchId)}/cancel`);
+  }
+
+  // ---- usage, limits, tools, stats, plans -------------------------------------------------
+
+  /** The bill from the ledger: a user's (GET /v1/users/{id}/usage), or every user's
+   * together without `userId` (GET /v1/usage, an admin key). */
+  usage(userId?: string, window: { from?: string; to?: string } = {}): Promise<Record<string, unknown>> {
+    const path = userId === undefined ? "/v1/usage" : `/v1/users/${encodeURIComponent(userId)}/usage`;
+    return this.call("GET", path, { query: window });
+  }
+
+  /** GET /v1/users/{id}/limits: the effective limits and the overrides. */
+  limits(userId: string): Promise<Record<string, unknown>> {
+    return this.call("GET", `/v1/users/${encodeURIComponent(userId)}/limits`);
+  }
+
+  /** PUT /v1/users/{id}/limits (admin): replaces the overrides; `{}` clears them. */
+  setLimits(userId: string, overrides: Record<string, unknown>): Promise<Record<string, unknown>> {
+    return this.call("PUT", `/v1/users/${encodeURIComponent(userId)}/limits`, { body: overrides });
+  }
+
+  /** GET /v1/tools: the tool registry (with `permitted` for `userId`). */
+  async tools(userId?: string): Promise<Array<Record<string, unknown>>> {
+    const answer = await this.call<{ tools: Array<Record<string, unknown>> }>("GET", "/v1/tools", {
+      query: { user_id: userId },
+    });
+    return answer.tools;
+  }
+
+  /** GET /v1/stats: success statistics of the tasks created in the window. */
+  stats(userId?: string, window: { from?: string; to?: string } = {}): Promise<Record<string, unknown>> {
+    return this.call("GET", "/v1/stats", { query: { user_id: userId, ...window } });
+  }
+
+  /** POST /v1/plan: the planner alone; the plan once made, or the task id to poll when it
+   * took longer than `wait_s`. */
+  plan(
+    userId: string,
+    text: string,
+    options: { model?: string; tools?: string[]; timeout_s?: number; wait_s?: number; idempotency_key?: string } = {},
+  ): Promise<Record<string, unknown>> {
+    const body = { ...options, user_id: userId, text };
+    body.idempotency_key ??= newKey();
+    return this.call("POST", "/v1/plan", { body, timeoutS: this.timeoutS + (options.wait_s ?? 30) });
+  }
+
+  // ---- the wire ---------------------------------------------------------------------------
+
+  private target(path: string, query?: Query): string {
+    const params = new URLSearchParams();
+    for (const [k, v] of Object.entries(query ?? {})) {
+      if (v !== undefined && v !== null) params.append(k, String(v));
+    }
+    const text = params.toString();
+    return this.base + path + (text ? `?${text}` : "");
+  }
+
+  private headers(json: boolean): Record<string, string> {
+    const headers: Record<string, string> = { Authorization: `Bearer ${this.apiKey}` };
+    if (json) headers["Content-Type"] = "application/json";
+    return headers;
+  }
+
+  private async call<T>(method: string, path: string, options: CallOptions = {}): Promise<T> {
+    const timeoutS = options.timeoutS ?? this.timeoutS;
+    const retries = options.retries ?? this.maxRetries;
+    const deadline = Date.now() + timeoutS * 1000;
+    const url = this.target(path, options.query);
+    for (let attempt = 0; ; attempt++) {
+      const left = deadline - Date.now();
+      if (left <= 0) throw new TransportError(`${method} ${path}: no answer within ${timeoutS} s`);
+      let response: Response;
+      let text: string;
+      try {
+        const init: RequestInit & { duplex?: "half" } = {
+          method,
+          headers: this.headers(options.body !== undefined),
+          signal: AbortSignal.timeout(left),
+        };
+        if (options.stream || options.raw) {
+          init.body = options.stream ?? options.raw!;
+          if (options.stream) init.duplex = "half";
+          (init.headers as Record<string, string>)["Content-Type"] = "application/x-ndjson";
+        } else if (options.body !== undefined) {
+          init.body = JSON.stringify(options.body);
+        }
+        response = await this.fetchImpl(url, init);
+        text = await response.text();
+      } catch (e) {
+        if (e instanceof TypeError && /line break/.test(e.message)) throw e;
+        const cause = (e as { cause?: unknown }).cause;
+        if (cause instanceof TypeError && /line break/.test(cause.message)) throw cause;
+        if (attempt >= retries) {
+          throw new TransportError(`${method} ${path}: ${(e as Error).message}`, { cause: e });
+        }
+        await this.pause(attempt, undefined, deadline);
+        continue;
+      }
+      if (response.status < 400) return (text ? JSON.parse(text) : undefined) as T;
+      const retryAfter = retryAfterOf(response);
+      const error = errorFor(response.status, text, retryAfter);
+      const again = response.status === 503 || (response.status === 429 && retryAfter !== undefined);
+      if (!again || attempt >= retries) throw error;
+      await this.pause(attempt, retryAfter, deadline);
+    }
+  }
+
+  private async pause(attempt: number, retryAfterS: number | undefined, deadline: number): Promise<void> {
+    let wait = Math.min(this.maxBackoffS, this.backoffS * 2 ** attempt) * (0.5 + Math.random() / 2);
+    if (retryAfterS !== undefined) wait = Math.min(this.maxBackoffS, Math.max(wait, retryAfterS));
+    if (Date.now() + wait * 1000 >= deadline) {
+      throw new TransportError("no time left before the call's deadline to try again");
+    }
+    await sleep(wait * 1000);
+  }
+
+  /** Opens a streamed answer; its reader is cut when nothing came for `idleTimeoutS`. */
+  private async open(path: string, query: Query, idleTimeoutS: number): Promise<Opened> {
+    const abort = new AbortController();
+    let timer = setTimeout(() => abort.abort(), idleTimeoutS * 1000);
+    let response: Response;
+    try {
+      response = await this.fetchImpl(this.target(path, query), {
+        headers: this.headers(false),
+        signal: abort.signal,
+      });
+    } catch (e) {
+      clearTimeout(timer);
+      throw new TransportError(`GET ${path}: ${(e as Error).message}`, { cause: e });
+    }
+    if (response.status >= 400) {
+      clearTimeout(timer);
+      throw errorFor(response.status, await response.text(), retryAfterOf(response));
+    }
+    const rearm = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => abort.abort(), idleTimeoutS * 1000);
+    };
+    return { response, abort, rearm, stop: () => clearTimeout(timer) };
+  }
+
+  private async *texts(opened: Opened): AsyncGenerator<string> {
+    const reader = opened.response.body!.getReader();
+    const decoder = new TextDecoder();
+    try {
+      for (;;) {
+        let chunk: ReadableStreamReadResult<Uint8Array>;
+        try {
+          chunk = await reader.read();
+        } catch (e) {
+          throw new TransportError(
+            opened.abort.signal.aborted ? "the stream was silent past its idle timeout" : `the stream was cut: ${(e as Error).message}`,
+            { cause: e },
+          );
+        }
+        if (chunk.done) break;
+        opened.rearm();
+        yield decoder.decode(chunk.value, { stream: true });
+      }
+      const tail = decoder.decode();
+      if (tail) yield tail;
+    } finally {
+      opened.stop();
+      opened.abort.abort();
+    }
+  }
+
+  private async *readEvents(opened: Opened): AsyncGenerator<StreamEvent> {
+    const parser = new EventParser();
+    for await (const text of this.texts(opened)) yield* parser.feed(text);
+  }
+
+  private async *stream(path: string, query: Query, idleTimeoutS: number): AsyncGenerator<StreamEvent> {
+    yield* this.readEvents(await this.open(path, query, idleTimeoutS));
+  }
+}
+
+interface Opened {
+  response: Response;
+  abort: AbortController;
+  rearm: () => void;
+  stop: () => void;
+}
