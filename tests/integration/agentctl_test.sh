@@ -205,6 +205,49 @@ has "$err" "409 task_not_ended"
 ctl 0 cancel "$running"
 ctl 3 retry "$missing"
 
+echo "== stats, tools, plan"
+# $u1's tasks so far: succeeded, failed, timed out, cancelled; counted from the API.
+ctl 0 --json stats --user "$u1"
+tasks=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tasks"])' "$out")
+ctl 0 stats --user "$u1"
+has "$out" "user       $u1"
+has "$out" "tasks      $tasks ("
+has "$out" "of those ended"
+ctl 2 stats --from yesterday
+has "$err" "--from needs a date"
+ctl 0 tools --user "$u1"
+has "$out" "PERMITTED"
+[[ "$out" =~ create_item\ +calendar\ +write\ +no\  ]] || fail "tools: $out"
+ctl 0 tools --describe
+has "$out" "DESCRIPTION"
+lacks "$out" "PERMITTED"
+ctl 0 plan --user "$u1" "计划：创建待办「整理周报」"
+has "$out" "status     succeeded"
+has "$out" "search_items"
+[[ "$out" =~ estimate\ +[0-9.]+\ s\ for\ [0-9]+\ step ]] || fail "plan: $out"
+ctl 2 plan --user "$u1"
+has "$err" "the text is required"
+
+echo "== completion"
+ctl 0 completion bash
+completes() {  # completes EXPECTED WORD...: what bash completes the last word to
+  local want=$1
+  shift
+  got=$(bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+                 _agentctl; echo "${COMPREPLY[*]}"' _ <(echo "$out") agentctl "$@")
+  [[ "$got" == "$want" ]] || fail "completion of '$*': '$got', expected '$want'"
+}
+completes "batch" ba
+completes "submit status" batch s
+completes "--priority" batch submit --pr
+completes "failed" list --user u --status f
+completes "limits" --url http://x lim
+completes "--wait --wait-timeout-s" submit --user u1 --w
+ctl 0 completion zsh
+has "$out" "bashcompinit"
+ctl 2 completion fish
+has "$err" "bash or zsh"
+
 echo "== exit codes: not found (3), refused (4), rejected (5), throttled (6), unreachable (7)"
 ctl 3 status "$missing"
 one_error_line

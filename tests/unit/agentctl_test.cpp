@@ -655,6 +655,93 @@ TEST(AgentctlViews, AQueuedTaskSaysWhyItWaitsInItsViewTheListAndItsBatch) {
   EXPECT_EQ(format_task(task, false).find("waiting"), std::string::npos);
 }
 
+TEST(AgentctlViews, StatisticsShowRatesDurationsAndCostsAndTheWindow) {
+  rapidjson::Document stats;
+  stats.Parse(
+      R"({"user_id":"u1","from":"2026-11-01","to":null,"tasks":10,"ended":9,)"
+      R"("by_status":{"succeeded":6,"failed":3},"success_rate":0.6667,)"
+      R"("by_result_type":{"action_completed":5,"error":1},"by_strategy":{"default":9},)"
+      R"("duration_s":{"avg":1.5,"p95":4.25},"avg_steps":2,"avg_tool_calls":1.25,)"
+      R"("tokens":{"input":100,"output":20,"cached_input":40},)"
+      R"("cost":[{"cost":"0.100000","currency":"CNY"},{"cost":"0.010000","currency":"USD"}]})");
+  const std::string text = format_stats(stats);
+  for (const char* line :
+       {"user       u1\n", "window     2026-11-01\n", "tasks      10 (9 ended)\n",
+        "succeeded  0.6667 of those ended\n", "status     succeeded 6, failed 3\n",
+        "results    action_completed 5, error 1\n", "duration   avg 1.500 s, p95 4.250 s\n",
+        "steps      avg 2.00, tool calls avg 1.25\n", "tokens     100 in (40 cached), 20 out\n",
+        "cost       0.100000 CNY, 0.010000 USD\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+  // No task ended: no rate; every user's when the answer names none.
+  stats.Parse(R"({"user_id":null,"tasks":0,"ended":0,"success_rate":null,"cost":[]})");
+  const std::string empty = format_stats(stats);
+  EXPECT_NE(empty.find("user       every user\n"), std::string::npos) << empty;
+  EXPECT_NE(empty.find("succeeded  -\n"), std::string::npos) << empty;
+  EXPECT_NE(empty.find("cost       -\n"), std::string::npos) << empty;
+}
+
+TEST(AgentctlViews, ToolsSayWhetherTheUserMayCallThemOnlyWhenTheAnswerSays) {
+  rapidjson::Document tools;
+  tools.Parse(R"([{"name":"search_items","category":"calendar","permission":"read",)"
+              R"("idempotent":true,"timeout_s":60,"permitted":true,"description":"Search."},)"
+              R"({"name":"wipe","category":"admin","permission":"admin","idempotent":false,)"
+              R"("timeout_s":5,"permitted":false,"description":"Wipe."}])");
+  EXPECT_EQ(format_tools(tools, false),
+            "NAME          CATEGORY  PERMISSION  IDEMPOTENT  TIMEOUT  PERMITTED\n"
+            "search_items  calendar  read        yes            60 s  yes\n"
+            "wipe          admin     admin       no              5 s  no\n");
+  tools.Parse(R"([{"name":"wipe","category":"admin","permission":"admin","idempotent":false,)"
+              R"("timeout_s":5,"description":"Wipe."}])");
+  EXPECT_EQ(format_tools(tools, true),
+            "NAME  CATEGORY  PERMISSION  IDEMPOTENT  TIMEOUT  DESCRIPTION\n"
+            "wipe  admin     admin       no              5 s  Wipe.\n");
+}
+
+TEST(AgentctlViews, APlanListsItsStepsAndAPlanNotMadeYetNamesTheTaskToWaitFor) {
+  rapidjson::Document plan;
+  plan.Parse(R"({"task_id":"t1","status":"succeeded","plan":{"steps":[)"
+             R"({"step_number":1,"description":"find it","tool":"search_items","input":{},)"
+             R"("expected_output":"a list","estimated_time_s":1.5,"dependencies":[]},)"
+             R"({"step_number":2,"description":"change it","tool":"update_item","input":{},)"
+             R"("expected_output":"the item","estimated_time_s":2,"dependencies":[1]}],)"
+             R"("total_steps":2,"estimated_total_time_s":3.5},)"
+             R"("usage":{"input_tokens":10,"output_tokens":5,"cached_input_tokens":0},)"
+             R"("cost":"0.001000","currency":"CNY"})");
+  const std::string text = format_plan(plan);
+  EXPECT_NE(text.find("STEP  TOOL          DESCRIPTION  NEEDS    EST\n"
+                      "   1  search_items  find it      -      1.5 s\n"
+                      "   2  update_item   change it    1      2.0 s\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("estimate   3.5 s for 2 steps\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("cost       0.001000 CNY\n"), std::string::npos) << text;
+  plan.Parse(R"({"task_id":"t2","status":"queued"})");
+  EXPECT_NE(format_plan(plan).find("agentctl wait t2"), std::string::npos) << format_plan(plan);
+}
+
+TEST(AgentctlOptions, TheCompletionScriptNamesEveryCommandAndOptionForBashAndZsh) {
+  const std::string bash = completion_script("bash");
+  for (const auto& command : command_specs()) {
+    EXPECT_NE(bash.find("'" + command.name + "')"), std::string::npos) << command.name;
+    for (const auto& option : command.options)
+      EXPECT_NE(bash.find(option.name), std::string::npos) << command.name << " " << option.name;
+  }
+  EXPECT_NE(bash.find("complete -F _agentctl agentctl\n"), std::string::npos);
+  EXPECT_EQ(bash.find("bashcompinit"), std::string::npos);
+  EXPECT_NE(completion_script("zsh").find("autoload -U +X bashcompinit && bashcompinit\n"),
+            std::string::npos);
+  EXPECT_THROW(completion_script("fish"), UsageError);
+  // The new commands parse as any other.
+  const Invocation stats = parse_command_line({"stats", "--user", "u1", "--from", "2026-11-01"});
+  ASSERT_NE(stats.command, nullptr);
+  EXPECT_EQ(stats.command->name, "stats");
+  const Invocation plan = parse_command_line(
+      {"plan", "--user", "u1", "text", "--tool", "a", "--tool", "b", "--wait-s", "5"});
+  EXPECT_EQ(plan.values("--tool"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_THROW(parse_command_line({"tools", "extra"}), UsageError);
+}
+
 // ---- dead letters
 // -------------------------------------------------------------------------------
 

@@ -53,9 +53,10 @@ http::ClientResponse ApiClient::get(const std::string& target, std::chrono::seco
   }
 }
 
-http::ClientResponse ApiClient::post(const std::string& target, std::string body) const {
+http::ClientResponse ApiClient::post(const std::string& target, std::string body,
+                                     std::chrono::seconds extra) const {
   return run([&](asio::any_io_executor executor) {
-    auto r = request(bhttp::verb::post, target, std::chrono::seconds(0));
+    auto r = request(bhttp::verb::post, target, extra);
     r.body = std::move(body);
     return http::fetch(executor, std::move(r));
   });

@@ -29,7 +29,10 @@ class ApiClient {
   // (a long poll's wait). GETs are retried up to 3 times on a connection failure or a 503.
   http::ClientResponse get(const std::string& target,
                            std::chrono::seconds extra = std::chrono::seconds(0)) const;
-  http::ClientResponse post(const std::string& target, std::string body) const;
+  // `extra` lengthens the deadline (a POST that waits, such as /v1/plan's wait_s). Never
+  // retried.
+  http::ClientResponse post(const std::string& target, std::string body,
+                            std::chrono::seconds extra = std::chrono::seconds(0)) const;
   http::ClientResponse put(const std::string& target, std::string body) const;
 
   // A GET whose 2xx body goes to `sink` as it arrives; each read may take up to `idle`,

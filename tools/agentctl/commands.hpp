@@ -1,7 +1,7 @@
 #pragma once
 // The subcommands of agentctl, one function each, grouped by what they talk to:
 // commands_tasks.cpp (one task over HTTP), commands_batch.cpp (batches),
-// commands_admin.cpp (usage, limits), commands_kafka.cpp (the results and dead-letter
+// commands_admin.cpp (usage, limits, stats, tools), commands_kafka.cpp (the results and dead-letter
 // topics). Each returns the process's exit code or throws CommandFailure / UsageError,
 // which main turns into one line on stderr and that exit code.
 
@@ -46,6 +46,7 @@ int cmd_status(Context& ctx);
 int cmd_wait(Context& ctx);
 int cmd_cancel(Context& ctx);
 int cmd_retry(Context& ctx);
+int cmd_plan(Context& ctx);
 int cmd_list(Context& ctx);
 int cmd_tail(Context& ctx);  // --task here, the results topic in commands_kafka.cpp
 int cmd_tail_results(Context& ctx);
@@ -58,5 +59,8 @@ int cmd_limits_get(Context& ctx);
 int cmd_limits_set(Context& ctx);
 int cmd_dlq_list(Context& ctx);
 int cmd_dlq_replay(Context& ctx);
+int cmd_stats(Context& ctx);
+int cmd_tools(Context& ctx);
+int cmd_completion(Context& ctx);
 
 }  // namespace agentfleet::agentctl

@@ -1,4 +1,4 @@
-// The bill (usage) and per-user limits.
+// The bill (usage), per-user limits, success statistics and the tool registry.
 #include "core/codec/task_codec.hpp"
 #include "tools/agentctl/commands.hpp"
 #include "tools/agentctl/json_fields.hpp"
@@ -7,11 +7,9 @@
 
 namespace agentfleet::agentctl {
 
-int cmd_usage(Context& ctx) {
-  const Invocation& inv = ctx.inv;
-  const int scopes = inv.has("--user") + inv.has("--batch") + inv.has("--all");
-  if (scopes != 1)
-    throw UsageError("usage needs exactly one of --user U, --batch ID or --all");
+namespace {
+// "from" and "to" for the query, from --from and --to: each a date or an RFC 3339 time.
+std::vector<std::pair<std::string, std::string>> period_query(const Invocation& inv) {
   std::vector<std::pair<std::string, std::string>> period;
   for (const char* flag : {"--from", "--to"}) {
     if (!inv.has(flag))
@@ -25,6 +23,16 @@ int cmd_usage(Context& ctx) {
     }
     period.emplace_back(flag + 2, value);
   }
+  return period;
+}
+}  // namespace
+
+int cmd_usage(Context& ctx) {
+  const Invocation& inv = ctx.inv;
+  const int scopes = inv.has("--user") + inv.has("--batch") + inv.has("--all");
+  if (scopes != 1)
+    throw UsageError("usage needs exactly one of --user U, --batch ID or --all");
+  const auto period = period_query(inv);
   if (inv.has("--batch") && !period.empty())
     throw UsageError("--from and --to do not apply to a batch (its usage is the whole batch)");
   std::string target;
@@ -114,6 +122,35 @@ int cmd_limits_set(Context& ctx) {
   ctx.api.check(response, "PUT", target);
   print(ctx.settings.json ? response.body + "\n"
                           : format_limits(ApiClient::parse(response, target)));
+  return kExitOk;
+}
+
+int cmd_stats(Context& ctx) {
+  const Invocation& inv = ctx.inv;
+  auto query = period_query(inv);
+  if (inv.has("--user"))
+    query.emplace_back("user_id", inv.value("--user"));
+  const std::string target = "/v1/stats" + (query.empty() ? "" : "?" + query_string(query));
+  auto response = ctx.api.get(target);
+  ctx.api.check(response, "GET", target);
+  print(ctx.settings.json ? response.body + "\n"
+                          : format_stats(ApiClient::parse(response, target)));
+  return kExitOk;
+}
+
+int cmd_tools(Context& ctx) {
+  const Invocation& inv = ctx.inv;
+  const std::string target =
+      "/v1/tools" +
+      (inv.has("--user") ? "?" + query_string({{"user_id", inv.value("--user")}}) : std::string());
+  auto response = ctx.api.get(target);
+  ctx.api.check(response, "GET", target);
+  if (ctx.settings.json) {
+    print(response.body + "\n");
+    return kExitOk;
+  }
+  auto doc = ApiClient::parse(response, target);
+  print(format_tools(json::at(doc, "tools"), inv.has("--describe")));
   return kExitOk;
 }
 

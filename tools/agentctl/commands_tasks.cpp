@@ -73,6 +73,27 @@ void member(rapidjson::Writer<rapidjson::StringBuffer>& w, const char* name,
   w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
 }
 
+// The instruction: the argument or --text, one of them (UsageError naming `command`).
+std::string text_argument(const Invocation& inv, const std::string& command) {
+  if (!inv.args.empty() && inv.has("--text"))
+    throw UsageError(command + ": give the text as the argument or with --text, not both");
+  std::string text = inv.args.empty() ? inv.value("--text") : inv.args[0];
+  if (text.empty())
+    throw UsageError(command + ": the text is required (the argument or --text)");
+  return text;
+}
+
+// "tools": the --tool values, when any was given (the task's allow-list).
+void tools_member(rapidjson::Writer<rapidjson::StringBuffer>& w, const Invocation& inv) {
+  if (!inv.has("--tool"))
+    return;
+  w.Key("tools");
+  w.StartArray();
+  for (const auto& tool : inv.values("--tool"))
+    w.String(tool.data(), static_cast<rapidjson::SizeType>(tool.size()));
+  w.EndArray();
+}
+
 std::string choice(const Invocation& inv, const std::string& name,
                    std::initializer_list<const char*> allowed) {
   const std::string value = inv.value(name);
@@ -127,11 +148,7 @@ int post_task(Context& ctx, const std::string& target, const std::string& body,
 int cmd_submit(Context& ctx) {
   const Invocation& inv = ctx.inv;
   const std::string user = inv.required("--user");
-  if (!inv.args.empty() && inv.has("--text"))
-    throw UsageError("submit: give the text as the argument or with --text, not both");
-  const std::string text = inv.args.empty() ? inv.value("--text") : inv.args[0];
-  if (text.empty())
-    throw UsageError("submit: the text is required (the argument or --text)");
+  const std::string text = text_argument(inv, "submit");
   const std::string priority = choice(inv, "--priority", {"interactive", "batch"});
 
   rapidjson::StringBuffer buffer;
@@ -163,13 +180,7 @@ int cmd_submit(Context& ctx) {
   member(w, "idempotency_key", idempotency_key);
   if (inv.has("--batch"))
     member(w, "batch_id", inv.value("--batch"));
-  if (inv.has("--tool")) {
-    w.Key("tools");
-    w.StartArray();
-    for (const auto& tool : inv.values("--tool"))
-      w.String(tool.data(), static_cast<rapidjson::SizeType>(tool.size()));
-    w.EndArray();
-  }
+  tools_member(w, inv);
   if (inv.has("--time-zone") || inv.has("--locale") || inv.has("--device-id")) {
     w.Key("metadata");
     w.StartObject();
@@ -232,6 +243,39 @@ int cmd_retry(Context& ctx) {
   w.EndObject();
   return post_task(ctx, target, std::string(buffer.GetString(), buffer.GetSize()), idempotency_key,
                    "retry", "retry", "this idempotency key was used for a retry before: task ");
+}
+
+int cmd_plan(Context& ctx) {
+  const Invocation& inv = ctx.inv;
+  const std::string user = inv.required("--user");
+  const std::string text = text_argument(inv, "plan");
+  const std::int64_t wait_s = inv.integer("--wait-s", 30, 0, 30);
+  const std::string idempotency_key =
+      inv.has("--idempotency-key") ? inv.value("--idempotency-key") : "agentctl-" + new_uuid();
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  member(w, "user_id", user);
+  member(w, "text", text);
+  if (inv.has("--model"))
+    member(w, "model", inv.value("--model"));
+  if (auto timeout = inv.integer("--timeout-s", 1, 86400)) {
+    w.Key("timeout_s");
+    w.Int64(*timeout);
+  }
+  tools_member(w, inv);
+  member(w, "idempotency_key", idempotency_key);
+  w.Key("wait_s");
+  w.Int64(wait_s);
+  w.EndObject();
+  const std::string target = "/v1/plan";
+  auto response = ctx.api.post(target, std::string(buffer.GetString(), buffer.GetSize()),
+                               std::chrono::seconds(wait_s));
+  ctx.api.check(response, "POST", target);
+  auto doc = ApiClient::parse(response, target);
+  print(ctx.settings.json ? response.body + "\n" : format_plan(doc));
+  // 202: not made within wait_s; the view names the task to wait for.
+  return response.status == 202 ? kExitUnavailable : kExitOk;
 }
 
 int cmd_list(Context& ctx) {

@@ -90,6 +90,11 @@ std::string new_uuid() {
          hex.substr(16, 4) + "-" + hex.substr(20);
 }
 
+int cmd_completion(Context& ctx) {
+  print(completion_script(ctx.inv.args[0]));
+  return kExitOk;
+}
+
 CommandFunction command_function(const std::string& name) {
   static const std::map<std::string, CommandFunction> functions = {
       {"submit", cmd_submit},
@@ -97,6 +102,7 @@ CommandFunction command_function(const std::string& name) {
       {"wait", cmd_wait},
       {"cancel", cmd_cancel},
       {"retry", cmd_retry},
+      {"plan", cmd_plan},
       {"list", cmd_list},
       {"tail", cmd_tail},
       {"batch submit", cmd_batch_submit},
@@ -108,6 +114,9 @@ CommandFunction command_function(const std::string& name) {
       {"limits set", cmd_limits_set},
       {"dlq list", cmd_dlq_list},
       {"dlq replay", cmd_dlq_replay},
+      {"stats", cmd_stats},
+      {"tools", cmd_tools},
+      {"completion", cmd_completion},
   };
   auto it = functions.find(name);
   return it == functions.end() ? CommandFunction{} : it->second;

@@ -104,6 +104,24 @@ const std::vector<CommandSpec>& command_specs() {
          "retrying with the same key again returns the retry made (default: one is made up)"},
         {"--wait", "", "wait for the result (long polls of up to 30 s) and print it"},
         kWaitTimeout}},
+      {"plan",
+       "[TEXT]",
+       "make a plan (plan_execute's planner alone) and show its steps",
+       "POST /v1/plan: the planner runs as a task of its own (strategy plan_only: queued,\n"
+       "limited, billed and traced like any task); no tool is called. Waits up to --wait-s\n"
+       "(default 30) for the plan. Exit 0 with the plan; 7 when it was not made in time (the\n"
+       "task id is printed: `agentctl wait ID` waits for it), or when no usable plan came\n"
+       "(502 plan_failed) or it timed out (504).",
+       0,
+       1,
+       {kUser,
+        {"--text", "TEXT", "the instruction (instead of the argument)"},
+        {"--model", "M", "a configured model (default: the fleet's)"},
+        {"--tool", "NAME", "a tool the plan may use (repeatable; default: every tool)", true},
+        {"--timeout-s", "N", "the planning task's execution deadline in seconds"},
+        {"--wait-s", "N", "wait up to N seconds for the plan (0-30, default 30)"},
+        {"--idempotency-key", "K",
+         "asking again with the same key returns the same plan (default: one is made up)"}}},
       {"list",
        "",
        "list a user's tasks, newest first",
@@ -186,6 +204,26 @@ const std::vector<CommandSpec>& command_specs() {
         {"--all", "", "the bill of every user (admin)"},
         {"--from", "TIME", "from this date or time (inclusive)"},
         {"--to", "TIME", "up to this date or time (exclusive)"}}},
+      {"stats",
+       "",
+       "success statistics of the tasks created in a window",
+       "Tasks, how many ended, per status, result type and strategy, the success rate\n"
+       "(succeeded / ended), durations (started to finished), steps, tool calls, tokens and\n"
+       "cost. --user U, else every user's (an admin key). --from and --to take a date\n"
+       "(2026-11-01) or an RFC 3339 time.",
+       0,
+       0,
+       {{"--user", "U", "the statistics of this user (default: every user's, admin)"},
+        {"--from", "TIME", "tasks created from this date or time (inclusive)"},
+        {"--to", "TIME", "up to this date or time (exclusive)"}}},
+      {"tools",
+       "",
+       "list the tools models may call: permission, idempotent, timeout",
+       "With --user, whether that user's permission level allows each one.",
+       0,
+       0,
+       {{"--user", "U", "say whether this user may call each tool"},
+        {"--describe", "", "add each tool's description"}}},
       {"limits get", "U", "show a user's effective limits and overrides", "", 1, 1, {}},
       {"limits set",
        "U",
@@ -233,6 +271,16 @@ const std::vector<CommandSpec>& command_specs() {
         {"--key", "K", "only those with this message key"},
         {"--dry-run", "", "print what would be sent, send nothing"},
         {"--timeout-s", "N", "give up reading or sending after N seconds (default 30; exit 7)"}}},
+      {"completion",
+       "SHELL",
+       "print the shell completion script for bash or zsh",
+       "bash: `source <(agentctl completion bash)` in ~/.bashrc, or save the script as\n"
+       "/etc/bash_completion.d/agentctl. zsh: `source <(agentctl completion zsh)` in\n"
+       "~/.zshrc (it uses bash's completion through bashcompinit). It completes commands,\n"
+       "options and the values of --status, --priority and --tool-permission.",
+       1,
+       1,
+       {}},
   };
   return commands;
 }
@@ -574,6 +622,102 @@ std::string command_help(const CommandSpec& command) {
     out += "\noptions:\n" + option_lines(command.options);
   out += "\nglobal options:\n" + option_lines(global_options());
   out += "\n" + exit_code_help();
+  return out;
+}
+
+namespace {
+std::string joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words)
+    out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+std::vector<std::string> option_names(const std::vector<OptionSpec>& options, bool with_value) {
+  std::vector<std::string> names;
+  for (const auto& o : options) {
+    if (!with_value || !o.value_name.empty())
+      names.push_back(o.name);
+  }
+  return names;
+}
+}  // namespace
+
+std::string completion_script(std::string_view shell) {
+  if (shell != "bash" && shell != "zsh")
+    throw UsageError("completion: the shell must be bash or zsh, not '" + std::string(shell) + "'");
+  // Options that take a value, of every command: their value is not a command word.
+  std::vector<std::string> valued = option_names(global_options(), true);
+  for (const auto& c : command_specs()) {
+    for (const auto& name : option_names(c.options, true)) {
+      if (std::find(valued.begin(), valued.end(), name) == valued.end())
+        valued.push_back(name);
+    }
+  }
+  std::string out = "# agentctl completion for " + std::string(shell) +
+                    ": source <(agentctl completion " + std::string(shell) + ")\n";
+  if (shell == "zsh")
+    out += "autoload -U +X bashcompinit && bashcompinit\n";
+  out +=
+      "_agentctl() {\n"
+      "  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}\n"
+      "  local cmd='' word i skip=0\n"
+      "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
+      "    word=${COMP_WORDS[i]}\n"
+      "    if ((skip)); then skip=0; continue; fi\n"
+      "    case \" " +
+      joined(valued) +
+      " \" in\n"
+      "      *\" $word \"*) skip=1; continue ;;\n"
+      "    esac\n"
+      "    [[ $word == -* ]] && continue\n"
+      "    case \"$cmd\" in\n"
+      "      '') cmd=$word ;;\n";
+  for (const auto& g : kGroups)
+    out += "      " + g + ") cmd=\"" + g + " $word\" ;;\n";
+  out +=
+      "      *) break ;;\n"
+      "    esac\n"
+      "  done\n"
+      "  case \"$prev\" in\n"
+      "    --status) COMPREPLY=($(compgen -W 'queued dispatched running succeeded failed "
+      "timed_out cancelled' -- \"$cur\")); return ;;\n"
+      "    --priority) COMPREPLY=($(compgen -W 'interactive batch' -- \"$cur\")); return ;;\n"
+      "    --tool-permission) COMPREPLY=($(compgen -W 'read write execute admin' -- \"$cur\")); "
+      "return ;;\n"
+      "    --config) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
+      "  esac\n"
+      "  case \" " +
+      joined(valued) +
+      " \" in\n"
+      "    *\" $prev \"*) COMPREPLY=(); return ;;\n"
+      "  esac\n"
+      "  local opts='" +
+      joined(option_names(global_options(), false)) +
+      "'\n"
+      "  case \"$cmd\" in\n";
+  for (const auto& c : command_specs()) {
+    out +=
+        "    '" + c.name + "') opts=\"$opts " + joined(option_names(c.options, false)) + "\" ;;\n";
+  }
+  out +=
+      "  esac\n"
+      "  if [[ $cur == -* ]]; then\n"
+      "    COMPREPLY=($(compgen -W \"$opts\" -- \"$cur\")); return\n"
+      "  fi\n"
+      "  case \"$cmd\" in\n"
+      "    '') COMPREPLY=($(compgen -W '" +
+      joined(top_level_words()) + "' -- \"$cur\")) ;;\n";
+  for (const auto& g : kGroups)
+    out += "    " + g + ") COMPREPLY=($(compgen -W '" + joined(subcommand_words(g)) +
+           "' -- \"$cur\")) ;;\n";
+  out +=
+      "    'batch submit') COMPREPLY=($(compgen -f -- \"$cur\")) ;;\n"
+      "    completion) COMPREPLY=($(compgen -W 'bash zsh' -- \"$cur\")) ;;\n"
+      "    *) COMPREPLY=() ;;\n"
+      "  esac\n"
+      "}\n"
+      "complete -F _agentctl agentctl\n";
   return out;
 }
 

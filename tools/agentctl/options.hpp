@@ -87,6 +87,12 @@ std::string command_help(const CommandSpec& command);
 // for a word of up to four characters, two up to eight, three beyond. Empty otherwise.
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
 
+// The completion script for `shell` (bash or zsh; UsageError otherwise), made from the
+// command table: commands, groups and their commands, each command's options and the global
+// ones, and the values of --status, --priority, --tool-permission; files for --config and
+// `batch submit`.
+std::string completion_script(std::string_view shell);
+
 // An integer in [lo, hi] from text, or UsageError naming `what`.
 std::int64_t parse_integer(std::string_view text, std::int64_t lo, std::int64_t hi,
                            std::string_view what);

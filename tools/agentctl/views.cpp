@@ -1,6 +1,7 @@
 #include "tools/agentctl/views.hpp"
 
 #include <cstdint>
+#include <cstdio>
 #include <iterator>
 #include <map>
 
@@ -21,6 +22,28 @@ std::string number_text(const rapidjson::Value& v, const char* name) {
   if (m.IsString())
     return std::string(m.GetString(), m.GetStringLength());
   return "-";
+}
+
+// A number member (integer or not) with `decimals` places, or "-".
+std::string real_text(const rapidjson::Value& v, const char* name, int decimals) {
+  const auto& m = json::at(v, name);
+  if (!m.IsNumber())
+    return "-";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, m.GetDouble());
+  return text;
+}
+
+// "a 3, b 1" from an object of counts, in the object's order; "-" when empty.
+std::string counts_text(const rapidjson::Value& counts) {
+  std::string out;
+  if (counts.IsObject()) {
+    for (const auto& m : counts.GetObject()) {
+      out += (out.empty() ? "" : ", ") + std::string(m.name.GetString()) + " " +
+             (m.value.IsInt64() ? std::to_string(m.value.GetInt64()) : std::string("-"));
+    }
+  }
+  return out.empty() ? "-" : out;
 }
 
 // "name       value\n", the value on one line; nothing for an empty value.
@@ -421,6 +444,103 @@ std::string format_batch_result(std::string_view line) {
                     json::str(doc, "status"), json::str(result, "type"), number_text(doc, "steps"),
                     cost.empty() ? "-" : cost + " " + json::str(doc, "currency"), message},
                    kResultWidths, kResultRight);
+}
+
+std::string format_stats(const rapidjson::Value& stats) {
+  std::string out;
+  const std::string user = json::str(stats, "user_id");
+  std::string window = json::str(stats, "from");
+  if (!json::str(stats, "to").empty())
+    window += (window.empty() ? "until " : " to ") + json::str(stats, "to");
+  field(out, "user", user.empty() ? std::string("every user") : user);
+  field(out, "window", window.empty() ? std::string("every task") : window);
+  field(out, "tasks", number_text(stats, "tasks") + " (" + number_text(stats, "ended") + " ended)");
+  const auto& rate = json::at(stats, "success_rate");
+  field(out, "succeeded",
+        rate.IsNumber() ? real_text(stats, "success_rate", 4) + " of those ended" : "-");
+  field(out, "status", counts_text(json::at(stats, "by_status")));
+  field(out, "results", counts_text(json::at(stats, "by_result_type")));
+  field(out, "strategy", counts_text(json::at(stats, "by_strategy")));
+  const auto& duration = json::at(stats, "duration_s");
+  field(out, "duration",
+        "avg " + real_text(duration, "avg", 3) + " s, p95 " + real_text(duration, "p95", 3) + " s");
+  field(out, "steps",
+        "avg " + real_text(stats, "avg_steps", 2) + ", tool calls avg " +
+            real_text(stats, "avg_tool_calls", 2));
+  const auto& tokens = json::at(stats, "tokens");
+  field(out, "tokens",
+        number_text(tokens, "input") + " in (" + number_text(tokens, "cached_input") +
+            " cached), " + number_text(tokens, "output") + " out");
+  std::string cost;
+  const auto& costs = json::at(stats, "cost");
+  if (costs.IsArray()) {
+    for (const auto& c : costs.GetArray())
+      cost += (cost.empty() ? "" : ", ") + json::str(c, "cost") + " " + json::str(c, "currency");
+  }
+  field(out, "cost", cost.empty() ? std::string("-") : cost);
+  return out;
+}
+
+std::string format_tools(const rapidjson::Value& tools, bool with_descriptions) {
+  bool with_permitted = false;
+  if (tools.IsArray()) {
+    for (const auto& t : tools.GetArray())
+      with_permitted = with_permitted || json::at(t, "permitted").IsBool();
+  }
+  std::vector<Column> columns = {
+      {"NAME"}, {"CATEGORY"}, {"PERMISSION"}, {"IDEMPOTENT"}, {"TIMEOUT", true}};
+  if (with_permitted)
+    columns.push_back({"PERMITTED"});
+  if (with_descriptions)
+    columns.push_back({"DESCRIPTION", false, 80});
+  Table table(columns);
+  if (tools.IsArray()) {
+    for (const auto& t : tools.GetArray()) {
+      std::vector<std::string> row = {
+          json::str(t, "name"), json::str(t, "category"), json::str(t, "permission"),
+          json::flag(t, "idempotent") ? "yes" : "no", number_text(t, "timeout_s") + " s"};
+      if (with_permitted)
+        row.push_back(json::flag(t, "permitted") ? "yes" : "no");
+      if (with_descriptions)
+        row.push_back(json::str(t, "description"));
+      table.add_row(std::move(row));
+    }
+  }
+  return table.render();
+}
+
+std::string format_plan(const rapidjson::Value& plan) {
+  std::string out;
+  field(out, "task", json::str(plan, "task_id"));
+  field(out, "status", json::str(plan, "status"));
+  const auto& body = json::at(plan, "plan");
+  if (!body.IsObject()) {
+    out += "the plan is not made yet: `agentctl wait " + json::str(plan, "task_id") +
+           "` waits for it\n";
+    return out;
+  }
+  Table table({{"STEP", true}, {"TOOL"}, {"DESCRIPTION", false, 60}, {"NEEDS"}, {"EST", true}});
+  const auto& steps = json::at(body, "steps");
+  if (steps.IsArray()) {
+    for (const auto& step : steps.GetArray()) {
+      std::string needs;
+      const auto& deps = json::at(step, "dependencies");
+      if (deps.IsArray()) {
+        for (const auto& d : deps.GetArray())
+          needs += (needs.empty() ? "" : ",") + (d.IsInt64() ? std::to_string(d.GetInt64()) : "?");
+      }
+      table.add_row({number_text(step, "step_number"), json::str(step, "tool"),
+                     json::str(step, "description"), needs.empty() ? "-" : needs,
+                     real_text(step, "estimated_time_s", 1) + " s"});
+    }
+  }
+  out += table.render();
+  field(out, "estimate",
+        real_text(body, "estimated_total_time_s", 1) + " s for " +
+            number_text(body, "total_steps") + " steps");
+  field(out, "tokens", tokens_text(json::at(plan, "usage")));
+  field(out, "cost", json::str(plan, "cost") + " " + json::str(plan, "currency"));
+  return out;
 }
 
 }  // namespace agentfleet::agentctl

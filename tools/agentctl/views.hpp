@@ -44,6 +44,15 @@ std::string limits_put_body(const rapidjson::Value& current,
 // GET /v1/batches/{id}: counts per status and result type, progress, usage.
 std::string format_batch(const rapidjson::Value& batch);
 
+// GET /v1/stats: the tasks and how many ended, per status, result type and strategy, the
+// success rate, durations, steps, tool calls, tokens and cost per currency.
+std::string format_stats(const rapidjson::Value& stats);
+// GET /v1/tools: a table of name, category, permission, idempotent, timeout and (when the
+// answer says it, for a user) permitted; `with_descriptions` adds each tool's description.
+std::string format_tools(const rapidjson::Value& tools, bool with_descriptions);
+// POST /v1/plan's answer: the plan's steps (number, tool, what it does, what it needs),
+// the estimate, usage and cost; for a plan not made yet (202) the task to wait for.
+std::string format_plan(const rapidjson::Value& plan);
 // GET /v1/batches/{id}/results, one JSON line as a row of fixed widths (the header first).
 std::string batch_results_header();
 std::string format_batch_result(std::string_view json_line);
