@@ -12,6 +12,7 @@
 #include "core/codec/task_codec.hpp"
 #include "dispatcher/api_responses.hpp"
 #include "dispatcher/openapi.hpp"
+#include "dispatcher/task_id_prefix.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -373,11 +374,18 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Routed&
     case RouteId::kListTasks:
       co_return co_await list_tasks(request, caller);
     case RouteId::kGetTask:
-      co_return co_await get_task(request, caller, params[0]);
     case RouteId::kCancelTask:
-      co_return co_await cancel_task(request, caller, params[0]);
-    case RouteId::kRetryTask:
-      co_return co_await retry_task(request, caller, params[0]);
+    case RouteId::kRetryTask: {
+      auto id = co_await full_task_id(request, caller, params[0]);
+      if (auto* refused = std::get_if<http::Response>(&id))
+        co_return std::move(*refused);
+      std::string task_id = std::move(std::get<std::string>(id));
+      if (routed.match.route->id == RouteId::kGetTask)
+        co_return co_await get_task(request, caller, std::move(task_id));
+      if (routed.match.route->id == RouteId::kCancelTask)
+        co_return co_await cancel_task(request, caller, std::move(task_id));
+      co_return co_await retry_task(request, caller, std::move(task_id));
+    }
     case RouteId::kGetBatch:
       co_return co_await get_batch(request, caller, params[0]);
     case RouteId::kCancelBatch:
@@ -409,6 +417,35 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Routed&
                              "no handler for the route");
 }
 
+asio::awaitable<std::variant<http::Response, std::string>> Api::full_task_id(
+    const http::Request& request, const Caller& caller, const std::string& id) {
+  if (is_uuid(id))
+    co_return id;
+  const auto range = task_id_range(id);
+  if (!range)
+    co_return not_found(request, "task", id);
+  // A few more than one: enough to tell one from several among the caller's, even when some
+  // are other users' (an 8-digit prefix is shared by few tasks of millions).
+  constexpr int kCandidates = 64;
+  auto found = co_await store_.tasks_in_id_range(range->first, range->last, kCandidates);
+  if (!found.ok())
+    co_return store_unavailable(request, found.error());
+  const TaskIdChoice choice = choose_task_id(
+      found.value(), [&](const std::string& user_id) { return caller.may_act_for(user_id); });
+  if (choice.task_id)
+    co_return *choice.task_id;
+  if (choice.ambiguous.empty())
+    co_return not_found(request, "task", id);
+  std::string names;
+  for (const auto& task_id : choice.ambiguous)
+    names += (names.empty() ? "" : ", ") + task_id;
+  co_return http::make_error(request, http::Status::conflict, "ambiguous_id",
+                             "the task id prefix '" + id + "' stands for several tasks (" + names +
+                                 (choice.matches > choice.ambiguous.size() ? ", ..." : "") +
+                                 "); give more of it",
+                             "/path/task_id");
+}
+
 asio::awaitable<http::Response> Api::ready(http::Request& request) {
   const Status ping = co_await store_.ping();
   if (!ping.ok())
@@ -434,9 +471,14 @@ asio::awaitable<void> Api::stream(http::Exchange& exchange) {
       case RouteId::kBatchResults:
         co_await batch_results(exchange, routed.caller, code, routed.match.params[0]);
         break;
-      case RouteId::kTaskEvents:
-        co_await task_events(exchange, routed.caller, code, routed.match.params[0]);
+      case RouteId::kTaskEvents: {
+        auto id = co_await full_task_id(head, routed.caller, routed.match.params[0]);
+        if (auto* refused = std::get_if<http::Response>(&id))
+          co_await respond(exchange, code, std::move(*refused));
+        else
+          co_await task_events(exchange, routed.caller, code, std::get<std::string>(id));
         break;
+      }
       case RouteId::kResults:
         co_await results(exchange, routed.caller, code);
         break;

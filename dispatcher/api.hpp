@@ -76,6 +76,11 @@ class Api {
       const std::string& retry_of = {});
   // POST /v1/plan (api_tools.cpp): a plan_only task, answered with its plan once made.
   boost::asio::awaitable<http::Response> plan(http::Request& request, const Caller& caller);
+  // The whole task id a path names: itself when it is one, else the one task of the
+  // caller's its prefix stands for (task_id_prefix.hpp); the 404, 409 ambiguous_id or 503
+  // answer instead.
+  boost::asio::awaitable<std::variant<http::Response, std::string>> full_task_id(
+      const http::Request& request, const Caller& caller, const std::string& id);
   boost::asio::awaitable<http::Response> get_task(http::Request& request, const Caller& caller,
                                                   std::string task_id);
   // The task's JSON as `caller` may read it, once it has ended or after `wait_s` seconds;

@@ -186,14 +186,16 @@ ctl 5 cancel "$task"
 one_error_line
 has "$err" "409 already_ended"
 
-echo "== retry"
+echo "== retry (and a short id)"
+ctl 0 status "${task:0:8}"
+has "$out" "$task"
 ctl 0 retry "$task" --idempotency-key "retry-$run"
 again=$out
 [[ ${#again} == 36 && "$again" != "$task" ]] || fail "retry printed '$again'"
 ctl 0 retry "$task" --idempotency-key "retry-$run"
 [[ "$out" == "$again" ]] || fail "the same retry key gave another task"
 has "$err" "used for a retry before"
-ctl 0 wait "$again" --wait-timeout-s 30
+ctl 0 wait "${again:0:8}" --wait-timeout-s 30
 has "$out" "status     succeeded"
 has "$out" "retry of   $task"
 has "$out" "text       bench: steps=2 calls=1"

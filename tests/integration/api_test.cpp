@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -278,6 +279,60 @@ TEST(ApiTasks, ARetryAsksAgainWhatAnEndedTaskAskedAndNamesTheFirst) {
                "/idempotency_key", "idempotency_conflict");
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE retry_of = $1::uuid", first), 2)
       << "nothing stored by the refused ones";
+}
+
+TEST(ApiTasks, AShortIdPrefixStandsForTheOneTaskOfTheCallersThatBeginsWithIt) {
+  const std::string u = user("prefix");
+  const std::string first = submit(submission(u, "bench: steps=1 calls=1", "prefix-1"));
+  EXPECT_EQ(str(wait_terminal(first), "status"), "succeeded");
+  const std::string prefix = first.substr(0, 8);
+
+  // Read, its events, cancel and retry: each answers for the whole id.
+  auto read = get("/v1/tasks/" + prefix);
+  ASSERT_EQ(read.status, 200) << read.body;
+  EXPECT_EQ(str(parse(read.body), "task_id"), first);
+  std::string upper = first.substr(0, 13);
+  for (char& c : upper)
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  EXPECT_EQ(str(parse(get("/v1/tasks/" + upper).body), "task_id"), first) << "any case";
+  auto events = get("/v1/tasks/" + prefix + "/events");
+  EXPECT_EQ(events.status, 200);
+  EXPECT_NE(events.body.find("event: done"), std::string::npos) << events.body;
+  EXPECT_NE(events.body.find(first), std::string::npos) << events.body;
+  expect_error(post("/v1/tasks/" + prefix + "/cancel", ""), 409, "/path/task_id", "already_ended");
+  auto retried = post("/v1/tasks/" + prefix + "/retry", R"({"idempotency_key":"prefix-retry"})");
+  ASSERT_EQ(retried.status, 201) << retried.body;
+  EXPECT_EQ(str(parse(retried.body), "retry_of"), first);
+
+  // Another user's task is not found by its prefix; too short a prefix is no id.
+  expect_error(get("/v1/tasks/" + prefix, kU1Key), 404, "/path/task_id", "not_found");
+  expect_error(get("/v1/tasks/" + first.substr(0, 7)), 404, "/path/task_id", "not_found");
+
+  // A second task of the user's beginning alike (a copy of the first under another id):
+  // the prefix is ambiguous and names both; more of the id tells them apart.
+  const std::string twin =
+      prefix + (first[9] == '0' ? "-1000" : "-0000") + "-4000-8000-000000000000";
+  {
+    pqxx::connection db(pg_url());
+    pqxx::work tx(db);
+    tx.exec_params(
+        "INSERT INTO tasks SELECT (jsonb_populate_record(NULL::tasks, to_jsonb(t) || "
+        "jsonb_build_object('task_id', $2::text, 'idempotency_key', 'prefix-twin'))).* "
+        "FROM tasks t WHERE task_id = $1::uuid",
+        first, twin);
+    tx.commit();
+  }
+  auto ambiguous = get("/v1/tasks/" + prefix);
+  expect_error(ambiguous, 409, "/path/task_id", "ambiguous_id");
+  EXPECT_NE(ambiguous.body.find(first), std::string::npos) << ambiguous.body;
+  EXPECT_NE(ambiguous.body.find(twin), std::string::npos) << ambiguous.body;
+  EXPECT_EQ(str(parse(get("/v1/tasks/" + first.substr(0, 10)).body), "task_id"), first);
+  EXPECT_EQ(str(parse(get("/v1/tasks/" + twin.substr(0, 10)).body), "task_id"), twin);
+  // The copy goes again: the fleet's other tests see this user's tasks as they were made.
+  pqxx::connection db(pg_url());
+  pqxx::work tx(db);
+  tx.exec_params("DELETE FROM tasks WHERE task_id = $1::uuid", twin);
+  tx.commit();
 }
 
 TEST(ApiTasks, SubmitReadListAndCancelAnswerWithTheTaskWhereItLives) {

@@ -25,6 +25,12 @@ Awaitable<std::optional<RetrySource>> ApiStore::retry_source(const std::string& 
   co_return co_await db_.run([&](pqxx::connection& c) { return pg::retry_source(c, task_id); });
 }
 
+Awaitable<std::vector<TaskOwner>> ApiStore::tasks_in_id_range(const std::string& first,
+                                                              const std::string& last, int limit) {
+  co_return co_await db_.run(
+      [&](pqxx::connection& c) { return pg::tasks_in_id_range(c, first, last, limit); });
+}
+
 Awaitable<std::optional<std::string>> ApiStore::task_history_json(const std::string& task_id) {
   co_return co_await db_.run(
       [&](pqxx::connection& c) { return pg::task_history_json(c, task_id); });

@@ -57,6 +57,8 @@ class ApiStore {
                                                   const std::string& idempotency_key);
   Awaitable<std::optional<std::string>> task_json(const std::string& task_id);
   Awaitable<std::optional<RetrySource>> retry_source(const std::string& task_id);
+  Awaitable<std::vector<TaskOwner>> tasks_in_id_range(const std::string& first,
+                                                      const std::string& last, int limit);
   Awaitable<std::optional<std::string>> task_history_json(const std::string& task_id);
   // The user's queue now (queued tasks counted up to the limit + 1, and the limit).
   Awaitable<QueueRoom> queue_room(const std::string& user_id, QueueLimit limit);

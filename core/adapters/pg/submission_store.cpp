@@ -215,6 +215,15 @@ std::optional<RetrySource> retry_source(pqxx::connection& c, const std::string& 
                      rows[0][2].as<std::string>(), rows[0][3].as<std::string>()};
 }
 
+std::vector<TaskOwner> tasks_in_id_range(pqxx::connection& c, const std::string& first,
+                                         const std::string& last, int limit) {
+  pqxx::read_transaction tx(c);
+  std::vector<TaskOwner> out;
+  for (const auto& row : exec_text(tx, "tasks_in_id_range", first, last, limit))
+    out.push_back({row[0].as<std::string>(), row[1].as<std::string>()});
+  return out;
+}
+
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id) {
   pqxx::read_transaction tx(c);
   std::string json = task_json_in(tx, task_id);

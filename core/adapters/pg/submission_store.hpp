@@ -94,6 +94,15 @@ struct RetrySource {
 };
 std::optional<RetrySource> retry_source(pqxx::connection& c, const std::string& task_id);
 
+// A task's id and user (short ids: the tasks a prefix may stand for).
+struct TaskOwner {
+  std::string task_id;
+  std::string user_id;
+};
+// The tasks with ids from `first` to `last` (uuids), in id order, at most `limit`.
+std::vector<TaskOwner> tasks_in_id_range(pqxx::connection& c, const std::string& first,
+                                         const std::string& last, int limit);
+
 // The task as the API shows it (JSON text), or nullopt.
 std::optional<std::string> task_json(pqxx::connection& c, const std::string& task_id);
 // The user's queue now, in a transaction of its own (without the user's submission lock:

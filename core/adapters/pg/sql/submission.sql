@@ -285,6 +285,13 @@ SELECT status FROM tasks WHERE task_id = $1::uuid AND status <> 'staged' FOR UPD
 -- Marks task $1 to be cancelled: its worker stops it, a dispatch message on its way skips it.
 UPDATE tasks SET cancel_requested = true WHERE task_id = $1::uuid
 
+-- name: tasks_in_id_range
+-- The tasks whose ids lie from $1 to $2 (the ids a short prefix stands for), in id order,
+-- at most $3: their ids and users. On the primary key.
+SELECT task_id::text, user_id FROM tasks
+WHERE task_id BETWEEN $1::uuid AND $2::uuid AND status <> 'staged'
+ORDER BY task_id LIMIT $3::int
+
 -- name: retry_source
 -- What POST /v1/tasks/{id}/retry copies of task $1: its user, status, the canonical form
 -- of its request, and the parent it followed ('' for none).
