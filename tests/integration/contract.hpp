@@ -1,7 +1,9 @@
 #pragma once
 // Checks an answer of the API against its contract (GET /v1/openapi.json, built from
-// schemas/openapi.yaml): the route and status must be in it, and a JSON body must match
-// the schema it gives for that status. The API tests check every answer they get.
+// schemas/openapi.yaml): the route, the status and the content type must be in it; a JSON
+// body must match the schema it gives for that status, each line of JSON Lines its
+// `x-line` schema, and each server-sent event its `x-events` schema by name. The API
+// tests check every answer they get.
 
 #include <rapidjson/document.h>
 #include <rapidjson/pointer.h>
@@ -70,14 +72,31 @@ class Contract {
       response = resolve((*response)["$ref"].GetString());
     if (response == nullptr)
       return what + ": its response $ref points at nothing";
-    if (content_type.substr(0, content_type.find(';')) != "application/json" ||
-        !response->HasMember("content") || !(*response)["content"].HasMember("application/json"))
+    const std::string media(content_type.substr(0, content_type.find(';')));
+    if (!response->HasMember("content") || (media.empty() && body.empty()))
       return std::nullopt;
-    const auto& schema = (*response)["content"]["application/json"]["schema"];
+    const auto& content = (*response)["content"];
+    if (!content.HasMember(media.c_str()))
+      return what + ": answered " + (media.empty() ? "no content type" : media) +
+             ", which the contract does not list";
+    const auto& listed = content[media.c_str()];
+    if (media == "text/event-stream")
+      return event_violation(what, listed, body);
+    if (media == "application/x-ndjson")
+      return line_violation(what, listed, body);
+    if (media != "application/json")
+      return std::nullopt;  // text (/metrics): no schema to hold it to
+    return json_violation(what, listed["schema"], body);
+  }
+
+ private:
+  // The body as one JSON value of `schema`.
+  std::optional<std::string> json_violation(const std::string& what, const rapidjson::Value& schema,
+                                            std::string_view body) {
     rapidjson::Document answer;
     answer.Parse(body.data(), body.size());
     if (answer.HasParseError())
-      return what + ": the body is not JSON";
+      return what + ": the body is not JSON: " + std::string(body.substr(0, 200));
     std::optional<codec::SchemaViolation> problem = compiled(schema).validate(answer);
     if (problem)
       return what + ": at '" + problem->path + "': " + problem->message + " in " +
@@ -85,7 +104,78 @@ class Contract {
     return std::nullopt;
   }
 
- private:
+  // JSON Lines: each line a value of the listed `x-line` schema.
+  std::optional<std::string> line_violation(const std::string& what, const rapidjson::Value& listed,
+                                            std::string_view body) {
+    if (!listed.HasMember("x-line"))
+      return what + ": the contract gives no x-line schema for its JSON Lines";
+    std::size_t number = 0;
+    for (std::size_t start = 0; start < body.size();) {
+      const std::size_t end = std::min(body.find('\n', start), body.size());
+      const std::string_view line = body.substr(start, end - start);
+      start = end + 1;
+      ++number;
+      if (line.empty())
+        continue;
+      if (auto broken =
+              json_violation(what + " line " + std::to_string(number), listed["x-line"], line))
+        return broken;
+    }
+    return std::nullopt;
+  }
+
+  // Server-sent events: each event's name among the listed `x-events`, its data a JSON value
+  // of that event's schema; comment lines skipped.
+  std::optional<std::string> event_violation(const std::string& what,
+                                             const rapidjson::Value& listed,
+                                             std::string_view body) {
+    if (!listed.HasMember("x-events"))
+      return what + ": the contract gives no x-events for its event stream";
+    const auto& events = listed["x-events"];
+    std::string name = "message";
+    std::string data;
+    bool has_data = false;
+    std::size_t count = 0;
+    for (std::size_t start = 0; start <= body.size();) {
+      std::size_t end = std::min(body.find('\n', start), body.size());
+      std::string_view line = body.substr(start, end - start);
+      start = end + 1;
+      if (!line.empty() && line.back() == '\r')
+        line.remove_suffix(1);
+      if (line.empty()) {
+        if (has_data) {
+          ++count;
+          const std::string which = what + " event " + std::to_string(count) + " (" + name + ")";
+          if (!events.HasMember(name.c_str()))
+            return which + ": not an event the contract lists";
+          if (auto broken = json_violation(which, events[name.c_str()], data))
+            return broken;
+        }
+        name = "message";
+        data.clear();
+        has_data = false;
+        if (end == body.size())
+          break;
+        continue;
+      }
+      if (line.front() == ':')
+        continue;
+      const std::size_t colon = line.find(':');
+      const std::string_view field = line.substr(0, colon);
+      std::string_view value =
+          colon == std::string_view::npos ? std::string_view() : line.substr(colon + 1);
+      if (!value.empty() && value.front() == ' ')
+        value.remove_prefix(1);
+      if (field == "event") {
+        name = std::string(value);
+      } else if (field == "data") {
+        data += (has_data ? "\n" : "") + std::string(value);
+        has_data = true;
+      }
+    }
+    return std::nullopt;
+  }
+
   Contract() { doc_ = dispatcher::openapi_document(); }
 
   // Whether `path` fits the template ("{x}" one segment; "{x}:call" a segment ending so).
