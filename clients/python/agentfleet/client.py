@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import random
 import socket
 import ssl
@@ -65,7 +66,8 @@ class Client:
     or a stream. A call that is safe to send again (every call but a batch upload) is sent
     again after a failed connection, a 503 or a 429 with ``Retry-After``, at most
     ``max_retries`` times, backing off from ``backoff`` seconds (doubling, with jitter,
-    honouring ``Retry-After`` up to ``max_backoff``), never past the call's deadline.
+    never less than ``Retry-After``); a pause longer than ``max_backoff`` or than the time
+    left raises the answer's error at once. No call runs past its deadline.
     Submissions and retries carry an idempotency key (one is made up when none is
     given), so sending one again never makes a second task.
     """
@@ -381,18 +383,16 @@ class Client:
                     method, target, payload, raw, content_type, left
                 )
             except (OSError, http.client.HTTPException) as e:
-                if attempt >= retries:
+                if attempt >= retries or not self._pause(attempt, None, deadline):
                     raise TransportError(f"{method} {path}: {e}") from e
-                self._pause(attempt, None, deadline)
                 attempt += 1
                 continue
             if status < 400:
                 return json.loads(data) if data else None
             error = error_for(status, data, retry_after)
             again = status == 503 or (status == 429 and retry_after is not None)
-            if not again or attempt >= retries:
+            if not again or attempt >= retries or not self._pause(attempt, retry_after, deadline):
                 raise error
-            self._pause(attempt, retry_after, deadline)
             attempt += 1
 
     def _exchange(
@@ -404,16 +404,22 @@ class Client:
         content_type: str,
         timeout: float,
     ):
+        deadline = time.monotonic() + timeout
         conn = self._connection(timeout)
         try:
             if raw is not None:
-                conn.request(
-                    method,
-                    target,
-                    body=iter(raw),
-                    headers=self._headers(content_type),
-                    encode_chunked=True,
-                )
+                try:
+                    conn.request(
+                        method,
+                        target,
+                        body=_until(raw, deadline),
+                        headers=self._headers(content_type),
+                        encode_chunked=True,
+                    )
+                except (BrokenPipeError, ConnectionResetError):
+                    # Refused before the body was read (queue_full, a held key): the answer
+                    # may be there to read.
+                    pass
             else:
                 conn.request(
                     method,
@@ -422,19 +428,21 @@ class Client:
                     headers=self._headers(content_type if payload is not None else None),
                 )
             response = conn.getresponse()
-            data = response.read()
+            data = _read_until(conn, response, deadline)
             return response.status, data, _retry_after(response.getheader("Retry-After"))
         finally:
             conn.close()
 
-    def _pause(self, attempt: int, retry_after: Optional[float], deadline: float) -> None:
+    def _pause(self, attempt: int, retry_after: Optional[float], deadline: float) -> bool:
+        """Sleeps before the next try and says True; False (no sleep) when the pause, or
+        the server's Retry-After, is longer than max_backoff or than the time left."""
         wait = min(self.max_backoff, self.backoff * (2**attempt)) * (0.5 + random.random() / 2)
         if retry_after is not None:
-            wait = min(self.max_backoff, max(wait, retry_after))
-        left = deadline - time.monotonic()
-        if wait >= left:
-            raise TransportError("no time left before the call's deadline to try again")
+            wait = max(wait, retry_after)
+        if wait > self.max_backoff or wait >= deadline - time.monotonic():
+            return False
         time.sleep(wait)
+        return True
 
     def _open(
         self,
@@ -513,6 +521,31 @@ class _PieceBuffer:
             self._progress(BatchProgress(sent_lines, sent_bytes, self._total))
 
 
+def _until(pieces: Iterable[bytes], deadline: float) -> Iterator[bytes]:
+    for piece in pieces:
+        if time.monotonic() >= deadline:
+            raise TransportError("the upload did not end before the call's deadline")
+        yield piece
+
+
+def _read_until(
+    conn: http.client.HTTPConnection, response: http.client.HTTPResponse, deadline: float
+) -> bytes:
+    """The whole body, each read given only the time left: a server that trickles cannot
+    hold the call past its deadline."""
+    parts: List[bytes] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("the answer did not end before the call's deadline")
+        if conn.sock is not None:
+            conn.sock.settimeout(left)
+        part = response.read1(1 << 16)
+        if not part:
+            return b"".join(parts)
+        parts.append(part)
+
+
 _MAX_LINE = 16 << 20  # the longest line of a stream read (an event's data, a result line)
 
 
@@ -532,7 +565,8 @@ def _lines(response: http.client.HTTPResponse) -> Iterator[bytes]:
 
 
 def _seconds(value: float) -> str:
-    return str(max(0, min(30, int(value))))
+    # Rounded up: a wait of 0 with time left would poll without pause.
+    return str(max(0, min(30, math.ceil(value))))
 
 
 def _text(value: Any) -> str:

@@ -64,7 +64,8 @@ class NotFound(ApiError):
 
 class Conflict(ApiError):
     """409: the state does not allow it (``task_not_ended``, ``already_ended``,
-    ``idempotency_conflict``, ``parent_not_ended``)."""
+    ``idempotency_conflict``, ``batch_exists``, ``parent_not_ended``), or a short task id
+    stands for several tasks (``ambiguous_id``)."""
 
 
 class PayloadTooLarge(ApiError):

@@ -145,12 +145,49 @@ class SendingAgain(unittest.TestCase):
             Client(server.url, "k", backoff=0.01).submit("u", "")
         self.assertEqual(len(server.requests), 1)
 
-    def test_retry_after_longer_than_the_deadline_ends_the_call_at_once(self):
+    def test_a_retry_after_past_the_deadline_gives_the_answer_at_once(self):
         server = _Server([_unavailable("60")])
         self.addCleanup(server.close)
         started = time.monotonic()
-        with self.assertRaises(TransportError):
+        with self.assertRaises(ServerError) as raised:
             Client(server.url, "k", timeout=2, max_backoff=60).task("t")
+        self.assertEqual((raised.exception.code, raised.exception.retry_after), ("unavailable", 60))
+        self.assertLess(time.monotonic() - started, 2)
+        self.assertEqual(len(server.requests), 1)
+
+    def test_a_retry_after_longer_than_max_backoff_is_not_cut_short(self):
+        server = _Server([(429, {"Retry-After": "10"}, {"error": {"code": "queue_full", "message": "m"}})])
+        self.addCleanup(server.close)
+        with self.assertRaises(TooManyRequests) as raised:
+            Client(server.url, "k", timeout=30, max_backoff=5).submit("u", "text")
+        self.assertEqual(raised.exception.retry_after, 10)
+        self.assertEqual(len(server.requests), 1)
+
+    def test_an_answer_that_trickles_past_the_deadline_is_cut(self):
+        import socket
+
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        self.addCleanup(listener.close)
+
+        def trickle():
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+                for _ in range(30):  # a byte every 0.2 s: each read is quick, the whole is not
+                    try:
+                        conn.sendall(b" ")
+                    except OSError:
+                        return
+                    time.sleep(0.2)
+
+        threading.Thread(target=trickle, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        with self.assertRaises(TransportError):
+            Client(url, "k", timeout=1, max_retries=0).task("t")
         self.assertLess(time.monotonic() - started, 2)
 
     def test_a_batch_is_streamed_in_pieces_with_progress_and_not_sent_again(self):

@@ -145,6 +145,9 @@ interface CallOptions {
   retries?: number;
 }
 
+/** The longest line of a JSON Lines answer read (a result line). */
+const MAX_LINE = 16 << 20;
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 function retryAfterOf(response: Response): number | undefined {
@@ -154,21 +157,42 @@ function retryAfterOf(response: Response): number | undefined {
   return Number.isFinite(seconds) && seconds >= 0 ? seconds : undefined;
 }
 
-// Web Crypto: global in browsers and Node 19+; Node 18 has it as node:crypto's webcrypto.
-const webCrypto: { randomUUID(): string } =
-  (globalThis as { crypto?: { randomUUID(): string } }).crypto ??
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  ((await import("node:crypto" as string)) as any).webcrypto;
+// Web Crypto: global in browsers and Node 19+; Node 18 has it as node:crypto's webcrypto,
+// loaded only there (the specifier is a variable, so bundlers for browsers leave it alone).
+type RandomSource = { randomUUID?: () => string; getRandomValues?: (a: Uint8Array) => Uint8Array };
+let nodeCrypto: RandomSource | undefined;
+async function randomSource(): Promise<RandomSource | undefined> {
+  const global = (globalThis as { crypto?: RandomSource }).crypto;
+  if (global?.getRandomValues) return global;
+  if (nodeCrypto === undefined) {
+    const specifier = "node:crypto";
+    try {
+      nodeCrypto = ((await import(specifier)) as { webcrypto: RandomSource }).webcrypto;
+    } catch {
+      nodeCrypto = undefined;
+    }
+  }
+  return nodeCrypto;
+}
 
-function newKey(): string {
-  return webCrypto.randomUUID();
+/** A random version 4 UUID: the idempotency keys the client makes up. `randomUUID` needs a
+ * secure context in browsers; `getRandomValues` does not. */
+async function newKey(): Promise<string> {
+  const source = await randomSource();
+  if (source?.randomUUID) return source.randomUUID();
+  if (!source?.getRandomValues) throw new Error("no cryptographic random source to make an idempotency key");
+  const b = source.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6]! & 0x0f) | 0x40;
+  b[8] = (b[8]! & 0x3f) | 0x80;
+  const hex = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
 /**
  * A client of one fleet. A call safe to send again (every call but a batch upload) is sent
  * again after a failed connection, a 503, or a 429 with `Retry-After`, at most `maxRetries`
- * times, backing off (doubling, with jitter, honouring `Retry-After` up to `maxBackoffS`),
- * never past the call's deadline. Submissions and retries carry an idempotency key (made up
+ * times, backing off (doubling, with jitter, never less than `Retry-After`); a pause longer
+ * than `maxBackoffS` or than the time left throws the answer's error at once. Submissions and retries carry an idempotency key (made up
  * when none is given), so sending one again never makes a second task.
  */
 export class Client {
@@ -198,16 +222,17 @@ export class Client {
 
   /** POST /v1/tasks: the task as stored (`queued` when new; the first one for a key sent
    * again with the same body). */
-  submit(userId: string, text: string, options: SubmitOptions = {}): Promise<Task> {
+  async submit(userId: string, text: string, options: SubmitOptions = {}): Promise<Task> {
     const body = { ...options, user_id: userId, text };
-    body.idempotency_key ??= newKey();
+    body.idempotency_key ??= await newKey();
     return this.call("POST", "/v1/tasks", { body });
   }
 
   /** GET /v1/tasks/{id}: the task with its trace; with `waitS` (0-30) the answer comes the
    * moment it ends, or after `waitS` seconds with the task as it is. */
   task(taskId: string, waitS?: number): Promise<Task> {
-    const query = waitS === undefined ? undefined : { wait: Math.max(0, Math.min(30, Math.floor(waitS))) };
+    // Rounded up: a wait of 0 with time left would poll without pause.
+    const query = waitS === undefined ? undefined : { wait: Math.max(0, Math.min(30, Math.ceil(waitS))) };
     return this.call("GET", `/v1/tasks/${encodeURIComponent(taskId)}`, {
       query,
       timeoutS: this.timeoutS + (waitS ?? 0),
@@ -261,9 +286,9 @@ export class Client {
 
   /** POST /v1/tasks/{id}/retry: a new task asking what the ended one asked, `retry_of`
    * naming it. Conflict `task_not_ended` while it is queued or running. */
-  retry(taskId: string, idempotencyKey: string = newKey()): Promise<Task> {
+  async retry(taskId: string, idempotencyKey?: string): Promise<Task> {
     return this.call("POST", `/v1/tasks/${encodeURIComponent(taskId)}/retry`, {
-      body: { idempotency_key: idempotencyKey },
+      body: { idempotency_key: idempotencyKey ?? (await newKey()) },
     });
   }
 
@@ -398,6 +423,7 @@ export class Client {
         rest = rest.slice(end + 1);
         if (line.trim() !== "") yield JSON.parse(line) as Record<string, unknown>;
       }
+      if (rest.length > MAX_LINE) throw new TransportError(`a line of the answer is over ${MAX_LINE} characters`);
     }
     if (rest.trim() !== "") yield JSON.parse(rest) as Record<string, unknown>;
   }
@@ -441,13 +467,13 @@ export class Client {
 
   /** POST /v1/plan: the planner alone; the plan once made, or the task id to poll when it
    * took longer than `wait_s`. */
-  plan(
+  async plan(
     userId: string,
     text: string,
     options: { model?: string; tools?: string[]; timeout_s?: number; wait_s?: number; idempotency_key?: string } = {},
   ): Promise<Record<string, unknown>> {
     const body = { ...options, user_id: userId, text };
-    body.idempotency_key ??= newKey();
+    body.idempotency_key ??= await newKey();
     return this.call("POST", "/v1/plan", { body, timeoutS: this.timeoutS + (options.wait_s ?? 30) });
   }
 
@@ -497,28 +523,27 @@ export class Client {
         if (e instanceof TypeError && /line break/.test(e.message)) throw e;
         const cause = (e as { cause?: unknown }).cause;
         if (cause instanceof TypeError && /line break/.test(cause.message)) throw cause;
-        if (attempt >= retries) {
+        if (attempt >= retries || !(await this.pause(attempt, undefined, deadline))) {
           throw new TransportError(`${method} ${path}: ${(e as Error).message}`, { cause: e });
         }
-        await this.pause(attempt, undefined, deadline);
         continue;
       }
       if (response.status < 400) return (text ? JSON.parse(text) : undefined) as T;
       const retryAfter = retryAfterOf(response);
       const error = errorFor(response.status, text, retryAfter);
       const again = response.status === 503 || (response.status === 429 && retryAfter !== undefined);
-      if (!again || attempt >= retries) throw error;
-      await this.pause(attempt, retryAfter, deadline);
+      if (!again || attempt >= retries || !(await this.pause(attempt, retryAfter, deadline))) throw error;
     }
   }
 
-  private async pause(attempt: number, retryAfterS: number | undefined, deadline: number): Promise<void> {
+  /** Sleeps before the next try and resolves true; false (no sleep) when the pause, or the
+   * server's Retry-After, is longer than maxBackoffS or than the time left. */
+  private async pause(attempt: number, retryAfterS: number | undefined, deadline: number): Promise<boolean> {
     let wait = Math.min(this.maxBackoffS, this.backoffS * 2 ** attempt) * (0.5 + Math.random() / 2);
-    if (retryAfterS !== undefined) wait = Math.min(this.maxBackoffS, Math.max(wait, retryAfterS));
-    if (Date.now() + wait * 1000 >= deadline) {
-      throw new TransportError("no time left before the call's deadline to try again");
-    }
+    if (retryAfterS !== undefined) wait = Math.max(wait, retryAfterS);
+    if (wait > this.maxBackoffS || Date.now() + wait * 1000 >= deadline) return false;
     await sleep(wait * 1000);
+    return true;
   }
 
   /** Opens a streamed answer; its reader is cut when nothing came for `idleTimeoutS`. */
@@ -552,6 +577,7 @@ export class Client {
     try {
       for (;;) {
         let chunk: ReadableStreamReadResult<Uint8Array>;
+        opened.rearm(); // the idle bound counts only while waiting for the server
         try {
           chunk = await reader.read();
         } catch (e) {
@@ -560,8 +586,8 @@ export class Client {
             { cause: e },
           );
         }
+        opened.stop();
         if (chunk.done) break;
-        opened.rearm();
         yield decoder.decode(chunk.value, { stream: true });
       }
       const tail = decoder.decode();

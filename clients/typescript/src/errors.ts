@@ -54,7 +54,8 @@ export class NotFound extends ApiError {
   override name = "NotFound";
 }
 /** 409: the state does not allow it (`task_not_ended`, `already_ended`,
- * `idempotency_conflict`, `batch_exists`, `parent_not_ended`). */
+ * `idempotency_conflict`, `batch_exists`, `parent_not_ended`), or a short task id stands
+ * for several tasks (`ambiguous_id`). */
 export class Conflict extends ApiError {
   override name = "Conflict";
 }

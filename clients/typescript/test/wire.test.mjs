@@ -11,7 +11,6 @@ import {
   EventParser,
   ServerError,
   TooManyRequests,
-  TransportError,
   errorFor,
 } from "../dist/index.js";
 
@@ -100,11 +99,41 @@ describe("sending again", () => {
     assert.equal(s.requests.length, 1);
   });
 
-  test("a Retry-After longer than the deadline ends the call at once", async () => {
+  test("a Retry-After past the deadline gives the answer at once", async () => {
     const s = await serve([unavailable("60")]);
     const started = Date.now();
-    await assert.rejects(new Client({ url: s.url, apiKey: "k", timeoutS: 2, maxBackoffS: 60 }).task("t"), TransportError);
+    await assert.rejects(
+      new Client({ url: s.url, apiKey: "k", timeoutS: 2, maxBackoffS: 60 }).task("t"),
+      (e) => e instanceof ServerError && e.code === "unavailable" && e.retryAfter === 60,
+    );
     assert.ok(Date.now() - started < 2000);
+    assert.equal(s.requests.length, 1);
+  });
+
+  test("a Retry-After longer than maxBackoffS is not cut short", async () => {
+    const s = await serve([[429, { "Retry-After": "10" }, { error: { code: "queue_full", message: "m" } }]]);
+    await assert.rejects(
+      new Client({ url: s.url, apiKey: "k", maxBackoffS: 5 }).submit("u", "text"),
+      (e) => e instanceof TooManyRequests && e.retryAfter === 10,
+    );
+    assert.equal(s.requests.length, 1);
+  });
+
+  test("a stream's idle bound counts only while waiting for the server", async () => {
+    const server = http.createServer((req, res) => {
+      res.writeHead(200, { "Content-Type": "text/event-stream" });
+      res.write('event: step\ndata: {"n":1}\n\nevent: step\ndata: {"n":2}\n\n');
+      setTimeout(() => res.end('event: done\ndata: {"n":3}\n\n'), 100);
+    });
+    await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+    after(() => server.close());
+    const client = new Client({ url: `http://127.0.0.1:${server.address().port}`, apiKey: "k" });
+    const seen = [];
+    for await (const e of client.events("t", 0.5)) {
+      seen.push(e.data.n);
+      await new Promise((r) => setTimeout(r, 700)); // a slow reader: longer than the bound
+    }
+    assert.deepEqual(seen, [1, 2, 3]);
   });
 
   test("a batch is streamed in pieces with progress and not sent again", async () => {
