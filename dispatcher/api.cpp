@@ -432,18 +432,27 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::full_task_id(
     co_return store_unavailable(request, found.error());
   const TaskIdChoice choice = choose_task_id(
       found.value(), [&](const std::string& user_id) { return caller.may_act_for(user_id); });
+  if (!choice.ambiguous.empty()) {
+    std::string names;
+    for (const auto& task_id : choice.ambiguous)
+      names += (names.empty() ? "" : ", ") + task_id;
+    co_return http::make_error(
+        request, http::Status::conflict, "ambiguous_id",
+        "the task id prefix '" + id + "' stands for several tasks (" + names +
+            (choice.matches > choice.ambiguous.size() ? ", ..." : "") + "); give more of it",
+        "/path/task_id");
+  }
+  // Every candidate read: more may lie beyond them, so one of the caller's (or none) among
+  // them does not tell.
+  if (found.value().size() == static_cast<std::size_t>(kCandidates)) {
+    co_return http::make_error(
+        request, http::Status::conflict, "ambiguous_id",
+        "the task id prefix '" + id + "' begins too many ids to tell; give more of it",
+        "/path/task_id");
+  }
   if (choice.task_id)
     co_return *choice.task_id;
-  if (choice.ambiguous.empty())
-    co_return not_found(request, "task", id);
-  std::string names;
-  for (const auto& task_id : choice.ambiguous)
-    names += (names.empty() ? "" : ", ") + task_id;
-  co_return http::make_error(request, http::Status::conflict, "ambiguous_id",
-                             "the task id prefix '" + id + "' stands for several tasks (" + names +
-                                 (choice.matches > choice.ambiguous.size() ? ", ..." : "") +
-                                 "); give more of it",
-                             "/path/task_id");
+  co_return not_found(request, "task", id);
 }
 
 asio::awaitable<http::Response> Api::ready(http::Request& request) {
