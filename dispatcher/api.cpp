@@ -153,7 +153,7 @@ std::string new_task_id() {
          hex.substr(16, 4) + "-" + hex.substr(20);
 }
 
-std::string traceparent_for(std::string_view incoming) {
+std::string traceparent_for(std::string_view incoming, std::string_view own_span_id) {
   // A valid W3C traceparent (version, 32 hex trace id, 16 hex parent id, 2 hex flags)
   // continues the caller's trace: rebuilt as version 00 from its validated parts, so a later
   // version's extra fields are dropped, not stored and forwarded. Anything else starts a new
@@ -162,7 +162,8 @@ std::string traceparent_for(std::string_view incoming) {
     return "00-" + std::string(trace) + "-" + std::string(incoming.substr(36, 16)) + "-" +
            std::string(incoming.substr(53, 2));
   }
-  return "00-" + random_hex(16) + "-" + random_hex(8) + "-01";
+  return "00-" + random_hex(16) + "-" +
+         (own_span_id.size() == 16 ? std::string(own_span_id) : random_hex(8)) + "-01";
 }
 
 codec::SubmissionDefaults submission_defaults(const config::Config& config) {

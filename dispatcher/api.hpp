@@ -166,7 +166,10 @@ inline constexpr std::size_t kMaxBatchIdBytes = 200;
 // A random (version 4) UUID.
 std::string new_task_id();
 // A W3C traceparent: the incoming one's trace, parent and flags as version 00 when it is
-// valid, else a new trace.
-std::string traceparent_for(std::string_view incoming);
+// valid, else a new trace whose parent id is `own_span_id` (16 hex digits; random when
+// empty): the span the trace exporter makes the root of the task's trace (the task's
+// codec::task_span_id, a batch's codec::batch_span_id), so no span names a parent that was
+// never exported.
+std::string traceparent_for(std::string_view incoming, std::string_view own_span_id = {});
 
 }  // namespace agentfleet::dispatcher

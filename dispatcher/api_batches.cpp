@@ -18,6 +18,7 @@
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/batch_store.hpp"
 #include "core/codec/json_text.hpp"
+#include "core/codec/otlp_trace.hpp"
 #include "core/codec/task_codec.hpp"
 #include "dispatcher/api_responses.hpp"
 #include "dispatcher/batch_lines.hpp"
@@ -277,7 +278,8 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     else if (!alive.value())
       store_error = "the upload of batch '" + batch_id + "' went past its deadline";
   };
-  const std::string traceparent = traceparent_for(std::string(head["traceparent"]));
+  const std::string traceparent =
+      traceparent_for(std::string(head["traceparent"]), codec::batch_span_id(batch_id));
   auto take_line = [&](std::string_view line) {
     auto task = checker.take(line);
     if (!task)

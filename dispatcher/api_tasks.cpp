@@ -9,6 +9,7 @@
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/submission_store.hpp"
 #include "core/codec/json_text.hpp"
+#include "core/codec/otlp_trace.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/domain/task.hpp"
 #include "dispatcher/api_responses.hpp"
@@ -69,10 +70,12 @@ TaskView view_of(const std::string& task_json) {
 
 asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submission(
     http::Request& request, const codec::Submission& submission, const std::string& retry_of) {
-  pg::NewTask task{submission.spec, submission.canonical,
-                   traceparent_for(std::string(request["traceparent"]))};
+  const std::string task_id = new_task_id();
+  pg::NewTask task{
+      submission.spec, submission.canonical,
+      traceparent_for(std::string(request["traceparent"]), codec::task_span_id(task_id))};
   task.retry_of = retry_of;
-  task.spec.task_id = new_task_id();
+  task.spec.task_id = task_id;
   const pg::QueueLimit limit = queue_limit(config_);
   const pg::ModelCheck models = model_check(config_);
   auto inserted = co_await store_.insert_task(task, limit, true, models);

@@ -9,6 +9,7 @@
 
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/submission_store.hpp"
+#include "core/codec/otlp_trace.hpp"
 #include "dispatcher/api.hpp"
 #include "dispatcher/user_limits.hpp"
 
@@ -172,13 +173,15 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
     done(message, sent);
     co_return;
   }
-  pg::NewTask task{submission.spec, submission.canonical,
-                   traceparent_for(header_value(message.headers, "traceparent"))};
+  const std::string task_id = new_task_id();
+  pg::NewTask task{
+      submission.spec, submission.canonical,
+      traceparent_for(header_value(message.headers, "traceparent"), codec::task_span_id(task_id))};
   if (task.spec.idempotency_key.empty()) {
     task.spec.idempotency_key = "kafka:" + message.topic + ":" + std::to_string(message.partition) +
                                 ":" + std::to_string(message.offset);
   }
-  task.spec.task_id = new_task_id();
+  task.spec.task_id = task_id;
   // A store outage, or a key held by a batch upload under way: tried again with backoff
   // (0.2 s, doubling to 2 s) for up to ten minutes, so the message is stored within seconds
   // of the store's return or the upload's end (later messages of its key wait behind it;

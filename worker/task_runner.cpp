@@ -1632,6 +1632,8 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
     co_return RunOutcome::kLeaseLost;
   }
   const std::int64_t outbox_id = finished.value().value();
+  if (ended_)
+    ended_(run.task_id, run.traceparent);
   metrics_.task_finished(status, result ? std::optional(result->type) : std::nullopt, code,
                          std::chrono::duration<double>(clock_.now() - run.claimed_at).count());
   if (error.empty()) {

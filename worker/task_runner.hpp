@@ -77,6 +77,11 @@ class TaskRunner final : public Runs {
   void set_abandoned_handler(std::function<void(ports::HeldTask)> handler) {
     abandoned_ = std::move(handler);
   }
+  // Told of each task a run ended, once its end is stored: (task_id, traceparent). The trace
+  // exporter queues it; must not block.
+  void set_ended_handler(std::function<void(const std::string&, const std::string&)> handler) {
+    ended_ = std::move(handler);
+  }
   // True while the store is still forgetting result events the runs published (a shutdown
   // waits for it, or the relay would publish them again).
   bool removing_outbox_rows() const { return store_.settling(); }
@@ -182,6 +187,7 @@ class TaskRunner final : public Runs {
   std::uint64_t fences_ = 0;    // how many times a fence went up
   std::set<boost::asio::steady_timer*> fence_waiters_;  // claims waiting for unfence()
   std::function<void(ports::HeldTask)> abandoned_;
+  std::function<void(const std::string&, const std::string&)> ended_;
 
   mutable std::mutex leases_mutex_;
   struct Held {

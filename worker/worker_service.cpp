@@ -13,11 +13,16 @@
 #include "core/adapters/kafka/kafka.hpp"
 #include "core/adapters/log.hpp"
 #include "core/adapters/metrics/db_pool_metrics.hpp"
+#include "core/adapters/metrics/trace_export_metrics.hpp"
 #include "core/adapters/metrics/worker_metrics.hpp"
+#include "core/adapters/otlp/otlp_http_sink.hpp"
+#include "core/adapters/otlp/span_exporter.hpp"
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/liveness_store.hpp"
 #include "core/adapters/pg/run_store.hpp"
+#include "core/adapters/pg/trace_source.hpp"
 #include "core/adapters/pg/write_batcher.hpp"
+#include "core/domain/build_info.hpp"
 #include "core/limits/concurrency_limit.hpp"
 #include "worker/dispatch_consumer.hpp"
 #include "worker/drain.hpp"
@@ -71,6 +76,41 @@ limits::ConcurrencyLimitOptions limit_options(const config::WorkerConfig& w) {
   o.target = std::chrono::milliseconds(w.round_trip_target_ms);
   return o;
 }
+
+// The trace exporter and what it reads and sends through (telemetry.otlp).
+struct TraceExport {
+  TraceExport(const config::Config& config, const std::string& worker_id,
+              metrics::MetricsRegistry& registry)
+      : source(config.postgres.url, config.postgres.statement_timeout_ms,
+               config.postgres.connect_timeout_s),
+        sink(config.telemetry.otlp.endpoint,
+             {config.telemetry.otlp.headers.begin(), config.telemetry.otlp.headers.end()}),
+        exporter(source, sink, options_of(config.telemetry.otlp, worker_id)),
+        metrics(registry) {
+    registry.add_render_hook([this] { metrics.set(exporter.stats(), exporter.queued()); });
+  }
+
+  static otlp::SpanExporterOptions options_of(const config::OtlpConfig& c,
+                                              const std::string& worker_id) {
+    otlp::SpanExporterOptions o;
+    o.queue_tasks = static_cast<std::size_t>(c.queue_tasks);
+    o.batch_spans = static_cast<std::size_t>(c.batch_spans);
+    o.flush_interval = std::chrono::milliseconds(c.flush_interval_ms);
+    o.timeout = std::chrono::milliseconds(c.timeout_ms);
+    o.max_attempts = c.max_attempts;
+    o.spans.max_attribute_chars = static_cast<std::size_t>(c.max_attribute_chars);
+    o.version = std::string(build_info().version);
+    o.resource = {{"service.name", c.service_name},
+                  {"service.version", o.version},
+                  {"service.instance.id", worker_id}};
+    return o;
+  }
+
+  pg::TraceSource source;
+  otlp::OtlpHttpSink sink;
+  otlp::SpanExporter exporter;
+  metrics::TraceExportMetrics metrics;
+};
 
 LeaseKeeperOptions keeper_options(const config::WorkerConfig& w) {
   LeaseKeeperOptions o;
@@ -177,6 +217,20 @@ int run_worker(const config::Config& config) {
   keeper.on_handed_back = [&](int tasks) { worker_metrics.handed_back(tasks); };
   runner.set_abandoned_handler([&](ports::HeldTask task) { keeper.abandoned(std::move(task)); });
 
+  // Each ended task's trace to the OpenTelemetry collector, from a thread of its own.
+  std::unique_ptr<TraceExport> traces;
+  if (!config.telemetry.otlp.endpoint.empty()) {
+    traces = std::make_unique<TraceExport>(config, worker_id, registry);
+    runner.set_ended_handler([&traces](const std::string& task_id, const std::string& traceparent) {
+      if (!traceparent.empty())
+        traces->exporter.offer(task_id, traceparent);
+    });
+    traces->exporter.start();
+    log::write("info", "worker",
+               "exporting task traces to " +
+                   otlp::OtlpHttpSink::traces_url(config.telemetry.otlp.endpoint));
+  }
+
   // SIGTERM or SIGINT: drain (stop consuming and leave the group at once, let runs reach a
   // checkpoint and hand their tasks back within the grace period, hand back the rest, retire
   // the incarnation), then stop.
@@ -248,6 +302,8 @@ int run_worker(const config::Config& config) {
   const bool flushed = producer.flush(std::chrono::seconds(10));
   consumer.reset();  // joins a group leave still under way
   subscription.stop();
+  if (traces)
+    traces->exporter.stop(std::chrono::milliseconds(config.telemetry.otlp.timeout_ms));
   // Postgres work still queued finishes before the runner and the clients it uses go away.
   db.join();
   liveness_db.join();

@@ -1104,6 +1104,23 @@ billing::Exchange budget_exchange(const BillingConfig& billing) {
 
 namespace {
 
+void read_otlp(const Section& s, OtlpConfig& out) {
+  s.read("endpoint", out.endpoint);
+  if (!out.endpoint.empty() && out.endpoint.rfind("http://", 0) != 0 &&
+      out.endpoint.rfind("https://", 0) != 0) {
+    throw Problem(s.path("endpoint"),
+                  "expected an http:// or https:// URL, not '" + out.endpoint + "'");
+  }
+  read_properties(s, "headers", out.headers);
+  s.read("service_name", out.service_name);
+  s.read("timeout_ms", out.timeout_ms);
+  s.read("queue_tasks", out.queue_tasks);
+  s.read("batch_spans", out.batch_spans);
+  s.read("flush_interval_ms", out.flush_interval_ms);
+  s.read("max_attempts", out.max_attempts);
+  s.read("max_attribute_chars", out.max_attribute_chars);
+}
+
 Config read_config(const Value& doc) {
   Config c;
   Section root(&doc, "");
@@ -1131,6 +1148,7 @@ Config read_config(const Value& doc) {
   metrics.read("host", c.metrics.host);
   metrics.read("port", c.metrics.port);
   metrics.read("refresh_interval_s", c.metrics.refresh_interval_s);
+  read_otlp(root.child("telemetry").child("otlp"), c.telemetry.otlp);
   // Without an auth section every API request is refused (401): closed by default.
   if (root.get("auth") != nullptr)
     read_auth(root.child("auth"), c.auth);

@@ -377,6 +377,28 @@ struct MetricsConfig {
   bool operator==(const MetricsConfig&) const = default;
 };
 
+// OpenTelemetry traces of ended tasks, exported over OTLP/HTTP (JSON) by the worker
+// (otlp::SpanExporter). No endpoint: none are exported.
+struct OtlpConfig {
+  std::string endpoint;  // the collector's base URL; spans go to <endpoint>/v1/traces
+  std::map<std::string, std::string> headers;  // sent with every export request
+  std::string service_name = "agentfleet";     // the resource's service.name
+  int timeout_ms = 5000;                       // each export request's deadline
+  int queue_tasks = 2048;  // ended tasks waiting to be exported; beyond: dropped, counted
+  int batch_spans = 512;   // spans per request
+  int flush_interval_ms = 2000;
+  int max_attempts = 3;  // sends of one request, the first included
+  int max_attribute_chars = 1024;
+
+  bool operator==(const OtlpConfig&) const = default;
+};
+
+struct TelemetryConfig {
+  OtlpConfig otlp;
+
+  bool operator==(const TelemetryConfig&) const = default;
+};
+
 struct Config {
   std::string source;  // path the configuration was read from
   PostgresConfig postgres;
@@ -391,6 +413,7 @@ struct Config {
   PlanExecuteConfig plan_execute;
   std::vector<UserTierLimits> tiers;
   MetricsConfig metrics;
+  TelemetryConfig telemetry;
   AuthConfig auth;
 
   const ModelConfig* find_model(const std::string& name) const;

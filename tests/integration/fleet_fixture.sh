@@ -14,6 +14,8 @@ case "$command" in
     # A batch upload's average rate is held after 3 s instead of 30, so that a trickling
     # upload is cut within a test's patience.
     export AGENTFLEET_BATCH_UPLOAD_RATE_WINDOW_S=3
+    # Every task's trace goes to a local OTLP receiver, one span per line of this file.
+    export FLEET_OTLP_SPANS="${FLEET_OTLP_SPANS:-$run_dir/otlp-spans.jsonl}"
     fleet_reset "$run_dir"
     if ! fleet_start "$run_dir" "$3" 2; then
       fleet_stop "$run_dir"
@@ -29,6 +31,8 @@ case "$command" in
       echo "AGENTFLEET_DISPATCHER_METRICS_URL=$AGENTFLEET_DISPATCHER_METRICS_URL"
       echo "AGENTFLEET_WORKER_METRICS_URLS=$AGENTFLEET_WORKER_METRICS_URLS"
       echo "AGENTFLEET_API_KEY=$AGENTFLEET_API_KEY"
+      echo "AGENTFLEET_OTLP_ENDPOINT=$AGENTFLEET_OTLP_ENDPOINT"
+      echo "AGENTFLEET_OTLP_SPANS=$FLEET_OTLP_SPANS"
     } >"$run_dir/env"
     ;;
   stop)

@@ -8,6 +8,7 @@
 #include "core/adapters/metrics/db_pool_metrics.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
 #include "core/adapters/metrics/metrics_registry.hpp"
+#include "core/adapters/metrics/trace_export_metrics.hpp"
 #include "core/adapters/metrics/worker_metrics.hpp"
 #include "core/domain/build_info.hpp"
 
@@ -250,11 +251,40 @@ TEST(MetricsLabels, NoPerUserLabelExists) {
   dispatcher.set_outbox_backlog(3);
   dispatcher.outbox_published("agent.tasks.results", 2);
   dispatcher.set_tasks(TaskStatus::kQueued, 5);
+  TraceExportMetrics traces(registry);
+  traces.set(otlp::SpanExporterStats{1, 1, 1, 1, 1, 1, 1}, 1);
   const std::string text = registry.render();
   for (const auto& name : label_names(text)) {
     EXPECT_TRUE(kAllowedLabels.count(name)) << "unexpected label " << name;
     EXPECT_EQ(name.find("user"), std::string::npos);
   }
+}
+
+// The exporter's running totals become counters that only grow by what is new.
+TEST(TraceExportMetricsTest, CountsWhatTheExporterDidSinceTheLastScrape) {
+  MetricsRegistry registry(RegistryOptions{.process_metrics = false});
+  TraceExportMetrics traces(registry);
+  otlp::SpanExporterStats totals;
+  totals.tasks_offered = 10;
+  totals.tasks_dropped = 2;
+  totals.tasks_unreadable = 1;
+  totals.spans_exported = 40;
+  totals.spans_dropped = 4;
+  totals.requests_ok = 3;
+  totals.requests_failed = 2;
+  traces.set(totals, 5);
+  traces.set(totals, 5);  // a second scrape with nothing new adds nothing
+  totals.spans_exported = 44;
+  totals.requests_ok = 4;
+  traces.set(totals, 0);
+  const std::string text = registry.render();
+  EXPECT_EQ(sample(text, "agentfleet_otlp_spans_exported_total"), 44);
+  EXPECT_EQ(sample(text, "agentfleet_otlp_spans_dropped_total"), 4);
+  EXPECT_EQ(sample(text, R"(agentfleet_otlp_tasks_dropped_total{reason="queue_full"})"), 2);
+  EXPECT_EQ(sample(text, R"(agentfleet_otlp_tasks_dropped_total{reason="unreadable"})"), 1);
+  EXPECT_EQ(sample(text, R"(agentfleet_otlp_requests_total{outcome="ok"})"), 4);
+  EXPECT_EQ(sample(text, R"(agentfleet_otlp_requests_total{outcome="failed"})"), 2);
+  EXPECT_EQ(sample(text, "agentfleet_otlp_queue_tasks"), 0);
 }
 
 TEST(DispatcherMetricsTest, CountsSubmissionsRequestsAndScheduling) {

@@ -29,7 +29,10 @@
 # (dispatcher.leader_silence_s), AGENTFLEET_MAX_ACTIVE_TASKS, AGENTFLEET_RELAY_INTERVAL_MS,
 # AGENTFLEET_BATCH_UPLOAD_RATE_WINDOW_S (dispatcher.batch_upload_rate_window_s)
 # (read by config/agentfleet.yaml, which the fleet runs with),
-# SIM_TIMING_DIR (both simulators write a --timing-log there: llm-sim.timing, tool-sim.timing).
+# SIM_TIMING_DIR (both simulators write a --timing-log there: llm-sim.timing, tool-sim.timing),
+# FLEET_OTLP_SPANS (a file: a local OTLP receiver, tools/otlp_receiver, is started and the
+# workers export each task's trace to it, one span per line; AGENTFLEET_OTLP_ENDPOINT is
+# exported).
 #   fleet_stop RUN_DIR                        stops everything fleet_start started
 #   fleet_reset RUN_DIR                       stops it and removes its database and logs
 #
@@ -117,6 +120,13 @@ fleet_start() {
     ${SIM_TIMING_DIR:+--timing-log "$SIM_TIMING_DIR/tool-sim.timing"} "${tool_sim_args[@]}"
   _fleet_wait_file "$run_dir/llm-sim.port" llm-sim "$run_dir"
   _fleet_wait_file "$run_dir/tool-sim.port" tool-sim "$run_dir"
+  if [[ -n "${FLEET_OTLP_SPANS:-}" ]]; then
+    rm -f "$run_dir/otlp.port"
+    _fleet_spawn "$run_dir" otlp-receiver python3 "$AF_ROOT/tools/otlp_receiver/otlp_receiver.py" \
+      --port-file "$run_dir/otlp.port" --out "$FLEET_OTLP_SPANS"
+    _fleet_wait_file "$run_dir/otlp.port" otlp-receiver "$run_dir"
+    export AGENTFLEET_OTLP_ENDPOINT="http://127.0.0.1:$(cat "$run_dir/otlp.port")"
+  fi
   LLM_SIM_PORT=$(cat "$run_dir/llm-sim.port")
   TOOL_SIM_URL="http://127.0.0.1:$(cat "$run_dir/tool-sim.port")"
   export LLM_SIM_PORT TOOL_SIM_URL

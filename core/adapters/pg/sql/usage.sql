@@ -95,3 +95,9 @@ FROM tasks WHERE status IN ('dispatched', 'running')
 -- name: count_due_outbox
 -- Outbox rows due for publishing (publish_after passed) and not yet published.
 SELECT count(*) FROM outbox WHERE publish_after <= now()
+
+-- name: task_step_costs
+-- The bill of each model call of task $1 (its trace's spans carry them): step, model, cost
+-- as decimal text, currency.
+SELECT step, model, to_char(cost, 'FM999999999999990.000000'), currency
+FROM usage_ledger WHERE task_id = $1::uuid ORDER BY step
