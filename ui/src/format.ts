@@ -1,0 +1,61 @@
+/** How the console writes the API's values in words. */
+
+import type { WaitingReason } from "./api.ts";
+
+export const TASK_STATUSES = ["queued", "dispatched", "running", "succeeded", "failed", "timed_out", "cancelled"] as const;
+export const RESULT_TYPES = ["action_completed", "need_clarification", "error"] as const;
+export const STRATEGIES = ["react", "plan_execute", "plan_only"] as const;
+
+/** What each waiting_reason means (the contract's description of WaitingReason). */
+export const WAITING_REASONS: Record<WaitingReason, string> = {
+  concurrency: "the user's max_concurrency tasks are already dispatched or running",
+  requests_per_minute: "the user's requests-per-minute limit has no room for one more task this minute",
+  tokens_per_minute: "the user's tokens-per-minute limit has no room for one more task this minute",
+  budget: "the user's monthly budget is spent (the task ends failed, quota_exceeded, in the next pass)",
+  fleet_capacity: "the workers' capacity, or the fleet's max_active_tasks, is in use",
+  batch_share: "batch work waits behind interactive work beyond its guaranteed share of the fleet",
+  pass_limit: "the scheduler admitted all it may in one pass; the next pass follows at once",
+  parent: "a follow-up waiting for the task it follows to end",
+  scheduling: "no pass has held it back yet (submitted just now, or the next pass admits it)",
+};
+
+export function waitingText(reason: WaitingReason | null | undefined): string {
+  if (!reason) return "";
+  return `${reason.replace(/_/g, " ")}: ${WAITING_REASONS[reason] ?? "unknown reason"}`;
+}
+
+export const words = (code: string) => code.replace(/_/g, " ");
+
+/** A timestamp as local date and time to the second ("2026-11-28 21:06:32"). */
+export function when(ts: string | null | undefined): string {
+  if (!ts) return "—";
+  const d = new Date(ts);
+  if (Number.isNaN(d.getTime())) return ts;
+  const pad = (n: number) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+export function duration(ms: number | null | undefined): string {
+  if (ms === null || ms === undefined || !Number.isFinite(ms)) return "—";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
+  const s = Math.round(ms / 1000);
+  return `${Math.floor(s / 60)} min ${s % 60} s`;
+}
+
+export function between(from: string | null | undefined, to: string | null | undefined): number | null {
+  if (!from || !to) return null;
+  return new Date(to).getTime() - new Date(from).getTime();
+}
+
+export const count = (n: number | null | undefined) => (n === null || n === undefined ? "—" : n.toLocaleString("en-US"));
+
+export function money(cost: string | null | undefined, currency: string | null | undefined): string {
+  if (cost === null || cost === undefined) return "—";
+  return currency ? `${cost} ${currency}` : cost;
+}
+
+export const shortId = (id: string) => id.slice(0, 8);
+
+/** "2026-11-28" of a Date, in UTC (the API reads a bare date as UTC midnight). */
+export const utcDate = (d: Date) => d.toISOString().slice(0, 10);

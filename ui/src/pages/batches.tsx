@@ -1,0 +1,270 @@
+/** Batches: open one by id (the ids seen lately are kept, as no route lists batches), its
+ * progress, counts, waiting reason, results download and cancel; upload a JSON Lines file
+ * as a new batch. */
+
+import { useState } from "preact/hooks";
+import type { PageProps } from "../main.tsx";
+import type { Batch, BatchAccepted, BatchProgress, Client } from "../api.ts";
+import { ErrorNote, ResultBadge, StatusBadge, useAsync, usePoll } from "../components.tsx";
+import { RESULT_TYPES, TASK_STATUSES, count, money, waitingText, when } from "../format.ts";
+import { href, navigate } from "../router.ts";
+import { recentBatches, rememberBatch } from "../session.ts";
+import { UserField, defaultUser } from "./user_field.tsx";
+
+function Upload({ client, identity }: Pick<PageProps, "client" | "identity">) {
+  const [file, setFile] = useState<File | null>(null);
+  const [user, setUser] = useState(defaultUser(identity));
+  const [batchId, setBatchId] = useState("");
+  const [priority, setPriority] = useState("batch");
+  const [progress, setProgress] = useState<BatchProgress | null>(null);
+  const upload = useAsync<BatchAccepted>();
+
+  const send = async (e: Event) => {
+    e.preventDefault();
+    if (!file) return;
+    const lines = (await file.text()).split(/\r?\n/).filter((l) => l.trim() !== "");
+    setProgress({ lines: 0, bytes: 0, totalLines: lines.length });
+    const accepted = await upload.run(() =>
+      client.submitBatch(lines, {
+        userId: user || undefined,
+        batchId: batchId.trim() || undefined,
+        priority: priority as "batch" | "interactive",
+        onProgress: setProgress,
+        chunkBytes: 64 << 10,
+        // Browsers stream a request body only over HTTP/2; the dispatcher speaks HTTP/1.1.
+        buffer: true,
+      }),
+    );
+    if (accepted) {
+      rememberBatch(accepted.batch_id);
+      navigate("batches", accepted.batch_id);
+    }
+  };
+
+  return (
+    <article class="upload">
+      <h2>Upload a batch</h2>
+      <form onSubmit={send} class="grid-form">
+        <label>
+          JSON Lines file (one submission per line)
+          <input name="file" type="file" accept=".jsonl,.ndjson,.json,.txt,application/x-ndjson" required onChange={(e) => setFile(e.currentTarget.files?.[0] ?? null)} />
+        </label>
+        <UserField identity={identity} value={user} onChange={setUser} id="batch-user" everyone="named on each line" />
+        <label>
+          Batch id (blank: one is made up)
+          <input name="batch_id" value={batchId} onInput={(e) => setBatchId(e.currentTarget.value)} />
+        </label>
+        <label>
+          Priority
+          <select name="priority" value={priority} onChange={(e) => setPriority(e.currentTarget.value)}>
+            <option value="batch">batch</option>
+            <option value="interactive">interactive</option>
+          </select>
+        </label>
+        <button type="submit" disabled={!file || upload.busy} aria-busy={upload.busy}>
+          Upload
+        </button>
+      </form>
+      {progress && upload.busy ? (
+        <p>
+          <label for="upload-progress">
+            Read {count(progress.lines)} of {count(progress.totalLines)} lines ({count(progress.bytes)} bytes); sending…
+          </label>
+          <progress id="upload-progress" value={progress.lines} max={progress.totalLines ?? 1} />
+        </p>
+      ) : null}
+      <ErrorNote error={upload.error} what="Upload refused" />
+    </article>
+  );
+}
+
+async function downloadResults(client: Client, batchId: string): Promise<number> {
+  const lines: string[] = [];
+  for await (const line of client.batchResults(batchId)) lines.push(JSON.stringify(line));
+  const blob = new Blob([lines.join("\n") + (lines.length ? "\n" : "")], { type: "application/x-ndjson" });
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = `batch-${batchId}-results.jsonl`;
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+  return lines.length;
+}
+
+function BatchView({ client, batchId }: { client: Client; batchId: string }) {
+  const batch = useAsync<Batch>();
+  const action = useAsync<unknown>();
+  const [note, setNote] = useState("");
+  const b = batch.value;
+  const done = b ? b.ended >= b.total : false;
+  usePoll(
+    async () => {
+      const got = await batch.run(() => client.batch(batchId));
+      if (got) rememberBatch(batchId);
+    },
+    3000,
+    [batchId],
+    !done,
+  );
+
+  if (!b) {
+    return batch.error ? <ErrorNote error={batch.error} what={`Could not open batch ${batchId}`} /> : <p aria-busy="true">Loading…</p>;
+  }
+  const pct = b.total ? Math.round((b.ended / b.total) * 100) : 100;
+  return (
+    <article aria-labelledby="batch-title">
+      <h2 id="batch-title">
+        Batch <span class="mono">{b.batch_id}</span> {b.cancelled ? <StatusBadge status="cancelled" /> : done ? <StatusBadge status="succeeded" /> : <StatusBadge status="running" />}
+      </h2>
+      <p class="muted">
+        user {b.user_id} · priority {b.priority} · created {when(b.created_at as string)}
+        {b.cancelled ? ` · cancelled ${when(b.cancelled_at as string | null)}` : ""} ·{" "}
+        <a href={`${href("tasks")}?user_id=${encodeURIComponent(b.user_id)}&batch_id=${encodeURIComponent(b.batch_id)}`}>its tasks</a>
+      </p>
+      <label for="batch-progress" aria-live="polite">
+        {count(b.ended)} of {count(b.total)} tasks ended ({pct}%)
+      </label>
+      <progress id="batch-progress" value={b.ended} max={b.total || 1} />
+      {b.waiting_reason ? <p class="waiting">Queued tasks wait: {waitingText(b.waiting_reason)}</p> : null}
+      <div class="actions">
+        <button
+          type="button"
+          onClick={async () => {
+            const n = await action.run(() => downloadResults(client, batchId));
+            if (n !== null) setNote(`Downloaded ${n} result lines.`);
+          }}
+          disabled={action.busy}
+          aria-busy={action.busy}
+        >
+          Download results (JSON Lines)
+        </button>
+        <button
+          type="button"
+          class="secondary"
+          disabled={done || b.cancelled || action.busy}
+          onClick={async () => {
+            const after = await action.run(() => client.cancelBatch(batchId));
+            if (after) {
+              setNote("Batch cancelled: no task of it starts any more.");
+              batch.setValue(() => after as Batch);
+            }
+          }}
+        >
+          Cancel batch
+        </button>
+        <span role="status" class="muted">{note}</span>
+      </div>
+      <ErrorNote error={action.error} what="Not done" />
+      <div class="columns">
+        <table class="compact">
+          <caption>Tasks per status</caption>
+          <thead>
+            <tr>
+              <th scope="col">Status</th>
+              <th scope="col" class="num">Tasks</th>
+            </tr>
+          </thead>
+          <tbody>
+            {TASK_STATUSES.map((s) => (
+              <tr>
+                <th scope="row">
+                  <StatusBadge status={s} />
+                </th>
+                <td class="num">{count(b.counts[s])}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        <table class="compact">
+          <caption>Tasks per result type</caption>
+          <thead>
+            <tr>
+              <th scope="col">Result type</th>
+              <th scope="col" class="num">Tasks</th>
+            </tr>
+          </thead>
+          <tbody>
+            {RESULT_TYPES.map((r) => (
+              <tr>
+                <th scope="row">
+                  <ResultBadge type={r} />
+                </th>
+                <td class="num">{count(b.result_types[r])}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+      <table class="compact">
+        <caption>Usage per model</caption>
+        <thead>
+          <tr>
+            <th scope="col">Model</th>
+            <th scope="col" class="num">Calls</th>
+            <th scope="col" class="num">Input</th>
+            <th scope="col" class="num">Cached</th>
+            <th scope="col" class="num">Output</th>
+            <th scope="col" class="num">Cost</th>
+          </tr>
+        </thead>
+        <tbody>
+          {b.usage.map((u) => (
+            <tr>
+              <th scope="row">{String(u.model)}</th>
+              <td class="num">{count(u.calls as number)}</td>
+              <td class="num">{count(u.input_tokens as number)}</td>
+              <td class="num">{count(u.cached_input_tokens as number)}</td>
+              <td class="num">{count(u.output_tokens as number)}</td>
+              <td class="num">{money(u.cost as string, u.currency as string)}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </article>
+  );
+}
+
+export function BatchesPage({ client, identity, batchId }: PageProps & { batchId?: string | undefined }) {
+  const [typed, setTyped] = useState("");
+  const recent = recentBatches();
+  return (
+    <section aria-labelledby="batches-title">
+      <h1 id="batches-title">Batches</h1>
+      <div class="columns">
+        <form
+          class="open-batch"
+          onSubmit={(e) => {
+            e.preventDefault();
+            if (typed.trim()) navigate("batches", typed.trim());
+          }}
+        >
+          <label for="open-batch-id">Batch id</label>
+          <div role="group">
+            <input id="open-batch-id" name="batch_id" required value={typed} onInput={(e) => setTyped(e.currentTarget.value)} />
+            <button type="submit">Open</button>
+          </div>
+        </form>
+        <nav aria-label="Recent batches" class="recent">
+          <h2 class="small-heading">Seen in this session</h2>
+          {recent.length ? (
+            <ul>
+              {recent.map((b) => (
+                <li>
+                  <a href={href("batches", b)} aria-current={b === batchId ? "page" : undefined} class="mono">
+                    {b}
+                  </a>
+                </li>
+              ))}
+            </ul>
+          ) : (
+            <p class="muted">None yet: open one by id or upload one.</p>
+          )}
+        </nav>
+      </div>
+      {batchId ? <BatchView client={client} batchId={batchId} key={batchId} /> : null}
+      <Upload client={client} identity={identity} />
+    </section>
+  );
+}
