@@ -68,7 +68,7 @@ export function LimitsPage({ client, identity }: PageProps) {
   return (
     <section aria-labelledby="limits-title">
       <h1 id="limits-title">Limits</h1>
-      <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="User">
+      <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Whose limits">
         <UserField identity={identity} value={user} onChange={setUser} id="limits-user" />
       </form>
       <ErrorNote error={limits.error} what="Could not read the limits" />

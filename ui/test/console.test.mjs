@@ -1,0 +1,321 @@
+// The console in a real browser against a running fleet, clicked through as a person would.
+//
+//   AGENTFLEET_CONSOLE_URL=http://127.0.0.1:5174/ui/ npm test
+//
+// Keys: AGENTFLEET_CONSOLE_USER_KEY (default af-dev-u1-key) acting for
+// AGENTFLEET_CONSOLE_USER (u1), AGENTFLEET_CONSOLE_ADMIN_KEY (af-dev-admin-key).
+// Screenshots of every page (1280x800) go to $AGENTFLEET_CONSOLE_SCREENSHOTS
+// (ui/test/screenshots/). Fails on any CSP violation, page error or console error other
+// than the browser's own note of an API answer >= 400. Chromium: /usr/bin/chromium.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const BASE = process.env.AGENTFLEET_CONSOLE_URL ?? "http://127.0.0.1:5174/ui/";
+const ORIGIN = new URL(BASE).origin;
+const USER_KEY = process.env.AGENTFLEET_CONSOLE_USER_KEY ?? "af-dev-u1-key";
+const USER = process.env.AGENTFLEET_CONSOLE_USER ?? "u1";
+const ADMIN_KEY = process.env.AGENTFLEET_CONSOLE_ADMIN_KEY ?? "af-dev-admin-key";
+const SHOTS = process.env.AGENTFLEET_CONSOLE_SCREENSHOTS ?? fileURLToPath(new URL("./screenshots/", import.meta.url));
+const STEP_MS = 20_000; // any one wait
+const TEST_MS = 300_000; // the whole run
+
+/** The API, through the same origin as the console (the dispatcher, or the dev server). */
+async function api(key, method, path, body) {
+  const response = await fetch(ORIGIN + path, {
+    method,
+    headers: { Authorization: `Bearer ${key}`, ...(body ? { "Content-Type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+    signal: AbortSignal.timeout(STEP_MS),
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : null };
+}
+
+/** Polls `probe` until it returns a truthy value, at most `ms`. */
+async function until(what, probe, ms = STEP_MS) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      last = await probe();
+      if (last) return last;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) assert.fail(`${what}: not within ${ms} ms (last: ${last})`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+/** Waits for `locator`'s text to match `pattern`. */
+async function expectText(locator, pattern, ms = STEP_MS) {
+  await locator.first().waitFor({ timeout: ms });
+  return until(`text ${pattern}`, async () => pattern.test(await locator.first().innerText()), ms);
+}
+
+test("the console, clicked through against a running fleet", { timeout: TEST_MS }, async (t) => {
+  mkdirSync(SHOTS, { recursive: true });
+  const profile = mkdtempSync(join(tmpdir(), "agentfleet-console-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+    headless: true,
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+    viewport: { width: 1280, height: 800 },
+    acceptDownloads: true,
+    timeout: STEP_MS,
+  });
+  const problems = [];
+  const page = context.pages()[0] ?? (await context.newPage());
+  page.setDefaultTimeout(STEP_MS);
+  page.setDefaultNavigationTimeout(STEP_MS);
+  // A CSP violation is reported in the console too; the event catches those that are not.
+  await page.addInitScript(() => {
+    document.addEventListener("securitypolicyviolation", (e) =>
+      console.error(`CSP violation: ${e.violatedDirective} blocked ${e.blockedURI || "inline"}`),
+    );
+  });
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  page.on("console", (m) => {
+    const text = m.text();
+    if (/Content.Security.Policy|CSP violation|Refused to/i.test(text)) problems.push(`CSP: ${text}`);
+    else if (m.type() === "error" && !/Failed to load resource: the server responded with a status of \d+/.test(text)) {
+      problems.push(`console error: ${text}`);
+    }
+  });
+  const shot = (name) => page.screenshot({ path: join(SHOTS, `${name}.png`) });
+  const nav = (name) => page.getByRole("navigation", { name: "Main" }).getByRole("link", { name, exact: true });
+
+  async function signIn(key, userId) {
+    await page.getByLabel("API key").fill(key);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    const askUser = page.getByLabel("User id this key acts for");
+    const signedIn = page.getByRole("button", { name: "Sign out" });
+    await until("signed in, or asked for the user id", async () => (await signedIn.isVisible()) || (await askUser.isVisible()));
+    if (await askUser.isVisible()) {
+      assert.ok(userId, "the console asked an admin key for a user id");
+      await askUser.fill(userId); // the fallback until GET /v1/whoami exists
+      await page.getByRole("button", { name: "Sign in" }).click();
+    }
+    await signedIn.waitFor();
+  }
+
+  const whoami = await api(USER_KEY, "GET", "/v1/whoami");
+  const limitsBefore = await api(ADMIN_KEY, "GET", `/v1/users/${USER}/limits`);
+  assert.equal(limitsBefore.status, 200, "the admin key reads limits");
+
+  try {
+    await t.test("sign in with a user key", async () => {
+      await page.goto(BASE);
+      await page.getByLabel("API key").waitFor();
+      await shot("01-sign-in");
+      await signIn(USER_KEY, USER);
+      await expectText(page.locator(".who"), new RegExp(USER));
+      if (whoami.status === 200) assert.equal(whoami.body.admin, false);
+      assert.equal(await nav("Fleet").count(), 0, "a user key sees no Fleet page in the navigation");
+      assert.equal(await nav("Dead letters").count(), 0);
+    });
+
+    let taskId;
+    await t.test("submit a task and find it in the list with filters", async () => {
+      await nav("Tasks").click();
+      await page.getByText(`Submit a task as ${USER}`).click();
+      await page.getByLabel("Text").fill("2月8日会议改到晚上8点");
+      await page.getByRole("button", { name: "Submit", exact: true }).click();
+      const link = page.getByRole("status").getByRole("link", { name: /^task / });
+      await link.waitFor();
+      taskId = (await link.getAttribute("href")).split("/").pop();
+      await page.getByLabel("Status").selectOption("succeeded");
+      await page.getByLabel("Result type").selectOption("action_completed");
+      const row = page.locator(`tr[data-task-id="${taskId}"]`);
+      await expectText(row, /succeeded[\s\S]*action completed/);
+      await shot("02-tasks");
+    });
+
+    await t.test("the task page shows its fields and its trace as a timeline", async () => {
+      await page.locator(`tr[data-task-id="${taskId}"] a`).first().click();
+      await expectText(page.locator("#task-title"), /succeeded/);
+      await expectText(page.locator("table.fields").first(), /action completed/);
+      const timeline = page.locator("table.timeline");
+      await expectText(timeline, /step 0 · model/);
+      await expectText(timeline, /search_items/);
+      await expectText(timeline, /update_item/);
+      assert.ok((await timeline.locator("svg.bar rect.fill").count()) >= 4, "a bar per model and tool call");
+      const call = timeline.locator("tr", { hasText: "search_items" });
+      await call.getByText("arguments and result").click();
+      await expectText(call.locator("pre").first(), /item_type/);
+      await shot("03-task");
+    });
+
+    await t.test("retry an ended task: the new task names the first", async () => {
+      await page.getByRole("button", { name: "Retry" }).click();
+      await until("the retry's page", async () => !page.url().includes(taskId) && /#\/tasks\/[0-9a-f-]{36}$/.test(page.url()));
+      await expectText(page.locator("table.fields").first(), new RegExp(`Retry of\\s+${taskId.slice(0, 8)}`));
+      await expectText(page.locator("#task-title"), /succeeded/);
+    });
+
+    await t.test("a running task streams its events live and can be cancelled", async () => {
+      const slow = await api(USER_KEY, "POST", "/v1/tasks", { user_id: USER, text: "slow: steps=40", model: "sim-stream-model" });
+      assert.equal(slow.status, 201, JSON.stringify(slow.body));
+      await page.goto(`${BASE}#/tasks/${slow.body.task_id}`);
+      await page.locator("ol.events li[data-event='action']").first().waitFor();
+      await expectText(page.locator("#live-title"), /streaming/);
+      await shot("04-task-live");
+      await page.getByRole("button", { name: "Cancel" }).click();
+      await expectText(page.locator("#task-title"), /cancelled/, 30_000);
+      await page.locator("ol.events li[data-event='done'], ol.events li[data-event='error']").first().waitFor();
+    });
+
+    let batchId;
+    await t.test("upload a batch, watch it end, download its results", async () => {
+      const file = join(profile, "batch.jsonl");
+      writeFileSync(file, ["2月8日会议改到晚上8点", "今天下午去买东西", "无法理解的话"].map((text) => JSON.stringify({ text })).join("\n") + "\n");
+      await nav("Batches").click();
+      await page.getByLabel(/JSON Lines file/).setInputFiles(file);
+      await page.getByRole("button", { name: "Upload" }).click();
+      await until("the batch's page", async () => /#\/batches\/.+/.test(page.url()));
+      batchId = decodeURIComponent(page.url().split("/").pop());
+      await expectText(page.locator("label[for='batch-progress']"), /3 of 3 tasks ended/, 30_000);
+      await expectText(page.getByRole("navigation", { name: "Recent batches" }), new RegExp(batchId));
+      const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: /Download results/ }).click()]);
+      const saved = join(profile, "results.jsonl");
+      await download.saveAs(saved);
+      const lines = readFileSync(saved, "utf8").trim().split("\n").map((l) => JSON.parse(l));
+      assert.equal(lines.length, 3);
+      assert.ok(lines.every((l) => l.task_id && l.status === "succeeded"));
+      await expectText(page.getByRole("status").filter({ hasText: "Downloaded" }), /Downloaded 3 result lines/);
+      await shot("05-batch");
+    });
+
+    await t.test("cancel a batch still running", async () => {
+      const file = join(profile, "slow.jsonl");
+      writeFileSync(file, Array.from({ length: 4 }, () => JSON.stringify({ text: "slow: steps=30" })).join("\n") + "\n");
+      await nav("Batches").click();
+      await page.getByLabel(/JSON Lines file/).setInputFiles(file);
+      await page.getByRole("button", { name: "Upload" }).click();
+      await until("the batch's page", async () => /#\/batches\/.+/.test(page.url()) && !page.url().endsWith(encodeURIComponent(batchId)));
+      await page.getByRole("button", { name: "Cancel batch" }).click();
+      await expectText(page.locator("#batch-title"), /cancelled/);
+      await expectText(page.getByRole("status").filter({ hasText: "Batch cancelled" }), /no task of it starts/);
+    });
+
+    await t.test("usage: charts, table and statistics", async () => {
+      await nav("Usage").click();
+      await page.locator("figure.chart canvas").first().waitFor();
+      assert.equal(await page.locator("figure.chart").count(), 2);
+      await expectText(page.locator("table caption", { hasText: "Per model" }).locator(".."), /sim/);
+      await expectText(page.locator("[data-stat='tasks']"), /^[1-9][\d,]*$/);
+      await shot("06-usage");
+    });
+
+    await t.test("limits: a user key reads its own, cannot change them", async () => {
+      await nav("Limits").click();
+      await expectText(page.locator("table caption", { hasText: "Effective limits" }), new RegExp(USER));
+      await page.getByText("Changing limits needs an admin key").waitFor();
+      assert.equal(await page.getByRole("button", { name: "Save overrides" }).count(), 0);
+      await shot("07-limits-user");
+    });
+
+    await t.test("admin pages are hidden from a user key", async () => {
+      await page.goto(`${BASE}#/fleet`);
+      await page.getByText("This page needs an admin key").waitFor();
+      await page.goto(`${BASE}#/dead-letters`);
+      await page.getByText("This page needs an admin key").waitFor();
+    });
+
+    await t.test("sign out", async () => {
+      await page.getByRole("button", { name: "Sign out" }).click();
+      await page.getByLabel("API key").waitFor();
+      await page.getByText("You signed out.").waitFor();
+      assert.equal(await page.evaluate(() => sessionStorage.getItem("agentfleet.console.session")), null);
+    });
+
+    await t.test("an admin key sees every page and edits limits, errors next to their field", async () => {
+      await signIn(ADMIN_KEY);
+      await expectText(page.locator(".who"), /admin/);
+      await nav("Fleet").waitFor();
+      await nav("Dead letters").waitFor();
+      await nav("Limits").click();
+      const user = page.getByLabel("User", { exact: true });
+      await user.fill(USER);
+      await user.press("Tab");
+      const maxQueued = page.getByLabel("Max queued");
+      await maxQueued.fill("0");
+      await page.getByRole("button", { name: "Save overrides" }).click();
+      await expectText(page.locator("#limit-max_queued-error"), /\/max_queued/);
+      assert.equal(await maxQueued.getAttribute("aria-invalid"), "true");
+      await shot("08-limits-error");
+      await maxQueued.fill("4321");
+      await page.getByRole("button", { name: "Save overrides" }).click();
+      await page.getByText("Saved: takes effect at the next scheduler pass.").waitFor();
+      await expectText(page.locator("table caption", { hasText: "Effective limits" }).locator(".."), /max queued\s+4,321\s+override/);
+      await shot("08-limits-admin");
+    });
+
+    await t.test("admin tasks list for a chosen user", async () => {
+      await nav("Tasks").click();
+      const user = page.getByLabel("User", { exact: true });
+      await user.fill(USER);
+      await user.press("Tab");
+      await page.locator(`tr[data-task-id="${taskId}"]`).waitFor();
+    });
+
+    await t.test("fleet: its figures, or the note that the route is not served yet", async () => {
+      const probe = await api(ADMIN_KEY, "GET", "/v1/fleet");
+      await nav("Fleet").click();
+      if (probe.status === 404) {
+        await page.getByText("This dispatcher does not serve the fleet's state yet.").waitFor();
+      } else {
+        assert.equal(probe.status, 200);
+        await expectText(page.locator("[data-stat='workers']"), new RegExp(`^${probe.body.workers.length}$`));
+        await page.locator("table caption", { hasText: "Workers" }).waitFor();
+        await page.locator("figure.chart canvas").waitFor({ timeout: 15_000 }); // after two samples
+      }
+      await shot("09-fleet");
+    });
+
+    await t.test("dead letters: the list, or the note that the route is not served yet", async () => {
+      const probe = await api(ADMIN_KEY, "GET", "/v1/dead-letters?limit=100");
+      await nav("Dead letters").click();
+      if (probe.status === 404) {
+        await page.getByText("This dispatcher does not serve dead letters yet.").waitFor();
+      } else {
+        assert.equal(probe.status, 200);
+        await expectText(page.getByRole("status").filter({ hasText: "dead letters" }), new RegExp(`^${probe.body.dead_letters.length} dead letters`));
+        assert.equal(await page.locator("tbody tr").count(), probe.body.dead_letters.length);
+      }
+      await shot("10-dead-letters");
+    });
+
+    await t.test("an answer of 401 sends the user back to sign in", async () => {
+      await page.evaluate(() => {
+        const s = JSON.parse(sessionStorage.getItem("agentfleet.console.session"));
+        s.apiKey = "not-a-key";
+        sessionStorage.setItem("agentfleet.console.session", JSON.stringify(s));
+      });
+      await page.goto(`${BASE}#/usage`);
+      await page.reload();
+      await page.getByText("The API refused the key (401): sign in again.").waitFor();
+    });
+
+    assert.deepEqual(problems, [], "no CSP violation, page error or console error");
+  } finally {
+    // The fleet is shared: put the user's overrides back as they were.
+    await api(ADMIN_KEY, "PUT", `/v1/users/${USER}/limits`, limitsBefore.body.overrides).catch(() => {});
+    await context.close();
+    rmSync(profile, { recursive: true, force: true });
+  }
+});
