@@ -59,3 +59,6 @@ export const shortId = (id: string) => id.slice(0, 8);
 
 /** "2026-11-28" of a Date, in UTC (the API reads a bare date as UTC midnight). */
 export const utcDate = (d: Date) => d.toISOString().slice(0, 10);
+
+/** A batch id short enough for a table cell (a made-up one is a UUID). */
+export const shortBatch = (id: string) => (id.length > 12 ? `${id.slice(0, 8)}…` : id);

@@ -116,7 +116,13 @@ function BatchView({ client, batchId }: { client: Client; batchId: string }) {
   return (
     <article aria-labelledby="batch-title">
       <h2 id="batch-title">
-        Batch <span class="mono">{b.batch_id}</span> {b.cancelled ? <StatusBadge status="cancelled" /> : done ? <StatusBadge status="succeeded" /> : <StatusBadge status="running" />}
+        Batch <span class="mono">{b.batch_id}</span> {b.cancelled ? (
+          <StatusBadge status="cancelled" />
+        ) : done ? (
+          <span class="badge badge-succeeded">ended</span>
+        ) : (
+          <StatusBadge status="running" />
+        )}
       </h2>
       <p class="muted">
         user {b.user_id} · priority {b.priority} · created {when(b.created_at as string)}

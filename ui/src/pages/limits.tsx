@@ -92,6 +92,7 @@ export function LimitsPage({ client, identity }: PageProps) {
             <form onSubmit={submit} class="limits-form" aria-labelledby="overrides-title" noValidate>
               <h2 id="overrides-title">Overrides</h2>
               <p class="muted small">A blank field has no override: the tier's value applies. Saving replaces every override.</p>
+              <div class="fields-grid">
               {FIELDS.map((f) => {
                 const err = fieldError(f.name);
                 const id = `limit-${f.name}`;
@@ -131,6 +132,7 @@ export function LimitsPage({ client, identity }: PageProps) {
                   </div>
                 );
               })}
+              </div>
               <button type="submit" aria-busy={save.busy} disabled={save.busy}>
                 Save overrides
               </button>

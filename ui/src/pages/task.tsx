@@ -295,6 +295,7 @@ export function TaskPage({ client, apiKey, taskId }: PageProps & { taskId: strin
       </div>
       <ErrorNote error={action.error} what="Not done" />
       <ErrorNote error={task.error} what="Could not refresh the task" />
+      {live ? <LiveEvents apiKey={apiKey} taskId={t.task_id} onEnd={load} /> : null}
       <div class="columns">
         <table class="compact fields" aria-label="Task">
           <tbody>
@@ -364,7 +365,6 @@ export function TaskPage({ client, apiKey, taskId }: PageProps & { taskId: strin
           </tbody>
         </table>
       </div>
-      {live ? <LiveEvents apiKey={apiKey} taskId={t.task_id} onEnd={load} /> : null}
       <h2 id="timeline-title">Trace</h2>
       <Timeline task={t} />
     </section>

@@ -5,7 +5,7 @@ import { useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
 import type { Client, Task, TaskStatus } from "../api.ts";
 import { ErrorNote, ResultBadge, StatusBadge, useAsync, usePoll } from "../components.tsx";
-import { RESULT_TYPES, STRATEGIES, TASK_STATUSES, money, shortId, waitingText, when, words } from "../format.ts";
+import { RESULT_TYPES, STRATEGIES, TASK_STATUSES, money, shortBatch, shortId, waitingText, when, words } from "../format.ts";
 import { currentRoute, href } from "../router.ts";
 import { UserField, defaultUser } from "./user_field.tsx";
 
@@ -242,7 +242,15 @@ export function TasksPage({ client, identity }: PageProps) {
               </td>
               <td class="num">{t.steps as number}</td>
               <td class="num nowrap">{money(t.cost, t.currency)}</td>
-              <td>{t.batch_id ? <a href={href("batches", t.batch_id)}>{t.batch_id}</a> : ""}</td>
+              <td>
+                {t.batch_id ? (
+                  <a href={href("batches", t.batch_id)} title={t.batch_id} class="mono">
+                    {shortBatch(t.batch_id)}
+                  </a>
+                ) : (
+                  ""
+                )}
+              </td>
             </tr>
           ))}
         </tbody>
