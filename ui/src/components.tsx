@@ -133,7 +133,15 @@ export function Chart(props: {
       height: props.height ?? 220,
       legend: { show: !props.sparkline },
       cursor: { show: !props.sparkline },
-      scales: { x: { time: true } },
+      scales: {
+        // Bars are centred on their x: pad the axis half a step each side so none is cut.
+        x: props.bars
+          ? { time: true, range: (_u, min, max) => {
+              const step = props.x.length > 1 ? props.x[1]! - props.x[0]! : 86_400;
+              return [min - step / 2, max + step / 2];
+            } }
+          : { time: true },
+      },
       axes: props.sparkline
         ? [{ show: false }, { show: true, size: 40 }]
         : [{}, { label: props.yLabel, size: 60 }],

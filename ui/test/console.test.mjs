@@ -371,6 +371,7 @@ test("whoami, fleet and dead letters as documented (answered in the browser)", {
     await page.getByRole("button", { name: /Replay 1 chosen/ }).click();
     await page.getByText("Replayed 1 of 1.").waitFor();
     assert.deepEqual(replayed, { offsets: ["0:17"] });
+    assert.equal(await page.getByLabel("Replay 0:17").isChecked(), false, "the choice is cleared after a replay");
     await page.screenshot({ path: join(SHOTS, "12-dead-letters-documented.png") });
     assert.deepEqual(problems, [], "no CSP violation, page error or console error");
   } finally {
