@@ -40,6 +40,10 @@ COPY core core
 COPY dispatcher dispatcher
 COPY worker worker
 COPY tools tools
+# The web console, built into the dispatcher (npm and esbuild; tools/build-console), and the
+# TypeScript client it calls the API through.
+COPY ui ui
+COPY clients/typescript/src clients/typescript/src
 RUN cmake -S . -B build/release -G Ninja \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAGENTFLEET_SANITIZE=OFF -DAGENTFLEET_TSAN=OFF \
       -DAGENTFLEET_TESTS=OFF \

@@ -1,5 +1,7 @@
 #include "dispatcher/api.hpp"
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 #include <boost/asio/thread_pool.hpp>
 
 #include <charconv>
@@ -145,6 +147,25 @@ http::Response forbidden(const http::Request& request, const std::string& user_i
                           "this key may not act for user '" + user_id + "'", path);
 }
 
+std::string whoami_json(const Caller& caller) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  w.Key("key_name");
+  w.String(caller.name.c_str(), static_cast<rapidjson::SizeType>(caller.name.size()));
+  w.Key("admin");
+  w.Bool(caller.admin);
+  w.Key("any_user");
+  w.Bool(caller.any_user || caller.admin);
+  w.Key("user_ids");
+  w.StartArray();
+  for (const auto& user : caller.users)
+    w.String(user.c_str(), static_cast<rapidjson::SizeType>(user.size()));
+  w.EndArray();
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
 std::string new_task_id() {
   std::string hex = random_hex(16);
   hex[12] = '4';                                              // version 4
@@ -211,11 +232,12 @@ std::optional<std::string> id_problem(std::string_view id, std::size_t max_chars
 }
 
 Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
-         metrics::DispatcherMetrics& metrics, TaskFeed& feed)
+         metrics::DispatcherMetrics& metrics, TaskFeed& feed, ConsoleFiles console)
     : config_(config),
       store_(db),
       wake_scheduler_(std::move(wake_scheduler)),
       metrics_(metrics),
+      console_(console),
       feed_(feed),
       auth_(config.auth),
       defaults_(submission_defaults(config)),
@@ -246,8 +268,9 @@ std::variant<http::Response, Api::Routed> Api::resolve(const http::Request& head
     // nobody on the API's network reads the fleet's metrics or makes it ping Postgres.
     // Liveness stays on both (a load balancer's health check).
     // The contract is the API's own.
-    if (config_.metrics.port != 0 && found->route->id != RouteId::kHealthz &&
-        found->route->id != RouteId::kOpenApi) {
+    const RouteId id = found->route->id;
+    if (config_.metrics.port != 0 && id != RouteId::kHealthz && id != RouteId::kOpenApi &&
+        id != RouteId::kConsole && id != RouteId::kConsoleRoot) {
       return http::make_error(head, http::Status::not_found, "not_found",
                               path + " is served on the operations port (metrics.port)", "/path");
     }
@@ -408,6 +431,20 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Routed&
       co_return co_await plan(request, caller);
     case RouteId::kOpenApi:
       co_return http::make_response(request, http::Status::ok, openapi_json());
+    case RouteId::kWhoAmI:
+      co_return http::make_response(request, http::Status::ok, whoami_json(caller));
+    case RouteId::kConsole:
+      co_return console_response(request, params[0], console_);
+    case RouteId::kConsoleRoot: {
+      // The router takes /ui/ for /ui: the slash is the page, its absence a redirect to it.
+      const std::string target(request.target());
+      if (http::target_path(target) != "/ui")
+        co_return console_response(request, "", console_);
+      auto response =
+          http::make_response(request, http::Status::permanent_redirect, R"({"location":"/ui/"})");
+      response.set(bhttp::field::location, "/ui/");
+      co_return response;
+    }
     case RouteId::kTaskEvents:
     case RouteId::kSubmitBatch:
     case RouteId::kBatchResults:

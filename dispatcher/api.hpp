@@ -39,6 +39,7 @@
 #include "core/config/config.hpp"
 #include "core/ports/tool_client.hpp"
 #include "dispatcher/auth.hpp"
+#include "dispatcher/console.hpp"
 #include "dispatcher/routes.hpp"
 #include "dispatcher/task_feed.hpp"
 #include "dispatcher/waiter_limits.hpp"
@@ -47,8 +48,9 @@ namespace agentfleet::dispatcher {
 
 class Api {
  public:
+  // `console`: the web console's files (name, contents) served at /ui/; none: 404 there.
   Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
-      metrics::DispatcherMetrics& metrics, TaskFeed& feed);
+      metrics::DispatcherMetrics& metrics, TaskFeed& feed, ConsoleFiles console = {});
   ~Api();
   // The server's head route: refuses, streams, or reads the body whole with the route's
   // limit. Refusals are counted in the request metrics here.
@@ -127,6 +129,7 @@ class Api {
   pg::ApiStore store_;
   std::function<void()> wake_scheduler_;
   metrics::DispatcherMetrics& metrics_;
+  ConsoleFiles console_;
   TaskFeed& feed_;
   Authenticator auth_;
   codec::SubmissionDefaults defaults_;
@@ -163,6 +166,8 @@ inline constexpr std::size_t kMaxUserIdChars = 128;
 // The most bytes of a batch id (an upload's ?batch_id=).
 inline constexpr std::size_t kMaxBatchIdBytes = 200;
 
+// GET /v1/whoami's answer: {"key_name", "admin", "any_user", "user_ids"}.
+std::string whoami_json(const Caller& caller);
 // A random (version 4) UUID.
 std::string new_task_id();
 // A W3C traceparent: the incoming one's trace, parent and flags as version 00 when it is

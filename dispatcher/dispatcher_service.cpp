@@ -34,7 +34,7 @@ namespace agentfleet::dispatcher {
 
 namespace asio = boost::asio;
 
-int run_dispatcher(const config::Config& config) {
+int run_dispatcher(const config::Config& config, ConsoleFiles console) {
   asio::io_context io(1);
   pg::DbPool db(config.postgres.url, config.postgres.pool_size,
                 config.postgres.statement_timeout_ms, config.postgres.connect_timeout_s);
@@ -68,7 +68,7 @@ int run_dispatcher(const config::Config& config) {
                   scheduler.task_ended(user, task, tokens);
                 });
   Api api(
-      config, db, [&] { scheduler.wake(); }, metrics, feed);
+      config, db, [&] { scheduler.wake(); }, metrics, feed, console);
 
   // Submissions from upstream services over Kafka, validated and stored like the API's.
   SubmitIngest ingest(io, config, db, producer, metrics, [&] { scheduler.wake(); });

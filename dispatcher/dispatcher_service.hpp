@@ -5,9 +5,11 @@
 // (SKIP LOCKED) keep two relays from sending the same row at once.
 
 #include "core/config/config.hpp"
+#include "dispatcher/console.hpp"
 
 namespace agentfleet::dispatcher {
 
-int run_dispatcher(const config::Config& config);
+// `console`: the web console's files, served at /ui/ (none: this build has no console).
+int run_dispatcher(const config::Config& config, ConsoleFiles console = {});
 
 }  // namespace agentfleet::dispatcher

@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/migrations.hpp"
@@ -10,6 +13,12 @@
 #include "core/domain/build_info.hpp"
 #include "core/domain/redaction.hpp"
 #include "dispatcher/dispatcher_service.hpp"
+
+namespace agentfleet::embedded {
+// The web console's files, built from ui/ by tools/build-console (dispatcher/CMakeLists.txt);
+// none when the build has AGENTFLEET_CONSOLE off.
+const std::vector<std::pair<std::string_view, std::string_view>>& console();
+}  // namespace agentfleet::embedded
 
 int main(int argc, char** argv) {
   std::string path = agentfleet::config::default_config_path();
@@ -54,7 +63,7 @@ int main(int argc, char** argv) {
                   report.already.size());
       return 0;
     }
-    return agentfleet::dispatcher::run_dispatcher(config);
+    return agentfleet::dispatcher::run_dispatcher(config, agentfleet::embedded::console());
   } catch (const std::exception& e) {
     // A running process reports in its log format; a configuration check, to a person.
     if (check_only)

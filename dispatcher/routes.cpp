@@ -148,6 +148,23 @@ constexpr std::array kRoutes{
           kAnyone,
           {},
           "this API's contract (OpenAPI 3.1)"},
+    Route{kWhoAmI,
+          verb::get,
+          "/v1/whoami",
+          false,
+          kNone,
+          kCaller,
+          {},
+          "the key's name, whether it is an admin's, the users it acts for"},
+    Route{kConsole,
+          verb::get,
+          "/ui/{file}",
+          false,
+          kNone,
+          kAnyone,
+          {},
+          "the web console: its page (/ui/) and assets"},
+    Route{kConsoleRoot, verb::get, "/ui", false, kNone, kAnyone, {}, "redirects to /ui/"},
 };
 
 // Splits a pattern into its segments (patterns are ASCII and never empty between slashes).

@@ -45,6 +45,9 @@ enum class RouteId {
   kPlan,
   kResults,
   kOpenApi,
+  kWhoAmI,
+  kConsole,
+  kConsoleRoot,
 };
 
 // Who may call a route.

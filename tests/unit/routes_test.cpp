@@ -101,7 +101,8 @@ TEST(Routes, MetricsAreLabelledWithTheRoutePatternNeverTheRawPath) {
 TEST(Routes, EveryRouteButTheOperationsOnesAndTheContractNeedsACallerAndAdminRoutesSayWhy) {
   for (const Route& route : routes()) {
     const bool open = route.pattern == "/healthz" || route.pattern == "/readyz" ||
-                      route.pattern == "/metrics" || route.pattern == "/v1/openapi.json";
+                      route.pattern == "/metrics" || route.pattern == "/v1/openapi.json" ||
+                      route.pattern == "/ui" || route.pattern == "/ui/{file}";
     EXPECT_EQ(route.access == Access::kAnyone, open) << route.pattern;
     EXPECT_EQ(route.access == Access::kAdmin, !route.admin_reason.empty()) << route.pattern;
     EXPECT_EQ(route.streamed,
@@ -149,6 +150,24 @@ TEST(Routes, TheReadmeApiTableListsExactlyTheseRoutes) {
                      std::string(route.pattern));
   }
   EXPECT_EQ(documented, declared);
+}
+
+TEST(Routes, TheConsoleIsServedUnderUiAndItsPageIsTheEmptyFile) {
+  // The router does not tell /ui/ from /ui: the handler serves the page for the first and
+  // redirects the second to it.
+  const Matched page = match_route(verb::get, "/ui/");
+  const auto* found = std::get_if<RouteMatch>(&page);
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->route->id, RouteId::kConsoleRoot);
+  const Matched asset = match_route(verb::get, "/ui/app-S7FLRUNZ.js");
+  ASSERT_TRUE(std::holds_alternative<RouteMatch>(asset));
+  EXPECT_EQ(std::get<RouteMatch>(asset).params, std::vector<std::string>{"app-S7FLRUNZ.js"});
+  const Matched root = match_route(verb::get, "/ui");
+  ASSERT_TRUE(std::holds_alternative<RouteMatch>(root));
+  EXPECT_EQ(std::get<RouteMatch>(root).route->id, RouteId::kConsoleRoot);
+  // Nothing deeper: the console's files all sit at its top.
+  EXPECT_TRUE(std::holds_alternative<NoRoute>(match_route(verb::get, "/ui/a/b")));
+  EXPECT_EQ(route_template("/ui/app-S7FLRUNZ.js"), "/ui/{file}");
 }
 
 }  // namespace
