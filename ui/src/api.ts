@@ -1,8 +1,8 @@
 /** The console's one door to the API: the project's client (clients/typescript), made for
- * the signed-in key, and a few calls the client does not have yet (whoami, fleet, dead
+ * the signed-in key, and a few calls the client does not have (whoami, fleet, dead
  * letters), made through the same error types. Every answer of 401 signs the user out. */
 
-import { ApiError, Client, NotFound, errorFor } from "../../clients/typescript/src/index.ts";
+import { Client, NotFound, errorFor } from "../../clients/typescript/src/index.ts";
 
 export * from "../../clients/typescript/src/index.ts";
 
@@ -12,8 +12,6 @@ export interface Identity {
   admin: boolean;
   /** The users the key acts for; empty for an admin (every user). */
   userIds: string[];
-  /** "whoami" when the dispatcher said so; "fallback" when the console worked it out. */
-  source: "whoami" | "fallback";
 }
 
 let onUnauthorized: (reason: string) => void = () => {};
@@ -63,31 +61,21 @@ export function isMissingRoute(e: unknown): boolean {
 interface WhoAmI {
   key_name: string;
   admin: boolean;
+  any_user: boolean;
   user_ids: string[];
 }
 
-/** Who the key is: GET /v1/whoami, or, while the dispatcher lacks that route, the
- * fallback below. Throws the API's error (Unauthorized for an unknown key). */
+/** Who the key is (GET /v1/whoami). A caller that may act for any user without being an
+ * admin (the dispatcher's auth mode `none`) names the user it works as in the sign-in form.
+ * Throws the API's error (Unauthorized for an unknown key). */
 export async function identify(apiKey: string, userIdHint: string): Promise<Identity | "needs_user_id"> {
-  try {
-    const me = await rawCall<WhoAmI>(apiKey, "GET", "/v1/whoami");
-    return { keyName: me.key_name, admin: me.admin, userIds: me.user_ids, source: "whoami" };
-  } catch (e) {
-    if (!isMissingRoute(e)) throw e;
-  }
-  // FALLBACK until GET /v1/whoami lands: GET /v1/usage is admin-only (200: admin, 403: not);
-  // a user key names its user in the sign-in form, checked by listing one of its tasks.
-  const client = clientFor(apiKey);
-  try {
-    await client.usage(undefined, { from: new Date().toISOString().slice(0, 10) });
-    return { keyName: "admin key", admin: true, userIds: [], source: "fallback" };
-  } catch (e) {
-    if (!(e instanceof ApiError) || e.status !== 403) throw e;
-  }
+  const me = await rawCall<WhoAmI>(apiKey, "GET", "/v1/whoami");
+  if (me.admin || me.user_ids.length > 0)
+    return { keyName: me.key_name, admin: me.admin, userIds: me.user_ids };
   const userId = userIdHint.trim();
   if (!userId) return "needs_user_id";
-  await client.listTasks(userId, { limit: 1 }); // 403 when the key may not act for the user
-  return { keyName: `key for ${userId}`, admin: false, userIds: [userId], source: "fallback" };
+  await clientFor(apiKey).listTasks(userId, { limit: 1 }); // 403 when it may not act for them
+  return { keyName: me.key_name, admin: false, userIds: [userId] };
 }
 
 // ---- routes the client does not have yet --------------------------------------------------

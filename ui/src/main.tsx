@@ -136,7 +136,7 @@ function Console({ session, signOut }: { session: Session; signOut: () => void }
           </ul>
           <ul>
             <li>
-              <span class="who" title={identity.source === "fallback" ? "worked out without /v1/whoami" : undefined}>
+              <span class="who">
                 {identity.keyName}
                 {identity.admin ? " (admin)" : identity.userIds.length ? ` · ${identity.userIds.join(", ")}` : ""}
               </span>

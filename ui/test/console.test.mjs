@@ -20,6 +20,7 @@ const ORIGIN = new URL(BASE).origin;
 const USER_KEY = process.env.AGENTFLEET_CONSOLE_USER_KEY ?? "af-dev-u1-key";
 const USER = process.env.AGENTFLEET_CONSOLE_USER ?? "u1";
 const ADMIN_KEY = process.env.AGENTFLEET_CONSOLE_ADMIN_KEY ?? "af-dev-admin-key";
+const EDIT_USER = `console-${Date.now()}`; // whose limits the admin edits
 const SHOTS = process.env.AGENTFLEET_CONSOLE_SCREENSHOTS ?? fileURLToPath(new URL("./screenshots/", import.meta.url));
 const STEP_MS = 20_000; // any one wait
 const TEST_MS = 300_000; // the whole run
@@ -115,7 +116,7 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
     await until("signed in, or asked for the user id", async () => (await signedIn.isVisible()) || (await askUser.isVisible()));
     if (await askUser.isVisible()) {
       assert.ok(userId, "the console asked an admin key for a user id");
-      await askUser.fill(userId); // the fallback until GET /v1/whoami exists
+      await askUser.fill(userId); // a key that may act for anyone (auth mode none)
       await page.getByRole("button", { name: "Sign in" }).click();
     }
     await signedIn.waitFor();
@@ -257,8 +258,9 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       await nav("Fleet").waitFor();
       await nav("Dead letters").waitFor();
       await nav("Limits").click();
+      // A user of this run's own: the limits it sets touch nobody else's tasks.
       const user = page.getByLabel("User", { exact: true });
-      await user.fill(USER);
+      await user.fill(EDIT_USER);
       await user.press("Tab");
       const maxQueued = page.getByLabel("Max queued");
       await maxQueued.fill("0");
