@@ -6,6 +6,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <variant>
 
@@ -232,12 +233,14 @@ std::optional<std::string> id_problem(std::string_view id, std::size_t max_chars
 }
 
 Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
-         metrics::DispatcherMetrics& metrics, TaskFeed& feed, ConsoleFiles console)
+         metrics::DispatcherMetrics& metrics, TaskFeed& feed, ConsoleFiles console,
+         const CompletionRate* completions)
     : config_(config),
       store_(db),
       wake_scheduler_(std::move(wake_scheduler)),
       metrics_(metrics),
       console_(console),
+      completions_(completions),
       feed_(feed),
       auth_(config.auth),
       defaults_(submission_defaults(config)),
@@ -433,6 +436,8 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Routed&
       co_return http::make_response(request, http::Status::ok, openapi_json());
     case RouteId::kWhoAmI:
       co_return http::make_response(request, http::Status::ok, whoami_json(caller));
+    case RouteId::kFleet:
+      co_return co_await fleet(request);
     case RouteId::kConsole:
       co_return console_response(request, params[0], console_);
     case RouteId::kConsoleRoot: {
@@ -453,6 +458,22 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Routed&
   }
   co_return http::make_error(request, http::Status::internal_server_error, "internal",
                              "no handler for the route");
+}
+
+asio::awaitable<http::Response> Api::fleet(const http::Request& request) {
+  auto view = co_await store_.fleet_json();
+  if (!view.ok())
+    co_return store_unavailable(request, view.error());
+  // The store's object, with this replica's count of ends added before its closing brace.
+  std::string body = std::move(view.value());
+  const double rate = completions_ ? completions_->per_second(CompletionRate::Clock::now()) : 0;
+  const int window = completions_ ? completions_->window_s() : 60;
+  char tail[96];
+  std::snprintf(tail, sizeof tail, ",\"completions_per_s\":%.2f,\"window_s\":%d}", rate, window);
+  if (!body.empty() && body.back() == '}')
+    body.pop_back();
+  body += tail;
+  co_return http::make_response(request, http::Status::ok, std::move(body));
 }
 
 asio::awaitable<std::variant<http::Response, std::string>> Api::full_task_id(

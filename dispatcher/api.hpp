@@ -39,6 +39,7 @@
 #include "core/config/config.hpp"
 #include "core/ports/tool_client.hpp"
 #include "dispatcher/auth.hpp"
+#include "dispatcher/completion_rate.hpp"
 #include "dispatcher/console.hpp"
 #include "dispatcher/routes.hpp"
 #include "dispatcher/task_feed.hpp"
@@ -49,8 +50,10 @@ namespace agentfleet::dispatcher {
 class Api {
  public:
   // `console`: the web console's files (name, contents) served at /ui/; none: 404 there.
+  // `completions`: the ends the task feed saw, for GET /v1/fleet (none: 0 per second).
   Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
-      metrics::DispatcherMetrics& metrics, TaskFeed& feed, ConsoleFiles console = {});
+      metrics::DispatcherMetrics& metrics, TaskFeed& feed, ConsoleFiles console = {},
+      const CompletionRate* completions = nullptr);
   ~Api();
   // The server's head route: refuses, streams, or reads the body whole with the route's
   // limit. Refusals are counted in the request metrics here.
@@ -72,6 +75,8 @@ class Api {
   boost::asio::awaitable<std::optional<http::Response>> ops(http::Request& request,
                                                             const std::string& path);
   boost::asio::awaitable<http::Response> submit(http::Request& request, const Caller& caller);
+  // GET /v1/fleet (admin).
+  boost::asio::awaitable<http::Response> fleet(const http::Request& request);
   // Stores a checked submission (the queue limit, idempotency); the refusal as a response.
   boost::asio::awaitable<std::variant<http::Response, pg::InsertResult>> store_submission(
       http::Request& request, const codec::Submission& submission,
@@ -130,6 +135,7 @@ class Api {
   std::function<void()> wake_scheduler_;
   metrics::DispatcherMetrics& metrics_;
   ConsoleFiles console_;
+  const CompletionRate* completions_;
   TaskFeed& feed_;
   Authenticator auth_;
   codec::SubmissionDefaults defaults_;

@@ -63,12 +63,14 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
     relay_wake.notify_one();
   });
   std::atomic<bool> stopping{false};
+  CompletionRate completions;
   TaskFeed feed(io, config,
                 [&](const std::string& user, const std::string& task, std::int64_t tokens) {
+                  completions.record(CompletionRate::Clock::now());
                   scheduler.task_ended(user, task, tokens);
                 });
   Api api(
-      config, db, [&] { scheduler.wake(); }, metrics, feed, console);
+      config, db, [&] { scheduler.wake(); }, metrics, feed, console, &completions);
 
   // Submissions from upstream services over Kafka, validated and stored like the API's.
   SubmitIngest ingest(io, config, db, producer, metrics, [&] { scheduler.wake(); });

@@ -156,6 +156,8 @@ constexpr std::array kRoutes{
           kCaller,
           {},
           "the key's name, whether it is an admin's, the users it acts for"},
+    Route{kFleet, verb::get, "/v1/fleet", false, kNone, kAdmin, "the fleet view needs an admin key",
+          "the fleet: live workers, queued tasks by priority, tasks in flight, completions/s"},
     Route{kConsole,
           verb::get,
           "/ui/{file}",

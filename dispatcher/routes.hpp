@@ -46,6 +46,7 @@ enum class RouteId {
   kResults,
   kOpenApi,
   kWhoAmI,
+  kFleet,
   kConsole,
   kConsoleRoot,
 };

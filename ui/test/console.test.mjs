@@ -283,17 +283,14 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       await page.locator(`tr[data-task-id="${taskId}"]`).waitFor();
     });
 
-    await t.test("fleet: its figures, or the note that the route is not served yet", async () => {
+    await t.test("fleet: the live workers, the queue, tasks in flight, completions per second", async () => {
       const probe = await api(ADMIN_KEY, "GET", "/v1/fleet");
+      assert.equal(probe.status, 200);
       await nav("Fleet").click();
-      if (probe.status === 404) {
-        await page.getByText("This dispatcher does not serve the fleet's state yet.").waitFor();
-      } else {
-        assert.equal(probe.status, 200);
-        await expectText(page.locator("[data-stat='workers']"), new RegExp(`^${probe.body.workers.length}$`));
-        await page.locator("table caption", { hasText: "Workers" }).waitFor();
-        await page.locator("figure.chart canvas").waitFor({ timeout: 15_000 }); // after two samples
-      }
+      await expectText(page.locator("[data-stat='workers']"), new RegExp(`^${probe.body.workers.length}$`));
+      await page.locator("table caption", { hasText: "Workers" }).waitFor();
+      await expectText(page.locator("table", { hasText: "Incarnation" }), new RegExp(probe.body.workers[0].worker_id));
+      await page.locator("figure.chart canvas").waitFor({ timeout: 15_000 }); // after two samples
       await shot("09-fleet");
     });
 
@@ -330,28 +327,12 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
   }
 });
 
-// The routes still to come in C++, answered in the browser as the brief documents them:
-// the pages must show them (and whoami) without errors or CSP violations.
-test("whoami, fleet and dead letters as documented (answered in the browser)", { timeout: 120_000 }, async () => {
+// The dead-letters route is still to come in C++ (GET /v1/dead-letters, POST
+// /v1/dead-letters/replay): answered in the browser as the console expects it, so that the
+// page's list and replay are exercised until the route lands (then this goes).
+test("dead letters as the coming route will answer (answered in the browser)", { timeout: 120_000 }, async () => {
   const { profile, context, page, problems } = await openBrowser();
   try {
-    const now = new Date().toISOString();
-    let n = 0;
-    await page.route("**/v1/whoami", (r) => r.fulfill({ json: { key_name: "dev-admin", admin: true, user_ids: [] } }));
-    await page.route("**/v1/fleet", (r) =>
-      r.fulfill({
-        json: {
-          workers: [
-            { worker_id: "w-1", incarnation: 3, last_seen: now, in_flight: 4, capacity: 64 },
-            { worker_id: "w-2", incarnation: 1, last_seen: now, in_flight: 16, capacity: 64 },
-          ],
-          queued: { interactive: 12, batch: 300 },
-          in_flight: 20,
-          completions_per_s: 40 + (n++ % 3),
-          window_s: 60,
-        },
-      }),
-    );
     const letter = { partition: 0, offset: 17, key: "u1", value: '{"broken":true}', reason: "schema: /user_id missing", source_topic: "agentfleet.results", source_partition: "0", source_offset: "5", replayed_from: "", headers: {} };
     await page.route("**/v1/dead-letters?*", (r) => r.fulfill({ json: { dead_letters: [letter] } }));
     let replayed = null;
@@ -362,19 +343,14 @@ test("whoami, fleet and dead letters as documented (answered in the browser)", {
     await page.goto(BASE);
     await page.getByLabel("API key").fill(ADMIN_KEY);
     await page.getByRole("button", { name: "Sign in" }).click();
-    await expectText(page.locator(".who"), /dev-admin \(admin\)/);
-    await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Fleet", exact: true }).click();
-    await expectText(page.locator("[data-stat='workers']"), /^2$/);
-    await page.locator("figure.chart canvas").waitFor(); // the sparkline, from the second sample
-    await expectText(page.locator("table", { hasText: "w-2" }), /w-2\s+1\s+.*16\s+64/);
-    await page.screenshot({ path: join(SHOTS, "11-fleet-documented.png") });
+    await expectText(page.locator(".who"), /\(admin\)/);
     await page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Dead letters", exact: true }).click();
     await page.getByLabel("Replay 0:17").check();
     await page.getByRole("button", { name: /Replay 1 chosen/ }).click();
     await page.getByText("Replayed 1 of 1.").waitFor();
     assert.deepEqual(replayed, { offsets: ["0:17"] });
     assert.equal(await page.getByLabel("Replay 0:17").isChecked(), false, "the choice is cleared after a replay");
-    await page.screenshot({ path: join(SHOTS, "12-dead-letters-documented.png") });
+    await page.screenshot({ path: join(SHOTS, "12-dead-letters-coming.png") });
     assert.deepEqual(problems, [], "no CSP violation, page error or console error");
   } finally {
     await context.close();

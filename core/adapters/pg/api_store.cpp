@@ -114,6 +114,10 @@ Awaitable<bool> ApiStore::finish_tool_audit(std::int64_t id, const std::string& 
   });
 }
 
+Awaitable<std::string> ApiStore::fleet_json() {
+  co_return co_await db_.run([](pqxx::connection& c) { return pg::fleet_json(c); });
+}
+
 Awaitable<std::string> ApiStore::stats_json(const StatsQuery& query) {
   co_return co_await db_.run([&](pqxx::connection& c) { return pg::stats_json(c, query); });
 }

@@ -69,6 +69,9 @@ class ApiStore {
   Awaitable<CancelOutcome> cancel_task(const std::string& task_id,
                                        const std::string& results_topic);
 
+  // GET /v1/fleet: live workers, queued tasks by priority, tasks in flight (JSON text).
+  Awaitable<std::string> fleet_json();
+
   // Usage and limits.
   Awaitable<std::string> usage_json(const UsageQuery& query);
   Awaitable<std::optional<UserOverrides>> get_user_overrides(const std::string& user_id);

@@ -1,6 +1,13 @@
 #include "core/adapters/pg/directory_store.hpp"
 
+#include "core/adapters/pg/sql.hpp"
+
 namespace agentfleet::pg {
+
+std::string fleet_json(pqxx::connection& c) {
+  pqxx::read_transaction tx(c);
+  return exec_named1(tx, "fleet_view")[0].as<std::string>();
+}
 
 std::string stats_json(pqxx::connection& c, const StatsQuery& q) {
   pqxx::read_transaction tx(c);

@@ -24,6 +24,11 @@ struct StatsQuery {
 // "cost"}]} over the tasks created in the window.
 std::string stats_json(pqxx::connection& c, const StatsQuery& query);
 
+// {"workers": [{"worker_id", "incarnation", "last_seen", "started_at", "in_flight",
+// "capacity", "dispatch_lag", "draining"}] (those whose lease holds), "queued":
+// {"interactive", "batch"}, "in_flight"} (sql/liveness.sql, fleet_view).
+std::string fleet_json(pqxx::connection& c);
+
 struct ToolAuditEntry {
   std::string caller;
   std::string user_id;

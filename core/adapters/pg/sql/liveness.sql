@@ -69,3 +69,20 @@ SELECT (SELECT count(*) FROM changed WHERE mine)::integer, (SELECT count(*) FROM
 -- recovered at once; the scheduler removes the row once it holds nothing.
 UPDATE workers SET lease_until = now(), capacity = 0, draining = true, heartbeat_at = now()
 WHERE incarnation = $1::bigint
+
+-- name: fleet_view
+-- GET /v1/fleet: the live workers (lease held), the queued tasks by priority and the tasks
+-- in flight (dispatched or running), as JSON text. Each count reads a partial index.
+SELECT jsonb_build_object(
+  'workers', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+      'worker_id', w.worker_id, 'incarnation', w.incarnation, 'last_seen', w.heartbeat_at,
+      'started_at', w.started_at, 'in_flight', w.running, 'capacity', w.capacity,
+      'dispatch_lag', w.dispatch_lag, 'draining', w.draining)
+      ORDER BY w.worker_id, w.incarnation), '[]'::jsonb)
+    FROM workers w WHERE w.lease_until > now()),
+  'queued', jsonb_build_object(
+      'interactive', (SELECT count(*) FROM tasks
+                      WHERE status = 'queued' AND priority = 'interactive'),
+      'batch', (SELECT count(*) FROM tasks WHERE status = 'queued' AND priority = 'batch')),
+  'in_flight', (SELECT count(*) FROM tasks WHERE status = 'dispatched')
+               + (SELECT count(*) FROM tasks WHERE status = 'running'))::text
