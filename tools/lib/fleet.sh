@@ -258,11 +258,12 @@ fleet_reset() {
   rm -rf "$run_dir/pg" "$run_dir/logs"
 }
 
-# _fleet_is_ours PID: the process exists and runs one of the fleet's programs.
+# _fleet_is_ours PID: the process exists and runs one of the fleet's programs (the OTLP
+# receiver is a Python script).
 _fleet_is_ours() {
   local cmdline
   cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 1
-  [[ "$cmdline" == *agentfleet-* ]]
+  [[ "$cmdline" == *agentfleet-* || "$cmdline" == *otlp_receiver.py* ]]
 }
 
 # _fleet_stop_matching RUN_DIR REGEX: SIGTERM to the recorded processes whose name matches,
