@@ -2,13 +2,10 @@
 // a consumer group of their own (a random id) and never commit, so they leave no offsets
 // behind and never take partitions from the fleet's groups.
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "core/adapters/kafka/kafka.hpp"
+#include "core/adapters/kafka/topic_reader.hpp"
 #include "core/codec/json_text.hpp"
 #include "tools/agentctl/commands.hpp"
 #include "tools/agentctl/dead_letters.hpp"
@@ -29,69 +26,13 @@ config::KafkaConfig kafka_config(const Settings& s) {
   c.properties = s.kafka_properties;
   // Only agentctl's own failures are told (one line each); librdkafka's retries are not.
   c.properties.emplace("log_level", "2");
-  // Quick group joins (the minimum session a broker allows by default) and fetches. A full
-  // inbox holds the poll thread as long as the reader is slow (output paused): the group
-  // is agentctl's alone, so that must not count as a consumer gone (the maximum allowed).
-  for (const auto& [name, value] :
-       {std::pair<const char*, const char*>{"session.timeout.ms", "6000"},
-        {"heartbeat.interval.ms", "1000"},
-        {"fetch.wait.max.ms", "100"},
-        {"max.poll.interval.ms", "86400000"}}) {
-    if (!c.properties.count(name))
-      c.consumer_properties.emplace(name, value);
-  }
-  return c;
+  // Quick group joins and fetches; a paused terminal may hold the poll thread.
+  return kafka::reader_config(std::move(c));
 }
 
 std::string group_id(const std::string& what) {
   return "agentctl-" + what + "-" + new_uuid();
 }
-
-// Messages handed over by a consumer's poll thread, at most kCapacity at a time: a full
-// inbox holds the poll thread until the reader takes some, so a slow reader (a paused
-// terminal, `tail --from-beginning` of a long topic) bounds the memory. close() releases a
-// held poll thread for good, so stopping the consumer never waits on a reader that is gone.
-struct Inbox {
-  static constexpr std::size_t kCapacity = 10000;
-
-  std::mutex mutex;
-  std::condition_variable changed;  // messages arrived, or the assignment changed
-  std::condition_variable room;     // messages taken, or closed
-  std::deque<kafka::InMessage> messages;
-  bool assigned = false;
-  bool closed = false;
-
-  void push(kafka::InMessage m) {
-    std::unique_lock lock(mutex);
-    room.wait(lock, [&] { return messages.size() < kCapacity || closed; });
-    messages.push_back(std::move(m));
-    changed.notify_all();
-  }
-  void on_rebalance(bool now_assigned) {
-    std::lock_guard lock(mutex);
-    assigned = now_assigned;
-    changed.notify_all();
-  }
-  // Every message waiting (after waiting up to `wait` for one); `now_assigned` as it is.
-  std::deque<kafka::InMessage> take(std::chrono::milliseconds wait, bool& now_assigned) {
-    std::deque<kafka::InMessage> taken;
-    {
-      std::unique_lock lock(mutex);
-      changed.wait_for(lock, wait, [&] { return !messages.empty(); });
-      taken.swap(messages);
-      now_assigned = assigned;
-    }
-    room.notify_all();
-    return taken;
-  }
-  void close() {
-    {
-      std::lock_guard lock(mutex);
-      closed = true;
-    }
-    room.notify_all();
-  }
-};
 
 // A consumer of one topic of agentctl's own group feeding an inbox. Stopping (explicitly
 // or on destruction) closes the inbox first. Not movable: the consumer's callbacks hold
@@ -123,11 +64,11 @@ class Feed {
     if (consumer_)
       consumer_->stop();
   }
-  Inbox& inbox() { return inbox_; }
+  kafka::Inbox& inbox() { return inbox_; }
   kafka::Consumer& consumer() { return *consumer_; }
 
  private:
-  Inbox inbox_;
+  kafka::Inbox inbox_;
   std::unique_ptr<kafka::Consumer> consumer_;
 };
 
@@ -136,60 +77,22 @@ class Feed {
 // end was not reached, or not known to be reached, within `timeout`.
 std::vector<DeadLetter> read_dead_letters(const Settings& s, const DeadLetterFilter& filter,
                                           std::size_t max_count, std::chrono::seconds timeout) {
-  Feed feed(s, "dlq", s.topics.dlq, "earliest");
-  const auto deadline = Clock::now() + timeout;
   std::vector<DeadLetter> letters;
-  bool assigned = false;
-  auto take = [&](std::chrono::milliseconds wait) {
-    for (auto& m : feed.inbox().take(wait, assigned)) {
-      if (max_count > 0 && letters.size() >= max_count)
-        break;
-      DeadLetter d = read_dead_letter(m.partition, m.offset, std::move(m.key), std::move(m.value),
-                                      std::move(m.headers));
-      if (filter.matches(d))
-        letters.push_back(std::move(d));
-    }
-  };
-  while (!assigned) {
-    if (Clock::now() >= deadline) {
-      throw CommandFailure(kExitUnavailable, "could not join the dead-letter topic " +
-                                                 s.topics.dlq + " at " + s.kafka_bootstrap +
-                                                 " within " + std::to_string(timeout.count()) +
-                                                 " s (is Kafka reachable?)");
-    }
-    take(std::chrono::milliseconds(200));
+  Status read = ok_status();
+  try {
+    read = kafka::read_dead_letters(
+        kafka_config(s), group_id("dlq"), s.topics.dlq,
+        [&](DeadLetter d) {
+          if (filter.matches(d))
+            letters.push_back(std::move(d));
+          return max_count == 0 || letters.size() < max_count;
+        },
+        timeout);
+  } catch (const config::ConfigError& e) {
+    throw UsageError(std::string("Kafka: ") + e.what());
   }
-  // The end is reached when nothing is left to read, twice in a row, as the broker said for
-  // every assigned partition: a partition it did not answer for is not known to be read.
-  int caught_up = 0;
-  kafka::Consumer::LagReport lag;
-  while (caught_up < 2) {
-    if (max_count > 0 && letters.size() >= max_count)
-      break;
-    if (Clock::now() >= deadline) {
-      std::int64_t left = 0;
-      for (const auto& [topic, n] : lag.by_topic)
-        left += n;
-      std::string why = lag.assigned == 0 ? "no partition of it is assigned"
-                        : lag.unmeasured > 0
-                            ? "the broker did not say how far " + std::to_string(lag.unmeasured) +
-                                  " of its " + std::to_string(lag.assigned) + " partitions go"
-                            : std::to_string(left) + " messages were left";
-      throw CommandFailure(kExitUnavailable, "the dead-letter topic " + s.topics.dlq + " at " +
-                                                 s.kafka_bootstrap +
-                                                 " was not read to its end within " +
-                                                 std::to_string(timeout.count()) + " s (" + why +
-                                                 "); nothing was listed or sent");
-    }
-    take(std::chrono::milliseconds(200));
-    lag = feed.consumer().measure_lag(std::chrono::seconds(2));
-    caught_up = lag.caught_up() ? caught_up + 1 : 0;
-    take(std::chrono::milliseconds(0));
-  }
-  feed.stop();  // the poll thread has handed over everything it read
-  take(std::chrono::milliseconds(0));
-  if (max_count > 0 && letters.size() > max_count)
-    letters.resize(max_count);
+  if (!read.ok())
+    throw CommandFailure(kExitUnavailable, read.error().message + "; nothing was listed or sent");
   return letters;
 }
 
@@ -322,12 +225,11 @@ int cmd_dlq_replay(Context& ctx) {
   }
   std::vector<Status> sent(replays.size(), ok_status());
   if (!dry_run && !replays.empty()) {
-    std::vector<kafka::OutMessage> out;
+    std::vector<ReplayMessage> out;
     for (const auto& [d, m] : replays)
-      out.push_back(kafka::OutMessage{m.topic, m.key, m.value, m.headers});
+      out.push_back(m);
     try {
-      kafka::Producer producer(kafka_config(ctx.settings));
-      sent = producer.produce_and_wait(std::move(out), timeout);
+      sent = kafka::send_replays(kafka_config(ctx.settings), out, timeout);
     } catch (const config::ConfigError& e) {
       throw UsageError(std::string("Kafka: ") + e.what());
     }
