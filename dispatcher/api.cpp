@@ -23,6 +23,10 @@ namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
 
 namespace {
+// The most a dead-letter request reads the topic (joining a group of its own included),
+// and then the most its replays wait to be delivered.
+constexpr std::chrono::milliseconds kDeadLetterTimeout{15000};
+
 std::string random_hex(std::size_t bytes) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kHex[] = "0123456789abcdef";
@@ -249,7 +253,8 @@ Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wak
                WaiterCaps{static_cast<std::size_t>(config.dispatcher.max_long_polls_per_caller),
                           static_cast<std::size_t>(config.dispatcher.max_long_polls)}),
       batch_pool_(std::make_unique<asio::thread_pool>(
-          static_cast<std::size_t>(config.dispatcher.max_batch_uploads))) {
+          static_cast<std::size_t>(config.dispatcher.max_batch_uploads))),
+      dead_letters_(config.kafka, kDeadLetterTimeout) {
   for (const auto& tool : config.tools) {
     rapidjson::Document schema;
     schema.Parse(tool.parameters_schema.c_str());
@@ -438,6 +443,10 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Routed&
       co_return http::make_response(request, http::Status::ok, whoami_json(caller));
     case RouteId::kFleet:
       co_return co_await fleet(request);
+    case RouteId::kDeadLetters:
+      co_return co_await dead_letters(request);
+    case RouteId::kReplayDeadLetters:
+      co_return co_await replay_dead_letters(request);
     case RouteId::kConsole:
       co_return console_response(request, params[0], console_);
     case RouteId::kConsoleRoot: {
@@ -474,6 +483,73 @@ asio::awaitable<http::Response> Api::fleet(const http::Request& request) {
     body.pop_back();
   body += tail;
   co_return http::make_response(request, http::Status::ok, std::move(body));
+}
+
+namespace {
+// 429 when the replica's dead-letter desk serves another request; 503 when Kafka did not
+// answer in time.
+http::Response dead_letters_busy(const http::Request& request) {
+  auto response = http::make_error(
+      request, http::Status::too_many_requests, "busy",
+      "this dispatcher is reading the dead-letter topic for another request; try again shortly");
+  response.set(bhttp::field::retry_after, "2");
+  return response;
+}
+http::Response dead_letters_unavailable(const http::Request& request, const Error& error) {
+  const std::string target(request.target());
+  log::write("warn", "api",
+             std::string(request.method_string()) + " " + std::string(http::target_path(target)) +
+                 ": " + error.message);
+  auto response = http::make_error(request, http::Status::service_unavailable, "kafka_unavailable",
+                                   error.message);
+  response.set(bhttp::field::retry_after, "5");
+  return response;
+}
+}  // namespace
+
+asio::awaitable<http::Response> Api::dead_letters(const http::Request& request) {
+  const std::string target(request.target());
+  auto query = parse_dead_letter_query(target);
+  if (auto* violation = std::get_if<codec::SchemaViolation>(&query)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               violation->message, violation->path);
+  }
+  auto listed = co_await dead_letters_.list(std::get<DeadLetterQuery>(std::move(query)));
+  if (!listed)
+    co_return dead_letters_busy(request);
+  if (!listed->ok())
+    co_return dead_letters_unavailable(request, listed->error());
+  co_return http::make_response(request, http::Status::ok,
+                                listed->value().json(dead_letters_.topic()));
+}
+
+asio::awaitable<http::Response> Api::replay_dead_letters(const http::Request& request) {
+  auto parsed = parse_replay_request(request.body());
+  if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               violation->message, violation->path);
+  }
+  const bool dry_run = std::get<ReplayRequest>(parsed).dry_run;
+  auto outcome = co_await dead_letters_.replay(std::get<ReplayRequest>(std::move(parsed)));
+  if (!outcome)
+    co_return dead_letters_busy(request);
+  if (!outcome->ok())
+    co_return dead_letters_unavailable(request, outcome->error());
+  if (auto* refusal = std::get_if<ReplayRefusal>(&outcome->value())) {
+    co_return http::make_error(request, static_cast<http::Status>(refusal->status), refusal->code,
+                               refusal->message, refusal->path);
+  }
+  const auto& sent = std::get<std::vector<DeadLetterReplay>>(outcome->value());
+  if (!dry_run) {
+    std::string which;
+    for (const auto& r : sent) {
+      which += (which.empty() ? "" : ", ") + std::to_string(r.letter.partition) + ":" +
+               std::to_string(r.letter.offset) + " -> " + r.message.topic;
+    }
+    log::write("info", "api",
+               "replayed " + std::to_string(sent.size()) + " dead letters: " + which);
+  }
+  co_return http::make_response(request, http::Status::ok, replay_json(sent, dry_run));
 }
 
 asio::awaitable<std::variant<http::Response, std::string>> Api::full_task_id(

@@ -41,6 +41,7 @@
 #include "dispatcher/auth.hpp"
 #include "dispatcher/completion_rate.hpp"
 #include "dispatcher/console.hpp"
+#include "dispatcher/dead_letters.hpp"
 #include "dispatcher/routes.hpp"
 #include "dispatcher/task_feed.hpp"
 #include "dispatcher/waiter_limits.hpp"
@@ -77,6 +78,9 @@ class Api {
   boost::asio::awaitable<http::Response> submit(http::Request& request, const Caller& caller);
   // GET /v1/fleet (admin).
   boost::asio::awaitable<http::Response> fleet(const http::Request& request);
+  // GET /v1/dead-letters and POST /v1/dead-letters/replay (admin).
+  boost::asio::awaitable<http::Response> dead_letters(const http::Request& request);
+  boost::asio::awaitable<http::Response> replay_dead_letters(const http::Request& request);
   // Stores a checked submission (the queue limit, idempotency); the refusal as a response.
   boost::asio::awaitable<std::variant<http::Response, pg::InsertResult>> store_submission(
       http::Request& request, const codec::Submission& submission,
@@ -148,6 +152,8 @@ class Api {
   // io thread, whose executor it keeps).
   std::map<std::string, std::shared_ptr<codec::CompiledSchema>> tool_schemas_;
   std::unique_ptr<ports::ToolClient> tool_client_;
+  // GET /v1/dead-letters, POST /v1/dead-letters/replay: one Kafka read at a time.
+  DeadLetterDesk dead_letters_;
 };
 
 // The registry as GET /v1/tools answers it: {"tools": [{name, description, category,

@@ -47,6 +47,8 @@ enum class RouteId {
   kOpenApi,
   kWhoAmI,
   kFleet,
+  kDeadLetters,
+  kReplayDeadLetters,
   kConsole,
   kConsoleRoot,
 };

@@ -32,5 +32,13 @@ cd "$work/ui"
 export CHROMIUM=$chromium
 export AGENTFLEET_CONSOLE_URL="$AGENTFLEET_URL/ui/"
 export AGENTFLEET_CONSOLE_SCREENSHOTS=$shots
+# A dead letter for the dead-letters page: a submission that is not JSON, on a key of its own.
+if ! command -v kcat >/dev/null; then
+  echo "no kcat: tools/setup installs it" >&2
+  exit 1
+fi
+export AGENTFLEET_CONSOLE_DLQ_KEY="console-dlq-$(date +%s%N)"
+printf '{ not json, from the console test' |
+  timeout 30 kcat -P -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -t agent.tasks.submit -k "$AGENTFLEET_CONSOLE_DLQ_KEY"
 # The test bounds each step (20 s) and itself (300 s); this bound ends before ctest's.
 exec timeout 420 node --test test/console.test.mjs

@@ -107,12 +107,36 @@ export interface DeadLetter {
   source_offset: string;
   replayed_from: string;
   headers: Record<string, string>;
+  /** The whole value's size; `value` holds its first 16 KiB. */
+  value_bytes: number;
+}
+
+export interface DeadLetters {
+  topic: string;
+  dead_letters: DeadLetter[];
+  count: number;
+  /** Letters in the topic that match the filters (the answer holds the newest `limit`). */
+  matched: number;
+}
+
+export interface DeadLetterFilters {
+  key?: string;
+  reason?: string;
+  source_topic?: string;
 }
 
 export const fleet = (apiKey: string) => rawCall<Fleet>(apiKey, "GET", "/v1/fleet");
 
-export const deadLetters = (apiKey: string, limit: number) =>
-  rawCall<{ dead_letters: DeadLetter[] }>(apiKey, "GET", `/v1/dead-letters?limit=${limit}`);
+export const deadLetters = (apiKey: string, limit: number, filters: DeadLetterFilters = {}) => {
+  const query = new URLSearchParams({ limit: String(limit) });
+  for (const [name, value] of Object.entries(filters)) if (value) query.set(name, value);
+  return rawCall<DeadLetters>(apiKey, "GET", `/v1/dead-letters?${query}`);
+};
 
 export const replayDeadLetters = (apiKey: string, offsets: string[]) =>
-  rawCall<{ replayed: number }>(apiKey, "POST", "/v1/dead-letters/replay", { offsets });
+  rawCall<{ replayed: number; dry_run: boolean; sent: { partition: number; offset: number; topic: string; key: string }[] }>(
+    apiKey,
+    "POST",
+    "/v1/dead-letters/replay",
+    { offsets },
+  );

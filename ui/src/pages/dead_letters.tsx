@@ -1,60 +1,77 @@
-/** Dead letters (admin): the messages the fleet could not handle, and replaying chosen
- * ones. GET /v1/dead-letters is not served by every dispatcher yet: 404 says so. */
+/** Dead letters (admin): the messages the fleet could not handle, newest first in the
+ * topic's order, filtered by key, reason or source topic, and replaying chosen ones to the
+ * topics they came from. Each refresh reads the whole dead-letter topic (a few seconds). */
 
 import { useEffect, useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
-import { deadLetters, isMissingRoute, replayDeadLetters, type DeadLetter } from "../api.ts";
+import { deadLetters, replayDeadLetters, type DeadLetter, type DeadLetterFilters, type DeadLetters } from "../api.ts";
 import { AdminOnly, ErrorNote, useAsync } from "../components.tsx";
 
 const idOf = (d: DeadLetter) => `${d.partition}:${d.offset}`;
+const encoder = new TextEncoder();
+/** The API sends a value's first 16 KiB and its whole size. */
+const isCut = (d: DeadLetter) => encoder.encode(d.value).length < d.value_bytes;
 
 export function DeadLettersPage({ apiKey, identity }: PageProps) {
   const [limit, setLimit] = useState(100);
-  const list = useAsync<DeadLetter[]>();
+  const [filters, setFilters] = useState<DeadLetterFilters>({});
+  const list = useAsync<DeadLetters>();
   const replay = useAsync<{ replayed: number }>();
   const [chosen, setChosen] = useState<Set<string>>(new Set());
   const [note, setNote] = useState("");
 
   const load = async (e?: Event) => {
     e?.preventDefault();
-    await list.run(async () => (await deadLetters(apiKey, limit)).dead_letters);
+    await list.run(() => deadLetters(apiKey, limit, filters));
   };
   useEffect(() => {
     if (identity.admin) void load();
   }, []);
 
   if (!identity.admin) return <AdminOnly what="Dead letters" />;
-  if (isMissingRoute(list.error)) {
-    return (
-      <section>
-        <h1>Dead letters</h1>
-        <p class="notice-text" role="status" data-missing-route="dead-letters">
-          This dispatcher does not serve dead letters yet.
-        </p>
-      </section>
-    );
-  }
   const toggle = (id: string) => {
     const next = new Set(chosen);
     if (next.has(id)) next.delete(id);
     else next.add(id);
     setChosen(next);
   };
-  const rows = list.value ?? [];
+  const filter = (name: keyof DeadLetterFilters) => (e: Event) =>
+    setFilters({ ...filters, [name]: (e.currentTarget as HTMLInputElement).value.trim() });
+  const answer = list.value;
+  const rows = answer ? [...answer.dead_letters].reverse() : [];
+  const summary = answer
+    ? answer.matched > answer.count
+      ? `${answer.count} dead letters (the newest of ${answer.matched} in ${answer.topic})`
+      : `${answer.count} dead letters in ${answer.topic}`
+    : "";
   return (
     <section aria-labelledby="dl-title">
       <h1 id="dl-title">Dead letters</h1>
-      <form class="filters" onSubmit={load} aria-label="How many">
+      <form class="filters" onSubmit={load} aria-label="Which dead letters">
         <label>
           Newest
           <input name="limit" type="number" min={1} max={1000} value={limit} onInput={(e) => setLimit(Number(e.currentTarget.value) || 100)} />
         </label>
-        <button type="submit" aria-busy={list.busy}>
+        <label>
+          Key
+          <input name="key" value={filters.key ?? ""} onInput={filter("key")} />
+        </label>
+        <label>
+          Reason contains
+          <input name="reason" value={filters.reason ?? ""} onInput={filter("reason")} />
+        </label>
+        <label>
+          Source topic
+          <input name="source_topic" value={filters.source_topic ?? ""} onInput={filter("source_topic")} />
+        </label>
+        {/* One read or replay at a time: the dispatcher serves one per replica. */}
+        <button type="submit" aria-busy={list.busy} disabled={list.busy}>
           Refresh
         </button>
         <button
           type="button"
-          disabled={chosen.size === 0 || replay.busy}
+          disabled={chosen.size === 0 || replay.busy || list.busy}
+          aria-busy={replay.busy}
           onClick={async () => {
             const r = await replay.run(() => replayDeadLetters(apiKey, [...chosen]));
             if (r) {
@@ -69,7 +86,10 @@ export function DeadLettersPage({ apiKey, identity }: PageProps) {
       </form>
       <ErrorNote error={list.error} what="Could not read the dead letters" />
       <ErrorNote error={replay.error} what="Not replayed" />
-      <p role="status" class="muted">{note || `${rows.length} dead letters`}</p>
+      <p role="status" class="muted">
+        {note ? `${note} ` : ""}
+        {list.busy && !answer ? "Reading the dead-letter topic…" : summary}
+      </p>
       <table class="compact striped">
         <thead>
           <tr>
@@ -83,14 +103,22 @@ export function DeadLettersPage({ apiKey, identity }: PageProps) {
         </thead>
         <tbody>
           {rows.map((d) => (
-            <tr key={idOf(d)}>
+            <tr key={idOf(d)} data-dead-letter={idOf(d)}>
               <td>
-                <input type="checkbox" id={`dl-${idOf(d)}`} checked={chosen.has(idOf(d))} onChange={() => toggle(idOf(d))} aria-label={`Replay ${idOf(d)}`} />
+                <input
+                  type="checkbox"
+                  id={`dl-${idOf(d)}`}
+                  checked={chosen.has(idOf(d))}
+                  disabled={!d.source_topic}
+                  title={d.source_topic ? undefined : "It does not say where it came from"}
+                  onChange={() => toggle(idOf(d))}
+                  aria-label={`Replay ${idOf(d)}`}
+                />
               </td>
               <td class="mono">{idOf(d)}</td>
               <td>{d.reason}</td>
               <td class="small">
-                {d.source_topic} {d.source_partition}:{d.source_offset}
+                {d.source_topic ? `${d.source_topic} ${d.source_partition}:${d.source_offset}` : "unknown"}
                 {d.replayed_from ? ` (replay of ${d.replayed_from})` : ""}
               </td>
               <td class="mono small">{d.key}</td>
@@ -98,6 +126,7 @@ export function DeadLettersPage({ apiKey, identity }: PageProps) {
                 <details>
                   <summary>{d.value.slice(0, 60)}</summary>
                   <pre>{d.value}</pre>
+                  {isCut(d) ? <p class="small muted">The first part of {d.value_bytes.toLocaleString("en")} bytes.</p> : null}
                 </details>
               </td>
             </tr>
