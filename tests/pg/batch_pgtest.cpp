@@ -120,7 +120,11 @@ TEST_F(Batches, SlicesAreCommittedAsTheyComeHiddenUntilSealedThenQueued) {
   const pg::Seal seal = upload->seal(queue_limit, 5);
   ASSERT_EQ(seal.outcome, pg::SealOutcome::kSealed);
   EXPECT_EQ(seal.room.queued, 5);
-  EXPECT_FALSE(pg::find_batch(db_, batch)) << "shown only once every task is in the queue";
+  // Stored once sealed: shown while its tasks move into the queue, the staged ones as queued.
+  ASSERT_TRUE(pg::find_batch(db_, batch)) << "a sealed batch is there";
+  const auto moving = pg::batch_json(db_, batch);
+  ASSERT_TRUE(moving);
+  EXPECT_NE(moving->find(R"("queued": 5)"), std::string::npos) << *moving;
   EXPECT_EQ(upload->promote(2), 2);
   EXPECT_EQ(upload->promote(2), 2);
   EXPECT_EQ(upload->promote(2), 1);
@@ -207,11 +211,45 @@ TEST_F(Batches, TheSweepFinishesTheMoveOfASealedBatchItsUploaderDidNotFinish) {
        batch);
   // A pass at a time, without waiting for another deadline between them.
   EXPECT_EQ(sweep(1), 1);
-  EXPECT_FALSE(pg::find_batch(db_, batch));
+  EXPECT_TRUE(pg::find_batch(db_, batch)) << "sealed: there while its tasks move";
   EXPECT_EQ(sweep(1), 1);
   EXPECT_EQ(tasks_with(batch, "queued"), 3);
   ASSERT_TRUE(pg::find_batch(db_, batch));
   EXPECT_EQ(sweep(100), 0);
+}
+
+// A user who cancels right after a large upload, while its tasks still move into the queue
+// (or after its uploader left the move to the sweep), cancels all of it: the staged tasks
+// end cancelled too, the move finds nothing left, and none of it runs.
+TEST_F(Batches, ACancelWhileTheTasksMoveIntoTheQueueEndsTheStagedOnesToo) {
+  const std::string user = "batch-u5c", batch = "batch-" + next_id();
+  auto upload = writer(user, batch);
+  ASSERT_TRUE(upload->create());
+  auto slice = tasks_of(user, batch, 5);
+  EXPECT_EQ(upload->add(slice).inserted, 5);
+  ASSERT_EQ(upload->seal(queue_limit, 5).outcome, pg::SealOutcome::kSealed);
+  EXPECT_EQ(upload->promote(2), 2);
+  ASSERT_EQ(tasks_with(batch, "staged"), 3);
+
+  const auto header = pg::find_batch(db_, batch);
+  ASSERT_TRUE(header) << "the batch is there to cancel";
+  std::string after;
+  EXPECT_EQ(pg::cancel_batch_slice(db_, *header, after, 100, "agent.results"), 5);
+  EXPECT_EQ(tasks_with(batch, "cancelled"), 5);
+  EXPECT_EQ(tasks_with(batch, "staged"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM outbox WHERE topic = 'agent.results' AND message_key = $1",
+                  user),
+            5)
+      << "each cancelled task is announced";
+  EXPECT_EQ(text("SELECT drained_at IS NOT NULL FROM batches WHERE batch_id = $1", batch), "t");
+
+  // The uploader's move goes on, finds nothing to move, and completes the batch.
+  EXPECT_EQ(upload->promote(2), 0);
+  EXPECT_EQ(text("SELECT upload_deadline IS NULL FROM batches WHERE batch_id = $1", batch), "t");
+  EXPECT_EQ(dispatch(user), 0) << "nothing of the batch runs";
+  const auto shown = pg::batch_json(db_, batch);
+  ASSERT_TRUE(shown);
+  EXPECT_NE(shown->find(R"("cancelled": 5)"), std::string::npos) << *shown;
 }
 
 TEST_F(Batches, AKeyStagedByAnUploadUnderWayIsNeitherADuplicateNorFreeUntilThatUploadEnds) {

@@ -269,10 +269,13 @@ void BatchWriter::discard(int slice) {
 
 std::optional<BatchHeader> find_batch(pqxx::connection& c, const std::string& batch_id) {
   pqxx::read_transaction tx(c);
-  // A batch whose upload is under way (or whose tasks are still moving into the queue) is
-  // not there yet: its uploader answers when it is.
+  // A batch whose upload is under way is not there yet: nothing of it is committed until the
+  // seal. A sealed one is, also while its tasks are still moving into the queue (its
+  // uploader may have answered and left the rest of the move to the scheduler's sweep).
+  // Batches made before uploads were staged (migration 0017) are unsealed with no deadline.
   auto rows = tx.exec_params(
-      "SELECT user_id, priority FROM batches WHERE batch_id = $1 AND upload_deadline IS NULL",
+      "SELECT user_id, priority FROM batches WHERE batch_id = $1 "
+      "AND (sealed OR upload_deadline IS NULL)",
       batch_id);
   if (rows.empty())
     return std::nullopt;
@@ -283,9 +286,10 @@ std::optional<BatchHeader> find_batch(pqxx::connection& c, const std::string& ba
 std::optional<std::string> batch_json(pqxx::connection& c, const std::string& batch_id) {
   pqxx::read_transaction tx(c);
   auto rows = tx.exec_params(R"SQL(
-WITH b AS (SELECT * FROM batches WHERE batch_id = $1 AND upload_deadline IS NULL),
-t AS (SELECT status, result_type FROM tasks
-      WHERE batch_id = $1 AND user_id = (SELECT user_id FROM b)),
+WITH b AS (SELECT * FROM batches WHERE batch_id = $1 AND (sealed OR upload_deadline IS NULL)),
+-- A task still moving into the queue (staged, of a sealed batch) waits as a queued one does.
+t AS (SELECT CASE WHEN status = 'staged' THEN 'queued' ELSE status END AS status, result_type
+      FROM tasks WHERE batch_id = $1 AND user_id = (SELECT user_id FROM b)),
 by_status AS (SELECT status, count(*) AS n FROM t GROUP BY status),
 by_type AS (SELECT result_type, count(*) AS n FROM t WHERE result_type IS NOT NULL
             GROUP BY result_type),
@@ -334,7 +338,8 @@ std::string batch_results_page(pqxx::connection& c, const BatchHeader& batch,
   pqxx::read_transaction tx(c);
   auto rows = tx.exec_params(R"SQL(
 SELECT t.task_id::text, jsonb_build_object(
-  'task_id', t.task_id, 'idempotency_key', t.idempotency_key, 'status', t.status,
+  'task_id', t.task_id, 'idempotency_key', t.idempotency_key,
+  'status', CASE WHEN t.status = 'staged' THEN 'queued' ELSE t.status END,
   'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
       'type', t.result_type, 'message', t.result_message,
       'options', coalesce(t.result_options, '[]'::jsonb)) END,
@@ -367,7 +372,7 @@ void mark_drained_if_empty(pqxx::work& tx, const std::string& batch_id,
 UPDATE batches SET drained_at = statement_timestamp()
 WHERE batch_id = $1 AND drained_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM tasks WHERE batch_id = $1 AND user_id = $2
-                                        AND status IN ('queued', 'dispatched')))SQL",
+                                        AND status IN ('staged', 'queued', 'dispatched')))SQL",
                   batch_id, user_id);
 }
 }  // namespace
@@ -382,12 +387,14 @@ int cancel_batch_slice(pqxx::connection& c, const BatchHeader& batch, std::strin
   // Every live row of the slice is locked in one statement, in task_id order (the order the
   // workers' batched writes and heartbeats lock in), so the cancel never waits in a cycle
   // with them. Not SKIP LOCKED: a row a scheduler pass is dispatching right now would escape
-  // and run; the short wait re-reads it instead.
+  // and run; the short wait re-reads it instead. Staged rows (a sealed batch whose tasks are
+  // still moving into the queue) end here too; a mover skips the rows the cancel holds.
   auto picked = tx.exec_params(
       R"SQL(
 SELECT task_id::text, status FROM tasks
 WHERE batch_id = $1 AND user_id = $2 AND task_id > $3::uuid
-  AND (status IN ('queued', 'dispatched') OR (status = 'running' AND NOT cancel_requested))
+  AND (status IN ('staged', 'queued', 'dispatched')
+       OR (status = 'running' AND NOT cancel_requested))
 ORDER BY task_id
 LIMIT $4
 FOR UPDATE)SQL",
@@ -451,7 +458,8 @@ int sweep_cancelled_batches(pqxx::work& tx, int limit, const std::string& result
     const std::string user_id = b[1].as<std::string>();
     auto picked = tx.exec_params(
         "SELECT task_id::text FROM tasks WHERE batch_id = $1 AND user_id = $2 AND "
-        "status IN ('queued', 'dispatched') ORDER BY task_id LIMIT $3 FOR UPDATE SKIP LOCKED",
+        "status IN ('staged', 'queued', 'dispatched') ORDER BY task_id LIMIT $3 "
+        "FOR UPDATE SKIP LOCKED",
         batch_id, user_id, limit - ended);
     std::vector<std::string> ids;
     for (const auto& row : picked)

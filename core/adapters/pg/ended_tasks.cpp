@@ -100,7 +100,7 @@ UPDATE tasks SET status = $2, finished_at = statement_timestamp(), lease_until =
        error = NULLIF($3, ''), error_code = NULLIF($4, ''), result_type = $5,
        result_message = $6, result_options = CASE WHEN $5::text IS NULL THEN NULL ELSE '[]'::jsonb END
 WHERE task_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb))::uuid[])
-  AND status IN ('queued', 'dispatched')
+  AND status IN ('staged', 'queued', 'dispatched')
 RETURNING )SQL") + kEndedColumns;
   auto rows = tx.exec_params(
       kEnd, json_string_array(task_ids), std::string(to_string(ending.status)), ending.error,
