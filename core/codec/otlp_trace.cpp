@@ -396,19 +396,36 @@ Result<std::vector<Span>> task_spans(std::string_view task_json, std::string_vie
   const std::size_t root_index = spans.size() - 1;
 
   // Waiting: until the scheduler dispatched it (or, without that time, until it started).
-  if (const auto queue_end = dispatched ? dispatched : started) {
+  // A recovery dispatches it again and moves dispatched_at past the first claim, which
+  // started_at keeps: the wait ends at the earlier of the two.
+  std::optional<std::int64_t> queue_end = dispatched ? dispatched : started;
+  if (dispatched && started)
+    queue_end = std::min(*dispatched, *started);
+  if (queue_end) {
     Span& queue = builder.add(derived_span_id(task_id, "queue"), root_id, "queue",
                               SpanKind::kInternal, *created, *queue_end);
     put_if(queue, "agentfleet.task.priority", string_of(doc, "priority"));
   }
 
   // The last attempt runs from its start to the end; earlier ones as far as their steps go.
+  // started_at is the first claim's: a later attempt starts no earlier than its own
+  // dispatch (dispatched_at, the latest) and the end of the earlier attempts' steps.
   const int last_attempt = static_cast<int>(int_of(doc, "attempt").value_or(0));
   if (last_attempt > 0 && started) {
+    std::int64_t begin = *started;
+    if (last_attempt > 1) {
+      if (dispatched)
+        begin = std::max(begin, *dispatched);
+      for (const auto& [attempt, times] : attempts) {
+        if (attempt < last_attempt)
+          begin = std::max(begin, times.end_ns);
+      }
+    }
+    begin = std::min(begin, end_ns);
     StepTimes& last = attempts[last_attempt];
     if (last.start_ns == 0 && last.end_ns == 0)
-      last = StepTimes{*started, end_ns};
-    last.start_ns = std::min(last.start_ns, *started);
+      last = StepTimes{begin, end_ns};
+    last.start_ns = std::min(last.start_ns, begin);
     last.end_ns = std::max(last.end_ns, end_ns);
   }
   for (const auto& [attempt, times] : attempts) {

@@ -190,6 +190,41 @@ TEST(OtlpTrace, EveryStepAttemptAndTheQueueIsASpanOfTheCallersTrace) {
   EXPECT_EQ(refused.status_message, "refused");
 }
 
+// A task recovered onto another worker: started_at keeps the first claim, dispatched_at
+// moved to the second dispatch. The wait ends at the first claim, and the second attempt
+// starts at its dispatch, after the first attempt's steps, not over them.
+TEST(OtlpTrace, ASecondAttemptStartsAtItsDispatchAfterTheFirstAndTheWaitAtTheFirstClaim) {
+  std::string doc = task_json();
+  auto replace = [&doc](const std::string& from, const std::string& to) {
+    const auto at = doc.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    doc.replace(at, from.size(), to);
+  };
+  replace(R"("dispatched_at": "2026-11-28T21:06:32.250+00:00")",
+          R"("dispatched_at": "2026-11-28T21:06:39.500+00:00")");
+  replace(R"("started_at": "2026-11-28T21:06:40.000+00:00")",
+          R"("started_at": "2026-11-28T21:06:32.280+00:00")");
+  auto spans = task_spans(doc, caller_traceparent(), costs());
+  ASSERT_TRUE(spans.ok()) << spans.error().message;
+  const auto& all = spans.value();
+  const Span& queue = named(all, "queue");
+  EXPECT_EQ(queue.end_ns, ns("2026-11-28T21:06:32.280Z")) << "the first claim ends the wait";
+  const Span& first = named(all, "attempt", 0);
+  const Span& second = named(all, "attempt", 1);
+  EXPECT_EQ(first.start_ns, ns("2026-11-28T21:06:32.300Z"));
+  EXPECT_EQ(first.end_ns, ns("2026-11-28T21:06:32.440Z"));
+  EXPECT_EQ(second.start_ns, ns("2026-11-28T21:06:39.500Z")) << "its own dispatch";
+  EXPECT_EQ(second.end_ns, ns("2026-11-28T21:06:41Z"));
+  EXPECT_GE(second.start_ns, first.end_ns) << "the attempts do not overlap";
+
+  // Without a later dispatch time, the end of the first attempt's steps bounds the second.
+  replace(R"("dispatched_at": "2026-11-28T21:06:39.500+00:00")", R"("dispatched_at": null)");
+  auto no_dispatch = task_spans(doc, caller_traceparent(), costs());
+  ASSERT_TRUE(no_dispatch.ok());
+  EXPECT_EQ(named(no_dispatch.value(), "attempt", 1).start_ns, ns("2026-11-28T21:06:32.440Z"));
+  EXPECT_EQ(named(no_dispatch.value(), "queue").end_ns, ns("2026-11-28T21:06:32.280Z"));
+}
+
 TEST(OtlpTrace, ATraceTheDispatcherStartedHasNoParentAndIdsAreStable) {
   const std::string made_up = std::string("00-") + kTraceId + "-" + task_span_id(kTaskId) + "-01";
   auto spans = task_spans(task_json(), made_up, {});
