@@ -167,16 +167,22 @@ void protect_config_secrets(const config::Config& config) {
       add_found_in(endpoint.url);
     }
   }
-  for (const auto& tool : config.tools) {
-    add_found_in(tool.url);
-    for (const auto& [name, value] : tool.headers) {
-      // Configured headers are service credentials; a scheme ("Bearer x") is not secret,
-      // its credentials are.
+  // Configured headers are service credentials; a scheme ("Bearer x") is not secret, its
+  // credentials are.
+  auto add_headers = [](const auto& headers) {
+    for (const auto& [name, value] : headers) {
       add_secret(value);
       if (const auto space = value.find(' '); space != std::string::npos)
         add_secret(value.substr(space + 1));
     }
+  };
+  for (const auto& tool : config.tools) {
+    add_found_in(tool.url);
+    add_headers(tool.headers);
   }
+  // The trace collector's: an API key of a hosted backend, usually.
+  add_found_in(config.telemetry.otlp.endpoint);
+  add_headers(config.telemetry.otlp.headers);
 }
 
 }  // namespace agentfleet::log

@@ -103,14 +103,21 @@ tools:
 billing:
   prices:
     - {model: m1, effective_from: "2026-01-01", input_per_million: "1"}
+telemetry:
+  otlp:
+    endpoint: "https://otel:otlp-planted-pw@collector:4318"
+    headers: {x-honeycomb-team: otlp-planted-key, Authorization: "Basic otlp-planted-basic"}
 )",
                                                "test.yaml");
   protect_config_secrets(config);
   const std::string line =
       format_line("t", "error", "kafka", nullptr,
-                  "pg-planted-pw kafka-planted-pw model-planted-key tool-planted-token fleet", {});
-  EXPECT_STREQ(parsed(line)["msg"].GetString(),
-               "[redacted] [redacted] [redacted] [redacted] fleet");
+                  "pg-planted-pw kafka-planted-pw model-planted-key tool-planted-token fleet "
+                  "otlp-planted-pw otlp-planted-key otlp-planted-basic",
+                  {});
+  EXPECT_STREQ(
+      parsed(line)["msg"].GetString(),
+      "[redacted] [redacted] [redacted] [redacted] fleet [redacted] [redacted] [redacted]");
 }
 
 TEST(TraceId, IsTheTraceIdPartOfAValidTraceparent) {

@@ -9,7 +9,9 @@
 
 #include <chrono>
 #include <deque>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/adapters/otlp/otlp_http_sink.hpp"
@@ -39,6 +41,8 @@ class FakeSource : public TraceSource {
       return Error{ErrorKind::kTransient, "connection refused"};
     if (task_id == "gone")
       return std::optional<TaskTrace>();
+    if (task_id == "throws")
+      throw std::runtime_error("a planted failure");
     if (task_id == "garbled")
       return std::optional<TaskTrace>(TaskTrace{"{not json", {}});
     return std::optional<TaskTrace>(TaskTrace{task_doc(task_id), {{0, {"m", "0.5", "CNY"}}}});
@@ -211,6 +215,21 @@ TEST(SpanExporter, ItsThreadExportsWhatIsOfferedAndStopDropsWhatIsLeft) {
   f.exporter.stop(milliseconds(0));
   EXPECT_FALSE(f.exporter.offer("late", kTraceparent));
   EXPECT_EQ(f.exporter.stats().tasks_dropped, 1u);
+}
+
+TEST(SpanExporter, AnExceptionInAnExportDoesNotEndItsThread) {
+  SpanExporterOptions options;
+  options.flush_interval = milliseconds(10);
+  Fixture f(options);
+  f.exporter.start();
+  f.exporter.offer("throws", kTraceparent);
+  for (int i = 0; i < 500 && f.source.reads.empty(); ++i)
+    std::this_thread::sleep_for(milliseconds(10));
+  f.exporter.offer("t1", kTraceparent);
+  for (int i = 0; i < 500 && f.exporter.stats().spans_exported == 0; ++i)
+    std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(f.exporter.stats().spans_exported, kSpansPerTask) << "the next task is exported";
+  f.exporter.stop(milliseconds(0));
 }
 
 TEST(OtlpHttpSink, TheOtlpSpecificationsRetryableAnswersAreRetried) {

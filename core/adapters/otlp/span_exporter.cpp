@@ -84,7 +84,12 @@ void SpanExporter::run() {
     if (queue_.empty() || (stopping_ && std::chrono::steady_clock::now() >= stop_by_))
       break;
     lock.unlock();
-    export_queued();
+    try {
+      export_queued();
+    } catch (const std::exception& e) {
+      // The thread goes on: one task or request that failed this way costs only itself.
+      log::warn("otlp", std::string("exporting traces failed: ") + e.what());
+    }
     lock.lock();
     if (stopping_ && (queue_.empty() || std::chrono::steady_clock::now() >= stop_by_))
       break;
@@ -138,7 +143,7 @@ void SpanExporter::send(const std::vector<codec::Span>& spans) {
   const int attempts = std::max(1, options_.max_attempts);
   SendOutcome outcome;
   for (int attempt = 1; attempt <= attempts; ++attempt) {
-    outcome = sink_.send(body, std::chrono::steady_clock::now() + options_.timeout);
+    outcome = sink_.send(body, request_deadline());
     if (outcome.ok) {
       requests_ok_.fetch_add(1, std::memory_order_relaxed);
       exported_.fetch_add(spans.size(), std::memory_order_relaxed);
@@ -162,6 +167,15 @@ void SpanExporter::send(const std::vector<codec::Span>& spans) {
     log::warn("otlp", "dropped " + std::to_string(spans.size()) +
                           " spans the collector did not take: " + outcome.message);
   }
+}
+
+std::chrono::steady_clock::time_point SpanExporter::request_deadline() const {
+  auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  std::lock_guard lock(mutex_);
+  // Stopping: no request outlasts the grace stop() was given.
+  if (stopping_)
+    deadline = std::min(deadline, stop_by_);
+  return deadline;
 }
 
 SpanExporterStats SpanExporter::stats() const {

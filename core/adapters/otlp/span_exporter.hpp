@@ -121,6 +121,8 @@ class SpanExporter {
   void run();
   // Sends one request of these spans, repeating as the options allow.
   void send(const std::vector<codec::Span>& spans);
+  // Now + the request timeout; once stopping, no later than the end of stop()'s grace.
+  std::chrono::steady_clock::time_point request_deadline() const;
   bool wait(std::chrono::milliseconds d);
 
   TraceSource& source_;
