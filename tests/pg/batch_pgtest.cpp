@@ -237,9 +237,9 @@ TEST_F(Batches, ACancelWhileTheTasksMoveIntoTheQueueEndsTheStagedOnesToo) {
   EXPECT_EQ(pg::cancel_batch_slice(db_, *header, after, 100, "agent.results"), 5);
   EXPECT_EQ(tasks_with(batch, "cancelled"), 5);
   EXPECT_EQ(tasks_with(batch, "staged"), 0);
-  EXPECT_EQ(count("SELECT count(*) FROM outbox WHERE topic = 'agent.results' AND message_key = $1",
-                  user),
-            5)
+  EXPECT_EQ(
+      count("SELECT count(*) FROM outbox WHERE topic = 'agent.results' AND message_key = $1", user),
+      5)
       << "each cancelled task is announced";
   EXPECT_EQ(text("SELECT drained_at IS NOT NULL FROM batches WHERE batch_id = $1", batch), "t");
 

@@ -256,6 +256,8 @@ fleet_reset() {
   fleet_stop "$run_dir"
   if [[ -e "$run_dir/pg" ]]; then rm -rf "$(readlink -f "$run_dir/pg")"; fi
   rm -rf "$run_dir/pg" "$run_dir/logs"
+  # The spans an earlier fleet exported (the fixture's receiver writes them here).
+  rm -f "$run_dir/otlp-spans.jsonl"
 }
 
 # _fleet_is_ours PID: the process exists and runs one of the fleet's programs (the OTLP
