@@ -500,6 +500,10 @@ http::Response dead_letters_unavailable(const http::Request& request, const Erro
   log::write("warn", "api",
              std::string(request.method_string()) + " " + std::string(http::target_path(target)) +
                  ": " + error.message);
+  if (error.kind == ErrorKind::kFatal) {  // a Kafka property librdkafka refused
+    return http::make_error(request, http::Status::internal_server_error, "internal",
+                            error.message);
+  }
   auto response = http::make_error(request, http::Status::service_unavailable, "kafka_unavailable",
                                    error.message);
   response.set(bhttp::field::retry_after, "5");

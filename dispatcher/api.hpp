@@ -62,6 +62,8 @@ class Api {
   boost::asio::awaitable<http::Response> handle(http::Request& request);
   boost::asio::awaitable<http::Response> handle_ops(http::Request& request);
   boost::asio::awaitable<void> stream(http::Exchange& exchange);
+  // At shutdown, before the I/O stops: ends a dead-letter read under way.
+  void stop() { dead_letters_.stop(); }
 
  private:
   // A request that may go to its route's handler, and who sent it.

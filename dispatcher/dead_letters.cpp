@@ -22,8 +22,8 @@ constexpr std::size_t kMaxFilterBytes = 1024;
 
 // Frees the desk when a request is done, however it ends.
 struct Served {
-  std::atomic<bool>& busy;
-  ~Served() { busy = false; }
+  std::shared_ptr<std::atomic<bool>> busy;
+  ~Served() { *busy = false; }
 };
 
 std::string quoted(std::string_view text) {
@@ -72,6 +72,10 @@ void NewestLetters::offer(codec::DeadLetter letter) {
   if (!query_.filter.matches(letter))
     return;
   ++matched_;
+  if (letter.value.size() > kMaxValueBytes) {
+    letter.value_bytes = letter.value.size();
+    letter.value = std::string(codec::utf8_prefix(letter.value, kMaxValueBytes));
+  }
   kept_.push_back(std::move(letter));
   if (kept_.size() > query_.limit)
     kept_.pop_front();
@@ -102,6 +106,12 @@ std::variant<ReplayRequest, codec::SchemaViolation> parse_replay_request(std::st
     if (!at) {
       return codec::SchemaViolation{"/offsets/" + std::to_string(i),
                                     "'" + std::string(text) + "' is not PARTITION:OFFSET"};
+    }
+    for (const auto& earlier : request.offsets) {
+      if (earlier == *at) {
+        return codec::SchemaViolation{"/offsets/" + std::to_string(i),
+                                      "'" + std::string(text) + "' names a letter named before"};
+      }
     }
     request.offsets.push_back(*at);
   }
@@ -174,7 +184,12 @@ DeadLetterDesk::DeadLetterDesk(config::KafkaConfig kafka, std::chrono::milliseco
     : kafka_(kafka::reader_config(std::move(kafka))), timeout_(timeout) {}
 
 DeadLetterDesk::~DeadLetterDesk() {
+  stop();
   thread_.join();
+}
+
+void DeadLetterDesk::stop() {
+  stopping_ = true;
 }
 
 std::string DeadLetterDesk::group_id() const {
@@ -195,7 +210,7 @@ Status DeadLetterDesk::read(const std::function<void(codec::DeadLetter)>& take) 
           take(std::move(d));
           return true;
         },
-        timeout_);
+        timeout_, &stopping_);
   } catch (const std::exception& e) {  // librdkafka refused a property
     return Error{ErrorKind::kFatal, std::string("reading the dead letters: ") + e.what()};
   }
@@ -254,7 +269,7 @@ Result<DeadLetterDesk::ReplayOutcome> DeadLetterDesk::replay_now(const ReplayReq
 // The work runs in plain functions; the coroutines only carry their Result across (a
 // co_return that converts is where GCC 12's coroutines have destroyed twice).
 asio::awaitable<std::optional<Result<NewestLetters>>> DeadLetterDesk::list(DeadLetterQuery query) {
-  if (busy_.exchange(true))
+  if (stopping_ || busy_->exchange(true))
     co_return std::nullopt;
   Served served{busy_};
   auto listed = co_await asio::co_spawn(
@@ -270,7 +285,7 @@ asio::awaitable<std::optional<Result<NewestLetters>>> DeadLetterDesk::list(DeadL
 
 asio::awaitable<std::optional<Result<DeadLetterDesk::ReplayOutcome>>> DeadLetterDesk::replay(
     ReplayRequest request) {
-  if (busy_.exchange(true))
+  if (stopping_ || busy_->exchange(true))
     co_return std::nullopt;
   Served served{busy_};
   auto outcome = co_await asio::co_spawn(

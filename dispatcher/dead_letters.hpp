@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,7 +43,10 @@ struct DeadLetterQuery {
 std::variant<DeadLetterQuery, codec::SchemaViolation> parse_dead_letter_query(
     std::string_view target);
 
-// The newest `limit` letters matching a query, oldest first, and how many matched in all.
+// The last `limit` letters read that match a query, in the order read (the topic from its
+// oldest message on, partition by partition as the broker hands them over), and how many
+// matched in all. A value is kept to its first kMaxValueBytes (its size noted), so a
+// listing holds at most limit x 16 KiB of values.
 class NewestLetters {
  public:
   explicit NewestLetters(DeadLetterQuery query) : query_(std::move(query)) {}
@@ -61,7 +65,7 @@ class NewestLetters {
 };
 
 // POST /v1/dead-letters/replay {"offsets": ["P:O", ...], "dry_run": false}: 1 to kMaxOffsets
-// distinct offsets.
+// offsets, none twice (also not as "0:01" beside "0:1").
 struct ReplayRequest {
   static constexpr std::size_t kMaxOffsets = 1000;
   std::vector<std::pair<std::int32_t, std::int64_t>> offsets;
@@ -90,9 +94,13 @@ std::string replay_json(const std::vector<DeadLetterReplay>& sent, bool dry_run)
 
 class DeadLetterDesk {
  public:
-  // `timeout`: the most one request reads (joining the group included) and then sends.
+  // `timeout`: the most one request reads the topic (joining the group included), and then
+  // the most a replay waits for its deliveries.
   DeadLetterDesk(config::KafkaConfig kafka, std::chrono::milliseconds timeout);
-  ~DeadLetterDesk();  // waits for a request being served
+  ~DeadLetterDesk();  // stops and waits for a request being served
+  // Ends a read under way within about 200 ms (its request fails) and refuses new ones: the
+  // dispatcher's shutdown calls it before it stops its I/O.
+  void stop();
   DeadLetterDesk(const DeadLetterDesk&) = delete;
   DeadLetterDesk& operator=(const DeadLetterDesk&) = delete;
 
@@ -117,7 +125,9 @@ class DeadLetterDesk {
 
   config::KafkaConfig kafka_;
   std::chrono::milliseconds timeout_;
-  std::atomic<bool> busy_{false};
+  std::atomic<bool> stopping_{false};
+  // Shared with the requests: a request's frame may outlive the desk at shutdown.
+  std::shared_ptr<std::atomic<bool>> busy_ = std::make_shared<std::atomic<bool>>(false);
   boost::asio::thread_pool thread_{1};
 };
 

@@ -186,6 +186,7 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
     server.stop();
     if (ops_server)
       ops_server->stop();
+    api.stop();
     feed.stop();
     refresh_wake.cancel();
     io.stop();

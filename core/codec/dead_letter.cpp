@@ -114,7 +114,7 @@ std::string dead_letter_json(const DeadLetter& d, std::size_t max_value_bytes) {
   w.Key("value");
   text(utf8_prefix(d.value, max_value_bytes));
   w.Key("value_bytes");
-  w.Uint64(d.value.size());
+  w.Uint64(std::max(d.value_bytes, d.value.size()));
   w.Key("reason");
   text(d.reason);
   w.Key("source_topic");

@@ -24,6 +24,8 @@ struct DeadLetter {
   std::int64_t offset = 0;
   std::string key;
   std::string value;
+  // The value's size as read, when `value` holds only its start (0: `value` is whole).
+  std::size_t value_bytes = 0;
   MessageHeaders headers;
   // From the headers (empty when missing).
   std::string reason;
@@ -60,7 +62,8 @@ std::optional<ReplayMessage> replay_of(const DeadLetter& letter);
 // {"partition","offset","key","value","value_bytes","reason","source_topic",
 //  "source_partition","source_offset","replayed_from","headers":{...}} on one line. Text is
 // made storable (codec::sanitize_text). `value` holds at most `max_value_bytes` of the
-// value, cut on a character boundary; `value_bytes` is the whole value's size.
+// value, cut on a character boundary; `value_bytes` is the whole value's size (the
+// letter's value_bytes when it was cut before).
 std::string dead_letter_json(const DeadLetter& letter,
                              std::size_t max_value_bytes = std::numeric_limits<std::size_t>::max());
 

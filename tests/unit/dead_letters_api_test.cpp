@@ -110,6 +110,8 @@ TEST(ReplayRequest, NeedsOneToAThousandDistinctOffsets) {
   for (const Case& c : {Case{"{}", ""}, Case{R"({"offsets":[]})", "/offsets"},
                         Case{R"({"offsets":["0:1","0:1"]})", "/offsets/1"},
                         Case{R"({"offsets":["0-1"]})", "/offsets/0"},
+                        Case{R"({"offsets":["0:1","0:01"]})", "/offsets/1"},
+                        Case{R"({"offsets":["00:1"]})", "/offsets/0"},
                         Case{R"({"offsets":["1:2","99999999999:1"]})", "/offsets/1"},
                         Case{R"({"offsets":["0:1"],"all":true})", "/all"}, Case{"not json", ""}}) {
     auto refused = parse_replay_request(c.body);

@@ -39,14 +39,14 @@ export function clientFor(apiKey: string, stop?: AbortSignal): Client {
 }
 
 /** A call the client does not have yet: JSON in, JSON out, the client's error types. */
-export async function rawCall<T>(apiKey: string, method: string, path: string, body?: unknown): Promise<T> {
+export async function rawCall<T>(apiKey: string, method: string, path: string, body?: unknown, timeoutMs = 30_000): Promise<T> {
   const headers: Record<string, string> = { Authorization: `Bearer ${apiKey}` };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await consoleFetch()(location.origin + path, {
     method,
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
-    signal: AbortSignal.timeout(30_000),
+    signal: AbortSignal.timeout(timeoutMs),
   });
   const text = await response.text();
   if (response.status >= 400) throw errorFor(response.status, text);
@@ -127,10 +127,14 @@ export interface DeadLetterFilters {
 
 export const fleet = (apiKey: string) => rawCall<Fleet>(apiKey, "GET", "/v1/fleet");
 
+/** A dead-letter read takes up to 15 s and a replay's deliveries up to 15 s more, with the
+ * reader's group to leave: a console that gave up sooner would call a sent replay failed. */
+const DEAD_LETTERS_MS = 60_000;
+
 export const deadLetters = (apiKey: string, limit: number, filters: DeadLetterFilters = {}) => {
   const query = new URLSearchParams({ limit: String(limit) });
   for (const [name, value] of Object.entries(filters)) if (value) query.set(name, value);
-  return rawCall<DeadLetters>(apiKey, "GET", `/v1/dead-letters?${query}`);
+  return rawCall<DeadLetters>(apiKey, "GET", `/v1/dead-letters?${query}`, undefined, DEAD_LETTERS_MS);
 };
 
 export const replayDeadLetters = (apiKey: string, offsets: string[]) =>
@@ -139,4 +143,5 @@ export const replayDeadLetters = (apiKey: string, offsets: string[]) =>
     "POST",
     "/v1/dead-letters/replay",
     { offsets },
+    DEAD_LETTERS_MS,
   );

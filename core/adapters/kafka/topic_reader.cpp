@@ -56,7 +56,7 @@ config::KafkaConfig reader_config(config::KafkaConfig c) {
 Status read_dead_letters(const config::KafkaConfig& config, const std::string& group_id,
                          const std::string& topic,
                          const std::function<bool(codec::DeadLetter)>& on_letter,
-                         std::chrono::milliseconds timeout) {
+                         std::chrono::milliseconds timeout, const std::atomic<bool>* stop) {
   Inbox inbox;
   Consumer consumer(
       reader_config(config), group_id, std::vector<std::string>{topic},
@@ -73,7 +73,7 @@ Status read_dead_letters(const config::KafkaConfig& config, const std::string& g
       inbox.close();
       consumer.stop();
     }
-  } stop{inbox, consumer};
+  } stopper{inbox, consumer};
   consumer.start();
 
   const auto deadline = Clock::now() + timeout;
@@ -82,6 +82,9 @@ Status read_dead_letters(const config::KafkaConfig& config, const std::string& g
           .count());
   bool assigned = false;
   bool wanted_more = true;
+  const auto stopped = [stop] { return stop != nullptr && stop->load(); };
+  const Error stopped_error{ErrorKind::kCancelled,
+                            "the read of the dead-letter topic " + topic + " was stopped"};
   auto take = [&](std::chrono::milliseconds wait) {
     for (auto& m : inbox.take(wait, assigned)) {
       if (!wanted_more)
@@ -91,6 +94,8 @@ Status read_dead_letters(const config::KafkaConfig& config, const std::string& g
     }
   };
   while (!assigned) {
+    if (stopped())
+      return stopped_error;
     if (Clock::now() >= deadline) {
       return Error{ErrorKind::kTimeout, "could not join the dead-letter topic " + topic + " at " +
                                             config.bootstrap_servers + " within " + seconds +
@@ -101,6 +106,8 @@ Status read_dead_letters(const config::KafkaConfig& config, const std::string& g
   int caught_up = 0;
   Consumer::LagReport lag;
   while (caught_up < 2 && wanted_more) {
+    if (stopped())
+      return stopped_error;
     if (Clock::now() >= deadline) {
       std::int64_t left = 0;
       for (const auto& [t, n] : lag.by_topic)

@@ -7,6 +7,7 @@
 // in an Inbox: a slow caller holds the consumer's poll thread, not memory. Blocking: call
 // it off the I/O threads.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -57,12 +58,14 @@ config::KafkaConfig reader_config(config::KafkaConfig config);
 // the reading caught up, to `on_letter` in order; `on_letter` returns false to stop early.
 // The end is known to be reached when the broker says, twice in a row and for every
 // assigned partition, that nothing is left. kTimeout with the reason when the group was
-// not joined, or the end not known to be reached, within `timeout`; a config::ConfigError
-// escapes when librdkafka refuses a property.
+// not joined, or the end not known to be reached, within `timeout`; kCancelled soon after
+// `*stop` turns true (checked every 200 ms; null: never); a config::ConfigError escapes
+// when librdkafka refuses a property.
 Status read_dead_letters(const config::KafkaConfig& config, const std::string& group_id,
                          const std::string& topic,
                          const std::function<bool(codec::DeadLetter)>& on_letter,
-                         std::chrono::milliseconds timeout);
+                         std::chrono::milliseconds timeout,
+                         const std::atomic<bool>* stop = nullptr);
 
 // Sends `messages` and waits up to `timeout` for each delivery: one Status per message, in
 // order.

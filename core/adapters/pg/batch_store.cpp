@@ -338,8 +338,7 @@ std::string batch_results_page(pqxx::connection& c, const BatchHeader& batch,
   pqxx::read_transaction tx(c);
   auto rows = tx.exec_params(R"SQL(
 SELECT t.task_id::text, jsonb_build_object(
-  'task_id', t.task_id, 'idempotency_key', t.idempotency_key,
-  'status', CASE WHEN t.status = 'staged' THEN 'queued' ELSE t.status END,
+  'task_id', t.task_id, 'idempotency_key', t.idempotency_key, 'status', t.status,
   'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
       'type', t.result_type, 'message', t.result_message,
       'options', coalesce(t.result_options, '[]'::jsonb)) END,
@@ -350,6 +349,7 @@ SELECT t.task_id::text, jsonb_build_object(
   'created_at', t.created_at, 'finished_at', t.finished_at)::text
 FROM tasks t
 WHERE t.batch_id = $1 AND t.user_id = $2 AND ($3 = '' OR t.task_id > NULLIF($3, '')::uuid)
+  AND t.status <> 'staged'  -- still moving into the queue: no task read shows it yet
 ORDER BY t.task_id
 LIMIT $4)SQL",
                              batch.batch_id, batch.user_id, after, limit);
@@ -388,7 +388,8 @@ int cancel_batch_slice(pqxx::connection& c, const BatchHeader& batch, std::strin
   // workers' batched writes and heartbeats lock in), so the cancel never waits in a cycle
   // with them. Not SKIP LOCKED: a row a scheduler pass is dispatching right now would escape
   // and run; the short wait re-reads it instead. Staged rows (a sealed batch whose tasks are
-  // still moving into the queue) end here too; a mover skips the rows the cancel holds.
+  // still moving into the queue) end here too. A move, the sweep and this cancel all take
+  // the batch row first, so they run one after another, never over the same rows at once.
   auto picked = tx.exec_params(
       R"SQL(
 SELECT task_id::text, status FROM tasks

@@ -2,8 +2,9 @@
 // Batches: many tasks of one user submitted as one JSON Lines upload, followed and cancelled
 // together. A batch upload (BatchWriter) never holds a transaction open while its client
 // sends: each slice of lines is committed as it arrives, its tasks `staged` (no scheduler
-// looks at them, no API read shows them; they count against the user's max_queued), and
-// the upload ends in one of two ways:
+// looks at them, no API read of a task shows them; they count against the user's
+// max_queued; once the batch is sealed its progress counts them as queued, and a cancel
+// of the batch ends them), and the upload ends in one of two ways:
 //   - seal(): the commit point, under the user's queue lock with the exact room check;
 //     then promote() moves the staged tasks into the queue a slice at a time (a crash
 //     part-way is finished by the scheduler, sweep_staged_batches);

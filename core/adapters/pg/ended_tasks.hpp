@@ -23,8 +23,8 @@ void announce_ended(pqxx::work& tx, const pqxx::result& rows, const std::string&
 using ports::Ending;
 
 // Ends the given tasks that are still staged (a sealed batch's, moving into the queue),
-// queued or dispatched (others are left alone) and announces them. Returns the ids ended. The caller holds their row locks or accepts that
-// a task started meanwhile is skipped.
+// queued or dispatched (others are left alone) and announces them. Returns the ids ended.
+// The caller holds their row locks or accepts that a task started meanwhile is skipped.
 std::vector<std::string> end_unstarted(pqxx::work& tx, const std::vector<std::string>& task_ids,
                                        const Ending& ending, const std::string& results_topic);
 

@@ -1,6 +1,6 @@
-/** Dead letters (admin): the messages the fleet could not handle, newest first in the
- * topic's order, filtered by key, reason or source topic, and replaying chosen ones to the
- * topics they came from. Each refresh reads the whole dead-letter topic (a few seconds). */
+/** Dead letters (admin): the messages the fleet could not handle, the last read first,
+ * filtered by key, reason or source topic, and replaying chosen ones to the topics they came
+ * from. Each refresh reads the whole dead-letter topic (a few seconds). */
 
 import { useEffect, useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
@@ -22,7 +22,10 @@ export function DeadLettersPage({ apiKey, identity }: PageProps) {
 
   const load = async (e?: Event) => {
     e?.preventDefault();
-    await list.run(() => deadLetters(apiKey, limit, filters));
+    // Trimmed when sent: the fields keep what was typed (spaces inside included).
+    const sent: DeadLetterFilters = {};
+    for (const [name, value] of Object.entries(filters)) sent[name as keyof DeadLetterFilters] = value?.trim();
+    await list.run(() => deadLetters(apiKey, limit, sent));
   };
   useEffect(() => {
     if (identity.admin) void load();
@@ -36,12 +39,12 @@ export function DeadLettersPage({ apiKey, identity }: PageProps) {
     setChosen(next);
   };
   const filter = (name: keyof DeadLetterFilters) => (e: Event) =>
-    setFilters({ ...filters, [name]: (e.currentTarget as HTMLInputElement).value.trim() });
+    setFilters({ ...filters, [name]: (e.currentTarget as HTMLInputElement).value });
   const answer = list.value;
   const rows = answer ? [...answer.dead_letters].reverse() : [];
   const summary = answer
     ? answer.matched > answer.count
-      ? `${answer.count} dead letters (the newest of ${answer.matched} in ${answer.topic})`
+      ? `${answer.count} dead letters (the last read of ${answer.matched} in ${answer.topic})`
       : `${answer.count} dead letters in ${answer.topic}`
     : "";
   return (
@@ -49,7 +52,7 @@ export function DeadLettersPage({ apiKey, identity }: PageProps) {
       <h1 id="dl-title">Dead letters</h1>
       <form class="filters" onSubmit={load} aria-label="Which dead letters">
         <label>
-          Newest
+          At most
           <input name="limit" type="number" min={1} max={1000} value={limit} onInput={(e) => setLimit(Number(e.currentTarget.value) || 100)} />
         </label>
         <label>
@@ -65,7 +68,7 @@ export function DeadLettersPage({ apiKey, identity }: PageProps) {
           <input name="source_topic" value={filters.source_topic ?? ""} onInput={filter("source_topic")} />
         </label>
         {/* One read or replay at a time: the dispatcher serves one per replica. */}
-        <button type="submit" aria-busy={list.busy} disabled={list.busy}>
+        <button type="submit" aria-busy={list.busy} disabled={list.busy || replay.busy}>
           Refresh
         </button>
         <button
