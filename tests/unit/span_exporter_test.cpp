@@ -221,11 +221,11 @@ TEST(SpanExporter, AnExceptionInAnExportDoesNotEndItsThread) {
   SpanExporterOptions options;
   options.flush_interval = milliseconds(10);
   Fixture f(options);
-  f.exporter.start();
+  // Both queued before the thread starts: the throw ends the first export with the second
+  // task still queued, which the thread must then export.
   f.exporter.offer("throws", kTraceparent);
-  for (int i = 0; i < 500 && f.source.reads.empty(); ++i)
-    std::this_thread::sleep_for(milliseconds(10));
   f.exporter.offer("t1", kTraceparent);
+  f.exporter.start();
   for (int i = 0; i < 500 && f.exporter.stats().spans_exported == 0; ++i)
     std::this_thread::sleep_for(milliseconds(10));
   EXPECT_EQ(f.exporter.stats().spans_exported, kSpansPerTask) << "the next task is exported";
