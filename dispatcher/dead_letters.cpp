@@ -7,11 +7,11 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <charconv>
-#include <random>
 
 #include "core/adapters/http/server.hpp"
 #include "core/adapters/kafka/topic_reader.hpp"
 #include "core/codec/json_text.hpp"
+#include "dispatcher/api.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -193,13 +193,7 @@ void DeadLetterDesk::stop() {
 }
 
 std::string DeadLetterDesk::group_id() const {
-  std::random_device random;
-  std::uniform_int_distribution<unsigned> nibble(0, 15);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = kafka_.dispatcher_group + "-dlq-reader-";
-  for (int i = 0; i < 16; ++i)
-    id.push_back(kHex[nibble(random)]);
-  return id;
+  return kafka_.dispatcher_group + "-dlq-reader-" + new_task_id();
 }
 
 Status DeadLetterDesk::read(const std::function<void(codec::DeadLetter)>& take) {
