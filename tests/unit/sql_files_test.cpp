@@ -131,8 +131,9 @@ TEST(SqlFiles, TheSubmissionRepeatsTheInsertAndTheTaskObjectAlike) {
   EXPECT_NE(submit.find("THEN " + object + " END"), std::string::npos) << object;
 }
 
-// scheduler.sql writes the owner-gone condition, the dispatch of picked tasks and the
-// RETURNING list of ended tasks more than once.
+// scheduler.sql writes the owner-gone condition, the marking of picked tasks and the
+// RETURNING list of ended tasks more than once, and the dispatch message once (a fragment
+// both dispatching statements hold).
 TEST(SqlFiles, TheSchedulerRepeatsItsSharedPartsAlike) {
   const std::string exhausted = statement("sched_exhausted");
   const std::string recover = statement("sched_recover");
@@ -148,6 +149,12 @@ TEST(SqlFiles, TheSchedulerRepeatsItsSharedPartsAlike) {
   ASSERT_NE(at, std::string::npos);
   recovered.erase(at, clears.size());
   EXPECT_EQ(recovered, between(statement("sched_admit"), "), marked AS (", ""));
+
+  const std::string dispatch = squashed(pg::sql::fragment("dispatch_marked"));
+  ASSERT_NE(dispatch.find("INSERT INTO outbox"), std::string::npos) << dispatch;
+  for (const std::string& text : {recover, statement("sched_admit")})
+    EXPECT_EQ(text.substr(text.size() - std::min(text.size(), dispatch.size())), dispatch);
+  EXPECT_THROW(pg::sql::fragment("no_such_fragment"), std::logic_error);
 
   const std::string returning = "RETURNING " + squashed(pg::kEndedColumns);
   for (const char* name : {"sched_exhausted", "sched_expire"}) {

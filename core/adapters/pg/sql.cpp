@@ -13,28 +13,54 @@ namespace agentfleet::pg::sql {
 namespace {
 struct Statements {
   std::map<std::string, std::string, std::less<>> by_name;
+  std::map<std::string, std::string, std::less<>> fragments;
   std::map<std::string, std::string, std::less<>> prepared;  // name -> "af_<name>"
   std::vector<std::pair<std::string, std::string>> order;
 };
 
-// Splits each file at its `-- name: X` lines; a statement is everything up to the next one,
-// without its comment lines and surrounding blank lines.
+// `body` with each `{{fragment}}` replaced by that fragment's text.
+std::string expanded(const std::string& file, const std::string& name, std::string body,
+                     const std::map<std::string, std::string, std::less<>>& fragments) {
+  std::size_t at = 0;
+  while ((at = body.find("{{", at)) != std::string::npos) {
+    const std::size_t end = body.find("}}", at);
+    const std::string fragment =
+        end == std::string::npos ? std::string() : body.substr(at + 2, end - at - 2);
+    auto it = fragments.find(fragment);
+    if (it == fragments.end())
+      throw std::logic_error("sql/" + file + ": statement " + name + " names no fragment at " +
+                             body.substr(at, 40));
+    body.replace(at, end + 2 - at, it->second);
+    at += it->second.size();
+  }
+  return body;
+}
+
+// Splits each file at its `-- name: X` and `-- fragment: X` lines; a statement (or a
+// fragment) is everything up to the next one, without its comment lines and surrounding
+// blank lines. Then each `{{X}}` in a statement becomes fragment X (of any file).
 Statements read_statements() {
   Statements out;
   constexpr std::string_view kMarker = "-- name: ";
+  constexpr std::string_view kFragment = "-- fragment: ";
   for (const auto& entry : embedded::sql()) {
     // Plain names: clang 14 cannot capture a structured binding in a lambda (the fuzz build).
     const std::string_view file = entry.first;
     const std::string_view contents = entry.second;
     std::string name, body;
+    bool is_fragment = false;
     auto flush = [&] {
       if (name.empty())
         return;
       while (!body.empty() && (body.back() == '\n' || body.back() == ' ' || body.back() == ';'))
         body.pop_back();
-      if (body.empty() || !out.by_name.emplace(name, body).second)
-        throw std::logic_error("sql/" + std::string(file) + ": statement " + name +
+      auto& into = is_fragment ? out.fragments : out.by_name;
+      if (body.empty() || !into.emplace(name, body).second)
+        throw std::logic_error("sql/" + std::string(file) + ": " +
+                               (is_fragment ? "fragment " : "statement ") + name +
                                (body.empty() ? " is empty" : " is named twice"));
+      if (is_fragment)
+        return;
       out.prepared.emplace(name, "af_" + name);
       out.order.emplace_back(std::string(file), name);
     };
@@ -45,9 +71,11 @@ Statements read_statements() {
         end = contents.size();
       const std::string_view line = contents.substr(at, end - at);
       at = end + 1;
-      if (line.substr(0, kMarker.size()) == kMarker) {
+      const bool starts_fragment = line.substr(0, kFragment.size()) == kFragment;
+      if (starts_fragment || line.substr(0, kMarker.size()) == kMarker) {
         flush();
-        name = std::string(line.substr(kMarker.size()));
+        is_fragment = starts_fragment;
+        name = std::string(line.substr(starts_fragment ? kFragment.size() : kMarker.size()));
         while (!name.empty() && name.back() == ' ')
           name.pop_back();
         body.clear();
@@ -57,6 +85,10 @@ Statements read_statements() {
       }
     }
     flush();
+  }
+  for (const auto& [file, name] : out.order) {
+    auto& body = out.by_name.find(name)->second;
+    body = expanded(file, name, body, out.fragments);
   }
   return out;
 }
@@ -72,6 +104,14 @@ const char* text(std::string_view name) {
   auto it = all.find(name);
   if (it == all.end())
     throw std::logic_error("no SQL statement named " + std::string(name));
+  return it->second.c_str();
+}
+
+const char* fragment(std::string_view name) {
+  const auto& all = statements().fragments;
+  auto it = all.find(name);
+  if (it == all.end())
+    throw std::logic_error("no SQL fragment named " + std::string(name));
   return it->second.c_str();
 }
 

@@ -22,6 +22,11 @@
 namespace agentfleet::pg::sql {
 
 const char* text(std::string_view name);
+// A part several statements share, kept once in a file after a line `-- fragment: <name>`
+// (a select list, say): a statement of a file names it as `{{<name>}}`, and text() holds it
+// in its place; a statement built in C++ adds fragment(name). A name that no file holds, in
+// either place, is a bug (std::logic_error).
+const char* fragment(std::string_view name);
 // Every (file, name) pair, in file order: for the tests and the docs.
 std::vector<std::pair<std::string, std::string>> names();
 

@@ -4,11 +4,45 @@
 -- liveness rows. The statements every pass runs are prepared; their cached plans are dropped
 -- every second (SchedulerSession::refresh_plans). The rare ones (sched_recent_*,
 -- sched_oldest_queued) go as text.
+-- The dispatch message of a picked task is written once, in the fragment dispatch_marked.
 -- Written out more than once, kept alike (tests/unit/sql_files_test.cpp checks that they
--- are): "the owner is gone" (sched_exhausted, sched_recover); the marking and dispatch
--- messages of picked tasks (sched_recover, sched_admit); the RETURNING list of tasks that
--- end here (sched_exhausted, sched_expire: kEndedColumns of ended_tasks.cpp, which
--- announce_ended() reads).
+-- are): "the owner is gone" (sched_exhausted, sched_recover); the marking of picked tasks
+-- (sched_recover, sched_admit); the RETURNING list of tasks that end here (sched_exhausted,
+-- sched_expire: kEndedColumns of ended_tasks.cpp, which announce_ended() reads).
+
+-- fragment: dispatch_marked
+-- How a statement that dispatches tasks ends (sched_recover, sched_admit), after an
+-- `UPDATE tasks t SET status = 'dispatched' ... FROM picked` in a CTE named marked: what
+-- the update returns, the dispatch message of each task (topic $2; the payload
+-- codec::parse_dispatch_message reads, its needs in a header) into the outbox, and the
+-- answer: per task what it was before, its priority, user, id, time in the queue, whether
+-- it is its first dispatch, and its traceparent.
+  RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
+            t.attempt, t.strategy, t.parent_task_id,
+            t.max_tokens IS NOT NULL OR t.max_cost IS NOT NULL AS spend_limits,
+            picked.status AS was
+), sent AS (
+  INSERT INTO outbox (topic, message_key, payload, traceparent, headers)
+  SELECT $2, m.task_id::text,
+         jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
+                            'priority', m.priority,
+                            'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
+                                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
+         m.traceparent,
+         -- What the task needs of its worker (codec::kNeedsHeader, docs/architecture.md): a
+         -- strategy it asked for (none: the worker's default), a parent it follows, its own
+         -- spending limits.
+         jsonb_strip_nulls(jsonb_build_object('agentfleet-needs', nullif(concat_ws(' ',
+             'strategy:' || m.strategy,
+             CASE WHEN m.parent_task_id IS NOT NULL THEN 'feature:follow_up' END,
+             CASE WHEN m.spend_limits THEN 'feature:spend_limits' END), '')))
+  FROM marked m
+  RETURNING id
+)
+SELECT was, priority, user_id, task_id::text,
+       extract(epoch FROM dispatched_at - created_at)::float8, attempt = 0,
+       coalesce(traceparent, '')
+FROM marked
 
 -- name: sched_exhausted
 -- Recovery gives up on running tasks whose owner is gone (the incarnation that claimed it
@@ -67,32 +101,7 @@ WITH picked AS (
   UPDATE tasks t SET status = 'dispatched', dispatched_at = statement_timestamp(),
          lease_until = NULL, worker_incarnation = NULL
   FROM picked WHERE t.task_id = picked.task_id
-  RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
-            t.attempt, t.strategy, t.parent_task_id,
-            t.max_tokens IS NOT NULL OR t.max_cost IS NOT NULL AS spend_limits,
-            picked.status AS was
-), sent AS (
-  INSERT INTO outbox (topic, message_key, payload, traceparent, headers)
-  SELECT $2, m.task_id::text,
-         jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
-                            'priority', m.priority,
-                            'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
-                                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
-         m.traceparent,
-         -- What the task needs of its worker (codec::kNeedsHeader, docs/architecture.md): a
-         -- strategy it asked for (none: the worker's default), a parent it follows, its own
-         -- spending limits.
-         jsonb_strip_nulls(jsonb_build_object('agentfleet-needs', nullif(concat_ws(' ',
-             'strategy:' || m.strategy,
-             CASE WHEN m.parent_task_id IS NOT NULL THEN 'feature:follow_up' END,
-             CASE WHEN m.spend_limits THEN 'feature:spend_limits' END), '')))
-  FROM marked m
-  RETURNING id
-)
-SELECT was, priority, user_id, task_id::text,
-       extract(epoch FROM dispatched_at - created_at)::float8, attempt = 0,
-       coalesce(traceparent, '')
-FROM marked
+{{dispatch_marked}}
 
 -- name: sched_expire
 -- Queued tasks past a deadline, at most $1 of each kind, end timed_out: those never started
@@ -254,32 +263,7 @@ WITH picked AS (
 ), marked AS (
   UPDATE tasks t SET status = 'dispatched', dispatched_at = statement_timestamp()
   FROM picked WHERE t.task_id = picked.task_id
-  RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
-            t.attempt, t.strategy, t.parent_task_id,
-            t.max_tokens IS NOT NULL OR t.max_cost IS NOT NULL AS spend_limits,
-            picked.status AS was
-), sent AS (
-  INSERT INTO outbox (topic, message_key, payload, traceparent, headers)
-  SELECT $2, m.task_id::text,
-         jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
-                            'priority', m.priority,
-                            'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
-                                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
-         m.traceparent,
-         -- What the task needs of its worker (codec::kNeedsHeader, docs/architecture.md): a
-         -- strategy it asked for (none: the worker's default), a parent it follows, its own
-         -- spending limits.
-         jsonb_strip_nulls(jsonb_build_object('agentfleet-needs', nullif(concat_ws(' ',
-             'strategy:' || m.strategy,
-             CASE WHEN m.parent_task_id IS NOT NULL THEN 'feature:follow_up' END,
-             CASE WHEN m.spend_limits THEN 'feature:spend_limits' END), '')))
-  FROM marked m
-  RETURNING id
-)
-SELECT was, priority, user_id, task_id::text,
-       extract(epoch FROM dispatched_at - created_at)::float8, attempt = 0,
-       coalesce(traceparent, '')
-FROM marked
+{{dispatch_marked}}
 
 -- name: sched_oldest_queued
 -- User $1's oldest queued tasks, at most $2, locked (rows locked elsewhere skipped): those
