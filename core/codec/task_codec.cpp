@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/billing/money.hpp"
+#include "core/codec/task_json.hpp"
 
 namespace agentfleet::codec {
 
@@ -315,15 +316,7 @@ std::string result_event_json(const ResultEvent& event) {
   key_string(w, "status", to_string(event.status));
   if (event.result) {
     w.Key("result");
-    w.StartObject();
-    key_string(w, "type", to_string(event.result->type));
-    key_string(w, "message", event.result->message);
-    w.Key("options");
-    w.StartArray();
-    for (const auto& option : event.result->options)
-      write_string(w, option);
-    w.EndArray();
-    w.EndObject();
+    write_result(w, to_string(event.result->type), event.result->message, event.result->options);
   }
   if (!event.error.empty())
     key_string(w, "error", event.error);
@@ -336,14 +329,7 @@ std::string result_event_json(const ResultEvent& event) {
   w.Key("tool_calls");
   w.Int(event.tool_calls);
   w.Key("usage");
-  w.StartObject();
-  w.Key("input_tokens");
-  w.Int64(event.usage.input);
-  w.Key("cached_input_tokens");
-  w.Int64(event.usage.cached_input);
-  w.Key("output_tokens");
-  w.Int64(event.usage.output);
-  w.EndObject();
+  write_usage(w, event.usage);
   key_string(w, "cost", event.cost);
   key_string(w, "currency", event.currency);
   key_string(w, "finished_at", event.finished_at);

@@ -78,7 +78,8 @@ ctl() {
   fi
   out=$(cat "$tmp/out")
   err=$(cat "$tmp/err")
-  # JSON output (jsonb text has spaces after ':' and ','), one compact object per line.
+  # JSON output (the parts Postgres writes have spaces after ':' and ','), one compact object
+  # per line.
   if [[ " $* " == *" --json "* && -n "$out" ]]; then
     out=$(compact_json <<<"$out") || fail "agentctl $* printed what is not JSON lines: $out"
   fi

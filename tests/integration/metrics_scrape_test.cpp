@@ -100,8 +100,7 @@ void run_one_task(const std::string& base) {
   const auto until = std::chrono::steady_clock::now() + 90s;
   while (std::chrono::steady_clock::now() < until) {
     auto task = call(bhttp::verb::get, base + location);
-    if (task.body.find(R"("finished_at": null)") == std::string::npos &&
-        task.body.find(R"("finished_at":null)") == std::string::npos) {
+    if (task.body.find(R"("finished_at":null)") == std::string::npos) {
       return;
     }
     std::this_thread::sleep_for(100ms);  // polling interval of a bounded wait

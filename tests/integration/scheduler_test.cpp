@@ -987,7 +987,7 @@ TEST(SchedulerWaiting, AQueuedTaskSaysWhichOfItsUsersLimitsHoldsItAndAFollowUpIt
   // The list says the same.
   auto list = call(Verb::get, fleet.api + "/v1/tasks?user_id=" + rpm + "&status=queued");
   ASSERT_EQ(list.status, 200) << list.body;
-  EXPECT_NE(list.body.find(R"("waiting_reason": "requests_per_minute")"), std::string::npos)
+  EXPECT_NE(list.body.find(R"("waiting_reason":"requests_per_minute")"), std::string::npos)
       << list.body;
   // The batch's queued tasks wait for the same limit.
   auto shown = call(Verb::get, fleet.api + "/v1/batches/" + batch);

@@ -77,8 +77,7 @@ TEST_F(Submission, TheAnswerIsTheStoredTaskAsTheApiShowsIt) {
   const auto stored = pg::task_json(db_, created.task_id);
   ASSERT_TRUE(stored);
   EXPECT_EQ(created.task_json, *stored);
-  EXPECT_NE(created.task_json.find(R"("status": "queued")"), std::string::npos)
-      << created.task_json;
+  EXPECT_NE(created.task_json.find(R"("status":"queued")"), std::string::npos) << created.task_json;
   EXPECT_NE(created.task_json.find(R"("time_zone": "Asia/Shanghai")"), std::string::npos);
   // Without the JSON (the submit topic), no answer is built.
   const auto quiet = pg::insert_task(db_, task_of("sub-u1"), queue_limit);
@@ -92,8 +91,8 @@ TEST_F(Submission, ATasksOwnSpendingLimitsAreStoredExactlyAndShownAsSubmitted) {
   limited.spec.max_cost_micros = 50'001;
   const auto one = pg::insert_task(db_, limited, queue_limit, /*with_json=*/true);
   ASSERT_EQ(one.outcome, pg::InsertOutcome::kCreated);
-  EXPECT_NE(one.task_json.find(R"("max_tokens": 20000)"), std::string::npos) << one.task_json;
-  EXPECT_NE(one.task_json.find(R"("max_cost": "0.050001")"), std::string::npos) << one.task_json;
+  EXPECT_NE(one.task_json.find(R"("max_tokens":20000)"), std::string::npos) << one.task_json;
+  EXPECT_NE(one.task_json.find(R"("max_cost":"0.050001")"), std::string::npos) << one.task_json;
   EXPECT_EQ(pg::task_json(db_, one.task_id), one.task_json);
 
   // A batch's slice stores them the same way, and a task without them shows null.
@@ -107,11 +106,11 @@ TEST_F(Submission, ATasksOwnSpendingLimitsAreStoredExactlyAndShownAsSubmitted) {
   }
   const auto shown = pg::task_json(db_, batched.spec.task_id);
   ASSERT_TRUE(shown);
-  EXPECT_NE(shown->find(R"("max_cost": "999999999999.999999")"), std::string::npos) << *shown;
-  EXPECT_NE(shown->find(R"("max_tokens": null)"), std::string::npos) << *shown;
+  EXPECT_NE(shown->find(R"("max_cost":"999999999999.999999")"), std::string::npos) << *shown;
+  EXPECT_NE(shown->find(R"("max_tokens":null)"), std::string::npos) << *shown;
   const auto none = pg::task_json(db_, plain.spec.task_id);
   ASSERT_TRUE(none);
-  EXPECT_NE(none->find(R"("max_cost": null)"), std::string::npos) << *none;
+  EXPECT_NE(none->find(R"("max_cost":null)"), std::string::npos) << *none;
 
   // The database refuses a limit of zero, whoever writes it.
   pqxx::work tx(db_);

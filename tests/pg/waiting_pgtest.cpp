@@ -148,7 +148,7 @@ TEST_F(Waiting, EachUsersOwnLimitIsNamedOnItsQueuedTasksAndAFollowUpWaitsForItsP
   EXPECT_EQ(waiting_reason(db_, free), "null") << "dispatched: it waits for nothing";
   // The list shows the same.
   const std::string list = pg::list_tasks(db_, pg::TaskListQuery{"wait-rpm", "queued", 10, ""});
-  EXPECT_NE(list.find(R"("waiting_reason": "requests_per_minute")"), std::string::npos) << list;
+  EXPECT_NE(list.find(R"("waiting_reason":"requests_per_minute")"), std::string::npos) << list;
 
   // The running task ends and its parent's follow-up, the concurrency user's next, start.
   exec(db_,

@@ -4,6 +4,9 @@
 
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/ended_tasks.hpp"
+#include "core/adapters/pg/sql.hpp"
+#include "core/adapters/pg/task_row.hpp"
+#include "core/codec/task_json.hpp"
 
 namespace agentfleet::pg {
 
@@ -336,29 +339,23 @@ FROM b)SQL",
 std::string batch_results_page(pqxx::connection& c, const BatchHeader& batch,
                                const std::string& after, int limit, std::string& last) {
   pqxx::read_transaction tx(c);
-  auto rows = tx.exec_params(R"SQL(
-SELECT t.task_id::text, jsonb_build_object(
-  'task_id', t.task_id, 'idempotency_key', t.idempotency_key, 'status', t.status,
-  'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
-      'type', t.result_type, 'message', t.result_message,
-      'options', coalesce(t.result_options, '[]'::jsonb)) END,
-  'error', t.error, 'error_code', t.error_code, 'steps', t.steps, 'tool_calls', t.tool_calls,
-  'usage', jsonb_build_object('input_tokens', t.input_tokens,
-      'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
-  'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
-  'created_at', t.created_at, 'finished_at', t.finished_at)::text
+  // The tasks' rows as every read of a task selects them (the fragment task_row); the codec
+  // writes each line.
+  static const std::string kPage = std::string("SELECT ") + sql::fragment("task_row") +
+                                   R"SQL(
 FROM tasks t
 WHERE t.batch_id = $1 AND t.user_id = $2 AND ($3 = '' OR t.task_id > NULLIF($3, '')::uuid)
   AND t.status <> 'staged'  -- still moving into the queue: no task read shows it yet
 ORDER BY t.task_id
-LIMIT $4)SQL",
-                             batch.batch_id, batch.user_id, after, limit);
+LIMIT $4)SQL";
+  auto rows = tx.exec_params(kPage, batch.batch_id, batch.user_id, after, limit);
   std::string out;
   last.clear();
   for (const auto& row : rows) {
-    out += row[1].as<std::string>();
+    const codec::TaskRow task = read_task_row(row);
+    out += codec::batch_result_json(task);
     out += '\n';
-    last = row[0].as<std::string>();
+    last = task.task_id;
   }
   return out;
 }

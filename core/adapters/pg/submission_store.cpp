@@ -2,7 +2,9 @@
 
 #include "core/adapters/pg/ended_tasks.hpp"
 #include "core/adapters/pg/sql.hpp"
+#include "core/adapters/pg/task_row.hpp"
 #include "core/billing/money.hpp"
+#include "core/codec/task_json.hpp"
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -85,7 +87,11 @@ std::string tasks_json(const std::vector<NewTask>& tasks) {
 // The task as the API shows it, read in `tx` (so a task inserted there is seen).
 std::string task_json_in(pqxx::transaction_base& tx, const std::string& task_id) {
   auto rows = exec_named(tx, "task_json", task_id);
-  return rows.empty() ? std::string() : rows[0][0].as<std::string>();
+  if (rows.empty())
+    return {};
+  codec::TaskRow task;
+  const int trace = read_task_row(rows[0], 0, task);
+  return codec::task_json(task, rows[0][trace].as<std::string>());
 }
 }  // namespace
 
@@ -156,14 +162,14 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
   // The common case in one statement, run after the lock (so its snapshot sees every
   // submission before it): the count, the insert, the answer and the scheduler's wake-up.
   auto row = exec_named1(tx, "submit", tasks_json({task}), s.user_id,
-                         limit ? std::int64_t{room.max_queued} : std::int64_t{-1}, with_json);
+                         limit ? std::int64_t{room.max_queued} : std::int64_t{-1});
   room.queued = row[0].as<std::int64_t>();
   InsertResult result;
   if (!row[1].is_null()) {
     result.outcome = InsertOutcome::kCreated;
     result.task_id = row[1].as<std::string>();
     if (with_json)
-      result.task_json = row[2].as<std::string>();
+      result.task_json = codec::task_json(read_task_row(row, 3), "[]");  // no steps yet
     tx.commit();
     return result;
   }
@@ -253,13 +259,18 @@ std::optional<std::string> task_history_json(pqxx::connection& c, const std::str
   auto rows = exec_text(tx, "task_history", task_id);
   if (rows.empty())
     return std::nullopt;
-  return rows[0][0].as<std::string>();
+  codec::TaskRow task;
+  const int steps = read_task_row(rows[0], 0, task);
+  return codec::task_history_json(task, rows[0][steps].as<std::string>());
 }
 
 std::string list_tasks(pqxx::connection& c, const TaskListQuery& query) {
   pqxx::read_transaction tx(c);
-  return exec_text1(tx, "list_tasks", query.user_id, query.status, query.limit, query.before)[0]
-      .as<std::string>();
+  std::vector<codec::TaskRow> page;
+  for (const auto& row :
+       exec_text(tx, "list_tasks", query.user_id, query.status, query.limit, query.before))
+    page.push_back(read_task_row(row));
+  return codec::task_summaries_json(page);
 }
 
 CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,

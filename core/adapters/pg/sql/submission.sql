@@ -5,9 +5,31 @@
 -- A submission's statements and task_json are prepared; the other reads, the cancel and
 -- the parent lookup go as text (exec_text): list_tasks and find_parent have filters that
 -- are empty or not, whose plan should follow the arguments.
--- The task object the API shows is written out twice (task_json and submit), and the insert
--- of tasks from JSON twice (insert_tasks and submit): keep each pair alike
--- (tests/unit/sql_files_test.cpp checks that they are).
+-- A task the API shows is read as the columns of the fragment task_row, which
+-- codec::TaskRow holds (pg::read_task_row); the codec writes its JSON (codec/task_json).
+-- The insert of tasks from JSON is written out twice (insert_tasks and submit): keep the
+-- pair alike (tests/unit/sql_files_test.cpp checks that they are).
+
+-- fragment: task_row
+-- Of the task row `t`, in the order pg::read_task_row reads them (core/adapters/pg/task_row.cpp):
+-- what it is, how it ended, why it waits (whether it is queued behind a parent that has not
+-- ended, and the reason the scheduler stored for its user and priority; codec::waiting_reason
+-- picks), and its times as JSON literals. No comment lines below: they would hide what follows.
+t.task_id::text, t.user_id, t.text, t.model, to_jsonb(t.tools)::text, t.priority, t.status,
+t.timeout_s, t.schedule_timeout_s, t.max_steps, t.strategy, t.idempotency_key, t.batch_id,
+t.parent_task_id::text, t.session_id, t.retry_of::text, t.max_tokens,
+to_char(t.max_cost, 'FM999999999999990.000000'), t.metadata::text,
+t.result_type, t.result_message, coalesce(t.result_options, '[]'::jsonb)::text,
+t.error, t.error_code, t.cancel_requested,
+t.status = 'queued' AND t.parent_task_id IS NOT NULL AND EXISTS (
+  SELECT 1 FROM tasks p WHERE p.task_id = t.parent_task_id
+    AND p.status IN ('staged', 'queued', 'dispatched', 'running')),
+CASE WHEN t.status = 'queued' THEN (SELECT w.reason FROM waiting_reasons w
+                                    WHERE w.user_id = t.user_id AND w.priority = t.priority) END,
+t.attempt, t.steps, t.tool_calls, t.input_tokens, t.cached_input_tokens, t.output_tokens,
+to_char(t.cost, 'FM999999999999990.000000'), t.currency,
+to_json(t.created_at)::text, to_json(t.dispatched_at)::text, to_json(t.started_at)::text,
+to_json(t.finished_at)::text
 
 -- name: submit_lock
 -- Serializes user $1's submissions until the transaction ends (the queue count and the
@@ -23,7 +45,7 @@ FROM (SELECT 1) one LEFT JOIN user_limits l ON l.user_id = $1
 -- queued tasks counted up to the limit $3 (-1: no limit; a deep queue costs no more than a
 -- full one), the insert when there is room and its key is not taken (ON CONFLICT), the
 -- scheduler's wake-up (whichever replica runs it), and the answer: the count, the new
--- task's id (NULL: nothing stored) and, when $4, the task as the API shows it.
+-- task's id (NULL: nothing stored), the wake-ups sent, and the new task's task_row.
 WITH room AS (
   SELECT CASE WHEN $3::bigint < 0 THEN 0
               ELSE (SELECT count(*) FROM (SELECT 1 FROM tasks
@@ -64,47 +86,8 @@ WITH room AS (
 ), woken AS (
   SELECT pg_notify('agentfleet_work', '') FROM ins
 )
-SELECT (SELECT queued FROM room), t.task_id::text,
-       CASE WHEN $4::boolean AND t.task_id IS NOT NULL THEN
-         jsonb_build_object(
-           'task_id', t.task_id, 'user_id', t.user_id, 'text', t.text, 'model', t.model,
-           'tools', to_jsonb(t.tools), 'priority', t.priority, 'status', t.status,
-           'timeout_s', t.timeout_s, 'schedule_timeout_s', t.schedule_timeout_s,
-           'max_steps', t.max_steps, 'strategy', t.strategy,
-           'idempotency_key', t.idempotency_key, 'batch_id', t.batch_id,
-           'parent_task_id', t.parent_task_id, 'session_id', t.session_id,
-           'retry_of', t.retry_of,
-           'max_tokens', t.max_tokens,
-           'max_cost', to_char(t.max_cost, 'FM999999999999990.000000'),
-           'metadata', t.metadata,
-           'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
-               'type', t.result_type, 'message', t.result_message,
-               'options', coalesce(t.result_options, '[]'::jsonb)) END,
-           'error', t.error, 'error_code', t.error_code, 'cancel_requested', t.cancel_requested,
-           'waiting_reason', CASE WHEN t.status = 'queued' THEN coalesce(
-               CASE WHEN t.parent_task_id IS NOT NULL AND EXISTS (
-                   SELECT 1 FROM tasks p WHERE p.task_id = t.parent_task_id
-                     AND p.status IN ('staged', 'queued', 'dispatched', 'running')) THEN 'parent' END,
-               (SELECT w.reason FROM waiting_reasons w
-                WHERE w.user_id = t.user_id AND w.priority = t.priority), 'scheduling') END,
-           'attempt', t.attempt,
-           'steps', t.steps, 'tool_calls', t.tool_calls,
-           'usage', jsonb_build_object('input_tokens', t.input_tokens,
-               'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
-           'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
-           'created_at', t.created_at, 'dispatched_at', t.dispatched_at,
-           'started_at', t.started_at, 'finished_at', t.finished_at,
-           'trace', (SELECT coalesce(jsonb_agg(jsonb_build_object(
-               'step', s.step, 'attempt', s.attempt,
-               'role', CASE WHEN s.model_reply->>'kind' = 'tool_step' THEN '"tool"'::jsonb
-                            ELSE s.model_reply->'role' END,
-               'content', s.model_reply->'content', 'reasoning', s.model_reply->'reasoning',
-               'tool_calls', coalesce(s.trace, '[]'::jsonb), 'usage', s.model_reply->'usage',
-               'model_latency_ms', s.model_latency_ms, 'at', s.created_at) ORDER BY s.step),
-               '[]'::jsonb)
-             FROM task_steps s WHERE s.task_id = t.task_id))::text
-       END,
-       (SELECT count(*) FROM woken)
+SELECT (SELECT queued FROM room), t.task_id::text, (SELECT count(*) FROM woken),
+       {{task_row}}
 FROM (SELECT 1) one LEFT JOIN ins t ON true
 
 -- name: idempotency
@@ -178,65 +161,31 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND status 
                                 LIMIT $2::bigint + 1) s)
 
 -- name: task_json
--- Task $1 as the API shows it (JSON text), read in the caller's transaction (a task
--- inserted there is seen).
-SELECT jsonb_build_object(
-         'task_id', t.task_id, 'user_id', t.user_id, 'text', t.text, 'model', t.model,
-         'tools', to_jsonb(t.tools), 'priority', t.priority, 'status', t.status,
-         'timeout_s', t.timeout_s, 'schedule_timeout_s', t.schedule_timeout_s,
-         'max_steps', t.max_steps, 'strategy', t.strategy,
-         'idempotency_key', t.idempotency_key, 'batch_id', t.batch_id,
-         'parent_task_id', t.parent_task_id, 'session_id', t.session_id,
-         'retry_of', t.retry_of,
-         'max_tokens', t.max_tokens,
-         'max_cost', to_char(t.max_cost, 'FM999999999999990.000000'),
-         'metadata', t.metadata,
-         'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
-             'type', t.result_type, 'message', t.result_message,
-             'options', coalesce(t.result_options, '[]'::jsonb)) END,
-         'error', t.error, 'error_code', t.error_code, 'cancel_requested', t.cancel_requested,
-         'waiting_reason', CASE WHEN t.status = 'queued' THEN coalesce(
-             CASE WHEN t.parent_task_id IS NOT NULL AND EXISTS (
-                 SELECT 1 FROM tasks p WHERE p.task_id = t.parent_task_id
-                   AND p.status IN ('staged', 'queued', 'dispatched', 'running')) THEN 'parent' END,
-             (SELECT w.reason FROM waiting_reasons w
-              WHERE w.user_id = t.user_id AND w.priority = t.priority), 'scheduling') END,
-         'attempt', t.attempt,
-         'steps', t.steps, 'tool_calls', t.tool_calls,
-         'usage', jsonb_build_object('input_tokens', t.input_tokens,
-             'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
-         'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
-         'created_at', t.created_at, 'dispatched_at', t.dispatched_at,
-         'started_at', t.started_at, 'finished_at', t.finished_at,
-         'trace', (SELECT coalesce(jsonb_agg(jsonb_build_object(
-             'step', s.step, 'attempt', s.attempt,
-             'role', CASE WHEN s.model_reply->>'kind' = 'tool_step' THEN '"tool"'::jsonb
-                          ELSE s.model_reply->'role' END,
-             'content', s.model_reply->'content', 'reasoning', s.model_reply->'reasoning',
-             'tool_calls', coalesce(s.trace, '[]'::jsonb), 'usage', s.model_reply->'usage',
-             'model_latency_ms', s.model_latency_ms, 'at', s.created_at) ORDER BY s.step),
-             '[]'::jsonb)
-           FROM task_steps s WHERE s.task_id = t.task_id))::text
+-- Task $1 as the API shows it: its task_row, then its trace (per step and attempt the
+-- model's reply, its tool calls and their results; a JSON array), read in the caller's
+-- transaction (a task inserted there is seen).
+SELECT {{task_row}},
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+           'step', s.step, 'attempt', s.attempt,
+           'role', CASE WHEN s.model_reply->>'kind' = 'tool_step' THEN '"tool"'::jsonb
+                        ELSE s.model_reply->'role' END,
+           'content', s.model_reply->'content', 'reasoning', s.model_reply->'reasoning',
+           'tool_calls', coalesce(s.trace, '[]'::jsonb), 'usage', s.model_reply->'usage',
+           'model_latency_ms', s.model_latency_ms, 'at', s.created_at) ORDER BY s.step),
+           '[]'::jsonb)
+        FROM task_steps s WHERE s.task_id = t.task_id)::text
 FROM tasks t WHERE t.task_id = $1::uuid AND t.status <> 'staged'
 
 -- name: task_history
--- What an event stream replays for task $1, already under way: user, status, the result
--- and error when it ended, usage and cost, and per step the model's text, its tool calls
--- and (once they ran) their trace. JSON text.
-SELECT jsonb_build_object(
-  'task_id', t.task_id, 'user_id', t.user_id, 'status', t.status, 'error', t.error,
-  'error_code', t.error_code,
-  'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
-      'type', t.result_type, 'message', t.result_message,
-      'options', coalesce(t.result_options, '[]'::jsonb)) END,
-  'usage', jsonb_build_object('input_tokens', t.input_tokens,
-      'cached_input_tokens', t.cached_input_tokens, 'output_tokens', t.output_tokens),
-  'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
-  'steps', (SELECT coalesce(jsonb_agg(jsonb_build_object(
-      'step', s.step, 'content', coalesce(s.model_reply->>'content', ''),
-      'tool_calls', coalesce(s.model_reply->'tool_calls', '[]'::jsonb),
-      'trace', s.trace) ORDER BY s.step), '[]'::jsonb)
-    FROM task_steps s WHERE s.task_id = t.task_id))::text
+-- What an event stream replays for task $1, already under way: its task_row (user, status,
+-- the result and error when it ended, usage and cost), then per step the model's text, its
+-- tool calls and (once they ran) their trace (a JSON array).
+SELECT {{task_row}},
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+           'step', s.step, 'content', coalesce(s.model_reply->>'content', ''),
+           'tool_calls', coalesce(s.model_reply->'tool_calls', '[]'::jsonb),
+           'trace', s.trace) ORDER BY s.step), '[]'::jsonb)
+        FROM task_steps s WHERE s.task_id = t.task_id)::text
 FROM tasks t WHERE t.task_id = $1::uuid AND t.status <> 'staged'
 
 -- name: ended_of_user
@@ -248,34 +197,16 @@ WHERE task_id = ANY(ARRAY(SELECT jsonb_array_elements_text($2::jsonb))::uuid[])
 
 -- name: list_tasks
 -- GET /v1/tasks: user $1's tasks, newest first, of status $2 ('': any), at most $3, created
--- before task $4 (a cursor: the last id of the previous page; '': from the newest). Each
--- item is the task's summary (no trace); the JSON array text.
-SELECT coalesce(jsonb_agg(item ORDER BY created_at DESC, task_id DESC), '[]'::jsonb)::text
-FROM (
-  SELECT t.created_at, t.task_id, jsonb_build_object(
-      'task_id', t.task_id, 'user_id', t.user_id, 'text', t.text, 'model', t.model,
-      'priority', t.priority, 'status', t.status, 'batch_id', t.batch_id,
-      'result', CASE WHEN t.result_type IS NULL THEN NULL ELSE jsonb_build_object(
-          'type', t.result_type, 'message', t.result_message,
-          'options', coalesce(t.result_options, '[]'::jsonb)) END,
-      'error', t.error, 'error_code', t.error_code, 'steps', t.steps,
-      'tool_calls', t.tool_calls,
-      'waiting_reason', CASE WHEN t.status = 'queued' THEN coalesce(
-          CASE WHEN t.parent_task_id IS NOT NULL AND EXISTS (
-              SELECT 1 FROM tasks p WHERE p.task_id = t.parent_task_id
-                AND p.status IN ('staged', 'queued', 'dispatched', 'running')) THEN 'parent' END,
-          (SELECT w.reason FROM waiting_reasons w
-           WHERE w.user_id = t.user_id AND w.priority = t.priority), 'scheduling') END,
-      'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
-      'created_at', t.created_at, 'finished_at', t.finished_at) AS item
-  FROM tasks t
-  WHERE t.user_id = $1
-    AND ($2 = '' OR t.status = $2) AND t.status <> 'staged'
-    AND ($4 = '' OR (t.created_at, t.task_id) <
-         (SELECT b.created_at, b.task_id FROM tasks b WHERE b.task_id = NULLIF($4, '')::uuid))
-  ORDER BY t.created_at DESC, t.task_id DESC
-  LIMIT $3
-) page
+-- before task $4 (a cursor: the last id of the previous page; '': from the newest). The
+-- task_row of each; the API shows its summary (no trace).
+SELECT {{task_row}}
+FROM tasks t
+WHERE t.user_id = $1
+  AND ($2 = '' OR t.status = $2) AND t.status <> 'staged'
+  AND ($4 = '' OR (t.created_at, t.task_id) <
+       (SELECT b.created_at, b.task_id FROM tasks b WHERE b.task_id = NULLIF($4, '')::uuid))
+ORDER BY t.created_at DESC, t.task_id DESC
+LIMIT $3
 
 -- name: cancel_status
 -- Task $1's status, its row locked until the cancel commits.
