@@ -2,6 +2,9 @@
 
 #include <rapidjson/document.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "core/codec/json_text.hpp"
 
 namespace agentfleet::pg {
@@ -22,6 +25,12 @@ std::vector<std::string> options_of(const std::string& json) {
 }  // namespace
 
 int read_task_row(const pqxx::row& row, int first, codec::TaskRow& out) {
+  // The fragment's width: a row narrower than it is a statement that does not select it
+  // (libpqxx does not check the index).
+  constexpr int kColumns = 39;
+  if (static_cast<int>(row.size()) < first + kColumns)
+    throw std::logic_error("read_task_row: " + std::to_string(row.size()) + " columns, not " +
+                           std::to_string(first) + " + " + std::to_string(kColumns));
   int at = first;
   auto next = [&]() -> pqxx::field { return row[static_cast<pqxx::row::size_type>(at++)]; };
   auto text = [&] { return next().as<std::string>(); };
@@ -81,6 +90,8 @@ int read_task_row(const pqxx::row& row, int first, codec::TaskRow& out) {
   out.dispatched_at = json_or_null();
   out.started_at = json_or_null();
   out.finished_at = json_or_null();
+  if (at != first + kColumns)
+    throw std::logic_error("read_task_row reads " + std::to_string(at - first) + " columns");
   return at;
 }
 

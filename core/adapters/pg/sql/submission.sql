@@ -14,7 +14,8 @@
 -- Of the task row `t`, in the order pg::read_task_row reads them (core/adapters/pg/task_row.cpp):
 -- what it is, how it ended, why it waits (whether it is queued behind a parent that has not
 -- ended, and the reason the scheduler stored for its user and priority; codec::waiting_reason
--- picks), and its times as JSON literals. No comment lines below: they would hide what follows.
+-- picks), and its times as JSON literals. No comment at its end: the statements go on after
+-- it on the same line ({{task_row}},), and a comment there would hide the rest of that line.
 t.task_id::text, t.user_id, t.text, t.model, to_jsonb(t.tools)::text, t.priority, t.status,
 t.timeout_s, t.schedule_timeout_s, t.max_steps, t.strategy, t.idempotency_key, t.batch_id,
 t.parent_task_id::text, t.session_id, t.retry_of::text, t.max_tokens,
