@@ -15,6 +15,7 @@
 #include "core/adapters/pg/ended_tasks.hpp"
 #include "core/adapters/pg/sql.hpp"
 #include "core/adapters/pg/usage_store.hpp"
+#include "core/codec/task_codec.hpp"
 
 namespace agentfleet::pg {
 
@@ -197,10 +198,56 @@ void SchedulerSession::record_waiting(const ports::WaitingChanges& changes) {
 }
 
 namespace {
-// The rows sched_recover and sched_admit answer with: the status each task was picked in,
-// its priority, user, id, seconds since it was submitted, whether this is its first
-// dispatch, its traceparent.
-std::vector<DispatchedTask> read_dispatched(const pqxx::result& rows) {
+// Writes the dispatch message of each task sched_recover or sched_admit marked (`rows`, as
+// the fragment dispatch_marked answers) into the outbox, for `topic`, in one statement in
+// the marking's transaction: the codec writes the payload and the needs header.
+void announce_dispatched(pqxx::work& tx, const pqxx::result& rows, const std::string& topic) {
+  if (rows.empty())
+    return;
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  auto key_string = [&w](const char* key, std::string_view value) {
+    w.Key(key);
+    w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
+  };
+  w.StartArray();
+  for (const auto& row : rows) {
+    codec::DispatchMessage message;
+    message.priority = parse_priority(row[1].as<std::string>()).value_or(Priority::kInteractive);
+    message.user_id = row[2].as<std::string>();
+    message.task_id = row[3].as<std::string>();
+    message.dispatched_at = row[7].as<std::string>();
+    const std::string needs =
+        codec::needs_header(row[8].as<std::string>(), row[9].as<bool>(), row[10].as<bool>());
+    w.StartObject();
+    key_string("key", message.task_id);
+    key_string("payload", codec::dispatch_message_json(message));
+    key_string("traceparent", row[6].as<std::string>());
+    w.Key("headers");
+    w.StartObject();
+    if (!needs.empty()) {
+      w.Key(codec::kNeedsHeader.data(),
+            static_cast<rapidjson::SizeType>(codec::kNeedsHeader.size()));
+      w.String(needs.data(), static_cast<rapidjson::SizeType>(needs.size()));
+    }
+    w.EndObject();
+    w.EndObject();
+  }
+  w.EndArray();
+  tx.exec_params0(
+      "INSERT INTO outbox (topic, message_key, payload, traceparent, headers) "
+      "SELECT $1, m.key, m.payload, NULLIF(m.traceparent, ''), m.headers "
+      "FROM jsonb_to_recordset($2::jsonb) "
+      "AS m(key text, payload text, traceparent text, headers jsonb)",
+      topic, std::string(buffer.GetString(), buffer.GetSize()));
+}
+
+// The rows sched_recover and sched_admit answer with (the fragment dispatch_marked): the
+// status each task was picked in, its priority, user, id, seconds since it was submitted,
+// whether this is its first dispatch, its traceparent; their dispatch messages written.
+std::vector<DispatchedTask> read_dispatched(pqxx::work& tx, const pqxx::result& rows,
+                                            const std::string& topic) {
+  announce_dispatched(tx, rows, topic);
   std::vector<DispatchedTask> out;
   out.reserve(rows.size());
   for (const auto& row : rows) {
@@ -229,9 +276,9 @@ RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
   RecoveryReport report;
   if (pass.recover_lapsed)
     report.exhausted = fail_exhausted(tx, pass);
-  auto recovered = exec_named(tx, "sched_recover", pass.limit, pass.dispatch_topic,
-                              pass.redispatch_after_s, pass.max_attempts, pass.recover_lapsed);
-  for (const auto& task : read_dispatched(recovered)) {
+  auto recovered = exec_named(tx, "sched_recover", pass.limit, pass.redispatch_after_s,
+                              pass.max_attempts, pass.recover_lapsed);
+  for (const auto& task : read_dispatched(tx, recovered, pass.dispatch_topic)) {
     ++(task.was == "running" ? report.lease_expired : report.redispatched);
     report.tasks.push_back({task.task_id, task.user_id, task.traceparent, task.was == "running"});
   }
@@ -331,8 +378,9 @@ std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
     w.EndObject();
   }
   w.EndArray();
-  return read_dispatched(exec_named(
-      tx, "sched_admit", std::string(buffer.GetString(), buffer.GetSize()), dispatch_topic));
+  return read_dispatched(
+      tx, exec_named(tx, "sched_admit", std::string(buffer.GetString(), buffer.GetSize())),
+      dispatch_topic);
 }
 
 std::vector<std::string> oldest_queued(pqxx::work& tx, const std::string& user_id, int limit) {

@@ -4,7 +4,7 @@
 -- liveness rows. The statements every pass runs are prepared; their cached plans are dropped
 -- every second (SchedulerSession::refresh_plans). The rare ones (sched_recent_*,
 -- sched_oldest_queued) go as text.
--- The dispatch message of a picked task is written once, in the fragment dispatch_marked.
+-- What a dispatch answers is written once, in the fragment dispatch_marked.
 -- Written out more than once, kept alike (tests/unit/sql_files_test.cpp checks that they
 -- are): "the owner is gone" (sched_exhausted, sched_recover); the marking of picked tasks
 -- (sched_recover, sched_admit); the RETURNING list of tasks that end here (sched_exhausted,
@@ -12,36 +12,22 @@
 
 -- fragment: dispatch_marked
 -- How a statement that dispatches tasks ends (sched_recover, sched_admit), after an
--- `UPDATE tasks t SET status = 'dispatched' ... FROM picked` in a CTE named marked: what
--- the update returns, the dispatch message of each task (topic $2; the payload
--- codec::parse_dispatch_message reads, its needs in a header) into the outbox, and the
--- answer: per task what it was before, its priority, user, id, time in the queue, whether
--- it is its first dispatch, and its traceparent.
+-- `UPDATE tasks t SET status = 'dispatched' ... FROM picked` in a CTE named marked: per task
+-- the status it was picked in, its priority, user, id, seconds since it was submitted,
+-- whether this is its first dispatch, its traceparent, and what its dispatch message says
+-- (pg::announce_dispatched, codec::dispatch_message_json and codec::needs_header): when it
+-- was dispatched (RFC 3339 UTC), the strategy it asked for, whether it follows a parent,
+-- whether it has its own spending limits.
   RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
             t.attempt, t.strategy, t.parent_task_id,
             t.max_tokens IS NOT NULL OR t.max_cost IS NOT NULL AS spend_limits,
             picked.status AS was
-), sent AS (
-  INSERT INTO outbox (topic, message_key, payload, traceparent, headers)
-  SELECT $2, m.task_id::text,
-         jsonb_build_object('version', 1, 'task_id', m.task_id::text, 'user_id', m.user_id,
-                            'priority', m.priority,
-                            'dispatched_at', to_char(m.dispatched_at AT TIME ZONE 'UTC',
-                                                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text,
-         m.traceparent,
-         -- What the task needs of its worker (codec::kNeedsHeader, docs/architecture.md): a
-         -- strategy it asked for (none: the worker's default), a parent it follows, its own
-         -- spending limits.
-         jsonb_strip_nulls(jsonb_build_object('agentfleet-needs', nullif(concat_ws(' ',
-             'strategy:' || m.strategy,
-             CASE WHEN m.parent_task_id IS NOT NULL THEN 'feature:follow_up' END,
-             CASE WHEN m.spend_limits THEN 'feature:spend_limits' END), '')))
-  FROM marked m
-  RETURNING id
 )
 SELECT was, priority, user_id, task_id::text,
        extract(epoch FROM dispatched_at - created_at)::float8, attempt = 0,
-       coalesce(traceparent, '')
+       coalesce(traceparent, ''),
+       to_char(dispatched_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+       coalesce(strategy, ''), parent_task_id IS NOT NULL, spend_limits
 FROM marked
 
 -- name: sched_exhausted
@@ -67,33 +53,32 @@ RETURNING
   coalesce(result_options, '[]'::jsonb)::text
 
 -- name: sched_recover
--- Recovery, up to $1 tasks (oldest first, rows locked elsewhere skipped), dispatched again
--- (dispatch topic $2): running ones whose owner is gone (as in sched_exhausted) with
--- attempts left ($4: max_attempts), and dispatched ones unclaimed for $3 seconds
+-- Recovery, up to $1 tasks (oldest first, rows locked elsewhere skipped), dispatched again:
+-- running ones whose owner is gone (as in sched_exhausted) with
+-- attempts left ($3: max_attempts), and dispatched ones unclaimed for $2 seconds
 -- (redispatch_after_s) whose message is really lost, not waiting: at least one live
 -- worker, and every live worker that consumes has reported since the task was dispatched
 -- that nothing is left to read on its partitions. A message behind a paused worker is not
--- sent twice, unless it waited five times $3: the backstop for a consumer that reports a
+-- sent twice, unless it waited five times $2: the backstop for a consumer that reports a
 -- lag it never reads (the capacity the scheduler admits against bounds the real waits to
--- seconds). Running tasks are taken only while $5 (recover_lapsed): not for one lease after
+-- seconds). Running tasks are taken only while $4 (recover_lapsed): not for one lease after
 -- the store came back from an outage.
--- Each picked task is marked dispatched (its lease and owner cleared) and its dispatch
--- message written to the outbox. Per task: the status it was picked in, its priority,
--- user, id, seconds since it was submitted, whether this is its first dispatch, its
--- traceparent. The time is the statement's, not the pass transaction's start: a task
+-- Each picked task is marked dispatched (its lease and owner cleared) and answered as
+-- dispatch_marked says (pg::announce_dispatched writes its dispatch message to the outbox
+-- in the same transaction). The time is the statement's, not the pass transaction's start: a task
 -- committed while the pass ran is never dispatched "before" it was created.
 WITH picked AS (
   SELECT task_id, status FROM tasks t
-  WHERE (status = 'running' AND $5::boolean AND attempt - releases < $4
+  WHERE (status = 'running' AND $4::boolean AND attempt - releases < $3
          AND ((t.worker_incarnation IS NULL AND t.lease_until < now())
               OR t.worker_incarnation IN (SELECT incarnation FROM workers
                                           WHERE lease_until < now())))
-     OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3)
+     OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $2)
          AND EXISTS (SELECT 1 FROM workers w WHERE w.lease_until > now() AND NOT w.draining)
          AND NOT EXISTS (SELECT 1 FROM workers w
                          WHERE w.lease_until > now() AND NOT w.draining
                            AND (w.dispatch_lag > 0 OR w.heartbeat_at < t.dispatched_at)))
-     OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $3 * 5))
+     OR (status = 'dispatched' AND dispatched_at < now() - make_interval(secs => $2 * 5))
   ORDER BY created_at
   LIMIT $1
   FOR UPDATE SKIP LOCKED
@@ -234,8 +219,7 @@ GROUP BY user_id
 -- name: sched_admit
 -- Dispatches each grant of the JSON array $1 ({user_id, priority, n}): the user's n oldest
 -- queued tasks of that priority, a row another transaction holds (a cancel in progress)
--- skipped, not waited for. Marked and announced on dispatch topic $2, and answered, as in
--- sched_recover.
+-- skipped, not waited for. Marked and answered as in sched_recover.
 WITH picked AS (
   SELECT p.task_id, 'queued'::text AS status
   FROM jsonb_to_recordset($1::jsonb) AS g(user_id text, priority text, n integer)
