@@ -6,17 +6,9 @@
 # timeout, out-of-memory or broken invariant, printing the reproducer's path (kept under
 # BUILD_DIR/fuzz-artifacts/) and its bytes in base64. BUILD_DIR defaults to build/fuzz.
 #
-# tests/fuzz/run_fuzzers.sh --build-only: builds build/fuzz (under the same lock) and runs
-# nothing; tools/test builds the tree that way in the background while the suite runs.
-#
 # One fuzzer by hand: build/fuzz/tests/fuzz/config_fuzz -max_len=16384 NEW_DIR tests/fuzz/corpus/config_fuzz
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build_only=0
-if [[ "${1:-}" == --build-only ]]; then
-  build_only=1
-  shift
-fi
 seconds=${1:-60}
 build_dir=${2:-$root/build/fuzz}
 parallel=${AGENTFLEET_FUZZ_JOBS:-2}
@@ -36,7 +28,6 @@ if [[ "$build_dir" == "$root/build/fuzz" ]]; then
 else
   flock /tmp/af-build-fuzz.lock cmake --build "$build_dir" --target "${targets[@]}"
 fi
-((build_only)) && exit 0
 bin_dir=$build_dir/tests/fuzz
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/agentfleet-fuzz.XXXXXX")

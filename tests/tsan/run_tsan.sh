@@ -11,9 +11,6 @@
 # a step itself failed. ThreadSanitizer writes its reports to RUN_DIR/tsan/report.<pid>
 # (TSAN_OPTIONS log_path); tests/tsan/suppressions.txt is the only suppression list.
 #
-# With --build-only it builds build/tsan (under the same lock) and does nothing else:
-# tools/test builds the tree that way in the background while the rest of the suite runs.
-#
 #   AGENTFLEET_TSAN_RUN_DIR  the fleet's run folder (default /tmp/af-tsan-run)
 #   AGENTFLEET_TSAN_TASKS    tasks the load submits (default 150)
 #   AGENTFLEET_TSAN_SUPPRESSIONS  the suppression file (default tests/tsan/suppressions.txt;
@@ -44,10 +41,6 @@ integration_filter+=":SchedulerConcurrency.*:SchedulerLimits.*:Metrics.*"
 # The unit tests that run code on several threads or on an io_context (the rest are pure
 # functions on one thread, which ThreadSanitizer has nothing to say about).
 unit_filter="JsonSchemaTest.*:ModelClientTest.*:*Concurrent*:*Thread*"
-
-if [[ "${1:-}" == --build-only ]]; then
-  exec flock /tmp/af-build-tsan.lock "$root/tools/build" tsan "${targets[@]}"
-fi
 
 mkdir -p "$run_dir"
 rm -rf "$reports" "$run_dir/out"

@@ -1,7 +1,5 @@
-# Added by tests/CMakeLists.txt (the g++ builds), as its last folder so that ctest runs this
-# test last and tools/test's background build of build/fuzz has the whole suite's time to
-# finish: registers only the runner, which builds the fuzzers itself with clang in
-# build/fuzz (tools/build fuzz) when they are not built, and runs each for 60 s.
+# Included by tests/CMakeLists.txt (the g++ builds): registers only the runner, which builds
+# the fuzzers itself with clang in build/fuzz (tools/build fuzz) and runs each for 60 s.
 # TIMEOUT: the fuzz build from scratch (measured: 264 s, 512 CPU-seconds, on an idle 2-core
 # machine), the regression inputs, then 5 fuzzers two at a time (3 rounds of 60 s); about
 # 8 minutes in all, with room for a busier machine.
