@@ -11,21 +11,13 @@
 #include <optional>
 
 #include "core/billing/money.hpp"
+#include "core/codec/json_writer.hpp"
 #include "core/codec/task_json.hpp"
 
 namespace agentfleet::codec {
 
 namespace {
-using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
-
-void write_string(Writer& w, std::string_view s) {
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-}
-
-void key_string(Writer& w, const char* key, std::string_view value) {
-  w.Key(key);
-  write_string(w, value);
-}
+using Writer = JsonWriter;
 
 std::string get_string(const rapidjson::Value& object, const char* name) {
   auto it = object.FindMember(name);

@@ -3,15 +3,6 @@
 namespace agentfleet::codec {
 
 namespace {
-void write_string(JsonWriter& w, std::string_view s) {
-  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
-}
-
-void key_string(JsonWriter& w, const char* key, std::string_view value) {
-  w.Key(key);
-  write_string(w, value);
-}
-
 void key_optional(JsonWriter& w, const char* key, const std::optional<std::string>& value) {
   w.Key(key);
   if (value)

@@ -9,20 +9,16 @@
 // Values that Postgres formats stay its own: timestamps are JSON literals as to_json()
 // writes them ("2026-11-29T04:26:27.123456+00:00"), money is decimal text with six places.
 
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/codec/json_writer.hpp"
 #include "core/domain/task.hpp"
 
 namespace agentfleet::codec {
-
-using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 
 // A task's ending as stored: its type as text, as the row holds it.
 struct StoredResult {

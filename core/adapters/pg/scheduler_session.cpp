@@ -15,6 +15,7 @@
 #include "core/adapters/pg/ended_tasks.hpp"
 #include "core/adapters/pg/sql.hpp"
 #include "core/adapters/pg/usage_store.hpp"
+#include "core/codec/json_writer.hpp"
 #include "core/codec/task_codec.hpp"
 
 namespace agentfleet::pg {
@@ -205,11 +206,8 @@ void announce_dispatched(pqxx::work& tx, const pqxx::result& rows, const std::st
   if (rows.empty())
     return;
   rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  auto key_string = [&w](const char* key, std::string_view value) {
-    w.Key(key);
-    w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
-  };
+  codec::JsonWriter w(buffer);
+  using codec::key_string;
   w.StartArray();
   for (const auto& row : rows) {
     codec::DispatchMessage message;
@@ -220,15 +218,15 @@ void announce_dispatched(pqxx::work& tx, const pqxx::result& rows, const std::st
     const std::string needs =
         codec::needs_header(row[8].as<std::string>(), row[9].as<bool>(), row[10].as<bool>());
     w.StartObject();
-    key_string("key", message.task_id);
-    key_string("payload", codec::dispatch_message_json(message));
-    key_string("traceparent", row[6].as<std::string>());
+    key_string(w, "key", message.task_id);
+    key_string(w, "payload", codec::dispatch_message_json(message));
+    key_string(w, "traceparent", row[6].as<std::string>());
     w.Key("headers");
     w.StartObject();
     if (!needs.empty()) {
       w.Key(codec::kNeedsHeader.data(),
             static_cast<rapidjson::SizeType>(codec::kNeedsHeader.size()));
-      w.String(needs.data(), static_cast<rapidjson::SizeType>(needs.size()));
+      codec::write_string(w, needs);
     }
     w.EndObject();
     w.EndObject();
