@@ -1,5 +1,9 @@
 #include "core/codec/task_json.hpp"
 
+#include <rapidjson/document.h>
+
+#include "core/codec/json_text.hpp"
+
 namespace agentfleet::codec {
 
 namespace {
@@ -73,6 +77,18 @@ std::optional<std::string> waiting_reason(std::string_view status, bool parent_u
   if (parent_unfinished)
     return "parent";
   return stored_reason.value_or("scheduling");
+}
+
+std::vector<std::string> parse_result_options(std::string_view json) {
+  std::vector<std::string> options;
+  rapidjson::Document doc;
+  if (!parse_json(doc, json) || !doc.IsArray())
+    return options;
+  for (const auto& option : doc.GetArray()) {
+    if (option.IsString())
+      options.emplace_back(option.GetString(), option.GetStringLength());
+  }
+  return options;
 }
 
 void write_result(JsonWriter& w, std::string_view type, std::string_view message,

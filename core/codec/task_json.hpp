@@ -74,6 +74,10 @@ struct TaskRow {
 std::optional<std::string> waiting_reason(std::string_view status, bool parent_unfinished,
                                           const std::optional<std::string>& stored_reason);
 
+// A need_clarification's choices as stored (result_options: a JSON array of strings); what
+// is not a string, or not an array, is left out.
+std::vector<std::string> parse_result_options(std::string_view json);
+
 void write_result(JsonWriter& w, std::string_view type, std::string_view message,
                   const std::vector<std::string>& options);
 void write_usage(JsonWriter& w, const TokenUsage& usage);

@@ -99,5 +99,14 @@ TEST(TaskJsonCodec, AnEndedTaskShowsItsResultAndBillInEveryShape) {
   EXPECT_TRUE(history["steps"].IsArray());
 }
 
+TEST(TaskJsonCodec, StoredOptionsAreTheStringsOfTheirArray) {
+  EXPECT_EQ(codec::parse_result_options(R"(["周一", "周二"])"),
+            (std::vector<std::string>{"周一", "周二"}));
+  EXPECT_EQ(codec::parse_result_options(R"(["a", 1, null, "b"])"),
+            (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(codec::parse_result_options("{}").empty());
+  EXPECT_TRUE(codec::parse_result_options("not json").empty());
+}
+
 }  // namespace
 }  // namespace agentfleet

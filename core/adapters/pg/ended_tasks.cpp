@@ -1,13 +1,12 @@
 #include "core/adapters/pg/ended_tasks.hpp"
 
-#include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
 #include <chrono>
 
-#include "core/codec/json_text.hpp"
 #include "core/codec/task_codec.hpp"
+#include "core/codec/task_json.hpp"
 
 namespace agentfleet::pg {
 
@@ -56,13 +55,7 @@ void announce_ended(pqxx::work& tx, const pqxx::result& rows, const std::string&
       TaskResult result;
       result.type = *type;
       result.message = r[16].as<std::string>();
-      rapidjson::Document options;
-      if (codec::parse_json(options, r[17].as<std::string>()) && options.IsArray()) {
-        for (const auto& option : options.GetArray()) {
-          if (option.IsString())
-            result.options.emplace_back(option.GetString(), option.GetStringLength());
-        }
-      }
+      result.options = codec::parse_result_options(r[17].as<std::string>());
       event.result = std::move(result);
     }
     event.finished_at = finished_at;

@@ -1,28 +1,9 @@
 #include "core/adapters/pg/task_row.hpp"
 
-#include <rapidjson/document.h>
-
 #include <stdexcept>
 #include <string>
 
-#include "core/codec/json_text.hpp"
-
 namespace agentfleet::pg {
-
-namespace {
-// A need_clarification's choices, stored as a JSON array of strings.
-std::vector<std::string> options_of(const std::string& json) {
-  std::vector<std::string> options;
-  rapidjson::Document doc;
-  if (!codec::parse_json(doc, json) || !doc.IsArray())
-    return options;
-  for (const auto& option : doc.GetArray()) {
-    if (option.IsString())
-      options.emplace_back(option.GetString(), option.GetStringLength());
-  }
-  return options;
-}
-}  // namespace
 
 int read_task_row(const pqxx::row& row, int first, codec::TaskRow& out) {
   // The fragment's width: a row narrower than it is a statement that does not select it
@@ -69,8 +50,8 @@ int read_task_row(const pqxx::row& row, int first, codec::TaskRow& out) {
   const std::string result_options = text();
   out.result = std::nullopt;
   if (result_type)
-    out.result =
-        codec::StoredResult{*result_type, result_message.value_or(""), options_of(result_options)};
+    out.result = codec::StoredResult{*result_type, result_message.value_or(""),
+                                     codec::parse_result_options(result_options)};
   out.error = optional_text();
   out.error_code = optional_text();
   out.cancel_requested = next().as<bool>();
