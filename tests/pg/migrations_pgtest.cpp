@@ -3,6 +3,8 @@
 // is accepted and reaches the same schema as a fresh one; any other changed text is refused.
 // Each test works in databases of its own.
 
+#include "tests/source_dir.hpp"
+
 #include <gtest/gtest.h>
 
 #include <pqxx/pqxx>

@@ -1,3 +1,5 @@
+#include "tests/source_dir.hpp"
+
 #include "core/config/config.hpp"
 
 #include <filesystem>

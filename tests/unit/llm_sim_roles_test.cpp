@@ -2,6 +2,8 @@
 // machine and chat codec: the requests are the ones the worker sends, the replies are read
 // the way the worker reads them. The plan_todo scenario replans once; a text no scenario
 // scripts for the roles runs on the built-in ones.
+#include "tests/source_dir.hpp"
+
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -1,6 +1,8 @@
 // llm-sim without sockets: scenario loading, matching, steps, branches, templates, the
 // response shape and the token counts, driven through Simulator::complete.
 
+#include "tests/source_dir.hpp"
+
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>

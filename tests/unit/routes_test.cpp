@@ -1,6 +1,8 @@
 // The dispatcher's route table (dispatcher/routes.hpp): what a request's method and path
 // reach, what its metrics are labelled, how big a body it may send, and that the README's
 // API table lists exactly these routes.
+#include "tests/source_dir.hpp"
+
 #include <gtest/gtest.h>
 
 #include <fstream>

@@ -1,6 +1,8 @@
 #pragma once
-// A file of the source tree as text (AGENTFLEET_SOURCE_DIR is set by tests/CMakeLists.txt),
+// A file of the source tree as text (tests/source_dir.hpp),
 // for unit tests that hold code to the documents and schemas beside it; "" when missing.
+
+#include "tests/source_dir.hpp"
 
 #include <fstream>
 #include <sstream>

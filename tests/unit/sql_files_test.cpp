@@ -2,6 +2,8 @@
 // runs is in a file and every statement of a file is run, no prepared statement is given two
 // texts, and the statements written out more than once in the files are still alike.
 
+#include "tests/source_dir.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>

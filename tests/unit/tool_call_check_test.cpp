@@ -1,3 +1,5 @@
+#include "tests/source_dir.hpp"
+
 #include "core/codec/tool_call_check.hpp"
 
 #include <gtest/gtest.h>

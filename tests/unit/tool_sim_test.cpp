@@ -1,6 +1,8 @@
 // tool-sim's logic without sockets: the time model, the business rules of the six tools,
 // per-user isolation, idempotency and the seed. "Now" is fixed at 2026-02-05 10:00 +08:00.
 
+#include "tests/source_dir.hpp"
+
 #include "tools/tool_sim/item_store.hpp"
 #include "tools/tool_sim/seed.hpp"
 #include "tools/tool_sim/time_model.hpp"
