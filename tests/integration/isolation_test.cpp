@@ -33,9 +33,6 @@
 #include <librdkafka/rdkafka.h>
 #include <rapidjson/document.h>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/use_future.hpp>
 #include <pqxx/pqxx>
 
 #include <cctype>

@@ -6,10 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/use_future.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +17,7 @@
 #include <vector>
 
 #include "core/adapters/http/client.hpp"
+#include "tests/integration/fleet_client.hpp"
 #include "tests/integration/fleet_env.hpp"
 
 namespace agentfleet {
@@ -34,17 +31,13 @@ using test::split_list;
 
 http::ClientResponse call(bhttp::verb method, const std::string& url,
                           const std::string& body = {}) {
-  boost::asio::io_context io;
   http::ClientRequest request;
   request.method = method;
   request.url = url;
   request.body = body;
   request.headers.push_back(test::admin_auth());
   request.deadline = std::chrono::steady_clock::now() + 10s;
-  auto future = boost::asio::co_spawn(io, http::fetch(io.get_executor(), std::move(request)),
-                                      boost::asio::use_future);
-  io.run();
-  return future.get();
+  return test::exchange(std::move(request));
 }
 
 // Sum of every sample of `name` whose label text contains each of `labels` (an empty

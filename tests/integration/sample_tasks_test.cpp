@@ -8,9 +8,6 @@
 #include <librdkafka/rdkafka.h>
 #include <rapidjson/document.h>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/use_future.hpp>
 #include <pqxx/pqxx>
 
 #include <algorithm>
@@ -29,6 +26,7 @@
 #include "core/codec/json_schema.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/domain/task.hpp"
+#include "tests/integration/fleet_client.hpp"
 #include "tests/integration/fleet_env.hpp"
 
 namespace agentfleet {
@@ -42,7 +40,6 @@ using test::split_list;
 http::ClientResponse call(boost::beast::http::verb method, const std::string& url,
                           const std::string& body = {},
                           std::vector<std::pair<std::string, std::string>> headers = {}) {
-  boost::asio::io_context io;
   http::ClientRequest request;
   request.method = method;
   request.url = url;
@@ -54,10 +51,7 @@ http::ClientResponse call(boost::beast::http::verb method, const std::string& ur
     request.headers.push_back(test::admin_auth());
   }
   request.deadline = std::chrono::steady_clock::now() + 10s;
-  auto future = boost::asio::co_spawn(io, http::fetch(io.get_executor(), std::move(request)),
-                                      boost::asio::use_future);
-  io.run();
-  return future.get();
+  return test::exchange(std::move(request));
 }
 
 rapidjson::Document parse(const std::string& text) {

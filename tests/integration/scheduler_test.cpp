@@ -13,9 +13,6 @@
 #include <librdkafka/rdkafka.h>
 #include <rapidjson/document.h>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/use_future.hpp>
 #include <pqxx/pqxx>
 
 #include <algorithm>
@@ -37,6 +34,7 @@
 #include "core/adapters/http/client.hpp"
 #include "core/codec/json_schema.hpp"
 #include "core/codec/json_text.hpp"
+#include "tests/integration/fleet_client.hpp"
 #include "tests/integration/fleet_env.hpp"
 
 namespace agentfleet {
@@ -61,7 +59,6 @@ double seconds_since(Clock::time_point start) {
 http::ClientResponse call(Verb method, const std::string& url, const std::string& body = {},
                           std::chrono::seconds timeout = 10s,
                           const std::string& content_type = "application/json") {
-  boost::asio::io_context io;
   http::ClientRequest request;
   request.method = method;
   request.url = url;
@@ -69,10 +66,7 @@ http::ClientResponse call(Verb method, const std::string& url, const std::string
   request.content_type = content_type;
   request.headers.push_back(test::admin_auth());
   request.deadline = Clock::now() + timeout;
-  auto future = boost::asio::co_spawn(io, http::fetch(io.get_executor(), std::move(request)),
-                                      boost::asio::use_future);
-  io.run();
-  return future.get();
+  return test::exchange(std::move(request));
 }
 
 // A figure for the ctest log, written at once.
