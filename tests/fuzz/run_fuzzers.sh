@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/fuzz/run_fuzzers.sh [SECONDS] [BUILD_DIR]: builds the fuzzers if needed (tools/build
 # fuzz, the fuzz targets only), replays every committed input of tests/fuzz/regressions/,
-# then runs each fuzzer for SECONDS (default 60), two at a time, on its seed corpus. New
+# then gives each fuzzer SECONDS (default 60) of one core on its seed corpus: all at once,
+# for as long as that takes on the machine's cores (below). New
 # inputs go to a temporary folder, never into the repository. Fails on any crash, leak,
 # timeout, out-of-memory or broken invariant, printing the reproducer's path (kept under
 # BUILD_DIR/fuzz-artifacts/) and its bytes in base64. BUILD_DIR defaults to build/fuzz.
@@ -11,7 +12,8 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 seconds=${1:-60}
 build_dir=${2:-$root/build/fuzz}
-parallel=${AGENTFLEET_FUZZ_JOBS:-2}
+# Cores the fuzzers share (AGENTFLEET_FUZZ_JOBS, else every core).
+cores=${AGENTFLEET_FUZZ_JOBS:-$(nproc)}
 
 # Target and its -max_len: the largest input worth trying (the seeds fit).
 targets=(submission_fuzz model_response_fuzz react_json_fuzz config_fuzz api_request_fuzz)
@@ -70,14 +72,18 @@ for target in "${targets[@]}"; do
 done
 ((status == 0)) || exit 1
 
-# 2. Fuzzing, `parallel` fuzzers at a time. Each runs in an empty folder of its own (the
+# 2. Fuzzing, every fuzzer at once, each given SECONDS of one core: N fuzzers sharing P cores
+# each get P/N of one, so each runs N*SECONDS/P seconds of wall time, and its per-input
+# timeout (10 s of one core) is stretched alike. Five fuzzers for 60 s on two cores: 150 s,
+# where rounds of two took 180 s with a core idle in the last. Each runs in an empty folder
+# of its own (the
 # configuration loader resolves relative file names there) on a fresh corpus folder, first
 # so that libFuzzer writes only there, and the committed seeds.
 run_one() {
   local target=$1 dir=$work/$1
   mkdir -p "$dir/corpus" "$dir/run" "$dir/artifacts"
-  (cd "$dir/run" && "$bin_dir/$target" -max_total_time="$seconds" -rss_limit_mb=2048 \
-      -timeout=10 -print_final_stats=1 -max_len="${max_len[$target]}" \
+  (cd "$dir/run" && "$bin_dir/$target" -max_total_time="$wall_seconds" -rss_limit_mb=2048 \
+      -timeout="$input_timeout" -print_final_stats=1 -max_len="${max_len[$target]}" \
       -artifact_prefix="$dir/artifacts/" "$dir/corpus" "$root/tests/fuzz/corpus/$target") \
     >"$dir/log" 2>&1
 }
@@ -90,7 +96,7 @@ finish() {
     local execs speed
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$target/log" | tail -1)
     speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/$target/log" | tail -1)
-    echo "run_fuzzers.sh: $target: clean for ${seconds}s, ${execs:-?} runs, ${speed:-?} exec/s"
+    echo "run_fuzzers.sh: $target: clean for ${seconds}s of one core, ${execs:-?} runs, ${speed:-?} exec/s"
   else
     tail -n 60 "$work/$target/log"
     report "$target" "$work/$target/artifacts"
@@ -98,16 +104,17 @@ finish() {
   fi
 }
 
+# stretch N: N * fuzzers / cores, rounded up, and never less than N (a fuzzer gets at most
+# one core).
+stretch() {
+  local n=$(((${#targets[@]} * $1 + cores - 1) / cores))
+  echo $((n > $1 ? n : $1))
+}
+wall_seconds=$(stretch "$seconds")
+input_timeout=$(stretch 10)
+echo "run_fuzzers.sh: ${#targets[@]} fuzzers at once on $cores cores, ${wall_seconds}s each:" \
+  "${seconds}s of one core"
 for target in "${targets[@]}"; do
-  while ((${#pid_of[@]} >= parallel)); do
-    wait -n || true
-    for t in "${!pid_of[@]}"; do
-      if ! kill -0 "${pid_of[$t]}" 2>/dev/null; then
-        finish "$t" "${pid_of[$t]}"
-        unset "pid_of[$t]"
-      fi
-    done
-  done
   run_one "$target" &
   pid_of[$target]=$!
 done
@@ -119,4 +126,4 @@ if ((${#failed[@]})); then
   echo "run_fuzzers.sh: FAILED: ${failed[*]}" >&2
   exit 1
 fi
-echo "run_fuzzers.sh: every fuzzer ran clean for ${seconds}s"
+echo "run_fuzzers.sh: every fuzzer ran clean for ${seconds}s of one core"
