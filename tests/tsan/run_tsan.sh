@@ -35,6 +35,11 @@ targets=(agentfleet-dispatcher agentfleet-worker agentfleet-dev-broker agentflee
 # letters, a 429 storm with retries, long polls and live event streams fed by the result
 # consumer's thread, batch uploads on the API's batch pool, the scheduler's per-user
 # concurrency under load, and the metrics endpoints scraped while tasks run.
+# --targets: what it builds, for tools/test to build the tree before the suite runs.
+if [[ "${1:-}" == --targets ]]; then
+  echo "${targets[*]}"
+  exit 0
+fi
 integration_filter="SampleTasks.*:Cancel.*:Deadline.*:Recovery.*:DeadLetters.*:ModelFaults.*"
 integration_filter+=":ProgressEvents.*:ApiLongPoll.*:ApiEvents.*:ApiBatches.*:SubmitTopic.*"
 integration_filter+=":SchedulerConcurrency.*:SchedulerLimits.*:Metrics.*"
