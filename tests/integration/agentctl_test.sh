@@ -3,101 +3,14 @@
 # and the exit code scripts rely on. Users and batches are this run's own (ctl-*-<run>),
 # limits changed here are cleared again, so the shared fleet is left as it was. Every wait
 # is bounded: each agentctl run by `timeout` (90 s at most) and by the script's own budget,
-# which ends before the ctest TIMEOUT (300 s) with a message naming the step.
+# which ends before the ctest TIMEOUT (300 s) with a message naming the step. Following a
+# task's events live (`tail --task`) is agentctl_follow_test.sh: it waits on a fleet-wide
+# gauge, which ties it to the tests that open event streams, and this one to none.
 #
 #   agentctl_test.sh PATH/TO/agentctl      (AGENTFLEET_TEST_RUN_DIR names the fleet's folder)
 set -euo pipefail
-ctl=$1
-set -a
-# shellcheck disable=SC1091
-source "$AGENTFLEET_TEST_RUN_DIR/env"
-set +a
-# agentctl takes AGENTFLEET_URL, AGENTFLEET_API_KEY (the admin key) and
-# AGENTFLEET_KAFKA_BOOTSTRAP from the environment; no config file of the machine's.
-unset AGENTCTL_CONFIG
-tmp=$(mktemp -d)
-export HOME="$tmp/home"
-bg_pids=""  # agentctl runs in the background, stopped on exit
-cleanup() {
-  local pid
-  for pid in $bg_pids; do
-    kill "$pid" 2>/dev/null || true
-  done
-  rm -rf "$tmp" || true
-}
-trap cleanup EXIT
-
-run=$(date +%s%N | cut -c6-16)
-# The whole script's budget: under its ctest TIMEOUT, so a slow fleet fails here, naming
-# the step, rather than being killed by ctest.
-budget_end=$(($(date +%s) + 280))
-u1="ctl-u1-$run"
-ub="ctl-b-$run"
-ul="ctl-l-$run"
-uq="ctl-q-$run"
-ut="ctl-t-$run"
-ud="ctl-dlq-$run"
-missing="00000000-0000-4000-8000-000000000000"
-
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-now_ms() { date +%s%3N; }
-compact_json() {
-  python3 -c 'import json, sys
-for line in sys.stdin:
-    if line.strip():
-        print(json.dumps(json.loads(line), separators=(",", ":"), ensure_ascii=False))'
-}
-
-# bound [MAX]: seconds a command may take: MAX (90), or what is left of the script's budget.
-bound() {
-  local most=${1:-90} left=$((budget_end - $(date +%s)))
-  ((left > 0)) || fail "the script's 280 s budget is spent"
-  echo $((left < most ? left : most))
-}
-# Runs agentctl bounded (bound); its stdout and stderr go where the caller redirects them.
-bounded_ctl() {
-  local limit
-  limit=$(bound)
-  timeout "$limit" "$ctl" "$@"
-}
-
-# ctl CODE ARGS...: runs agentctl; its stdout in $out, its stderr in $err; the exit code
-# must be CODE.
-out=""
-err=""
-ctl() {
-  local want=$1 got=0 limit
-  shift
-  limit=$(bound)
-  timeout "$limit" "$ctl" "$@" >"$tmp/out" 2>"$tmp/err" || got=$?
-  if [[ "$got" == 124 ]]; then
-    fail "agentctl $* did not end within $limit s (killed); stderr: $(cat "$tmp/err")"
-  fi
-  out=$(cat "$tmp/out")
-  err=$(cat "$tmp/err")
-  # JSON output (the parts Postgres writes have spaces after ':' and ','), one compact object
-  # per line.
-  if [[ " $* " == *" --json "* && -n "$out" ]]; then
-    out=$(compact_json <<<"$out") || fail "agentctl $* printed what is not JSON lines: $out"
-  fi
-  if [[ "$got" != "$want" ]]; then
-    echo "agentctl $*: exit $got, expected $want" >&2
-    echo "--- stdout:" >&2
-    echo "$out" >&2
-    echo "--- stderr:" >&2
-    echo "$err" >&2
-    exit 1
-  fi
-}
-has() { grep -qF -- "$2" <<<"$1" || fail "expected '$2' in:"$'\n'"$1"; }
-lacks() { ! grep -qF -- "$2" <<<"$1" || fail "did not expect '$2' in:"$'\n'"$1"; }
-# One line of stderr naming the problem.
-one_error_line() {
-  [[ $(wc -l <<<"$err") == 1 && "$err" == agentctl:* ]] || fail "expected one error line, got:"$'\n'"$err"
-}
+# shellcheck source=tests/integration/agentctl_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/agentctl_lib.sh"
 
 echo "== help and bad flags (exit 2)"
 ctl 0 --help
@@ -404,65 +317,6 @@ ctl 2 usage --batch "$batch" --from "$yesterday"
 ctl 2 usage --user "$u1" --from yesterday
 ctl 5 usage --user "$u1" --from 2026-02-30
 ctl 3 usage --batch "no-such-batch-$run"
-
-echo "== tail --task: live and replayed events read the same"
-# The followed task waits in the queue behind another task of its user (one task at a
-# time), which holds the slot until the followers are attached and is then cancelled: what
-# they print is live, not a replay of its history, however long attaching them takes.
-ctl 0 limits set "$ut" --max-concurrency 1
-ctl 0 submit --user "$ut" --timeout-s 120 --max-steps 50 "slow: steps=45"  # about 28 s
-blocker=$out
-deadline=$(($(now_ms) + 20000))
-until ctl 0 --json status "$blocker" && grep -qE '"status":"(dispatched|running)"' <<<"$out"; do
-  (($(now_ms) < deadline)) || fail "the blocking task was not dispatched: $out"
-  sleep 0.1
-done
-ctl 0 submit --user "$ut" "slow: steps=2"
-live_task=$out
-# Event streams open on the dispatcher (its gauge), so the followers' attachment is seen.
-open_streams() {
-  curl -sS --max-time 5 "$AGENTFLEET_DISPATCHER_METRICS_URL/metrics" |
-    awk '/^agentfleet_api_open_waits\{kind="event_stream"\}/ {print int($2)}'
-}
-streams_before=$(open_streams)
-bounded_ctl tail --task "$live_task" --timeout-s 40 >"$tmp/live.out" 2>"$tmp/live.err" &
-live_pid=$!
-bounded_ctl --json tail --task "$live_task" --timeout-s 40 >"$tmp/live.json" 2>"$tmp/live.json.err" &
-live_json_pid=$!
-bg_pids="$live_pid $live_json_pid"
-deadline=$(($(now_ms) + 20000))
-until (($(open_streams) >= streams_before + 2)); do
-  (($(now_ms) < deadline)) || fail "the two followers did not attach within 20 s"
-  sleep 0.05
-done
-ctl 0 --json status "$live_task"
-has "$out" '"status":"queued"'
-ctl 0 cancel "$blocker"
-wait "$live_pid" || fail "the live follower exited $?: $(cat "$tmp/live.err")"
-wait "$live_json_pid" || fail "the live --json follower exited $?: $(cat "$tmp/live.json.err")"
-bg_pids=""
-ctl 0 limits set "$ut" --clear
-live=$(cat "$tmp/live.out")
-has "$live" "step 0"
-has "$live" "  call search_items"
-has "$live" "  search_items: ok"
-has "$(tail -n 1 <<<"$live")" "done: succeeded action_completed: slow 完成"
-# Live-shaped: the worker's done, a progress event (event, seq) carrying the result; a
-# replayed done is the task's history.
-tail -n 1 "$tmp/live.json" | python3 -c 'import json, sys
-e = json.loads(sys.stdin.read())
-assert e["event"] == "done" and e["data"]["event"] == "done" and "seq" in e["data"], e' ||
-  fail "the first follower did not see the task live: $(tail -n 1 "$tmp/live.json")"
-ctl 0 tail --task "$live_task" --timeout-s 20
-[[ "$out" == "$live" ]] || fail "replayed events differ from the live ones:"$'\n'"$live"$'\n---\n'"$out"
-ctl 0 --json tail --task "$live_task" --timeout-s 20
-has "$(tail -n 1 <<<"$out")" '{"event":"done"'
-has "$(tail -n 1 <<<"$out")" '"steps":['
-ctl 0 submit --user "$ut" --max-steps 1 "bench: steps=3 calls=1"
-ctl 1 tail --task "$out" --timeout-s 30
-has "$out" "error (max_steps): reached max_steps (1)"
-has "$out" "done: failed"
-ctl 3 tail --task "$missing"
 
 echo "== tail --kafka: the results topic (operators)"
 ctl 0 tail --kafka --from-beginning --user "$u1" --count 2 --timeout-s 20
