@@ -78,18 +78,21 @@ def read_ccache(path):
     return stats
 
 
-def read_labels(path):
-    labels = {}
+def read_tests(path):
+    """Each test's labels, and the names of the tests ctest runs alone (RUN_SERIAL)."""
+    labels, alone = {}, set()
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, ValueError):
-        return labels
+        return labels, alone
     for test in doc.get("tests", []):
         for prop in test.get("properties", []):
             if prop.get("name") == "LABELS":
                 labels[test.get("name")] = list(prop.get("value") or [])
-    return labels
+            elif prop.get("name") == "RUN_SERIAL" and prop.get("value"):
+                alone.add(test.get("name"))
+    return labels, alone
 
 
 def read_junit(path):
@@ -169,7 +172,7 @@ def main():
         out.append("compiler cache: ccache is not installed (tools/setup installs it)")
 
     tests = read_junit(os.path.join(args.report_dir, "junit.xml"))
-    labels = read_labels(os.path.join(args.report_dir, "tests.json"))
+    labels, alone = read_tests(os.path.join(args.report_dir, "tests.json"))
     if tests:
         tiers = {}
         for name, seconds, failed in tests:
@@ -181,6 +184,10 @@ def main():
         out.append(f"  {'tier':<14} {'tests':>5} {'sum':>7} {'failed':>6}")
         for tier, (count, total, failures) in sorted(tiers.items(), key=lambda kv: -kv[1][1]):
             out.append(f"  {tier:<14} {count:>5} {mmss(total):>7} {failures:>6}")
+        alone_s = sum(seconds for name, seconds, _ in tests if name in alone)
+        if alone_s:
+            out.append(f"  run alone (RUN_SERIAL): {sum(1 for t in tests if t[0] in alone)} tests, "
+                       f"{mmss(alone_s)}: ctest's wall time can be no shorter")
         out.append("")
         out.append(f"slowest {args.slowest} tests:")
         for name, seconds, failed in sorted(tests, key=lambda t: -t[1])[:args.slowest]:
