@@ -327,8 +327,21 @@ has "$out" "\"user_id\":\"$u1\""
 ctl 7 tail --kafka --user "nobody-$run" --count 1 --timeout-s 2
 has "$err" "0 of 1 results"
 # Quiet after joining (the first join of a group takes the broker 3 s, and a sanitizer
-# build on a busy machine a while to start): exit 0; never joined: exit 7.
-ctl 0 tail --kafka --user "nobody-$run" --timeout-s 20
+# build on a busy machine a while to start): exit 0; never joined: exit 7. Quiet means no
+# result of the user asked about: other users' results (u1's, submitted meanwhile; and the
+# other tests' on the shared fleet) do not keep it following.
+bounded_ctl tail --kafka --user "nobody-$run" --timeout-s 20 >"$tmp/quiet.out" 2>"$tmp/quiet.err" &
+bg_pid=$!
+bg_pids=$bg_pid
+deadline=$(($(now_ms) + 60000))
+while kill -0 "$bg_pid" 2>/dev/null; do
+  (($(now_ms) < deadline)) ||
+    fail "tail --kafka --user nobody-$run --timeout-s 20 still followed after 60 s of others' results"
+  ctl 0 submit --user "$u1" --wait --wait-timeout-s 20 "bench: steps=1 calls=1"
+done
+wait "$bg_pid" || fail "tail --kafka --user nobody-$run --timeout-s 20 exited $?: $(cat "$tmp/quiet.err")"
+bg_pids=""
+[[ ! -s "$tmp/quiet.out" ]] || fail "tail --kafka --user nobody-$run printed: $(cat "$tmp/quiet.out")"
 ctl 7 --kafka-bootstrap 127.0.0.1:1 tail --kafka --timeout-s 2
 one_error_line
 has "$err" "never joined agent.tasks.results at 127.0.0.1:1"

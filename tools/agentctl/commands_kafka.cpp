@@ -131,15 +131,17 @@ int cmd_tail_results(Context& ctx) {
            ctx.settings.kafka_bootstrap + "?");
       told_waiting = true;
     }
-    // Reading is not idle: a --user filter reading through a long topic from the beginning
-    // may pass many results before its first.
-    if (!batch.empty())
+    // --timeout-s counts the time without a result it prints. Reading through the topic from
+    // the beginning is not idle, though: a --user filter may pass many results before its
+    // first. Following new results, other users' do not keep it waiting.
+    if (from_beginning && !batch.empty())
       last = Clock::now();
     for (const auto& m : batch) {
       rapidjson::Document doc;
       const bool parsed = codec::parse_json(doc, m.value);
       if (!user.empty() && (parsed ? json::str(doc, "user_id") : m.key) != user)
         continue;
+      last = Clock::now();
       if (ctx.settings.json) {
         print(m.value + "\n");
       } else {
