@@ -37,9 +37,12 @@ def need(ok, what):
         problems.append(what)
 need("errors" not in r, f"scenario errors: {r.get('errors')}")
 t = r.get("throughput", {})
-need(t.get("max_completed_per_s", 0) > 0, "throughput: nothing completed")
+need(t.get("max_succeeded_per_s", 0) > 0, "throughput: nothing succeeded")
 step = (t.get("steps") or [{}])[0]
-need(step.get("completed") == step.get("tasks"), f"throughput: not every task ended: {step}")
+need(step.get("succeeded") == step.get("tasks"), f"throughput: not every task succeeded: {step}")
+e2e = t.get("end_to_end", {})
+need(e2e.get("n") == 50 and e2e.get("missing") == 0,
+     f"throughput: end to end is not of every task, each with its result event: {e2e}")
 need(step.get("cpu_ms_per_task", {}).get("worker", 0) > 0 and
      step.get("cpu_ms_per_task", {}).get("postgres", 0) > 0, f"throughput: no CPU measured: {step}")
 i = r.get("inflight", {})
