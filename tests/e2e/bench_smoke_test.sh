@@ -3,7 +3,8 @@
 # token size on the build under test. No figure is judged (the sanitizer build on a busy CI
 # machine says nothing about speed); the test asserts that the benchmark still works: each
 # scenario ran and measured something real, the table names every scenario, and the JSON and
-# the plot were written.
+# the plot were written. One figure is judged, because it does not depend on speed: the write
+# budget scenario fails when a task writes more rows or commits than docs/architecture.md says.
 #   bench_smoke_test.sh BUILD_DIR OUT_DIR
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -24,7 +25,7 @@ trap stop_fleets EXIT
 rc=0
 "$root/tools/bench/bench" --smoke --build-dir "$build_dir" --out "$out" | tee "$out.table" || rc=$?
 [[ $rc -eq 0 ]] || { echo "FAIL: tools/bench --smoke exited $rc" >&2; exit 1; }
-for scenario in throughput "in flight" latency fairness recovery; do
+for scenario in throughput "in flight" latency fairness recovery budget; do
   grep -q "^| $scenario |" "$out.table" || { echo "FAIL: the table has no $scenario row" >&2; exit 1; }
 done
 grep -q '<polyline' "$out/bench.svg" || { echo "FAIL: the plot has no data line" >&2; exit 1; }
@@ -60,6 +61,10 @@ c = r.get("recovery", {})
 need(c.get("held_by_killed_worker", 0) > 0 and c.get("all_finished_s") is not None,
      f"recovery: no task held, or not all finished: {c}")
 need(c.get("failed", 1) == 0, f"recovery: tasks failed: {c}")
+b = r.get("budget", {})
+need(b.get("tasks", 0) > 0 and b.get("rows_per_task", {}).get("tasks", {}).get("inserted") == 1.0
+     and b.get("commits_per_task", 0) > 0,
+     f"budget: rows and commits per task not measured: { {k: b.get(k) for k in ('tasks', 'commits_per_task')} }")
 if problems:
     print("FAIL: " + "\n      ".join(problems), file=sys.stderr)
     sys.exit(1)
