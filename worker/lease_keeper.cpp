@@ -90,6 +90,13 @@ asio::awaitable<void> LeaseKeeper::step() {
   // One store call at a time; a call that hangs delays renewals, never the fence above.
   if (beating_ || stopped_)
     co_return;
+  // A worker that runs nothing and has nothing to hand back asks the store only when its
+  // report is due (the renewal every renew_every, a change of capacity, a drain): it has no
+  // cancellations to read, and a lapse found a little later costs nothing, since a claim
+  // takes nothing unless the claimer's incarnation is live when it runs.
+  if (!fenced_ && incarnation_ != 0 && runs_.running() == 0 && to_hand_back_.empty() &&
+      !report_due(report_(), now))
+    co_return;
   beating_ = true;
   asio::co_spawn(
       executor_,

@@ -2,7 +2,8 @@
 // The worker's liveness: one incarnation row in the store, renewed every `renew_every` on a
 // connection of its own (ports::LivenessStore), whatever the number of tasks held. Every
 // `tick` it also reads the cancellations of its running tasks, and reports what the worker
-// can take whenever that changed materially (admission by capacity).
+// can take whenever that changed materially (admission by capacity). A worker that runs
+// nothing and has nothing to hand back asks nothing between renewals.
 //
 // Self-fencing: when the last renewal that succeeded was sent more than `lease - margin`
 // ago, the worker can no longer prove it owns its tasks (recovery may give them to another

@@ -210,7 +210,8 @@ TEST(LeaseKeeper, RegistersAnIncarnationAndRenewsItOnlyAsOftenAsNeeded) {
 TEST(LeaseKeeper, ACapacityChangeOfATenthIsReportedAtOnce) {
   KeeperHarness h;
   ASSERT_TRUE(h.start());
-  h.capacity = 68;  // +4 of 64: less than a tenth
+  h.runs.hold("t1", 1);  // a worker running something beats every tick
+  h.capacity = 68;       // +4 of 64: less than a tenth
   h.step();
   EXPECT_FALSE(h.store.beats.back().renew);
   h.capacity = 40;
@@ -219,9 +220,43 @@ TEST(LeaseKeeper, ACapacityChangeOfATenthIsReportedAtOnce) {
   EXPECT_EQ(h.store.beats.back().capacity, 40);
 }
 
+TEST(LeaseKeeper, AWorkerRunningNothingAsksTheStoreOnlyWhenItsRenewalIsDue) {
+  KeeperHarness h;
+  ASSERT_TRUE(h.start());
+  // Idle: no cancellations to read, nothing to hand back; the renewal is the only call.
+  for (int i = 0; i < 19; ++i) {
+    h.clock.advance(500ms);
+    h.step();
+  }
+  EXPECT_TRUE(h.store.beats.empty()) << "no call between renewals while nothing runs";
+  h.clock.advance(500ms);
+  h.step();
+  ASSERT_EQ(h.store.beats.size(), 1u);
+  EXPECT_TRUE(h.store.beats.back().renew);
+  // A change of capacity is told at once, idle or not.
+  h.capacity = 10;
+  h.step();
+  ASSERT_EQ(h.store.beats.size(), 2u);
+  EXPECT_EQ(h.store.beats.back().capacity, 10);
+  // Once a task runs, every tick reads its cancellations again.
+  h.runs.hold("t1", 1);
+  h.clock.advance(500ms);
+  h.step();
+  EXPECT_EQ(h.store.beats.size(), 3u);
+  // A task abandoned with nothing running is handed back at the next tick, not the renewal.
+  h.runs.release_all();
+  h.keeper.abandoned({"t1", 1});
+  h.clock.advance(500ms);
+  h.step();
+  EXPECT_EQ(h.store.beats.size(), 4u);
+  ASSERT_EQ(h.store.handed.size(), 1u);
+}
+
 TEST(LeaseKeeper, CancellationsTheStoreReportsStopTheirRuns) {
   KeeperHarness h;
   ASSERT_TRUE(h.start());
+  h.runs.hold("t1", 1);
+  h.runs.hold("t2", 1);
   h.store.cancel_next = {"t1", "t2"};
   h.step();
   EXPECT_EQ(h.runs.cancelled, (std::vector<std::string>{"t1", "t2"}));
@@ -271,6 +306,7 @@ TEST(LeaseKeeper, WithoutARenewalForTheLeaseLessTheMarginItFencesItselfAndRecove
 TEST(LeaseKeeper, ABeatThatHangsDoesNotKeepTheFenceFromGoingUpInTime) {
   KeeperHarness h;
   ASSERT_TRUE(h.start());
+  h.runs.hold("t1", 1);
   h.store.hang = true;  // a blackholed connection: the call never answers
   h.clock.advance(500ms);
   h.step();
@@ -342,6 +378,7 @@ TEST(LeaseKeeper, ATaskAbandonedUnderAnEarlierIncarnationIsHandedBackUnderThatOn
   KeeperHarness h;
   ASSERT_TRUE(h.start());
   h.store.alive = false;  // the incarnation lapsed: fence, hand back, register anew
+  h.clock.advance(10s);   // found at the renewal (a worker running nothing asks no sooner)
   h.step();
   ASSERT_TRUE(h.keeper.fenced());
   h.store.alive = true;
