@@ -238,10 +238,11 @@ std::optional<std::string> id_problem(std::string_view id, std::size_t max_chars
 
 Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
          metrics::DispatcherMetrics& metrics, TaskFeed& feed, ConsoleFiles console,
-         const CompletionRate* completions)
+         const CompletionRate* completions, std::function<void()> wake_relay)
     : config_(config),
       store_(db),
       wake_scheduler_(std::move(wake_scheduler)),
+      wake_relay_(std::move(wake_relay)),
       metrics_(metrics),
       console_(console),
       completions_(completions),

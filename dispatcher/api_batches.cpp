@@ -98,6 +98,8 @@ asio::awaitable<http::Response> Api::cancel_batch(http::Request& request, const 
     if (!ended.ok())
       co_return store_unavailable(request, ended.error());
     after = ended.value().last;
+    if (wake_relay_)
+      wake_relay_();  // the result events of the tasks the slice ended
     if (ended.value().taken < kSlice)
       break;
   }

@@ -304,6 +304,9 @@ asio::awaitable<http::Response> Api::cancel_task(http::Request& request, const C
     co_return store_unavailable(request, outcome.error());
   if (outcome.value() == pg::CancelOutcome::kUnknown)
     co_return not_found(request, "task", task_id);
+  // Ended here (it had not started): its result event is in the outbox.
+  if (outcome.value() == pg::CancelOutcome::kCancelled && wake_relay_)
+    wake_relay_();
   auto body = co_await store_.task_json(task_id);
   if (!body.ok() || !body.value()) {
     co_return store_unavailable(

@@ -48,20 +48,23 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
 
   // The scheduler (active on one replica at a time) and the feed of results and progress
   // events that frees slots, answers long polls and streams events.
-  // The relay's wake-up (see the relay below): stop, or new outbox rows from the scheduler.
+  // The relay's wake-up (see the relay below): stop, or new outbox rows from the scheduler or
+  // the API.
   std::mutex relay_mutex;
   std::condition_variable relay_wake;
   bool relay_due = false;  // guarded by relay_mutex
-  pg::SchedulerSession scheduler_session(pg::SchedulerSessionOptions{
-      config.postgres.url, config.postgres.statement_timeout_ms, config.postgres.connect_timeout_s,
-      config.dispatcher.leader_silence_s});
-  Scheduler scheduler(config, scheduler_session, metrics, limits::SteadyClock::instance(), [&] {
+  const auto wake_relay = [&] {
     {
       std::lock_guard lock(relay_mutex);
       relay_due = true;
     }
     relay_wake.notify_one();
-  });
+  };
+  pg::SchedulerSession scheduler_session(pg::SchedulerSessionOptions{
+      config.postgres.url, config.postgres.statement_timeout_ms, config.postgres.connect_timeout_s,
+      config.dispatcher.leader_silence_s});
+  Scheduler scheduler(config, scheduler_session, metrics, limits::SteadyClock::instance(),
+                      wake_relay);
   std::atomic<bool> stopping{false};
   CompletionRate completions;
   TaskFeed feed(io, config,
@@ -70,7 +73,7 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
                   scheduler.task_ended(user, task, tokens);
                 });
   Api api(
-      config, db, [&] { scheduler.wake(); }, metrics, feed, console, &completions);
+      config, db, [&] { scheduler.wake(); }, metrics, feed, console, &completions, wake_relay);
 
   // Submissions from upstream services over Kafka, validated and stored like the API's.
   SubmitIngest ingest(io, config, db, producer, metrics, [&] { scheduler.wake(); });
@@ -141,9 +144,11 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
       },
       asio::detached);
 
-  // The relay: its own thread and connection (see pg::OutboxRelay). It polls every
-  // relay_interval_ms (rows another replica's scheduler or a worker's fallback wrote) and
-  // runs at once when this replica's scheduler has committed outbox rows.
+  // The relay: its own thread and connection (see pg::OutboxRelay). It runs at once when this
+  // replica's scheduler or API has committed outbox rows; otherwise again after
+  // relay_interval_ms when its last pass published rows (more may be coming), and after
+  // relay_idle_ms when it found nothing due (the rows nothing here wakes it for: a worker's
+  // fallback, due 10 s after it was written; another replica's).
   std::thread relay([&] {
     pg::OutboxRelay outbox(config.postgres.url,
                            config.postgres.statement_timeout_ms + config.kafka.delivery_timeout_ms,
@@ -159,7 +164,8 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
         for (const auto& [topic, published] : sent.value().by_topic)
           metrics.outbox_published(topic, published);
       }
-      int wait_ms = config.dispatcher.relay_interval_ms;
+      int wait_ms = sent.ok() && sent.value().published == 0 ? config.dispatcher.relay_idle_ms
+                                                             : config.dispatcher.relay_interval_ms;
       if (!sent.ok()) {
         // Back off on a failing store, up to 2 s, so an outage is not a busy loop and the
         // relay is back within seconds of the store.

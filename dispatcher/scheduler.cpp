@@ -114,6 +114,18 @@ void Scheduler::idle(int ms) {
   }
 }
 
+std::chrono::milliseconds Scheduler::wait_after() const {
+  const auto& d = config_.dispatcher;
+  // Queued work this pass could not admit: a rate window refills, a worker joins.
+  if (backlog_left_ || housekeeping_backlog_)
+    return std::chrono::milliseconds(d.scheduler_interval_ms);
+  // Nothing queued (a submission, a hand-back or a moved batch notifies): only leases and
+  // unclaimed dispatches of the tasks under way are about time.
+  if (fleet_active_ > 0)
+    return std::chrono::milliseconds(std::max(d.scheduler_interval_ms, d.housekeeping_interval_ms));
+  return std::chrono::milliseconds(std::max(d.scheduler_interval_ms, d.scheduler_idle_ms));
+}
+
 bool Scheduler::round() {
   try {
     const bool more = lead_and_pass();
@@ -178,7 +190,7 @@ void Scheduler::run() {
         continue;
       }
       if (!more)
-        store_.wait(std::chrono::milliseconds(config_.dispatcher.scheduler_interval_ms), wake_fd_);
+        store_.wait(wait_after(), wake_fd_);
       // Passes woken by every submission and every result are coalesced: at most one per
       // scheduler_min_gap_ms, so a burst of wake-ups costs one pass, not one each.
       const auto gap = std::chrono::milliseconds(config_.dispatcher.scheduler_min_gap_ms) -
@@ -386,6 +398,7 @@ bool Scheduler::pass() {
     }
   }
 
+  fleet_active_ = backlog.fleet_active;
   const limits::PassPlan plan = fair_->plan(users, backlog.fleet_active, backlog.fleet_capacity);
   {
     // Queued work this pass does not admit waits for a slot: results wake the next pass.

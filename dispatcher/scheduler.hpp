@@ -17,9 +17,13 @@
 // cached plans dropped every second so they follow the tables' sizes; the rare ones
 // (seeding a user's rate window, ending over-budget tasks) go as text.
 //
-// Wake-ups: a pass runs every dispatcher.scheduler_interval_ms, at once after a NOTIFY on
-// channel agentfleet_work (a submission on any replica, a limits change), after wake(),
-// and right away again when a pass used every slot it had.
+// Wake-ups: a pass runs at once after a NOTIFY on channel agentfleet_work (a submission on
+// any replica, a batch moved into the queue, a worker's hand-back, a limits change), after
+// wake(), and right away again when a pass used every slot it had. Between those it waits
+// (wait_after()): dispatcher.scheduler_interval_ms while queued work waits for a limit or
+// a slot; housekeeping_interval_ms while only tasks under way may need recovering; and
+// scheduler_idle_ms when nothing is queued or under way, so that an idle fleet's scheduler
+// asks Postgres nothing more often than it must to keep its lock.
 //
 // After a pass commits outbox rows (dispatch messages, or the results of tasks it ended),
 // it calls the `outbox_written` callback, so the relay publishes them at once instead of at
@@ -78,6 +82,9 @@ class Scheduler {
   // thread then ends the session and competes again). The thread calls it; the unit tests call it
   // instead of start(), with a fake store and a manual clock.
   bool round();
+  // How long the thread waits for a wake-up after a round that did not use every slot:
+  // see "Wake-ups" above.
+  std::chrono::milliseconds wait_after() const;
 
  private:
   struct Ended {
@@ -116,6 +123,8 @@ class Scheduler {
   // The last pass left queued work it could not admit (a limit, or the fleet's capacity):
   // task_ended() wakes a pass only then.
   std::atomic<bool> backlog_left_{true};
+  // Tasks dispatched or running at the last pass (recovery may need to look at them).
+  std::int64_t fleet_active_ = 0;
   std::atomic<bool> stopping_{false};
   int wake_fd_ = -1;
   // Budgets are kept in the budget currency; spend in others is converted at fixed rates.

@@ -566,10 +566,12 @@ void read_dispatcher(const Section& s, DispatcherConfig& out) {
   s.read("scheduler_interval_ms", out.scheduler_interval_ms);
   s.read("scheduler_min_gap_ms", out.scheduler_min_gap_ms);
   s.read("housekeeping_interval_ms", out.housekeeping_interval_ms);
+  s.read("scheduler_idle_ms", out.scheduler_idle_ms);
   s.read("scheduler_batch", out.scheduler_batch);
   s.read("redispatch_after_s", out.redispatch_after_s);
   s.read("max_attempts", out.max_attempts);
   s.read("relay_interval_ms", out.relay_interval_ms);
+  s.read("relay_idle_ms", out.relay_idle_ms);
   s.read("relay_batch", out.relay_batch);
   s.read("max_text_chars", out.max_text_chars);
   s.read("max_active_tasks", out.max_active_tasks);
@@ -577,10 +579,13 @@ void read_dispatcher(const Section& s, DispatcherConfig& out) {
   s.read("task_token_estimate", out.task_token_estimate);
   s.read("leader_retry_ms", out.leader_retry_ms);
   s.read("leader_silence_s", out.leader_silence_s);
-  if (out.leader_silence_s * 1000 <= 2 * std::max(out.leader_retry_ms, out.scheduler_interval_ms)) {
+  if (out.leader_silence_s * 1000 <=
+      2 * std::max({out.leader_retry_ms, out.scheduler_interval_ms, out.housekeeping_interval_ms,
+                    out.scheduler_idle_ms})) {
     throw Problem(s.path("leader_silence_s"),
-                  "must be more than twice leader_retry_ms and scheduler_interval_ms: a "
-                  "scheduler connection is idle that long between its statements");
+                  "must be more than twice leader_retry_ms, scheduler_interval_ms, "
+                  "housekeeping_interval_ms and scheduler_idle_ms: a scheduler connection is "
+                  "idle that long between its statements");
   }
   s.read("max_batch_lines", out.max_batch_lines);
   s.read("max_batch_uploads", out.max_batch_uploads);

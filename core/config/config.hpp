@@ -85,6 +85,9 @@ struct DispatcherConfig {
   // Recovery, queue timeouts and cancelled batches are looked at at most this often (and at
   // once again while they find a full pass of work): they are about time, not wake-ups.
   int housekeeping_interval_ms = 500;
+  // The scheduler's wait when nothing is queued or under way (a submission wakes it at
+  // once); less than half of leader_silence_s, which its session must not stay silent for.
+  int scheduler_idle_ms = 4000;
   int scheduler_batch = 200;
   // A dispatched task no worker has claimed after this long is published again (its message
   // may have been lost with a worker); duplicates are harmless, the claim admits one.
@@ -92,6 +95,9 @@ struct DispatcherConfig {
   // Claims of a task whose lease expired each time before it ends failed.
   int max_attempts = 5;
   int relay_interval_ms = 50;
+  // The relay's wait after a pass that found nothing due (its replica's scheduler and API
+  // wake it at once when they write outbox rows).
+  int relay_idle_ms = 1000;
   int relay_batch = 500;
   int max_text_chars = 5000;
   // Fleet-wide cap on dispatched + running tasks of all users (0: none): the capacity the

@@ -954,6 +954,17 @@ TEST_F(ConfigTest, SchedulerSettingsAndTierWeights) {
   EXPECT_CONTAINS(error_of(kMinimal + "tiers: [{tier: standard, weight: 0}]\n"), "/tiers/0/weight");
 }
 
+TEST_F(ConfigTest, TheSchedulersLongestWaitKeepsItsSessionWithinTheLeaderSilence) {
+  Config c = load(kMinimal + "dispatcher: {scheduler_idle_ms: 2000, relay_idle_ms: 300}\n");
+  EXPECT_EQ(c.dispatcher.scheduler_idle_ms, 2000);
+  EXPECT_EQ(c.dispatcher.relay_idle_ms, 300);
+  EXPECT_CONTAINS(
+      error_of(kMinimal + "dispatcher: {scheduler_idle_ms: 6000, leader_silence_s: 10}\n"),
+      "/dispatcher/leader_silence_s: must be more than twice");
+  EXPECT_CONTAINS(error_of(kMinimal + "dispatcher: {scheduler_idle_ms: 5}\n"),
+                  "/dispatcher/scheduler_idle_ms");
+}
+
 TEST_F(ConfigTest, HeartbeatMustBeShorterThanTheLease) {
   EXPECT_CONTAINS(error_of(kMinimal + "worker: {lease_s: 10, heartbeat_s: 10}\n"),
                   "/worker/heartbeat_s: must be less than lease_s");

@@ -264,6 +264,31 @@ TEST(SchedulerRounds, HousekeepingRunsOncePerIntervalNotOncePerWakeUp) {
   EXPECT_EQ(h.store.housekeepings, 4);
 }
 
+TEST(SchedulerRounds, AnIdleFleetsSchedulerWaitsLongAndQueuedWorkIsLookedAtOften) {
+  using std::chrono::milliseconds;
+  Harness h;
+  const auto& d = h.config.dispatcher;
+  // A user whose queue is more than its limit lets it run: work waits, passes run often.
+  h.queue({waiting("a", 10)});
+  h.scheduler.round();
+  EXPECT_EQ(h.scheduler.wait_after(), milliseconds(d.scheduler_interval_ms));
+  // Nothing queued, tasks under way: only their leases are about time.
+  h.queue({waiting("a", 0, /*active=*/3)});
+  h.scheduler.round();
+  EXPECT_EQ(h.scheduler.wait_after(), milliseconds(d.housekeeping_interval_ms));
+  // Nothing queued, nothing under way: the long wait (a submission's NOTIFY wakes it).
+  h.queue({});
+  h.scheduler.round();
+  EXPECT_EQ(h.scheduler.wait_after(), milliseconds(d.scheduler_idle_ms));
+  EXPECT_LT(2 * d.scheduler_idle_ms, d.leader_silence_s * 1000)
+      << "the session is never silent long enough to lose the lock";
+  // Housekeeping that found a full pass of work looks again soon, idle or not.
+  h.store.housekeeping.recovery.lease_expired = d.scheduler_batch;
+  h.clock.advance(milliseconds(d.housekeeping_interval_ms));
+  h.scheduler.round();
+  EXPECT_EQ(h.scheduler.wait_after(), milliseconds(d.scheduler_interval_ms));
+}
+
 TEST(SchedulerRounds, AfterTheStoreWasAwayLapsedWorkersGetALeaseBeforeTheirTasksAreTakenOver) {
   Harness h;
   h.queue({});

@@ -219,7 +219,7 @@ Status release_task(pqxx::work& tx, const std::string& task_id, int attempt,
                     std::int64_t incarnation) {
   if (!still_ours(tx, task_id, attempt, incarnation))
     return lease_lost(task_id);
-  exec_named0(tx, "release", task_id);
+  exec_named(tx, "release", task_id);
   return ok_status();
 }
 

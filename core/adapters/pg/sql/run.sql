@@ -283,10 +283,15 @@ FOR UPDATE
 
 -- name: release
 -- Hands running task $1 back (a draining worker; after still_ours): queued again, lease
--- and owner cleared, releases + 1 so the hand-back does not count as a lost attempt.
-UPDATE tasks SET status = 'queued', lease_until = NULL, worker_id = NULL,
-       worker_incarnation = NULL, releases = releases + 1
-WHERE task_id = $1::uuid
+-- and owner cleared, releases + 1 so the hand-back does not count as a lost attempt. The
+-- scheduler hears of it at the commit (it waits long while nothing is queued).
+WITH released AS (
+  UPDATE tasks SET status = 'queued', lease_until = NULL, worker_id = NULL,
+         worker_incarnation = NULL, releases = releases + 1
+  WHERE task_id = $1::uuid
+  RETURNING 1
+)
+SELECT pg_notify('agentfleet_work', '') FROM released
 
 -- name: parent
 -- A follow-up's parent $1, only a task of user $2: its text, strategy ('' for none),
