@@ -53,6 +53,8 @@ for s in r.get("latency", {}).get("steps", []) or [{}]:
     for key in ("submit_to_first_model_request", "tool_round_trip_overhead",
                 "last_model_answer_to_finish_row", "last_model_answer_to_result_event"):
         need(s.get(key, {}).get("n", 0) > 0, f"latency: no samples of {key}")
+    for stage, figures in s.get("critical_path", {"(none)": {}}).items():
+        need(figures.get("n", 0) > 0, f"latency: no samples of the critical path's {stage}")
 f = r.get("fairness", {})
 need(f.get("b_queue_wait_ms", {}).get("n", 0) > 0, f"fairness: B ran nothing: {f}")
 need(0 < f.get("highest_running", {}).get("A (limit 10)", 0) <= 10,
