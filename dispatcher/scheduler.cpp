@@ -398,7 +398,6 @@ bool Scheduler::pass() {
     }
   }
 
-  fleet_active_ = backlog.fleet_active;
   const limits::PassPlan plan = fair_->plan(users, backlog.fleet_active, backlog.fleet_capacity);
   {
     // Queued work this pass does not admit waits for a slot: results wake the next pass.
@@ -459,6 +458,8 @@ bool Scheduler::pass() {
     metrics_.admitted(Priority::kInteractive, admitted[0]);
     metrics_.admitted(Priority::kBatch, admitted[1]);
     admitted_total = admitted[0] + admitted[1];
+    // Under way now: what was, and what this pass dispatched.
+    fleet_active_ = backlog.fleet_active + admitted_total;
   } catch (...) {
     // Nothing was dispatched: give every grant's charge back before the error propagates.
     for (const limits::Grant& grant : plan.grants)

@@ -276,6 +276,11 @@ TEST(SchedulerRounds, AnIdleFleetsSchedulerWaitsLongAndQueuedWorkIsLookedAtOften
   h.queue({waiting("a", 0, /*active=*/3)});
   h.scheduler.round();
   EXPECT_EQ(h.scheduler.wait_after(), milliseconds(d.housekeeping_interval_ms));
+  // Everything queued admitted by this pass: under way now, so not the long wait either.
+  h.queue({waiting("b", 2)});
+  h.scheduler.round();
+  ASSERT_EQ(h.store.granted_to("b"), 2);
+  EXPECT_EQ(h.scheduler.wait_after(), milliseconds(d.housekeeping_interval_ms));
   // Nothing queued, nothing under way: the long wait (a submission's NOTIFY wakes it).
   h.queue({});
   h.scheduler.round();
