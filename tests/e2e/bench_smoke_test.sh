@@ -11,6 +11,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build_dir=$1
 out=$2
 rm -rf "$out"
+# The table goes beside the run's folder: its parent may not exist yet when this test is the
+# first e2e test of a fresh tree.
+mkdir -p "$(dirname "$out")"
 # The benchmark stops its fleets itself (also on SIGTERM); should it be killed outright,
 # whatever it left running is stopped here.
 stop_fleets() {
