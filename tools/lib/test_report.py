@@ -15,6 +15,7 @@ It never fails the run: the suite's verdict is ctest's.
 import argparse
 import json
 import os
+import re
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -96,11 +97,26 @@ def read_tests(path):
 
 
 def read_junit(path):
-    tests = []
+    """[(name, seconds, failed)] from ctest's junit file, and why it could not be read ('' when
+    it could). A test's output is copied into the file as it was printed: bytes that are not
+    UTF-8 or characters XML does not allow are replaced before parsing rather than losing every
+    test's time to one test's output."""
     try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return tests
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        return [], f"ctest wrote no junit file ({e.strerror})"
+    try:
+        root = ET.fromstring(raw)
+    except ET.ParseError:
+        text = raw.decode("utf-8", errors="replace")
+        text = re.sub("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]", "?", text)
+        text = re.sub(r"<\?xml[^>]*\?>", "", text, count=1)
+        try:
+            root = ET.fromstring(text)
+        except ET.ParseError as e:
+            return [], f"ctest's junit file is not readable XML ({e})"
+    tests = []
     for case in root.iter("testcase"):
         try:
             seconds = float(case.get("time", "0"))
@@ -108,7 +124,7 @@ def read_junit(path):
             seconds = 0.0
         failed = case.find("failure") is not None or case.get("status") == "fail"
         tests.append((case.get("name", "?"), seconds, failed))
-    return tests
+    return tests, ""
 
 
 def tier_of(labels):
@@ -171,7 +187,7 @@ def main():
         out.append("")
         out.append("compiler cache: ccache is not installed (tools/setup installs it)")
 
-    tests = read_junit(os.path.join(args.report_dir, "junit.xml"))
+    tests, unread = read_junit(os.path.join(args.report_dir, "junit.xml"))
     labels, alone = read_tests(os.path.join(args.report_dir, "tests.json"))
     if tests:
         tiers = {}
@@ -195,7 +211,7 @@ def main():
             out.append(f"  {seconds:7.1f} s  {tier_of(labels.get(name, [])):<12} {name}{mark}")
     else:
         out.append("")
-        out.append("no test times: ctest wrote no junit file")
+        out.append(f"no test times: {unread or 'the junit file holds no test'}")
 
     if total_s > GUARD_S:
         bar = "!" * 78
