@@ -290,6 +290,9 @@ struct TaskRunner::Run : ClaimedRun {
   // Set when the last model call was not sent because it could not be recorded first (the
   // store's answer: an error, or the fence).
   std::optional<Result<Status>> call_unrecorded;
+  // The checkpoint of a model call whose answer ends the task: written with the end, in its
+  // commit (ports::TaskEnd::last_step), not in one of its own.
+  std::optional<ports::ModelStep> final_step;
 
   // What every log line about this run carries.
   log::TaskContext log_context() const {
@@ -959,21 +962,18 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
         codec::model_reply_json(answer, request.role == "react" ? std::string() : request.role);
     ports::ModelStep model_step{run.task_id, run.claimed.attempt, step,           reply_json,
                                 latency_ms,  std::move(ledger),   run.incarnation};
-    auto saved = co_await store_.save_model_step(std::move(model_step));
-    if (saved.ok() && !saved.value().ok()) {
-      // Fenced: another attempt owns the task and will make this call again; this one was
-      // made and charged all the same.
-      LostCharge charge;
-      charge.usage = answer.usage;
-      charge.estimated = answer.usage_estimated;
-      charge.reason = ChargeLoss::kLeaseLost;
-      std::vector<LostCharge> lost{charge};
-      ports::Charges of_step = charges_of(run, step);
-      of_step.settles_call = true;  // the checkpoint did not settle the call's record
-      co_await bill_unreconciled(std::move(of_step), std::move(lost));
+    next = strategy.on_model_reply(answer);
+    if (std::holds_alternative<react::Finish>(next) || std::holds_alternative<react::Fail>(next)) {
+      // The answer ends the task (the loop's next turn finishes it, before anything else):
+      // its checkpoint rides on the end's commit.
+      run.final_step = std::move(model_step);
+    } else {
+      auto saved = co_await store_.save_model_step(std::move(model_step));
+      if (saved.ok() && !saved.value().ok())
+        co_await bill_fenced_answer(run, step, answer.usage, answer.usage_estimated);
+      if (auto stop = co_await on_store_failure(run, saved, "model step"))
+        co_return *stop;
     }
-    if (auto stop = co_await on_store_failure(run, saved, "model step"))
-      co_return *stop;
     // Billed: the totals the result event reports (input, cached input and output, as the
     // task row sums them).
     run.totals.usage.input += answer.usage.input;
@@ -996,8 +996,21 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
     }
     ++step;
     run.steps = step;
-    next = strategy.on_model_reply(answer);
   }
+}
+
+asio::awaitable<void> TaskRunner::bill_fenced_answer(Run& run, int step, TokenUsage usage,
+                                                     bool estimated) {
+  // Another attempt owns the task and will make this call again; this one was made and
+  // charged all the same.
+  LostCharge charge;
+  charge.usage = usage;
+  charge.estimated = estimated;
+  charge.reason = ChargeLoss::kLeaseLost;
+  std::vector<LostCharge> lost{charge};
+  ports::Charges of_step = charges_of(run, step);
+  of_step.settles_call = true;  // the checkpoint did not settle the call's record
+  co_await bill_unreconciled(std::move(of_step), std::move(lost));
 }
 
 namespace {
@@ -1619,8 +1632,16 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   const std::string event_json = codec::result_event_json(event);
   ports::TaskEnd end{run.task_id,  run.claimed.attempt, status,     result, error,
                      spec.user_id, run.traceparent,     event_json, code,   run.incarnation};
+  // The answer that ended the task, if one did: its bill, should the end be fenced.
+  std::optional<ports::ModelStep> last_step;
+  if (run.final_step) {
+    last_step = run.final_step;
+    end.last_step = std::exchange(run.final_step, std::nullopt);
+  }
   auto finished = co_await store_.finish(std::move(end));
   if (!finished.ok()) {
+    // The last step, if any, was not written either: its call's record stays, billed when
+    // this worker's incarnation ends (docs/billing.md).
     log::warn("worker", run.log_context(),
               "could not store the end " + std::string(to_string(status)) +
                   " (left for lease recovery): " + finished.error().message);
@@ -1629,6 +1650,10 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
   if (!finished.value().ok()) {
     log::warn("worker", run.log_context(),
               "lease taken over; the end " + std::string(to_string(status)) + " was not stored");
+    if (last_step) {
+      co_await bill_fenced_answer(run, last_step->step, last_step->ledger.usage,
+                                  last_step->ledger.usage_estimated);
+    }
     co_return RunOutcome::kLeaseLost;
   }
   const std::int64_t outbox_id = finished.value().value();

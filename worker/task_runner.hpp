@@ -108,6 +108,10 @@ class TaskRunner final : public Runs {
   // call first. Safe after the run ended (an abandoned call finishing late).
   boost::asio::awaitable<void> bill_unreconciled(ports::Charges charges,
                                                  std::vector<LostCharge> lost);
+  // Bills the answer of model step `step` whose checkpoint was fenced (another attempt owns
+  // the task) as an unreconciled charge, settling the call's record.
+  boost::asio::awaitable<void> bill_fenced_answer(Run& run, int step, TokenUsage usage,
+                                                  bool estimated);
   // What bill_unreconciled needs to know of the run's step `step`.
   static ports::Charges charges_of(const Run& run, int step);
   // The tool set of these schemas, encoded.

@@ -162,7 +162,9 @@ struct ToolStep {
 };
 
 // How a run ends its task, with the result event that announces it (built by the run from
-// the totals it kept: the store writes it as it is).
+// the totals it kept: the store writes it as it is). When the task ends on a model call's
+// answer (the final answer, or one the strategy fails on), that call's checkpoint rides on
+// the end: `last_step` is written with it, in one commit, fenced with it (refused together).
 struct TaskEnd {
   std::string task_id;
   int attempt = 0;
@@ -174,6 +176,7 @@ struct TaskEnd {
   std::string result_event;             // JSON
   std::optional<ErrorCode> error_code;  // set for every end but succeeded
   std::int64_t incarnation = 0;         // the fence, as in ModelStep
+  std::optional<ModelStep> last_step;   // the checkpoint written with the end, if any
 };
 
 // A follow-up's parent as the worker rebuilds its conversation.

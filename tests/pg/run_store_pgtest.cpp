@@ -475,6 +475,90 @@ TEST(RunStore, EndsOfManyTasksAreOneStatementAndEachKnowsItsOutboxRow) {
       0);
 }
 
+TEST(RunStore, AnEndCarriesTheCheckpointOfTheAnswerThatEndedItInTheSameStatement) {
+  Harness h;
+  const std::string with_step = running_task(h.db, "rs-u4");
+  const std::string without = running_task(h.db, "rs-u4");
+  const std::string taken = running_task(h.db, "rs-u4", 2);
+  {
+    // The first step was checkpointed on its own; the second call's record waits for its end.
+    pqxx::work tx(h.db);
+    tx.exec_params0(
+        "UPDATE tasks SET steps = 1, input_tokens = 100, output_tokens = 10, "
+        "cost = 0.0001, currency = 'CNY' WHERE task_id = $1::uuid",
+        with_step);
+    for (const std::string& id : {with_step, taken})
+      tx.exec_params0(
+          "INSERT INTO model_calls_in_flight (task_id, attempt, step, incarnation, "
+          "user_id, model, input_tokens, cost, currency) "
+          "VALUES ($1::uuid, 1, 1, 7, 'rs-u4', 'sim-model', 90, 0.00009, 'CNY')",
+          id);
+    tx.commit();
+  }
+  auto end = [](const std::string& id, bool step) {
+    ports::TaskEnd e;
+    e.task_id = id;
+    e.attempt = 1;
+    e.incarnation = kIncarnation;
+    e.status = TaskStatus::kSucceeded;
+    e.result = TaskResult{ResultType::kActionCompleted, "done", {}};
+    e.user_id = "rs-u4";
+    e.result_event = "{}";
+    if (step) {
+      e.last_step = model_step(id, 1, 1, 250);
+      e.last_step->ledger.user_id = "rs-u4";
+    }
+    return e;
+  };
+  h.hold_the_batcher(3);
+  auto fs = h.spawn(h.store.finish(end(with_step, true)));
+  auto fw = h.spawn(h.store.finish(end(without, false)));
+  auto ft = h.spawn(h.store.finish(end(taken, true)));  // an old attempt's: refused whole
+  h.io.run();
+  const auto rs = fs.get(), rw = fw.get(), rt = ft.get();
+  ASSERT_TRUE(rs.ok() && rw.ok() && rt.ok());
+  EXPECT_TRUE(rs.value().ok());
+  EXPECT_TRUE(rw.value().ok());
+  ASSERT_FALSE(rt.value().ok());
+  EXPECT_EQ(rt.value().error().kind, ErrorKind::kLeaseLost);
+  EXPECT_GE(h.writes.stats().largest, 3u) << "the three ends went in one batch";
+  pqxx::work tx(h.db);
+  auto task = tx.exec_params1(
+      "SELECT status, steps, input_tokens, output_tokens, cost::text, currency FROM tasks "
+      "WHERE task_id = $1::uuid",
+      with_step);
+  EXPECT_EQ(task[0].as<std::string>(), "succeeded");
+  EXPECT_EQ(task[1].as<int>(), 2) << "the last step counted";
+  EXPECT_EQ(task[2].as<int>(), 350) << "its tokens added to the earlier steps'";
+  EXPECT_EQ(task[3].as<int>(), 20);
+  EXPECT_EQ(task[4].as<std::string>(), "0.000200");
+  EXPECT_EQ(task[5].as<std::string>(), "CNY");
+  auto step = tx.exec_params1(
+      "SELECT (SELECT count(*) FROM task_steps WHERE task_id = $1::uuid AND step = 1),"
+      " (SELECT count(*) FROM usage_ledger WHERE task_id = $1::uuid AND step = 1"
+      "   AND input_tokens = 250 AND user_id = 'rs-u4'),"
+      " (SELECT count(*) FROM model_calls_in_flight WHERE task_id = $1::uuid)",
+      with_step);
+  EXPECT_EQ(step[0].as<int>(), 1) << "its checkpoint";
+  EXPECT_EQ(step[1].as<int>(), 1) << "its bill";
+  EXPECT_EQ(step[2].as<int>(), 0) << "its call's record settled by the bill";
+  auto plain = tx.exec_params1(
+      "SELECT status, steps, input_tokens FROM tasks WHERE task_id = $1::uuid", without);
+  EXPECT_EQ(plain[0].as<std::string>(), "succeeded");
+  EXPECT_EQ(plain[1].as<int>(), 0) << "an end without a step leaves the totals";
+  EXPECT_EQ(plain[2].as<int>(), 0);
+  auto refused = tx.exec_params1(
+      "SELECT (SELECT status FROM tasks WHERE task_id = $1::uuid),"
+      " (SELECT count(*) FROM task_steps WHERE task_id = $1::uuid),"
+      " (SELECT count(*) FROM usage_ledger WHERE task_id = $1::uuid),"
+      " (SELECT count(*) FROM model_calls_in_flight WHERE task_id = $1::uuid)",
+      taken);
+  EXPECT_EQ(refused[0].as<std::string>(), "running");
+  EXPECT_EQ(refused[1].as<int>(), 0) << "the fenced end wrote no step";
+  EXPECT_EQ(refused[2].as<int>(), 0) << "and billed nothing: its run bills it unreconciled";
+  EXPECT_EQ(refused[3].as<int>(), 1) << "its record is left for that bill";
+}
+
 TEST(RunStore, ATaskAskedForTwiceInOneBatchIsClaimedOnceAndAResumedClaimBringsItsPast) {
   Harness h;
   std::string dispatched, resumed;

@@ -364,6 +364,13 @@ class MemoryRunStore final : public ports::RunStore {
       co_return *store_error;
     if (end.attempt != attempt || end.incarnation != owner || status != "running")
       co_return Result<std::int64_t>(Error{ErrorKind::kLeaseLost, "not ours"});
+    if (end.last_step) {  // the checkpoint of the answer that ended the task, in the end's write
+      const ports::ModelStep& step = *end.last_step;
+      steps[step.step] = Row{ports::StepRecord{step.step, step.reply_json, {}}, {}};
+      in_flight.erase({step.attempt, step.step});
+      ledger.push_back(step);
+      ++steps_with_end;
+    }
     status = std::string(to_string(end.status));
     event = end.result_event;
     ended = std::move(end);
@@ -412,6 +419,7 @@ class MemoryRunStore final : public ports::RunStore {
   std::function<void()> on_claim;         // runs while a claim that succeeds is under way
   std::function<void()> on_tool_results;  // runs once a step's tool results are saved
   int releases = 0;
+  int steps_with_end = 0;  // checkpoints written with the task's end
   int tool_calls = 0;
   std::string user_tier;                           // the user's own tier ("": the default)
   std::optional<std::int64_t> user_budget_micros;  // the user's own monthly budget
@@ -1001,6 +1009,43 @@ TEST(TaskRunner, AnAnswerItsRunCouldNotCheckpointAfterTheLeaseWasLostIsBilledUnr
   EXPECT_EQ(h.store.charges[0].attempt, 1) << "the attempt that made the call";
   EXPECT_EQ(h.store.charges[0].charges[0].charge.reason, ChargeLoss::kLeaseLost);
   EXPECT_EQ(h.store.charges[0].charges[0].charge.usage.input, 120);
+}
+
+TEST(TaskRunner, TheAnswerThatEndsTheTaskIsCheckpointedAndBilledInTheEndsOwnWrite) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}, 100, 10));
+  h.model.then(finish_reply("done", 140, 20));
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "succeeded");
+  ASSERT_TRUE(h.store.ended);
+  ASSERT_TRUE(h.store.ended->last_step) << "the final answer rides on the end: one commit";
+  EXPECT_EQ(h.store.ended->last_step->step, 1);
+  EXPECT_EQ(h.store.ended->last_step->ledger.usage.input, 140);
+  EXPECT_EQ(h.store.steps_with_end, 1);
+  ASSERT_EQ(h.store.ledger.size(), 2u) << "both answers billed, each once";
+  EXPECT_EQ(h.store.ledger[0].step, 0) << "the first in a checkpoint of its own";
+  EXPECT_EQ(h.store.ledger[1].step, 1);
+  EXPECT_EQ(h.store.steps.size(), 2u) << "a replay finds both steps";
+  EXPECT_TRUE(h.store.in_flight.empty()) << "both calls' records settled";
+  // The result event counts the last step and its tokens, as before.
+  EXPECT_NE(h.store.event.find(R"("steps":2)"), std::string::npos) << h.store.event;
+}
+
+TEST(TaskRunner, AnAnswerThatEndsTheTaskIsBilledUnreconciledWhenTheEndIsFenced) {
+  Harness h;
+  h.model.then(finish_reply("done", 130, 25));
+  h.model.on_call = [&h] { h.store.take_over(); };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  EXPECT_FALSE(h.store.ended) << "the new attempt ends the task";
+  EXPECT_TRUE(h.store.ledger.empty()) << "the step is the new owner's";
+  ASSERT_EQ(h.store.charges.size(), 1u);
+  EXPECT_EQ(h.store.charges[0].step, 0);
+  ASSERT_EQ(h.store.charges[0].charges.size(), 1u);
+  EXPECT_EQ(h.store.charges[0].charges[0].charge.reason, ChargeLoss::kLeaseLost);
+  EXPECT_EQ(h.store.charges[0].charges[0].charge.usage.input, 130);
+  EXPECT_EQ(h.store.charges[0].charges[0].charge.usage.output, 25);
+  EXPECT_EQ(h.store.settled, 1) << "its record settled by the bill, not left to the scheduler";
+  EXPECT_TRUE(h.store.in_flight.empty());
 }
 
 TEST(TaskRunner, AttemptsTheClientReportsLostAreBilledUnreconciledAtTheirStep) {

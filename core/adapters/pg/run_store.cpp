@@ -52,6 +52,31 @@ void key_raw(Writer& w, const char* key, std::string_view json, rapidjson::Type 
     w.RawValue(json.data(), json.size(), type);
 }
 
+// A model step's checkpoint and ledger row, as save_model_steps and finish_tasks read them.
+void step_fields(Writer& w, const ports::ModelStep& m) {
+  w.Key("step");
+  w.Int(m.step);
+  key_raw(w, "reply", m.reply_json, rapidjson::kObjectType);
+  w.Key("latency_ms");
+  w.Int(m.latency_ms);
+  key_string(w, "user_id", m.ledger.user_id);
+  key_string(w, "batch_id", m.ledger.batch_id);
+  key_string(w, "model", m.ledger.model);
+  w.Key("input");
+  w.Int64(m.ledger.usage.input);
+  w.Key("cached");
+  w.Int64(m.ledger.usage.cached_input);
+  w.Key("output");
+  w.Int64(m.ledger.usage.output);
+  w.Key("reasoning");
+  w.Int64(m.ledger.usage.reasoning);
+  // A decimal string: Postgres reads it into numeric exactly.
+  key_string(w, "cost", m.ledger.cost);
+  key_string(w, "currency", m.ledger.currency);
+  w.Key("estimated");
+  w.Bool(m.ledger.usage_estimated);
+}
+
 std::string text_of(const rapidjson::StringBuffer& buffer) {
   return std::string(buffer.GetString(), buffer.GetSize());
 }
@@ -283,27 +308,7 @@ class ModelStepKind final : public WriteBatcher::Kind<ports::ModelStep, Status> 
       w.Int(m->attempt);
       w.Key("incarnation");
       w.Int64(m->incarnation);
-      w.Key("step");
-      w.Int(m->step);
-      key_raw(w, "reply", m->reply_json, rapidjson::kObjectType);
-      w.Key("latency_ms");
-      w.Int(m->latency_ms);
-      key_string(w, "user_id", m->ledger.user_id);
-      key_string(w, "batch_id", m->ledger.batch_id);
-      key_string(w, "model", m->ledger.model);
-      w.Key("input");
-      w.Int64(m->ledger.usage.input);
-      w.Key("cached");
-      w.Int64(m->ledger.usage.cached_input);
-      w.Key("output");
-      w.Int64(m->ledger.usage.output);
-      w.Key("reasoning");
-      w.Int64(m->ledger.usage.reasoning);
-      // A decimal string: Postgres reads it into numeric exactly.
-      key_string(w, "cost", m->ledger.cost);
-      key_string(w, "currency", m->ledger.currency);
-      w.Key("estimated");
-      w.Bool(m->ledger.usage_estimated);
+      step_fields(w, *m);
       w.EndObject();
     }
     w.EndArray();
@@ -419,6 +424,8 @@ class FinishKind final : public WriteBatcher::Kind<FinishItem, Result<std::int64
       key_string(w, "traceparent", e.traceparent);
       w.Key("relay_delay_s");
       w.Int(f->relay_delay_s);
+      if (e.last_step)
+        step_fields(w, *e.last_step);
       w.EndObject();
     }
     w.EndArray();

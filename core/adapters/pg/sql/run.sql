@@ -245,12 +245,18 @@ SELECT task_id::text FROM ours
 -- name: finish_tasks
 -- Each task's end and its result event in the outbox (published by the relay after
 -- relay_delay_s unless the worker has published it and removed the row); the outbox row's id
--- per task.
+-- per task. An end that carries the checkpoint of the model call that ended the task (step
+-- not null: ports::TaskEnd::last_step) writes it as save_model_steps does, in the same
+-- statement: its step row and ledger row, its in-flight record gone, and its totals in the
+-- one update of the task's row.
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, attempt integer, incarnation bigint, status text, result_type text,
          message text, options jsonb, error text, error_code text, topic text, key text,
-         payload text, traceparent text, relay_delay_s integer)
+         payload text, traceparent text, relay_delay_s integer, step integer, reply jsonb,
+         latency_ms integer, user_id text, batch_id text, model text, input bigint,
+         cached bigint, output bigint, reasoning bigint, cost numeric, currency text,
+         estimated boolean)
 ), ours AS (
   SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
   CROSS JOIN LATERAL (
@@ -259,10 +265,31 @@ WITH req AS (
       AND x.worker_incarnation = r.incarnation
     FOR UPDATE OF x
   ) t
+), step_rows AS (
+  INSERT INTO task_steps (task_id, step, attempt, model_reply, model_latency_ms)
+  SELECT r.task_id, r.step, r.attempt, r.reply, r.latency_ms FROM req r JOIN ours USING (task_id)
+  WHERE r.step IS NOT NULL
+), ledger_rows AS (
+  INSERT INTO usage_ledger (task_id, step, user_id, batch_id, model, input_tokens,
+                            cached_input_tokens, output_tokens, reasoning_tokens, cost, currency,
+                            usage_estimated)
+  SELECT r.task_id, r.step, r.user_id, NULLIF(r.batch_id, ''), r.model, r.input, r.cached,
+         r.output, r.reasoning, r.cost, r.currency, coalesce(r.estimated, false)
+  FROM req r JOIN ours USING (task_id)
+  WHERE r.step IS NOT NULL
+), settled AS (
+  DELETE FROM model_calls_in_flight c USING req r
+  WHERE c.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND c.task_id = r.task_id
+    AND c.attempt = r.attempt AND c.step = r.step
 ), ended AS (
   UPDATE tasks t SET status = r.status, result_type = r.result_type,
          result_message = r.message, result_options = r.options, error = NULLIF(r.error, ''),
-         error_code = NULLIF(r.error_code, ''), finished_at = now(), lease_until = NULL
+         error_code = NULLIF(r.error_code, ''), finished_at = now(), lease_until = NULL,
+         steps = coalesce(r.step + 1, t.steps),
+         input_tokens = t.input_tokens + coalesce(r.input, 0),
+         cached_input_tokens = t.cached_input_tokens + coalesce(r.cached, 0),
+         output_tokens = t.output_tokens + coalesce(r.output, 0),
+         cost = t.cost + coalesce(r.cost, 0), currency = coalesce(r.currency, t.currency)
   FROM req r
   WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND r.task_id = t.task_id
   RETURNING t.task_id
