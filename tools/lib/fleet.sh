@@ -60,13 +60,18 @@ _fleet_wait_file() {
 }
 
 # _fleet_pg_dir RUN_DIR: as root, Postgres runs as the postgres user, which must be able to
-# reach its folder. When RUN_DIR is not reachable (a checkout under /root, say), the cluster
-# lives in a folder of its own under /tmp and RUN_DIR/pg links to it.
+# reach its folder. When RUN_DIR is not reachable (a checkout under /root or in a private
+# temporary folder, say), the cluster lives in a folder of its own under /tmp, RUN_DIR/pg
+# links to it, and the folder names its run folder in a file `owner`. Clusters whose run
+# folder is gone (a clone removed after its CI run) are removed when the next one is made:
+# about 50 MB each, a suite makes a few dozen, and a host that clones to a new path for every
+# run would otherwise fill /tmp with them.
 _fleet_pg_dir() {
   local run_dir=$1
   ((EUID == 0)) || return 0
   [[ -e "$run_dir/pg" ]] && return 0
   if ! runuser -u postgres -- test -x "$run_dir"; then
+    _fleet_sweep_pg_dirs
     local target
     target="/tmp/agentfleet-pg-$(printf '%s' "$run_dir" | md5sum | cut -c1-12)"
     # No link yet means a new run folder (a fresh checkout at the same path, say): a
@@ -76,9 +81,27 @@ _fleet_pg_dir() {
       rm -rf "$target"
     fi
     mkdir -p "$target"
+    # The link first: a sweep running beside this one (another fleet of the suite starting)
+    # never sees an owner that does not link here yet.
     ln -sfn "$target" "$run_dir/pg"
+    printf '%s\n' "$(realpath -m -- "$run_dir")" >"$target/owner"
     af_log "postgres cannot reach $run_dir; its cluster lives in $target"
   fi
+}
+
+# _fleet_sweep_pg_dirs: stops and removes the clusters under /tmp that no run folder links to
+# any more (their `owner` gone, or its pg link pointing elsewhere). A cluster without an
+# `owner` file is left alone: nothing says whose it is.
+_fleet_sweep_pg_dirs() {
+  local dir owner
+  for dir in /tmp/agentfleet-pg-*; do
+    [[ -d "$dir" && -f "$dir/owner" ]] || continue
+    owner=$(<"$dir/owner")
+    [[ "$(readlink -f -- "$owner/pg" 2>/dev/null)" == "$(readlink -f -- "$dir")" ]] && continue
+    "$AF_ROOT/tools/devpg" stop "$dir" >/dev/null 2>&1 || true
+    rm -rf -- "$dir"
+    af_log "removed the cluster of a run folder that is gone: $dir (was $owner)"
+  done
 }
 
 fleet_start() {
