@@ -22,6 +22,8 @@ fail() {
 # A private folder (mode 0700): the postgres user cannot enter it, as in a CI clone made with
 # mktemp -d.
 base=$(mktemp -d)
+# A cluster folder that names no run folder (as one made before folders named theirs): the
+# sweep must leave it alone.
 unowned=$(mktemp -d /tmp/agentfleet-pg-sweeptest.XXXXXX)
 cleanup() {
   local d

@@ -52,6 +52,18 @@ void key_raw(Writer& w, const char* key, std::string_view json, rapidjson::Type 
     w.RawValue(json.data(), json.size(), type);
 }
 
+// A call's tokens, as the ledger and the unreconciled charges' statements read them.
+void usage_fields(Writer& w, const TokenUsage& usage) {
+  w.Key("input");
+  w.Int64(usage.input);
+  w.Key("cached");
+  w.Int64(usage.cached_input);
+  w.Key("output");
+  w.Int64(usage.output);
+  w.Key("reasoning");
+  w.Int64(usage.reasoning);
+}
+
 // A model step's checkpoint and ledger row, as save_model_steps and finish_tasks read them.
 void step_fields(Writer& w, const ports::ModelStep& m) {
   w.Key("step");
@@ -62,14 +74,7 @@ void step_fields(Writer& w, const ports::ModelStep& m) {
   key_string(w, "user_id", m.ledger.user_id);
   key_string(w, "batch_id", m.ledger.batch_id);
   key_string(w, "model", m.ledger.model);
-  w.Key("input");
-  w.Int64(m.ledger.usage.input);
-  w.Key("cached");
-  w.Int64(m.ledger.usage.cached_input);
-  w.Key("output");
-  w.Int64(m.ledger.usage.output);
-  w.Key("reasoning");
-  w.Int64(m.ledger.usage.reasoning);
+  usage_fields(w, m.ledger.usage);
   // A decimal string: Postgres reads it into numeric exactly.
   key_string(w, "cost", m.ledger.cost);
   key_string(w, "currency", m.ledger.currency);
@@ -533,14 +538,7 @@ asio::awaitable<Result<Status>> RunStore::record_charges(ports::Charges charges)
     key_string(w, "user_id", charges.user_id);
     key_string(w, "batch_id", charges.batch_id);
     key_string(w, "model", charges.model);
-    w.Key("input");
-    w.Int64(c.charge.usage.input);
-    w.Key("cached");
-    w.Int64(c.charge.usage.cached_input);
-    w.Key("output");
-    w.Int64(c.charge.usage.output);
-    w.Key("reasoning");
-    w.Int64(c.charge.usage.reasoning);
+    usage_fields(w, c.charge.usage);
     w.Key("estimated");
     w.Bool(c.charge.estimated);
     key_string(w, "cost", c.cost);
