@@ -5,6 +5,11 @@
 // deadline; then the task row, totals and result announcement in one transaction, then
 // the result event. The last backstop: nothing thrown inside escapes as a crash.
 //
+// Its parts, a file each: the attempt and its claim (run_claim.cpp), the run's start
+// (run_start.cpp), a model step (model_step.cpp), a tool round (tool_round.cpp), the end
+// (run_end.cpp); the loop that drives them and the run's controls (task_runner.cpp); the
+// state they share (run_state.hpp).
+//
 // A run can be stopped from outside: `cancel` (the API asked) and `fence` (the worker's
 // liveness lapsed: it can no longer prove it owns its tasks) interrupt it at once, even while
 // it waits on the model or a tool; `drain` (SIGTERM) lets each run reach its next checkpoint

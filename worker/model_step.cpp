@@ -1,0 +1,255 @@
+// A model step: the call (recorded before each try is sent, abandoned at once on a cancel),
+// the spend check before it, and the bills no checkpoint writes.
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <limits>
+
+#include "core/adapters/log.hpp"
+#include "worker/run_state.hpp"
+#include "worker/task_runner.hpp"
+
+namespace agentfleet::worker {
+
+namespace asio = boost::asio;
+
+asio::awaitable<void> TaskRunner::bill_fenced_answer(Run& run, int step, TokenUsage usage,
+                                                     bool estimated) {
+  // Another attempt owns the task and will make this call again; this one was made and
+  // charged all the same.
+  LostCharge charge;
+  charge.usage = usage;
+  charge.estimated = estimated;
+  charge.reason = ChargeLoss::kLeaseLost;
+  std::vector<LostCharge> lost{charge};
+  ports::Charges of_step = charges_of(run, step);
+  of_step.settles_call = true;  // the checkpoint did not settle the call's record
+  co_await bill_unreconciled(std::move(of_step), std::move(lost));
+}
+
+asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
+    Run& run, std::shared_ptr<const std::vector<Message>> messages, std::string messages_json,
+    std::shared_ptr<const ToolSet> tools, TimePoint deadline, std::int64_t max_output_tokens) {
+  // The call runs as its own coroutine owning what it reads, so that a cancellation can
+  // stop waiting for it at once; an abandoned call ends at its own deadline.
+  struct Call {
+    std::shared_ptr<const std::vector<Message>> messages;
+    std::string messages_json;
+    std::shared_ptr<const ToolSet> tools;
+    std::optional<Result<ModelReply>> reply;
+    asio::steady_timer* waiter = nullptr;
+    // Attempts the provider may have charged for whose answers are not the reply.
+    std::vector<LostCharge> lost;
+    // The run stopped waiting: the call bills what it cost itself when it ends.
+    bool abandoned = false;
+    ports::Charges step;  // the run's step, for that bill
+    // A try was recorded before it was sent (ports::CallSent): the call's end settles it.
+    bool recorded = false;
+    // The store's answer when a try could not be recorded (and so was not sent).
+    std::optional<Result<Status>> unrecorded;
+  };
+  auto call = std::make_shared<Call>();
+  call->messages = std::move(messages);
+  call->messages_json = std::move(messages_json);
+  call->tools = std::move(tools);
+  call->step = charges_of(run, run.step);
+  auto executor = co_await asio::this_coro::executor;
+  ports::ModelRequest request{run.claimed.spec.model, call->messages.get(), &call->tools->schemas,
+                              call->messages_json,    call->tools->json,    deadline,
+                              run.traceparent,        run.encoder.echo(),   &call->lost,
+                              max_output_tokens};
+  // A model that streams: its text reaches the task's event stream as the model writes it.
+  // Not once the run stopped waiting (the run may be gone by then).
+  request.on_text = [this, call, running = &run, step = run.step](std::string_view text) {
+    if (call->abandoned)
+      return;
+    running->streamed_step = step;
+    emit_progress(*running, "delta", step, {}, text_event_json(text));
+  };
+  request.call_id =
+      run.task_id + ":" + std::to_string(run.claimed.attempt) + ":" + std::to_string(run.step);
+  // Each try is recorded before it is sent, with the charges of the tries lost before it, so
+  // that nothing it costs is lost with the worker (docs/billing.md, "Calls in flight when a
+  // worker stops").
+  request.before_send = [this, call, incarnation = run.incarnation](
+                            std::int64_t input_tokens) -> asio::awaitable<Status> {
+    if (!call->lost.empty()) {
+      std::vector<LostCharge> earlier = std::move(call->lost);
+      call->lost.clear();
+      co_await bill_unreconciled(call->step, std::move(earlier));
+    }
+    TokenUsage estimate;
+    estimate.input = input_tokens;
+    const billing::Money cost = prices_.cost(call->step.model, estimate, clock_.wall_now());
+    ports::CallSent sent{call->step.task_id,  call->step.attempt,
+                         call->step.step,     call->step.user_id,
+                         call->step.batch_id, call->step.model,
+                         input_tokens,        billing::format_micros(cost.micros),
+                         cost.currency,       incarnation};
+    auto recorded = co_await store_.record_call(std::move(sent));
+    if (recorded.ok() && recorded.value().ok()) {
+      call->recorded = true;
+      co_return ok_status();
+    }
+    Error why = recorded.ok() ? recorded.value().error() : recorded.error();
+    call->unrecorded = std::move(recorded);
+    co_return why;
+  };
+  asio::co_spawn(
+      executor,
+      [this, call, request = std::move(request),
+       &model = model_]() mutable -> asio::awaitable<void> {
+        auto reply = co_await model.complete(std::move(request));
+        if (call->abandoned) {
+          // Nobody reads the reply any more; what the call cost is billed all the same.
+          std::vector<LostCharge> lost = std::move(call->lost);
+          if (reply.ok()) {
+            LostCharge answered;
+            answered.usage = reply.value().usage;
+            answered.estimated = reply.value().usage_estimated;
+            answered.reason = ChargeLoss::kAbandoned;
+            lost.push_back(answered);
+          }
+          ports::Charges of_call = call->step;
+          of_call.settles_call = call->recorded;
+          co_await bill_unreconciled(std::move(of_call), std::move(lost));
+          co_return;
+        }
+        call->reply = std::move(reply);
+        if (call->waiter != nullptr)
+          call->waiter->cancel();
+      },
+      [call](std::exception_ptr error) {
+        if (error && !call->reply) {
+          call->reply = Result<ModelReply>(Error{ErrorKind::kTransient, "model call failed"});
+          if (call->waiter != nullptr)
+            call->waiter->cancel();
+        }
+      });
+  // The call's own deadline bounds it; the timer is a backstop a little past it.
+  const TimePoint backstop = deadline + std::chrono::seconds(1);
+  asio::steady_timer timer(executor);
+  call->waiter = &timer;
+  run.control->waiting = &timer;
+  while (!call->reply && !run.control->interrupted() && clock_.now() < backstop) {
+    timer.expires_after(backstop - clock_.now());
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  call->waiter = nullptr;
+  run.control->waiting = nullptr;
+  if (!call->reply) {
+    call->abandoned = true;
+    co_return std::nullopt;
+  }
+  run.call_unrecorded = std::move(call->unrecorded);
+  // An answer is billed by its checkpoint, which settles the call's record; a call that
+  // failed settles it here, with what its last try may have cost (maybe nothing: the
+  // provider refused it).
+  ports::Charges of_call = call->step;
+  of_call.settles_call = call->recorded && !call->reply->ok();
+  if (!call->lost.empty() || of_call.settles_call)
+    co_await bill_unreconciled(std::move(of_call), std::move(call->lost));
+  co_return std::move(call->reply);
+}
+
+ports::Charges TaskRunner::charges_of(const Run& run, int step) {
+  ports::Charges charges;
+  charges.task_id = run.task_id;
+  charges.attempt = run.claimed.attempt;
+  charges.step = step;
+  charges.user_id = run.claimed.spec.user_id;
+  charges.batch_id = run.claimed.spec.batch_id;
+  charges.model = run.claimed.spec.model;
+  charges.traceparent = run.traceparent;
+  return charges;
+}
+
+asio::awaitable<void> TaskRunner::bill_unreconciled(ports::Charges charges,
+                                                    std::vector<LostCharge> lost) {
+  if (lost.empty() && !charges.settles_call)
+    co_return;
+  const auto now = clock_.wall_now();
+  std::string what;
+  std::vector<std::int64_t> micros;
+  for (const LostCharge& charge : lost) {
+    const billing::Money cost = prices_.cost(charges.model, charge.usage, now);
+    micros.push_back(cost.micros);
+    what += (what.empty() ? "" : "; ") + std::string(to_string(charge.reason)) + " " +
+            std::to_string(charge.usage.input) + "+" + std::to_string(charge.usage.output) +
+            " tokens" + (charge.estimated ? " (estimated)" : "");
+    charges.charges.push_back(
+        ports::UnreconciledCharge{charge, billing::format_micros(cost.micros), cost.currency});
+  }
+  // The log line's context and the metrics outlive what the store is given: copies.
+  const std::vector<ports::UnreconciledCharge> billed = charges.charges;
+  const std::string task_id = charges.task_id;
+  const std::string user_id = charges.user_id;
+  const std::string batch_id = charges.batch_id;
+  const std::string model = charges.model;
+  const std::string traceparent = charges.traceparent;
+  const log::TaskContext task{task_id,         user_id,      batch_id,
+                              charges.attempt, charges.step, log::trace_id_of(traceparent)};
+  auto recorded = co_await store_.record_charges(std::move(charges));
+  if (recorded.ok() && !recorded.value().ok() &&
+      recorded.value().error().kind == ErrorKind::kConflict) {
+    // The call's record was gone: the scheduler billed it (its estimate) when this worker's
+    // liveness lapsed. Billed once, not twice.
+    if (!billed.empty())
+      log::warn("worker", task,
+                "model charges already billed by the scheduler (this worker's liveness had "
+                "lapsed); not billed again: " +
+                    what,
+                {{"model", model}});
+    co_return;
+  }
+  if (!recorded.ok() || !recorded.value().ok()) {
+    const std::string why =
+        !recorded.ok() ? recorded.error().message : recorded.value().error().message;
+    log::error("worker", task, "unreconciled model charges not recorded (" + what + "): " + why,
+               {{"model", model}});
+    co_return;
+  }
+  if (billed.empty())
+    co_return;
+  for (std::size_t i = 0; i < billed.size(); ++i) {
+    const ports::UnreconciledCharge& c = billed[i];
+    metrics_.tokens(model, c.charge.usage);
+    metrics_.cost(model, c.currency, micros[i]);
+    metrics_.charge_unreconciled(model, c.charge.reason, c.charge.estimated);
+  }
+  log::info("worker", task, "unreconciled model charges billed: " + what, {{"model", model}});
+}
+
+billing::SpendDecision TaskRunner::spend_check(const Run& run, const config::ModelConfig& model,
+                                               std::int64_t input_tokens) const {
+  const TaskSpec& spec = run.claimed.spec;
+  billing::SpendLimits limits;
+  limits.max_tokens = spec.max_tokens;
+  limits.max_cost_micros = spec.max_cost_micros;
+  limits.budget_micros = run.budget_micros;
+  limits.currency = exchange_.target();
+  limits.month_zone = config_.billing.time_zone;
+  billing::SpendSoFar spent;
+  spent.task_tokens = run.totals.usage.input + run.totals.usage.output;
+  spent.task_cost_micros = run.task_cost_micros;
+  spent.month_micros = run.budget_spent_micros;
+  billing::NextCall call;
+  call.input_tokens = input_tokens;
+  call.max_output_tokens = model.max_output_tokens;
+  // The call at its most: the input as estimated and the whole output allowance, priced now.
+  call.cost_micros = [&](std::int64_t input, std::int64_t output) {
+    TokenUsage most;
+    most.input = input;
+    most.output = output;
+    const billing::Money cost = prices_.cost(spec.model, most, clock_.wall_now());
+    return exchange_.to_target(cost.micros, cost.currency)
+        .value_or(std::numeric_limits<std::int64_t>::max());
+  };
+  return billing::check_spend(limits, spent, call);
+}
+
+}  // namespace agentfleet::worker

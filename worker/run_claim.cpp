@@ -1,0 +1,210 @@
+// The attempt and its claim: the task made this worker's (lease, attempt, incarnation), a
+// claim retried through a store outage, a claim in doubt reported for hand-back.
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "core/adapters/log.hpp"
+#include "worker/run_state.hpp"
+#include "worker/task_runner.hpp"
+
+namespace agentfleet::worker {
+
+namespace asio = boost::asio;
+
+namespace {
+// A claim that failed on a store outage is tried again after 0.25, 0.5, 1, 2 and 4 s: long
+// enough to ride out a Postgres restart.
+constexpr int kClaimRetries = 5;
+constexpr int kClaimRetryBaseMs = 250;
+// A claim that arrives while the worker is fenced waits up to 30 s for a new incarnation.
+constexpr int kFencedClaimWaits = 300;
+constexpr int kFencedClaimWaitMs = 100;
+
+// The dispatch message's traceparent goes on to the model and tool calls as a header: only a
+// valid one, rebuilt as version 00 from its checked parts (a later version may append
+// fields, which could hold anything, a line break included); anything else is none.
+std::string traceparent_to_forward(std::string_view incoming) {
+  const std::string_view trace = log::trace_id_of(incoming);
+  if (trace.empty())
+    return {};
+  return "00-" + std::string(trace) + "-" + std::string(incoming.substr(36, 16)) + "-" +
+         std::string(incoming.substr(53, 2));
+}
+}  // namespace
+
+asio::awaitable<bool> TaskRunner::claimable(std::optional<std::uint64_t> lifted_after) {
+  auto executor = co_await asio::this_coro::executor;
+  // A fenced worker owns nothing until its lease keeper has a new incarnation: a message that
+  // arrived meanwhile waits for it (its partition is paused), bounded.
+  for (int waited = 0;; ++waited) {
+    {
+      std::lock_guard lock(leases_mutex_);
+      const bool ready = !fenced_ && (!lifted_after || unfenced_ > *lifted_after);
+      if (ready)
+        co_return true;
+      if (draining_ || waited == kFencedClaimWaits)
+        co_return false;
+    }
+    asio::steady_timer pause(executor, std::chrono::milliseconds(kFencedClaimWaitMs));
+    fence_waiters_.insert(&pause);  // unfence() wakes it
+    boost::system::error_code ec;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    fence_waiters_.erase(&pause);
+  }
+}
+
+asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string user_id,
+                                               std::string traceparent) {
+  auto run = std::make_shared<Run>();
+  run->task_id = std::move(task_id);
+  run->user_id = std::move(user_id);
+  run->traceparent = traceparent_to_forward(traceparent);
+  auto executor = co_await asio::this_coro::executor;
+  if (!co_await claimable(std::nullopt)) {
+    log::warn("worker", run->log_context(), "not claimed: this worker is fenced");
+    co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
+  }
+  std::uint64_t lifted = 0;
+  // The fences raised before the claim last sent: one raised while it was in flight means
+  // the incarnation it was made under may be gone.
+  std::uint64_t fences_before = 0;
+  {
+    std::lock_guard lock(leases_mutex_);
+    lifted = unfenced_;
+    fences_before = fences_;
+  }
+  {
+    std::lock_guard lock(claiming_->mutex);
+    ++claiming_->tasks[run->task_id];
+  }
+  // Counted until this claim's answer is acted on (a claimed run is in leases_ by then).
+  struct ClaimUnderWay {
+    std::shared_ptr<Claiming> claiming;
+    std::string task_id;
+    ~ClaimUnderWay() {
+      std::lock_guard lock(claiming->mutex);
+      auto it = claiming->tasks.find(task_id);
+      if (it != claiming->tasks.end() && --it->second <= 0)
+        claiming->tasks.erase(it);
+    }
+  } under_way{claiming_, run->task_id};
+  auto claim = co_await store_.claim(run->task_id);
+  if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kNotLive) {
+    // The claim ran after this incarnation's liveness lapsed (it waited in a silent
+    // connection): it took nothing. Once the lease keeper holds a new incarnation, once more.
+    log::warn("worker", run->log_context(),
+              "not claimed: this worker's liveness lapsed before the claim ran; claiming again "
+              "under its next incarnation");
+    if (!co_await claimable(lifted)) {
+      log::warn("worker", run->log_context(), "not claimed: no new incarnation came");
+      co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
+    }
+    fences_before = fence_count();
+    claim = co_await store_.claim(run->task_id);
+  }
+  // A claim that failed on a store outage (a Postgres restart) is tried again for a few
+  // seconds: left alone, the task would wait in `dispatched` for the scheduler's
+  // redispatch_after_s (a minute), its deadline running if an earlier attempt started it.
+  // A claim whose commit was in doubt may have made the task this worker's without anyone
+  // running it: such a task is reported abandoned, and the lease keeper hands it back if
+  // this worker holds it. A retry that finds it run by this incarnation already (and by no
+  // run or other claim of this worker) knows the attempt the lost answer made: handed back
+  // at that attempt, the release counts even should the task be taken over before the
+  // hand-back (its incarnation lapsing meanwhile). Else the attempt is unknown (-1).
+  bool in_doubt = false;
+  for (int retry = 0; !claim.ok() && claim.error().retryable() && retry < kClaimRetries; ++retry) {
+    in_doubt = true;
+    {
+      std::lock_guard lock(leases_mutex_);
+      if (draining_)
+        break;
+    }
+    log::warn("worker", run->log_context(), "claim failed, trying again: " + claim.error().message);
+    asio::steady_timer pause(executor, std::chrono::milliseconds(kClaimRetryBaseMs << retry));
+    boost::system::error_code ec;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    fences_before = fence_count();
+    claim = co_await store_.claim(run->task_id);
+  }
+  if (in_doubt && abandoned_ &&
+      (!claim.ok() || claim.value().outcome != ports::ClaimOutcome::kClaimed)) {
+    ports::HeldTask doubtful{run->task_id, -1};
+    bool report = true;
+    if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kBusyOrDone &&
+        claim.value().held_attempt > 0) {
+      std::lock_guard lock(leases_mutex_);
+      int claims = 0;
+      {
+        std::lock_guard counted(claiming_->mutex);
+        claims = claiming_->tasks[run->task_id];
+      }
+      if (leases_.count(run->task_id)) {
+        report = false;  // a run of this worker claimed it: the claim in doubt took nothing
+      } else if (claims <= 1) {
+        doubtful.attempt = claim.value().held_attempt;
+        doubtful.incarnation = claim.value().incarnation;
+      }
+    }
+    if (report)
+      abandoned_(std::move(doubtful));
+  }
+  if (!claim.ok()) {
+    log::error("worker", run->log_context(), "claim failed: " + claim.error().message);
+    metrics_.claim(metrics::ClaimOutcome::kStoreUnavailable);
+    co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
+  }
+  if (claim.value().outcome == ports::ClaimOutcome::kUnknown)
+    co_return ClaimResult{nullptr, RunOutcome::kUnknownTask};
+  if (claim.value().outcome == ports::ClaimOutcome::kNotLive) {
+    // Still dispatched, no attempt spent: the scheduler dispatches it again once its
+    // message is known lost.
+    log::warn("worker", run->log_context(), "not claimed: this worker's liveness lapsed");
+    metrics_.claim(metrics::ClaimOutcome::kStoreUnavailable);
+    co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
+  }
+  if (claim.value().outcome != ports::ClaimOutcome::kClaimed) {
+    log::info("worker", run->log_context(), "skipped: ended already, or run by another worker");
+    metrics_.claim(metrics::ClaimOutcome::kSkipped);
+    co_return ClaimResult{nullptr, RunOutcome::kSkipped};  // terminal, or owned elsewhere
+  }
+  run->claimed = std::move(*claim.value().task);
+  run->incarnation = claim.value().incarnation;
+  run->attempt = run->claimed.attempt;
+  run->totals = run->claimed.totals;
+  run->claimed_at = clock_.now();
+  metrics_.claim(metrics::ClaimOutcome::kClaimed);
+  if (run->claimed.attempt == 1)
+    metrics_.queue_wait(run->claimed.spec.priority, run->claimed.queued_ms / 1000.0);
+  run->deadline = clock_.now() + std::chrono::milliseconds(run->claimed.remaining_ms);
+  log::info(
+      "worker", run->log_context(),
+      run->claimed.steps.empty()
+          ? std::string("claimed")
+          : "claimed, resuming after " + std::to_string(run->claimed.steps.size()) +
+                (run->claimed.steps.size() == 1 ? " checkpointed step" : " checkpointed steps"));
+  bool fenced_meanwhile = false;
+  {
+    std::lock_guard lock(leases_mutex_);
+    // A fence raised while the claim was under way collected the runs it knew, not this one.
+    fenced_meanwhile = fences_ != fences_before;
+    if (!fenced_meanwhile) {
+      run->control->drain = draining_;
+      run->control->lease_lost = fenced_;
+      leases_[run->task_id] = Held{run->claimed.attempt, run->control};
+    }
+  }
+  if (fenced_meanwhile) {
+    // Claimed under an incarnation that may be gone: not run, and handed back under the
+    // incarnation that holds it, so that the attempt does not count as a crashed one.
+    log::warn("worker", run->log_context(),
+              "claimed just as this worker fenced itself: not run, handed back");
+    if (abandoned_)
+      abandoned_(ports::HeldTask{run->task_id, run->claimed.attempt, claim.value().incarnation});
+    co_return ClaimResult{nullptr, RunOutcome::kLeaseLost};
+  }
+  co_return ClaimResult{std::move(run), RunOutcome::kFinished};
+}
+
+}  // namespace agentfleet::worker
