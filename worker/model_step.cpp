@@ -1,5 +1,6 @@
-// A model step: the call (recorded before each try is sent, abandoned at once on a cancel),
-// the spend check before it, and the bills no checkpoint writes.
+// A model step: what the call sends and offers, the spend check before it, the call
+// (recorded before each try is sent, abandoned at once on a cancel), its checkpoint and
+// bill, how a failed call ends the run, and the bills no checkpoint writes.
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -9,6 +10,8 @@
 #include <limits>
 
 #include "core/adapters/log.hpp"
+#include "core/codec/checkpoint_codec.hpp"
+#include "core/react/context_budget.hpp"
 #include "worker/run_state.hpp"
 #include "worker/task_runner.hpp"
 
@@ -28,6 +31,198 @@ asio::awaitable<void> TaskRunner::bill_fenced_answer(Run& run, int step, TokenUs
   ports::Charges of_step = charges_of(run, step);
   of_step.settles_call = true;  // the checkpoint did not settle the call's record
   co_await bill_unreconciled(std::move(of_step), std::move(lost));
+}
+
+std::shared_ptr<const TaskRunner::ToolSet> TaskRunner::offered_tools(
+    const Run& run, const react::NextCall& call) const {
+  switch (call.tools) {
+    case react::ToolOffer::kTaskTools:
+      return run.schemas;
+    case react::ToolOffer::kFinishOnly:
+      return finish_only_;
+    case react::ToolOffer::kStepTool: {
+      std::vector<ports::ToolSchema> one;
+      for (const auto& schema : run.schemas->schemas) {
+        if (schema.name == call.tool)
+          one.push_back(schema);
+      }
+      return make_tool_set(std::move(one));
+    }
+    case react::ToolOffer::kNone:
+      break;
+  }
+  return no_tools_;
+}
+
+TaskRunner::CallInput TaskRunner::call_input(Run& run, const Loop& loop,
+                                             const react::NextCall& request) {
+  // What the call sends: the conversation as it is when it fits (held by the strategy,
+  // which the call keeps alive), else a trimmed copy.
+  CallInput input;
+  input.tokens = loop.tool_tokens;
+  if (loop.keep_encoded)
+    run.encoder.sync(request.conversation, *request.messages, loop.model->reasoning_echo);
+  if (loop.keep_encoded && run.encoder.estimated_tokens() <= loop.budget.max_tokens) {
+    input.messages = std::shared_ptr<const std::vector<Message>>(loop.strategy, request.messages);
+    input.messages_json = run.encoder.json();
+    input.tokens += run.encoder.estimated_tokens();
+    return input;
+  }
+  react::FittedContext context = react::fit_context(*request.messages, loop.budget);
+  if (!context.fits) {
+    log::warn("worker", run.log_context(),
+              "conversation exceeds the context budget even trimmed (" +
+                  std::to_string(context.estimated_tokens) + " estimated tokens)");
+  }
+  input.messages = std::make_shared<const std::vector<Message>>(std::move(context.messages));
+  input.tokens += context.estimated_tokens;
+  return input;
+}
+
+asio::awaitable<std::optional<RunOutcome>> TaskRunner::model_step(Run& run, Loop& loop) {
+  const config::ModelConfig& model = *loop.model;
+  const auto call_deadline =
+      std::min(run.deadline, clock_.now() + std::chrono::seconds(model.call_timeout_s));
+  emit_progress(run, "step", loop.step, {}, "{}");
+  const auto started = clock_.now();
+  const react::NextCall request = loop.strategy->request();
+  CallInput input = call_input(run, loop, request);
+  billing::SpendDecision spend = spend_check(run, model, input.tokens);
+  if (spend.stop) {
+    const ErrorCode code = *spend.stop == billing::SpendStop::kMaxTokens ? ErrorCode::kMaxTokens
+                           : *spend.stop == billing::SpendStop::kMaxCost
+                               ? ErrorCode::kMaxCost
+                               : ErrorCode::kQuotaExceeded;
+    co_return co_await finish(run, TaskStatus::kFailed, std::nullopt, std::move(spend.message),
+                              code);
+  }
+  run.capped_output.reset();
+  if (spend.capped)
+    run.capped_output = spend.output_tokens;
+  auto reply = co_await call_model(run, std::move(input.messages), std::move(input.messages_json),
+                                   offered_tools(run, request), call_deadline,
+                                   spend.capped ? spend.output_tokens : 0);
+  if (!reply)
+    co_return co_await call_unanswered(run, model, call_deadline);
+  const int latency_ms = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() - started).count());
+  if (!reply->ok() && run.call_unrecorded) {
+    // Not sent: the call could not be recorded first (the store failed, or the task is no
+    // longer this attempt's).
+    Result<Status> unrecorded = std::move(*run.call_unrecorded);
+    run.call_unrecorded.reset();
+    if (auto stop = co_await on_store_failure(run, unrecorded, "model call record"))
+      co_return *stop;
+  }
+  if (!reply->ok())
+    co_return co_await call_failed(run, reply->error(), call_deadline);
+  co_return co_await checkpoint_answer(run, loop, reply->value(), request.role, latency_ms);
+}
+
+asio::awaitable<RunOutcome> TaskRunner::call_unanswered(Run& run, const config::ModelConfig& model,
+                                                        TimePoint call_deadline) {
+  if (auto stop = co_await stop_requested(run, false))
+    co_return *stop;
+  // The call overran its own deadline (it should not: the client enforces it).
+  if (call_deadline < run.deadline) {
+    co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
+                              "the model call did not return within its " +
+                                  std::to_string(model.call_timeout_s) + " s timeout",
+                              ErrorCode::kModelUnavailable);
+  }
+  co_return co_await finish(
+      run, TaskStatus::kTimedOut, std::nullopt,
+      "deadline of " + std::to_string(run.claimed.spec.timeout_s) + " s passed during a model call",
+      ErrorCode::kDeadline);
+}
+
+asio::awaitable<RunOutcome> TaskRunner::call_failed(Run& run, const Error& error,
+                                                    TimePoint call_deadline) {
+  log::warn("worker", run.log_context(), "model call failed: " + error.message,
+            {{"model", run.claimed.spec.model}});
+  // A call bounded by the task's deadline that gave up on time (it ran out, or the provider
+  // asked for a wait past it) ends the task timed_out, not failed.
+  const bool out_of_time = clock_.now() >= run.deadline ||
+                           (error.kind == ErrorKind::kTimeout && call_deadline >= run.deadline);
+  if (out_of_time) {
+    // Said as it is: a call that gave up early (a Retry-After or a back-off longer than the
+    // time left) says how much time was left, not that the deadline passed.
+    const auto left =
+        std::chrono::duration_cast<std::chrono::seconds>(run.deadline - clock_.now()).count();
+    // Named, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
+    std::string message = left > 0 ? "gave up on a model call with " + std::to_string(left) +
+                                         " s left before the deadline: "
+                                   : std::string("deadline passed during a model call: ");
+    message += error.message;
+    co_return co_await finish(run, TaskStatus::kTimedOut, std::nullopt, std::move(message),
+                              ErrorCode::kDeadline);
+  }
+  // The call's own timeout is not the task's deadline: the model did not answer in time.
+  const ErrorCode code = error.code.value_or(ErrorCode::kModelUnavailable);
+  co_return co_await finish(run, TaskStatus::kFailed, std::nullopt,
+                            "model call failed: " + error.message,
+                            code == ErrorCode::kDeadline ? ErrorCode::kModelUnavailable : code);
+}
+
+asio::awaitable<std::optional<RunOutcome>> TaskRunner::checkpoint_answer(Run& run, Loop& loop,
+                                                                         const ModelReply& answer,
+                                                                         const std::string& role,
+                                                                         int latency_ms) {
+  const TaskSpec& spec = run.claimed.spec;
+  const int step = loop.step;
+  const auto now = clock_.wall_now();
+  const billing::Money cost = prices_.cost(spec.model, answer.usage, now);
+  metrics_.tokens(spec.model, answer.usage);
+  metrics_.cost(spec.model, cost.currency, cost.micros);
+  if (answer.usage_estimated)
+    metrics_.usage_estimated(spec.model);
+  ports::LedgerRow ledger{spec.user_id,
+                          spec.batch_id,
+                          spec.model,
+                          answer.usage,
+                          billing::format_micros(cost.micros),
+                          cost.currency,
+                          answer.usage_estimated};
+  const std::string reply_json =
+      codec::model_reply_json(answer, role == "react" ? std::string() : role);
+  ports::ModelStep checkpoint{run.task_id, run.claimed.attempt, step,           reply_json,
+                              latency_ms,  std::move(ledger),   run.incarnation};
+  loop.next = loop.strategy->on_model_reply(answer);
+  if (std::holds_alternative<react::Finish>(loop.next) ||
+      std::holds_alternative<react::Fail>(loop.next)) {
+    // The answer ends the task (the loop's next turn finishes it, before anything else):
+    // its checkpoint rides on the end's commit.
+    run.final_step = std::move(checkpoint);
+  } else {
+    auto saved = co_await store_.save_model_step(std::move(checkpoint));
+    if (saved.ok() && !saved.value().ok())
+      co_await bill_fenced_answer(run, step, answer.usage, answer.usage_estimated);
+    if (auto stop = co_await on_store_failure(run, saved, "model step"))
+      co_return *stop;
+  }
+  // Billed: the totals the result event reports (input, cached input and output, as the
+  // task row sums them).
+  run.totals.usage.input += answer.usage.input;
+  run.totals.usage.cached_input += answer.usage.cached_input;
+  run.totals.usage.output += answer.usage.output;
+  run.totals.cost_micros += cost.micros;
+  run.totals.currency = cost.currency;
+  if (run.budget_micros > 0 || spec.max_cost_micros) {
+    const std::int64_t in_budget = exchange_.to_target(cost.micros, cost.currency)
+                                       .value_or(std::numeric_limits<std::int64_t>::max());
+    if (__builtin_add_overflow(run.budget_spent_micros, in_budget, &run.budget_spent_micros))
+      run.budget_spent_micros = std::numeric_limits<std::int64_t>::max();
+    if (__builtin_add_overflow(run.task_cost_micros, in_budget, &run.task_cost_micros))
+      run.task_cost_micros = std::numeric_limits<std::int64_t>::max();
+  }
+  if (!answer.content.empty() && run.streamed_step != step) {
+    // The model's text of the step, always as {"text": ...} (react_json text is JSON too),
+    // unless it came as a stream (then its pieces went out as they came).
+    emit_progress(run, "delta", step, {}, text_event_json(answer.content));
+  }
+  loop.step = step + 1;
+  run.steps = loop.step;
+  co_return std::nullopt;
 }
 
 asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(

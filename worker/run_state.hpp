@@ -17,6 +17,7 @@
 
 #include "core/adapters/log.hpp"
 #include "core/codec/openai_codec.hpp"
+#include "core/react/context_budget.hpp"
 #include "worker/task_runner.hpp"
 
 namespace agentfleet::worker {
@@ -105,6 +106,35 @@ struct TaskRunner::Run : ClaimedRun {
                             step,
                             log::trace_id_of(traceparent)};
   }
+};
+
+// Where a run's strategy is between its steps (TaskRunner::run_strategy and its parts).
+struct TaskRunner::Loop {
+  // Shared with the model calls, which read its conversation (a call abandoned at a cancel
+  // may outlive the run).
+  std::shared_ptr<react::Strategy> strategy;
+  react::Step next;  // what the strategy asks for next
+  int step = 0;      // the number of the next step's checkpoint
+  // The pending CallTools of a plan tool step already has its step row (written before its
+  // calls ran); their results go into that row.
+  bool tool_row_written = false;
+  // The pending calls' step was written by an earlier attempt, which may have sent them.
+  bool replayed_calls = false;
+  const config::ModelConfig* model = nullptr;  // the task's
+  // A function-calling conversation is encoded once, each call appending what is new.
+  bool keep_encoded = false;
+  std::int64_t tool_tokens = 0;  // what the offered tools add to a call's input, estimated
+  // What one request may hold: the conversation sent is a trimmed copy (old tool outputs
+  // first), never what is checkpointed.
+  react::ContextBudget budget;
+};
+
+// What a model call sends: the conversation (the strategy's own, or a trimmed copy), its
+// encoding when the run keeps one, and its input tokens as estimated.
+struct TaskRunner::CallInput {
+  std::shared_ptr<const std::vector<Message>> messages;
+  std::string messages_json;
+  std::int64_t tokens = 0;
 };
 
 }  // namespace agentfleet::worker

@@ -93,8 +93,38 @@ class TaskRunner final : public Runs {
   const std::string& worker_id() const { return worker_id_; }
 
  private:
-  struct Run;  // the state of one run: a ClaimedRun
+  struct Run;   // the state of one run: a ClaimedRun
+  struct Loop;  // where the run's strategy is between its steps
+  // The run from its claim to its end: the start, then model steps and tool rounds as the
+  // strategy asks for them, until it concludes (or the run is stopped).
   boost::asio::awaitable<RunOutcome> run_strategy(Run& run);
+  // The checks before the first call (a cancel or expiry while queued, the model, the
+  // tier), the month's spend when a budget holds, the tools the task offers (run_start.cpp).
+  // These and the steps below: how the run ends now, or nullopt to go on.
+  boost::asio::awaitable<std::optional<RunOutcome>> check_start(Run& run);
+  // The strategy the run follows (with a follow-up's history), with the checkpoints of
+  // earlier attempts replayed into it.
+  boost::asio::awaitable<std::optional<RunOutcome>> start_strategy(Run& run, Loop& loop);
+  boost::asio::awaitable<std::optional<RunOutcome>> replay_checkpoints(Run& run, Loop& loop);
+  // The end the strategy reached (a Finish or a Fail).
+  boost::asio::awaitable<RunOutcome> conclude(Run& run, const react::Step& next);
+  // One model step (model_step.cpp): the spend check, the call, its checkpoint and bill.
+  boost::asio::awaitable<std::optional<RunOutcome>> model_step(Run& run, Loop& loop);
+  struct CallInput;  // what a model call sends
+  static CallInput call_input(Run& run, const Loop& loop, const react::NextCall& request);
+  // The end of a run whose call gave no reply (interrupted, or past its backstop) or failed.
+  boost::asio::awaitable<RunOutcome> call_unanswered(Run& run, const config::ModelConfig& model,
+                                                     limits::Clock::time_point call_deadline);
+  boost::asio::awaitable<RunOutcome> call_failed(Run& run, const Error& error,
+                                                 limits::Clock::time_point call_deadline);
+  // An answer's checkpoint (its ledger row with it), or, when it ends the task, kept for the
+  // end's write; then the run's totals and spend.
+  boost::asio::awaitable<std::optional<RunOutcome>> checkpoint_answer(Run& run, Loop& loop,
+                                                                      const ModelReply& answer,
+                                                                      const std::string& role,
+                                                                      int latency_ms);
+  // One tool round (tool_round.cpp): a plan tool step's row, the calls, their results saved.
+  boost::asio::awaitable<std::optional<RunOutcome>> tool_round(Run& run, Loop& loop);
   // From here on the run only writes its end (or hands the task back).
   void mark_ending(Run& run);
   // Calls the model; nullopt when the run was interrupted before the reply arrived.
@@ -102,6 +132,9 @@ class TaskRunner final : public Runs {
   // `messages`: what the call sends, held unchanged until the call ends; `messages_json`
   // their encoding when the run keeps it (else empty).
   struct ToolSet;
+  // What a call offers: the task's tools (ReAct), only finish (the synthesizer), the plan
+  // step's tool (an executor filling it in), or nothing.
+  std::shared_ptr<const ToolSet> offered_tools(const Run& run, const react::NextCall& call) const;
   boost::asio::awaitable<std::optional<Result<ModelReply>>> call_model(
       Run& run, std::shared_ptr<const std::vector<Message>> messages, std::string messages_json,
       std::shared_ptr<const ToolSet> tools, limits::Clock::time_point deadline,
@@ -156,6 +189,16 @@ class TaskRunner final : public Runs {
   // again; the model reads that its outcome is unknown (error code outcome_unknown).
   boost::asio::awaitable<ToolsRun> run_tools(Run& run, int step, const react::CallTools& calls,
                                              bool resumed, std::string* trace_json);
+  struct ToolBatch;  // a step's calls as they go
+  // The calls to send: those not refused (permission, arguments) nor of unknown outcome.
+  std::vector<std::size_t> check_tool_calls(const Run& run, int step, bool resumed,
+                                            ToolBatch& batch);
+  // Sends them, a window at a time; false when cut short (interrupted, or the deadline).
+  boost::asio::awaitable<bool> send_tool_calls(Run& run, int step, std::shared_ptr<ToolBatch> batch,
+                                               const std::vector<std::size_t>& to_call);
+  // The step's trace: every call as it ended; fills `ran`'s observations and answered.
+  std::string tool_trace(Run& run, int step, ToolBatch& batch, const react::CallTools& calls,
+                         ToolsRun& ran);
   // nullopt when `saved` succeeded; else how the run ends (lease lost, left to recovery,
   // or failed for good).
   boost::asio::awaitable<std::optional<RunOutcome>> on_store_failure(Run& run,

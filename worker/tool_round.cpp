@@ -1,6 +1,6 @@
-// A tool round: a step's calls checked, sent with their idempotency keys (at most
-// max_tool_calls_per_step at once), waited for until the deadline or an interruption, and
-// written into the step's trace.
+// A tool round: a plan tool step's row, the step's calls checked, sent with their idempotency keys
+// (at most max_tool_calls_per_step at once), waited for until the deadline or an interruption, and
+// written into the step's trace; their results saved.
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "core/adapters/log.hpp"
+#include "core/codec/checkpoint_codec.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/codec/tool_call_check.hpp"
@@ -49,11 +50,66 @@ std::string error_code_of(const std::string& content, std::string fallback = "er
 }
 }  // namespace
 
-asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
-                                                            const react::CallTools& calls,
-                                                            bool resumed, std::string* trace_json) {
+asio::awaitable<std::optional<RunOutcome>> TaskRunner::tool_round(Run& run, Loop& loop) {
   const TaskSpec& spec = run.claimed.spec;
-  auto executor = co_await asio::this_coro::executor;
+  auto& calls = std::get<react::CallTools>(loop.next);
+  if (calls.own_checkpoint && !loop.tool_row_written) {
+    // A plan tool step is recorded with its calls before they run, as a model step is, so
+    // every side effect belongs to a checkpointed step.
+    const std::string row = codec::tool_step_checkpoint_json(calls.calls);
+    // Named, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
+    ports::ToolStep tool_step{run.task_id, run.claimed.attempt, loop.step, row, run.incarnation};
+    auto written = co_await store_.save_tool_step(std::move(tool_step));
+    if (auto stop = co_await on_store_failure(run, written, "tool step"))
+      co_return *stop;
+    ++loop.step;
+    run.steps = loop.step;
+    run.step = loop.step - 1;
+    loop.tool_row_written = true;
+  }
+  // A step whose tools ran before a crash but were not checkpointed runs them again with
+  // the same idempotency keys, so their side effects happen once.
+  const int tools_step = loop.step - 1;
+  std::string trace;
+  ToolsRun ran = co_await run_tools(run, tools_step, calls, loop.replayed_calls, &trace);
+  loop.replayed_calls = false;  // every later call is this run's own
+  if (!ran.complete) {
+    if (run.control->lease_lost)
+      co_return RunOutcome::kLeaseLost;  // another attempt owns it: nothing is written
+    // Cut short by a cancel or the deadline: what the tools did before the end is in the
+    // trace and the count (with no observations, so a replay would call them again, with
+    // the same keys).
+    ports::ToolResults done_so_far{run.task_id,    run.claimed.attempt, tools_step,
+                                   std::string(),  std::move(trace),    ran.answered,
+                                   run.incarnation};
+    auto saved = co_await store_.save_tool_results(std::move(done_so_far));
+    if (auto stop = co_await on_store_failure(run, saved, "tool results"))
+      co_return *stop;
+    run.tool_calls += ran.answered;
+    if (auto stop = co_await stop_requested(run, false))
+      co_return *stop;
+    co_return co_await finish(
+        run, TaskStatus::kTimedOut, std::nullopt,
+        "deadline of " + std::to_string(spec.timeout_s) + " s passed during tool calls",
+        ErrorCode::kDeadline);
+  }
+  const std::string obs_json = codec::observations_json(ran.observations);
+  const int executed = static_cast<int>(calls.calls.size());
+  ports::ToolResults results{run.task_id,    run.claimed.attempt, tools_step,
+                             obs_json,       std::move(trace),    executed,
+                             run.incarnation};
+  auto saved = co_await store_.save_tool_results(std::move(results));
+  if (auto stop = co_await on_store_failure(run, saved, "tool results"))
+    co_return *stop;
+  loop.tool_row_written = false;
+  loop.next = loop.strategy->on_tool_results(calls, std::move(ran.observations));
+  run.tool_calls = loop.strategy->tool_calls();
+  co_return std::nullopt;
+}
+
+// A step's calls as they go: shared with the call coroutines, which may outlive the run
+// after an interruption.
+struct TaskRunner::ToolBatch {
   struct Slot {
     ToolCall call;
     int index = 0;  // position among the assistant's tool calls: part of the idempotency key
@@ -64,22 +120,32 @@ asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
     bool sent = false;
     bool done = false;
   };
-  // Shared with the call coroutines, which may outlive this one after an interruption.
-  struct Batch {
-    std::vector<Slot> slots;
-    std::size_t pending = 0;
-    asio::steady_timer* waiter = nullptr;
-  };
-  auto batch = std::make_shared<Batch>();
-  for (std::size_t i = 0; i < calls.calls.size(); ++i) {
-    batch->slots.push_back(Slot{calls.calls[i], calls.call_indices[i], {}, {}});
-  }
+  std::vector<Slot> slots;
+  std::size_t pending = 0;
+  asio::steady_timer* waiter = nullptr;
+};
 
+asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
+                                                            const react::CallTools& calls,
+                                                            bool resumed, std::string* trace_json) {
+  auto batch = std::make_shared<ToolBatch>();
+  for (std::size_t i = 0; i < calls.calls.size(); ++i) {
+    batch->slots.push_back(ToolBatch::Slot{calls.calls[i], calls.call_indices[i], {}, {}});
+  }
+  const std::vector<std::size_t> to_call = check_tool_calls(run, step, resumed, *batch);
+  ToolsRun ran;
+  ran.complete = co_await send_tool_calls(run, step, batch, to_call);
+  *trace_json = tool_trace(run, step, *batch, calls, ran);
+  co_return ran;
+}
+
+std::vector<std::size_t> TaskRunner::check_tool_calls(const Run& run, int step, bool resumed,
+                                                      ToolBatch& batch) {
   // Permission and arguments are checked before anything is sent; a refused or bad call
   // is the model's to fix.
   std::vector<std::size_t> to_call;
-  for (std::size_t i = 0; i < batch->slots.size(); ++i) {
-    Slot& slot = batch->slots[i];
+  for (std::size_t i = 0; i < batch.slots.size(); ++i) {
+    ToolBatch::Slot& slot = batch.slots[i];
     slot.at = clock_.wall_now();
     slot.outcome.observation.call_id = slot.call.id;
     slot.outcome.observation.tool = slot.call.name;
@@ -115,20 +181,26 @@ asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
     }
     to_call.push_back(i);
   }
+  return to_call;
+}
 
+asio::awaitable<bool> TaskRunner::send_tool_calls(Run& run, int step,
+                                                  std::shared_ptr<ToolBatch> batch,
+                                                  const std::vector<std::size_t>& to_call) {
+  const TaskSpec& spec = run.claimed.spec;
+  auto executor = co_await asio::this_coro::executor;
   // At most max_tool_calls_per_step calls of one step run at once.
   const std::size_t window =
       static_cast<std::size_t>(std::max(1, config_.worker.max_tool_calls_per_step));
   const TimePoint backstop = run.deadline + std::chrono::seconds(1);
   asio::steady_timer timer(executor);
-  ToolsRun ran;
-  ran.complete = true;
-  for (std::size_t begin = 0; begin < to_call.size() && ran.complete; begin += window) {
+  bool complete = true;
+  for (std::size_t begin = 0; begin < to_call.size() && complete; begin += window) {
     const std::size_t end = std::min(to_call.size(), begin + window);
     batch->pending = end - begin;
     for (std::size_t k = begin; k < end; ++k) {
       const std::size_t i = to_call[k];
-      Slot& slot = batch->slots[i];
+      ToolBatch::Slot& slot = batch->slots[i];
       slot.sent = true;
       emit_progress(run, "action", step, slot.call.name, slot.call.arguments);
       ports::ToolInvocation invocation{
@@ -144,7 +216,7 @@ asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
       asio::co_spawn(
           executor, tools_.call(std::move(invocation)),
           [batch, i, &metrics = metrics_](std::exception_ptr error, ports::ToolOutcome out) {
-            Slot& done = batch->slots[i];
+            ToolBatch::Slot& done = batch->slots[i];
             if (error) {
               out.observation.ok = false;
               out.observation.content = react::tool_error_json("internal", "tool call failed");
@@ -174,13 +246,17 @@ asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
     batch->waiter = nullptr;
     run.control->waiting = nullptr;
     // Interrupted, or past the deadline: what answered is kept (the caller saves it).
-    ran.complete = batch->pending == 0;
+    complete = batch->pending == 0;
   }
+  co_return complete;
+}
 
+std::string TaskRunner::tool_trace(Run& run, int step, ToolBatch& batch,
+                                   const react::CallTools& calls, ToolsRun& ran) {
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   w.StartArray();
-  for (Slot& slot : batch->slots) {
+  for (ToolBatch::Slot& slot : batch.slots) {
     const ToolObservation& o = slot.outcome.observation;
     const bool refused = slot.refused;
     if (!refused && !slot.unknown && !slot.sent)
@@ -267,8 +343,7 @@ asio::awaitable<TaskRunner::ToolsRun> TaskRunner::run_tools(Run& run, int step,
     w.EndObject();
   }
   w.EndArray();
-  *trace_json = std::string(buffer.GetString(), buffer.GetSize());
-  co_return ran;
+  return std::string(buffer.GetString(), buffer.GetSize());
 }
 
 }  // namespace agentfleet::worker
