@@ -225,52 +225,28 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::checkpoint_answer(Run& ru
   co_return std::nullopt;
 }
 
-asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
-    Run& run, std::shared_ptr<const std::vector<Message>> messages, std::string messages_json,
-    std::shared_ptr<const ToolSet> tools, TimePoint deadline, std::int64_t max_output_tokens) {
-  // The call runs as its own coroutine owning what it reads, so that a cancellation can
-  // stop waiting for it at once; an abandoned call ends at its own deadline.
-  struct Call {
-    std::shared_ptr<const std::vector<Message>> messages;
-    std::string messages_json;
-    std::shared_ptr<const ToolSet> tools;
-    std::optional<Result<ModelReply>> reply;
-    asio::steady_timer* waiter = nullptr;
-    // Attempts the provider may have charged for whose answers are not the reply.
-    std::vector<LostCharge> lost;
-    // The run stopped waiting: the call bills what it cost itself when it ends.
-    bool abandoned = false;
-    ports::Charges step;  // the run's step, for that bill
-    // A try was recorded before it was sent (ports::CallSent): the call's end settles it.
-    bool recorded = false;
-    // The store's answer when a try could not be recorded (and so was not sent).
-    std::optional<Result<Status>> unrecorded;
-  };
-  auto call = std::make_shared<Call>();
-  call->messages = std::move(messages);
-  call->messages_json = std::move(messages_json);
-  call->tools = std::move(tools);
-  call->step = charges_of(run, run.step);
-  auto executor = co_await asio::this_coro::executor;
-  ports::ModelRequest request{run.claimed.spec.model, call->messages.get(), &call->tools->schemas,
-                              call->messages_json,    call->tools->json,    deadline,
-                              run.traceparent,        run.encoder.echo(),   &call->lost,
-                              max_output_tokens};
-  // A model that streams: its text reaches the task's event stream as the model writes it.
-  // Not once the run stopped waiting (the run may be gone by then).
-  request.on_text = [this, call, running = &run, step = run.step](std::string_view text) {
-    if (call->abandoned)
-      return;
-    running->streamed_step = step;
-    emit_progress(*running, "delta", step, {}, text_event_json(text));
-  };
-  request.call_id =
-      run.task_id + ":" + std::to_string(run.claimed.attempt) + ":" + std::to_string(run.step);
-  // Each try is recorded before it is sent, with the charges of the tries lost before it, so
-  // that nothing it costs is lost with the worker (docs/billing.md, "Calls in flight when a
-  // worker stops").
-  request.before_send = [this, call, incarnation = run.incarnation](
-                            std::int64_t input_tokens) -> asio::awaitable<Status> {
+// A model call under way. It runs as its own coroutine owning what it reads, so that a
+// cancellation can stop waiting for it at once; an abandoned call ends at its own deadline.
+struct TaskRunner::ModelCall {
+  std::shared_ptr<const std::vector<Message>> messages;
+  std::string messages_json;
+  std::shared_ptr<const ToolSet> tools;
+  std::optional<Result<ModelReply>> reply;
+  asio::steady_timer* waiter = nullptr;
+  // Attempts the provider may have charged for whose answers are not the reply.
+  std::vector<LostCharge> lost;
+  // The run stopped waiting: the call bills what it cost itself when it ends.
+  bool abandoned = false;
+  ports::Charges step;  // the run's step, for that bill
+  // A try was recorded before it was sent (ports::CallSent): the call's end settles it.
+  bool recorded = false;
+  // The store's answer when a try could not be recorded (and so was not sent).
+  std::optional<Result<Status>> unrecorded;
+};
+
+std::function<asio::awaitable<Status>(std::int64_t)> TaskRunner::record_before_send(
+    std::shared_ptr<ModelCall> call, std::int64_t incarnation) {
+  return [this, call, incarnation](std::int64_t input_tokens) -> asio::awaitable<Status> {
     if (!call->lost.empty()) {
       std::vector<LostCharge> earlier = std::move(call->lost);
       call->lost.clear();
@@ -293,6 +269,35 @@ asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
     call->unrecorded = std::move(recorded);
     co_return why;
   };
+}
+
+asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
+    Run& run, std::shared_ptr<const std::vector<Message>> messages, std::string messages_json,
+    std::shared_ptr<const ToolSet> tools, TimePoint deadline, std::int64_t max_output_tokens) {
+  auto call = std::make_shared<ModelCall>();
+  call->messages = std::move(messages);
+  call->messages_json = std::move(messages_json);
+  call->tools = std::move(tools);
+  call->step = charges_of(run, run.step);
+  auto executor = co_await asio::this_coro::executor;
+  ports::ModelRequest request{run.claimed.spec.model, call->messages.get(), &call->tools->schemas,
+                              call->messages_json,    call->tools->json,    deadline,
+                              run.traceparent,        run.encoder.echo(),   &call->lost,
+                              max_output_tokens};
+  // A model that streams: its text reaches the task's event stream as the model writes it.
+  // Not once the run stopped waiting (the run may be gone by then).
+  request.on_text = [this, call, running = &run, step = run.step](std::string_view text) {
+    if (call->abandoned)
+      return;
+    running->streamed_step = step;
+    emit_progress(*running, "delta", step, {}, text_event_json(text));
+  };
+  request.call_id =
+      run.task_id + ":" + std::to_string(run.claimed.attempt) + ":" + std::to_string(run.step);
+  // Each try is recorded before it is sent, with the charges of the tries lost before it, so
+  // that nothing it costs is lost with the worker (docs/billing.md, "Calls in flight when a
+  // worker stops").
+  request.before_send = record_before_send(call, run.incarnation);
   asio::co_spawn(
       executor,
       [this, call, request = std::move(request),

@@ -61,7 +61,6 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
   run->task_id = std::move(task_id);
   run->user_id = std::move(user_id);
   run->traceparent = traceparent_to_forward(traceparent);
-  auto executor = co_await asio::this_coro::executor;
   if (!co_await claimable(std::nullopt)) {
     log::warn("worker", run->log_context(), "not claimed: this worker is fenced");
     co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
@@ -90,65 +89,14 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
         claiming->tasks.erase(it);
     }
   } under_way{claiming_, run->task_id};
-  auto claim = co_await store_.claim(run->task_id);
-  if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kNotLive) {
-    // The claim ran after this incarnation's liveness lapsed (it waited in a silent
-    // connection): it took nothing. Once the lease keeper holds a new incarnation, once more.
-    log::warn("worker", run->log_context(),
-              "not claimed: this worker's liveness lapsed before the claim ran; claiming again "
-              "under its next incarnation");
-    if (!co_await claimable(lifted)) {
-      log::warn("worker", run->log_context(), "not claimed: no new incarnation came");
-      co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
-    }
-    fences_before = fence_count();
-    claim = co_await store_.claim(run->task_id);
-  }
-  // A claim that failed on a store outage (a Postgres restart) is tried again for a few
-  // seconds: left alone, the task would wait in `dispatched` for the scheduler's
-  // redispatch_after_s (a minute), its deadline running if an earlier attempt started it.
-  // A claim whose commit was in doubt may have made the task this worker's without anyone
-  // running it: such a task is reported abandoned, and the lease keeper hands it back if
-  // this worker holds it. A retry that finds it run by this incarnation already (and by no
-  // run or other claim of this worker) knows the attempt the lost answer made: handed back
-  // at that attempt, the release counts even should the task be taken over before the
-  // hand-back (its incarnation lapsing meanwhile). Else the attempt is unknown (-1).
   bool in_doubt = false;
-  for (int retry = 0; !claim.ok() && claim.error().retryable() && retry < kClaimRetries; ++retry) {
-    in_doubt = true;
-    {
-      std::lock_guard lock(leases_mutex_);
-      if (draining_)
-        break;
-    }
-    log::warn("worker", run->log_context(), "claim failed, trying again: " + claim.error().message);
-    asio::steady_timer pause(executor, std::chrono::milliseconds(kClaimRetryBaseMs << retry));
-    boost::system::error_code ec;
-    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    fences_before = fence_count();
-    claim = co_await store_.claim(run->task_id);
-  }
+  auto answer = co_await claim_in_store(*run, lifted, fences_before, in_doubt);
+  if (!answer)
+    co_return ClaimResult{nullptr, RunOutcome::kStoreUnavailable};
+  Result<ports::Claim>& claim = *answer;
   if (in_doubt && abandoned_ &&
       (!claim.ok() || claim.value().outcome != ports::ClaimOutcome::kClaimed)) {
-    ports::HeldTask doubtful{run->task_id, -1};
-    bool report = true;
-    if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kBusyOrDone &&
-        claim.value().held_attempt > 0) {
-      std::lock_guard lock(leases_mutex_);
-      int claims = 0;
-      {
-        std::lock_guard counted(claiming_->mutex);
-        claims = claiming_->tasks[run->task_id];
-      }
-      if (leases_.count(run->task_id)) {
-        report = false;  // a run of this worker claimed it: the claim in doubt took nothing
-      } else if (claims <= 1) {
-        doubtful.attempt = claim.value().held_attempt;
-        doubtful.incarnation = claim.value().incarnation;
-      }
-    }
-    if (report)
-      abandoned_(std::move(doubtful));
+    report_claim_in_doubt(*run, claim);
   }
   if (!claim.ok()) {
     log::error("worker", run->log_context(), "claim failed: " + claim.error().message);
@@ -169,8 +117,78 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
     metrics_.claim(metrics::ClaimOutcome::kSkipped);
     co_return ClaimResult{nullptr, RunOutcome::kSkipped};  // terminal, or owned elsewhere
   }
-  run->claimed = std::move(*claim.value().task);
-  run->incarnation = claim.value().incarnation;
+  co_return take_claim(std::move(run), std::move(claim.value()), fences_before);
+}
+
+asio::awaitable<std::optional<Result<ports::Claim>>> TaskRunner::claim_in_store(
+    Run& run, std::uint64_t lifted, std::uint64_t& fences_before, bool& in_doubt) {
+  auto executor = co_await asio::this_coro::executor;
+  auto claim = co_await store_.claim(run.task_id);
+  if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kNotLive) {
+    // The claim ran after this incarnation's liveness lapsed (it waited in a silent
+    // connection): it took nothing. Once the lease keeper holds a new incarnation, once more.
+    log::warn("worker", run.log_context(),
+              "not claimed: this worker's liveness lapsed before the claim ran; claiming again "
+              "under its next incarnation");
+    if (!co_await claimable(lifted)) {
+      log::warn("worker", run.log_context(), "not claimed: no new incarnation came");
+      co_return std::nullopt;
+    }
+    fences_before = fence_count();
+    claim = co_await store_.claim(run.task_id);
+  }
+  // A claim that failed on a store outage (a Postgres restart) is tried again for a few
+  // seconds: left alone, the task would wait in `dispatched` for the scheduler's
+  // redispatch_after_s (a minute), its deadline running if an earlier attempt started it.
+  for (int retry = 0; !claim.ok() && claim.error().retryable() && retry < kClaimRetries; ++retry) {
+    in_doubt = true;
+    {
+      std::lock_guard lock(leases_mutex_);
+      if (draining_)
+        break;
+    }
+    log::warn("worker", run.log_context(), "claim failed, trying again: " + claim.error().message);
+    asio::steady_timer pause(executor, std::chrono::milliseconds(kClaimRetryBaseMs << retry));
+    boost::system::error_code ec;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    fences_before = fence_count();
+    claim = co_await store_.claim(run.task_id);
+  }
+  co_return claim;
+}
+
+void TaskRunner::report_claim_in_doubt(const Run& run, const Result<ports::Claim>& claim) {
+  // A claim whose commit was in doubt may have made the task this worker's without anyone
+  // running it: such a task is reported abandoned, and the lease keeper hands it back if
+  // this worker holds it. A retry that finds it run by this incarnation already (and by no
+  // run or other claim of this worker) knows the attempt the lost answer made: handed back
+  // at that attempt, the release counts even should the task be taken over before the
+  // hand-back (its incarnation lapsing meanwhile). Else the attempt is unknown (-1).
+  ports::HeldTask doubtful{run.task_id, -1};
+  bool report = true;
+  if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kBusyOrDone &&
+      claim.value().held_attempt > 0) {
+    std::lock_guard lock(leases_mutex_);
+    int claims = 0;
+    {
+      std::lock_guard counted(claiming_->mutex);
+      claims = claiming_->tasks[run.task_id];
+    }
+    if (leases_.count(run.task_id)) {
+      report = false;  // a run of this worker claimed it: the claim in doubt took nothing
+    } else if (claims <= 1) {
+      doubtful.attempt = claim.value().held_attempt;
+      doubtful.incarnation = claim.value().incarnation;
+    }
+  }
+  if (report)
+    abandoned_(std::move(doubtful));
+}
+
+ClaimResult TaskRunner::take_claim(std::shared_ptr<Run> run, ports::Claim claim,
+                                   std::uint64_t fences_before) {
+  run->claimed = std::move(*claim.task);
+  run->incarnation = claim.incarnation;
   run->attempt = run->claimed.attempt;
   run->totals = run->claimed.totals;
   run->claimed_at = clock_.now();
@@ -201,10 +219,10 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
     log::warn("worker", run->log_context(),
               "claimed just as this worker fenced itself: not run, handed back");
     if (abandoned_)
-      abandoned_(ports::HeldTask{run->task_id, run->claimed.attempt, claim.value().incarnation});
-    co_return ClaimResult{nullptr, RunOutcome::kLeaseLost};
+      abandoned_(ports::HeldTask{run->task_id, run->claimed.attempt, claim.incarnation});
+    return ClaimResult{nullptr, RunOutcome::kLeaseLost};
   }
-  co_return ClaimResult{std::move(run), RunOutcome::kFinished};
+  return ClaimResult{std::move(run), RunOutcome::kFinished};
 }
 
 }  // namespace agentfleet::worker

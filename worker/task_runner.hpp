@@ -139,6 +139,11 @@ class TaskRunner final : public Runs {
       Run& run, std::shared_ptr<const std::vector<Message>> messages, std::string messages_json,
       std::shared_ptr<const ToolSet> tools, limits::Clock::time_point deadline,
       std::int64_t max_output_tokens);
+  struct ModelCall;  // a model call under way
+  // ModelRequest::before_send of a call: bills the tries lost before it, then records the try
+  // (ports::CallSent) before it is sent; an error when it could not be recorded.
+  std::function<boost::asio::awaitable<Status>(std::int64_t input_tokens)> record_before_send(
+      std::shared_ptr<ModelCall> call, std::int64_t incarnation);
   // Bills model calls no checkpoint bills (`lost`, of the step `charges` names): their
   // usage_unreconciled rows and the metrics; a failure to write them is logged with what
   // was lost. With `charges.settles_call` the call's in-flight record is settled too (even
@@ -168,6 +173,17 @@ class TaskRunner final : public Runs {
   // set, holding an incarnation newer than the one of that count of lifted fences. False
   // when that did not come.
   boost::asio::awaitable<bool> claimable(std::optional<std::uint64_t> lifted_after);
+  // The store's answer to a claim (run_claim.cpp): tried once more under a new incarnation
+  // when it came too late for the last one (nullopt when none came), and again through a
+  // store outage (`in_doubt` then: its commit may have happened). `fences_before`: the
+  // fences raised before the last try was sent.
+  boost::asio::awaitable<std::optional<Result<ports::Claim>>> claim_in_store(
+      Run& run, std::uint64_t lifted, std::uint64_t& fences_before, bool& in_doubt);
+  // Tells the lease keeper of a task a claim in doubt may have made this worker's.
+  void report_claim_in_doubt(const Run& run, const Result<ports::Claim>& claim);
+  // The run of a claimed task, held by this worker (or handed back at once, when a fence
+  // went up while the claim was under way).
+  ClaimResult take_claim(std::shared_ptr<Run> run, ports::Claim claim, std::uint64_t fences_before);
   std::uint64_t fence_count() const;
   // How the run stops now (interrupted, drained at a checkpoint), or nullopt to go on.
   boost::asio::awaitable<std::optional<RunOutcome>> stop_requested(Run& run, bool at_checkpoint);
