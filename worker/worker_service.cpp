@@ -123,6 +123,120 @@ LeaseKeeperOptions keeper_options(const config::WorkerConfig& w) {
                       std::chrono::milliseconds((w.lease_s - w.heartbeat_s) * 1000 / 2));
   return o;
 }
+
+// Every HTTP attempt at a model endpoint is counted; retries by the failure retried.
+void count_model_attempts(http::OpenAiModelClient& model, metrics::WorkerMetrics& worker_metrics) {
+  model.set_observer([&worker_metrics](const http::ModelAttempt& attempt) {
+    const metrics::ModelOutcome outcome = to_metrics(attempt.outcome);
+    if (attempt.http_status != 0 || attempt.outcome == http::ModelOutcome::kTimeout ||
+        attempt.outcome == http::ModelOutcome::kConnectError) {
+      worker_metrics.model_request(attempt.model, attempt.endpoint, outcome,
+                                   std::chrono::duration<double>(attempt.latency).count());
+    }
+    if (attempt.retry_follows)
+      worker_metrics.model_retry(attempt.model, outcome);
+  });
+}
+
+// Each ended task's trace to the OpenTelemetry collector, from a thread of its own; none
+// when telemetry.otlp names no endpoint.
+std::unique_ptr<TraceExport> start_traces(const config::Config& config,
+                                          const std::string& worker_id,
+                                          metrics::MetricsRegistry& registry, TaskRunner& runner) {
+  if (config.telemetry.otlp.endpoint.empty())
+    return nullptr;
+  auto traces = std::make_unique<TraceExport>(config, worker_id, registry);
+  runner.set_ended_handler(
+      [exporter = &traces->exporter](const std::string& task_id, const std::string& traceparent) {
+        if (!traceparent.empty())
+          exporter->offer(task_id, traceparent);
+      });
+  traces->exporter.start();
+  log::write(
+      "info", "worker",
+      "exporting task traces to " + otlp::OtlpHttpSink::traces_url(config.telemetry.otlp.endpoint));
+  return traces;
+}
+
+// What the worker did, said as it stops: its task writes and commits, its in-flight limit,
+// its model calls, the tasks it still held.
+void log_stopped(const pg::WriteBatcher::Stats& batches, const limits::ConcurrencyLimit& limit,
+                 const http::ModelClientCounters& calls, std::size_t left, bool flushed) {
+  log::write("info", "worker",
+             "task writes " + std::to_string(batches.writes) + " in " +
+                 std::to_string(batches.batches) + " commits (largest " +
+                 std::to_string(batches.largest) + "); in-flight limit " +
+                 std::to_string(limit.limit()) + " (" + std::to_string(limit.counters().backoffs) +
+                 " back-offs)");
+  log::write("info", "worker",
+             "model calls " + std::to_string(calls.calls) + " (failed " +
+                 std::to_string(calls.calls_failed) + "), HTTP attempts " +
+                 std::to_string(calls.attempts) + ", retries " + std::to_string(calls.retries) +
+                 ", failovers " + std::to_string(calls.failovers) + ", waits for room " +
+                 std::to_string(calls.waits_for_room));
+  log::write("info", "worker",
+             "stopped with " + std::to_string(left) + " tasks in flight" +
+                 (left > 0 ? " (handed back, or recovered once the liveness lapses)" : "") +
+                 (flushed ? "" : "; some produced messages were not confirmed"));
+}
+
+// The ops endpoint (none when metrics.port is 0): ready while the worker holds its liveness,
+// is not draining and reaches Postgres.
+std::unique_ptr<OpsEndpoint> start_ops(asio::any_io_executor executor, const config::Config& config,
+                                       metrics::MetricsRegistry& registry,
+                                       metrics::WorkerMetrics& worker_metrics,
+                                       kafka::ConsumerSubscription& subscription, pg::DbPool& db,
+                                       LeaseKeeper& keeper, const bool& draining) {
+  if (config.metrics.port == 0)
+    return nullptr;
+  auto ops = std::make_unique<OpsEndpoint>(
+      executor,
+      OpsEndpointOptions{config.metrics.host, static_cast<std::uint16_t>(config.metrics.port),
+                         std::chrono::seconds(config.metrics.refresh_interval_s)},
+      registry,
+      [&draining, &keeper, &db]() -> asio::awaitable<Readiness> {
+        Readiness readiness;
+        if (draining) {
+          readiness.reason = "draining";
+          co_return readiness;
+        }
+        if (keeper.fenced()) {
+          readiness.reason = "fenced: its liveness could not be renewed";
+          co_return readiness;
+        }
+        const Status ping = co_await db.ping();
+        readiness.ready = ping.ok();
+        if (!ping.ok())
+          readiness.reason = "postgres unreachable: " + ping.error().message;
+        co_return readiness;
+      },
+      [&subscription, &worker_metrics] {
+        if (kafka::Consumer* c = subscription.consumer()) {
+          for (const auto& [topic, lag] : c->lag(std::chrono::seconds(2)))
+            worker_metrics.set_consumer_lag(topic, lag);
+        }
+      });
+  ops->start();
+  return ops;
+}
+
+// The drain a stop signal starts; the io context stops when it is done.
+asio::awaitable<void> drain_then_stop(Drain& drain, asio::io_context& io) {
+  co_await drain.run();
+  io.stop();
+}
+
+// Once the worker holds its liveness (and unless it is draining by then), its consumer starts.
+asio::awaitable<void> start_consuming(LeaseKeeper& keeper, DispatchConsumer& consumer,
+                                      const bool& draining, const std::string& worker_id,
+                                      const config::Config& config) {
+  const bool registered = co_await keeper.start();
+  if (!registered || draining)
+    co_return;
+  consumer.start();
+  log::write("info", "worker",
+             "worker " + worker_id + " consuming " + config.kafka.topics.dispatch);
+}
 }  // namespace
 
 int run_worker(const config::Config& config) {
@@ -144,17 +258,7 @@ int run_worker(const config::Config& config) {
   kafka::ProducerPublisher publisher(producer);
   http::OpenAiModelClient model(io.get_executor(), config.models);
   http::HttpToolClient tools(io.get_executor(), config.tools);
-  // Every HTTP attempt at a model endpoint is counted; retries by the failure retried.
-  model.set_observer([&worker_metrics](const http::ModelAttempt& attempt) {
-    const metrics::ModelOutcome outcome = to_metrics(attempt.outcome);
-    if (attempt.http_status != 0 || attempt.outcome == http::ModelOutcome::kTimeout ||
-        attempt.outcome == http::ModelOutcome::kConnectError) {
-      worker_metrics.model_request(attempt.model, attempt.endpoint, outcome,
-                                   std::chrono::duration<double>(attempt.latency).count());
-    }
-    if (attempt.retry_follows)
-      worker_metrics.model_retry(attempt.model, outcome);
-  });
+  count_model_attempts(model, worker_metrics);
 
   // Claims, checkpoints and ends are group-committed; each round trip (queueing included)
   // is a sample of the adaptive in-flight limit.
@@ -217,19 +321,7 @@ int run_worker(const config::Config& config) {
   keeper.on_handed_back = [&](int tasks) { worker_metrics.handed_back(tasks); };
   runner.set_abandoned_handler([&](ports::HeldTask task) { keeper.abandoned(std::move(task)); });
 
-  // Each ended task's trace to the OpenTelemetry collector, from a thread of its own.
-  std::unique_ptr<TraceExport> traces;
-  if (!config.telemetry.otlp.endpoint.empty()) {
-    traces = std::make_unique<TraceExport>(config, worker_id, registry);
-    runner.set_ended_handler([&traces](const std::string& task_id, const std::string& traceparent) {
-      if (!traceparent.empty())
-        traces->exporter.offer(task_id, traceparent);
-    });
-    traces->exporter.start();
-    log::write("info", "worker",
-               "exporting task traces to " +
-                   otlp::OtlpHttpSink::traces_url(config.telemetry.otlp.endpoint));
-  }
+  std::unique_ptr<TraceExport> traces = start_traces(config, worker_id, registry, runner);
 
   // SIGTERM or SIGINT: drain (stop consuming and leave the group at once, let runs reach a
   // checkpoint and hand their tasks back within the grace period, hand back the rest, retire
@@ -242,60 +334,16 @@ int run_worker(const config::Config& config) {
     if (ec)
       return;
     draining = true;
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-          co_await drain.run();
-          io.stop();
-        },
-        asio::detached);
+    asio::co_spawn(io, drain_then_stop(drain, io), asio::detached);
   });
 
   // Consuming starts once the worker holds its liveness: nothing is claimed before.
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        const bool registered = co_await keeper.start();
-        if (!registered || draining)
-          co_return;
-        consumer->start();
-        log::write("info", "worker",
-                   "worker " + worker_id + " consuming " + config.kafka.topics.dispatch);
-      },
-      asio::detached);
+  asio::co_spawn(io, start_consuming(keeper, *consumer, draining, worker_id, config),
+                 asio::detached);
 
   // /metrics, /healthz, /readyz on their own port; consumer lag refreshed off the io thread.
-  std::unique_ptr<OpsEndpoint> ops;
-  if (config.metrics.port != 0) {
-    ops = std::make_unique<OpsEndpoint>(
-        io.get_executor(),
-        OpsEndpointOptions{config.metrics.host, static_cast<std::uint16_t>(config.metrics.port),
-                           std::chrono::seconds(config.metrics.refresh_interval_s)},
-        registry,
-        [&]() -> asio::awaitable<Readiness> {
-          Readiness readiness;
-          if (draining) {
-            readiness.reason = "draining";
-            co_return readiness;
-          }
-          if (keeper.fenced()) {
-            readiness.reason = "fenced: its liveness could not be renewed";
-            co_return readiness;
-          }
-          const Status ping = co_await db.ping();
-          readiness.ready = ping.ok();
-          if (!ping.ok())
-            readiness.reason = "postgres unreachable: " + ping.error().message;
-          co_return readiness;
-        },
-        [&] {
-          if (kafka::Consumer* c = subscription.consumer()) {
-            for (const auto& [topic, lag] : c->lag(std::chrono::seconds(2)))
-              worker_metrics.set_consumer_lag(topic, lag);
-          }
-        });
-    ops->start();
-  }
+  std::unique_ptr<OpsEndpoint> ops = start_ops(io.get_executor(), config, registry, worker_metrics,
+                                               subscription, db, keeper, draining);
   io.run();
   if (ops)
     ops->stop();
@@ -307,25 +355,7 @@ int run_worker(const config::Config& config) {
   // Postgres work still queued finishes before the runner and the clients it uses go away.
   db.join();
   liveness_db.join();
-  const pg::WriteBatcher::Stats batches = writes.stats();
-  log::write("info", "worker",
-             "task writes " + std::to_string(batches.writes) + " in " +
-                 std::to_string(batches.batches) + " commits (largest " +
-                 std::to_string(batches.largest) + "); in-flight limit " +
-                 std::to_string(limit.limit()) + " (" + std::to_string(limit.counters().backoffs) +
-                 " back-offs)");
-  const http::ModelClientCounters& calls = model.counters();
-  log::write("info", "worker",
-             "model calls " + std::to_string(calls.calls) + " (failed " +
-                 std::to_string(calls.calls_failed) + "), HTTP attempts " +
-                 std::to_string(calls.attempts) + ", retries " + std::to_string(calls.retries) +
-                 ", failovers " + std::to_string(calls.failovers) + ", waits for room " +
-                 std::to_string(calls.waits_for_room));
-  const std::size_t left = runner.running();
-  log::write("info", "worker",
-             "stopped with " + std::to_string(left) + " tasks in flight" +
-                 (left > 0 ? " (handed back, or recovered once the liveness lapses)" : "") +
-                 (flushed ? "" : "; some produced messages were not confirmed"));
+  log_stopped(writes.stats(), limit, model.counters(), runner.running(), flushed);
   return 0;
 }
 
