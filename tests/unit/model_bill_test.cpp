@@ -1,0 +1,211 @@
+// A model call's record and bills (worker/model_step.cpp): each try recorded before it is sent,
+// the record settled by its checkpoint, and what no checkpoint bills billed unreconciled.
+// Fakes and harness: tests/unit/task_runner_harness.hpp.
+#include "tests/unit/task_runner_harness.hpp"
+
+#include <gtest/gtest.h>
+
+namespace agentfleet::worker::runner_test {
+namespace {
+
+TEST(TaskRunner, AModelCallTheRunStoppedWaitingForIsBilledUnreconciledWhenItsAnswerComes) {
+  Harness h;
+  h.model.then_held(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}, 300, 40));
+  h.model.on_call = [&h] { asio::post(h.io, [&h] { h.runner.cancel(kTaskId); }); };
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "cancelled");
+  EXPECT_TRUE(h.store.ledger.empty()) << "no step to bill it with";
+  EXPECT_TRUE(h.store.charges.empty()) << "not answered yet";
+  h.model.release();
+  settle(h, [&h] { return !h.store.charges.empty(); });
+  ASSERT_EQ(h.store.charges.size(), 1u) << "the provider charged for the answer nobody read";
+  const ports::Charges& billed = h.store.charges[0];
+  EXPECT_EQ(billed.task_id, kTaskId);
+  EXPECT_EQ(billed.attempt, 1);
+  EXPECT_EQ(billed.step, 0);
+  EXPECT_EQ(billed.user_id, kUser);
+  EXPECT_EQ(billed.model, "m1");
+  ASSERT_EQ(billed.charges.size(), 1u);
+  EXPECT_EQ(billed.charges[0].charge.reason, ChargeLoss::kAbandoned);
+  EXPECT_FALSE(billed.charges[0].charge.estimated) << "the provider's own usage";
+  EXPECT_EQ(billed.charges[0].charge.usage.input, 300);
+  EXPECT_EQ(billed.charges[0].charge.usage.output, 40);
+  EXPECT_FALSE(billed.charges[0].cost.empty());
+  EXPECT_FALSE(billed.charges[0].currency.empty());
+  EXPECT_TRUE(h.tools.invocations.empty()) << "its calls are never run";
+}
+
+TEST(TaskRunner, AnAnswerItsRunCouldNotCheckpointAfterTheLeaseWasLostIsBilledUnreconciled) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "create_item", R"({"title":"x"})")}, 120, 30));
+  h.model.on_call = [&h] { h.store.take_over(); };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  EXPECT_TRUE(h.store.ledger.empty()) << "the step is the new owner's";
+  ASSERT_EQ(h.store.charges.size(), 1u);
+  ASSERT_EQ(h.store.charges[0].charges.size(), 1u);
+  EXPECT_EQ(h.store.charges[0].attempt, 1) << "the attempt that made the call";
+  EXPECT_EQ(h.store.charges[0].charges[0].charge.reason, ChargeLoss::kLeaseLost);
+  EXPECT_EQ(h.store.charges[0].charges[0].charge.usage.input, 120);
+}
+
+TEST(TaskRunner, AttemptsTheClientReportsLostAreBilledUnreconciledAtTheirStep) {
+  Harness h;
+  LostCharge timed_out;
+  timed_out.usage.input = 90;
+  timed_out.estimated = true;
+  timed_out.reason = ChargeLoss::kTimeout;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(finish_reply("done"), 0ms, {timed_out});
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "succeeded");
+  EXPECT_EQ(h.store.ledger.size(), 2u) << "the answers are billed as always";
+  ASSERT_EQ(h.store.charges.size(), 1u);
+  EXPECT_EQ(h.store.charges[0].step, 1);
+  ASSERT_EQ(h.store.charges[0].charges.size(), 1u);
+  EXPECT_EQ(h.store.charges[0].charges[0].charge.reason, ChargeLoss::kTimeout);
+  EXPECT_TRUE(h.store.charges[0].charges[0].charge.estimated);
+  // Billed at the prices of the model: 90 input tokens cost something.
+  EXPECT_NE(h.store.charges[0].charges[0].cost, "0.000000");
+  EXPECT_NE(h.registry.render().find(
+                "agentfleet_model_charges_unreconciled_total{model=\"m1\",reason=\"timeout\"} 1"),
+            std::string::npos);
+}
+
+TEST(TaskRunner, EachModelCallIsRecordedBeforeItIsSentAndItsCheckpointSettlesTheRecord) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(finish_reply("done"));
+  std::vector<std::size_t> recorded_at_send;
+  h.model.on_call = [&h, &recorded_at_send] {
+    recorded_at_send.push_back(h.store.in_flight.size());
+  };
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(recorded_at_send, (std::vector<std::size_t>{1, 1})) << "each call's own record";
+  ASSERT_EQ(h.store.calls_sent.size(), 2u);
+  for (int step = 0; step < 2; ++step) {
+    const ports::CallSent& sent = h.store.calls_sent[static_cast<std::size_t>(step)];
+    EXPECT_EQ(sent.task_id, kTaskId);
+    EXPECT_EQ(sent.attempt, 1);
+    EXPECT_EQ(sent.step, step);
+    EXPECT_EQ(sent.user_id, kUser);
+    EXPECT_EQ(sent.model, "m1");
+    EXPECT_EQ(sent.input_tokens, ScriptedModel::kEstimatedInput) << "the client's estimate";
+    EXPECT_NE(sent.cost, "0.000000") << "priced at the model's input price";
+    EXPECT_FALSE(sent.currency.empty());
+    EXPECT_EQ(sent.incarnation, h.store.incarnation);
+  }
+  EXPECT_EQ(h.model.call_ids, (std::vector<std::string>{std::string(kTaskId) + ":1:0",
+                                                        std::string(kTaskId) + ":1:1"}));
+  EXPECT_TRUE(h.store.in_flight.empty()) << "both checkpoints billed their calls";
+  EXPECT_TRUE(h.store.charges.empty());
+}
+
+TEST(TaskRunner, ACallInFlightWhenTheWorkerStopsIsLeftRecordedForTheSchedulerToBill) {
+  Harness h;
+  h.model.then_hang();
+  h.model.on_call = [&h] { asio::post(h.io, [&h] { h.io.stop(); }); };  // the worker dies
+  asio::co_spawn(h.io, h.runner.run(kTaskId, kUser, ""), asio::detached);
+  h.io.run();
+  EXPECT_EQ(h.model.tries_sent, 1);
+  EXPECT_TRUE(h.store.charges.empty()) << "nothing was left to bill it";
+  EXPECT_TRUE(h.store.ledger.empty());
+  ASSERT_EQ(h.store.in_flight.size(), 1u) << "but its record is durable";
+  const std::vector<ports::CallSent> billed = h.store.settle_lost_calls();
+  ASSERT_EQ(billed.size(), 1u);
+  EXPECT_EQ(billed[0].step, 0);
+  EXPECT_EQ(billed[0].input_tokens, ScriptedModel::kEstimatedInput);
+}
+
+TEST(TaskRunner, TriesLostBeforeTheLastAreBilledBeforeTheNextTryIsSent) {
+  Harness h;
+  LostCharge timed_out;
+  timed_out.usage.input = 90;
+  timed_out.reason = ChargeLoss::kTimeout;
+  LostCharge cut;
+  cut.usage.input = 95;
+  cut.reason = ChargeLoss::kConnectionLost;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(finish_reply("done"), 0ms, {timed_out, cut});
+  std::size_t billed_at_last_try = 0;
+  h.model.on_call = [&h, &billed_at_last_try] {
+    for (const auto& c : h.store.charges)
+      billed_at_last_try += c.charges.size();
+  };
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.model.tries_sent, 4) << "one for the first call, three for the second";
+  EXPECT_EQ(billed_at_last_try, 2u) << "a worker dying during the last try loses neither";
+  ASSERT_EQ(h.store.charges.size(), 2u) << "each billed before the try after it";
+  EXPECT_EQ(h.store.charges[0].charges.at(0).charge.reason, ChargeLoss::kTimeout);
+  EXPECT_EQ(h.store.charges[1].charges.at(0).charge.reason, ChargeLoss::kConnectionLost);
+  EXPECT_FALSE(h.store.charges[0].settles_call) << "the call was still going";
+  EXPECT_EQ(h.store.charges[1].step, 1);
+  EXPECT_EQ(h.store.calls_sent.size(), 4u) << "every try recorded";
+  EXPECT_TRUE(h.store.in_flight.empty());
+  EXPECT_EQ(h.store.ledger.size(), 2u);
+}
+
+TEST(TaskRunner, ACallThatCouldNotBeRecordedIsNotSentAndTheTaskIsLeftForRecovery) {
+  Harness h;
+  h.model.then(finish_reply("done"));
+  h.store.record_error = Error{ErrorKind::kTransient, "connection to postgres lost"};
+  EXPECT_EQ(h.run(), RunOutcome::kStoreUnavailable);
+  EXPECT_EQ(h.model.tries_sent, 0) << "a call that could not be recorded is never sent";
+  EXPECT_TRUE(h.store.ledger.empty());
+  EXPECT_TRUE(h.store.charges.empty());
+  EXPECT_EQ(h.store.status, "running") << "left for lease recovery, not failed";
+}
+
+TEST(TaskRunner, ACallWhoseTaskIsNoLongerThisAttemptsIsNotSent) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(finish_reply("done"));
+  // Another attempt takes the task over once the first step's results are saved.
+  h.store.on_tool_results = [&h] { h.store.take_over(); };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  EXPECT_EQ(h.model.tries_sent, 1) << "the second call was refused its record, so not sent";
+  EXPECT_EQ(h.store.calls_sent.size(), 1u);
+}
+
+TEST(TaskRunner, ACallTheProviderRefusedSettlesItsRecordWithNothingToBill) {
+  Harness h;
+  h.model.then(Error{ErrorKind::kFatal, "HTTP 400: invalid request", ErrorCode::kModelUnavailable});
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "failed");
+  EXPECT_EQ(h.store.settled, 1) << "its end settled the record";
+  EXPECT_TRUE(h.store.in_flight.empty()) << "so the scheduler bills nothing for it";
+  EXPECT_TRUE(h.store.charges.empty()) << "a refused request costs nothing";
+}
+
+TEST(TaskRunner, AnAbandonedCallTheSchedulerBilledFirstIsNotBilledAgain) {
+  Harness h;
+  h.model.then_held(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}, 300, 40));
+  h.model.on_call = [&h] { asio::post(h.io, [&h] { h.runner.cancel(kTaskId); }); };
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "cancelled");
+  // The worker's liveness lapsed meanwhile: the scheduler billed the call from its record.
+  EXPECT_EQ(h.store.settle_lost_calls().size(), 1u);
+  h.model.release();
+  settle(h, [] { return false; });  // the late answer's bill runs its course
+  EXPECT_TRUE(h.store.charges.empty()) << "billed once, by the scheduler";
+  EXPECT_EQ(h.registry.render().find("agentfleet_model_charges_unreconciled_total{model=\"m1\","
+                                     "reason=\"abandoned\"} 1"),
+            std::string::npos)
+      << "nor counted twice";
+}
+
+TEST(TaskRunner, AnAnswerWithoutUsageIsBilledFromItsEstimateAndFlagged) {
+  Harness h;
+  ModelReply estimated = finish_reply("done", 70, 9);
+  estimated.usage_estimated = true;
+  h.model.then(estimated);
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  ASSERT_EQ(h.store.ledger.size(), 1u);
+  EXPECT_TRUE(h.store.ledger[0].ledger.usage_estimated);
+  EXPECT_EQ(h.store.ledger[0].ledger.usage.input, 70);
+  EXPECT_TRUE(h.store.charges.empty());
+  EXPECT_NE(h.registry.render().find("agentfleet_model_usage_estimated_total{model=\"m1\"} 1"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace agentfleet::worker::runner_test
