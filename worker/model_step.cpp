@@ -79,16 +79,49 @@ TaskRunner::CallInput TaskRunner::call_input(Run& run, const Loop& loop,
   return input;
 }
 
+TaskRunner::PreparedCall TaskRunner::prepare_call(Run& run, const Loop& loop) const {
+  PreparedCall prepared{loop.strategy->request(), {}, {}};
+  prepared.input = call_input(run, loop, prepared.request);
+  prepared.spend = spend_check(run, *loop.model, prepared.input.tokens);
+  return prepared;
+}
+
+ports::CallSent TaskRunner::call_record(const ports::Charges& of_step, std::int64_t input_tokens,
+                                        std::int64_t incarnation) const {
+  TokenUsage estimate;
+  estimate.input = input_tokens;
+  const billing::Money cost = prices_.cost(of_step.model, estimate, clock_.wall_now());
+  return ports::CallSent{
+      of_step.task_id,  of_step.attempt, of_step.step, of_step.user_id,
+      of_step.batch_id, of_step.model,   input_tokens, billing::format_micros(cost.micros),
+      cost.currency,    incarnation};
+}
+
+asio::awaitable<void> TaskRunner::settle_unsent_call(Run& run, Loop& loop) {
+  if (!loop.prerecorded)
+    co_return;
+  loop.prerecorded = false;
+  ports::Charges unsent = charges_of(run, loop.step);
+  unsent.settles_call = true;  // never sent: its record goes, with nothing to bill
+  // Named, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
+  std::vector<LostCharge> nothing;
+  co_await bill_unreconciled(std::move(unsent), std::move(nothing));
+}
+
 asio::awaitable<std::optional<RunOutcome>> TaskRunner::model_step(Run& run, Loop& loop) {
   const config::ModelConfig& model = *loop.model;
   const auto call_deadline =
       std::min(run.deadline, clock_.now() + std::chrono::seconds(model.call_timeout_s));
   emit_progress(run, "step", loop.step, {}, "{}");
   const auto started = clock_.now();
-  const react::NextCall request = loop.strategy->request();
-  CallInput input = call_input(run, loop, request);
-  billing::SpendDecision spend = spend_check(run, model, input.tokens);
+  // Prepared by the tool round before it, when there was one (its write carried the call's
+  // record when the spend check let the call through).
+  PreparedCall prepared = loop.prepared ? std::move(*loop.prepared) : prepare_call(run, loop);
+  loop.prepared.reset();
+  CallInput& input = prepared.input;
+  billing::SpendDecision& spend = prepared.spend;
   if (spend.stop) {
+    co_await settle_unsent_call(run, loop);
     const ErrorCode code = *spend.stop == billing::SpendStop::kMaxTokens ? ErrorCode::kMaxTokens
                            : *spend.stop == billing::SpendStop::kMaxCost
                                ? ErrorCode::kMaxCost
@@ -99,9 +132,10 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::model_step(Run& run, Loop
   run.capped_output.reset();
   if (spend.capped)
     run.capped_output = spend.output_tokens;
+  const bool prerecorded = std::exchange(loop.prerecorded, false);
   auto reply = co_await call_model(run, std::move(input.messages), std::move(input.messages_json),
-                                   offered_tools(run, request), call_deadline,
-                                   spend.capped ? spend.output_tokens : 0);
+                                   offered_tools(run, prepared.request), call_deadline,
+                                   spend.capped ? spend.output_tokens : 0, prerecorded);
   if (!reply)
     co_return co_await call_unanswered(run, model, call_deadline);
   const int latency_ms = static_cast<int>(
@@ -116,7 +150,8 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::model_step(Run& run, Loop
   }
   if (!reply->ok())
     co_return co_await call_failed(run, reply->error(), call_deadline);
-  co_return co_await checkpoint_answer(run, loop, reply->value(), request.role, latency_ms);
+  co_return co_await checkpoint_answer(run, loop, reply->value(), prepared.request.role,
+                                       latency_ms);
 }
 
 asio::awaitable<RunOutcome> TaskRunner::call_unanswered(Run& run, const config::ModelConfig& model,
@@ -240,6 +275,8 @@ struct TaskRunner::ModelCall {
   ports::Charges step;  // the run's step, for that bill
   // A try was recorded before it was sent (ports::CallSent): the call's end settles it.
   bool recorded = false;
+  // The first try's record was written before the call began (with the tool results).
+  bool prerecorded = false;
   // The store's answer when a try could not be recorded (and so was not sent).
   std::optional<Result<Status>> unrecorded;
 };
@@ -247,19 +284,17 @@ struct TaskRunner::ModelCall {
 std::function<asio::awaitable<Status>(std::int64_t)> TaskRunner::record_before_send(
     std::shared_ptr<ModelCall> call, std::int64_t incarnation) {
   return [this, call, incarnation](std::int64_t input_tokens) -> asio::awaitable<Status> {
+    if (call->prerecorded) {
+      // The first try's record was written with the tool results before the call.
+      call->prerecorded = false;
+      co_return ok_status();
+    }
     if (!call->lost.empty()) {
       std::vector<LostCharge> earlier = std::move(call->lost);
       call->lost.clear();
       co_await bill_unreconciled(call->step, std::move(earlier));
     }
-    TokenUsage estimate;
-    estimate.input = input_tokens;
-    const billing::Money cost = prices_.cost(call->step.model, estimate, clock_.wall_now());
-    ports::CallSent sent{call->step.task_id,  call->step.attempt,
-                         call->step.step,     call->step.user_id,
-                         call->step.batch_id, call->step.model,
-                         input_tokens,        billing::format_micros(cost.micros),
-                         cost.currency,       incarnation};
+    ports::CallSent sent = call_record(call->step, input_tokens, incarnation);
     auto recorded = co_await store_.record_call(std::move(sent));
     if (recorded.ok() && recorded.value().ok()) {
       call->recorded = true;
@@ -273,12 +308,15 @@ std::function<asio::awaitable<Status>(std::int64_t)> TaskRunner::record_before_s
 
 asio::awaitable<std::optional<Result<ModelReply>>> TaskRunner::call_model(
     Run& run, std::shared_ptr<const std::vector<Message>> messages, std::string messages_json,
-    std::shared_ptr<const ToolSet> tools, TimePoint deadline, std::int64_t max_output_tokens) {
+    std::shared_ptr<const ToolSet> tools, TimePoint deadline, std::int64_t max_output_tokens,
+    bool prerecorded) {
   auto call = std::make_shared<ModelCall>();
   call->messages = std::move(messages);
   call->messages_json = std::move(messages_json);
   call->tools = std::move(tools);
   call->step = charges_of(run, run.step);
+  call->prerecorded = prerecorded;
+  call->recorded = prerecorded;
   auto executor = co_await asio::this_coro::executor;
   ports::ModelRequest request{run.claimed.spec.model, call->messages.get(), &call->tools->schemas,
                               call->messages_json,    call->tools->json,    deadline,

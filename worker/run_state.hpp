@@ -108,6 +108,22 @@ struct TaskRunner::Run : ClaimedRun {
   }
 };
 
+// What a model call sends: the conversation (the strategy's own, or a trimmed copy), its
+// encoding when the run keeps one, and its input tokens as estimated.
+struct TaskRunner::CallInput {
+  std::shared_ptr<const std::vector<Message>> messages;
+  std::string messages_json;
+  std::int64_t tokens = 0;
+};
+
+// A model call made ready to send: what the strategy asks, what the call sends, and what the
+// spend check allows it (TaskRunner::prepare_call).
+struct TaskRunner::PreparedCall {
+  react::NextCall request;
+  CallInput input;
+  billing::SpendDecision spend;
+};
+
 // Where a run's strategy is between its steps (TaskRunner::run_strategy and its parts).
 struct TaskRunner::Loop {
   // Shared with the model calls, which read its conversation (a call abandoned at a cancel
@@ -127,14 +143,10 @@ struct TaskRunner::Loop {
   // What one request may hold: the conversation sent is a trimmed copy (old tool outputs
   // first), never what is checkpointed.
   react::ContextBudget budget;
-};
-
-// What a model call sends: the conversation (the strategy's own, or a trimmed copy), its
-// encoding when the run keeps one, and its input tokens as estimated.
-struct TaskRunner::CallInput {
-  std::shared_ptr<const std::vector<Message>> messages;
-  std::string messages_json;
-  std::int64_t tokens = 0;
+  // The next model call, prepared by the tool round before it; `prerecorded` when that
+  // round's write carried the call's record (it must be settled if the call is not sent).
+  std::optional<PreparedCall> prepared;
+  bool prerecorded = false;
 };
 
 }  // namespace agentfleet::worker

@@ -112,6 +112,15 @@ class TaskRunner final : public Runs {
   boost::asio::awaitable<std::optional<RunOutcome>> model_step(Run& run, Loop& loop);
   struct CallInput;  // what a model call sends
   static CallInput call_input(Run& run, const Loop& loop, const react::NextCall& request);
+  // The next call the strategy asks for, with what it sends and the spend check's answer.
+  struct PreparedCall;
+  PreparedCall prepare_call(Run& run, const Loop& loop) const;
+  // The record of a model call's try (ports::CallSent): `input_tokens` priced now.
+  ports::CallSent call_record(const ports::Charges& of_step, std::int64_t input_tokens,
+                              std::int64_t incarnation) const;
+  // Settles the record a tool round wrote for a call the run then did not send (it stopped
+  // first): the record goes, nothing is billed.
+  boost::asio::awaitable<void> settle_unsent_call(Run& run, Loop& loop);
   // The end of a run whose call gave no reply (interrupted, or past its backstop) or failed.
   boost::asio::awaitable<RunOutcome> call_unanswered(Run& run, const config::ModelConfig& model,
                                                      limits::Clock::time_point call_deadline);
@@ -130,7 +139,8 @@ class TaskRunner final : public Runs {
   // Calls the model; nullopt when the run was interrupted before the reply arrived.
   // `tools`: what the call offers (the task's tools, only finish, one tool, or none).
   // `messages`: what the call sends, held unchanged until the call ends; `messages_json`
-  // their encoding when the run keeps it (else empty).
+  // their encoding when the run keeps it (else empty). `prerecorded`: the first try's record
+  // was written already (with the tool results before the call).
   struct ToolSet;
   // What a call offers: the task's tools (ReAct), only finish (the synthesizer), the plan
   // step's tool (an executor filling it in), or nothing.
@@ -138,7 +148,7 @@ class TaskRunner final : public Runs {
   boost::asio::awaitable<std::optional<Result<ModelReply>>> call_model(
       Run& run, std::shared_ptr<const std::vector<Message>> messages, std::string messages_json,
       std::shared_ptr<const ToolSet> tools, limits::Clock::time_point deadline,
-      std::int64_t max_output_tokens);
+      std::int64_t max_output_tokens, bool prerecorded);
   struct ModelCall;  // a model call under way
   // ModelRequest::before_send of a call: bills the tries lost before it, then records the try
   // (ports::CallSent) before it is sent; an error when it could not be recorded.

@@ -98,11 +98,24 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::tool_round(Run& run, Loop
   ports::ToolResults results{run.task_id,    run.claimed.attempt, tools_step,
                              obs_json,       std::move(trace),    executed,
                              run.incarnation};
+  // The strategy reads the results before they are written: when they lead to a model call
+  // the spend check allows, that call's record rides on their write, and the call is sent
+  // without a commit of its own (`calls` is not used past this point: `next` replaces it).
+  loop.next = loop.strategy->on_tool_results(calls, std::move(ran.observations));
+  bool carries_record = false;
+  if (std::holds_alternative<react::CallModel>(loop.next)) {
+    loop.prepared = prepare_call(run, loop);
+    if (!loop.prepared->spend.stop) {
+      results.next_call =
+          call_record(charges_of(run, loop.step), loop.prepared->input.tokens, run.incarnation);
+      carries_record = true;
+    }
+  }
   auto saved = co_await store_.save_tool_results(std::move(results));
   if (auto stop = co_await on_store_failure(run, saved, "tool results"))
     co_return *stop;
+  loop.prerecorded = carries_record;
   loop.tool_row_written = false;
-  loop.next = loop.strategy->on_tool_results(calls, std::move(ran.observations));
   run.tool_calls = loop.strategy->tool_calls();
   co_return std::nullopt;
 }

@@ -149,6 +149,10 @@ struct ToolResults {
   std::string trace_json;
   int executed_calls = 0;
   std::int64_t incarnation = 0;  // the fence, as in ModelStep
+  // The record of the model call the results lead to (its first try), written with them:
+  // that call is then sent without a commit of its own. A run that does not send it after
+  // all settles the record (Charges::settles_call, nothing billed).
+  std::optional<CallSent> next_call;
 };
 
 // A plan_execute tool step, recorded before its calls run: a step row of its own with no

@@ -397,6 +397,54 @@ TEST(RunStore, AModelCallIsRecordedBeforeItIsSentAndBilledOnceByWhoeverSettlesIt
   EXPECT_EQ(count_of(h.db, kInFlight, abandoned), 0);
 }
 
+// Tool results that lead to a model call carry its record (ports::ToolResults::next_call):
+// written in their statement and fenced with them, so the call needs no commit of its own.
+TEST(RunStore, ToolResultsCarryTheRecordOfTheCallTheyLeadToFencedWithThem) {
+  Harness h;
+  auto run = [&h](auto awaitable) {
+    h.io.restart();
+    auto done = h.spawn(std::move(awaitable));
+    h.io.run();
+    return done.get();
+  };
+  const std::string id = running_task(h.db, "rs-u9");
+  ASSERT_TRUE(run(h.store.save_model_step(model_step(id, 1, 0, 100))).ok());
+  ports::ToolResults results;
+  results.task_id = id;
+  results.attempt = 1;
+  results.incarnation = kIncarnation;
+  results.step = 0;
+  results.observations_json =
+      R"([{"call_id":"c1","tool":"search_items","ok":true,"content":"{}"}])";
+  results.trace_json = "[]";
+  results.executed_calls = 1;
+  results.next_call = call_sent(id, 1, 1);
+  auto saved = run(h.store.save_tool_results(results));
+  ASSERT_TRUE(saved.ok() && saved.value().ok());
+  {
+    pqxx::work tx(h.db);
+    auto row = tx.exec_params1(
+        "SELECT count(*), min(step), min(input_tokens), min(cost)::text, min(incarnation)"
+        " FROM model_calls_in_flight WHERE task_id = $1::uuid",
+        id);
+    EXPECT_EQ(row[0].as<int>(), 1);
+    EXPECT_EQ(row[1].as<int>(), 1) << "the next call's step";
+    EXPECT_EQ(row[2].as<std::int64_t>(), 640);
+    EXPECT_EQ(row[3].as<std::string>(), "0.001280");
+    EXPECT_EQ(row[4].as<std::int64_t>(), kIncarnation);
+  }
+  EXPECT_EQ(settle_lost_calls(h.db), 0) << "the task is still its worker's run";
+
+  // Results of an attempt that no longer owns the task are refused, and so is the record.
+  results.attempt = 2;
+  results.next_call = call_sent(id, 2, 2);
+  auto fenced = run(h.store.save_tool_results(results));
+  ASSERT_TRUE(fenced.ok());
+  ASSERT_FALSE(fenced.value().ok());
+  EXPECT_EQ(fenced.value().error().kind, ErrorKind::kLeaseLost);
+  EXPECT_EQ(count_of(h.db, kInFlight, id), 1) << "only the first record";
+}
+
 TEST(RunStore, AWriteThatFailsIsUndoneAloneAndTheRestOfItsKindCommits) {
   Harness h;
   const std::string good = running_task(h.db, "rs-u2");

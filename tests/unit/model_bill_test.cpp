@@ -81,15 +81,20 @@ TEST(TaskRunner, EachModelCallIsRecordedBeforeItIsSentAndItsCheckpointSettlesThe
   };
   EXPECT_EQ(h.run(), RunOutcome::kFinished);
   EXPECT_EQ(recorded_at_send, (std::vector<std::size_t>{1, 1})) << "each call's own record";
-  ASSERT_EQ(h.store.calls_sent.size(), 2u);
+  // The first call's record is a write of its own, at the client's estimate; the second's
+  // rides on the tool results before it, at the runner's estimate of the same request.
+  ASSERT_EQ(h.store.calls_sent.size(), 1u) << "the second call needs no write of its own";
+  ASSERT_EQ(h.store.calls_carried.size(), 1u);
+  EXPECT_EQ(h.store.calls_sent[0].input_tokens, ScriptedModel::kEstimatedInput);
+  EXPECT_GT(h.store.calls_carried[0].input_tokens, 0);
+  const std::vector<ports::CallSent> records{h.store.calls_sent[0], h.store.calls_carried[0]};
   for (int step = 0; step < 2; ++step) {
-    const ports::CallSent& sent = h.store.calls_sent[static_cast<std::size_t>(step)];
+    const ports::CallSent& sent = records[static_cast<std::size_t>(step)];
     EXPECT_EQ(sent.task_id, kTaskId);
     EXPECT_EQ(sent.attempt, 1);
     EXPECT_EQ(sent.step, step);
     EXPECT_EQ(sent.user_id, kUser);
     EXPECT_EQ(sent.model, "m1");
-    EXPECT_EQ(sent.input_tokens, ScriptedModel::kEstimatedInput) << "the client's estimate";
     EXPECT_NE(sent.cost, "0.000000") << "priced at the model's input price";
     EXPECT_FALSE(sent.currency.empty());
     EXPECT_EQ(sent.incarnation, h.store.incarnation);
@@ -139,7 +144,9 @@ TEST(TaskRunner, TriesLostBeforeTheLastAreBilledBeforeTheNextTryIsSent) {
   EXPECT_EQ(h.store.charges[1].charges.at(0).charge.reason, ChargeLoss::kConnectionLost);
   EXPECT_FALSE(h.store.charges[0].settles_call) << "the call was still going";
   EXPECT_EQ(h.store.charges[1].step, 1);
-  EXPECT_EQ(h.store.calls_sent.size(), 4u) << "every try recorded";
+  EXPECT_EQ(h.store.calls_sent.size() + h.store.calls_carried.size(), 4u)
+      << "every try recorded (the second call's first with the tool results)";
+  EXPECT_EQ(h.store.calls_carried.size(), 1u);
   EXPECT_TRUE(h.store.in_flight.empty());
   EXPECT_EQ(h.store.ledger.size(), 2u);
 }
@@ -159,11 +166,47 @@ TEST(TaskRunner, ACallWhoseTaskIsNoLongerThisAttemptsIsNotSent) {
   Harness h;
   h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
   h.model.then(finish_reply("done"));
-  // Another attempt takes the task over once the first step's results are saved.
-  h.store.on_tool_results = [&h] { h.store.take_over(); };
+  // Another attempt takes the task over while the first step's tools run: the results, and
+  // the second call's record that rides on them, are refused.
+  h.tools.on_call = [&h] { h.store.take_over(); };
   EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
   EXPECT_EQ(h.model.tries_sent, 1) << "the second call was refused its record, so not sent";
   EXPECT_EQ(h.store.calls_sent.size(), 1u);
+  EXPECT_TRUE(h.store.calls_carried.empty());
+}
+
+// A run that stops between a tool round and the call its results lead to (a cancel, a drain,
+// the deadline, a fence) never sends that call: the record its round wrote goes, unbilled,
+// or the scheduler would bill a call never made once the worker's incarnation ends.
+TEST(TaskRunner, ARecordWrittenWithToolResultsIsSettledUnbilledWhenTheRunStopsBeforeTheCall) {
+  struct Stop {
+    const char* name;
+    std::function<void(Harness&)> now;
+    RunOutcome outcome;
+    const char* status;
+  };
+  const std::vector<Stop> stops{
+      {"cancel", [](Harness& h) { h.runner.cancel(kTaskId); }, RunOutcome::kFinished, "cancelled"},
+      {"drain", [](Harness& h) { h.runner.drain(); }, RunOutcome::kReleased, "queued"},
+      {"deadline", [](Harness& h) { h.clock.advance(std::chrono::hours(1)); },
+       RunOutcome::kFinished, "timed_out"},
+      {"fence", [](Harness& h) { h.runner.fence(); }, RunOutcome::kLeaseLost, "running"},
+  };
+  for (const Stop& stop : stops) {
+    SCOPED_TRACE(stop.name);
+    Harness h;
+    h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+    h.model.then(finish_reply("done"));
+    h.store.on_tool_results = [&h, &stop] { stop.now(h); };
+    EXPECT_EQ(h.run(), stop.outcome);
+    EXPECT_EQ(h.store.status, stop.status);
+    EXPECT_EQ(h.model.tries_sent, 1) << "the second call was not sent";
+    ASSERT_EQ(h.store.calls_carried.size(), 1u) << "its record rode on the tool results";
+    EXPECT_TRUE(h.store.in_flight.empty()) << "and went when the run stopped";
+    EXPECT_EQ(h.store.settled, 1);
+    EXPECT_TRUE(h.store.charges.empty()) << "nothing billed for a call never sent";
+    EXPECT_EQ(h.store.ledger.size(), 1u);
+  }
 }
 
 TEST(TaskRunner, ACallTheProviderRefusedSettlesItsRecordWithNothingToBill) {

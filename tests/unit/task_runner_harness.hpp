@@ -227,6 +227,8 @@ class RecordingTools final : public ports::ToolClient {
   explicit RecordingTools(limits::ManualClock& clock) : clock_(clock) {}
   asio::awaitable<ports::ToolOutcome> call(ports::ToolInvocation invocation) override {
     invocations.push_back(invocation);
+    if (on_call)
+      on_call();
     if (hangs.count(invocation.tool)) {
       if (on_hang)
         on_hang();
@@ -246,6 +248,7 @@ class RecordingTools final : public ports::ToolClient {
   std::string content = R"({"items":[{"id":"evt_1"}]})";  // what every call answers
   std::set<std::string> hangs;                            // tools whose calls never answer
   std::function<void()> on_hang;                          // runs when such a call arrives
+  std::function<void()> on_call;                          // runs when any call arrives
 
  private:
   limits::ManualClock& clock_;
@@ -320,6 +323,12 @@ class MemoryRunStore final : public ports::RunStore {
     row.record.observations = results.observations_json;
     row.trace = results.trace_json;
     tool_calls += results.executed_calls;
+    if (results.next_call) {
+      // The next call's record, in the same write (as save_tool_results writes it).
+      calls_carried.push_back(*results.next_call);
+      in_flight.emplace(std::make_pair(results.attempt, results.next_call->step),
+                        *results.next_call);
+    }
     if (on_tool_results)
       on_tool_results();
     co_return Status(ok_status());
@@ -433,6 +442,7 @@ class MemoryRunStore final : public ports::RunStore {
   // Model calls recorded before they were sent, and the records not settled yet (by
   // attempt and step).
   std::vector<ports::CallSent> calls_sent;
+  std::vector<ports::CallSent> calls_carried;  // records written with the tool results
   std::map<std::pair<int, int>, ports::CallSent> in_flight;
   int settled = 0;                    // records removed by the calls' ends (settles_call)
   std::optional<Error> record_error;  // record_call fails with it

@@ -342,6 +342,17 @@ class ToolResultsKind final : public WriteBatcher::Kind<ports::ToolResults, Stat
       key_raw(w, "trace", t->trace_json, rapidjson::kArrayType);
       w.Key("executed");
       w.Int(t->executed_calls);
+      if (const auto& call = t->next_call) {
+        w.Key("call_step");
+        w.Int(call->step);
+        key_string(w, "user_id", call->user_id);
+        key_string(w, "batch_id", call->batch_id);
+        key_string(w, "model", call->model);
+        w.Key("input");
+        w.Int64(call->input_tokens);
+        key_string(w, "cost", call->cost);
+        key_string(w, "currency", call->currency);
+      }
       w.EndObject();
     }
     w.EndArray();

@@ -192,11 +192,14 @@ SELECT task_id::text FROM ours
 -- name: save_tool_results
 -- Each step's tool results (what the model sees, and the trace) and the task's count of
 -- calls that ran. Observations null: the calls were cut short by the task's end (a cancel,
--- the deadline), and only the trace and the count of calls that answered are kept.
+-- the deadline), and only the trace and the count of calls that answered are kept. Results
+-- that lead to a model call carry its record (call_step not null: ports::ToolResults::
+-- next_call), written as record_calls writes it, in the same fenced statement.
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, attempt integer, incarnation bigint, step integer, observations jsonb,
-         trace jsonb, executed integer)
+         trace jsonb, executed integer, call_step integer, user_id text, batch_id text,
+         model text, input bigint, cost numeric, currency text)
 ), ours AS (
   SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
   CROSS JOIN LATERAL (
@@ -216,6 +219,14 @@ WITH req AS (
   UPDATE tasks t SET tool_calls = t.tool_calls + r.executed
   FROM req r
   WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM updated)) AND r.task_id = t.task_id
+), recorded AS (
+  INSERT INTO model_calls_in_flight (task_id, attempt, step, incarnation, user_id, batch_id,
+                                     model, input_tokens, cost, currency)
+  SELECT r.task_id, r.attempt, r.call_step, r.incarnation, r.user_id, NULLIF(r.batch_id, ''),
+         r.model, r.input, r.cost, r.currency
+  FROM req r JOIN ours USING (task_id)
+  WHERE r.call_step IS NOT NULL
+  ON CONFLICT (task_id, attempt, step) DO NOTHING
 )
 SELECT task_id::text FROM ours
 
