@@ -42,10 +42,14 @@ TEST(FaultProxyControl, EveryCommandParsesWithItsArguments) {
   EXPECT_FALSE(command_of<RefuseCommand>("refuse").seconds);
   EXPECT_EQ(command_of<RefuseCommand>("refuse\t3600").seconds, 3600);
   LatencyCommand latency = command_of<LatencyCommand>("latency 300");
-  EXPECT_EQ(latency.ms, 300);
+  EXPECT_EQ(latency.us, 300'000);
   EXPECT_FALSE(latency.seconds);
   latency = command_of<LatencyCommand>("latency 0 1");
-  EXPECT_EQ(latency.ms, 0);
+  EXPECT_EQ(latency.us, 0);
+  // Up to 3 decimals: a round trip of 1 ms is `latency 0.5` each way.
+  EXPECT_EQ(command_of<LatencyCommand>("latency 0.5").us, 500);
+  EXPECT_EQ(command_of<LatencyCommand>("latency 2.25").us, 2250);
+  EXPECT_EQ(command_of<LatencyCommand>("latency 60000.000").us, 60'000'000);
   EXPECT_EQ(latency.seconds, 1);
   BandwidthCommand bandwidth = command_of<BandwidthCommand>("bandwidth 1000000000 10");
   EXPECT_EQ(bandwidth.bytes_per_s, 1'000'000'000);
@@ -59,6 +63,10 @@ TEST(FaultProxyControl, EveryNumberIsBounded) {
   EXPECT_EQ(error_of("refuse -1"), "SECONDS must be 1..3600");
   EXPECT_EQ(error_of("latency 60001"), "MS must be 0..60000");
   EXPECT_EQ(error_of("latency -1"), "MS must be 0..60000");
+  EXPECT_EQ(error_of("latency 0.1234"), "MS must be 0..60000");
+  EXPECT_EQ(error_of("latency 1."), "MS must be 0..60000");
+  EXPECT_EQ(error_of("latency 1.x"), "MS must be 0..60000");
+  EXPECT_EQ(error_of("latency 60000.5"), "MS must be 0..60000");
   EXPECT_EQ(error_of("latency 10 0"), "SECONDS must be 1..3600");
   EXPECT_EQ(error_of("bandwidth 0"), "BYTES_PER_S must be 1..1000000000");
   EXPECT_EQ(error_of("bandwidth 1000000001"), "BYTES_PER_S must be 1..1000000000");
@@ -90,8 +98,10 @@ TEST(FaultProxyControl, OnlyFaultsReplaceTheMode) {
 TEST(FaultProxyMode, ALaterCommandReplacesAnEarlierOneAndATimedOneRevertsToPass) {
   FaultState state;
   EXPECT_EQ(state.mode().kind, ModeKind::kPass);
-  EXPECT_EQ(state.apply(LatencyCommand{300, std::nullopt}, kT0), "mode=latency:300ms until pass");
-  EXPECT_EQ(state.mode().latency_ms, 300);
+  EXPECT_EQ(state.apply(LatencyCommand{300'000, std::nullopt}, kT0),
+            "mode=latency:300ms until pass");
+  EXPECT_EQ(state.mode().latency_us, 300'000);
+  EXPECT_EQ(state.apply(LatencyCommand{2'500, std::nullopt}, kT0), "mode=latency:2.5ms until pass");
   EXPECT_FALSE(state.expire(kT0 + 10000s));  // untimed: until replaced
   EXPECT_EQ(state.apply(BlackholeCommand{2}, kT0), "mode=blackhole for 2 s");
   EXPECT_EQ(state.mode().kind, ModeKind::kBlackhole);
@@ -124,7 +134,7 @@ TEST(FaultProxyMode, StatusShowsTheModeTheCountersAndTheTimeLeft) {
   EXPECT_EQ(status_text(state.mode(), counters, kT0 + 2500ms),
             "mode=bandwidth:4096B/s connections=2 accepted=7 bytes_up=1234 bytes_down=56789 "
             "left_s=8");
-  state.apply(LatencyCommand{5, std::nullopt}, kT0);
+  state.apply(LatencyCommand{5'000, std::nullopt}, kT0);
   EXPECT_EQ(mode_name(state.mode()), "latency:5ms");
 }
 
@@ -154,7 +164,7 @@ TEST(FaultProxyShaper, BlackholeReleasesNothingAndNamesNoRetryTime) {
 
 TEST(FaultProxyShaper, LatencyReleasesEachChunkItsDelayAfterItWasRead) {
   DirectionShaper shaper;
-  const Mode mode = mode_of(LatencyCommand{300, std::nullopt});
+  const Mode mode = mode_of(LatencyCommand{300'000, std::nullopt});
   Admission a = shaper.admit(mode, kT0, 10, kT0);
   EXPECT_EQ(a.bytes, 0u);
   ASSERT_TRUE(a.retry_at);
@@ -167,6 +177,10 @@ TEST(FaultProxyShaper, LatencyReleasesEachChunkItsDelayAfterItWasRead) {
   // throughput cap (a chunk read 1 ms later is due 1 ms later).
   EXPECT_EQ(*shaper.admit(mode, kT0 + 1ms, 1 << 20, kT0 + 300ms).retry_at, kT0 + 301ms);
   EXPECT_EQ(shaper.admit(mode, kT0 + 1ms, 1 << 20, kT0 + 301ms).bytes, 1u << 20);
+  // Below a millisecond: due that many microseconds after the read.
+  const Mode half = mode_of(LatencyCommand{500, std::nullopt});
+  EXPECT_EQ(*shaper.admit(half, kT0, 10, kT0).retry_at, kT0 + 500us);
+  EXPECT_EQ(shaper.admit(half, kT0, 10, kT0 + 500us).bytes, 10u);
   // Latency 0 is pass.
   EXPECT_EQ(shaper.admit(mode_of(LatencyCommand{0, std::nullopt}), kT0, 5, kT0).bytes, 5u);
 }

@@ -1,5 +1,6 @@
 #include "tools/faultproxy/control.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <type_traits>
 #include <vector>
@@ -15,6 +16,29 @@ std::optional<std::int64_t> parse_number(std::string_view s, std::int64_t lo, st
     return std::nullopt;
   }
   return v;
+}
+
+// Milliseconds with up to 3 decimals ("2", "0.5", "2.25"), as microseconds, within lo..hi ms.
+std::optional<std::int64_t> parse_millis(std::string_view s, std::int64_t lo, std::int64_t hi) {
+  const std::size_t dot = s.find('.');
+  const auto whole = parse_number(s.substr(0, dot), lo, hi);
+  if (!whole)
+    return std::nullopt;
+  std::int64_t us = *whole * 1000;
+  if (dot != std::string_view::npos) {
+    const std::string_view fraction = s.substr(dot + 1);
+    if (fraction.empty() || fraction.size() > 3 ||
+        !std::all_of(fraction.begin(), fraction.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return std::nullopt;
+    std::int64_t scale = 100;
+    for (char c : fraction) {
+      us += (c - '0') * scale;
+      scale /= 10;
+    }
+    if (us > hi * 1000)
+      return std::nullopt;
+  }
+  return us;
 }
 
 std::vector<std::string_view> words_of(std::string_view line) {
@@ -94,13 +118,12 @@ ParsedCommand parse_control_command(std::string_view line) {
     return bad_seconds ? fail(seconds_error) : ParsedCommand{RefuseCommand{seconds}, {}};
   }
   if (verb == "latency" && arity(2, 3)) {
-    auto ms = parse_number(w[1], 0, kMaxLatencyMs);
-    if (!ms) {
+    auto us = parse_millis(w[1], 0, kMaxLatencyMs);
+    if (!us) {
       return fail("MS must be " + range_text(0, kMaxLatencyMs));
     }
     auto seconds = seconds_at(2);
-    return bad_seconds ? fail(seconds_error)
-                       : ParsedCommand{LatencyCommand{static_cast<int>(*ms), seconds}, {}};
+    return bad_seconds ? fail(seconds_error) : ParsedCommand{LatencyCommand{*us, seconds}, {}};
   }
   if (verb == "bandwidth" && arity(2, 3)) {
     auto rate = parse_number(w[1], 1, kMaxBytesPerSecond);

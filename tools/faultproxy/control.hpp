@@ -6,7 +6,8 @@
 //   pass                              forward normally (the default)
 //   blackhole [SECONDS]               read nothing from either side, forward nothing, hold
 //                                     new connections without connecting upstream
-//   latency MS [SECONDS]              deliver every chunk MS after it was read
+//   latency MS [SECONDS]              deliver every chunk MS after it was read (MS may have up
+//                                     to 3 decimals: 0.5 is 500 microseconds)
 //   bandwidth BYTES_PER_S [SECONDS]   cap each direction of each connection at that rate
 //   reset                             close every open connection with RST on both sides
 //   refuse [SECONDS]                  close new connections with RST right after accept
@@ -38,7 +39,7 @@ struct BlackholeCommand {
   std::optional<int> seconds;  // nullopt: until replaced
 };
 struct LatencyCommand {
-  int ms = 0;
+  std::int64_t us = 0;  // the delay, in microseconds
   std::optional<int> seconds;
 };
 struct BandwidthCommand {

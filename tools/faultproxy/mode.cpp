@@ -22,8 +22,16 @@ std::string mode_name(const Mode& mode) {
       return "pass";
     case ModeKind::kBlackhole:
       return "blackhole";
-    case ModeKind::kLatency:
-      return "latency:" + std::to_string(mode.latency_ms) + "ms";
+    case ModeKind::kLatency: {
+      // In milliseconds, with the decimals it was given: latency:300ms, latency:0.5ms.
+      std::string ms = std::to_string(mode.latency_us / 1000);
+      if (std::int64_t us = mode.latency_us % 1000; us != 0) {
+        std::string fraction = std::to_string(1000 + us).substr(1);
+        fraction.erase(fraction.find_last_not_of('0') + 1);
+        ms += "." + fraction;
+      }
+      return "latency:" + ms + "ms";
+    }
     case ModeKind::kBandwidth:
       return "bandwidth:" + std::to_string(mode.bytes_per_s) + "B/s";
     case ModeKind::kRefuse:
@@ -58,7 +66,7 @@ std::string FaultState::apply(const ControlCommand& command, TimePoint now) {
           seconds = c.seconds;
         } else if constexpr (std::is_same_v<C, LatencyCommand>) {
           next.kind = ModeKind::kLatency;
-          next.latency_ms = c.ms;
+          next.latency_us = c.us;
           seconds = c.seconds;
         } else if constexpr (std::is_same_v<C, BandwidthCommand>) {
           next.kind = ModeKind::kBandwidth;

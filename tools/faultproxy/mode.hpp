@@ -25,7 +25,7 @@ enum class ModeKind { kPass, kBlackhole, kLatency, kBandwidth, kRefuse };
 
 struct Mode {
   ModeKind kind = ModeKind::kPass;
-  int latency_ms = 0;              // kLatency
+  std::int64_t latency_us = 0;     // kLatency
   std::int64_t bytes_per_s = 0;    // kBandwidth
   std::optional<TimePoint> until;  // set: reverts to pass at this time
   std::uint64_t generation = 0;    // bumped by every change

@@ -28,7 +28,7 @@ Admission DirectionShaper::admit(const Mode& mode, TimePoint read_at, std::size_
     case ModeKind::kBlackhole:
       return {0, std::nullopt};
     case ModeKind::kLatency: {
-      const TimePoint due = read_at + std::chrono::milliseconds(mode.latency_ms);
+      const TimePoint due = read_at + std::chrono::microseconds(mode.latency_us);
       if (due > now) {
         return {0, due};
       }
