@@ -22,7 +22,11 @@
 #                                             5, latency 300, reset, pass, status, ...) and
 #                                             prints its reply; fails on an `error` reply
 #
-# Knobs (environment): LLM_SIM_LATENCY_MS (each model answer), TOOL_SIM_LATENCY (a
+# Knobs (environment): FLEET_PG_LATENCY_MS (a network between the fleet's processes and
+# Postgres: every dispatcher and worker reaches it through a fault proxy, pg-proxy, that
+# delays each direction by that many milliseconds, decimals allowed; a round trip gains
+# twice that; migrations and the scripts' own queries go direct; FLEET_PG_PROCESS_URL is the
+# proxied URL), LLM_SIM_LATENCY_MS (each model answer), TOOL_SIM_LATENCY (a
 # distribution such as fixed:1500, each tool call), AGENTFLEET_LEASE_S,
 # AGENTFLEET_HEARTBEAT_S, AGENTFLEET_MAX_IN_FLIGHT, AGENTFLEET_SHUTDOWN_GRACE_S,
 # AGENTFLEET_ROUND_TRIP_TARGET_MS (worker.round_trip_target_ms), AGENTFLEET_LEADER_SILENCE_S
@@ -165,18 +169,34 @@ fleet_start() {
     return 1
   }
 
+  unset FLEET_PG_PROCESS_URL
+  if [[ -n "${FLEET_PG_LATENCY_MS:-}" ]]; then
+    local pg_port
+    pg_port=$(cat "$run_dir/pg/port")
+    fleet_start_faultproxy "$run_dir" "$build_dir" pg-proxy "127.0.0.1:$pg_port" || return 1
+    fleet_fault "$FLEET_LAST_PROXY_CONTROL" latency "$FLEET_PG_LATENCY_MS" >/dev/null || return 1
+    FLEET_PG_PROCESS_URL=${AGENTFLEET_PG_URL/:$pg_port\//:$FLEET_LAST_PROXY_PORT/}
+    [[ "$FLEET_PG_PROCESS_URL" != "$AGENTFLEET_PG_URL" ]] || {
+      af_log "could not point the Postgres URL at the proxy: $AGENTFLEET_PG_URL"
+      return 1
+    }
+    export FLEET_PG_PROCESS_URL
+    af_log "the dispatcher and workers reach Postgres through pg-proxy, ${FLEET_PG_LATENCY_MS} ms each way"
+  fi
+
   af_log "starting the dispatcher on port $AGENTFLEET_DISPATCHER_PORT and $workers workers"
   # Each process gets its own metrics port (AGENTFLEET_METRICS_PORT, set per process only).
   local metrics_port i
   metrics_port=$(af_free_port)
   AGENTFLEET_DISPATCHER_METRICS_URL="http://127.0.0.1:$metrics_port"
-  AGENTFLEET_METRICS_PORT=$metrics_port _fleet_spawn "$run_dir" dispatcher "$bin_dispatcher" serve
+  AGENTFLEET_PG_URL=${FLEET_PG_PROCESS_URL:-$AGENTFLEET_PG_URL} AGENTFLEET_METRICS_PORT=$metrics_port \
+    _fleet_spawn "$run_dir" dispatcher "$bin_dispatcher" serve
   local -a worker_ports=()
   for ((i = 1; i <= workers; i++)); do
     metrics_port=$(af_free_port)
     worker_ports+=("$metrics_port")
-    AGENTFLEET_WORKER_ID="worker-$i" AGENTFLEET_METRICS_PORT=$metrics_port \
-      _fleet_spawn "$run_dir" "worker-$i" "$bin_worker"
+    AGENTFLEET_PG_URL=${FLEET_PG_PROCESS_URL:-$AGENTFLEET_PG_URL} AGENTFLEET_WORKER_ID="worker-$i" \
+      AGENTFLEET_METRICS_PORT=$metrics_port _fleet_spawn "$run_dir" "worker-$i" "$bin_worker"
   done
   if ! af_wait_port 127.0.0.1 "$AGENTFLEET_DISPATCHER_PORT" 30; then
     af_log "the dispatcher did not start; last lines of its log:"
@@ -205,8 +225,8 @@ fleet_start() {
 # one) in the running fleet; its id and log are NAME. Sets FLEET_LAST_PID.
 fleet_start_worker() {
   local run_dir=$1 build_dir=$2 name=$3
-  AGENTFLEET_WORKER_ID="$name" AGENTFLEET_METRICS_PORT=$(af_free_port) \
-    _fleet_spawn "$run_dir" "$name" "$build_dir/worker/agentfleet-worker"
+  AGENTFLEET_PG_URL=${FLEET_PG_PROCESS_URL:-$AGENTFLEET_PG_URL} AGENTFLEET_WORKER_ID="$name" \
+    AGENTFLEET_METRICS_PORT=$(af_free_port) _fleet_spawn "$run_dir" "$name" "$build_dir/worker/agentfleet-worker"
   FLEET_LAST_PID=$!
 }
 
@@ -217,7 +237,8 @@ fleet_start_dispatcher() {
   local run_dir=$1 build_dir=$2 name=$3 port metrics_port
   port=$(af_free_port)
   metrics_port=$(af_free_port)
-  AGENTFLEET_DISPATCHER_PORT=$port AGENTFLEET_METRICS_PORT=$metrics_port \
+  AGENTFLEET_PG_URL=${FLEET_PG_PROCESS_URL:-$AGENTFLEET_PG_URL} AGENTFLEET_DISPATCHER_PORT=$port \
+    AGENTFLEET_METRICS_PORT=$metrics_port \
     _fleet_spawn "$run_dir" "$name" "$build_dir/dispatcher/agentfleet-dispatcher" serve
   FLEET_LAST_PID=$!
   FLEET_LAST_URL="http://127.0.0.1:$port"
