@@ -97,11 +97,11 @@ ports::CallSent TaskRunner::call_record(const ports::Charges& of_step, std::int6
       cost.currency,    incarnation};
 }
 
-asio::awaitable<void> TaskRunner::settle_unsent_call(Run& run, Loop& loop) {
-  if (!loop.prerecorded)
+asio::awaitable<void> TaskRunner::settle_unsent_call(Run& run) {
+  if (!run.unsent_call_step)
     co_return;
-  loop.prerecorded = false;
-  ports::Charges unsent = charges_of(run, loop.step);
+  const int step = *std::exchange(run.unsent_call_step, std::nullopt);
+  ports::Charges unsent = charges_of(run, step);
   unsent.settles_call = true;  // never sent: its record goes, with nothing to bill
   // Named, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
   std::vector<LostCharge> nothing;
@@ -121,7 +121,7 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::model_step(Run& run, Loop
   CallInput& input = prepared.input;
   billing::SpendDecision& spend = prepared.spend;
   if (spend.stop) {
-    co_await settle_unsent_call(run, loop);
+    co_await settle_unsent_call(run);
     const ErrorCode code = *spend.stop == billing::SpendStop::kMaxTokens ? ErrorCode::kMaxTokens
                            : *spend.stop == billing::SpendStop::kMaxCost
                                ? ErrorCode::kMaxCost
@@ -132,7 +132,7 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::model_step(Run& run, Loop
   run.capped_output.reset();
   if (spend.capped)
     run.capped_output = spend.output_tokens;
-  const bool prerecorded = std::exchange(loop.prerecorded, false);
+  const bool prerecorded = std::exchange(run.unsent_call_step, std::nullopt).has_value();
   auto reply = co_await call_model(run, std::move(input.messages), std::move(input.messages_json),
                                    offered_tools(run, prepared.request), call_deadline,
                                    spend.capped ? spend.output_tokens : 0, prerecorded);

@@ -93,6 +93,9 @@ struct TaskRunner::Run : ClaimedRun {
   // Set when the last model call was not sent because it could not be recorded first (the
   // store's answer: an error, or the fence).
   std::optional<Result<Status>> call_unrecorded;
+  // The step of a model call whose record the tool round before it wrote, while the call is
+  // not sent yet: should the run stop first (or throw), the record is settled, nothing billed.
+  std::optional<int> unsent_call_step;
   // The checkpoint of a model call whose answer ends the task: written with the end, in its
   // commit (ports::TaskEnd::last_step), not in one of its own.
   std::optional<ports::ModelStep> final_step;
@@ -143,10 +146,8 @@ struct TaskRunner::Loop {
   // What one request may hold: the conversation sent is a trimmed copy (old tool outputs
   // first), never what is checkpointed.
   react::ContextBudget budget;
-  // The next model call, prepared by the tool round before it; `prerecorded` when that
-  // round's write carried the call's record (it must be settled if the call is not sent).
+  // The next model call, prepared by the tool round before it.
   std::optional<PreparedCall> prepared;
-  bool prerecorded = false;
 };
 
 }  // namespace agentfleet::worker

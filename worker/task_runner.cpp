@@ -204,6 +204,16 @@ asio::awaitable<RunOutcome> TaskRunner::execute(std::shared_ptr<ClaimedRun> clai
       outcome = RunOutcome::kStoreUnavailable;
     }
   }
+  if (run.unsent_call_step) {
+    // Ended (or thrown out) between a tool round and the call its write recorded: the call
+    // was never sent.
+    try {
+      co_await settle_unsent_call(run);
+    } catch (const std::exception& e) {
+      log::error("worker", run.log_context(),
+                 std::string("could not settle the record of a call never sent: ") + e.what());
+    }
+  }
   {
     // Only our own attempt: a newer attempt of the same task may run on this worker too.
     std::lock_guard lock(leases_mutex_);
@@ -273,11 +283,11 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
                     [this](const ToolCall& c) { return not_idempotent_.count(c.name) > 0; });
     // A stop here leaves the next call unsent: a record its tool round wrote for it goes.
     if (auto stop = co_await stop_requested(run, !own_unsent_once_only)) {
-      co_await settle_unsent_call(run, loop);
+      co_await settle_unsent_call(run);
       co_return *stop;
     }
     if (clock_.now() >= run.deadline) {
-      co_await settle_unsent_call(run, loop);
+      co_await settle_unsent_call(run);
       co_return co_await finish(
           run, TaskStatus::kTimedOut, std::nullopt,
           "deadline of " + std::to_string(run.claimed.spec.timeout_s) + " s passed",

@@ -119,8 +119,8 @@ class TaskRunner final : public Runs {
   ports::CallSent call_record(const ports::Charges& of_step, std::int64_t input_tokens,
                               std::int64_t incarnation) const;
   // Settles the record a tool round wrote for a call the run then did not send (it stopped
-  // first): the record goes, nothing is billed.
-  boost::asio::awaitable<void> settle_unsent_call(Run& run, Loop& loop);
+  // first, Run::unsent_call_step): the record goes, nothing is billed.
+  boost::asio::awaitable<void> settle_unsent_call(Run& run);
   // The end of a run whose call gave no reply (interrupted, or past its backstop) or failed.
   boost::asio::awaitable<RunOutcome> call_unanswered(Run& run, const config::ModelConfig& model,
                                                      limits::Clock::time_point call_deadline);

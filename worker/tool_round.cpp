@@ -114,7 +114,8 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::tool_round(Run& run, Loop
   auto saved = co_await store_.save_tool_results(std::move(results));
   if (auto stop = co_await on_store_failure(run, saved, "tool results"))
     co_return *stop;
-  loop.prerecorded = carries_record;
+  if (carries_record)
+    run.unsent_call_step = loop.step;
   loop.tool_row_written = false;
   run.tool_calls = loop.strategy->tool_calls();
   co_return std::nullopt;

@@ -209,6 +209,24 @@ TEST(TaskRunner, ARecordWrittenWithToolResultsIsSettledUnbilledWhenTheRunStopsBe
   }
 }
 
+// The same when the run throws there (the runner's last backstop ends the task failed).
+TEST(TaskRunner, ARecordWrittenWithToolResultsIsSettledWhenTheRunThrowsBeforeTheCall) {
+  Harness h;
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(finish_reply("done"));
+  h.store.on_tool_results = [&h] {
+    h.runner.cancel(kTaskId);           // the run ends before the call...
+    h.store.finish_throws_once = true;  // ...and its end throws
+  };
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "failed") << "the backstop's end";
+  EXPECT_EQ(h.model.tries_sent, 1);
+  ASSERT_EQ(h.store.calls_carried.size(), 1u);
+  EXPECT_TRUE(h.store.in_flight.empty()) << "the record of the call never sent went";
+  EXPECT_EQ(h.store.settled, 1);
+  EXPECT_TRUE(h.store.charges.empty());
+}
+
 TEST(TaskRunner, ACallTheProviderRefusedSettlesItsRecordWithNothingToBill) {
   Harness h;
   h.model.then(Error{ErrorKind::kFatal, "HTTP 400: invalid request", ErrorCode::kModelUnavailable});

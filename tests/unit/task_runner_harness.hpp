@@ -21,7 +21,9 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/adapters/metrics/metrics_registry.hpp"
@@ -371,6 +373,8 @@ class MemoryRunStore final : public ports::RunStore {
     return lost;
   }
   asio::awaitable<Result<Result<std::int64_t>>> finish(ports::TaskEnd end) override {
+    if (std::exchange(finish_throws_once, false))
+      throw std::runtime_error("the end could not be encoded");
     if (store_error)
       co_return *store_error;
     if (end.attempt != attempt || end.incarnation != owner || status != "running")
@@ -443,6 +447,7 @@ class MemoryRunStore final : public ports::RunStore {
   // attempt and step).
   std::vector<ports::CallSent> calls_sent;
   std::vector<ports::CallSent> calls_carried;  // records written with the tool results
+  bool finish_throws_once = false;             // the next finish() throws (a runner bug)
   std::map<std::pair<int, int>, ports::CallSent> in_flight;
   int settled = 0;                    // records removed by the calls' ends (settles_call)
   std::optional<Error> record_error;  // record_call fails with it
