@@ -64,6 +64,18 @@ void usage_fields(Writer& w, const TokenUsage& usage) {
   w.Int64(usage.reasoning);
 }
 
+// What a call's record holds beyond its task, attempt and step (record_calls, and the record
+// save_tool_results writes with the results that lead to the call).
+void call_record_fields(Writer& w, const ports::CallSent& call) {
+  key_string(w, "user_id", call.user_id);
+  key_string(w, "batch_id", call.batch_id);
+  key_string(w, "model", call.model);
+  w.Key("input");
+  w.Int64(call.input_tokens);
+  key_string(w, "cost", call.cost);
+  key_string(w, "currency", call.currency);
+}
+
 // A model step's checkpoint and ledger row, as save_model_steps and finish_tasks read them.
 void step_fields(Writer& w, const ports::ModelStep& m) {
   w.Key("step");
@@ -345,13 +357,7 @@ class ToolResultsKind final : public WriteBatcher::Kind<ports::ToolResults, Stat
       if (const auto& call = t->next_call) {
         w.Key("call_step");
         w.Int(call->step);
-        key_string(w, "user_id", call->user_id);
-        key_string(w, "batch_id", call->batch_id);
-        key_string(w, "model", call->model);
-        w.Key("input");
-        w.Int64(call->input_tokens);
-        key_string(w, "cost", call->cost);
-        key_string(w, "currency", call->currency);
+        call_record_fields(w, *call);
       }
       w.EndObject();
     }
@@ -476,13 +482,7 @@ class CallSentKind final : public WriteBatcher::Kind<ports::CallSent, Status> {
       w.Int64(c->incarnation);
       w.Key("step");
       w.Int(c->step);
-      key_string(w, "user_id", c->user_id);
-      key_string(w, "batch_id", c->batch_id);
-      key_string(w, "model", c->model);
-      w.Key("input");
-      w.Int64(c->input_tokens);
-      key_string(w, "cost", c->cost);
-      key_string(w, "currency", c->currency);
+      call_record_fields(w, *c);
       w.EndObject();
     }
     w.EndArray();
