@@ -270,6 +270,15 @@ std::string TaskRunner::tool_trace(Run& run, int step, ToolBatch& batch,
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   w.StartArray();
+  // A sent call as the trace names it: its id, its tool and its arguments.
+  auto call_keys = [&w](const ToolCall& call) {
+    w.Key("call_id");
+    w.String(call.id.c_str());
+    w.Key("tool");
+    w.String(call.name.c_str());
+    w.Key("arguments");
+    w.String(call.arguments.c_str());
+  };
   for (ToolBatch::Slot& slot : batch.slots) {
     const ToolObservation& o = slot.outcome.observation;
     const bool refused = slot.refused;
@@ -278,12 +287,7 @@ std::string TaskRunner::tool_trace(Run& run, int step, ToolBatch& batch,
     if (!refused && !slot.unknown && !slot.done) {
       // Sent, and no answer before the run stopped: it may or may not have acted.
       w.StartObject();
-      w.Key("call_id");
-      w.String(slot.call.id.c_str());
-      w.Key("tool");
-      w.String(slot.call.name.c_str());
-      w.Key("arguments");
-      w.String(slot.call.arguments.c_str());
+      call_keys(slot.call);
       w.Key("status");
       w.String("no_answer");
       w.Key("result");
@@ -315,12 +319,7 @@ std::string TaskRunner::tool_trace(Run& run, int step, ToolBatch& batch,
     emit_progress(run, "execution", step, slot.call.name,
                   std::string("{\"ok\":") + (o.ok ? "true" : "false") + "}");
     w.StartObject();
-    w.Key("call_id");
-    w.String(slot.call.id.c_str());
-    w.Key("tool");
-    w.String(slot.call.name.c_str());
-    w.Key("arguments");
-    w.String(slot.call.arguments.c_str());
+    call_keys(slot.call);
     w.Key("status");
     w.String(o.ok ? "ok" : refused ? "refused" : slot.unknown ? "outcome_unknown" : "error");
     w.Key("http_status");
