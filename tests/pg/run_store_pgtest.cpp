@@ -121,6 +121,14 @@ struct Harness {
   std::future<T> spawn(boost::asio::awaitable<T> a) {
     return boost::asio::co_spawn(io, std::move(a), boost::asio::use_future);
   }
+  // Runs `a` to its end on the io context and gives its result.
+  template <typename T>
+  T run(boost::asio::awaitable<T> a) {
+    io.restart();
+    auto done = spawn(std::move(a));
+    io.run();
+    return done.get();
+  }
 };
 
 TEST(RunStore, ModelStepsOfManyTasksAreOneStatementAndEachIsFencedOnItsOwn) {
@@ -289,25 +297,19 @@ constexpr const char* kUnreconciled =
 
 TEST(RunStore, AModelCallIsRecordedBeforeItIsSentAndBilledOnceByWhoeverSettlesIt) {
   Harness h;
-  auto run = [&h](auto awaitable) {
-    h.io.restart();
-    auto done = h.spawn(std::move(awaitable));
-    h.io.run();
-    return done.get();
-  };
   // Its checkpoint settles a call: the ledger bills it, the record goes.
   const std::string checkpointed = running_task(h.db, "rs-u9");
-  auto recorded = run(h.store.record_call(call_sent(checkpointed, 1, 0)));
+  auto recorded = h.run(h.store.record_call(call_sent(checkpointed, 1, 0)));
   ASSERT_TRUE(recorded.ok() && recorded.value().ok());
-  auto again = run(h.store.record_call(call_sent(checkpointed, 1, 0)));  // a second try
+  auto again = h.run(h.store.record_call(call_sent(checkpointed, 1, 0)));  // a second try
   ASSERT_TRUE(again.ok() && again.value().ok());
   EXPECT_EQ(count_of(h.db, kInFlight, checkpointed), 1) << "one record per call";
   EXPECT_EQ(settle_lost_calls(h.db), 0) << "the task is still its worker's run";
-  ASSERT_TRUE(run(h.store.save_model_step(model_step(checkpointed, 1, 0, 640))).ok());
+  ASSERT_TRUE(h.run(h.store.save_model_step(model_step(checkpointed, 1, 0, 640))).ok());
   EXPECT_EQ(count_of(h.db, kInFlight, checkpointed), 0);
 
   // A call of an attempt that no longer owns the task is refused its record (not sent).
-  auto fenced = run(h.store.record_call(call_sent(checkpointed, 2, 1)));
+  auto fenced = h.run(h.store.record_call(call_sent(checkpointed, 2, 1)));
   ASSERT_TRUE(fenced.ok());
   ASSERT_FALSE(fenced.value().ok());
   EXPECT_EQ(fenced.value().error().kind, ErrorKind::kLeaseLost);
@@ -315,7 +317,7 @@ TEST(RunStore, AModelCallIsRecordedBeforeItIsSentAndBilledOnceByWhoeverSettlesIt
 
   // A call whose answer was lost settles its record with its charge.
   const std::string timed_out = running_task(h.db, "rs-u9");
-  ASSERT_TRUE(run(h.store.record_call(call_sent(timed_out, 1, 0))).ok());
+  ASSERT_TRUE(h.run(h.store.record_call(call_sent(timed_out, 1, 0))).ok());
   ports::Charges lost;
   lost.task_id = timed_out;
   lost.attempt = 1;
@@ -327,7 +329,7 @@ TEST(RunStore, AModelCallIsRecordedBeforeItIsSentAndBilledOnceByWhoeverSettlesIt
   charge.usage.input = 640;
   charge.reason = ChargeLoss::kTimeout;
   lost.charges = {{charge, "0.001280", "CNY"}};
-  auto settled = run(h.store.record_charges(lost));
+  auto settled = h.run(h.store.record_charges(lost));
   ASSERT_TRUE(settled.ok() && settled.value().ok());
   EXPECT_EQ(count_of(h.db, kUnreconciled, timed_out), 1);
   EXPECT_EQ(count_of(h.db, kInFlight, timed_out), 0);
@@ -335,7 +337,7 @@ TEST(RunStore, AModelCallIsRecordedBeforeItIsSentAndBilledOnceByWhoeverSettlesIt
   // A worker that dies with a call in flight: once the task is no longer its run (recovery
   // took it back), the scheduler bills the record's estimate, once.
   const std::string killed = running_task(h.db, "rs-u9");
-  ASSERT_TRUE(run(h.store.record_call(call_sent(killed, 1, 2))).ok());
+  ASSERT_TRUE(h.run(h.store.record_call(call_sent(killed, 1, 2))).ok());
   {
     pqxx::work tx(h.db);
     tx.exec_params0(
@@ -365,7 +367,7 @@ TEST(RunStore, AModelCallIsRecordedBeforeItIsSentAndBilledOnceByWhoeverSettlesIt
   // The worker was not dead after all: its late bill of that call is refused, not doubled.
   lost.task_id = killed;
   lost.step = 2;
-  auto late = run(h.store.record_charges(lost));
+  auto late = h.run(h.store.record_charges(lost));
   ASSERT_TRUE(late.ok());
   ASSERT_FALSE(late.value().ok());
   EXPECT_EQ(late.value().error().kind, ErrorKind::kConflict);
@@ -380,7 +382,7 @@ TEST(RunStore, AModelCallIsRecordedBeforeItIsSentAndBilledOnceByWhoeverSettlesIt
     tx.commit();
   }
   const std::string abandoned = running_task(h.db, "rs-u9", 1, live);
-  ASSERT_TRUE(run(h.store.record_call(call_sent(abandoned, 1, 0, live))).ok());
+  ASSERT_TRUE(h.run(h.store.record_call(call_sent(abandoned, 1, 0, live))).ok());
   {
     pqxx::work tx(h.db);
     tx.exec_params0("UPDATE tasks SET status = 'cancelled' WHERE task_id = $1::uuid", abandoned);
@@ -401,14 +403,8 @@ TEST(RunStore, AModelCallIsRecordedBeforeItIsSentAndBilledOnceByWhoeverSettlesIt
 // written in their statement and fenced with them, so the call needs no commit of its own.
 TEST(RunStore, ToolResultsCarryTheRecordOfTheCallTheyLeadToFencedWithThem) {
   Harness h;
-  auto run = [&h](auto awaitable) {
-    h.io.restart();
-    auto done = h.spawn(std::move(awaitable));
-    h.io.run();
-    return done.get();
-  };
   const std::string id = running_task(h.db, "rs-u9");
-  ASSERT_TRUE(run(h.store.save_model_step(model_step(id, 1, 0, 100))).ok());
+  ASSERT_TRUE(h.run(h.store.save_model_step(model_step(id, 1, 0, 100))).ok());
   ports::ToolResults results;
   results.task_id = id;
   results.attempt = 1;
@@ -419,7 +415,7 @@ TEST(RunStore, ToolResultsCarryTheRecordOfTheCallTheyLeadToFencedWithThem) {
   results.trace_json = "[]";
   results.executed_calls = 1;
   results.next_call = call_sent(id, 1, 1);
-  auto saved = run(h.store.save_tool_results(results));
+  auto saved = h.run(h.store.save_tool_results(results));
   ASSERT_TRUE(saved.ok() && saved.value().ok());
   {
     pqxx::work tx(h.db);
@@ -438,7 +434,7 @@ TEST(RunStore, ToolResultsCarryTheRecordOfTheCallTheyLeadToFencedWithThem) {
   // Results of an attempt that no longer owns the task are refused, and so is the record.
   results.attempt = 2;
   results.next_call = call_sent(id, 2, 2);
-  auto fenced = run(h.store.save_tool_results(results));
+  auto fenced = h.run(h.store.save_tool_results(results));
   ASSERT_TRUE(fenced.ok());
   ASSERT_FALSE(fenced.value().ok());
   EXPECT_EQ(fenced.value().error().kind, ErrorKind::kLeaseLost);
