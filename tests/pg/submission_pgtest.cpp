@@ -1,8 +1,9 @@
 // A submission on a private Postgres (tests/pg): pg::insert_task stores a task in one
-// transaction of four statements (BEGIN, the user's lock with their overrides, the count,
-// insert and answer in one, COMMIT). What a submitter relies on: the answer is the task as
-// the API shows it, a key names one task, and max_queued holds exactly, also when many
-// submissions of one user race.
+// autocommitted statement (the function agentfleet_submit: the user's lock, their overrides,
+// the count, the insert and the answer). What a submitter relies on: the answer is the task
+// as the API shows it, a key names one task, max_queued holds exactly, also when many
+// submissions of one user race, and the limits applied are the user's as they are, whatever
+// the dispatcher believed of them.
 
 #include <gtest/gtest.h>
 
@@ -181,6 +182,78 @@ TEST_F(Submission, RacingSubmissionsOfOneUserNeverQueueMoreThanItsLimit) {
   EXPECT_EQ(created.load(), 5);
   EXPECT_EQ(full.load(), kThreads * kEach - 5);
   EXPECT_EQ(count(db_, "sub-u4"), 5);
+}
+
+TEST_F(Submission, TheLimitIsTheUsersAsItIsWhateverTheDispatcherBelieved) {
+  pg::KnownOverrides known;
+  // Believed without overrides; "small" allows 2.
+  set_limits(db_, "sub-u5", "small", std::nullopt);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(pg::insert_task(db_, task_of("sub-u5"), queue_limit, false, {}, &known).outcome,
+              pg::InsertOutcome::kCreated);
+  }
+  const auto full = pg::insert_task(db_, task_of("sub-u5"), queue_limit, false, {}, &known);
+  EXPECT_EQ(full.outcome, pg::InsertOutcome::kQueueFull);
+  EXPECT_EQ(full.room.max_queued, 2);
+  EXPECT_EQ(known.get("sub-u5").tier, "small") << "learnt from the store's answer";
+  // Changed behind the dispatcher's back: the new limit applies at once.
+  set_limits(db_, "sub-u5", "small", 3);
+  EXPECT_EQ(pg::insert_task(db_, task_of("sub-u5"), queue_limit, false, {}, &known).outcome,
+            pg::InsertOutcome::kCreated);
+  EXPECT_EQ(known.get("sub-u5").max_queued, std::optional<int>(3));
+  EXPECT_EQ(pg::insert_task(db_, task_of("sub-u5"), queue_limit, false, {}, &known).outcome,
+            pg::InsertOutcome::kQueueFull);
+  // Removed: the default limit (1000) applies, and nothing is believed any more.
+  {
+    pqxx::work tx(db_);
+    tx.exec_params0("DELETE FROM user_limits WHERE user_id = $1", "sub-u5");
+    tx.commit();
+  }
+  EXPECT_EQ(pg::insert_task(db_, task_of("sub-u5"), queue_limit, false, {}, &known).outcome,
+            pg::InsertOutcome::kCreated);
+  EXPECT_EQ(known.get("sub-u5"), pg::KnownOverrides::Overrides{});
+  EXPECT_EQ(count(db_, "sub-u5"), 4);
+}
+
+TEST_F(Submission, AModelIsRefusedOnlyOnTheUsersTierAsItIs) {
+  const pg::ModelCheck models = [](const std::string& tier, const std::string& model) {
+    return model == "big-model" && tier != "gold" ? std::string("big-model needs tier gold")
+                                                  : std::string();
+  };
+  pg::KnownOverrides known;
+  auto big = [](const std::string& user) {
+    pg::NewTask task = task_of(user);
+    task.spec.model = "big-model";
+    return task;
+  };
+  // Believed without a tier, but gold: stored.
+  set_limits(db_, "sub-u6", "gold", std::nullopt);
+  EXPECT_EQ(pg::insert_task(db_, big("sub-u6"), queue_limit, false, models, &known).outcome,
+            pg::InsertOutcome::kCreated);
+  EXPECT_EQ(known.get("sub-u6").tier, "gold");
+  // Believed gold, no longer: refused, nothing stored.
+  set_limits(db_, "sub-u6", "small", std::nullopt);
+  const auto refused = pg::insert_task(db_, big("sub-u6"), queue_limit, false, models, &known);
+  EXPECT_EQ(refused.outcome, pg::InsertOutcome::kModelNotAllowed);
+  EXPECT_EQ(refused.refusal, "big-model needs tier gold");
+  EXPECT_EQ(known.get("sub-u6").tier, "small");
+  // Without a tier at all: refused on the first look.
+  EXPECT_EQ(pg::insert_task(db_, big("sub-u6b"), queue_limit, false, models, &known).outcome,
+            pg::InsertOutcome::kModelNotAllowed);
+  EXPECT_EQ(count(db_, "sub-u6"), 1);
+  EXPECT_EQ(count(db_, "sub-u6b"), 0);
+}
+
+TEST(KnownOverrides, KeepsOnlyUsersWithOverridesAndAtMostItsCapacity) {
+  pg::KnownOverrides known(2);
+  known.put("a", {"gold", std::nullopt});
+  known.put("b", {"", 5});
+  EXPECT_EQ(known.get("a").tier, "gold");
+  known.put("c", {"small", std::nullopt});  // full: starts over
+  EXPECT_EQ(known.get("a"), pg::KnownOverrides::Overrides{});
+  EXPECT_EQ(known.get("c").tier, "small");
+  known.put("c", {});
+  EXPECT_EQ(known.get("c"), pg::KnownOverrides::Overrides{});
 }
 
 }  // namespace

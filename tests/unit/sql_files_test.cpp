@@ -116,17 +116,29 @@ TEST(SqlFiles, NoPreparedStatementNameHasTwoTexts) {
     EXPECT_FALSE(in_files.count(name)) << "af_" << name << " is prepared from C++ and a file";
 }
 
-// submission.sql writes the insert of tasks twice.
+// The insert of tasks is written twice: insert_tasks, and the function a submission calls
+// (migration 0022, agentfleet_submit), whose statements are indented in its body.
 TEST(SqlFiles, TheSubmissionRepeatsTheInsertAlike) {
-  const std::string submit = statement("submit");
+  std::ifstream in(std::filesystem::path(AGENTFLEET_SOURCE_DIR) /
+                   "core/adapters/pg/migrations/0022_submit_function.sql");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string function = squashed(text.str());
+  ASSERT_NE(function.find("CREATE OR REPLACE FUNCTION agentfleet_submit"), std::string::npos);
   const std::string insert =
       between(statement("insert_tasks"), "INSERT INTO tasks", " ON CONFLICT");
   ASSERT_FALSE(insert.empty());
-  EXPECT_NE(submit.find(insert), std::string::npos) << insert;
+  // The function reads its task from its parameter, the statement from $1.
+  std::string expected = insert;
+  const std::string from = "jsonb_to_recordset($1::jsonb)";
+  ASSERT_NE(expected.find(from), std::string::npos);
+  expected.replace(expected.find(from), from.size(), "jsonb_to_recordset(p_task)");
+  EXPECT_NE(function.find(expected), std::string::npos) << expected;
   const std::string conflict =
       "ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING";
   EXPECT_NE(statement("insert_tasks").find(conflict), std::string::npos);
-  EXPECT_NE(submit.find(conflict), std::string::npos);
+  EXPECT_NE(function.find(conflict), std::string::npos);
+  EXPECT_NE(statement("submit").find("agentfleet_submit("), std::string::npos);
 }
 
 // Every read of a task the API shows selects the same columns (the fragment task_row, read

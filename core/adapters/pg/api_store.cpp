@@ -4,8 +4,9 @@ namespace agentfleet::pg {
 
 Awaitable<InsertResult> ApiStore::insert_task(const NewTask& task, const QueueLimit& limit,
                                               bool with_json, const ModelCheck& models) {
-  co_return co_await db_.run(
-      [&](pqxx::connection& c) { return pg::insert_task(c, task, limit, with_json, models); });
+  co_return co_await db_.run([&](pqxx::connection& c) {
+    return pg::insert_task(c, task, limit, with_json, models, &known_overrides_);
+  });
 }
 
 Awaitable<std::optional<ParentRef>> ApiStore::find_parent(const std::string& user_id,

@@ -99,6 +99,8 @@ class ApiStore {
 
  private:
   DbPool& db_;
+  // What submissions believe of users' overrides (insert_task checks it under the lock).
+  KnownOverrides known_overrides_;
 };
 
 }  // namespace agentfleet::pg

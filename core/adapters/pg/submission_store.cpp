@@ -9,6 +9,8 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <stdexcept>
+
 namespace agentfleet::pg {
 
 namespace {
@@ -138,66 +140,125 @@ QueueRoom queue_room_now(pqxx::connection& c, const std::string& user_id, const 
   return room;
 }
 
-InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit,
-                         bool with_json, const ModelCheck& models) {
-  const TaskSpec& s = task.spec;
-  pqxx::work tx(c);
-  // One submission of a user at a time, their overrides read on the same round trip.
-  auto overrides = exec_named1(tx, "submit_lock", s.user_id);
-  if (models) {
-    std::string refusal = models(overrides[1].as<std::string>(), s.model);
-    if (!refusal.empty()) {
-      InsertResult refused;
-      refused.outcome = InsertOutcome::kModelNotAllowed;
-      refused.refusal = std::move(refusal);
-      return refused;  // nothing written: the transaction rolls back
-    }
+KnownOverrides::Overrides KnownOverrides::get(const std::string& user_id) const {
+  std::lock_guard lock(mutex_);
+  const auto it = known_.find(user_id);
+  return it == known_.end() ? Overrides{} : it->second;
+}
+
+void KnownOverrides::put(const std::string& user_id, Overrides overrides) {
+  std::lock_guard lock(mutex_);
+  if (overrides == Overrides{}) {
+    known_.erase(user_id);
+    return;
   }
-  QueueRoom room;
-  if (limit) {
-    room.max_queued =
-        limit(overrides[1].as<std::string>(),
-              overrides[2].is_null() ? std::nullopt : std::optional<int>(overrides[2].as<int>()));
-  }
-  // The common case in one statement, run after the lock (so its snapshot sees every
-  // submission before it): the count, the insert, the answer and the scheduler's wake-up.
-  auto row = exec_named1(tx, "submit", tasks_json({task}), s.user_id,
-                         limit ? std::int64_t{room.max_queued} : std::int64_t{-1});
-  room.queued = row[0].as<std::int64_t>();
+  if (known_.size() >= capacity_ && !known_.count(user_id))
+    known_.clear();
+  known_[user_id] = std::move(overrides);
+}
+
+namespace {
+KnownOverrides::Overrides overrides_in(const pqxx::row& row, int at) {
+  return {row[at].as<std::string>(),
+          row[at + 1].is_null() ? std::nullopt : std::optional<int>(row[at + 1].as<int>())};
+}
+
+// The user's overrides now, read on their own (a model refused on what was believed).
+KnownOverrides::Overrides read_overrides_now(pqxx::connection& c, const std::string& user_id) {
+  pqxx::nontransaction tx(c);
+  auto rows = exec_named(tx, "queue_overrides", user_id);
+  return rows.empty() ? KnownOverrides::Overrides{} : overrides_in(rows[0], 0);
+}
+
+// The answer when the key names a task already (`row`: submit's answer, nothing stored).
+std::optional<InsertResult> existing_task(pqxx::connection& c, const pqxx::row& row,
+                                          const NewTask& task, bool with_json) {
+  if (row[4].is_null())
+    return std::nullopt;
   InsertResult result;
-  if (!row[1].is_null()) {
-    result.outcome = InsertOutcome::kCreated;
-    result.task_id = row[1].as<std::string>();
-    if (with_json)
-      result.task_json = codec::task_json(read_task_row(row, 3), "[]");  // no steps yet
-    tx.commit();
+  if (row[6].as<std::string>() == "staged") {
+    // Held by a batch upload under way: whether the key names a task is known when the
+    // upload ends (sealed, or refused and deleted). Nothing is stored meanwhile.
+    result.outcome = InsertOutcome::kPending;
+    result.held_by_batch = row[7].as<std::string>();
     return result;
   }
-  // Not stored: its key names a task already (the same request, or another: a conflict), or
-  // the user's queue is full.
-  if (!s.idempotency_key.empty()) {
-    auto existing = exec_named(tx, "idempotency", s.user_id, s.idempotency_key);
-    if (!existing.empty() && existing[0][2].as<std::string>() == "staged") {
-      // Held by a batch upload under way: whether the key names a task is known when the
-      // upload ends (sealed, or refused and deleted). Nothing is stored meanwhile.
-      result.outcome = InsertOutcome::kPending;
-      result.held_by_batch = existing[0][3].as<std::string>();
-      return result;
-    }
-    if (!existing.empty()) {
-      result.task_id = existing[0][0].as<std::string>();
-      if (with_json)
-        result.task_json = task_json_in(tx, result.task_id);
-      tx.commit();
-      result.outcome = existing[0][1].as<std::string>() == task.canonical
-                           ? InsertOutcome::kExisting
-                           : InsertOutcome::kConflict;
-      return result;
-    }
+  result.task_id = row[4].as<std::string>();
+  result.outcome = row[5].as<std::string>() == task.canonical ? InsertOutcome::kExisting
+                                                              : InsertOutcome::kConflict;
+  if (with_json) {
+    pqxx::read_transaction tx(c);
+    result.task_json = task_json_in(tx, result.task_id);
   }
-  result.outcome = InsertOutcome::kQueueFull;
-  result.room = room;
   return result;
+}
+}  // namespace
+
+InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit,
+                         bool with_json, const ModelCheck& models, KnownOverrides* known) {
+  const TaskSpec& s = task.spec;
+  KnownOverrides::Overrides believed = known ? known->get(s.user_id) : KnownOverrides::Overrides{};
+  bool checked = false;  // `believed` was read from the store, not remembered
+  // Three tries at most: a belief is corrected by each answer, so a second try fails only
+  // when the overrides changed again in between.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (models) {
+      std::string refusal = models(believed.tier, s.model);
+      if (!refusal.empty() && !checked) {
+        // Refused on a belief: on the overrides as they are now (a change racing this
+        // submission applies from the next one, as it always has).
+        const KnownOverrides::Overrides now = read_overrides_now(c, s.user_id);
+        checked = true;
+        if (known)
+          known->put(s.user_id, now);
+        if (!(now == believed)) {
+          believed = now;
+          continue;
+        }
+      }
+      if (!refusal.empty()) {
+        InsertResult refused;
+        refused.outcome = InsertOutcome::kModelNotAllowed;
+        refused.refusal = std::move(refusal);
+        return refused;  // nothing written
+      }
+    }
+    const int max_queued = limit ? limit(believed.tier, believed.max_queued) : 0;
+    // One autocommitted statement; the row outlives its (non)transaction. max_queued as text
+    // ('' for none).
+    const pqxx::row row = [&] {
+      pqxx::nontransaction tx(c);
+      return exec_named1(tx, "submit", tasks_json({task}), s.user_id, believed.tier,
+                         believed.max_queued ? std::to_string(*believed.max_queued) : std::string(),
+                         limit ? std::int64_t{max_queued} : std::int64_t{-1});
+    }();
+    const KnownOverrides::Overrides found = overrides_in(row, 0);
+    if (!(found == believed)) {
+      // Nothing stored: the limit and the model check follow the overrides as they are.
+      if (known)
+        known->put(s.user_id, found);
+      believed = found;
+      checked = true;
+      continue;
+    }
+    InsertResult result;
+    if (!row[3].is_null()) {
+      result.outcome = InsertOutcome::kCreated;
+      result.task_id = row[3].as<std::string>();
+      if (with_json)
+        result.task_json = codec::task_json(read_task_row(row, 8), "[]");  // no steps yet
+      return result;
+    }
+    // Not stored: its key names a task already (the same request, or another: a conflict), or
+    // the user's queue is full.
+    if (auto existing = existing_task(c, row, task, with_json))
+      return std::move(*existing);
+    result.outcome = InsertOutcome::kQueueFull;
+    result.room = QueueRoom{row[2].as<std::int64_t>(), max_queued};
+    return result;
+  }
+  throw std::runtime_error("user " + s.user_id +
+                           "'s limits changed during the submission, three times: try again");
 }
 
 std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& user_id,

@@ -10,8 +10,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/domain/task.hpp"
@@ -50,14 +52,40 @@ struct InsertResult {
   std::string refusal;        // kModelNotAllowed: why
   std::string held_by_batch;  // kPending: the batch whose upload holds the key
 };
-// Stores a submission, one transaction: the same idempotency key returns the existing task
-// (kExisting, or kConflict when its request differs; kPending while it is a staged task of
-// a batch upload under way); a user with max_queued tasks queued gets kQueueFull and
-// nothing is stored. Notifies the scheduler (channel agentfleet_work).
-// `with_json`: the task's JSON is read in the same transaction (the API's answer).
+// What submissions believe of users' overrides (tier, max_queued) before they ask: a
+// submission derives its queue limit and model check from the belief, and the statement
+// that stores it checks the belief under the user's lock, storing nothing when it is wrong
+// (insert_task then learns the truth here and asks again). Users without overrides are not
+// kept (none is the belief for anyone unknown). At most `capacity` users: full, it starts
+// over. Thread-safety: any thread.
+class KnownOverrides {
+ public:
+  struct Overrides {
+    std::string tier;               // empty: none
+    std::optional<int> max_queued;  // nullopt: none
+    bool operator==(const Overrides&) const = default;
+  };
+  explicit KnownOverrides(std::size_t capacity = 10000) : capacity_(capacity) {}
+  Overrides get(const std::string& user_id) const;
+  void put(const std::string& user_id, Overrides overrides);
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, Overrides> known_;  // guarded by mutex_
+  std::size_t capacity_;
+};
+
+// Stores a submission in one autocommitted statement (two, rarely: when `known` believed the
+// user's overrides wrong): the same idempotency key returns the existing task (kExisting,
+// or kConflict when its request differs; kPending while it is a staged task of a batch
+// upload under way); a user with max_queued tasks queued gets kQueueFull and nothing is
+// stored. Notifies the scheduler (channel agentfleet_work).
+// `with_json`: the task's JSON (the API's answer).
 // A model the user's tier may not run (`models`) gets kModelNotAllowed and nothing is stored.
+// `known`: what is believed of the user's overrides (nullptr: none, for anyone), learnt from.
 InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLimit& limit = {},
-                         bool with_json = false, const ModelCheck& models = {});
+                         bool with_json = false, const ModelCheck& models = {},
+                         KnownOverrides* known = nullptr);
 
 // Inserts tasks (their ids set) in one statement; a task whose (user, idempotency key) is
 // taken is skipped. Returns the ids inserted. Used by batch uploads.

@@ -1,14 +1,16 @@
 -- A task's submission and the API's reads and writes of it (adapters/pg/submission_store,
 -- run by the dispatcher's API and submit ingest through pg::ApiStore): the submission in one
--- transaction, a batch upload's inserts and queue check, GET /v1/tasks[/{id}], the event
+-- statement, a batch upload's inserts and queue check, GET /v1/tasks[/{id}], the event
 -- stream's replay of a task under way, POST /v1/tasks/{id}/cancel, a follow-up's parent.
--- A submission's statements and task_json are prepared; the other reads, the cancel and
+-- A submission (one statement) and task_json are prepared; the other reads, the cancel and
 -- the parent lookup go as text (exec_text): list_tasks and find_parent have filters that
 -- are empty or not, whose plan should follow the arguments.
 -- A task the API shows is read as the columns of the fragment task_row, which
 -- codec::TaskRow holds (pg::read_task_row); the codec writes its JSON (codec/task_json).
--- The insert of tasks from JSON is written out twice (insert_tasks and submit): keep the
--- pair alike (tests/unit/sql_files_test.cpp checks that they are).
+-- The insert of tasks from JSON is written out twice (insert_tasks here, and the function
+-- agentfleet_submit of migration 0022 that submit calls): keep the pair alike
+-- (tests/unit/sql_files_test.cpp checks that they are); a change to the insert is a new
+-- migration that replaces the function.
 
 -- fragment: task_row
 -- Of the task row `t`, in the order pg::read_task_row reads them (core/adapters/pg/task_row.cpp):
@@ -32,71 +34,21 @@ to_char(t.cost, 'FM999999999999990.000000'), t.currency,
 to_json(t.created_at)::text, to_json(t.dispatched_at)::text, to_json(t.started_at)::text,
 to_json(t.finished_at)::text
 
--- name: submit_lock
--- Serializes user $1's submissions until the transaction ends (the queue count and the
--- idempotency check hold until the insert commits), and reads their overrides in the same
--- round trip: tier ('' for none) and max_queued (NULL for none). They change rarely; a
--- change racing a submission applies from the next one.
-SELECT pg_advisory_xact_lock(7311002, hashtext($1)), coalesce(l.tier, ''), l.max_queued
-FROM (SELECT 1) one LEFT JOIN user_limits l ON l.user_id = $1
-
 -- name: submit
 -- One submission of user $2 (the task as the one-element JSON array $1 that insert_tasks
--- takes), run after submit_lock so its snapshot sees every submission before it: the user's
--- queued tasks counted up to the limit $3 (-1: no limit; a deep queue costs no more than a
--- full one), the insert when there is room and its key is not taken (ON CONFLICT), the
--- scheduler's wake-up (whichever replica runs it), and the answer: the count, the new
--- task's id (NULL: nothing stored), the wake-ups sent, and the new task's task_row.
-WITH room AS (
-  SELECT CASE WHEN $3::bigint < 0 THEN 0
-              ELSE (SELECT count(*) FROM (SELECT 1 FROM tasks
-                                          WHERE user_id = $2 AND status = 'queued'
-                                          LIMIT $3::bigint + 1) q)
-                 + (SELECT count(*) FROM (SELECT 1 FROM tasks
-                                          WHERE user_id = $2 AND status = 'staged'
-                                          LIMIT $3::bigint + 1) s)
-         END AS queued
-), ins AS (
-  INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
-                     max_steps, priority, idempotency_key, request_canonical, batch_id,
-                     metadata, traceparent, strategy, parent_task_id, session_id,
-                     max_tokens, max_cost, status, retry_of)
-  SELECT r.task_id, r.user_id, r.text, r.model,
-         CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
-              ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
-         r.timeout_s, r.schedule_timeout_s, r.max_steps, r.priority,
-         NULLIF(r.idempotency_key, ''), r.request_canonical, NULLIF(r.batch_id, ''), r.metadata,
-         NULLIF(r.traceparent, ''), NULLIF(r.strategy, ''),
-         coalesce(NULLIF(r.parent_task_id, '')::uuid,
-                  (SELECT p.task_id FROM tasks p
-                   WHERE r.session_id <> '' AND p.user_id = r.user_id
-                     AND p.session_id = r.session_id
-                     AND (p.status <> 'staged' OR p.batch_id = NULLIF(r.batch_id, ''))
-                   ORDER BY p.created_at DESC LIMIT 1)),
-         NULLIF(r.session_id, ''), r.max_tokens, r.max_cost, coalesce(r.status, 'queued'),
-         NULLIF(r.retry_of, '')::uuid
-  FROM jsonb_to_recordset($1::jsonb) AS r(
-    task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
-    schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
-    request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
-    parent_task_id text, session_id text, max_tokens bigint, max_cost numeric, status text,
-    retry_of text)
-  WHERE $3::bigint < 0 OR (SELECT queued FROM room) < $3::bigint
-  ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-  RETURNING *
-), woken AS (
-  SELECT pg_notify('agentfleet_work', '') FROM ins
-)
-SELECT (SELECT queued FROM room), t.task_id::text, (SELECT count(*) FROM woken),
+-- takes), in one autocommitted statement: agentfleet_submit() (migration 0022, which says
+-- what it does) takes the user's submission lock, reads their overrides, and, when they are
+-- what the caller believed ($3: tier, '' for none; $4: max_queued as text, '' for none), counts
+-- their queue up to the limit $5 (-1: none), inserts the task when there is room and its key
+-- is not taken, and wakes the scheduler. The answer: the overrides found, the count, the new
+-- task's id (NULL: nothing stored), the task its key names when nothing was stored (id,
+-- canonical request, status, batch; NULL: none), and the new task's task_row (read from the
+-- row the function inserted: this statement's own snapshot predates it).
+SELECT s.o_tier, s.o_max_queued, s.o_queued, (s.o_task).task_id::text, s.o_existing_id,
+       s.o_existing_canonical, s.o_existing_status, s.o_existing_batch,
        {{task_row}}
-FROM (SELECT 1) one LEFT JOIN ins t ON true
-
--- name: idempotency
--- The task user $1's idempotency key $2 names already, the canonical form of its request (a
--- submission not stored: the same request again, or a conflict), its status and its batch
--- ('' for none): a staged task belongs to an upload under way, which may yet be refused.
-SELECT task_id::text, request_canonical, status, coalesce(batch_id, '')
-FROM tasks WHERE user_id = $1 AND idempotency_key = $2
+FROM agentfleet_submit($1::jsonb, $2, $3, NULLIF($4, '')::integer, $5::bigint) s
+LEFT JOIN LATERAL (SELECT (s.o_task).*) t ON true
 
 -- name: insert_tasks
 -- Tasks from the JSON array $1 (one object per task, ids set; see tasks_json() in
@@ -131,7 +83,7 @@ ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTH
 RETURNING task_id::text
 
 -- name: queue_lock
--- Serializes user $1's submissions until the transaction ends: the lock submit_lock takes.
+-- Serializes user $1's submissions until the transaction ends: the lock agentfleet_submit takes.
 SELECT pg_advisory_xact_lock(7311002, hashtext($1))
 
 -- name: queue_overrides
