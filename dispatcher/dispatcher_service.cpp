@@ -53,6 +53,11 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
   std::mutex relay_mutex;
   std::condition_variable relay_wake;
   bool relay_due = false;  // guarded by relay_mutex
+  // Dispatch messages the scheduler hands over as its pass commits (guarded by relay_mutex).
+  // Bounded: what does not fit is published from its row once that falls due
+  // (Scheduler::kHandoffS later).
+  std::vector<ports::OutboxMessage> handed;
+  const std::size_t handed_bound = 20 * static_cast<std::size_t>(config.dispatcher.relay_batch);
   const auto wake_relay = [&] {
     {
       std::lock_guard lock(relay_mutex);
@@ -60,11 +65,21 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
     }
     relay_wake.notify_one();
   };
+  const auto hand_to_relay = [&](std::vector<ports::OutboxMessage> messages) {
+    {
+      std::lock_guard lock(relay_mutex);
+      if (handed.size() + messages.size() > handed_bound)
+        return;
+      for (ports::OutboxMessage& m : messages)
+        handed.push_back(std::move(m));
+    }
+    relay_wake.notify_one();
+  };
   pg::SchedulerSession scheduler_session(pg::SchedulerSessionOptions{
       config.postgres.url, config.postgres.statement_timeout_ms, config.postgres.connect_timeout_s,
       config.dispatcher.leader_silence_s});
   Scheduler scheduler(config, scheduler_session, metrics, limits::SteadyClock::instance(),
-                      wake_relay);
+                      wake_relay, hand_to_relay);
   std::atomic<bool> stopping{false};
   CompletionRate completions;
   TaskFeed feed(io, config,
@@ -144,8 +159,9 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
       },
       asio::detached);
 
-  // The relay: its own thread and connection (see pg::OutboxRelay). It runs at once when this
-  // replica's scheduler or API has committed outbox rows; otherwise again after
+  // The relay: its own thread and connection (see pg::OutboxRelay). It publishes the dispatch
+  // messages the scheduler hands over as soon as they arrive, and looks for due rows at once
+  // when this replica's scheduler or API has committed some; otherwise again after
   // relay_interval_ms when its last pass published rows (more may be coming), and after
   // relay_idle_ms when it found nothing due (the rows nothing here wakes it for: a worker's
   // fallback, due 10 s after it was written; another replica's).
@@ -158,27 +174,52 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
                                        std::chrono::milliseconds(config.kafka.delivery_timeout_ms));
     };
     int failures = 0;
+    // When the due rows are next looked for (at once: woken for them, or after a failure).
+    auto look_at = std::chrono::steady_clock::now();
     while (!stopping) {
-      auto sent = outbox.once(config.dispatcher.relay_batch, config.kafka.topics.dispatch, send);
-      if (sent.ok()) {
-        for (const auto& [topic, published] : sent.value().by_topic)
-          metrics.outbox_published(topic, published);
+      std::vector<ports::OutboxMessage> batch;
+      {
+        std::lock_guard lock(relay_mutex);
+        batch.swap(handed);
       }
-      int wait_ms = sent.ok() && sent.value().published == 0 ? config.dispatcher.relay_idle_ms
-                                                             : config.dispatcher.relay_interval_ms;
-      if (!sent.ok()) {
-        // Back off on a failing store, up to 2 s, so an outage is not a busy loop and the
-        // relay is back within seconds of the store.
-        wait_ms = std::min(2000, config.dispatcher.relay_interval_ms << std::min(++failures, 7));
-        log::write("warn", "dispatcher", "relay: " + sent.error().message);
-      } else {
-        failures = 0;
-        if (sent.value().published >= config.dispatcher.relay_batch)
-          continue;
+      if (!batch.empty()) {
+        auto sent = outbox.publish_handed(std::move(batch), send);
+        if (sent.ok()) {
+          for (const auto& [topic, published] : sent.value().by_topic)
+            metrics.outbox_published(topic, published);
+        } else {
+          log::write("warn", "dispatcher", "relay: " + sent.error().message);
+        }
       }
+      if (std::chrono::steady_clock::now() >= look_at) {
+        auto sent = outbox.once(config.dispatcher.relay_batch, config.kafka.topics.dispatch, send);
+        if (sent.ok()) {
+          for (const auto& [topic, published] : sent.value().by_topic)
+            metrics.outbox_published(topic, published);
+        }
+        int wait_ms = sent.ok() && sent.value().published == 0
+                          ? config.dispatcher.relay_idle_ms
+                          : config.dispatcher.relay_interval_ms;
+        if (!sent.ok()) {
+          // Back off on a failing store, up to 2 s, so an outage is not a busy loop and the
+          // relay is back within seconds of the store.
+          wait_ms = std::min(2000, config.dispatcher.relay_interval_ms << std::min(++failures, 7));
+          log::write("warn", "dispatcher", "relay: " + sent.error().message);
+        } else {
+          failures = 0;
+        }
+        look_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+        if (sent.ok() && sent.value().published >= config.dispatcher.relay_batch)
+          look_at = std::chrono::steady_clock::now();  // more are due
+      }
+      // Handed messages wake it without a look for due rows: those wait for their own wake,
+      // or for look_at.
       std::unique_lock lock(relay_mutex);
-      relay_wake.wait_for(lock, std::chrono::milliseconds(wait_ms),
-                          [&] { return stopping.load() || (failures == 0 && relay_due); });
+      relay_wake.wait_until(lock, look_at, [&] {
+        return stopping.load() || (failures == 0 && (relay_due || !handed.empty()));
+      });
+      if (relay_due && failures == 0)
+        look_at = std::chrono::steady_clock::now();
       relay_due = false;
     }
   });

@@ -54,12 +54,14 @@ std::string budget_message(const std::string& currency, std::int64_t budget, std
 
 Scheduler::Scheduler(const config::Config& config, ports::SchedulerStore& store,
                      metrics::DispatcherMetrics& metrics, const limits::Clock& clock,
-                     std::function<void()> outbox_written)
+                     std::function<void()> outbox_written,
+                     std::function<void(std::vector<ports::OutboxMessage>)> handoff)
     : config_(config),
       store_(store),
       metrics_(metrics),
       clock_(clock),
-      outbox_written_(std::move(outbox_written)) {
+      outbox_written_(std::move(outbox_written)),
+      handoff_(std::move(handoff)) {
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0)
     throw std::runtime_error("scheduler: eventfd failed");
@@ -299,7 +301,8 @@ bool Scheduler::pass() {
                                   config_.dispatcher.scheduler_batch,
                                   config_.dispatcher.redispatch_after_s,
                                   config_.dispatcher.max_attempts,
-                                  /*recover_lapsed=*/started >= lapsed_trusted_at_};
+                                  /*recover_lapsed=*/started >= lapsed_trusted_at_,
+                                  /*handoff_s=*/handoff_ ? kHandoffS : 0};
   // A generic plan is costed with the table sizes of the moment it was built: one cached
   // while tasks was small (a fresh fleet, then a flood of 100,000) joins it by a sequential
   // scan in every pass until autovacuum analyzes it. Dropped every second, the plans are
@@ -438,7 +441,14 @@ bool Scheduler::pass() {
       over_budget += static_cast<int>(ended);
     over_budget_users = std::move(written.ended);
     const std::vector<ports::DispatchedTask>& dispatched = written.dispatched;
-    if ((!dispatched.empty() || over_budget > 0) && outbox_written_)
+    if (handoff_ && !dispatched.empty()) {
+      std::vector<ports::OutboxMessage> handed;
+      handed.reserve(dispatched.size());
+      for (const ports::DispatchedTask& task : dispatched)
+        handed.push_back(ports::OutboxMessage{task.outbox_id, task.message});
+      handoff_(std::move(handed));
+    }
+    if (((!handoff_ && !dispatched.empty()) || over_budget > 0) && outbox_written_)
       outbox_written_();
 
     std::map<std::pair<std::string, Priority>, std::vector<const ports::DispatchedTask*>> by_grant;

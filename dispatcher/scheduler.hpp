@@ -27,7 +27,10 @@
 //
 // After a pass commits outbox rows (dispatch messages, or the results of tasks it ended),
 // it calls the `outbox_written` callback, so the relay publishes them at once instead of at
-// its next poll.
+// its next poll. Given a `handoff` callback, a pass's admissions skip the relay's read: their
+// dispatch messages are written due kHandoffS later and handed over as soon as the pass
+// commits (the relay publishes them and deletes their rows; should the replica stop first,
+// the rows fall due and any relay publishes them).
 //
 // Lifecycle: start() spawns the thread; stop() (or the destructor) ends it and closes the
 // connection, which releases the lock. Thread-safety: wake(), task_ended(), leader() may be
@@ -63,7 +66,11 @@ class Scheduler {
   Scheduler(const config::Config& config, ports::SchedulerStore& store,
             metrics::DispatcherMetrics& metrics,
             const limits::Clock& clock = limits::SteadyClock::instance(),
-            std::function<void()> outbox_written = {});
+            std::function<void()> outbox_written = {},
+            std::function<void(std::vector<ports::OutboxMessage>)> handoff = {});
+  // How long the outbox rows of handed-over dispatch messages wait before the relay may
+  // publish them itself (the worker's result events wait as long).
+  static constexpr int kHandoffS = 10;
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -112,6 +119,7 @@ class Scheduler {
   metrics::DispatcherMetrics& metrics_;
   const limits::Clock& clock_;
   std::function<void()> outbox_written_;  // called on the scheduler's thread
+  std::function<void(std::vector<ports::OutboxMessage>)> handoff_;  // likewise
   std::unique_ptr<limits::FairScheduler> fair_;
   // Users whose buckets were seeded from the ledger in this leadership term.
   std::unordered_map<std::string, bool> seeded_;

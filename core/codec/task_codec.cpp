@@ -262,36 +262,6 @@ std::string canonical_with_retry_of(std::string_view canonical, std::string_view
   return std::string(buffer.GetString(), buffer.GetSize());
 }
 
-std::string dispatch_message_json(const DispatchMessage& message) {
-  rapidjson::StringBuffer buffer;
-  Writer w(buffer);
-  w.StartObject();
-  w.Key("version");
-  w.Int(1);
-  key_string(w, "task_id", message.task_id);
-  key_string(w, "user_id", message.user_id);
-  key_string(w, "priority", to_string(message.priority));
-  key_string(w, "dispatched_at", message.dispatched_at);
-  w.EndObject();
-  return std::string(buffer.GetString(), buffer.GetSize());
-}
-
-std::string needs_header(std::string_view strategy, bool follow_up, bool spend_limits) {
-  std::string header;
-  auto add = [&header](std::string_view word) {
-    if (!header.empty())
-      header += ' ';
-    header += word;
-  };
-  if (!strategy.empty())
-    add("strategy:" + std::string(strategy));
-  if (follow_up)
-    add("feature:follow_up");
-  if (spend_limits)
-    add("feature:spend_limits");
-  return header;
-}
-
 std::variant<DispatchMessage, SchemaViolation> parse_dispatch_message(std::string_view json) {
   rapidjson::Document doc;
   if (auto violation = validate_json_text(json, "dispatch_message.schema.json", &doc)) {

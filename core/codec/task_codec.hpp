@@ -49,32 +49,28 @@ std::optional<std::string> submission_from_canonical(std::string_view canonical,
 // out again.
 std::string canonical_with_retry_of(std::string_view canonical, std::string_view retry_of);
 
-// Written by the scheduler (pg::announce_dispatched, in the transaction that marks the
-// task dispatched); read by the worker.
+// Written by the scheduler (the statement that marks the task dispatched writes it to the
+// outbox: the fragment dispatch_marked of core/adapters/pg/sql/scheduler.sql); read by the
+// worker.
 struct DispatchMessage {
   std::string task_id;
   std::string user_id;
   Priority priority = Priority::kInteractive;
   std::string dispatched_at;  // RFC 3339 UTC with milliseconds
 };
-std::string dispatch_message_json(const DispatchMessage& message);
 std::variant<DispatchMessage, SchemaViolation> parse_dispatch_message(std::string_view json);
 
 // The dispatch message's header that names what its task needs of the worker that runs it:
 // words of the form kind:value separated by spaces ("strategy:plan_only feature:follow_up";
-// written by needs_header()). A header, not a payload field: a
-// payload field the schema does not know makes a message a dead letter. Kinds: strategy
-// (a strategy the task asked for), feature (follow_up: it continues a parent's
+// written by the fragment dispatch_marked of core/adapters/pg/sql/scheduler.sql). A header, not a
+// payload field: a payload field the schema does not know makes a message a dead letter. Kinds:
+// strategy (a strategy the task asked for), feature (follow_up: it continues a parent's
 // conversation; spend_limits: it has its own max_tokens or max_cost); a later version may
 // add words of any kind.
 inline constexpr std::string_view kNeedsHeader = "agentfleet-needs";
 // The words of `header` this build cannot meet, in their order (empty: it can run the task;
 // a missing or empty header needs nothing).
 std::vector<std::string> unmet_needs(std::string_view header);
-// What a task needs of its worker, as kNeedsHeader's value: the strategy it asked for (empty:
-// none, the worker's default), whether it follows a parent, whether it has its own spending
-// limits. Empty when it needs nothing (the header is then left out).
-std::string needs_header(std::string_view strategy, bool follow_up, bool spend_limits);
 
 struct ResultEvent {
   std::string task_id;

@@ -8,6 +8,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,12 @@ struct OutMessage {
   std::string key;
   std::string value;
   Headers headers;
+};
+
+// A message and the outbox row that holds it until it is published.
+struct OutboxMessage {
+  std::int64_t outbox_id = 0;
+  OutMessage message;
 };
 
 class Publisher {

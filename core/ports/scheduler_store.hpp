@@ -21,6 +21,7 @@
 
 #include "core/billing/money.hpp"
 #include "core/domain/task.hpp"
+#include "core/ports/publisher.hpp"
 
 namespace agentfleet::ports {
 
@@ -38,6 +39,12 @@ struct SchedulerPass {
   // was away, and each gets a lease to hand back what it holds (a claim whose commit was in
   // doubt among it) before recovery counts the attempt as lost.
   bool recover_lapsed = true;
+  // Seconds after a pass's dispatch messages are written that the relay may publish them
+  // from the outbox. 0: at once. More: the pass answers them (DispatchedTask::message) for
+  // the scheduler to hand to its relay as soon as it commits, which publishes them and
+  // deletes their rows; the rows are the fallback should the replica stop first (a message
+  // published twice is harmless: the claim is fenced). Recovery's go to the relay at once.
+  int handoff_s = 0;
 };
 
 // Recovery: tasks whose worker lease expired, and dispatched tasks unclaimed for
@@ -141,6 +148,9 @@ struct DispatchedTask {
   double queued_s = 0;  // since submission
   bool first = true;    // its first dispatch (attempt 0)
   std::string traceparent;
+  // Its dispatch message and the outbox row that holds it.
+  std::int64_t outbox_id = 0;
+  OutMessage message;
 };
 
 // Queued tasks of a user to end unstarted: the oldest `count`, all with `ending`.
@@ -205,7 +215,8 @@ class SchedulerStore {
       const std::vector<std::string>& users) = 0;
 
   // One transaction: ends each EndQueued's oldest queued tasks (with their result events),
-  // then dispatches the grants (skipping rows locked elsewhere). Nothing when both are empty.
+  // then dispatches the grants (skipping rows locked elsewhere), their dispatch messages due
+  // to the relay pass.handoff_s later. Nothing when both are empty.
   virtual PassWrites write_pass(const std::vector<EndQueued>& end_queued,
                                 const std::vector<DispatchGrant>& grants,
                                 const SchedulerPass& pass) = 0;

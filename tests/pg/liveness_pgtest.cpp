@@ -20,6 +20,7 @@
 #include "core/adapters/pg/run_store.hpp"
 #include "core/adapters/pg/scheduler_session.hpp"
 #include "core/adapters/pg/sql.hpp"
+#include "core/codec/task_codec.hpp"
 #include "tests/pg/pg_url.hpp"
 
 namespace agentfleet {
@@ -549,6 +550,69 @@ TEST_F(Liveness, ADispatchMessageNamesTheStrategyItsTaskAskedForAndAParentItFoll
   sent = relay("needs-dispatch");
   ASSERT_EQ(sent.count(planned), 1u);
   EXPECT_EQ(header(sent[planned], "agentfleet-needs"), "strategy:plan_only");
+}
+
+// The dispatch statement writes each message itself (the fragment dispatch_marked): what it
+// writes is what the worker reads, with the needs header the worker checks. A pass's
+// messages handed to its relay are not due to any relay for the hand-off's seconds, and go
+// once the relay that was handed them deleted their rows.
+TEST_F(Liveness, WhatTheSchedulerWritesIsWhatTheWorkerReadsAndAHandedMessageWaitsForItsRelay) {
+  const std::string user = "handoff-\"用户\\1";
+  const std::string limited = insert_task(db_, user, "queued", 0, 0);
+  {
+    pqxx::work tx(db_);
+    tx.exec_params0(
+        "UPDATE tasks SET max_tokens = 1000, priority = 'batch' WHERE task_id = $1::uuid", limited);
+    tx.commit();
+  }
+  std::vector<pg::DispatchedTask> dispatched;
+  {
+    pqxx::nontransaction tx(db_);  // its own commit, as a pass sends it
+    dispatched = pg::dispatch_grants(tx, {ports::DispatchGrant{user, Priority::kBatch, 5}},
+                                     "handoff-dispatch", /*handoff_s=*/10);
+  }
+  ASSERT_EQ(dispatched.size(), 1u);
+  const pg::DispatchedTask& task = dispatched[0];
+  EXPECT_EQ(task.message.topic, "handoff-dispatch");
+  EXPECT_EQ(task.message.key, limited);
+  auto parsed = codec::parse_dispatch_message(task.message.value);
+  ASSERT_TRUE(std::holds_alternative<codec::DispatchMessage>(parsed)) << task.message.value;
+  const auto& read = std::get<codec::DispatchMessage>(parsed);
+  EXPECT_EQ(read.task_id, limited);
+  EXPECT_EQ(read.user_id, user);
+  EXPECT_EQ(read.priority, Priority::kBatch);
+  {
+    pqxx::work tx(db_);
+    const auto row = tx.exec_params1(
+        "SELECT to_char(t.dispatched_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
+        "o.publish_after > now() + interval '9 seconds', o.payload "
+        "FROM tasks t JOIN outbox o ON o.id = $2 WHERE t.task_id = $1::uuid",
+        limited, task.outbox_id);
+    EXPECT_EQ(read.dispatched_at, row[0].as<std::string>());
+    EXPECT_TRUE(row[1].as<bool>()) << "due only after the hand-off";
+    EXPECT_EQ(row[2].as<std::string>(), task.message.value) << "the row holds what was handed";
+  }
+  EXPECT_EQ(header(ports::Headers(task.message.headers), "agentfleet-needs"),
+            "feature:spend_limits");
+  EXPECT_TRUE(codec::unmet_needs("feature:spend_limits").empty()) << "this worker meets it";
+  EXPECT_TRUE(relay("handoff-dispatch").empty()) << "no relay takes a handed row before it is due";
+
+  pg::OutboxRelay relay_of_the_pass(pg_url(), 5000, 5);
+  std::vector<ports::OutMessage> sent;
+  const auto published =
+      relay_of_the_pass.publish_handed({ports::OutboxMessage{task.outbox_id, task.message}},
+                                       [&](std::vector<ports::OutMessage> messages) {
+                                         sent = messages;
+                                         return std::vector<Status>(messages.size(), ok_status());
+                                       });
+  ASSERT_TRUE(published.ok()) << published.error().message;
+  EXPECT_EQ(published.value().published, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].value, task.message.value);
+  pqxx::work tx(db_);
+  EXPECT_EQ(
+      tx.exec_params1("SELECT count(*) FROM outbox WHERE id = $1", task.outbox_id)[0].as<int>(), 0)
+      << "published: its row is gone";
 }
 
 TEST_F(Liveness, RowsOfLongLapsedWorkersGoOnceTheyOwnNothing) {

@@ -572,9 +572,9 @@ TEST(SubmissionTest, ATasksOwnSpendingLimitsAreReadExactlyAndCheckedAtTheDoor) {
 
 constexpr const char* kTaskId = "0b7e8a52-3c1d-4f6e-9a2b-5d4c3b2a1f00";
 
-// The scheduler writes dispatch messages with dispatch_message_json (pg::announce_dispatched);
-// the integration test validates those on the topic. Here: what the worker accepts and
-// refuses.
+// The scheduler's statement writes dispatch messages (the fragment dispatch_marked; the
+// Postgres test Dispatch.WhatTheSchedulerWritesIsWhatTheWorkerReads reads them with the
+// codec). Here: what the worker accepts and refuses.
 std::string dispatch_json(const std::string& task_id, const std::string& priority) {
   return R"({"version":1,"task_id":")" + task_id + R"(","user_id":"u1","priority":")" + priority +
          R"(","dispatched_at":"2026-11-22T03:04:05.123Z"})";
@@ -588,34 +588,6 @@ TEST(DispatchMessageTest, ParsesWhatTheSchedulerWrites) {
   EXPECT_EQ(message.user_id, "u1");
   EXPECT_EQ(message.priority, Priority::kBatch);
   EXPECT_EQ(message.dispatched_at, "2026-11-22T03:04:05.123Z");
-}
-
-TEST(DispatchMessageTest, WhatTheSchedulerWritesIsWhatTheWorkerReads) {
-  for (Priority priority : {Priority::kInteractive, Priority::kBatch}) {
-    const codec::DispatchMessage sent{kTaskId, "用户\"1", priority, "2026-11-22T03:04:05.123Z"};
-    const std::string json = codec::dispatch_message_json(sent);
-    auto parsed = codec::parse_dispatch_message(json);
-    ASSERT_TRUE(std::holds_alternative<codec::DispatchMessage>(parsed)) << json;
-    const auto& read = std::get<codec::DispatchMessage>(parsed);
-    EXPECT_EQ(read.task_id, sent.task_id);
-    EXPECT_EQ(read.user_id, sent.user_id);
-    EXPECT_EQ(read.priority, priority);
-    EXPECT_EQ(read.dispatched_at, sent.dispatched_at);
-  }
-}
-
-TEST(DispatchNeedsTest, TheSchedulersHeaderNamesWhatTheTaskAskedForAndThisVersionMeetsIt) {
-  EXPECT_EQ(codec::needs_header("", false, false), "") << "nothing special: no header";
-  EXPECT_EQ(codec::needs_header("plan_only", false, false), "strategy:plan_only");
-  EXPECT_EQ(codec::needs_header("plan_execute", true, true),
-            "strategy:plan_execute feature:follow_up feature:spend_limits");
-  EXPECT_EQ(codec::needs_header("", true, false), "feature:follow_up");
-  for (const char* strategy : {"", "react", "plan_execute", "plan_only"}) {
-    for (bool follow_up : {false, true}) {
-      for (bool limits : {false, true})
-        EXPECT_TRUE(codec::unmet_needs(codec::needs_header(strategy, follow_up, limits)).empty());
-    }
-  }
 }
 
 TEST(DispatchMessageTest, BadTaskIdIsRefused) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -84,10 +85,11 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
   }
   ports::PassWrites write_pass(const std::vector<ports::EndQueued>& end_queued,
                                const std::vector<ports::DispatchGrant>& grants,
-                               const ports::SchedulerPass&) override {
+                               const ports::SchedulerPass& pass) override {
     if (fail_writes)
       throw std::runtime_error("postgres connection: connection reset");
     ++writes;
+    handoffs.push_back(pass.handoff_s);
     ended.insert(ended.end(), end_queued.begin(), end_queued.end());
     granted.insert(granted.end(), grants.begin(), grants.end());
     ports::PassWrites done;
@@ -99,6 +101,8 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
         task.task_id = grant.user_id + "-" + std::to_string(next_task++);
         task.user_id = grant.user_id;
         task.priority = grant.priority;
+        task.outbox_id = 1000 + next_task;
+        task.message = ports::OutMessage{pass.dispatch_topic, task.task_id, "{}", {}};
         done.dispatched.push_back(task);
       }
     }
@@ -138,6 +142,7 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
   std::vector<int> count_caps;
   std::vector<ports::EndQueued> ended;
   std::vector<ports::DispatchGrant> granted;
+  std::vector<int> handoffs;  // per write: pass.handoff_s
   int next_task = 0;
   std::vector<ports::WaitingChanges> waiting_writes;
   std::map<std::pair<std::string, Priority>, std::string> waiting;  // what the table holds
@@ -160,7 +165,17 @@ struct Harness {
   FakeSchedulerStore store;
   metrics::MetricsRegistry registry{metrics::RegistryOptions{.process_metrics = false}};
   metrics::DispatcherMetrics metrics{registry, config};
-  Scheduler scheduler{config, store, metrics, clock};
+  int relay_wakes = 0;                       // outbox_written: rows due now
+  std::vector<ports::OutboxMessage> handed;  // handoff: dispatch messages handed over
+  Scheduler scheduler{config,
+                      store,
+                      metrics,
+                      clock,
+                      [this] { ++relay_wakes; },
+                      [this](std::vector<ports::OutboxMessage> messages) {
+                        for (auto& m : messages)
+                          handed.push_back(std::move(m));
+                      }};
 
   void queue(std::vector<ports::BacklogUser> users, std::int64_t capacity = 100) {
     store.backlog.users = std::move(users);
@@ -197,6 +212,33 @@ TEST(SchedulerRounds, GrantsStayWithinEachUsersConcurrencyAndTheFleetsCapacity) 
       << "the fleet has room for 5, 2 of them taken";
   EXPECT_EQ(h.store.count_caps.back(), 4)
       << "the backlog is read up to the room left, and one more to see who still waits";
+}
+
+TEST(SchedulerRounds, APassHandsItsDispatchMessagesToTheRelayAsItCommits) {
+  Harness h;
+  h.queue({waiting("a", 2), waiting("b", 1)});
+  h.scheduler.round();
+  ASSERT_EQ(h.store.handoffs.size(), 1u);
+  EXPECT_EQ(h.store.handoffs[0], Scheduler::kHandoffS)
+      << "the rows wait for the hand-off before the relay may publish them itself";
+  ASSERT_EQ(h.handed.size(), 3u);
+  std::set<std::string> keys;
+  std::set<std::int64_t> rows;
+  for (const ports::OutboxMessage& m : h.handed) {
+    keys.insert(m.message.key);
+    rows.insert(m.outbox_id);
+    EXPECT_EQ(m.message.topic, h.config.kafka.topics.dispatch);
+  }
+  EXPECT_EQ(keys.size(), 3u) << "one message per task dispatched";
+  EXPECT_EQ(rows.size(), 3u) << "each with the row that holds it";
+  EXPECT_EQ(h.relay_wakes, 0) << "no row is due: the relay is not sent to look";
+
+  // Tasks ended over budget: their result events are due at once.
+  h.queue({waiting("spender", 4, 0, "capped")});
+  h.store.spent["spender"]["CNY"] = 2500000;
+  h.scheduler.wake();
+  h.scheduler.round();
+  EXPECT_EQ(h.relay_wakes, 1);
 }
 
 TEST(SchedulerRounds, ASpentBudgetEndsTheUsersQueuedTasksInsteadOfRunningThem) {

@@ -10,7 +10,7 @@
 
 namespace agentfleet::pg {
 
-void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids) {
+void delete_outbox_rows(pqxx::transaction_base& tx, const std::vector<std::int64_t>& ids) {
   if (ids.empty())
     return;
   std::string array = "{";
@@ -73,6 +73,40 @@ Result<RelayedBatch> OutboxRelay::once(int batch, const std::string& dispatch_to
     relayed.published = static_cast<int>(delivered.size());
     return relayed;
   });
+}
+
+Result<RelayedBatch> OutboxRelay::publish_handed(std::vector<ports::OutboxMessage> handed,
+                                                 const Send& send) {
+  RelayedBatch relayed;
+  if (handed.empty())
+    return relayed;
+  std::vector<ports::OutMessage> messages;
+  messages.reserve(handed.size());
+  for (ports::OutboxMessage& m : handed)
+    messages.push_back(std::move(m.message));
+  std::vector<std::string> topics;
+  topics.reserve(messages.size());
+  for (const ports::OutMessage& m : messages)
+    topics.push_back(m.topic);
+  const std::vector<Status> results = send(std::move(messages));
+  std::vector<std::int64_t> delivered;
+  for (std::size_t i = 0; i < results.size() && i < handed.size(); ++i) {
+    if (!results[i].ok())
+      continue;
+    delivered.push_back(handed[i].outbox_id);
+    ++relayed.by_topic[topics[i]];
+  }
+  relayed.published = static_cast<int>(delivered.size());
+  if (delivered.empty())
+    return relayed;
+  auto deleted = db_.run_blocking([&](pqxx::connection& c) {
+    pqxx::nontransaction tx(c);
+    delete_outbox_rows(tx, delivered);
+    return true;
+  });
+  if (!deleted.ok())
+    return deleted.error();  // published; the rows fall due and go again (harmless)
+  return relayed;
 }
 
 }  // namespace agentfleet::pg

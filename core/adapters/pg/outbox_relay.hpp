@@ -1,5 +1,6 @@
 #pragma once
-// The outbox relay's store side: one batch of due outbox rows, published through `send` and
+// The outbox relay's store side: messages handed over as their rows were written, and one
+// batch of due outbox rows, published through `send` and
 // deleted once the broker confirmed them, holding their row locks meanwhile (a batch is one
 // transaction that spans the broker round trip, so two relays never publish the same row at
 // once). Runs on the calling thread with a connection of its own (a DbPool of one thread,
@@ -28,7 +29,7 @@ struct RelayedBatch {
 
 // Removes published outbox rows, in one statement; skips rows another transaction holds
 // (the relay's, which it deletes itself) instead of waiting for them.
-void delete_outbox_rows(pqxx::work& tx, const std::vector<std::int64_t>& ids);
+void delete_outbox_rows(pqxx::transaction_base& tx, const std::vector<std::int64_t>& ids);
 
 class OutboxRelay {
  public:
@@ -44,6 +45,12 @@ class OutboxRelay {
   // topics, each in publish order (dispatch messages never wait behind a flood of result
   // events); the counts of those published, once their deletion committed.
   Result<RelayedBatch> once(int batch, const std::string& dispatch_topic, const Send& send);
+
+  // Messages handed over by the one who wrote their rows, not yet due (the scheduler's
+  // dispatch messages: ports::SchedulerPass::handoff_s), published at once; the rows of those
+  // delivered are then deleted in one statement of their own. A message not delivered stays
+  // in its row, which the relay publishes once it falls due.
+  Result<RelayedBatch> publish_handed(std::vector<ports::OutboxMessage> handed, const Send& send);
 
  private:
   DbPool db_;

@@ -15,7 +15,6 @@
 #include "core/adapters/pg/ended_tasks.hpp"
 #include "core/adapters/pg/sql.hpp"
 #include "core/adapters/pg/usage_store.hpp"
-#include "core/codec/json_writer.hpp"
 #include "core/codec/task_codec.hpp"
 
 namespace agentfleet::pg {
@@ -149,6 +148,12 @@ ports::PassWrites SchedulerSession::write_pass(const std::vector<ports::EndQueue
   if (end_queued.empty() && grants.empty())
     return done;
   const auto armed = arm();
+  if (end_queued.empty()) {
+    // The common pass: one statement, its own commit.
+    pqxx::nontransaction tx(session());
+    done.dispatched = dispatch_grants(tx, grants, pass.dispatch_topic, pass.handoff_s);
+    return done;
+  }
   pqxx::work tx(session());
   for (const ports::EndQueued& end : end_queued) {
     const std::size_t ended =
@@ -157,7 +162,7 @@ ports::PassWrites SchedulerSession::write_pass(const std::vector<ports::EndQueue
     if (ended > 0)
       done.ended.emplace_back(end.user_id, ended);
   }
-  done.dispatched = dispatch_grants(tx, grants, pass.dispatch_topic);
+  done.dispatched = dispatch_grants(tx, grants, pass.dispatch_topic, pass.handoff_s);
   tx.commit();
   return done;
 }
@@ -199,53 +204,11 @@ void SchedulerSession::record_waiting(const ports::WaitingChanges& changes) {
 }
 
 namespace {
-// Writes the dispatch message of each task sched_recover or sched_admit marked (`rows`, as
-// the fragment dispatch_marked answers) into the outbox, for `topic`, in one statement in
-// the marking's transaction: the codec writes the payload and the needs header.
-void announce_dispatched(pqxx::work& tx, const pqxx::result& rows, const std::string& topic) {
-  if (rows.empty())
-    return;
-  rapidjson::StringBuffer buffer;
-  codec::JsonWriter w(buffer);
-  using codec::key_string;
-  w.StartArray();
-  for (const auto& row : rows) {
-    codec::DispatchMessage message;
-    message.priority = parse_priority(row[1].as<std::string>()).value_or(Priority::kInteractive);
-    message.user_id = row[2].as<std::string>();
-    message.task_id = row[3].as<std::string>();
-    message.dispatched_at = row[7].as<std::string>();
-    const std::string needs =
-        codec::needs_header(row[8].as<std::string>(), row[9].as<bool>(), row[10].as<bool>());
-    w.StartObject();
-    key_string(w, "key", message.task_id);
-    key_string(w, "payload", codec::dispatch_message_json(message));
-    key_string(w, "traceparent", row[6].as<std::string>());
-    w.Key("headers");
-    w.StartObject();
-    if (!needs.empty()) {
-      w.Key(codec::kNeedsHeader.data(),
-            static_cast<rapidjson::SizeType>(codec::kNeedsHeader.size()));
-      codec::write_string(w, needs);
-    }
-    w.EndObject();
-    w.EndObject();
-  }
-  w.EndArray();
-  tx.exec_params0(
-      "INSERT INTO outbox (topic, message_key, payload, traceparent, headers) "
-      "SELECT $1, m.key, m.payload, NULLIF(m.traceparent, ''), m.headers "
-      "FROM jsonb_to_recordset($2::jsonb) "
-      "AS m(key text, payload text, traceparent text, headers jsonb)",
-      topic, std::string(buffer.GetString(), buffer.GetSize()));
-}
-
 // The rows sched_recover and sched_admit answer with (the fragment dispatch_marked): the
 // status each task was picked in, its priority, user, id, seconds since it was submitted,
-// whether this is its first dispatch, its traceparent; their dispatch messages written.
-std::vector<DispatchedTask> read_dispatched(pqxx::work& tx, const pqxx::result& rows,
-                                            const std::string& topic) {
-  announce_dispatched(tx, rows, topic);
+// whether this is its first dispatch, its traceparent, and its dispatch message (outbox id,
+// payload, needs header) for `topic`.
+std::vector<DispatchedTask> read_dispatched(const pqxx::result& rows, const std::string& topic) {
   std::vector<DispatchedTask> out;
   out.reserve(rows.size());
   for (const auto& row : rows) {
@@ -257,6 +220,14 @@ std::vector<DispatchedTask> read_dispatched(pqxx::work& tx, const pqxx::result& 
     d.queued_s = row[4].as<double>();
     d.first = row[5].as<bool>();
     d.traceparent = row[6].as<std::string>();
+    d.outbox_id = row[7].as<std::int64_t>();
+    d.message.topic = topic;
+    d.message.key = d.task_id;
+    d.message.value = row[8].as<std::string>();
+    if (!d.traceparent.empty())
+      d.message.headers.emplace_back("traceparent", d.traceparent);
+    if (std::string needs = row[9].as<std::string>(); !needs.empty())
+      d.message.headers.emplace_back(std::string(codec::kNeedsHeader), std::move(needs));
     out.push_back(std::move(d));
   }
   return out;
@@ -275,8 +246,8 @@ RecoveryReport recover_tasks(pqxx::work& tx, const SchedulerPass& pass) {
   if (pass.recover_lapsed)
     report.exhausted = fail_exhausted(tx, pass);
   auto recovered = exec_named(tx, "sched_recover", pass.limit, pass.redispatch_after_s,
-                              pass.max_attempts, pass.recover_lapsed);
-  for (const auto& task : read_dispatched(tx, recovered, pass.dispatch_topic)) {
+                              pass.max_attempts, pass.recover_lapsed, pass.dispatch_topic);
+  for (const auto& task : read_dispatched(recovered, pass.dispatch_topic)) {
     ++(task.was == "running" ? report.lease_expired : report.redispatched);
     report.tasks.push_back({task.task_id, task.user_id, task.traceparent, task.was == "running"});
   }
@@ -356,9 +327,9 @@ std::map<std::string, RecentUsage> recent_usage(pqxx::transaction_base& tx,
   return usage;
 }
 
-std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
+std::vector<DispatchedTask> dispatch_grants(pqxx::transaction_base& tx,
                                             const std::vector<ports::DispatchGrant>& grants,
-                                            const std::string& dispatch_topic) {
+                                            const std::string& dispatch_topic, int handoff_s) {
   if (grants.empty())
     return {};
   rapidjson::StringBuffer buffer;
@@ -377,7 +348,8 @@ std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
   }
   w.EndArray();
   return read_dispatched(
-      tx, exec_named(tx, "sched_admit", std::string(buffer.GetString(), buffer.GetSize())),
+      exec_named(tx, "sched_admit", std::string(buffer.GetString(), buffer.GetSize()),
+                 dispatch_topic, handoff_s),
       dispatch_topic);
 }
 

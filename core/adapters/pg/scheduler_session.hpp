@@ -122,11 +122,13 @@ std::map<std::string, RecentUsage> recent_usage(pqxx::transaction_base& tx,
                                                 const std::vector<std::string>& users);
 
 // Dispatches each grant's tasks (the user's oldest queued of that priority, skipping rows
-// locked elsewhere): status dispatched and the dispatch message in the outbox.
+// locked elsewhere) in one statement: status dispatched and the dispatch message in the
+// outbox, due to the relay `handoff_s` later (SchedulerPass::handoff_s); each answered with
+// its message. `tx` may be a nontransaction: the statement is then its own commit.
 using ports::DispatchedTask;
-std::vector<DispatchedTask> dispatch_grants(pqxx::work& tx,
+std::vector<DispatchedTask> dispatch_grants(pqxx::transaction_base& tx,
                                             const std::vector<ports::DispatchGrant>& grants,
-                                            const std::string& dispatch_topic);
+                                            const std::string& dispatch_topic, int handoff_s = 0);
 
 // The user's oldest queued tasks, locked (skipping rows locked elsewhere), at most `limit`.
 std::vector<std::string> oldest_queued(pqxx::work& tx, const std::string& user_id, int limit);

@@ -4,7 +4,8 @@
 -- liveness rows. The statements every pass runs are prepared; their cached plans are dropped
 -- every second (SchedulerSession::refresh_plans). The rare ones (sched_recent_*,
 -- sched_oldest_queued) go as text.
--- What a dispatch answers is written once, in the fragment dispatch_marked.
+-- What a dispatch writes to the outbox and answers is written once, in the fragment
+-- dispatch_marked.
 -- Written out more than once, kept alike (tests/unit/sql_files_test.cpp checks that they
 -- are): "the owner is gone" (sched_exhausted, sched_recover); the marking of picked tasks
 -- (sched_recover, sched_admit); the RETURNING list of tasks that end here (sched_exhausted,
@@ -12,23 +13,39 @@
 
 -- fragment: dispatch_marked
 -- How a statement that dispatches tasks ends (sched_recover, sched_admit), after an
--- `UPDATE tasks t SET status = 'dispatched' ... FROM picked` in a CTE named marked: per task
--- the status it was picked in, its priority, user, id, seconds since it was submitted,
--- whether this is its first dispatch, its traceparent, and what its dispatch message says
--- (pg::announce_dispatched, codec::dispatch_message_json and codec::needs_header): when it
--- was dispatched (RFC 3339 UTC), the strategy it asked for, whether it follows a parent,
--- whether it has its own spending limits.
+-- `UPDATE tasks t SET status = 'dispatched' ... FROM picked` in a CTE named marked, in a
+-- statement whose CTE `args` says the dispatch topic (`topic`) and in how many seconds the
+-- relay may publish the messages (`handoff_s`: 0, at once; more, the scheduler hands them to
+-- its relay as soon as it commits, and the rows are only a fallback until then). It writes
+-- each task's dispatch message to the outbox (its payload codec::parse_dispatch_message
+-- reads; the header codec::kNeedsHeader, what the task needs of its worker, which
+-- codec::unmet_needs checks: the strategy it asked for, whether it follows a parent, whether
+-- it has spending limits), and answers per task: the status it was picked in, its priority,
+-- user, id, seconds since it was submitted, whether this is its first dispatch, its
+-- traceparent, and its outbox row's id, payload and needs header.
   RETURNING t.task_id, t.user_id, t.priority, t.traceparent, t.dispatched_at, t.created_at,
-            t.attempt, t.strategy, t.parent_task_id,
-            t.max_tokens IS NOT NULL OR t.max_cost IS NOT NULL AS spend_limits,
-            picked.status AS was
+            t.attempt, picked.status AS was,
+            concat_ws(' ', 'strategy:' || t.strategy,
+                      CASE WHEN t.parent_task_id IS NOT NULL THEN 'feature:follow_up' END,
+                      CASE WHEN t.max_tokens IS NOT NULL OR t.max_cost IS NOT NULL
+                           THEN 'feature:spend_limits' END) AS needs
+), announced AS (
+  INSERT INTO outbox (topic, message_key, payload, traceparent, headers, publish_after)
+  SELECT a.topic, m.task_id::text,
+         '{"version":1,"task_id":"' || m.task_id || '","user_id":' || to_json(m.user_id) ||
+         ',"priority":"' || m.priority || '","dispatched_at":"' ||
+         to_char(m.dispatched_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || '"}',
+         m.traceparent,
+         CASE WHEN m.needs <> '' THEN jsonb_build_object('agentfleet-needs', m.needs)
+              ELSE '{}'::jsonb END,
+         now() + make_interval(secs => a.handoff_s)
+  FROM marked m CROSS JOIN args a
+  RETURNING id, message_key, payload
 )
-SELECT was, priority, user_id, task_id::text,
-       extract(epoch FROM dispatched_at - created_at)::float8, attempt = 0,
-       coalesce(traceparent, ''),
-       to_char(dispatched_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-       coalesce(strategy, ''), parent_task_id IS NOT NULL, spend_limits
-FROM marked
+SELECT m.was, m.priority, m.user_id, m.task_id::text,
+       extract(epoch FROM m.dispatched_at - m.created_at)::float8, m.attempt = 0,
+       coalesce(m.traceparent, ''), a.id, a.payload, m.needs
+FROM marked m JOIN announced a ON a.message_key = m.task_id::text
 
 -- name: sched_exhausted
 -- Recovery gives up on running tasks whose owner is gone (the incarnation that claimed it
@@ -63,11 +80,13 @@ RETURNING
 -- lag it never reads (the capacity the scheduler admits against bounds the real waits to
 -- seconds). Running tasks are taken only while $4 (recover_lapsed): not for one lease after
 -- the store came back from an outage.
--- Each picked task is marked dispatched (its lease and owner cleared) and answered as
--- dispatch_marked says (pg::announce_dispatched writes its dispatch message to the outbox
--- in the same transaction). The time is the statement's, not the pass transaction's start: a task
--- committed while the pass ran is never dispatched "before" it was created.
-WITH picked AS (
+-- Each picked task is marked dispatched (its lease and owner cleared), its dispatch message
+-- written to the outbox for topic $5, due at once, and answered as dispatch_marked says.
+-- The time is the statement's, not the pass transaction's start: a task committed while the
+-- pass ran is never dispatched "before" it was created.
+WITH args AS (
+  SELECT $5::text AS topic, 0::float8 AS handoff_s
+), picked AS (
   SELECT task_id, status FROM tasks t
   WHERE (status = 'running' AND $4::boolean AND attempt - releases < $3
          AND ((t.worker_incarnation IS NULL AND t.lease_until < now())
@@ -219,8 +238,11 @@ GROUP BY user_id
 -- name: sched_admit
 -- Dispatches each grant of the JSON array $1 ({user_id, priority, n}): the user's n oldest
 -- queued tasks of that priority, a row another transaction holds (a cancel in progress)
--- skipped, not waited for. Marked and answered as in sched_recover.
-WITH picked AS (
+-- skipped, not waited for. Marked and answered as in sched_recover, their dispatch messages
+-- for topic $2, due to the relay in $3 seconds (the hand-off, dispatch_marked).
+WITH args AS (
+  SELECT $2::text AS topic, $3::float8 AS handoff_s
+), picked AS (
   SELECT p.task_id, 'queued'::text AS status
   FROM jsonb_to_recordset($1::jsonb) AS g(user_id text, priority text, n integer)
   CROSS JOIN LATERAL (
