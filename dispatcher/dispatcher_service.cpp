@@ -8,11 +8,14 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -34,6 +37,126 @@ namespace agentfleet::dispatcher {
 
 namespace asio = boost::asio;
 
+namespace {
+// The relay: its own thread and connection (see pg::OutboxRelay). It publishes the dispatch
+// messages the scheduler hands over as soon as they arrive, and looks for due rows at once
+// when this replica's scheduler or API has committed some; otherwise again after
+// relay_interval_ms when its last pass published rows (more may be coming), and after
+// relay_idle_ms when it found nothing due (the rows nothing here wakes it for: a worker's
+// fallback, due 10 s after it was written; another replica's).
+// Thread-safety: wake(), hand() and stop() from any thread; run() on the relay's thread.
+class Relay {
+ public:
+  Relay(const config::Config& config, kafka::Producer& producer,
+        metrics::DispatcherMetrics& metrics)
+      : config_(config),
+        producer_(producer),
+        metrics_(metrics),
+        handed_bound_(20 * static_cast<std::size_t>(config.dispatcher.relay_batch)) {}
+
+  // Outbox rows due now were committed.
+  void wake() {
+    {
+      std::lock_guard lock(mutex_);
+      due_ = true;
+    }
+    wake_.notify_one();
+  }
+
+  // Dispatch messages the scheduler hands over as its pass commits. Bounded: what does not
+  // fit is published from its row once that falls due (Scheduler::kHandoffS later).
+  void hand(std::vector<ports::OutboxMessage> messages) {
+    {
+      std::lock_guard lock(mutex_);
+      if (handed_.size() + messages.size() > handed_bound_)
+        return;
+      for (ports::OutboxMessage& m : messages)
+        handed_.push_back(std::move(m));
+    }
+    wake_.notify_one();
+  }
+
+  // Ends a wait in run() once `stopping` is set.
+  void stop() { wake_.notify_all(); }
+
+  void run(const std::atomic<bool>& stopping) {
+    pg::OutboxRelay outbox(
+        config_.postgres.url,
+        config_.postgres.statement_timeout_ms + config_.kafka.delivery_timeout_ms,
+        config_.postgres.connect_timeout_s);
+    const pg::OutboxRelay::Send send = [&](std::vector<ports::OutMessage> messages) {
+      return producer_.produce_and_wait(
+          std::move(messages), std::chrono::milliseconds(config_.kafka.delivery_timeout_ms));
+    };
+    int failures = 0;
+    // When the due rows are next looked for (at once: woken for them, or after a failure).
+    auto look_at = std::chrono::steady_clock::now();
+    while (!stopping) {
+      std::vector<ports::OutboxMessage> batch;
+      {
+        std::lock_guard lock(mutex_);
+        batch.swap(handed_);
+      }
+      if (!batch.empty()) {
+        auto sent = outbox.publish_handed(std::move(batch), send);
+        if (sent.ok())
+          count(sent.value());
+        else
+          log::write("warn", "dispatcher", "relay: " + sent.error().message);
+      }
+      if (std::chrono::steady_clock::now() >= look_at)
+        look_at = look_for_due(outbox, send, failures);
+      // Handed messages wake it without a look for due rows: those wait for their own wake,
+      // or for look_at.
+      std::unique_lock lock(mutex_);
+      wake_.wait_until(lock, look_at, [&] {
+        return stopping.load() || (failures == 0 && (due_ || !handed_.empty()));
+      });
+      if (due_ && failures == 0)
+        look_at = std::chrono::steady_clock::now();
+      due_ = false;
+    }
+  }
+
+ private:
+  void count(const pg::RelayedBatch& sent) {
+    for (const auto& [topic, published] : sent.by_topic)
+      metrics_.outbox_published(topic, published);
+  }
+
+  // One batch of due rows published; when to look again.
+  std::chrono::steady_clock::time_point look_for_due(pg::OutboxRelay& outbox,
+                                                     const pg::OutboxRelay::Send& send,
+                                                     int& failures) {
+    auto sent = outbox.once(config_.dispatcher.relay_batch, config_.kafka.topics.dispatch, send);
+    const auto now = std::chrono::steady_clock::now();
+    if (!sent.ok()) {
+      // Back off on a failing store, up to 2 s, so an outage is not a busy loop and the
+      // relay is back within seconds of the store.
+      log::write("warn", "dispatcher", "relay: " + sent.error().message);
+      return now + std::chrono::milliseconds(std::min(
+                       2000, config_.dispatcher.relay_interval_ms << std::min(++failures, 7)));
+    }
+    failures = 0;
+    count(sent.value());
+    if (sent.value().published >= config_.dispatcher.relay_batch)
+      return now;  // more are due
+    return now + std::chrono::milliseconds(sent.value().published == 0
+                                               ? config_.dispatcher.relay_idle_ms
+                                               : config_.dispatcher.relay_interval_ms);
+  }
+
+  const config::Config& config_;
+  kafka::Producer& producer_;
+  metrics::DispatcherMetrics& metrics_;
+  const std::size_t handed_bound_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool due_ = false;                          // guarded by mutex_
+  std::vector<ports::OutboxMessage> handed_;  // guarded by mutex_
+};
+}  // namespace
+
 int run_dispatcher(const config::Config& config, ConsoleFiles console) {
   asio::io_context io(1);
   pg::DbPool db(config.postgres.url, config.postgres.pool_size,
@@ -46,35 +169,15 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
   db.set_queue_wait_observer([&](double seconds) { db_metrics.queue_wait(seconds); });
   registry.add_render_hook([&] { db_metrics.set_pool(db.in_use(), db.size()); });
 
+  // The relay (below) is woken by the scheduler and the API when they commit outbox rows,
+  // and handed the scheduler's dispatch messages.
+  Relay relay(config, producer, metrics);
+  const auto wake_relay = [&] { relay.wake(); };
+  const auto hand_to_relay = [&](std::vector<ports::OutboxMessage> messages) {
+    relay.hand(std::move(messages));
+  };
   // The scheduler (active on one replica at a time) and the feed of results and progress
   // events that frees slots, answers long polls and streams events.
-  // The relay's wake-up (see the relay below): stop, or new outbox rows from the scheduler or
-  // the API.
-  std::mutex relay_mutex;
-  std::condition_variable relay_wake;
-  bool relay_due = false;  // guarded by relay_mutex
-  // Dispatch messages the scheduler hands over as its pass commits (guarded by relay_mutex).
-  // Bounded: what does not fit is published from its row once that falls due
-  // (Scheduler::kHandoffS later).
-  std::vector<ports::OutboxMessage> handed;
-  const std::size_t handed_bound = 20 * static_cast<std::size_t>(config.dispatcher.relay_batch);
-  const auto wake_relay = [&] {
-    {
-      std::lock_guard lock(relay_mutex);
-      relay_due = true;
-    }
-    relay_wake.notify_one();
-  };
-  const auto hand_to_relay = [&](std::vector<ports::OutboxMessage> messages) {
-    {
-      std::lock_guard lock(relay_mutex);
-      if (handed.size() + messages.size() > handed_bound)
-        return;
-      for (ports::OutboxMessage& m : messages)
-        handed.push_back(std::move(m));
-    }
-    relay_wake.notify_one();
-  };
   pg::SchedulerSession scheduler_session(pg::SchedulerSessionOptions{
       config.postgres.url, config.postgres.statement_timeout_ms, config.postgres.connect_timeout_s,
       config.dispatcher.leader_silence_s});
@@ -159,70 +262,7 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
       },
       asio::detached);
 
-  // The relay: its own thread and connection (see pg::OutboxRelay). It publishes the dispatch
-  // messages the scheduler hands over as soon as they arrive, and looks for due rows at once
-  // when this replica's scheduler or API has committed some; otherwise again after
-  // relay_interval_ms when its last pass published rows (more may be coming), and after
-  // relay_idle_ms when it found nothing due (the rows nothing here wakes it for: a worker's
-  // fallback, due 10 s after it was written; another replica's).
-  std::thread relay([&] {
-    pg::OutboxRelay outbox(config.postgres.url,
-                           config.postgres.statement_timeout_ms + config.kafka.delivery_timeout_ms,
-                           config.postgres.connect_timeout_s);
-    const pg::OutboxRelay::Send send = [&](std::vector<ports::OutMessage> messages) {
-      return producer.produce_and_wait(std::move(messages),
-                                       std::chrono::milliseconds(config.kafka.delivery_timeout_ms));
-    };
-    int failures = 0;
-    // When the due rows are next looked for (at once: woken for them, or after a failure).
-    auto look_at = std::chrono::steady_clock::now();
-    while (!stopping) {
-      std::vector<ports::OutboxMessage> batch;
-      {
-        std::lock_guard lock(relay_mutex);
-        batch.swap(handed);
-      }
-      if (!batch.empty()) {
-        auto sent = outbox.publish_handed(std::move(batch), send);
-        if (sent.ok()) {
-          for (const auto& [topic, published] : sent.value().by_topic)
-            metrics.outbox_published(topic, published);
-        } else {
-          log::write("warn", "dispatcher", "relay: " + sent.error().message);
-        }
-      }
-      if (std::chrono::steady_clock::now() >= look_at) {
-        auto sent = outbox.once(config.dispatcher.relay_batch, config.kafka.topics.dispatch, send);
-        if (sent.ok()) {
-          for (const auto& [topic, published] : sent.value().by_topic)
-            metrics.outbox_published(topic, published);
-        }
-        int wait_ms = sent.ok() && sent.value().published == 0
-                          ? config.dispatcher.relay_idle_ms
-                          : config.dispatcher.relay_interval_ms;
-        if (!sent.ok()) {
-          // Back off on a failing store, up to 2 s, so an outage is not a busy loop and the
-          // relay is back within seconds of the store.
-          wait_ms = std::min(2000, config.dispatcher.relay_interval_ms << std::min(++failures, 7));
-          log::write("warn", "dispatcher", "relay: " + sent.error().message);
-        } else {
-          failures = 0;
-        }
-        look_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
-        if (sent.ok() && sent.value().published >= config.dispatcher.relay_batch)
-          look_at = std::chrono::steady_clock::now();  // more are due
-      }
-      // Handed messages wake it without a look for due rows: those wait for their own wake,
-      // or for look_at.
-      std::unique_lock lock(relay_mutex);
-      relay_wake.wait_until(lock, look_at, [&] {
-        return stopping.load() || (failures == 0 && (relay_due || !handed.empty()));
-      });
-      if (relay_due && failures == 0)
-        look_at = std::chrono::steady_clock::now();
-      relay_due = false;
-    }
-  });
+  std::thread relay_thread([&] { relay.run(stopping); });
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {
@@ -243,8 +283,8 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
   scheduler.stop();
   feed.stop();
   ingest.stop();
-  relay_wake.notify_all();
-  relay.join();
+  relay.stop();
+  relay_thread.join();
   // Coroutines still suspended (long polls, event streams, uploads) see the stop now and
   // finish while everything they use is alive; a frame left over would otherwise be
   // destroyed with the io_context, after the objects it points to.
