@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/adapters/pg/submission_store.hpp"
+#include "core/adapters/pg/usage_store.hpp"
 #include "tests/pg/pg_url.hpp"
 
 namespace agentfleet {
@@ -242,6 +243,27 @@ TEST_F(Submission, AModelIsRefusedOnlyOnTheUsersTierAsItIs) {
             pg::InsertOutcome::kModelNotAllowed);
   EXPECT_EQ(count(db_, "sub-u6"), 1);
   EXPECT_EQ(count(db_, "sub-u6b"), 0);
+}
+
+TEST_F(Submission, LimitsPutThroughThisReplicaAreBelievedAtOnce) {
+  pg::KnownOverrides known;
+  ports::UserOverrides limits;
+  limits.user_id = "sub-u7";
+  limits.tier = "small";
+  limits.max_queued = 1;
+  pg::put_user_overrides(db_, limits, &known);
+  EXPECT_EQ(known.get("sub-u7"), (pg::KnownOverrides::Overrides{"small", 1}));
+  EXPECT_EQ(pg::insert_task(db_, task_of("sub-u7"), queue_limit, false, {}, &known).outcome,
+            pg::InsertOutcome::kCreated);
+  const auto full = pg::insert_task(db_, task_of("sub-u7"), queue_limit, false, {}, &known);
+  EXPECT_EQ(full.outcome, pg::InsertOutcome::kQueueFull);
+  EXPECT_EQ(full.room.max_queued, 1);
+  // Cleared: nothing is believed any more, and the tier's default limit applies.
+  pg::put_user_overrides(db_, ports::UserOverrides{.user_id = "sub-u7"}, &known);
+  EXPECT_EQ(known.get("sub-u7"), pg::KnownOverrides::Overrides{});
+  EXPECT_EQ(pg::insert_task(db_, task_of("sub-u7"), queue_limit, false, {}, &known).outcome,
+            pg::InsertOutcome::kCreated);
+  EXPECT_EQ(count(db_, "sub-u7"), 2);
 }
 
 TEST(KnownOverrides, KeepsOnlyUsersWithOverridesAndAtMostItsCapacity) {

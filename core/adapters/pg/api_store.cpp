@@ -69,7 +69,7 @@ Awaitable<std::optional<UserOverrides>> ApiStore::get_user_overrides(const std::
 
 Awaitable<bool> ApiStore::put_user_overrides(const UserOverrides& overrides) {
   co_return co_await db_.run([&](pqxx::connection& c) {
-    pg::put_user_overrides(c, overrides);
+    pg::put_user_overrides(c, overrides, &known_overrides_);
     return true;
   });
 }

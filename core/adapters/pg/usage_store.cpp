@@ -32,13 +32,15 @@ std::optional<UserOverrides> get_user_overrides(pqxx::connection& c, const std::
   return o;
 }
 
-void put_user_overrides(pqxx::connection& c, const UserOverrides& o) {
+void put_user_overrides(pqxx::connection& c, const UserOverrides& o, KnownOverrides* known) {
   pqxx::work tx(c);
   exec_text0(tx, "put_user_overrides", o.user_id, o.tier, o.max_concurrency, o.requests_per_minute,
              o.tokens_per_minute, o.max_queued, o.monthly_budget, o.tool_permission);
   // The active scheduler reads limits every pass; wake it so a raise applies at once.
   exec_text(tx, "wake_scheduler");
   tx.commit();
+  if (known)
+    known->put(o.user_id, {o.tier, o.max_queued});
 }
 
 std::string usage_json(pqxx::connection& c, const UsageQuery& q) {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "core/adapters/pg/submission_store.hpp"
 #include "core/ports/scheduler_store.hpp"
 
 namespace agentfleet::pg {
@@ -24,9 +25,12 @@ using ports::UserOverrides;
 UserOverrides read_overrides(const pqxx::row& row, int first);
 
 // GET/PUT /v1/users/{id}/limits: the user's override row (nullopt: none), and its
-// replacement (every field as given; nullopt clears it). A put wakes the scheduler.
+// replacement (every field as given; nullopt clears it). A put wakes the scheduler and, once
+// committed, tells `known` (this replica's submissions then believe the new overrides at once
+// instead of learning them from a refused first submission).
 std::optional<UserOverrides> get_user_overrides(pqxx::connection& c, const std::string& user_id);
-void put_user_overrides(pqxx::connection& c, const UserOverrides& overrides);
+void put_user_overrides(pqxx::connection& c, const UserOverrides& overrides,
+                        KnownOverrides* known = nullptr);
 
 // Usage from the ledger per model and currency (calls, tasks, tokens, cost) and totals per
 // currency, as JSON {"models": [...], "totals": [...]}, for a user and/or a batch, or for
