@@ -11,6 +11,7 @@
 //
 // Thread-safety: one thread (the scheduler's) calls it.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -106,14 +107,25 @@ struct Backlog {
   std::int64_t fleet_active = 0;
   // What the live workers report they can run at once; -1 when none reports (unknown).
   std::int64_t fleet_capacity = -1;
+  std::int64_t count_cap = 0;  // what each queued count stopped at (backlog_count_cap)
 };
 
-// What the fleet can start now: the capacity the live workers that take work report (-1
-// when none reports) and every user's dispatched and running tasks.
-struct FleetRoom {
-  std::int64_t capacity = -1;
-  std::int64_t active = 0;
-};
+// What read_backlog counts each user's queues up to: one more than a pass could admit,
+// that is than the least of `limit` (the scheduler batch), the room the live workers that
+// take work report (`capacity`, -1 when none reports: no bound) and `max_active` (the
+// fleet's max_active_tasks, 0: no bound), each less what is `active` already; never less
+// than one. With the fleet full, a queue of thousands then costs a pass one row per user
+// and priority, and a user whose count reaches the cap is known to have work left waiting.
+// The store computes it in the statement that counts; this is its definition.
+inline std::int64_t backlog_count_cap(int limit, int max_active, std::int64_t capacity,
+                                      std::int64_t active) {
+  std::int64_t cap = limit;
+  if (capacity >= 0)
+    cap = std::min(cap, capacity - active);
+  if (max_active > 0)
+    cap = std::min(cap, max_active - active);
+  return std::max<std::int64_t>(cap, 0) + 1;
+}
 
 // Tokens (input + output) in the ledger and dispatches in the last minute, per user: where
 // a new active scheduler starts its rate buckets.
@@ -204,9 +216,9 @@ class SchedulerStore {
   virtual Housekeeping housekeep(const SchedulerPass& pass) = 0;
 
   // The admission's reads (no transaction: only the active scheduler admits).
-  virtual FleetRoom read_fleet_room() = 0;
-  // The backlog with each queued count capped at `count_cap`.
-  virtual Backlog read_backlog(int count_cap) = 0;
+  // The backlog, in one statement with the fleet's room, each queued count capped at
+  // backlog_count_cap(limit, max_active, the room's capacity and active).
+  virtual Backlog read_backlog(int limit, int max_active) = 0;
   // Each user's cost since the start of this month in `time_zone`, unreconciled charges
   // included, per currency in micro-units (users without calls are absent).
   virtual std::map<std::string, SpendByCurrency> month_spend_micros(

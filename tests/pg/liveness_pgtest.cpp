@@ -405,19 +405,18 @@ TEST_F(Liveness, TheBacklogCarriesWhatTheLiveWorkersThatTakeWorkCanRunAndWhatIsA
     tx.commit();
   }
   pqxx::nontransaction none(db_);
-  EXPECT_TRUE(pg::read_backlog(none, 200).users.empty());
+  EXPECT_TRUE(pg::read_backlog(none, 200, 0).users.empty());
   none.commit();
   insert_task(db_, "cap-u1", "queued", 0, 0);
   insert_task(db_, "cap-u1", "dispatched", 0, 0);
   {
     pqxx::nontransaction unknown(db_);
-    const auto backlog = pg::read_backlog(unknown, 200);
+    const auto backlog = pg::read_backlog(unknown, 200, 0);
     ASSERT_EQ(backlog.users.size(), 1u);
     EXPECT_EQ(backlog.fleet_capacity, -1) << "no worker reports: unknown";
     EXPECT_EQ(backlog.fleet_active, 1);
-    const auto room = pg::read_fleet_room(unknown);
-    EXPECT_EQ(room.capacity, -1);
-    EXPECT_EQ(room.active, 1);
+    EXPECT_EQ(backlog.count_cap, ports::backlog_count_cap(200, 0, -1, 1));
+    EXPECT_EQ(pg::read_backlog(unknown, 200, 4).count_cap, ports::backlog_count_cap(200, 4, -1, 1));
   }
   insert_worker(db_, -30, 40);
   insert_worker(db_, -30, 24);
@@ -426,23 +425,28 @@ TEST_F(Liveness, TheBacklogCarriesWhatTheLiveWorkersThatTakeWorkCanRunAndWhatIsA
   const std::int64_t live = insert_worker(db_, -30, 0);
   insert_task(db_, "cap-u2", "running", 1, live);
   pqxx::nontransaction reads(db_);
-  const auto backlog = pg::read_backlog(reads, 200);
+  const auto backlog = pg::read_backlog(reads, 200, 0);
   ASSERT_EQ(backlog.users.size(), 1u);
   EXPECT_EQ(backlog.users[0].user_id, "cap-u1");
   EXPECT_EQ(backlog.users[0].active, 1);
   EXPECT_EQ(backlog.fleet_capacity, 64);
   EXPECT_EQ(backlog.fleet_active, 2);
-  const auto room = pg::read_fleet_room(reads);
-  EXPECT_EQ(room.capacity, 64) << "the same figures, before the backlog is read";
-  EXPECT_EQ(room.active, 2);
+  EXPECT_EQ(backlog.count_cap, ports::backlog_count_cap(200, 0, 64, 2)) << "the room reported";
+  EXPECT_EQ(pg::read_backlog(reads, 200, 5).count_cap, ports::backlog_count_cap(200, 5, 64, 2))
+      << "max_active_tasks";
+  EXPECT_EQ(pg::read_backlog(reads, 2, 0).count_cap, ports::backlog_count_cap(2, 0, 64, 2))
+      << "the scheduler batch";
+  EXPECT_EQ(pg::read_backlog(reads, 200, 1).count_cap, ports::backlog_count_cap(200, 1, 64, 2))
+      << "over max_active_tasks: one, to see who waits";
   reads.commit();
-  // The counts stop at the cap the scheduler derives from that room.
-  insert_task(db_, "cap-u1", "queued", 0, 0);
-  insert_task(db_, "cap-u1", "queued", 0, 0);
+  // The counts stop at that cap.
+  for (int i = 0; i < 4; ++i)
+    insert_task(db_, "cap-u1", "queued", 0, 0);
   pqxx::nontransaction again(db_);
-  const auto capped = pg::read_backlog(again, 2);
+  const auto capped = pg::read_backlog(again, 200, 4);
   ASSERT_EQ(capped.users.size(), 1u);
-  EXPECT_EQ(capped.users[0].queued_interactive + capped.users[0].queued_batch, 2);
+  EXPECT_EQ(capped.count_cap, 3) << "max_active_tasks 4, 2 active: 2 could start, and one more";
+  EXPECT_EQ(capped.users[0].queued_interactive + capped.users[0].queued_batch, 3);
 }
 
 TEST_F(Liveness, ATaskOfACancelledBatchHandedBackAfterTheCancelIsDispatchedToBeEndedCancelled) {

@@ -60,14 +60,15 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
     recover_lapsed.push_back(pass.recover_lapsed);
     return housekeeping;
   }
-  ports::FleetRoom read_fleet_room() override { return room; }
-  ports::Backlog read_backlog(int count_cap) override {
-    count_caps.push_back(count_cap);
-    // As the store counts: each queue up to the cap.
+  ports::Backlog read_backlog(int limit, int max_active) override {
+    // As the store counts: each queue up to the cap, from the room it reads with them.
     ports::Backlog capped = backlog;
+    capped.count_cap =
+        ports::backlog_count_cap(limit, max_active, backlog.fleet_capacity, backlog.fleet_active);
+    count_caps.push_back(capped.count_cap);
     for (auto& u : capped.users) {
-      u.queued_interactive = std::min<std::int64_t>(u.queued_interactive, count_cap);
-      u.queued_batch = std::min<std::int64_t>(u.queued_batch, count_cap);
+      u.queued_interactive = std::min(u.queued_interactive, capped.count_cap);
+      u.queued_batch = std::min(u.queued_batch, capped.count_cap);
     }
     return capped;
   }
@@ -134,12 +135,11 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
   bool fail_writes = false;
   bool fail_waiting = false;         // only the waiting reasons' write fails
   std::vector<bool> recover_lapsed;  // per housekeeping
-  ports::FleetRoom room;
   ports::Backlog backlog;
   ports::Housekeeping housekeeping;
   std::map<std::string, ports::SpendByCurrency> spent;
   int lead_tries = 0, resets = 0, plan_refreshes = 0, housekeepings = 0, writes = 0;
-  std::vector<int> count_caps;
+  std::vector<std::int64_t> count_caps;
   std::vector<ports::EndQueued> ended;
   std::vector<ports::DispatchGrant> granted;
   std::vector<int> handoffs;  // per write: pass.handoff_s
@@ -183,7 +183,6 @@ struct Harness {
     store.backlog.fleet_active = 0;
     for (const auto& u : store.backlog.users)
       store.backlog.fleet_active += u.active;
-    store.room = ports::FleetRoom{capacity, store.backlog.fleet_active};
   }
 };
 
@@ -212,6 +211,15 @@ TEST(SchedulerRounds, GrantsStayWithinEachUsersConcurrencyAndTheFleetsCapacity) 
       << "the fleet has room for 5, 2 of them taken";
   EXPECT_EQ(h.store.count_caps.back(), 4)
       << "the backlog is read up to the room left, and one more to see who still waits";
+}
+
+TEST(SchedulerRounds, TheBacklogIsCountedToOneMoreThanAPassCouldAdmit) {
+  EXPECT_EQ(ports::backlog_count_cap(200, 0, -1, 7), 201) << "no worker reports: the batch";
+  EXPECT_EQ(ports::backlog_count_cap(200, 0, 64, 2), 63) << "the room the workers report";
+  EXPECT_EQ(ports::backlog_count_cap(200, 10, 64, 2), 9) << "max_active_tasks binds first";
+  EXPECT_EQ(ports::backlog_count_cap(3, 10, 64, 2), 4) << "the scheduler batch binds first";
+  EXPECT_EQ(ports::backlog_count_cap(200, 0, 5, 9), 1)
+      << "a full fleet still counts one: who waits is known";
 }
 
 TEST(SchedulerRounds, APassHandsItsDispatchMessagesToTheRelayAsItCommits) {

@@ -111,16 +111,10 @@ ports::Housekeeping SchedulerSession::housekeep(const ports::SchedulerPass& pass
   return done;
 }
 
-ports::FleetRoom SchedulerSession::read_fleet_room() {
+ports::Backlog SchedulerSession::read_backlog(int limit, int max_active) {
   const auto armed = arm();
   pqxx::nontransaction reads(session());
-  return pg::read_fleet_room(reads);
-}
-
-ports::Backlog SchedulerSession::read_backlog(int count_cap) {
-  const auto armed = arm();
-  pqxx::nontransaction reads(session());
-  return pg::read_backlog(reads, count_cap);
+  return pg::read_backlog(reads, limit, max_active);
 }
 
 std::map<std::string, ports::SpendByCurrency> SchedulerSession::month_spend_micros(
@@ -271,16 +265,8 @@ Expired expire_queued(pqxx::work& tx, int limit, const std::string& results_topi
   return expired;
 }
 
-FleetRoom read_fleet_room(pqxx::transaction_base& tx) {
-  const auto row = exec_named1(tx, "sched_room");
-  FleetRoom room;
-  room.capacity = row[0].as<std::int64_t>() > 0 ? row[1].as<std::int64_t>() : -1;
-  room.active = row[2].as<std::int64_t>();
-  return room;
-}
-
-Backlog read_backlog(pqxx::transaction_base& tx, int count_cap) {
-  auto rows = exec_named(tx, "sched_backlog", count_cap);
+Backlog read_backlog(pqxx::transaction_base& tx, int limit, int max_active) {
+  auto rows = exec_named(tx, "sched_backlog", limit, max_active);
   Backlog backlog;
   backlog.users.reserve(rows.size());
   for (const auto& r : rows) {
@@ -298,6 +284,7 @@ Backlog read_backlog(pqxx::transaction_base& tx, int count_cap) {
     const auto& r = rows[0];
     backlog.fleet_capacity = r[11].as<std::int64_t>() > 0 ? r[12].as<std::int64_t>() : -1;
     backlog.fleet_active = r[13].as<std::int64_t>();
+    backlog.count_cap = r[14].as<std::int64_t>();
   }
   return backlog;
 }

@@ -45,8 +45,7 @@ class SchedulerSession final : public ports::SchedulerStore {
   void forget_heard() override;
   void refresh_plans() override;
   ports::Housekeeping housekeep(const ports::SchedulerPass& pass) override;
-  ports::FleetRoom read_fleet_room() override;
-  ports::Backlog read_backlog(int count_cap) override;
+  ports::Backlog read_backlog(int limit, int max_active) override;
   std::map<std::string, ports::SpendByCurrency> month_spend_micros(
       const std::vector<std::string>& users, const std::string& time_zone) override;
   std::map<std::string, ports::RecentUsage> recent_usage(
@@ -95,19 +94,14 @@ Expired expire_queued(pqxx::work& tx, int limit, const std::string& results_topi
 // (worker_lost) at the estimate recorded before it was sent. How many.
 int settle_lost_calls(pqxx::work& tx, int limit);
 
-// Every user with queued work: queued counts per priority (each up to `count_cap`), the
-// exact count of dispatched + running tasks, the overrides; the capacity the live workers
-// report and the fleet's active total (when anyone waits), all in one statement.
+// Every user with queued work: queued counts per priority, the exact count of dispatched +
+// running tasks, the overrides; the capacity the live workers report and the fleet's active
+// total (when anyone waits), all in one statement, which caps the queued counts at
+// ports::backlog_count_cap(limit, max_active, that capacity, that active total) so that a
+// long queue costs a pass no more than the work the pass can admit.
 using ports::Backlog;
 using ports::BacklogUser;
-Backlog read_backlog(pqxx::transaction_base& tx, int count_cap);
-
-// What the fleet can start now, read before the backlog: the capacity the live workers that
-// take work report (-1 when none reports) and every user's dispatched and running tasks.
-// The scheduler caps the backlog's counts at the room this leaves, so that a long queue
-// costs a pass no more than the work the pass can admit.
-using ports::FleetRoom;
-FleetRoom read_fleet_room(pqxx::transaction_base& tx);
+Backlog read_backlog(pqxx::transaction_base& tx, int limit, int max_active);
 
 // Each user's cost per currency in the ledger (unreconciled charges included) since the
 // start of this month in `time_zone`, in micro-units (users without calls are absent).

@@ -169,20 +169,27 @@ WITH lost AS (
 )
 SELECT count(*)::integer FROM billed
 
--- name: sched_room
--- What the fleet can start now: the live workers that take work, the capacity they report,
--- and every user's dispatched and running tasks.
-SELECT (SELECT count(*) FROM workers WHERE lease_until > now() AND NOT draining),
-       (SELECT coalesce(sum(capacity), 0) FROM workers WHERE lease_until > now() AND NOT draining),
-       (SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running'))
-
 -- name: sched_backlog
--- Every user with queued work, in user order: queued counts per priority (each up to $1:
--- the pass never admits more), the exact count of dispatched and running tasks, the 7
--- override columns (as read_overrides() reads them); and with every row (computed once)
--- the fleet's figures of sched_room. A skip scan of tasks_queued_user finds each user in
--- one index probe.
-WITH RECURSIVE users AS (
+-- Every user with queued work, in user order: queued counts per priority, the exact count
+-- of dispatched and running tasks, the 7 override columns (as read_overrides() reads them);
+-- and with every row (computed once) what the fleet can start now: the live workers that
+-- take work, the capacity they report, every user's dispatched and running tasks, and the
+-- cap the queued counts stop at, one more than a pass could admit: the least of $1 (the
+-- scheduler batch), the capacity reported (when a worker reports) and $2 (max_active_tasks,
+-- when above 0), each less the active tasks; at least 1 (ports::backlog_count_cap). A skip
+-- scan of tasks_queued_user finds each user in one index probe.
+WITH RECURSIVE room AS (
+  SELECT (SELECT count(*) FROM workers WHERE lease_until > now() AND NOT draining) AS live,
+         (SELECT coalesce(sum(capacity), 0) FROM workers
+          WHERE lease_until > now() AND NOT draining) AS capacity,
+         (SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running')) AS active
+), cap AS (
+  SELECT GREATEST(LEAST($1::bigint,
+                        CASE WHEN live > 0 THEN capacity - active ELSE $1::bigint END,
+                        CASE WHEN $2::bigint > 0 THEN $2::bigint - active ELSE $1::bigint END),
+                  0) + 1 AS n
+  FROM room
+), users AS (
   (SELECT user_id FROM tasks WHERE status = 'queued' ORDER BY user_id LIMIT 1)
   UNION ALL
   SELECT (SELECT t.user_id FROM tasks t WHERE t.status = 'queued' AND t.user_id > u.user_id
@@ -191,17 +198,15 @@ WITH RECURSIVE users AS (
 )
 SELECT u.user_id,
   (SELECT count(*) FROM (SELECT 1 FROM tasks q WHERE q.status = 'queued' AND q.user_id = u.user_id
-                         AND q.priority = 'interactive' LIMIT $1) qi),
+                         AND q.priority = 'interactive' LIMIT (SELECT n FROM cap)) qi),
   (SELECT count(*) FROM (SELECT 1 FROM tasks q WHERE q.status = 'queued' AND q.user_id = u.user_id
-                         AND q.priority = 'batch' LIMIT $1) qb),
+                         AND q.priority = 'batch' LIMIT (SELECT n FROM cap)) qb),
   (SELECT count(*) FROM tasks a WHERE a.user_id = u.user_id
                                   AND a.status IN ('dispatched', 'running')),
   coalesce(l.tier, ''), l.max_concurrency, l.requests_per_minute, l.tokens_per_minute,
   l.max_queued, l.monthly_budget::text, l.tool_permission,
-  (SELECT count(*) FROM workers WHERE lease_until > now() AND NOT draining),
-  (SELECT coalesce(sum(capacity), 0) FROM workers WHERE lease_until > now() AND NOT draining),
-  (SELECT count(*) FROM tasks WHERE status IN ('dispatched', 'running'))
-FROM users u LEFT JOIN user_limits l ON l.user_id = u.user_id
+  r.live, r.capacity, r.active, c.n
+FROM users u CROSS JOIN room r CROSS JOIN cap c LEFT JOIN user_limits l ON l.user_id = u.user_id
 WHERE u.user_id IS NOT NULL
 ORDER BY u.user_id
 
