@@ -293,94 +293,75 @@ void Scheduler::log_endings(
   }
 }
 
-bool Scheduler::pass() {
-  const auto started = clock_.now();
-  reconcile_ended();
-  const ports::SchedulerPass spec{config_.kafka.topics.dispatch,
-                                  config_.kafka.topics.results,
-                                  config_.dispatcher.scheduler_batch,
-                                  config_.dispatcher.redispatch_after_s,
-                                  config_.dispatcher.max_attempts,
-                                  /*recover_lapsed=*/started >= lapsed_trusted_at_,
-                                  /*handoff_s=*/handoff_ ? kHandoffS : 0};
-  // A generic plan is costed with the table sizes of the moment it was built: one cached
-  // while tasks was small (a fresh fleet, then a flood of 100,000) joins it by a sequential
-  // scan in every pass until autovacuum analyzes it. Dropped every second, the plans are
-  // rebuilt from the current sizes.
-  if (started - plans_at_ >= kReplanEvery) {
-    store_.refresh_plans();
-    plans_at_ = started;
-  }
+Scheduler::Housekept Scheduler::housekeep_if_due(const ports::SchedulerPass& spec,
+                                                 limits::Clock::time_point started) {
   // Liveness, lost dispatches, queue deadlines and cancelled batches are about time, not
   // about the wake-up: they are looked at once per interval (and again at once while they
   // find full passes), in a transaction of their own.
-  const bool housekeeping =
-      housekeeping_backlog_ ||
-      started - housekeeping_at_ >=
-          std::chrono::milliseconds(config_.dispatcher.housekeeping_interval_ms);
-  ports::RecoveryReport recovery;
-  int expired = 0, expired_deadline = 0, swept = 0, calls_settled = 0;
-  if (housekeeping) {
-    ports::Housekeeping done = store_.housekeep(spec);
-    recovery = std::move(done.recovery);
-    expired = done.expired;
-    expired_deadline = done.expired_deadline;
-    swept = done.swept;
-    calls_settled = done.calls_settled;
-    if (done.staged > 0) {
-      log::info("scheduler", std::to_string(done.staged) +
-                                 " staged tasks of batch uploads that stopped part-way moved "
-                                 "into the queue (sealed) or deleted (abandoned)");
-    }
-    housekeeping_at_ = started;
-    housekeeping_backlog_ =
-        recovery.exhausted + recovery.lease_expired + recovery.redispatched >= spec.limit ||
-        expired >= spec.limit || expired_deadline >= spec.limit || swept >= spec.limit ||
-        calls_settled >= spec.limit || done.staged >= spec.limit;
-    if (calls_settled > 0) {
-      log::info("scheduler", std::to_string(calls_settled) +
-                                 " model call(s) left in flight by a stopped worker billed as "
-                                 "unreconciled (worker_lost)");
-    }
-    const int ended = recovery.exhausted + recovery.lease_expired + recovery.redispatched +
-                      expired + expired_deadline + swept;
-    if (ended > 0 && outbox_written_) {
-      outbox_written_();
-    }
+  Housekept done;
+  const bool due = housekeeping_backlog_ ||
+                   started - housekeeping_at_ >=
+                       std::chrono::milliseconds(config_.dispatcher.housekeeping_interval_ms);
+  if (!due)
+    return done;
+  ports::Housekeeping found = store_.housekeep(spec);
+  done.recovery = std::move(found.recovery);
+  done.expired = found.expired;
+  done.expired_deadline = found.expired_deadline;
+  done.swept = found.swept;
+  done.calls_settled = found.calls_settled;
+  if (found.staged > 0) {
+    log::info("scheduler", std::to_string(found.staged) +
+                               " staged tasks of batch uploads that stopped part-way moved "
+                               "into the queue (sealed) or deleted (abandoned)");
   }
+  housekeeping_at_ = started;
+  housekeeping_backlog_ =
+      done.recovery.exhausted + done.recovery.lease_expired + done.recovery.redispatched >=
+          spec.limit ||
+      done.expired >= spec.limit || done.expired_deadline >= spec.limit ||
+      done.swept >= spec.limit || done.calls_settled >= spec.limit || found.staged >= spec.limit;
+  if (done.calls_settled > 0) {
+    log::info("scheduler", std::to_string(done.calls_settled) +
+                               " model call(s) left in flight by a stopped worker billed as "
+                               "unreconciled (worker_lost)");
+  }
+  if (done.ended() > 0 && outbox_written_)
+    outbox_written_();
+  return done;
+}
+
+std::vector<limits::UserBacklog> Scheduler::read_users(const ports::SchedulerPass& spec,
+                                                       ports::Backlog& backlog) {
   // The admission's reads need no transaction: only this scheduler admits, so a user's
   // active count read here can only fall before the dispatch below (which locks the rows it
-  // takes); a pass that finds nobody waiting is one statement.
-  ports::Backlog backlog;
-  std::map<std::string, ports::SpendByCurrency> spent;
-  std::map<std::string, ports::RecentUsage> recent;
+  // takes); a pass that finds nobody waiting is one statement. The backlog's counts stop at
+  // what this pass could admit (ports::backlog_count_cap), computed by the statement that
+  // counts: with the fleet full, a queue of thousands costs a pass one row per user and
+  // priority, not the scheduler batch each (measured at twice the peak: 4.6 ms a pass, 71
+  // passes a second, a third of a CPU of Postgres).
+  backlog = store_.read_backlog(spec.limit, config_.dispatcher.max_active_tasks);
   std::vector<limits::UserBacklog> users;
-  {
-    // The backlog's counts stop at what this pass could admit (ports::backlog_count_cap),
-    // computed by the statement that counts: with the fleet full, a queue of thousands
-    // costs a pass one row per user and priority, not the scheduler batch each (measured at
-    // twice the peak: 4.6 ms a pass, 71 passes a second, a third of a CPU of Postgres).
-    backlog = store_.read_backlog(spec.limit, config_.dispatcher.max_active_tasks);
-
-    users.reserve(backlog.users.size());
-    std::vector<std::string> with_budget, unseeded;
-    for (const ports::BacklogUser& b : backlog.users) {
-      limits::UserBacklog u;
-      u.user_id = b.user_id;
-      u.limits = effective_limits(config_, b.overrides).for_scheduler();
-      u.active = b.active;
-      u.queued_interactive = b.queued_interactive;
-      u.queued_batch = b.queued_batch;
-      if (u.limits.monthly_budget_micros > 0)
-        with_budget.push_back(u.user_id);
-      if (!seeded_.count(u.user_id))
-        unseeded.push_back(u.user_id);
-      users.push_back(std::move(u));
-    }
-    spent = store_.month_spend_micros(with_budget, config_.billing.time_zone);
-    if (!unseeded.empty())
-      recent = store_.recent_usage(unseeded);
+  users.reserve(backlog.users.size());
+  std::vector<std::string> with_budget, unseeded;
+  for (const ports::BacklogUser& b : backlog.users) {
+    limits::UserBacklog u;
+    u.user_id = b.user_id;
+    u.limits = effective_limits(config_, b.overrides).for_scheduler();
+    u.active = b.active;
+    u.queued_interactive = b.queued_interactive;
+    u.queued_batch = b.queued_batch;
+    if (u.limits.monthly_budget_micros > 0)
+      with_budget.push_back(u.user_id);
+    if (!seeded_.count(u.user_id))
+      unseeded.push_back(u.user_id);
+    users.push_back(std::move(u));
   }
+  std::map<std::string, ports::SpendByCurrency> spent =
+      store_.month_spend_micros(with_budget, config_.billing.time_zone);
+  std::map<std::string, ports::RecentUsage> recent;
+  if (!unseeded.empty())
+    recent = store_.recent_usage(unseeded);
   for (limits::UserBacklog& u : users) {
     if (auto it = spent.find(u.user_id); it != spent.end())
       u.spent_micros = spent_in_budget_currency(it->second);
@@ -391,20 +372,13 @@ bool Scheduler::pass() {
       seeded_[u.user_id] = true;
     }
   }
+  return users;
+}
 
-  const limits::PassPlan plan = fair_->plan(users, backlog.fleet_active, backlog.fleet_capacity);
-  {
-    // Queued work this pass does not admit waits for a slot: results wake the next pass.
-    std::int64_t granted = 0, queued = 0;
-    for (const limits::Grant& grant : plan.grants)
-      granted += grant.tasks;
-    for (const limits::UserBacklog& u : users)
-      queued += u.queued_interactive + u.queued_batch;
-    backlog_left_ = queued > granted;
-  }
-  int over_budget = 0;
-  std::vector<std::pair<std::string, std::size_t>> over_budget_users;  // for the log
-  int admitted_total = 0;
+Scheduler::Admitted Scheduler::admit(const limits::PassPlan& plan,
+                                     const std::vector<limits::UserBacklog>& users,
+                                     const ports::SchedulerPass& spec) {
+  Admitted done;
   try {
     std::vector<ports::EndQueued> end_queued;
     for (const auto& [user_id, count] : plan.over_budget) {
@@ -429,8 +403,8 @@ bool Scheduler::pass() {
       grants.push_back(ports::DispatchGrant{grant.user_id, grant.priority, grant.tasks});
     ports::PassWrites written = store_.write_pass(end_queued, grants, spec);
     for (const auto& [user_id, ended] : written.ended)
-      over_budget += static_cast<int>(ended);
-    over_budget_users = std::move(written.ended);
+      done.over_budget += static_cast<int>(ended);
+    done.over_budget_users = std::move(written.ended);
     const std::vector<ports::DispatchedTask>& dispatched = written.dispatched;
     if (handoff_ && !dispatched.empty()) {
       std::vector<ports::OutboxMessage> handed;
@@ -439,7 +413,7 @@ bool Scheduler::pass() {
         handed.push_back(ports::OutboxMessage{task.outbox_id, task.message});
       handoff_(std::move(handed));
     }
-    if (((!handoff_ && !dispatched.empty()) || over_budget > 0) && outbox_written_)
+    if (((!handoff_ && !dispatched.empty()) || done.over_budget > 0) && outbox_written_)
       outbox_written_();
 
     std::map<std::pair<std::string, Priority>, std::vector<const ports::DispatchedTask*>> by_grant;
@@ -458,15 +432,50 @@ bool Scheduler::pass() {
     }
     metrics_.admitted(Priority::kInteractive, admitted[0]);
     metrics_.admitted(Priority::kBatch, admitted[1]);
-    admitted_total = admitted[0] + admitted[1];
-    // Under way now: what was, and what this pass dispatched.
-    fleet_active_ = backlog.fleet_active + admitted_total;
+    done.total = admitted[0] + admitted[1];
   } catch (...) {
     // Nothing was dispatched: give every grant's charge back before the error propagates.
     for (const limits::Grant& grant : plan.grants)
       fair_->dispatched(grant, 0);
     throw;
   }
+  return done;
+}
+
+bool Scheduler::pass() {
+  const auto started = clock_.now();
+  reconcile_ended();
+  const ports::SchedulerPass spec{config_.kafka.topics.dispatch,
+                                  config_.kafka.topics.results,
+                                  config_.dispatcher.scheduler_batch,
+                                  config_.dispatcher.redispatch_after_s,
+                                  config_.dispatcher.max_attempts,
+                                  /*recover_lapsed=*/started >= lapsed_trusted_at_,
+                                  /*handoff_s=*/handoff_ ? kHandoffS : 0};
+  // A generic plan is costed with the table sizes of the moment it was built: one cached
+  // while tasks was small (a fresh fleet, then a flood of 100,000) joins it by a sequential
+  // scan in every pass until autovacuum analyzes it. Dropped every second, the plans are
+  // rebuilt from the current sizes.
+  if (started - plans_at_ >= kReplanEvery) {
+    store_.refresh_plans();
+    plans_at_ = started;
+  }
+  const Housekept kept = housekeep_if_due(spec, started);
+  ports::Backlog backlog;
+  const std::vector<limits::UserBacklog> users = read_users(spec, backlog);
+  const limits::PassPlan plan = fair_->plan(users, backlog.fleet_active, backlog.fleet_capacity);
+  {
+    // Queued work this pass does not admit waits for a slot: results wake the next pass.
+    std::int64_t granted = 0, queued = 0;
+    for (const limits::Grant& grant : plan.grants)
+      granted += grant.tasks;
+    for (const limits::UserBacklog& u : users)
+      queued += u.queued_interactive + u.queued_batch;
+    backlog_left_ = queued > granted;
+  }
+  const Admitted admitted = admit(plan, users, spec);
+  // Under way now: what was, and what this pass dispatched.
+  fleet_active_ = backlog.fleet_active + admitted.total;
   try {
     record_waiting(plan.waiting);
   } catch (const std::exception& e) {
@@ -474,16 +483,18 @@ bool Scheduler::pass() {
     log::warn("scheduler", std::string("could not record why tasks wait: ") + e.what());
     waiting_replace_ = true;
   }
-  log_endings(recovery, expired, expired_deadline, swept, over_budget_users);
+  const ports::RecoveryReport& recovery = kept.recovery;
+  log_endings(recovery, kept.expired, kept.expired_deadline, kept.swept,
+              admitted.over_budget_users);
   for (int cause = 0; cause < limits::kThrottleCauses; ++cause)
     metrics_.throttled(throttle_reason(cause), plan.throttled[cause]);
   metrics_.recovered(metrics::RecoveryReason::kLeaseExpired, recovery.lease_expired);
   metrics_.recovered(metrics::RecoveryReason::kRedispatch, recovery.redispatched);
   metrics_.recovery_exhausted(recovery.exhausted);
-  metrics_.scheduler_ended(metrics::SchedulerEnd::kScheduleTimeout, expired);
-  metrics_.scheduler_ended(metrics::SchedulerEnd::kDeadline, expired_deadline);
-  metrics_.calls_settled(calls_settled);
-  metrics_.scheduler_ended(metrics::SchedulerEnd::kQuotaExceeded, over_budget);
+  metrics_.scheduler_ended(metrics::SchedulerEnd::kScheduleTimeout, kept.expired);
+  metrics_.scheduler_ended(metrics::SchedulerEnd::kDeadline, kept.expired_deadline);
+  metrics_.calls_settled(kept.calls_settled);
+  metrics_.scheduler_ended(metrics::SchedulerEnd::kQuotaExceeded, admitted.over_budget);
   metrics_.scheduler_pass(std::chrono::duration<double>(clock_.now() - started).count());
   fair_->forget_idle(kForgetIdleAfter);
   // Tasks whose result never reached this replica (a lost event) must not pile up.
@@ -491,9 +502,8 @@ bool Scheduler::pass() {
     estimates_.clear();
   // Go again at once only when the slots were really used: a grant whose rows were locked
   // elsewhere (a batch cancel in progress) must not spin the loop.
-  const int work = admitted_total + over_budget + expired + expired_deadline + swept +
-                   recovery.exhausted + recovery.lease_expired + recovery.redispatched;
-  return plan.slots > 0 && admitted_total >= plan.slots ? true : work >= spec.limit;
+  const int work = admitted.total + admitted.over_budget + kept.ended();
+  return plan.slots > 0 && admitted.total >= plan.slots ? true : work >= spec.limit;
 }
 
 void Scheduler::record_waiting(const std::vector<limits::Waiting>& waiting) {

@@ -101,8 +101,34 @@ class Scheduler {
   };
   void run();
   bool lead_and_pass();
+  // What housekeeping found, for the pass's logs and metrics.
+  struct Housekept {
+    ports::RecoveryReport recovery;
+    int expired = 0, expired_deadline = 0, swept = 0, calls_settled = 0;
+    // Tasks it ended or dispatched again.
+    int ended() const {
+      return recovery.exhausted + recovery.lease_expired + recovery.redispatched + expired +
+             expired_deadline + swept;
+    }
+  };
+  // What a pass's write did.
+  struct Admitted {
+    int total = 0;        // tasks dispatched
+    int over_budget = 0;  // queued tasks ended quota_exceeded
+    std::vector<std::pair<std::string, std::size_t>> over_budget_users;
+  };
   // One pass; returns true when it used every slot (more may be waiting).
   bool pass();
+  // Recovery, deadlines, sweeps, when their interval has passed (or the last found a full
+  // pass); nothing otherwise.
+  Housekept housekeep_if_due(const ports::SchedulerPass& spec, limits::Clock::time_point started);
+  // The backlog (into `backlog`) and each waiting user's limits, spend and seeded buckets.
+  std::vector<limits::UserBacklog> read_users(const ports::SchedulerPass& spec,
+                                              ports::Backlog& backlog);
+  // Writes the plan (dispatches and budget endings) and charges the grants; on a failed
+  // write every grant's charge is given back and the error propagates.
+  Admitted admit(const limits::PassPlan& plan, const std::vector<limits::UserBacklog>& users,
+                 const ports::SchedulerPass& spec);
   // The pass's endings and recoveries, once committed: a line per task dispatched again, a
   // count per kind of ending, a line per user whose budget ended tasks.
   void log_endings(const ports::RecoveryReport& recovery, int expired, int expired_deadline,
