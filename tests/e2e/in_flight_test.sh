@@ -48,7 +48,18 @@ started=$(af_now_ms)
 rc=0
 wait "$loadgen" || rc=$?
 cat "$run_dir/loadgen.out"
-((rc == 0)) || fail "not every task ended (loadgen exit $rc)"
+if ((rc != 0)); then
+  # What a stall leaves to look at: where the unfinished tasks are, what the worker last
+  # reported (dispatch_lag > 0 with nothing running: its consumer stopped reading), and the
+  # Kafka client's warnings.
+  echo "tasks by status:"
+  psql_q "SELECT status, count(*) FROM tasks GROUP BY 1 ORDER BY 1"
+  echo "workers (incarnation, capacity, running, dispatch_lag, heartbeat age):"
+  psql_q "SELECT incarnation, capacity, running, dispatch_lag, now() - heartbeat_at FROM workers"
+  echo "the worker's Kafka warnings and errors (last 20):"
+  grep '"component":"kafka"' "$run_dir/logs/worker-1.log" | grep -v '"level":"debug"' | tail -n 20 || true
+  fail "not every task ended (loadgen exit $rc)"
+fi
 figures=$(tail -n 1 "$run_dir/loadgen.out")
 field() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" <<<"$figures"; }
 max_running=$(field max_running)

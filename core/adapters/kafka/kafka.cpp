@@ -204,20 +204,48 @@ void consumer_rebalance_cb(rd_kafka_t* rk, int err, void* partitions_ptr, void* 
     std::lock_guard lock(self->starts_mutex_);
     self->starts_.clear();
   }
-  self->learn_starts_ = assigned;
   if (assigned) {
+    // librdkafka (2.0.2, and later versions alike) starts a partition assigned without an
+    // offset only once its committed offset has been fetched, after rd_kafka_assign has
+    // returned, and takes the start's version number before it queues it. A pause or resume
+    // of the partition whose version is taken in between (ours, below or from the poll loop)
+    // makes the start "outdated": it is dropped, nothing starts it again, and the partition
+    // never fetches (confluentinc/librdkafka#2190, #5591; in a CI run 360 dispatches of one
+    // partition waited behind a worker for ten minutes). So the committed offsets are
+    // fetched here and the partitions assigned at them, at the reset policy's end where
+    // none is committed: their starts are queued inside rd_kafka_assign, before any pause.
+    const bool known = rd_kafka_committed(rk, partitions, Consumer::kCommittedTimeoutMs) ==
+                       RD_KAFKA_RESP_ERR_NO_ERROR;
+    {
+      std::lock_guard lock(self->starts_mutex_);
+      for (int i = 0; i < partitions->cnt; ++i) {
+        auto& p = partitions->elems[i];
+        if (known && p.err == RD_KAFKA_RESP_ERR_NO_ERROR && p.offset >= 0)
+          self->starts_[{p.topic, p.partition}] = p.offset;
+        else if (known && p.err == RD_KAFKA_RESP_ERR_NO_ERROR)
+          p.offset = self->reset_offset_;  // nothing committed
+        else
+          p.offset = RD_KAFKA_OFFSET_INVALID;  // unknown: librdkafka asks again itself
+      }
+    }
+    if (!known)
+      log::write("warn", "kafka", "the assignment's committed offsets were not known in time");
+    self->learn_starts_ = !known;
     rd_kafka_assign(rk, partitions);
-    // librdkafka keeps a partition's pause flag across a revoke and a new assignment: a
-    // partition paused before it was revoked comes back paused, even when the consumer
-    // resumed while it held no partition (and so resumed none). Every assignment is set to
-    // the state wanted now, both ways.
+    // Paused now when pausing is wanted; never resumed here: a resume takes a version number
+    // too, and the pause flag a partition kept from before its revoke was cleared then.
     const bool pause = self->want_pause_;
     if (pause)
       rd_kafka_pause_partitions(rk, partitions);
-    else
-      rd_kafka_resume_partitions(rk, partitions);
     self->paused_ = pause;
   } else {
+    // librdkafka keeps a partition's pause flag across a revoke and a new assignment: a
+    // partition paused before it was revoked would come back paused, even when the consumer
+    // resumed while it held no partition (and so resumed none). It is cleared here, while the
+    // partitions are still started (no start to race with), and set again on assignment
+    // when pausing is wanted then.
+    self->learn_starts_ = false;
+    rd_kafka_resume_partitions(rk, partitions);
     rd_kafka_assign(rk, nullptr);
   }
   if (self->on_rebalance_) {
@@ -263,6 +291,7 @@ Consumer::Consumer(const config::KafkaConfig& config, std::string group_id,
   set_or_throw(conf, "enable.auto.commit", "false");
   set_or_throw(conf, "enable.auto.offset.store", "false");
   set_or_throw(conf, "auto.offset.reset", offset_reset);
+  reset_offset_ = offset_reset == "earliest" ? RD_KAFKA_OFFSET_BEGINNING : RD_KAFKA_OFFSET_END;
   set_or_throw(conf, "enable.partition.eof", "false");
   rd_kafka_conf_set_rebalance_cb(conf, rebalance_trampoline);
   rd_kafka_conf_set_offset_commit_cb(conf, commit_report);

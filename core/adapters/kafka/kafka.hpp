@@ -159,11 +159,17 @@ class Consumer {
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};
   std::atomic<bool> want_pause_{false};
-  // The committed offsets of the partitions assigned last, read on the poll thread after
-  // each assignment (learn_starts_): where a partition with no position yet (nothing read
-  // from it since the assignment) starts, so that backlog() knows it has nothing left
-  // instead of counting it as one unknown message for as long as no message arrives.
+  // The committed offsets of the partitions assigned last, read by the assignment itself
+  // (or, when that read failed, on the poll thread after it: learn_starts_): where a
+  // partition with no position yet (nothing read from it since the assignment) starts, so
+  // that backlog() knows it has nothing left instead of counting it as one unknown message
+  // for as long as no message arrives.
   std::atomic<bool> learn_starts_{false};
+  // Where a partition the group has committed nothing for starts (auto.offset.reset), as
+  // a librdkafka logical offset.
+  std::int64_t reset_offset_ = 0;
+  // How long an assignment waits for its committed offsets (see consumer_rebalance_cb).
+  static constexpr int kCommittedTimeoutMs = 5000;
   int start_tries_ = 0;  // of the assignment's committed offsets (poll thread only)
   mutable std::mutex starts_mutex_;
   std::map<std::pair<std::string, int>, std::int64_t> starts_;  // guarded by starts_mutex_
