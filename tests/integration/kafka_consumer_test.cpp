@@ -57,6 +57,24 @@ struct Seen {
   int assignments = 0;
   int revocations = 0;
   int messages = 0;
+  std::vector<std::string> values;  // of the messages, in the order they were read
+
+  // A consumer's handlers that record here.
+  Consumer::MessageHandler record_messages() {
+    return [this](InMessage m) {
+      std::lock_guard lock(mutex);
+      values.push_back(std::move(m.value));
+      ++messages;
+      changed.notify_all();
+    };
+  }
+  Consumer::RebalanceHandler record_rebalances() {
+    return [this](bool assigned, const std::vector<std::pair<std::string, int>>&) {
+      std::lock_guard lock(mutex);
+      ++(assigned ? assignments : revocations);
+      changed.notify_all();
+    };
+  }
 
   bool wait_for(const std::function<bool()>& done, std::chrono::milliseconds limit) {
     std::unique_lock lock(mutex);
@@ -96,18 +114,7 @@ TEST(KafkaConsumer, APartitionAssignedAfterAResumeWhileItHadNoneIsFetched) {
   config::KafkaConfig config = consumer_config(cluster);
   Producer producer(config);
   Seen seen;
-  Consumer consumer(
-      config, "workers", {kTopic},
-      [&](InMessage) {
-        std::lock_guard lock(seen.mutex);
-        ++seen.messages;
-        seen.changed.notify_all();
-      },
-      [&](bool assigned, const std::vector<std::pair<std::string, int>>&) {
-        std::lock_guard lock(seen.mutex);
-        ++(assigned ? seen.assignments : seen.revocations);
-        seen.changed.notify_all();
-      });
+  Consumer consumer(config, "workers", {kTopic}, seen.record_messages(), seen.record_rebalances());
   consumer.start();
   ASSERT_TRUE(seen.wait_for([&] { return seen.assignments == 1; }, 60s)) << "never assigned";
   produce_one(producer, "first");
@@ -155,11 +162,7 @@ TEST(KafkaConsumer, APartitionReassignedWithNothingLeftToReadHasNoBacklog) {
         ++seen.messages;
         seen.changed.notify_all();
       },
-      [&](bool assigned, const std::vector<std::pair<std::string, int>>&) {
-        std::lock_guard lock(seen.mutex);
-        ++(assigned ? seen.assignments : seen.revocations);
-        seen.changed.notify_all();
-      });
+      seen.record_rebalances());
   consumer->start();
   ASSERT_TRUE(seen.wait_for([&] { return seen.assignments == 1; }, 60s)) << "never assigned";
   produce_one(producer, "first");
@@ -210,20 +213,7 @@ TEST(KafkaConsumer, AnAssignmentStartsAtTheCommittedOffsetAndPausedWhenPausingIs
   }
   produce_one(producer, "new");
   Seen seen;
-  std::vector<std::string> values;
-  Consumer consumer(
-      config, "workers", {kTopic},
-      [&](InMessage m) {
-        std::lock_guard lock(seen.mutex);
-        values.push_back(m.value);
-        ++seen.messages;
-        seen.changed.notify_all();
-      },
-      [&](bool assigned, const std::vector<std::pair<std::string, int>>&) {
-        std::lock_guard lock(seen.mutex);
-        ++(assigned ? seen.assignments : seen.revocations);
-        seen.changed.notify_all();
-      });
+  Consumer consumer(config, "workers", {kTopic}, seen.record_messages(), seen.record_rebalances());
   consumer.pause();  // full before it joins
   consumer.start();
   ASSERT_TRUE(seen.wait_for([&] { return seen.assignments == 1; }, 60s)) << "never assigned";
@@ -233,7 +223,7 @@ TEST(KafkaConsumer, AnAssignmentStartsAtTheCommittedOffsetAndPausedWhenPausingIs
   {
     // One partition, read in order: had "old" been read again, it would have come first.
     std::lock_guard lock(seen.mutex);
-    EXPECT_EQ(values.front(), "new") << "from the committed offset";
+    EXPECT_EQ(seen.values.front(), "new") << "from the committed offset";
   }
   consumer.stop();
 }
@@ -246,34 +236,19 @@ TEST(KafkaConsumer, ALiveFeedWithNothingCommittedReadsOnlyWhatArrivesAfterItJoin
   Producer producer(config);
   produce_one(producer, "before");
   Seen seen;
-  std::vector<std::string> values;
-  Consumer consumer(
-      config, "feed", {kTopic},
-      [&](InMessage m) {
-        std::lock_guard lock(seen.mutex);
-        values.push_back(m.value);
-        ++seen.messages;
-        seen.changed.notify_all();
-      },
-      [&](bool assigned, const std::vector<std::pair<std::string, int>>&) {
-        std::lock_guard lock(seen.mutex);
-        ++(assigned ? seen.assignments : seen.revocations);
-        seen.changed.notify_all();
-      },
-      "latest");
+  Consumer consumer(config, "feed", {kTopic}, seen.record_messages(), seen.record_rebalances(),
+                    "latest");
   consumer.start();
   ASSERT_TRUE(seen.wait_for([&] { return seen.assignments == 1; }, 60s)) << "never assigned";
   // Where "the end" is gets resolved by a request of its own, so what is sent right after
   // the assignment may still count as before it: sent again until something arrives.
-  for (int i = 0; i < 100 && !seen.wait_for([&] { return seen.messages >= 1; }, 0s); ++i) {
+  for (int i = 0; i < 100 && !seen.wait_for([&] { return seen.messages >= 1; }, 300ms); ++i)
     produce_one(producer, "after");
-    seen.wait_for([&] { return seen.messages >= 1; }, 300ms);
-  }
   ASSERT_TRUE(seen.wait_for([&] { return seen.messages >= 1; }, 10s)) << "nothing fetched";
   {
     // One partition, read in order: had it started at the beginning, "before" came first.
     std::lock_guard lock(seen.mutex);
-    EXPECT_EQ(values.front(), "after");
+    EXPECT_EQ(seen.values.front(), "after");
   }
   consumer.stop();
 }
