@@ -11,9 +11,11 @@
 #include <boost/asio/use_future.hpp>
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/run_store.hpp"
 #include "core/adapters/pg/scheduler_session.hpp"
+#include "core/adapters/pg/sql.hpp"
 #include "core/adapters/pg/write_batcher.hpp"
 #include "tests/pg/pg_url.hpp"
 
@@ -741,6 +744,50 @@ TEST(RunStore, AClaimOfATaskItsOwnIncarnationRunsSaysAtWhichAttempt) {
                 .as<int>(),
             2)
       << "no attempt spent";
+}
+
+// Every fenced write of run.sql reaches its task by the primary key, also in the generic plan
+// a prepared statement keeps for the connection's life, made while `tasks` was new and never
+// analyzed (a new database, before autovacuum's first ANALYZE). The table here is a copy of
+// `tasks` with its indexes, in a schema of the test's own first on the search path, never
+// analyzed. A fence whose conditions sat in the lookup was planned as a scan of an index of
+// running tasks (by incarnation) in such a plan: every task the worker ran was read for each
+// row of a batch (321 buffers a checkpoint at 100 tasks/s in the benchmark,
+// docs/performance.md).
+TEST(RunStatements, EachFencedWriteReachesItsTaskByThePrimaryKeyInAPlanMadeOnANewTable) {
+  pqxx::connection db(pg_url());
+  pqxx::work tx(db);
+  tx.exec0("CREATE SCHEMA fence_plans");
+  tx.exec0("CREATE TABLE fence_plans.tasks (LIKE public.tasks INCLUDING ALL)");
+  tx.exec0("SET LOCAL search_path = fence_plans, public");
+  tx.exec0("SET LOCAL plan_cache_mode = force_generic_plan");
+  const std::regex param(R"(\$(\d+))");
+  const std::regex fence(R"(worker_incarnation = (r\.incarnation|\$3))");
+  int fenced = 0;
+  for (const auto& [file, name] : pg::sql::names()) {
+    const std::string text = pg::sql::text(name);
+    if (file != "run.sql" || !std::regex_search(text, fence))
+      continue;
+    ++fenced;
+    int params = 0;
+    for (std::sregex_iterator it(text.begin(), text.end(), param), end; it != end; ++it)
+      params = std::max(params, std::stoi((*it)[1].str()));
+    std::string args;
+    for (int i = 0; i < params; ++i)
+      args += i ? ", NULL" : "NULL";
+    tx.exec0("PREPARE fenced AS " + text);
+    std::string plan;
+    for (const auto& row : tx.exec("EXPLAIN EXECUTE fenced(" + args + ")"))
+      plan += row[0].as<std::string>() + "\n";
+    tx.exec0("DEALLOCATE fenced");
+    EXPECT_EQ(plan.find("Index Cond: (worker_incarnation"), std::string::npos) << name << ":\n"
+                                                                               << plan;
+    EXPECT_NE(plan.find("Index Cond: (task_id = "), std::string::npos) << name << ":\n" << plan;
+    EXPECT_EQ(plan.find("Filter: ((task_id = "), std::string::npos) << name << ":\n" << plan;
+    EXPECT_EQ(plan.find("Seq Scan on tasks x"), std::string::npos) << name << ":\n" << plan;
+  }
+  EXPECT_GE(fenced, 7) << "the claim, the checkpoints, the records, the tool rounds and steps, "
+                          "the ends and the hand-back's fence";
 }
 
 }  // namespace

@@ -5,9 +5,24 @@
 -- and its task id is missing from the answer. Rows are
 -- locked in task-id order. Each task is reached by its primary key from the request (a
 -- LATERAL lookup per row): the planner cannot know how few rows a JSON array holds, and a
--- join would read every running task instead. The hand-back of a draining worker
+-- join would read every running task instead. The lookup names the primary key alone, and
+-- the fence is checked on the row it found (OFFSET 0 keeps the planner from moving the
+-- fence's conditions into the lookup): a plan made while `tasks` was new and never analyzed
+-- (the generic plan a prepared statement keeps until an ANALYZE) would otherwise reach the
+-- row through an index of running tasks (tasks_running_incarnation), reading every task the
+-- worker runs for each row of a batch. A row that is no longer the writer's is then locked
+-- before it is left alone, which only a stale writer pays. The hand-back of a draining worker
 -- (still_ours, release) and the read of a follow-up's parent (parent, task_steps) are one
 -- task's each.
+
+-- fragment: ours_locked
+-- The requests' tasks that are still theirs (the fence), each row locked, in task-id order.
+  SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
+  CROSS JOIN LATERAL (
+    SELECT x.task_id, x.attempt, x.status, x.worker_incarnation FROM tasks x
+    WHERE x.task_id = r.task_id OFFSET 0 FOR UPDATE OF x
+  ) t
+  WHERE t.attempt = r.attempt AND t.status = 'running' AND t.worker_incarnation = r.incarnation
 
 -- name: claim_tasks
 -- Each task becomes the run of its worker and incarnation: status running, attempt + 1, the
@@ -75,9 +90,10 @@ SELECT r.task_id::text, c.task_id IS NOT NULL, k.task_id IS NOT NULL,
        END,
        EXISTS (SELECT 1 FROM workers me
                WHERE me.incarnation = r.incarnation AND me.lease_until > now()),
-       (SELECT x.attempt FROM tasks x
-        WHERE x.task_id = r.task_id AND x.status = 'running'
-          AND x.worker_incarnation = r.incarnation),
+       (SELECT t.attempt
+        FROM (SELECT x.attempt, x.status, x.worker_incarnation FROM tasks x
+              WHERE x.task_id = r.task_id OFFSET 0) t
+        WHERE t.status = 'running' AND t.worker_incarnation = r.incarnation),
        (u.monthly_budget * 1000000)::bigint, c.max_tokens, (c.max_cost * 1000000)::bigint
 FROM req r
 LEFT JOIN claimed c ON c.task_id = r.task_id
@@ -93,13 +109,7 @@ WITH req AS (
          latency_ms integer, user_id text, batch_id text, model text, input bigint, cached bigint, output bigint,
          reasoning bigint, cost numeric, currency text, estimated boolean)
 ), ours AS (
-  SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
-  CROSS JOIN LATERAL (
-    SELECT x.task_id FROM tasks x
-    WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
-      AND x.worker_incarnation = r.incarnation
-    FOR UPDATE OF x
-  ) t
+{{ours_locked}}
 ), step_rows AS (
   INSERT INTO task_steps (task_id, step, attempt, model_reply, model_latency_ms)
   SELECT r.task_id, r.step, r.attempt, r.reply, r.latency_ms FROM req r JOIN ours USING (task_id)
@@ -175,10 +185,10 @@ WITH req AS (
 ), ours AS (
   SELECT r.* FROM req r
   CROSS JOIN LATERAL (
-    SELECT 1 FROM tasks x
-    WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
-      AND x.worker_incarnation = r.incarnation
+    SELECT x.attempt, x.status, x.worker_incarnation FROM tasks x
+    WHERE x.task_id = r.task_id OFFSET 0
   ) t
+  WHERE t.attempt = r.attempt AND t.status = 'running' AND t.worker_incarnation = r.incarnation
 ), recorded AS (
   INSERT INTO model_calls_in_flight (task_id, attempt, step, incarnation, user_id, batch_id,
                                      model, input_tokens, cost, currency)
@@ -201,13 +211,7 @@ WITH req AS (
          trace jsonb, executed integer, call_step integer, user_id text, batch_id text,
          model text, input bigint, cost numeric, currency text)
 ), ours AS (
-  SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
-  CROSS JOIN LATERAL (
-    SELECT x.task_id FROM tasks x
-    WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
-      AND x.worker_incarnation = r.incarnation
-    FOR UPDATE OF x
-  ) t
+{{ours_locked}}
 ), updated AS (
   UPDATE task_steps s SET observations = r.observations, trace = r.trace, attempt = r.attempt,
          tools_done_at = CASE WHEN r.observations IS NULL THEN s.tools_done_at ELSE now() END
@@ -237,13 +241,7 @@ WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, attempt integer, incarnation bigint, step integer, calls jsonb)
 ), ours AS (
-  SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
-  CROSS JOIN LATERAL (
-    SELECT x.task_id FROM tasks x
-    WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
-      AND x.worker_incarnation = r.incarnation
-    FOR UPDATE OF x
-  ) t
+{{ours_locked}}
 ), step_rows AS (
   INSERT INTO task_steps (task_id, step, attempt, model_reply)
   SELECT r.task_id, r.step, r.attempt, r.calls FROM req r JOIN ours USING (task_id)
@@ -269,13 +267,7 @@ WITH req AS (
          cached bigint, output bigint, reasoning bigint, cost numeric, currency text,
          estimated boolean)
 ), ours AS (
-  SELECT t.task_id FROM (SELECT * FROM req ORDER BY task_id) r
-  CROSS JOIN LATERAL (
-    SELECT x.task_id FROM tasks x
-    WHERE x.task_id = r.task_id AND x.attempt = r.attempt AND x.status = 'running'
-      AND x.worker_incarnation = r.incarnation
-    FOR UPDATE OF x
-  ) t
+{{ours_locked}}
 ), step_rows AS (
   INSERT INTO task_steps (task_id, step, attempt, model_reply, model_latency_ms)
   SELECT r.task_id, r.step, r.attempt, r.reply, r.latency_ms FROM req r JOIN ours USING (task_id)
@@ -314,10 +306,10 @@ RETURNING task_id::text, id
 -- name: still_ours
 -- The fence of a single write: task $1 still runs at attempt $2 under worker incarnation $3
 -- (its row locked until the transaction ends).
-SELECT 1 FROM tasks
-WHERE task_id = $1::uuid AND attempt = $2 AND worker_incarnation = $3::bigint
-  AND status = 'running'
-FOR UPDATE
+SELECT 1
+FROM (SELECT attempt, status, worker_incarnation FROM tasks WHERE task_id = $1::uuid
+      OFFSET 0 FOR UPDATE) t
+WHERE t.attempt = $2 AND t.status = 'running' AND t.worker_incarnation = $3::bigint
 
 -- name: release
 -- Hands running task $1 back (a draining worker; after still_ours): queued again, lease
