@@ -137,13 +137,17 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, int st
   {
     // A session that stops talking in the middle of a transaction (its client died, or the
     // path to it went silent) is ended by the server, so its row locks do not hold up the
-    // fleet: twice the statement timeout, at least ten seconds. One round trip for all three.
+    // fleet: twice the statement timeout, at least ten seconds.
+    // No JIT compilation: every statement here is short, and the planner's estimates for the
+    // JSON arrays they take (100 rows a function) pushed the scheduler's admission over the JIT
+    // thresholds once `tasks` held a deep backlog with statistics: 1-2 s of compiling in every
+    // pass (docs/performance.md, 2026-12-03). One round trip for all four.
     const int idle_in_transaction_ms = std::max(10000, 2 * statement_timeout_ms);
     pqxx::nontransaction tx(*connection);
-    tx.exec0(
-        "SET statement_timeout = " + std::to_string(statement_timeout_ms) +
-        "; SET lock_timeout = " + std::to_string(statement_timeout_ms) +
-        "; SET idle_in_transaction_session_timeout = " + std::to_string(idle_in_transaction_ms));
+    tx.exec0("SET statement_timeout = " + std::to_string(statement_timeout_ms) +
+             "; SET lock_timeout = " + std::to_string(statement_timeout_ms) +
+             "; SET idle_in_transaction_session_timeout = " +
+             std::to_string(idle_in_transaction_ms) + "; SET jit = off");
   }
   return connection;
 }

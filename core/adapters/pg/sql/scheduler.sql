@@ -104,7 +104,8 @@ WITH args AS (
 ), marked AS (
   UPDATE tasks t SET status = 'dispatched', dispatched_at = statement_timestamp(),
          lease_until = NULL, worker_incarnation = NULL
-  FROM picked WHERE t.task_id = picked.task_id
+  FROM picked
+  WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM picked)) AND t.task_id = picked.task_id
 {{dispatch_marked}}
 
 -- name: sched_expire
@@ -244,7 +245,10 @@ GROUP BY user_id
 -- Dispatches each grant of the JSON array $1 ({user_id, priority, n}): the user's n oldest
 -- queued tasks of that priority, a row another transaction holds (a cancel in progress)
 -- skipped, not waited for. Marked and answered as in sched_recover, their dispatch messages
--- for topic $2, due to the relay in $3 seconds (the hand-off, dispatch_marked).
+-- for topic $2, due to the relay in $3 seconds (the hand-off, dispatch_marked). The picked
+-- tasks are marked through their ids as an array (as in sched_recover): the planner guesses a
+-- JSON array holds 100 grants, and joined with a guess of that many rows the update read all
+-- of `tasks` in a hash join.
 WITH args AS (
   SELECT $2::text AS topic, $3::float8 AS handoff_s
 ), picked AS (
@@ -257,23 +261,28 @@ WITH args AS (
       -- batch was cancelled and came back to the queue since (handed back by a fenced or
       -- draining worker, after the cancel had finished with the batch): dispatched, its
       -- claim finds cancel_requested and ends it cancelled.
-      AND (t.cancel_requested
-           OR NOT EXISTS (SELECT 1 FROM batches b WHERE b.cancelled AND b.batch_id = t.batch_id
-                                                    AND b.user_id = t.user_id))
+      AND (t.cancel_requested OR t.batch_id IS NULL
+           OR NOT coalesce((SELECT b.cancelled FROM batches b
+                            WHERE b.batch_id = t.batch_id AND b.user_id = t.user_id), false))
       -- A follow-up waits until its parent has ended: with dispatch keyed by task, no
       -- partition order keeps it behind its parent (nor, within a batch, the order its
-      -- tasks move into the queue: a parent may still be staged). Looked up only for a follow-up: as a
-      -- plain NOT EXISTS the planner may join it as an anti-join over every unfinished task.
+      -- tasks move into the queue: a parent may still be staged). Looked up only for a
+      -- follow-up: as a plain NOT EXISTS the planner may join it as an anti-join over every
+      -- unfinished task.
+      -- Both lookups are scalar subqueries, one row each by its key: an EXISTS here is planned,
+      -- once `tasks` has statistics of a deep backlog, as a hash of every unfinished task (and
+      -- every cancelled batch) built in every pass; 100,000 queued tasks made that 137 ms a
+      -- pass (docs/performance.md, 2026-12-03).
       AND (t.parent_task_id IS NULL
-           OR NOT EXISTS (SELECT 1 FROM tasks p
-                          WHERE p.task_id = t.parent_task_id
-                            AND p.status IN ('staged', 'queued', 'dispatched', 'running')))
+           OR coalesce((SELECT p.status NOT IN ('staged', 'queued', 'dispatched', 'running')
+                        FROM tasks p WHERE p.task_id = t.parent_task_id), true))
     ORDER BY t.created_at
     LIMIT g.n
     FOR UPDATE SKIP LOCKED) p
 ), marked AS (
   UPDATE tasks t SET status = 'dispatched', dispatched_at = statement_timestamp()
-  FROM picked WHERE t.task_id = picked.task_id
+  FROM picked
+  WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM picked)) AND t.task_id = picked.task_id
 {{dispatch_marked}}
 
 -- name: sched_oldest_queued
