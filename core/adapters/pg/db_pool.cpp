@@ -140,8 +140,9 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, int st
     // fleet: twice the statement timeout, at least ten seconds.
     // No JIT compilation: every statement here is short, and the planner's estimates for the
     // JSON arrays they take (100 rows a function) pushed the scheduler's admission over the JIT
-    // thresholds once `tasks` held a deep backlog with statistics: 1-2 s of compiling in every
-    // pass (docs/performance.md, 2026-12-03). One round trip for all four.
+    // thresholds once `tasks` held a deep backlog with statistics: it was compiled, with
+    // inlining and optimization, in every pass, which took 2 s a pass (docs/performance.md,
+    // 2026-12-03). One round trip for all four.
     const int idle_in_transaction_ms = std::max(10000, 2 * statement_timeout_ms);
     pqxx::nontransaction tx(*connection);
     tx.exec0("SET statement_timeout = " + std::to_string(statement_timeout_ms) +

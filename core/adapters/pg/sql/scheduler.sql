@@ -271,8 +271,9 @@ WITH args AS (
       -- unfinished task.
       -- Both lookups are scalar subqueries, one row each by its key: an EXISTS here is planned,
       -- once `tasks` has statistics of a deep backlog, as a hash of every unfinished task (and
-      -- every cancelled batch) built in every pass; 100,000 queued tasks made that 137 ms a
-      -- pass (docs/performance.md, 2026-12-03).
+      -- every cancelled batch) built in every pass; under 100,000 queued tasks the admission
+      -- then took 137 ms a pass (the median of the passes over 100 ms; docs/performance.md,
+      -- 2026-12-03).
       AND (t.parent_task_id IS NULL
            OR coalesce((SELECT p.status NOT IN ('staged', 'queued', 'dispatched', 'running')
                         FROM tasks p WHERE p.task_id = t.parent_task_id), true))
