@@ -244,11 +244,12 @@ int run_worker(const config::Config& config) {
   const limits::Clock& clock = limits::SteadyClock::instance();
   asio::io_context io(1);
   // Task writes go through the write batcher on this pool; the lease keeper has a pool (one
-  // connection) of its own, so a heartbeat never waits behind a batch of checkpoints.
+  // connection) of its own, so a heartbeat never waits behind a batch of checkpoints. Both
+  // keep generic plans (pg::PlanCache).
   pg::DbPool db(config.postgres.url, config.worker.db_threads, config.postgres.statement_timeout_ms,
-                config.postgres.connect_timeout_s);
+                config.postgres.connect_timeout_s, pg::PlanCache::kGeneric);
   pg::DbPool liveness_db(config.postgres.url, 1, config.worker.heartbeat_timeout_ms,
-                         config.postgres.connect_timeout_s);
+                         config.postgres.connect_timeout_s, pg::PlanCache::kGeneric);
   metrics::MetricsRegistry registry;
   metrics::WorkerMetrics worker_metrics(registry, config);
   metrics::DbPoolMetrics db_metrics(registry);

@@ -790,5 +790,40 @@ TEST(RunStatements, EachFencedWriteReachesItsTaskByThePrimaryKeyInAPlanMadeOnANe
                           "the ends and the hand-back's fence";
 }
 
+// The sessions of the fleet's write path (pg::PlanCache::kGeneric: the workers, the scheduler,
+// the relay) plan each prepared statement once and keep that plan: their rows come as a JSON
+// array or by key, so a plan made for the arguments is no better, and Postgres's default made
+// one for each of the first five executions and, whenever it judged the generic plan dearer,
+// for every execution after (docs/performance.md, 2026-12-03). A session of the API's kind
+// keeps the default.
+TEST(RunStatements, AWriteSessionKeepsOneGenericPlanForEachStatementAndAnApiSessionDoesNot) {
+  // {generic, custom} plans the pool's session used for seven executions of a fence.
+  const auto plans_used = [](pg::PlanCache mode) {
+    pg::DbPool pool{pg_url(), 1, 5000, 5, mode};
+    boost::asio::io_context io;
+    auto done = boost::asio::co_spawn(io, pool.run([](pqxx::connection& c) {
+      for (int i = 0; i < 7; ++i) {
+        pqxx::work tx(c);
+        pg::exec_named(tx, "still_ours", pgtest::next_id(), 1, std::int64_t{1});
+        tx.commit();
+      }
+      pqxx::nontransaction tx(c);
+      const auto row = tx.exec1(
+          "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+          "WHERE name = 'af_still_ours'");
+      return std::pair{row[0].as<long>(), row[1].as<long>()};
+    }),
+                                      boost::asio::use_future);
+    io.run();
+    auto result = done.get();
+    EXPECT_TRUE(result.ok()) << (result.ok() ? "" : result.error().message);
+    return result.ok() ? result.value() : std::pair{-1L, -1L};
+  };
+  EXPECT_EQ(plans_used(pg::PlanCache::kGeneric), (std::pair{7L, 0L}));
+  const auto [generic, custom] = plans_used(pg::PlanCache::kAuto);
+  EXPECT_EQ(generic + custom, 7);
+  EXPECT_GE(custom, 5) << "Postgres's default plans the first five executions for their arguments";
+}
+
 }  // namespace
 }  // namespace agentfleet

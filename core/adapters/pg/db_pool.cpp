@@ -48,11 +48,13 @@ Error map_pg_error(const std::exception& e) {
   return Error{ErrorKind::kFatal, std::string("postgres: ") + e.what()};
 }
 
-DbPool::DbPool(std::string url, int threads, int statement_timeout_ms, int connect_timeout_s)
+DbPool::DbPool(std::string url, int threads, int statement_timeout_ms, int connect_timeout_s,
+               PlanCache plans)
     : url_(std::move(url)),
       threads_(threads),
       statement_timeout_ms_(statement_timeout_ms),
       connect_timeout_s_(connect_timeout_s),
+      plans_(plans),
       call_deadline_(std::max(2 * statement_timeout_ms, statement_timeout_ms + 5000)),
       pool_(static_cast<std::size_t>(threads)) {}
 
@@ -109,7 +111,7 @@ pqxx::connection* DbPool::reopen_connection(int attempt, std::optional<Error>& e
 }
 
 std::unique_ptr<pqxx::connection> open_connection(const std::string& url, int statement_timeout_ms,
-                                                  int connect_timeout_s) {
+                                                  int connect_timeout_s, PlanCache plans) {
   // connect_timeout bounds the TCP/handshake part; statement_timeout every statement.
   std::string options = url;
   const bool uri = options.rfind("postgres", 0) == 0 && options.find("://") != std::string::npos;
@@ -142,20 +144,21 @@ std::unique_ptr<pqxx::connection> open_connection(const std::string& url, int st
     // JSON arrays they take (100 rows a function) pushed the scheduler's admission over the JIT
     // thresholds once `tasks` held a deep backlog with statistics: it was compiled, with
     // inlining and optimization, in every pass, which took 2 s a pass (docs/performance.md,
-    // 2026-12-03). One round trip for all four.
+    // 2026-12-03). The plan cache's mode: PlanCache (db_pool.hpp). One round trip for all.
     const int idle_in_transaction_ms = std::max(10000, 2 * statement_timeout_ms);
     pqxx::nontransaction tx(*connection);
     tx.exec0("SET statement_timeout = " + std::to_string(statement_timeout_ms) +
              "; SET lock_timeout = " + std::to_string(statement_timeout_ms) +
              "; SET idle_in_transaction_session_timeout = " +
-             std::to_string(idle_in_transaction_ms) + "; SET jit = off");
+             std::to_string(idle_in_transaction_ms) + "; SET jit = off" +
+             (plans == PlanCache::kGeneric ? "; SET plan_cache_mode = force_generic_plan" : ""));
   }
   return connection;
 }
 
 pqxx::connection& DbPool::connection() {
   if (!tls_connection || !tls_connection->is_open())
-    tls_connection = open_connection(url_, statement_timeout_ms_, connect_timeout_s_);
+    tls_connection = open_connection(url_, statement_timeout_ms_, connect_timeout_s_, plans_);
   return *tls_connection;
 }
 

@@ -31,14 +31,31 @@ namespace agentfleet::pg {
 
 Error map_pg_error(const std::exception& e);
 
+// How a session's statements are planned.
+//   kAuto     Postgres's default: a plan for the arguments at each of a statement's first
+//             five executions, and after them too whenever its generic plan's estimate is
+//             the dearer. For sessions whose statements are planned for their filters (the
+//             API's reads, sent with exec_text: a filter that is empty or not).
+//   kGeneric  the generic plan, made once and kept until an ANALYZE or VACUUM of a table
+//             it names invalidates it (plan_cache_mode = force_generic_plan). For the
+//             fleet's write path (the workers' runs and liveness, the scheduler, the relay):
+//             its statements take their rows as a JSON array or reach them by key, so a plan
+//             for the arguments is no better, and under the default the claim was planned at
+//             a third of its executions and the published rows' delete (an array of ids,
+//             which a generic plan takes for ten) at three quarters (docs/performance.md,
+//             2026-12-03).
+enum class PlanCache { kAuto, kGeneric };
+
 // A connection with connect_timeout added to `url` and statement and lock timeouts set:
 // every statement on it has a deadline. Throws what libpqxx throws.
 std::unique_ptr<pqxx::connection> open_connection(const std::string& url, int statement_timeout_ms,
-                                                  int connect_timeout_s);
+                                                  int connect_timeout_s,
+                                                  PlanCache plans = PlanCache::kAuto);
 
 class DbPool {
  public:
-  DbPool(std::string url, int threads, int statement_timeout_ms, int connect_timeout_s);
+  DbPool(std::string url, int threads, int statement_timeout_ms, int connect_timeout_s,
+         PlanCache plans = PlanCache::kAuto);
   ~DbPool();
   // Waits for the queued work to finish and stops the threads; run() must not be called
   // afterwards. The destructor does it too.
@@ -142,6 +159,7 @@ class DbPool {
   std::function<void(double)> queue_wait_observer_;
   int statement_timeout_ms_;
   int connect_timeout_s_;
+  PlanCache plans_;
   std::chrono::milliseconds call_deadline_;
   CallWatchdog watchdog_;
   boost::asio::thread_pool pool_;

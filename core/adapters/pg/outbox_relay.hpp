@@ -39,7 +39,7 @@ class OutboxRelay {
 
   // `statement_timeout_ms` covers the broker round trip made inside the transaction.
   OutboxRelay(const std::string& url, int statement_timeout_ms, int connect_timeout_s)
-      : db_(url, 1, statement_timeout_ms, connect_timeout_s) {}
+      : db_(url, 1, statement_timeout_ms, connect_timeout_s, PlanCache::kGeneric) {}
 
   // Up to `batch` due rows of `dispatch_topic` and up to `batch` due rows of the other
   // topics, each in publish order (dispatch messages never wait behind a flood of result

@@ -31,8 +31,8 @@ SchedulerSession::~SchedulerSession() = default;
 
 pqxx::connection& SchedulerSession::session() {
   if (!connection_) {
-    auto opened =
-        open_connection(options_.url, options_.statement_timeout_ms, options_.connect_timeout_s);
+    auto opened = open_connection(options_.url, options_.statement_timeout_ms,
+                                  options_.connect_timeout_s, PlanCache::kGeneric);
     const auto armed = watchdog_.arm(
         opened->sock(),
         std::chrono::steady_clock::now() +
