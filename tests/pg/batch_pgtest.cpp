@@ -252,6 +252,47 @@ TEST_F(Batches, ACancelWhileTheTasksMoveIntoTheQueueEndsTheStagedOnesToo) {
   EXPECT_NE(shown->find(R"("cancelled": 5)"), std::string::npos) << *shown;
 }
 
+// The scheduler's sweep of cancelled batches is for a cancel cut short; it leaves alone a
+// batch whose cancel is under way (a slice's transaction holds the batch's row), so that the
+// slice's ordered scan never waits behind the sweep's passes one after another (which made a
+// 20,000-task cancel run out of its statement timeout and answer 503). A cancel cut short
+// between its slices is still finished by the sweep.
+TEST_F(Batches, TheSweepLeavesABatchWhoseCancelIsUnderWayAndFinishesOneCutShort) {
+  const std::string user = "batch-u5s", batch = "batch-" + next_id();
+  auto upload = writer(user, batch);
+  ASSERT_TRUE(upload->create());
+  auto slice = tasks_of(user, batch, 6);
+  EXPECT_EQ(upload->add(slice).inserted, 6);
+  ASSERT_EQ(upload->seal(queue_limit, 6).outcome, pg::SealOutcome::kSealed);
+  EXPECT_EQ(upload->promote(6), 6);
+  ASSERT_EQ(tasks_with(batch, "queued"), 6);
+  const auto sweep_cancelled = [this](int limit) {
+    pqxx::work tx(db_);
+    const int ended = pg::sweep_cancelled_batches(tx, limit, "agent.results");
+    tx.commit();
+    return ended;
+  };
+
+  // The cancel's first slice has ended two tasks and committed; its second is under way.
+  const auto header = pg::find_batch(db_, batch);
+  ASSERT_TRUE(header);
+  std::string after;
+  ASSERT_EQ(pg::cancel_batch_slice(db_, *header, after, 2, "agent.results"), 2);
+  pqxx::connection api(pg_url());
+  pqxx::work second_slice(api);
+  second_slice.exec_params0(
+      "UPDATE batches SET cancelled = true, cancelled_at = "
+      "coalesce(cancelled_at, now()) WHERE batch_id = $1",
+      batch);
+  EXPECT_EQ(sweep_cancelled(100), 0) << "the cancel under way is left to its slices";
+  EXPECT_EQ(tasks_with(batch, "queued"), 4);
+  // The second slice fails (its request was cut short): the sweep finishes the cancel.
+  second_slice.abort();
+  EXPECT_EQ(sweep_cancelled(3), 3);
+  EXPECT_EQ(sweep_cancelled(3), 1);
+  EXPECT_EQ(tasks_with(batch, "cancelled"), 6);
+}
+
 TEST_F(Batches, AKeyStagedByAnUploadUnderWayIsNeitherADuplicateNorFreeUntilThatUploadEnds) {
   const std::string user = "batch-u6", first = "batch-" + next_id(), second = "batch-" + next_id();
   auto upload = writer(user, first);

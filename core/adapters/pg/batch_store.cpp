@@ -445,11 +445,15 @@ int sweep_staged_batches(pqxx::work& tx, int limit) {
 
 int sweep_cancelled_batches(pqxx::work& tx, int limit, const std::string& results_topic) {
   // Only batches whose cancel was cut short (its request failed, or its replica died)
-  // are looked at; a drained batch never again.
+  // are looked at; a drained batch never again. A batch whose row is locked is being
+  // cancelled right now (each of the API's slices holds the row from its first statement
+  // to its commit) and is skipped: the sweep, taking the unlocked tasks just ahead of the
+  // slice's ordered scan 200 at a time, made that scan wait behind each of its passes in
+  // turn, until the slice ran out of its statement timeout and the cancel answered 503.
   auto batches =
       exec_prepared(tx, "af_sched_cancelled_batches",
                     "SELECT batch_id, user_id FROM batches WHERE cancelled AND drained_at IS NULL "
-                    "ORDER BY cancelled_at LIMIT 5");
+                    "ORDER BY cancelled_at LIMIT 5 FOR UPDATE SKIP LOCKED");
   int ended = 0;
   for (const auto& b : batches) {
     const std::string batch_id = b[0].as<std::string>();
