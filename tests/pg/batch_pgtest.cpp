@@ -91,6 +91,12 @@ class Batches : public ::testing::Test {
     tx.commit();
     return done;
   }
+  int sweep_cancelled(int limit) {
+    pqxx::work tx(db_);
+    const int ended = pg::sweep_cancelled_batches(tx, limit, "agent.results");
+    tx.commit();
+    return ended;
+  }
   pqxx::connection db_{pg_url()};
 };
 
@@ -266,12 +272,6 @@ TEST_F(Batches, TheSweepLeavesABatchWhoseCancelIsUnderWayAndFinishesOneCutShort)
   ASSERT_EQ(upload->seal(queue_limit, 6).outcome, pg::SealOutcome::kSealed);
   EXPECT_EQ(upload->promote(6), 6);
   ASSERT_EQ(tasks_with(batch, "queued"), 6);
-  const auto sweep_cancelled = [this](int limit) {
-    pqxx::work tx(db_);
-    const int ended = pg::sweep_cancelled_batches(tx, limit, "agent.results");
-    tx.commit();
-    return ended;
-  };
 
   // The cancel's first slice has ended two tasks and committed; its second is under way.
   const auto header = pg::find_batch(db_, batch);
