@@ -86,6 +86,16 @@ Statements read_statements() {
     }
     flush();
   }
+  // A fragment may name another (task_row holds task_totals): fragments are expanded first,
+  // a level at a time; one still naming a fragment after four levels names itself.
+  std::map<std::string, std::string, std::less<>> fragments = out.fragments;
+  for (auto& [name, body] : fragments) {
+    for (int depth = 0; depth < 4 && body.find("{{") != std::string::npos; ++depth)
+      body = expanded("(fragments)", name, body, out.fragments);
+    if (body.find("{{") != std::string::npos)
+      throw std::logic_error("sql: fragment " + name + " names itself");
+  }
+  out.fragments = std::move(fragments);
   for (const auto& [file, name] : out.order) {
     auto& body = out.by_name.find(name)->second;
     body = expanded(file, name, body, out.fragments);
