@@ -534,12 +534,13 @@ TEST(Cancel, ARunningTaskStopsWithinThePollIntervalEvenDuringAModelCall) {
       base,
       R"({"user_id":"cancel-user","text":"slow: steps=20","timeout_s":60,"idempotency_key":"cx-1"})");
   pqxx::connection db(env["AGENTFLEET_PG_URL"]);
-  // Wait (bounded) until it has made one model call, then cancel it through the API.
+  // Wait (bounded) until it has checkpointed one model call, then cancel it through the API.
   const auto until = std::chrono::steady_clock::now() + 30s;
   int steps = 0;
   while (steps < 1 && std::chrono::steady_clock::now() < until) {
     pqxx::work tx(db);
-    steps = tx.exec_params1("SELECT steps FROM tasks WHERE task_id = $1::uuid", id)[0].as<int>();
+    steps = tx.exec_params1("SELECT count(*) FROM task_steps WHERE task_id = $1::uuid", id)[0]
+                .as<int>();
     tx.commit();
     if (steps < 1)
       std::this_thread::sleep_for(50ms);

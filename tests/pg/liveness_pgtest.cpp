@@ -307,6 +307,67 @@ TEST_F(Liveness, RecoveryDispatchesAgainTheTasksOfALapsedIncarnationAndEndsThose
   EXPECT_EQ(r[0].as<std::string>(), "running") << "its worker is alive";
 }
 
+// Task `id` ran `steps` model steps before: a step row each (the first with two tool calls that
+// ran) and its bill (100 input, 10 output tokens, 0.000100 CNY a step).
+void ran_steps(pqxx::connection& db, const std::string& id, int steps) {
+  pqxx::work tx(db);
+  for (int step = 0; step < steps; ++step) {
+    tx.exec_params0(
+        "INSERT INTO task_steps (task_id, step, attempt, model_reply, tool_calls) "
+        "VALUES ($1::uuid, $2, 1, '{}', $3)",
+        id, step, step == 0 ? 2 : 0);
+    tx.exec_params0(
+        "INSERT INTO usage_ledger (task_id, step, user_id, model, input_tokens, "
+        "cached_input_tokens, output_tokens, cost, currency) "
+        "VALUES ($1::uuid, $2, 'end-u1', 'sim-model', 100, 0, 10, 0.0001, 'CNY')",
+        id, step);
+  }
+  tx.commit();
+}
+
+// Its row's totals, and the same in its result event: steps, tool calls, input tokens, cost.
+std::string totals_and_event(pqxx::connection& db, const std::string& id) {
+  pqxx::work tx(db);
+  auto row = tx.exec_params1(
+      "SELECT t.steps || ' ' || t.tool_calls || ' ' || t.input_tokens || ' ' || t.cost || ' | ' ||"
+      " coalesce((SELECT (o.payload::jsonb->>'steps') || ' ' || (o.payload::jsonb->>'tool_calls')"
+      "   || ' ' || (o.payload::jsonb->'usage'->>'input_tokens') || ' ' ||"
+      "   (o.payload::jsonb->>'cost') FROM outbox o"
+      "   WHERE o.payload::jsonb->>'task_id' = t.task_id::text), 'no event')"
+      " FROM tasks t WHERE t.task_id = $1::uuid",
+      id);
+  tx.commit();
+  return row[0].as<std::string>();
+}
+
+// A task's steps and tool rounds leave its row alone (its running totals are derived while
+// it runs); whatever ends it folds them into the row and its result event, not only the
+// worker's own end.
+TEST_F(Liveness, ATaskTheSchedulerEndsKeepsWhatItsAttemptsRanAndBilled) {
+  const std::int64_t dead = insert_worker(db_, 1);
+  const std::string spent = insert_task(db_, "end-u1", "running", 6, dead, /*releases=*/1);
+  ran_steps(db_, spent, 2);
+  // Handed back to the queue after it ran, and past its deadline while it waited.
+  const std::string late = insert_task(db_, "end-u1", "queued", 1, 0);
+  ran_steps(db_, late, 1);
+  {
+    pqxx::work tx(db_);
+    tx.exec_params0(
+        "UPDATE tasks SET deadline_at = now() - interval '1 s' WHERE task_id = $1::uuid", late);
+    tx.commit();
+  }
+  recover(db_);
+  EXPECT_EQ(task_row(db_, spent)[5].as<std::string>(), "attempts_exhausted");
+  EXPECT_EQ(totals_and_event(db_, spent), "2 2 200 0.000200 | 2 2 200 0.000200");
+  {
+    pqxx::work tx(db_);
+    pg::expire_queued(tx, 100, "agent.tasks.results");
+    tx.commit();
+  }
+  EXPECT_EQ(task_row(db_, late)[5].as<std::string>(), "deadline");
+  EXPECT_EQ(totals_and_event(db_, late), "1 2 100 0.000100 | 1 2 100 0.000100");
+}
+
 TEST_F(Liveness, AfterAnOutageALapsedIncarnationHandsBackItsClaimInDoubtBeforeRecoveryCounts) {
   // Postgres was away longer than a lease: the worker's lease lapsed, and a claim it made as
   // the store went away had committed without the worker learning so.

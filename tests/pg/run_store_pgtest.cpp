@@ -61,6 +61,21 @@ std::string running_task(pqxx::connection& db, const std::string& user, int atte
   return row[0].as<std::string>();
 }
 
+// Task `id`'s running totals as every read of it shows them (the fragment task_totals):
+// steps, tool calls, input, cached input and output tokens, cost, currency.
+pqxx::row totals_of(pqxx::work& tx, const std::string& id) {
+  static const std::string kTotals = std::string("SELECT ") + pg::sql::fragment("task_totals") +
+                                     " FROM tasks t WHERE t.task_id = $1::uuid";
+  return tx.exec_params1(kTotals, id);
+}
+
+// The version of task `id`'s row: a write of the row makes a new one, a lock does not.
+std::string row_version(pqxx::connection& db, const std::string& id) {
+  pqxx::work tx(db);
+  return tx.exec_params1("SELECT xmin::text FROM tasks WHERE task_id = $1::uuid", id)[0]
+      .as<std::string>();
+}
+
 ports::ModelStep model_step(const std::string& task_id, int attempt, int step, int input,
                             const std::string& reply = R"({"content":"","tool_calls":[]})") {
   ports::ModelStep m;
@@ -141,6 +156,7 @@ TEST(RunStore, ModelStepsOfManyTasksAreOneStatementAndEachIsFencedOnItsOwn) {
   const std::string taken = running_task(h.db, "rs-u1", /*attempt=*/2);
   // Another worker's at the same attempt: the attempt alone would not fence it off.
   const std::string elsewhere = running_task(h.db, "rs-u1", 1, kIncarnation + 1);
+  const std::string b_before = row_version(h.db, b);
   h.hold_the_batcher(4);
   auto fa = h.spawn(h.store.save_model_step(model_step(a, 1, 0, 100)));
   auto fb = h.spawn(h.store.save_model_step(model_step(b, 1, 0, 200)));
@@ -161,21 +177,22 @@ TEST(RunStore, ModelStepsOfManyTasksAreOneStatementAndEachIsFencedOnItsOwn) {
   pqxx::work tx(h.db);
   auto row = tx.exec_params1(
       "SELECT (SELECT count(*) FROM task_steps WHERE task_id = ANY(ARRAY[$1, $2, $3]::uuid[])),"
-      " (SELECT count(*) FROM usage_ledger WHERE task_id = ANY(ARRAY[$1, $2, $3]::uuid[])),"
-      " (SELECT input_tokens FROM tasks WHERE task_id = $2::uuid),"
-      " (SELECT steps FROM tasks WHERE task_id = $2::uuid),"
-      " (SELECT cost FROM tasks WHERE task_id = $2::uuid)::text,"
-      " (SELECT input_tokens FROM tasks WHERE task_id = $3::uuid)",
+      " (SELECT count(*) FROM usage_ledger WHERE task_id = ANY(ARRAY[$1, $2, $3]::uuid[]))",
       a, b, taken);
   EXPECT_EQ(row[0].as<int>(), 2) << "no step row for the fenced-out write";
   EXPECT_EQ(row[1].as<int>(), 2) << "no ledger row for it either";
   EXPECT_EQ(tx.exec_params1("SELECT count(*) FROM task_steps WHERE task_id = $1::uuid", elsewhere)[0]
                 .as<int>(),
             0);
-  EXPECT_EQ(row[2].as<int>(), 200);
-  EXPECT_EQ(row[3].as<int>(), 1);
-  EXPECT_EQ(row[4].as<std::string>(), "0.000100");
-  EXPECT_EQ(row[5].as<int>(), 0);
+  // The running totals every read shows come from the step and ledger rows: the checkpoint
+  // locks the task's row (its fence) but leaves it as it was.
+  const auto totals = totals_of(tx, b);
+  EXPECT_EQ(totals[0].as<int>(), 1) << "steps";
+  EXPECT_EQ(totals[2].as<int>(), 200) << "input tokens";
+  EXPECT_EQ(totals[5].as<std::string>(), "0.000100");
+  EXPECT_EQ(totals_of(tx, taken)[2].as<int>(), 0);
+  tx.commit();
+  EXPECT_EQ(row_version(h.db, b), b_before) << "the task's row is not rewritten by a step";
 }
 
 TEST(RunStore, ToolResultsCutShortKeepTheTraceAndTheCountButNoObservations) {
@@ -199,14 +216,13 @@ TEST(RunStore, ToolResultsCutShortKeepTheTraceAndTheCountButNoObservations) {
   ASSERT_TRUE(result.ok() && result.value().ok());
   pqxx::work tx(h.db);
   auto row = tx.exec_params1(
-      "SELECT s.observations IS NULL, s.tools_done_at IS NULL, jsonb_array_length(s.trace),"
-      " t.tool_calls FROM task_steps s JOIN tasks t USING (task_id)"
-      " WHERE s.task_id = $1::uuid AND s.step = 0",
+      "SELECT s.observations IS NULL, s.tools_done_at IS NULL, jsonb_array_length(s.trace)"
+      " FROM task_steps s WHERE s.task_id = $1::uuid AND s.step = 0",
       id);
   EXPECT_TRUE(row[0].as<bool>()) << "no observations: a replay calls the step's tools again";
   EXPECT_TRUE(row[1].as<bool>());
   EXPECT_EQ(row[2].as<int>(), 2);
-  EXPECT_EQ(row[3].as<int>(), 1);
+  EXPECT_EQ(totals_of(tx, id)[1].as<int>(), 1) << "the calls that ran, counted";
 }
 
 TEST(RunStore, ChargesNoCheckpointBillsAreRecordedWhoeverOwnsTheTaskAndAnEstimateIsFlagged) {
@@ -466,8 +482,7 @@ TEST(RunStore, AWriteThatFailsIsUndoneAloneAndTheRestOfItsKindCommits) {
   ASSERT_FALSE(rbad.ok()) << "the duplicate step is refused";
   EXPECT_EQ(h.writes.stats().isolated, 1u) << "written again write by write";
   pqxx::work tx(h.db);
-  EXPECT_EQ(tx.exec_params1("SELECT steps FROM tasks WHERE task_id = $1::uuid", good)[0].as<int>(),
-            2);
+  EXPECT_EQ(totals_of(tx, good)[0].as<int>(), 2) << "steps";
   EXPECT_EQ(tx.exec_params1("SELECT count(*) FROM usage_ledger WHERE task_id = $1::uuid", bad)[0]
                 .as<int>(),
             1)
@@ -528,11 +543,17 @@ TEST(RunStore, AnEndCarriesTheCheckpointOfTheAnswerThatEndedItInTheSameStatement
   const std::string without = running_task(h.db, "rs-u4");
   const std::string taken = running_task(h.db, "rs-u4", 2);
   {
-    // The first step was checkpointed on its own; the second call's record waits for its end.
+    // The first step was checkpointed on its own (its step row and its bill); the second
+    // call's record waits for its end.
     pqxx::work tx(h.db);
     tx.exec_params0(
-        "UPDATE tasks SET steps = 1, input_tokens = 100, output_tokens = 10, "
-        "cost = 0.0001, currency = 'CNY' WHERE task_id = $1::uuid",
+        "INSERT INTO task_steps (task_id, step, attempt, model_reply, observations) VALUES "
+        "($1::uuid, 0, 1, '{\"content\":\"\",\"tool_calls\":[]}', '[]')",
+        with_step);
+    tx.exec_params0(
+        "INSERT INTO usage_ledger (task_id, step, user_id, model, input_tokens, "
+        "cached_input_tokens, output_tokens, cost, currency) "
+        "VALUES ($1::uuid, 0, 'rs-u4', 'sim-model', 100, 0, 10, 0.0001, 'CNY')",
         with_step);
     for (const std::string& id : {with_step, taken})
       tx.exec_params0(
@@ -622,23 +643,27 @@ TEST(RunStore, ATaskAskedForTwiceInOneBatchIsClaimedOnceAndAResumedClaimBringsIt
                       'interactive', '{}', 'dispatched', now())
               RETURNING task_id::text)SQL")[0]
             .as<std::string>();
-    // Attempt 1 billed 500 tokens and saved step 0, then its worker vanished (a version-7
-    // lease that expired).
+    // Attempt 1 saved step 0 and billed it 500 tokens (its ledger row; the task's row keeps
+    // no running totals), then its worker vanished (a version-7 lease that expired).
     resumed =
         tx.exec1(
               R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
                                  max_steps, priority, request_canonical, status, attempt,
-                                 worker_id, lease_until, started_at, dispatched_at, steps,
-                                 input_tokens, output_tokens, cost, currency,
+                                 worker_id, lease_until, started_at, dispatched_at,
                                  max_tokens, max_cost)
               VALUES (gen_random_uuid(), 'rs-u4', 'x', 'sim-model', 30, 3600, 10,
                       'interactive', '{}', 'running', 1, 'gone', now() - interval '1 s',
-                      now(), now(), 1, 500, 20, 0.00123, 'CNY', 5000, 0.25)
+                      now(), now(), 5000, 0.25)
               RETURNING task_id::text)SQL")[0]
             .as<std::string>();
     tx.exec_params0(
         "INSERT INTO task_steps (task_id, step, attempt, model_reply, observations) VALUES "
         "($1::uuid, 0, 1, '{\"content\":\"\",\"tool_calls\":[]}', '[]')",
+        resumed);
+    tx.exec_params0(
+        "INSERT INTO usage_ledger (task_id, step, user_id, model, input_tokens, "
+        "cached_input_tokens, output_tokens, cost, currency) "
+        "VALUES ($1::uuid, 0, 'rs-u4', 'sim-model', 500, 0, 20, 0.00123, 'CNY')",
         resumed);
     tx.commit();
   }

@@ -143,11 +143,22 @@ TEST(SqlFiles, TheSubmissionRepeatsTheInsertAlike) {
 
 // Every read of a task the API shows selects the same columns (the fragment task_row, read
 // by pg::read_task_row), so the codec writes each shape from one row.
+// A submission reads the task it inserted as task_row_inserted: the same columns, its totals
+// read from the row itself.
 TEST(SqlFiles, EveryReadOfATaskSelectsTheTaskRow) {
   const std::string row = squashed(pg::sql::fragment("task_row"));
   ASSERT_NE(row.find("t.task_id::text"), std::string::npos) << row;
-  for (const char* name : {"submit", "task_json", "task_history", "list_tasks"})
+  for (const char* name : {"task_json", "task_history", "list_tasks"})
     EXPECT_NE(statement(name).find(row), std::string::npos) << name;
+  const std::string inserted = squashed(pg::sql::fragment("task_row_inserted"));
+  EXPECT_NE(statement("submit").find(inserted), std::string::npos);
+  const std::string head = squashed(pg::sql::fragment("task_row_head"));
+  const std::string times = squashed(pg::sql::fragment("task_row_times"));
+  for (const std::string& text : {row, inserted}) {
+    EXPECT_EQ(text.substr(0, head.size()), head) << text;
+    EXPECT_EQ(text.substr(text.size() - std::min(text.size(), times.size())), times) << text;
+  }
+  EXPECT_EQ(row, head + ", " + squashed(pg::sql::fragment("task_totals")) + ", " + times);
 }
 
 // scheduler.sql writes the owner-gone condition, the marking of picked tasks and the
@@ -176,10 +187,14 @@ TEST(SqlFiles, TheSchedulerRepeatsItsSharedPartsAlike) {
   EXPECT_THROW(pg::sql::fragment("no_such_fragment"), std::logic_error);
 
   const std::string returning = "RETURNING " + squashed(pg::kEndedColumns);
+  // A task the scheduler ends keeps what its attempts ran and billed: the running totals,
+  // derived while it ran, are folded into its row and its result event.
+  const std::string fold = squashed(pg::sql::fragment("fold_totals"));
   for (const char* name : {"sched_exhausted", "sched_expire"}) {
     const std::string text = statement(name);
     EXPECT_EQ(text.substr(text.size() - std::min(text.size(), returning.size())), returning)
         << name;
+    EXPECT_NE(text.find(fold), std::string::npos) << name;
   }
 }
 

@@ -11,14 +11,17 @@ std::string fleet_json(pqxx::connection& c) {
 
 std::string stats_json(pqxx::connection& c, const StatsQuery& q) {
   pqxx::read_transaction tx(c);
-  auto row = tx.exec_params1(R"SQL(
+  // A task under way has its running totals from its steps and ledger (task_totals).
+  static const std::string kStats = std::string(R"SQL(
 WITH t AS (
-  SELECT status, result_type, strategy, started_at, finished_at, steps, tool_calls,
-         input_tokens, cached_input_tokens, output_tokens, cost, currency
-  FROM tasks
-  WHERE ($1 = '' OR user_id = $1) AND status <> 'staged'
-    AND ($2 = '' OR created_at >= $2::timestamptz)
-    AND ($3 = '' OR created_at < $3::timestamptz)
+  SELECT t.status, t.result_type, t.strategy, t.started_at, t.finished_at, n.*
+  FROM tasks t
+  CROSS JOIN LATERAL (SELECT )SQL") +
+                                    sql::fragment("task_totals") + R"SQL() AS
+    n(steps, tool_calls, input_tokens, cached_input_tokens, output_tokens, cost, currency)
+  WHERE ($1 = '' OR t.user_id = $1) AND t.status <> 'staged'
+    AND ($2 = '' OR t.created_at >= $2::timestamptz)
+    AND ($3 = '' OR t.created_at < $3::timestamptz)
 ), ended AS (
   SELECT * FROM t WHERE status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
 ), ran AS (
@@ -52,8 +55,8 @@ SELECT jsonb_build_object(
                       'currency', currency, 'cost', to_char(cost, 'FM999999999999990.000000'))
                       ORDER BY currency)
                     FROM (SELECT currency, sum(cost) AS cost FROM t
-                          WHERE currency IS NOT NULL GROUP BY currency) k), '[]'))::text)SQL",
-                             q.user_id, q.from, q.to);
+                          WHERE currency IS NOT NULL GROUP BY currency) k), '[]'))::text)SQL";
+  auto row = tx.exec_params1(kStats, q.user_id, q.from, q.to);
   return row[0].as<std::string>();
 }
 

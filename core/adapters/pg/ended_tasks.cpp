@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "core/adapters/pg/sql.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/codec/task_json.hpp"
 
@@ -88,13 +89,17 @@ std::vector<std::string> end_unstarted(pqxx::work& tx, const std::vector<std::st
     result_type = std::string(to_string(ending.result->type));
     result_message = ending.result->message;
   }
+  // A task handed back to the queue ran before: its running totals are folded in
+  // (fold_totals, which skips a task never claimed).
   static const std::string kEnd = std::string(R"SQL(
-UPDATE tasks SET status = $2, finished_at = statement_timestamp(), lease_until = NULL,
+UPDATE tasks t SET status = $2, finished_at = statement_timestamp(), lease_until = NULL,
        error = NULLIF($3, ''), error_code = NULLIF($4, ''), result_type = $5,
-       result_message = $6, result_options = CASE WHEN $5::text IS NULL THEN NULL ELSE '[]'::jsonb END
-WHERE task_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb))::uuid[])
-  AND status IN ('staged', 'queued', 'dispatched')
-RETURNING )SQL") + kEndedColumns;
+       result_message = $6, result_options = CASE WHEN $5::text IS NULL THEN NULL ELSE '[]'::jsonb END,
+       )SQL") + sql::fragment("fold_totals") +
+                                  R"SQL(
+WHERE t.task_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb))::uuid[])
+  AND t.status IN ('staged', 'queued', 'dispatched')
+RETURNING )SQL" + kEndedColumns;
   auto rows = tx.exec_params(
       kEnd, json_string_array(task_ids), std::string(to_string(ending.status)), ending.error,
       std::string(to_string(ending.error_code)), result_type, result_message);

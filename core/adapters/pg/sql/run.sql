@@ -35,7 +35,8 @@
 -- instead of making the task the run of an owner already gone, whose recovery would cost
 -- the task an attempt.
 -- One row per requested task: claimed or not, whether it exists, what the run needs (the
--- checkpoints of earlier attempts, and what they billed), whether the claimer was live, and,
+-- checkpoints of earlier attempts, and what they billed: their ledger, which the row holds
+-- only once the task ended), whether the claimer was live, and,
 -- for a task not claimed, the attempt at which the claimer's own incarnation runs it already
 -- (an earlier claim of it that committed though its answer was lost; NULL otherwise), and
 -- the user's monthly budget override and the task's own spending limits (NULL: none).
@@ -80,8 +81,9 @@ SELECT r.task_id::text, c.task_id IS NOT NULL, k.task_id IS NOT NULL,
        coalesce(u.tier, ''), coalesce(u.tool_permission, ''),
        (extract(epoch FROM now() - c.created_at) * 1000)::bigint, coalesce(c.strategy, ''),
        coalesce(c.parent_task_id::text, ''), coalesce(c.session_id, ''),
-       c.input_tokens, c.cached_input_tokens, c.output_tokens,
-       (c.cost * 1000000)::bigint, coalesce(c.currency, ''),
+       coalesce(b.input, c.input_tokens), coalesce(b.cached, c.cached_input_tokens),
+       coalesce(b.output, c.output_tokens), (coalesce(b.cost, c.cost) * 1000000)::bigint,
+       coalesce(b.currency, c.currency, ''),
        CASE WHEN c.attempt > 1 THEN
          (SELECT coalesce(json_agg(json_build_array(s.step, s.model_reply::text,
                                                     coalesce(s.observations::text, ''))
@@ -99,10 +101,18 @@ FROM req r
 LEFT JOIN claimed c ON c.task_id = r.task_id
 LEFT JOIN known k ON k.task_id = r.task_id
 LEFT JOIN user_limits u ON u.user_id = c.user_id
+LEFT JOIN LATERAL (
+  SELECT sum(l.input_tokens) AS input, sum(l.cached_input_tokens) AS cached,
+         sum(l.output_tokens) AS output, sum(l.cost) AS cost,
+         (array_agg(l.currency ORDER BY l.step DESC))[1] AS currency
+  FROM usage_ledger l WHERE l.task_id = c.task_id AND c.attempt > 1
+) b ON true
 
 -- name: save_model_steps
--- Each model call's checkpoint: its step row, its ledger row and the task's totals; the
--- call's in-flight record (record_calls) goes: the ledger bills it.
+-- Each model call's checkpoint: its step row and its ledger row; the call's in-flight record
+-- (record_calls) goes: the ledger bills it. The task's row is locked (the fence) but not
+-- written: its running totals are derived from these rows until its end folds them in
+-- (submission.sql, task_totals).
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, attempt integer, incarnation bigint, step integer, reply jsonb,
@@ -124,13 +134,6 @@ WITH req AS (
   DELETE FROM model_calls_in_flight c USING req r
   WHERE c.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND c.task_id = r.task_id
     AND c.attempt = r.attempt AND c.step = r.step
-), totals AS (
-  UPDATE tasks t SET steps = r.step + 1, input_tokens = t.input_tokens + r.input,
-         cached_input_tokens = t.cached_input_tokens + r.cached,
-         output_tokens = t.output_tokens + r.output, cost = t.cost + r.cost,
-         currency = r.currency
-  FROM req r
-  WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND r.task_id = t.task_id
 )
 SELECT task_id::text FROM ours
 
@@ -200,9 +203,10 @@ WITH req AS (
 SELECT task_id::text FROM ours
 
 -- name: save_tool_results
--- Each step's tool results (what the model sees, and the trace) and the task's count of
--- calls that ran. Observations null: the calls were cut short by the task's end (a cancel,
--- the deadline), and only the trace and the count of calls that answered are kept. Results
+-- Each step's tool results (what the model sees, and the trace) and the count of its calls
+-- that ran, in the step's row (the task's row is locked, not written). Observations null:
+-- the calls were cut short by the task's end (a cancel, the deadline), and only the trace
+-- and the count of calls that answered are kept. Results
 -- that lead to a model call carry its record (call_step not null: ports::ToolResults::
 -- next_call), written as record_calls writes it, in the same fenced statement.
 WITH req AS (
@@ -214,15 +218,11 @@ WITH req AS (
 {{ours_locked}}
 ), updated AS (
   UPDATE task_steps s SET observations = r.observations, trace = r.trace, attempt = r.attempt,
-         tools_done_at = CASE WHEN r.observations IS NULL THEN s.tools_done_at ELSE now() END
+         tools_done_at = CASE WHEN r.observations IS NULL THEN s.tools_done_at ELSE now() END,
+         tool_calls = r.executed
   FROM req r
   WHERE s.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND s.task_id = r.task_id
     AND s.step = r.step
-  RETURNING s.task_id
-), counted AS (
-  UPDATE tasks t SET tool_calls = t.tool_calls + r.executed
-  FROM req r
-  WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM updated)) AND r.task_id = t.task_id
 ), recorded AS (
   INSERT INTO model_calls_in_flight (task_id, attempt, step, incarnation, user_id, batch_id,
                                      model, input_tokens, cost, currency)
@@ -236,7 +236,7 @@ SELECT task_id::text FROM ours
 
 -- name: save_tool_steps
 -- Each plan_execute tool step, recorded before its calls run: a step row with no model call
--- and no ledger row; the task's step count moves on.
+-- and no ledger row (the task's step count is derived from its step rows).
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, attempt integer, incarnation bigint, step integer, calls jsonb)
@@ -245,9 +245,6 @@ WITH req AS (
 ), step_rows AS (
   INSERT INTO task_steps (task_id, step, attempt, model_reply)
   SELECT r.task_id, r.step, r.attempt, r.calls FROM req r JOIN ours USING (task_id)
-), counted AS (
-  UPDATE tasks t SET steps = r.step + 1 FROM req r
-  WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND r.task_id = t.task_id
 )
 SELECT task_id::text FROM ours
 
@@ -256,8 +253,9 @@ SELECT task_id::text FROM ours
 -- relay_delay_s unless the worker has published it and removed the row); the outbox row's id
 -- per task. An end that carries the checkpoint of the model call that ended the task (step
 -- not null: ports::TaskEnd::last_step) writes it as save_model_steps does, in the same
--- statement: its step row and ledger row, its in-flight record gone, and its totals in the
--- one update of the task's row.
+-- statement: its step row and ledger row, its in-flight record gone. The one update of the
+-- task's row folds its running totals in (as fold_totals does in submission.sql), adding
+-- the step this statement writes, which its own reads of the steps and ledger do not see.
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, attempt integer, incarnation bigint, status text, result_type text,
@@ -288,12 +286,25 @@ WITH req AS (
   UPDATE tasks t SET status = r.status, result_type = r.result_type,
          result_message = r.message, result_options = r.options, error = NULLIF(r.error, ''),
          error_code = NULLIF(r.error_code, ''), finished_at = now(), lease_until = NULL,
-         steps = coalesce(r.step + 1, t.steps),
-         input_tokens = t.input_tokens + coalesce(r.input, 0),
-         cached_input_tokens = t.cached_input_tokens + coalesce(r.cached, 0),
-         output_tokens = t.output_tokens + coalesce(r.output, 0),
-         cost = t.cost + coalesce(r.cost, 0), currency = coalesce(r.currency, t.currency)
+         steps = greatest(t.steps, s.steps, coalesce(r.step + 1, 0)),
+         tool_calls = greatest(t.tool_calls, s.tool_calls),
+         input_tokens = coalesce(l.input, t.input_tokens) + coalesce(r.input, 0),
+         cached_input_tokens = coalesce(l.cached, t.cached_input_tokens) + coalesce(r.cached, 0),
+         output_tokens = coalesce(l.output, t.output_tokens) + coalesce(r.output, 0),
+         cost = coalesce(l.cost, t.cost) + coalesce(r.cost, 0),
+         currency = coalesce(r.currency, l.currency, t.currency)
   FROM req r
+  CROSS JOIN LATERAL (
+    SELECT coalesce(max(x.step) + 1, 0) AS steps,
+           coalesce(sum(x.tool_calls), 0)::integer AS tool_calls
+    FROM task_steps x WHERE x.task_id = r.task_id
+  ) s
+  CROSS JOIN LATERAL (
+    SELECT sum(x.input_tokens) AS input, sum(x.cached_input_tokens) AS cached,
+           sum(x.output_tokens) AS output, sum(x.cost) AS cost,
+           (array_agg(x.currency ORDER BY x.step DESC))[1] AS currency
+    FROM usage_ledger x WHERE x.task_id = r.task_id
+  ) l
   WHERE t.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND r.task_id = t.task_id
   RETURNING t.task_id
 )

@@ -51,12 +51,13 @@ FROM marked m JOIN announced a ON a.message_key = m.task_id::text
 -- Recovery gives up on running tasks whose owner is gone (the incarnation that claimed it
 -- no longer holds its liveness, or, a task of a version-7 worker, which leased each task,
 -- its own lease expired) and that are out of attempts ($2: max_attempts); at most $1. They
--- end failed; the columns of their result events.
-UPDATE tasks SET status = 'failed', finished_at = statement_timestamp(), lease_until = NULL,
+-- end failed, their running totals folded in; the columns of their result events.
+UPDATE tasks t SET status = 'failed', finished_at = statement_timestamp(), lease_until = NULL,
        error_code = 'attempts_exhausted',
        error = 'gave up after ' || (attempt - releases) || ' attempts: every worker that ran it stopped '
-               'before it finished'
-WHERE task_id IN (SELECT task_id FROM tasks t
+               'before it finished',
+       {{fold_totals}}
+WHERE t.task_id IN (SELECT task_id FROM tasks t
                   WHERE status = 'running' AND attempt - releases >= $2
                     AND ((t.worker_incarnation IS NULL AND t.lease_until < now())
                          OR t.worker_incarnation IN (SELECT incarnation FROM workers
@@ -113,7 +114,7 @@ WITH args AS (
 -- past their queue deadline (created_at + schedule_timeout_s) with error_code
 -- schedule_timeout; those handed back to the queue after they started (a draining or fenced
 -- worker) past their execution deadline (fixed at the first claim) with error_code
--- deadline. The columns of their result events.
+-- deadline, their running totals folded in. The columns of their result events.
 WITH waited AS (
   SELECT task_id FROM tasks
   WHERE status = 'queued' AND started_at IS NULL AND queue_deadline_at < now()
@@ -123,14 +124,15 @@ WITH waited AS (
   WHERE status = 'queued' AND started_at IS NOT NULL AND deadline_at < now()
   ORDER BY deadline_at LIMIT $1 FOR UPDATE SKIP LOCKED
 )
-UPDATE tasks SET status = 'timed_out', finished_at = statement_timestamp(),
-       error_code = CASE WHEN started_at IS NULL THEN 'schedule_timeout' ELSE 'deadline' END,
-       error = CASE WHEN started_at IS NULL
+UPDATE tasks t SET status = 'timed_out', finished_at = statement_timestamp(),
+       error_code = CASE WHEN t.started_at IS NULL THEN 'schedule_timeout' ELSE 'deadline' END,
+       error = CASE WHEN t.started_at IS NULL
                     THEN 'waited in the queue longer than schedule_timeout_s (' ||
-                         schedule_timeout_s || ' s)'
-                    ELSE 'deadline of ' || timeout_s || ' s passed while it waited to run again '
-                         '(its worker had handed it back)' END
-WHERE task_id IN (SELECT task_id FROM waited UNION ALL SELECT task_id FROM handed_back)
+                         t.schedule_timeout_s || ' s)'
+                    ELSE 'deadline of ' || t.timeout_s || ' s passed while it waited to run again '
+                         '(its worker had handed it back)' END,
+       {{fold_totals}}
+WHERE t.task_id IN (SELECT task_id FROM waited UNION ALL SELECT task_id FROM handed_back)
 RETURNING
   task_id::text, user_id, coalesce(batch_id, ''), coalesce(error, ''), coalesce(error_code, ''),
   status, attempt, steps, tool_calls, input_tokens, cached_input_tokens, output_tokens,
