@@ -215,11 +215,15 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   bool batch_exists = false;
   std::int64_t accepted = 0, duplicates = 0;
   std::vector<pg::NewTask> slice;
+  std::vector<std::int64_t> slice_lines;  // the line number of each task of `slice`
   bool over_queue = false;
   pg::Added held;  // a line's key held by another upload under way: refused for now
+  // A line whose key names a task stored with another request: refused (409).
+  std::optional<std::pair<std::int64_t, pg::Added>> conflict;
+  std::int64_t conflict_with_line = 0;  // the conflicting task is that line of the slice
   auto flush = [&]() -> asio::awaitable<void> {
     if (slice.empty() || checker.failed() || batch_exists || over_queue || !store_error.empty() ||
-        !held.held_key.empty())
+        !held.held_key.empty() || conflict)
       co_return;
     if (!room_at_start) {
       auto room = co_await store_.queue_room(checker.user_id(), queue_limit(config_));
@@ -257,6 +261,8 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     }
     std::vector<pg::NewTask> rows;
     rows.swap(slice);
+    std::vector<std::int64_t> lines;
+    lines.swap(slice_lines);
     auto added = co_await on_pool([&] { return writer->add(rows); });
     if (!added.ok()) {
       store_error = added.error().message;
@@ -264,6 +270,16 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     }
     if (!added.value().held_key.empty()) {
       held = added.value();
+      co_return;
+    }
+    if (added.value().conflict_at >= 0) {
+      conflict.emplace(lines.at(static_cast<std::size_t>(added.value().conflict_at)),
+                       added.value());
+      // A line of this slice (not stored: the slice is rolled back) is named by its number.
+      for (std::size_t k = 0; k < rows.size(); ++k) {
+        if (rows[k].spec.task_id == added.value().conflict_task_id)
+          conflict_with_line = lines.at(k);
+      }
       co_return;
     }
     accepted += added.value().inserted;
@@ -288,6 +304,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
       return;
     task->spec.task_id = new_task_id();
     slice.push_back(pg::NewTask{std::move(task->spec), std::move(task->canonical), traceparent});
+    slice_lines.push_back(checker.lines());
   };
 
   std::string buffer;
@@ -347,7 +364,8 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
       co_await keep_alive();
       last_flush = std::chrono::steady_clock::now();
     }
-    if (too_slow || over_queue || !held.held_key.empty() || got == 0 || exchange.body_done())
+    if (too_slow || over_queue || !held.held_key.empty() || conflict || got == 0 ||
+        exchange.body_done())
       break;
   }
   // The answer when the upload is refused; what it staged is then deleted before it goes.
@@ -356,7 +374,8 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
                          std::string_view path = {}) {
     refusal = http::make_error(head, status, code, message, path);
   };
-  if (!too_slow && !body_failed && !over_queue && held.held_key.empty() && !buffer.empty())
+  if (!too_slow && !body_failed && !over_queue && held.held_key.empty() && !conflict &&
+      !buffer.empty())
     take_line(buffer);
   if (too_slow) {
     refuse_with(http::Status::request_timeout, "upload_too_slow",
@@ -387,6 +406,19 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
               "that upload has ended (its tasks are then duplicates, or the key is free)",
           "/");
       refusal->set(bhttp::field::retry_after, "5");
+    } else if (conflict) {
+      const std::string line = std::to_string(conflict->first);
+      // A task of this upload is not stored after all: it is named by its line, if known.
+      std::string other = "task " + conflict->second.conflict_task_id;
+      if (conflict_with_line > 0)
+        other = "line " + std::to_string(conflict_with_line) + " of this batch";
+      else if (conflict->second.conflict_in_batch)
+        other = "an earlier line of this batch";
+      refuse_with(http::Status::conflict, "idempotency_conflict",
+                  "nothing was stored: line/" + line + "/idempotency_key: '" +
+                      conflict->second.conflict_key + "' was used with a different request by " +
+                      other,
+                  "/line/" + line + "/idempotency_key");
     } else if (!store_error.empty()) {
       refusal = store_unavailable(head, Error{ErrorKind::kTransient, store_error});
     } else if (batch_exists) {

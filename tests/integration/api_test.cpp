@@ -789,6 +789,30 @@ TEST(ApiBatches, FiftyLinesInCountsAddUpAndTheResultsListEachTaskOnce) {
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 50);
 }
 
+// A line whose idempotency key names a task submitted with another request is answered as
+// that submission would be (409, naming the line and the task), and nothing of the batch is
+// stored; the same request under the key is a duplicate.
+TEST(ApiBatches, ALineWhoseKeyNamesAnotherRequestRefusesTheBatchWithA409) {
+  const std::string u = user("bconflict");
+  const std::string earlier = submit(submission(u, "删除2月30日的日程", "k-1"));
+  const std::string other = submission(u, "把周会改到晚上8点", "k-2");
+  auto refused = post_batch("?batch_id=" + u + "-b",
+                            other + "\n" + submission(u, "今天下午去买东西", "k-1") + "\n");
+  ASSERT_EQ(refused.status, 409) << refused.body;
+  auto error = parse(refused.body);
+  EXPECT_EQ(str(at(error, "error"), "code"), "idempotency_conflict");
+  EXPECT_EQ(str(at(error, "error"), "path"), "/line/2/idempotency_key");
+  EXPECT_NE(str(at(error, "error"), "message").find(earlier), std::string::npos) << refused.body;
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 1)
+      << "nothing of the batch stored";
+
+  auto duplicate = post_batch("?batch_id=" + u + "-c",
+                              other + "\n" + submission(u, "删除2月30日的日程", "k-1") + "\n");
+  ASSERT_EQ(duplicate.status, 201) << duplicate.body;
+  EXPECT_EQ(num(parse(duplicate.body), "accepted"), 1);
+  EXPECT_EQ(num(parse(duplicate.body), "duplicates"), 1);
+}
+
 TEST(ApiBatches, ACancelledBatchStartsNoTaskAfterwardsAndEveryTaskEnds) {
   const std::string u = user("bcancel");
   const std::string batch_id = u + "-b";

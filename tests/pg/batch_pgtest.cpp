@@ -344,6 +344,47 @@ TEST_F(Batches, AKeyStagedByAnUploadUnderWayIsNeitherADuplicateNorFreeUntilThatU
   EXPECT_EQ(existing.task_id, again[1].spec.task_id);
 }
 
+// A line whose key names a task stored with a different request is not a duplicate: its
+// slice is not stored and the upload is told which line and task, as a single submission
+// with that key is answered 409. The same request under the key is a duplicate.
+TEST_F(Batches, ALineWhoseKeyNamesAnotherRequestRefusesTheSliceAndTheSameRequestIsADuplicate) {
+  const std::string user = "batch-u9", batch = "batch-" + next_id();
+  auto single = tasks_of(user, "", 1);
+  single[0].spec.idempotency_key = "order-7";
+  single[0].canonical = R"({"text":"book a table"})";
+  ASSERT_EQ(pg::insert_task(db_, single[0], queue_limit).outcome, pg::InsertOutcome::kCreated);
+
+  auto upload = writer(user, batch);
+  ASSERT_TRUE(upload->create());
+  auto lines = tasks_of(user, batch, 3);
+  lines[1].spec.idempotency_key = "order-7";
+  lines[1].canonical = R"({"text":"cancel the table"})";
+  const pg::Added refused = upload->add(lines);
+  EXPECT_EQ(refused.inserted, 0);
+  EXPECT_EQ(refused.conflict_at, 1);
+  EXPECT_EQ(refused.conflict_key, "order-7");
+  EXPECT_EQ(refused.conflict_task_id, single[0].spec.task_id);
+  EXPECT_EQ(count("SELECT count(*) FROM tasks WHERE batch_id = $1", batch), 0)
+      << "nothing of the slice stored";
+
+  lines[1].canonical = single[0].canonical;
+  const pg::Added duplicate = upload->add(lines);
+  EXPECT_EQ(duplicate.inserted, 2);
+  EXPECT_EQ(duplicate.conflict_at, -1) << "the same request: a duplicate";
+
+  // Two lines of one slice with one key and two requests: the second is the conflict.
+  auto twice = tasks_of(user, batch, 2);
+  for (auto& line : twice)
+    line.spec.idempotency_key = "order-8";
+  twice[1].canonical = R"({"text":"something else"})";
+  const pg::Added repeated = upload->add(twice);
+  EXPECT_EQ(repeated.conflict_at, 1);
+  EXPECT_EQ(repeated.conflict_task_id, twice[0].spec.task_id);
+  EXPECT_TRUE(repeated.conflict_in_batch);
+  EXPECT_FALSE(refused.conflict_in_batch);
+  EXPECT_EQ(count("SELECT count(*) FROM tasks WHERE idempotency_key = $1", "order-8"), 0);
+}
+
 TEST_F(Batches, TwoUploadsThatFitOneAfterTheOtherDoNotRefuseEachOtherAtTheirSeal) {
   const std::string user = "batch-u7", a = "batch-" + next_id(), b = "batch-" + next_id();
   exec(

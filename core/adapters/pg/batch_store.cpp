@@ -1,5 +1,8 @@
 #include "core/adapters/pg/batch_store.hpp"
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
 #include "core/adapters/pg/prepared.hpp"
 
 #include "core/adapters/pg/db_pool.hpp"
@@ -195,6 +198,48 @@ Added BatchWriter::add(std::vector<NewTask>& tasks) {
       added.inserted = 0;
       added.held_key = held[0][0].as<std::string>();
       added.held_by_batch = held[0][1].as<std::string>();
+      return added;  // rolls back
+    }
+    // A skipped line is a duplicate only when its key names the same request: the canonical
+    // forms agree, as a single submission's check compares them, but for the batch and the
+    // priority, which are the upload's (the same lines sent again under another batch id, or
+    // a line that repeats a single submission, are duplicates). The first line that does not
+    // agree refuses the slice. A line repeating an earlier line's key with another
+    // request is found the same way: the earlier one is stored by now.
+    rapidjson::StringBuffer lines;
+    rapidjson::Writer<rapidjson::StringBuffer> w(lines);
+    w.StartArray();
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+      if (tasks[i].spec.idempotency_key.empty())
+        continue;
+      w.StartObject();
+      w.Key("at");
+      w.Int(static_cast<int>(i));
+      w.Key("key");
+      const std::string& key = tasks[i].spec.idempotency_key;
+      w.String(key.data(), static_cast<rapidjson::SizeType>(key.size()));
+      w.Key("canonical");
+      w.String(tasks[i].canonical.data(),
+               static_cast<rapidjson::SizeType>(tasks[i].canonical.size()));
+      w.EndObject();
+    }
+    w.EndArray();
+    auto conflict = tx.exec_params(
+        R"SQL(
+SELECT r.at, t.task_id::text, t.batch_id IS NOT DISTINCT FROM $3
+FROM jsonb_to_recordset($2::jsonb) AS r(at integer, key text, canonical text)
+JOIN tasks t ON t.user_id = $1 AND t.idempotency_key = r.key
+WHERE regexp_replace(t.request_canonical, ',"(?:batch_id|priority)":"(?:[^"\\]|\\.)*"', '', 'g')
+      <> regexp_replace(r.canonical, ',"(?:batch_id|priority)":"(?:[^"\\]|\\.)*"', '', 'g')
+ORDER BY r.at LIMIT 1)SQL",
+        header_.user_id, std::string(lines.GetString(), lines.GetSize()), header_.batch_id);
+    if (!conflict.empty()) {
+      added.inserted = 0;
+      added.conflict_at = conflict[0][0].as<int>();
+      added.conflict_key =
+          tasks.at(static_cast<std::size_t>(added.conflict_at)).spec.idempotency_key;
+      added.conflict_task_id = conflict[0][1].as<std::string>();
+      added.conflict_in_batch = conflict[0][2].as<bool>();
       return added;  // rolls back
     }
   }

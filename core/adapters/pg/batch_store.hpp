@@ -52,6 +52,13 @@ struct Added {
   // refused; whether the line is a duplicate is known once that upload ends.
   std::string held_key;
   std::string held_by_batch;
+  // Not negative: nothing of the slice was stored, because its task at this index carries an
+  // idempotency key that names a task (`conflict_task_id`) stored with a different request:
+  // the upload is refused as such a single submission is (409), not counted a duplicate.
+  int conflict_at = -1;
+  std::string conflict_key;
+  std::string conflict_task_id;
+  bool conflict_in_batch = false;  // that task is a line of this upload (not stored after all)
 };
 
 class BatchWriter {
