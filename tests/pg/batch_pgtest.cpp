@@ -85,6 +85,26 @@ class Batches : public ::testing::Test {
                                              pg::BatchHeader{batch, user, Priority::kBatch},
                                              /*renew_s=*/90);
   }
+  // An upload of `n` tasks of `user`, created, stored in one slice and sealed, none of them
+  // moved into the queue yet; nullptr (and the test's failure recorded) when a step failed.
+  std::unique_ptr<pg::BatchWriter> sealed_upload(const std::string& user, const std::string& batch,
+                                                 int n) {
+    auto upload = writer(user, batch);
+    if (!upload->create()) {
+      ADD_FAILURE() << "batch " << batch << " exists";
+      return nullptr;
+    }
+    auto slice = tasks_of(user, batch, n);
+    if (const int inserted = upload->add(slice).inserted; inserted != n) {
+      ADD_FAILURE() << inserted << " of " << n << " tasks stored";
+      return nullptr;
+    }
+    if (upload->seal(queue_limit, n).outcome != pg::SealOutcome::kSealed) {
+      ADD_FAILURE() << "batch " << batch << " not sealed";
+      return nullptr;
+    }
+    return upload;
+  }
   int sweep(int limit) {
     pqxx::work tx(db_);
     const int done = pg::sweep_staged_batches(tx, limit);
@@ -207,11 +227,8 @@ TEST_F(Batches, TheSweepDeletesAnAbandonedUploadWhichCanThenNeitherGrowNorBeSeal
 
 TEST_F(Batches, TheSweepFinishesTheMoveOfASealedBatchItsUploaderDidNotFinish) {
   const std::string user = "batch-u5", batch = "batch-" + next_id();
-  auto upload = writer(user, batch);
-  ASSERT_TRUE(upload->create());
-  auto slice = tasks_of(user, batch, 3);
-  EXPECT_EQ(upload->add(slice).inserted, 3);
-  ASSERT_EQ(upload->seal(queue_limit, 3).outcome, pg::SealOutcome::kSealed);
+  auto upload = sealed_upload(user, batch, 3);
+  ASSERT_TRUE(upload);
   EXPECT_EQ(upload->promote(1), 1);
   upload.reset();  // its replica died
   EXPECT_EQ(sweep(100), 0) << "the uploader's time to move them has not passed";
@@ -231,11 +248,8 @@ TEST_F(Batches, TheSweepFinishesTheMoveOfASealedBatchItsUploaderDidNotFinish) {
 // end cancelled too, the move finds nothing left, and none of it runs.
 TEST_F(Batches, ACancelWhileTheTasksMoveIntoTheQueueEndsTheStagedOnesToo) {
   const std::string user = "batch-u5c", batch = "batch-" + next_id();
-  auto upload = writer(user, batch);
-  ASSERT_TRUE(upload->create());
-  auto slice = tasks_of(user, batch, 5);
-  EXPECT_EQ(upload->add(slice).inserted, 5);
-  ASSERT_EQ(upload->seal(queue_limit, 5).outcome, pg::SealOutcome::kSealed);
+  auto upload = sealed_upload(user, batch, 5);
+  ASSERT_TRUE(upload);
   EXPECT_EQ(upload->promote(2), 2);
   ASSERT_EQ(tasks_with(batch, "staged"), 3);
 
@@ -267,11 +281,8 @@ TEST_F(Batches, ACancelWhileTheTasksMoveIntoTheQueueEndsTheStagedOnesToo) {
 // between its slices is still finished by the sweep.
 TEST_F(Batches, TheSweepLeavesABatchWhoseCancelIsUnderWayAndFinishesOneCutShort) {
   const std::string user = "batch-u5s", batch = "batch-" + next_id();
-  auto upload = writer(user, batch);
-  ASSERT_TRUE(upload->create());
-  auto slice = tasks_of(user, batch, 6);
-  EXPECT_EQ(upload->add(slice).inserted, 6);
-  ASSERT_EQ(upload->seal(queue_limit, 6).outcome, pg::SealOutcome::kSealed);
+  auto upload = sealed_upload(user, batch, 6);
+  ASSERT_TRUE(upload);
   EXPECT_EQ(upload->promote(6), 6);
   ASSERT_EQ(tasks_with(batch, "queued"), 6);
 
@@ -348,7 +359,7 @@ TEST_F(Batches, AKeyStagedByAnUploadUnderWayIsNeitherADuplicateNorFreeUntilThatU
 // slice is not stored and the upload is told which line and task, as a single submission
 // with that key is answered 409. The same request under the key is a duplicate.
 TEST_F(Batches, ALineWhoseKeyNamesAnotherRequestRefusesTheSliceAndTheSameRequestIsADuplicate) {
-  const std::string user = "batch-u9", batch = "batch-" + next_id();
+  const std::string user = "batch-u10", batch = "batch-" + next_id();
   auto single = tasks_of(user, "", 1);
   single[0].spec.idempotency_key = "order-7";
   single[0].canonical = R"({"text":"book a table"})";
@@ -451,11 +462,8 @@ TEST_F(Batches, AFollowUpWaitsForAParentStillStagedAndSessionsSkipOtherUploadsSt
 
 TEST_F(Batches, EachSliceOfAMoveGoesOnFromTheLastWithoutReReadingTheMovedRows) {
   const std::string user = "batch-u9", batch = "batch-" + next_id();
-  auto upload = writer(user, batch);
-  ASSERT_TRUE(upload->create());
-  auto lines = tasks_of(user, batch, 7);
-  EXPECT_EQ(upload->add(lines).inserted, 7);
-  ASSERT_EQ(upload->seal(queue_limit, 7).outcome, pg::SealOutcome::kSealed);
+  auto upload = sealed_upload(user, batch, 7);
+  ASSERT_TRUE(upload);
   EXPECT_EQ(upload->promote(3), 3);
   const std::string through =
       text("SELECT settled_through::text FROM batches WHERE batch_id = $1", batch);
