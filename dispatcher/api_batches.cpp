@@ -59,6 +59,23 @@ http::Response queue_full(const http::Request& head, const std::string& user, st
   response.set(bhttp::field::retry_after, "60");
   return response;
 }
+
+// 409 idempotency_conflict for batch line `line`, whose key names the request of `added`'s
+// conflicting task: a stored task, or a line of this upload (`with_line` when known), which
+// is not stored after all and so is named by its line.
+http::Response key_conflict(const http::Request& head, std::int64_t line, std::int64_t with_line,
+                            const pg::Added& added) {
+  std::string other = "task " + added.conflict_task_id;
+  if (with_line > 0)
+    other = "line " + std::to_string(with_line) + " of this batch";
+  else if (added.conflict_in_batch)
+    other = "an earlier line of this batch";
+  const std::string at = "line/" + std::to_string(line) + "/idempotency_key";
+  return http::make_error(head, http::Status::conflict, "idempotency_conflict",
+                          "nothing was stored: " + at + ": '" + added.conflict_key +
+                              "' was used with a different request by " + other,
+                          "/" + at);
+}
 }  // namespace
 
 asio::awaitable<http::Response> Api::get_batch(http::Request& request, const Caller& caller,
@@ -218,9 +235,13 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   std::vector<std::int64_t> slice_lines;  // the line number of each task of `slice`
   bool over_queue = false;
   pg::Added held;  // a line's key held by another upload under way: refused for now
-  // A line whose key names a task stored with another request: refused (409).
-  std::optional<std::pair<std::int64_t, pg::Added>> conflict;
-  std::int64_t conflict_with_line = 0;  // the conflicting task is that line of the slice
+  // A line whose key names a task stored with another request: refused (409). Its line
+  // number, and the line of the conflicting task when that is one of the same slice (0: not).
+  struct KeyConflict {
+    std::int64_t line = 0, with_line = 0;
+    pg::Added added;
+  };
+  std::optional<KeyConflict> conflict;
   auto flush = [&]() -> asio::awaitable<void> {
     if (slice.empty() || checker.failed() || batch_exists || over_queue || !store_error.empty() ||
         !held.held_key.empty() || conflict)
@@ -272,14 +293,10 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
       held = added.value();
       co_return;
     }
-    if (added.value().conflict_at >= 0) {
-      conflict.emplace(lines.at(static_cast<std::size_t>(added.value().conflict_at)),
-                       added.value());
-      // A line of this slice (not stored: the slice is rolled back) is named by its number.
-      for (std::size_t k = 0; k < rows.size(); ++k) {
-        if (rows[k].spec.task_id == added.value().conflict_task_id)
-          conflict_with_line = lines.at(k);
-      }
+    if (const pg::Added& a = added.value(); a.conflict_at >= 0) {
+      const auto line_of = [&](int at) { return lines.at(static_cast<std::size_t>(at)); };
+      conflict = KeyConflict{line_of(a.conflict_at),
+                             a.conflict_with_at >= 0 ? line_of(a.conflict_with_at) : 0, a};
       co_return;
     }
     accepted += added.value().inserted;
@@ -407,18 +424,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
           "/");
       refusal->set(bhttp::field::retry_after, "5");
     } else if (conflict) {
-      const std::string line = std::to_string(conflict->first);
-      // A task of this upload is not stored after all: it is named by its line, if known.
-      std::string other = "task " + conflict->second.conflict_task_id;
-      if (conflict_with_line > 0)
-        other = "line " + std::to_string(conflict_with_line) + " of this batch";
-      else if (conflict->second.conflict_in_batch)
-        other = "an earlier line of this batch";
-      refuse_with(http::Status::conflict, "idempotency_conflict",
-                  "nothing was stored: line/" + line + "/idempotency_key: '" +
-                      conflict->second.conflict_key + "' was used with a different request by " +
-                      other,
-                  "/line/" + line + "/idempotency_key");
+      refusal = key_conflict(head, conflict->line, conflict->with_line, conflict->added);
     } else if (!store_error.empty()) {
       refusal = store_unavailable(head, Error{ErrorKind::kTransient, store_error});
     } else if (batch_exists) {

@@ -806,6 +806,14 @@ TEST(ApiBatches, ALineWhoseKeyNamesAnotherRequestRefusesTheBatchWithA409) {
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 1)
       << "nothing of the batch stored";
 
+  // Two lines of one upload with one key and two requests: the second names the first.
+  auto twice =
+      post_batch("?batch_id=" + u + "-d", submission(u, "今天下午去买东西", "k-3") + "\n" + other +
+                                              "\n" + submission(u, "改第二个", "k-3") + "\n");
+  ASSERT_EQ(twice.status, 409) << twice.body;
+  EXPECT_EQ(str(at(parse(twice.body), "error"), "path"), "/line/3/idempotency_key");
+  EXPECT_NE(twice.body.find("line 1 of this batch"), std::string::npos) << twice.body;
+
   auto duplicate = post_batch("?batch_id=" + u + "-c",
                               other + "\n" + submission(u, "删除2月30日的日程", "k-1") + "\n");
   ASSERT_EQ(duplicate.status, 201) << duplicate.body;

@@ -392,7 +392,9 @@ TEST_F(Batches, ALineWhoseKeyNamesAnotherRequestRefusesTheSliceAndTheSameRequest
   EXPECT_EQ(repeated.conflict_at, 1);
   EXPECT_EQ(repeated.conflict_task_id, twice[0].spec.task_id);
   EXPECT_TRUE(repeated.conflict_in_batch);
+  EXPECT_EQ(repeated.conflict_with_at, 0) << "the slice's own first line";
   EXPECT_FALSE(refused.conflict_in_batch);
+  EXPECT_EQ(refused.conflict_with_at, -1);
   EXPECT_EQ(count("SELECT count(*) FROM tasks WHERE idempotency_key = $1", "order-8"), 0);
 }
 

@@ -240,6 +240,10 @@ ORDER BY r.at LIMIT 1)SQL",
           tasks.at(static_cast<std::size_t>(added.conflict_at)).spec.idempotency_key;
       added.conflict_task_id = conflict[0][1].as<std::string>();
       added.conflict_in_batch = conflict[0][2].as<bool>();
+      for (std::size_t i = 0; i < tasks.size(); ++i) {
+        if (tasks[i].spec.task_id == added.conflict_task_id)
+          added.conflict_with_at = static_cast<int>(i);
+      }
       return added;  // rolls back
     }
   }

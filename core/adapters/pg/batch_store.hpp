@@ -59,6 +59,7 @@ struct Added {
   std::string conflict_key;
   std::string conflict_task_id;
   bool conflict_in_batch = false;  // that task is a line of this upload (not stored after all)
+  int conflict_with_at = -1;       // that task is the slice's at this index (-1: an earlier one)
 };
 
 class BatchWriter {
