@@ -524,8 +524,15 @@ asio::awaitable<http::Response> Api::dead_letters(const http::Request& request) 
     co_return dead_letters_busy(request);
   if (!listed->ok())
     co_return dead_letters_unavailable(request, listed->error());
-  co_return http::make_response(request, http::Status::ok,
-                                listed->value().json(dead_letters_.topic()));
+  NewestLetters& newest = listed->value();
+  // What became of their replays that reached the store (those that failed again are
+  // letters of the topic: the listing found them).
+  auto replays = co_await store_.letter_replays(dead_letters_.topic(), newest.kept_at());
+  if (!replays.ok())
+    co_return store_unavailable(request, replays.error());
+  for (const auto& [at, r] : replays.value())
+    newest.add_stored(at, NewestLetters::Stored{r.task_id, r.first_at, r.stored});
+  co_return http::make_response(request, http::Status::ok, newest.json(dead_letters_.topic()));
 }
 
 asio::awaitable<http::Response> Api::replay_dead_letters(const http::Request& request) {

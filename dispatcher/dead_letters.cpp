@@ -69,6 +69,12 @@ std::variant<DeadLetterQuery, codec::SchemaViolation> parse_dead_letter_query(
 }
 
 void NewestLetters::offer(codec::DeadLetter letter) {
+  // A replay that failed again names the letter it came from, which was read before it.
+  if (auto from = codec::parse_partition_offset(letter.replayed_from)) {
+    auto it = replays_.find(*from);
+    if (it != replays_.end() && it->second.failed_again_at.size() < kMaxFailedAgain)
+      it->second.failed_again_at.push_back(where(letter.partition, letter.offset));
+  }
   if (!query_.filter.matches(letter))
     return;
   ++matched_;
@@ -76,9 +82,25 @@ void NewestLetters::offer(codec::DeadLetter letter) {
     letter.value_bytes = letter.value.size();
     letter.value = std::string(codec::utf8_prefix(letter.value, kMaxValueBytes));
   }
+  replays_[{letter.partition, letter.offset}];
   kept_.push_back(std::move(letter));
-  if (kept_.size() > query_.limit)
+  if (kept_.size() > query_.limit) {
+    replays_.erase({kept_.front().partition, kept_.front().offset});
     kept_.pop_front();
+  }
+}
+
+std::vector<NewestLetters::At> NewestLetters::kept_at() const {
+  std::vector<At> out;
+  out.reserve(kept_.size());
+  for (const auto& d : kept_)
+    out.emplace_back(d.partition, d.offset);
+  return out;
+}
+
+void NewestLetters::add_stored(At at, Stored stored) {
+  if (auto it = replays_.find(at); it != replays_.end())
+    it->second.stored = std::move(stored);
 }
 
 std::string NewestLetters::json(const std::string& topic) const {
@@ -88,7 +110,17 @@ std::string NewestLetters::json(const std::string& topic) const {
     if (!first)
       out += ",";
     first = false;
-    out += codec::dead_letter_json(d, kMaxValueBytes);
+    std::string letter = codec::dead_letter_json(d, kMaxValueBytes);
+    letter.pop_back();  // its closing brace: the replays go in the same object
+    const Replays& r = replays_.at({d.partition, d.offset});
+    letter += ",\"replays\":{\"task_id\":" +
+              (r.stored.task_id.empty() ? std::string("null") : quoted(r.stored.task_id)) +
+              ",\"first_at\":" +
+              (r.stored.first_at.empty() ? std::string("null") : quoted(r.stored.first_at)) +
+              ",\"stored\":" + std::to_string(r.stored.count) + ",\"failed_again_at\":[";
+    for (std::size_t i = 0; i < r.failed_again_at.size(); ++i)
+      letter += (i ? "," : "") + quoted(r.failed_again_at[i]);
+    out += letter + "]}}";
   }
   return out + "],\"count\":" + std::to_string(kept_.size()) +
          ",\"matched\":" + std::to_string(matched_) + "}";

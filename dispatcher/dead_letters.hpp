@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,20 +48,42 @@ std::variant<DeadLetterQuery, codec::SchemaViolation> parse_dead_letter_query(
 // oldest message on, partition by partition as the broker hands them over), and how many
 // matched in all. A value is kept to its first kMaxValueBytes (its size noted), so a
 // listing holds at most limit x 16 KiB of values.
+// What became of a kept letter's replays: the letters they became when they failed again
+// (read later from the same topic, whatever the query), and what the store knows of those
+// that reached it (add_stored, from pg::letter_replays).
 class NewestLetters {
  public:
+  using At = std::pair<std::int32_t, std::int64_t>;  // partition, offset
   explicit NewestLetters(DeadLetterQuery query) : query_(std::move(query)) {}
   void offer(codec::DeadLetter letter);
   const std::deque<codec::DeadLetter>& letters() const { return kept_; }
   std::size_t matched() const { return matched_; }
-  // {"topic", "dead_letters": [codec::dead_letter_json with values cut at
-  //  kMaxValueBytes], "count", "matched"}.
+  // Where the kept letters are, to ask the store about.
+  std::vector<At> kept_at() const;
+  // A kept letter's replays that reached the store: the task they made or found, when the
+  // first arrived, how many arrived.
+  struct Stored {
+    std::string task_id;
+    std::string first_at;
+    int count = 0;
+  };
+  void add_stored(At at, Stored stored);
+  // {"topic", "dead_letters": [codec::dead_letter_json with values cut at kMaxValueBytes,
+  //  and "replays": {"task_id" (null: no replay reached the store), "first_at", "stored",
+  //  "failed_again_at": ["P:O", ...]}], "count", "matched"}.
   static constexpr std::size_t kMaxValueBytes = 16 * 1024;
+  // The most failed_again_at lists of one letter.
+  static constexpr std::size_t kMaxFailedAgain = 100;
   std::string json(const std::string& topic) const;
 
  private:
+  struct Replays {
+    Stored stored;
+    std::vector<std::string> failed_again_at;
+  };
   DeadLetterQuery query_;
   std::deque<codec::DeadLetter> kept_;
+  std::map<At, Replays> replays_;  // of the kept letters only
   std::size_t matched_ = 0;
 };
 

@@ -9,6 +9,7 @@
 
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/submission_store.hpp"
+#include "core/codec/dead_letter.hpp"
 #include "core/codec/otlp_trace.hpp"
 #include "dispatcher/api.hpp"
 #include "dispatcher/user_limits.hpp"
@@ -177,10 +178,15 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
   pg::NewTask task{
       submission.spec, submission.canonical,
       traceparent_for(header_value(message.headers, "traceparent"), codec::task_span_id(task_id))};
+  // Without a key of its own, a submission is keyed by where it was first read: a dead
+  // letter replayed (once or twice) carries that origin, so it makes one task.
   if (task.spec.idempotency_key.empty()) {
-    task.spec.idempotency_key = "kafka:" + message.topic + ":" + std::to_string(message.partition) +
-                                ":" + std::to_string(message.offset);
+    task.spec.idempotency_key = "kafka:" + codec::message_origin(message.headers, message.topic,
+                                                                 message.partition, message.offset);
   }
+  const auto replayed_from =
+      codec::parse_partition_offset(header_value(message.headers, "dlq-replayed-from"));
+  bool created = false;  // by this message, in an earlier try of the loop below
   task.spec.task_id = task_id;
   // A store outage, or a key held by a batch upload under way: tried again with backoff
   // (0.2 s, doubling to 2 s) for up to ten minutes, so the message is stored within seconds
@@ -224,11 +230,29 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
         done(message, sent);
         co_return;
       }
-      metrics_.task_submitted(metrics::SubmitSource::kTopic,
-                              result.outcome == pg::InsertOutcome::kCreated
-                                  ? metrics::SubmitOutcome::kAccepted
-                                  : metrics::SubmitOutcome::kDuplicate);
-      if (result.outcome == pg::InsertOutcome::kCreated) {
+      created = created || result.outcome == pg::InsertOutcome::kCreated;
+      if (replayed_from) {
+        // Recorded before the message counts as handled: a failure tries the whole
+        // submission again (its insert then finds the task this one made).
+        const pg::ReplayRecord record{
+            config_.kafka.topics.dlq, replayed_from->first, replayed_from->second, message.topic,
+            message.partition,        message.offset,       result.task_id,        created};
+        auto recorded = co_await store_.record_replay(record);
+        if (!recorded.ok()) {
+          if (!recorded.error().retryable() || attempt >= kStoreRetries || stopping_) {
+            log::warn("dispatcher", "replayed dead letter not recorded, left for the next read: " +
+                                        recorded.error().message);
+            done(message, false);
+            co_return;
+          }
+          co_await pause_before(attempt);
+          continue;
+        }
+      }
+      metrics_.task_submitted(
+          metrics::SubmitSource::kTopic,
+          created ? metrics::SubmitOutcome::kAccepted : metrics::SubmitOutcome::kDuplicate);
+      if (created) {
         log::TaskContext context;
         context.task_id = result.task_id;
         context.user_id = task.spec.user_id;
@@ -260,11 +284,15 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
     if (attempt == 0) {
       log::warn("dispatcher", "submission not stored yet, trying again: " + why);
     }
-    asio::steady_timer pause(
-        io_, std::chrono::milliseconds(std::min(2000, 200 << std::min(attempt, 4))));
-    boost::system::error_code ec;
-    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    co_await pause_before(attempt);
   }
+}
+
+asio::awaitable<void> SubmitIngest::pause_before(int attempt) {
+  asio::steady_timer pause(io_,
+                           std::chrono::milliseconds(std::min(2000, 200 << std::min(attempt, 4))));
+  boost::system::error_code ec;
+  co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
 }
 
 }  // namespace agentfleet::dispatcher

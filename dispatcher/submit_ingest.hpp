@@ -3,7 +3,10 @@
 // body, key = user_id) to kafka.topics.submit; the dispatcher validates each, stores it
 // de-duplicated by (user_id, idempotency_key) and wakes the scheduler. A submission without
 // an idempotency key gets "kafka:<topic>:<partition>:<offset>", so a message read twice
-// (after a restart or a rebalance) is still one task. Bad messages (not JSON, schema,
+// (after a restart or a rebalance) is still one task; a replayed dead letter gets the one
+// of where it was first read (its dlq-origin header), so a letter replayed twice is one
+// task too, and the replay is recorded with the task it made or found (pg::record_replay,
+// which GET /v1/dead-letters shows). Bad messages (not JSON, schema,
 // unknown model or tool, a key reused with another body) go to the dead-letter topic with
 // the reason and their origin in headers; the partition moves on. A store outage is
 // retried with backoff (at most 2 s apart) for up to ten minutes, so nothing is abandoned
@@ -48,6 +51,8 @@ class SubmitIngest {
   // Ingests the messages waiting under `key`, oldest first, until none is left.
   boost::asio::awaitable<void> ingest_in_order(std::string key);
   boost::asio::awaitable<void> ingest(kafka::InMessage message);
+  // The pause before try `attempt` + 1 of a store write: 0.2 s, doubling to 2 s.
+  boost::asio::awaitable<void> pause_before(int attempt);
   // `user_id` and `task_id` (an existing task the message conflicts with) for the log,
   // when known.
   boost::asio::awaitable<bool> dead_letter(const kafka::InMessage& message,

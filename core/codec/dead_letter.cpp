@@ -37,6 +37,8 @@ DeadLetter read_dead_letter(std::int32_t partition, std::int64_t offset, std::st
       d.source_offset = v;
     else if (name == "dlq-replayed-from")
       d.replayed_from = v;
+    else if (name == "dlq-origin")
+      d.origin = v;
   }
   return d;
 }
@@ -74,6 +76,35 @@ bool DeadLetterFilter::matches(const DeadLetter& letter) const {
   return true;
 }
 
+namespace {
+// TOPIC:PARTITION:OFFSET (a Kafka topic name holds no ':').
+bool is_origin(std::string_view text) {
+  const auto colon = text.find(':');
+  return colon != 0 && colon != std::string_view::npos &&
+         parse_partition_offset(text.substr(colon + 1)).has_value();
+}
+}  // namespace
+
+std::string origin_of(const DeadLetter& letter) {
+  if (is_origin(letter.origin))
+    return letter.origin;
+  std::string source =
+      letter.source_topic + ":" + letter.source_partition + ":" + letter.source_offset;
+  return is_origin(source) ? source : std::string();
+}
+
+std::string message_origin(const MessageHeaders& headers, const std::string& topic,
+                           std::int32_t partition, std::int64_t offset) {
+  std::string origin;
+  for (const auto& [name, value] : headers) {
+    if (name == "dlq-origin")
+      origin = value;
+  }
+  if (is_origin(origin))
+    return origin;
+  return topic + ":" + std::to_string(partition) + ":" + std::to_string(offset);
+}
+
 std::optional<ReplayMessage> replay_of(const DeadLetter& letter) {
   if (letter.source_topic.empty())
     return std::nullopt;
@@ -84,6 +115,8 @@ std::optional<ReplayMessage> replay_of(const DeadLetter& letter) {
   }
   m.headers.emplace_back("dlq-replayed-from",
                          std::to_string(letter.partition) + ":" + std::to_string(letter.offset));
+  if (std::string origin = origin_of(letter); !origin.empty())
+    m.headers.emplace_back("dlq-origin", std::move(origin));
   return m;
 }
 
@@ -125,6 +158,8 @@ std::string dead_letter_json(const DeadLetter& d, std::size_t max_value_bytes) {
   text(d.source_offset);
   w.Key("replayed_from");
   text(d.replayed_from);
+  w.Key("origin");
+  text(origin_of(d));
   w.Key("headers");
   w.StartObject();
   for (const auto& [name, value] : d.headers) {

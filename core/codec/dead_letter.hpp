@@ -3,8 +3,11 @@
 // letter (kafka::dead_letter) is the original message (key, value, headers) plus the
 // headers dlq-reason, dlq-source-topic, dlq-source-partition and dlq-source-offset; a
 // replay sends key, value and the original headers to the source topic, without the dlq-*
-// headers, with dlq-replayed-from: PARTITION:OFFSET (of the dead letter) added. Read by
-// `agentctl dlq` and by the dispatcher's /v1/dead-letters. Pure, thread-safe.
+// headers, with dlq-replayed-from: PARTITION:OFFSET (of the dead letter) and dlq-origin:
+// TOPIC:PARTITION:OFFSET (where the message was first read, kept through a replay that
+// fails again) added. The submit ingest keys a submission without an idempotency key by its
+// origin, so a letter replayed twice makes one task. Read by `agentctl dlq` and by the
+// dispatcher's /v1/dead-letters. Pure, thread-safe.
 
 #include <cstddef>
 #include <cstdint>
@@ -33,7 +36,18 @@ struct DeadLetter {
   std::string source_partition;
   std::string source_offset;
   std::string replayed_from;  // this letter is a replay that failed again
+  std::string origin;         // dlq-origin: on a replay that failed again, where it was first read
 };
+
+// Where a letter's message was first read, TOPIC:PARTITION:OFFSET: its dlq-origin when it is
+// a replay that failed again, else its source; empty when the letter does not say.
+std::string origin_of(const DeadLetter& letter);
+
+// The origin a submission read at `topic`/`partition`/`offset` with `headers` is keyed by:
+// its dlq-origin header when it is a replay carrying a well-formed one (the last of that
+// name), else where it was read.
+std::string message_origin(const MessageHeaders& headers, const std::string& topic,
+                           std::int32_t partition, std::int64_t offset);
 
 DeadLetter read_dead_letter(std::int32_t partition, std::int64_t offset, std::string key,
                             std::string value, MessageHeaders headers);
@@ -60,7 +74,8 @@ struct ReplayMessage {
 std::optional<ReplayMessage> replay_of(const DeadLetter& letter);
 
 // {"partition","offset","key","value","value_bytes","reason","source_topic",
-//  "source_partition","source_offset","replayed_from","headers":{...}} on one line. Text is
+//  "source_partition","source_offset","replayed_from","origin","headers":{...}} on one line. Text
+//  is
 // made storable (codec::sanitize_text). `value` holds at most `max_value_bytes` of the
 // value, cut on a character boundary; `value_bytes` is the whole value's size (the
 // letter's value_bytes when it was cut before).

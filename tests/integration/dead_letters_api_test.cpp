@@ -91,6 +91,91 @@ TEST(ApiDeadLetters, ListsALetterWithItsReasonAndReplaysItToWhereItCameFrom) {
   EXPECT_EQ(again["matched"].GetInt(), 2) << "the dry run sent nothing";
 }
 
+// The status of every task of `user`, to wait on.
+std::int64_t tasks_of(const std::string& user, const std::string& status) {
+  return test::pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = $2", user,
+                        status);
+}
+
+// POST /v1/dead-letters/replay of one letter, again while the replica's reader is busy.
+void replay(const std::string& at) {
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  for (;;) {
+    auto response = api(bhttp::verb::post, "/v1/dead-letters/replay", kAdminKey,
+                        R"({"offsets":[")" + at + R"("]})", {}, kRead);
+    if (response.status == 429 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(2s);  // Retry-After: 2
+      continue;
+    }
+    ASSERT_EQ(response.status, 200) << response.body;
+    return;
+  }
+}
+
+// Issue 39, item 4: a submission without an idempotency key is keyed by where it was read,
+// and a replay is a new message at a new offset; replaying a letter twice ran its task
+// twice and billed it twice. Now a replay carries where its message was first read, so the
+// second replay finds the task the first made, and the listing says so.
+TEST(ApiDeadLetters, ALetterReplayedTwiceMakesOneTaskAndItsListingNamesIt) {
+  const std::string user = "dl-replay-" + test::run_tag();
+  const std::string limits = "/v1/users/" + user + "/limits";
+  // One request a minute and one queued task: the first task runs, the second fills the
+  // queue, and a third from the topic is dead-lettered as queue_full.
+  ASSERT_EQ(api(bhttp::verb::put, limits, kAdminKey, R"({"max_queued":1,"requests_per_minute":1})")
+                .status,
+            200);
+  auto body = [&user](const std::string& key) {
+    std::string idempotency = key.empty() ? "" : R"(,"idempotency_key":")" + key + R"(")";
+    return R"({"user_id":")" + user + R"(","text":"bench: steps=1 calls=1")" + idempotency + "}";
+  };
+  test::submit(body("first"));
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (tasks_of(user, "queued") > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(20ms);  // polling a bounded wait: the first dispatched
+  test::submit(body("second"));
+  ASSERT_EQ(tasks_of(user, "queued"), 1) << "the second waits for the rate";
+  test::produce("agent.tasks.submit", user, body(""), {});
+  auto listed = letters_of(user, 1);
+  ASSERT_EQ(listed["count"].GetInt(), 1) << "the third was not dead-lettered";
+  const auto& letter = listed["dead_letters"][0];
+  EXPECT_EQ(std::string(letter["reason"].GetString()).rfind("queue_full", 0), 0u)
+      << letter["reason"].GetString();
+  EXPECT_TRUE(letter["replays"]["task_id"].IsNull());
+  const std::string origin = letter["origin"].GetString();
+  EXPECT_EQ(origin, std::string("agent.tasks.submit:") + letter["source_partition"].GetString() +
+                        ":" + letter["source_offset"].GetString());
+  const std::string at = std::to_string(letter["partition"].GetInt()) + ":" +
+                         std::to_string(letter["offset"].GetInt64());
+
+  // Room again; the operator replays the letter twice.
+  ASSERT_EQ(api(bhttp::verb::put, limits, kAdminKey, "{}").status, 200);
+  replay(at);
+  replay(at);
+  const auto stored_by = std::chrono::steady_clock::now() + 60s;
+  while (test::pg_count("SELECT count(*) FROM dead_letter_replays "
+                        "WHERE letter_partition = $1 AND letter_offset = $2",
+                        letter["partition"].GetInt(), letter["offset"].GetInt64()) < 2 &&
+         std::chrono::steady_clock::now() < stored_by)
+    std::this_thread::sleep_for(50ms);  // polling a bounded wait: the ingest stores them
+  auto after = letters_of(user, 1);
+  ASSERT_EQ(after["count"].GetInt(), 1) << "a replay failed again";
+  const auto& replays = after["dead_letters"][0]["replays"];
+  ASSERT_EQ(replays["stored"].GetInt(), 2) << "both replays reached the store";
+  ASSERT_TRUE(replays["task_id"].IsString());
+  EXPECT_EQ(replays["failed_again_at"].Size(), 0u);
+  EXPECT_EQ(test::pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", user), 3)
+      << "the replays made one task";
+  EXPECT_EQ(test::pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND task_id = $2::uuid "
+                           "AND idempotency_key = $3",
+                           user, std::string(replays["task_id"].GetString()), "kafka:" + origin),
+            1)
+      << "the listing names the task, keyed by where the message was first read";
+  EXPECT_EQ(test::pg_count(
+                "SELECT count(*) FROM dead_letter_replays WHERE task_id = $1::uuid AND created",
+                std::string(replays["task_id"].GetString())),
+            1);
+}
+
 TEST(ApiDeadLetters, RefusesWhatItCannotDoAndSendsNothing) {
   auto missing = api(bhttp::verb::post, "/v1/dead-letters/replay", kAdminKey,
                      R"({"offsets":["0:999999999"]})", {}, kRead);

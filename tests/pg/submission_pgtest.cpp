@@ -266,6 +266,30 @@ TEST_F(Submission, LimitsPutThroughThisReplicaAreBelievedAtOnce) {
   EXPECT_EQ(count(db_, "sub-u7"), 2);
 }
 
+// A replayed dead letter that reached the store is recorded with the task it made or found;
+// GET /v1/dead-letters asks for the letters it lists. A message read twice counts once.
+TEST_F(Submission, ALettersReplaysAreRecordedOncePerMessageAndNameTheirTask) {
+  const std::string topic = "dlq-" + next_id();
+  const pg::NewTask task = task_of("sub-replay", "kafka:agent.tasks.submit:0:41");
+  const auto made = pg::insert_task(db_, task, queue_limit);
+  ASSERT_EQ(made.outcome, pg::InsertOutcome::kCreated);
+  // Letter 0:7 replayed twice (submit 0:90, then 0:95, which found the task); 0:95 read
+  // twice. Letter 1:3 of another dead-letter topic.
+  pg::record_replay(db_, {topic, 0, 7, "agent.tasks.submit", 0, 90, made.task_id, true});
+  pg::record_replay(db_, {topic, 0, 7, "agent.tasks.submit", 0, 95, made.task_id, false});
+  pg::record_replay(db_, {topic, 0, 7, "agent.tasks.submit", 0, 95, made.task_id, false});
+  pg::record_replay(db_, {topic + "-other", 1, 3, "agent.tasks.submit", 0, 96, made.task_id, true});
+
+  const auto replays = pg::letter_replays(db_, topic, {{0, 7}, {1, 3}, {0, 8}});
+  ASSERT_EQ(replays.size(), 1u) << "1:3 is another topic's letter; 0:8 was not replayed";
+  const pg::LetterReplays& r = replays.at({0, 7});
+  EXPECT_EQ(r.task_id, made.task_id);
+  EXPECT_EQ(r.stored, 2);
+  EXPECT_EQ(r.created, 1);
+  EXPECT_EQ(r.first_at.size(), 24u) << r.first_at;  // 2026-12-03T12:00:00.000Z
+  EXPECT_TRUE(pg::letter_replays(db_, topic, {}).empty());
+}
+
 TEST(KnownOverrides, KeepsOnlyUsersWithOverridesAndAtMostItsCapacity) {
   pg::KnownOverrides known(2);
   known.put("a", {"gold", std::nullopt});

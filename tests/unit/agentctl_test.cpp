@@ -759,10 +759,12 @@ TEST(AgentctlDeadLetters, AReplayGoesToItsSourceWithoutDlqHeadersAndSaysWhereItC
   EXPECT_EQ(m->topic, "agent.tasks.submit");
   EXPECT_EQ(m->key, "u1");
   EXPECT_EQ(m->value, "not json");
-  EXPECT_EQ(m->headers, (MessageHeaders{{"traceparent", "00-abc"}, {"dlq-replayed-from", "2:17"}}));
+  EXPECT_EQ(m->headers, (MessageHeaders{{"traceparent", "00-abc"},
+                                        {"dlq-replayed-from", "2:17"},
+                                        {"dlq-origin", "agent.tasks.submit:1:40"}}));
   EXPECT_EQ(format_replay(d, *m, true),
-            "would send 2:17 -> agent.tasks.submit key u1 (8 bytes, 2 headers), "
-            "dlq-replayed-from 2:17");
+            "would send 2:17 -> agent.tasks.submit key u1 (8 bytes, 3 headers), "
+            "dlq-replayed-from 2:17, dlq-origin agent.tasks.submit:1:40");
 
   // A replay that failed again carries the old replay mark and new dlq-* headers; its own
   // replay drops them all.
@@ -770,7 +772,8 @@ TEST(AgentctlDeadLetters, AReplayGoesToItsSourceWithoutDlqHeadersAndSaysWhereItC
       0, 3, "u1", "not json",
       {{"dlq-replayed-from", "2:17"}, {"dlq-reason", "r2"}, {"dlq-source-topic", "t"}});
   EXPECT_EQ(again.replayed_from, "2:17");
-  EXPECT_EQ(replay_of(again)->headers, (MessageHeaders{{"dlq-replayed-from", "0:3"}}));
+  EXPECT_EQ(replay_of(again)->headers, (MessageHeaders{{"dlq-replayed-from", "0:3"}}))
+      << "a letter that does not say its source's offset has no origin to send";
   EXPECT_FALSE(replay_of(read_dead_letter(0, 1, "k", "v", {}))) << "no source: no replay";
 }
 

@@ -132,7 +132,9 @@ TEST(PlanReplay, SendsEachChosenLetterBackWithoutItsDeadLetterHeadersOrNothing) 
   EXPECT_EQ(replays[0].message.key, "b");
   EXPECT_EQ(replays[0].message.topic, "agent.tasks.submit");
   EXPECT_EQ(replays[0].message.headers,
-            (codec::MessageHeaders{{"traceparent", "00-abc"}, {"dlq-replayed-from", "1:2"}}));
+            (codec::MessageHeaders{{"traceparent", "00-abc"},
+                                   {"dlq-replayed-from", "1:2"},
+                                   {"dlq-origin", "agent.tasks.submit:1:20"}}));
 
   rapidjson::Document doc;
   doc.Parse(replay_json(replays, false).c_str());
@@ -152,6 +154,85 @@ TEST(PlanReplay, SendsEachChosenLetterBackWithoutItsDeadLetterHeadersOrNothing) 
   ASSERT_TRUE(std::holds_alternative<ReplayRefusal>(nowhere));
   EXPECT_EQ(std::get<ReplayRefusal>(nowhere).status, 422);
   EXPECT_EQ(std::get<ReplayRefusal>(nowhere).code, "not_replayable");
+}
+
+// A replay that fails again is a letter whose headers are the replay's plus its own dlq-*
+// ones (kafka::dead_letter); replaying that one still names where the message was first
+// read, which the submit ingest keys a submission without an idempotency key by.
+TEST(PlanReplay, AReplayNamesWhereItsMessageWasFirstReadThroughEveryReplayThatFailedAgain) {
+  const codec::DeadLetter first = letter(0, 1, "a", "queue_full");
+  EXPECT_EQ(codec::origin_of(first), "agent.tasks.submit:1:10");
+  auto replay = codec::replay_of(first);
+  ASSERT_TRUE(replay);
+
+  // The replay is read at submit 1:57 and fails again: the second letter.
+  codec::MessageHeaders headers = replay->headers;
+  headers.emplace_back("dlq-reason", "queue_full");
+  headers.emplace_back("dlq-source-topic", "agent.tasks.submit");
+  headers.emplace_back("dlq-source-partition", "1");
+  headers.emplace_back("dlq-source-offset", "57");
+  const auto second = codec::read_dead_letter(0, 8, "a", first.value, headers);
+  EXPECT_EQ(second.replayed_from, "0:1");
+  EXPECT_EQ(codec::origin_of(second), "agent.tasks.submit:1:10") << "not the replay's own 1:57";
+  auto again = codec::replay_of(second);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->headers, (codec::MessageHeaders{{"traceparent", "00-abc"},
+                                                   {"dlq-replayed-from", "0:8"},
+                                                   {"dlq-origin", "agent.tasks.submit:1:10"}}));
+
+  // What the ingest keys by: the origin a replay carries, else where the message was read.
+  EXPECT_EQ(codec::message_origin(again->headers, "agent.tasks.submit", 2, 99),
+            "agent.tasks.submit:1:10");
+  EXPECT_EQ(codec::message_origin({{"traceparent", "00-abc"}}, "agent.tasks.submit", 2, 99),
+            "agent.tasks.submit:2:99");
+  for (const char* malformed : {"", "agent.tasks.submit", ":1:10", "t:1", "t:x:10", "t:1:-3"}) {
+    EXPECT_EQ(codec::message_origin({{"dlq-origin", malformed}}, "s", 0, 5), "s:0:5") << malformed;
+  }
+  // A letter that does not say its source offset has no origin, and its replay none.
+  auto unsaid =
+      codec::read_dead_letter(0, 9, "b", "{}", {{"dlq-source-topic", "agent.tasks.submit"}});
+  EXPECT_EQ(codec::origin_of(unsaid), "");
+  auto sent = codec::replay_of(unsaid);
+  ASSERT_TRUE(sent);
+  EXPECT_EQ(sent->headers, (codec::MessageHeaders{{"dlq-replayed-from", "0:9"}}));
+}
+
+TEST(NewestLetters, SaysWhatBecameOfEachKeptLettersReplays) {
+  DeadLetterQuery query;
+  query.limit = 2;
+  query.filter.key = "a";
+  NewestLetters newest(query);
+  newest.offer(letter(0, 1, "a", "queue_full"));  // dropped from the listing by the limit
+  newest.offer(letter(0, 2, "a", "queue_full"));
+  newest.offer(letter(0, 3, "b", "schema"));  // not matched
+  // Replays of 0:2, 0:3 and 0:1 that failed again (0:1 leaves the listing after them).
+  for (auto [offset, from] : {std::pair{4, "0:2"}, std::pair{5, "0:3"}, std::pair{6, "0:1"}}) {
+    auto again = letter(0, offset, "c", "queue_full");
+    again.replayed_from = from;
+    newest.offer(std::move(again));
+  }
+  newest.offer(letter(1, 7, "a", "queue_full"));
+  ASSERT_EQ(newest.kept_at(), (std::vector<NewestLetters::At>{{0, 2}, {1, 7}}));
+  newest.add_stored({1, 7},
+                    {"0b7c1c7e-0000-4000-8000-000000000001", "2026-12-03T12:00:00.000Z", 2});
+  newest.add_stored({0, 1}, {"ignored", "", 1});  // not kept: no effect
+
+  rapidjson::Document doc;
+  doc.Parse(newest.json("agent.tasks.dlq").c_str());
+  ASSERT_FALSE(doc.HasParseError());
+  ASSERT_EQ(doc["count"].GetInt(), 2);
+  const auto& kept = doc["dead_letters"][0]["replays"];
+  EXPECT_TRUE(kept["task_id"].IsNull());
+  EXPECT_TRUE(kept["first_at"].IsNull());
+  EXPECT_EQ(kept["stored"].GetInt(), 0);
+  ASSERT_EQ(kept["failed_again_at"].Size(), 1u);
+  EXPECT_STREQ(kept["failed_again_at"][0].GetString(), "0:4");
+  EXPECT_STREQ(doc["dead_letters"][0]["origin"].GetString(), "agent.tasks.submit:1:20");
+  const auto& stored = doc["dead_letters"][1]["replays"];
+  EXPECT_STREQ(stored["task_id"].GetString(), "0b7c1c7e-0000-4000-8000-000000000001");
+  EXPECT_STREQ(stored["first_at"].GetString(), "2026-12-03T12:00:00.000Z");
+  EXPECT_EQ(stored["stored"].GetInt(), 2);
+  EXPECT_EQ(stored["failed_again_at"].Size(), 0u);
 }
 
 }  // namespace

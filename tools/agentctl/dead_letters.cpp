@@ -32,15 +32,18 @@ std::string format_dead_letter(const DeadLetter& d) {
 
 std::string format_replay(const DeadLetter& d, const ReplayMessage& m, bool dry_run) {
   std::string replayed_from;
+  std::string origin;
   for (const auto& [name, value] : m.headers) {
     if (name == "dlq-replayed-from")
       replayed_from = value;
+    else if (name == "dlq-origin")
+      origin = value;
   }
   return std::string(dry_run ? "would send " : "sent ") + std::to_string(d.partition) + ":" +
          std::to_string(d.offset) + " -> " + m.topic + " key " +
          single_line(codec::sanitize_text(m.key)) + " (" + std::to_string(m.value.size()) +
          " bytes, " + std::to_string(m.headers.size()) + " headers), dlq-replayed-from " +
-         replayed_from;
+         replayed_from + (origin.empty() ? "" : ", dlq-origin " + single_line(origin));
 }
 
 }  // namespace agentfleet::agentctl

@@ -259,9 +259,11 @@ const std::vector<CommandSpec>& command_specs() {
        "",
        "send dead letters back to their source topic",
        "Each goes to its dlq-source-topic with its key, value and headers, minus the dlq-*\n"
-       "headers, plus dlq-replayed-from: PARTITION:OFFSET. Fix the cause first: a message\n"
-       "that is still bad is dead-lettered again, and a submission without an\n"
-       "idempotency_key is stored again as a new task if it was stored before.",
+       "headers, plus dlq-replayed-from: PARTITION:OFFSET and dlq-origin:\n"
+       "TOPIC:PARTITION:OFFSET (where it was first read). Fix the cause first: a message\n"
+       "that is still bad is dead-lettered again. Replaying a letter twice is safe: a\n"
+       "submission without an idempotency_key is keyed by its origin, so the second\n"
+       "replay finds the task the first made.",
        0,
        0,
        {{"--offset", "P:O", "the dead letter at partition P, offset O (repeatable)", true},

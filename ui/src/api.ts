@@ -106,7 +106,12 @@ export interface DeadLetter {
   source_partition: string;
   source_offset: string;
   replayed_from: string;
+  /** TOPIC:PARTITION:OFFSET where the message was first read; a replay is keyed by it. */
+  origin: string;
   headers: Record<string, string>;
+  /** What became of its replays: the task they made or found, the letters they became. */
+  replays:
+      {task_id: string|null; first_at: string | null; stored: number; failed_again_at: string[]};
   /** The whole value's size; `value` holds its first 16 KiB. */
   value_bytes: number;
 }

@@ -48,6 +48,19 @@ Awaitable<std::vector<std::string>> ApiStore::ended_of_user(const std::string& u
       [&](pqxx::connection& c) { return pg::ended_of_user(c, user_id, task_ids); });
 }
 
+Awaitable<bool> ApiStore::record_replay(const ReplayRecord& record) {
+  co_return co_await db_.run([&](pqxx::connection& c) {
+    pg::record_replay(c, record);
+    return true;
+  });
+}
+
+Awaitable<std::map<LetterAt, LetterReplays>> ApiStore::letter_replays(
+    const std::string& letter_topic, std::vector<LetterAt> letters) {
+  co_return co_await db_.run(
+      [&](pqxx::connection& c) { return pg::letter_replays(c, letter_topic, letters); });
+}
+
 Awaitable<std::string> ApiStore::list_tasks(const TaskListQuery& query) {
   co_return co_await db_.run([&](pqxx::connection& c) { return pg::list_tasks(c, query); });
 }

@@ -11,9 +11,11 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/adapters/pg/batch_store.hpp"
 #include "core/adapters/pg/db_pool.hpp"
@@ -66,6 +68,10 @@ class ApiStore {
   Awaitable<std::vector<std::string>> ended_of_user(const std::string& user_id,
                                                     std::vector<std::string> task_ids);
   Awaitable<std::string> list_tasks(const TaskListQuery& query);
+  // Replayed dead letters (submission_store: record_replay, letter_replays).
+  Awaitable<bool> record_replay(const ReplayRecord& record);
+  Awaitable<std::map<LetterAt, LetterReplays>> letter_replays(const std::string& letter_topic,
+                                                              std::vector<LetterAt> letters);
   Awaitable<CancelOutcome> cancel_task(const std::string& task_id,
                                        const std::string& results_topic);
 

@@ -315,6 +315,39 @@ std::vector<std::string> ended_of_user(pqxx::connection& c, const std::string& u
   return out;
 }
 
+void record_replay(pqxx::connection& c, const ReplayRecord& r) {
+  pqxx::work tx(c);
+  exec_text0(tx, "record_replay", r.letter_topic, r.letter_partition, r.letter_offset,
+             r.replay_topic, r.replay_partition, r.replay_offset, r.task_id, r.created);
+  tx.commit();
+}
+
+std::map<LetterAt, LetterReplays> letter_replays(pqxx::connection& c,
+                                                 const std::string& letter_topic,
+                                                 const std::vector<LetterAt>& letters) {
+  std::map<LetterAt, LetterReplays> out;
+  if (letters.empty())
+    return out;
+  std::string partitions = "{";
+  std::string offsets = "{";
+  for (const auto& [partition, offset] : letters) {
+    if (partitions.size() > 1) {
+      partitions += ',';
+      offsets += ',';
+    }
+    partitions += std::to_string(partition);
+    offsets += std::to_string(offset);
+  }
+  partitions += '}';
+  offsets += '}';
+  pqxx::read_transaction tx(c);
+  for (const auto& row : exec_text(tx, "letter_replays", letter_topic, partitions, offsets)) {
+    out[{row[0].as<std::int32_t>(), row[1].as<std::int64_t>()}] = LetterReplays{
+        row[2].as<std::string>(), row[3].as<std::string>(), row[4].as<int>(), row[5].as<int>()};
+  }
+  return out;
+}
+
 std::optional<std::string> task_history_json(pqxx::connection& c, const std::string& task_id) {
   pqxx::read_transaction tx(c);
   auto rows = exec_text(tx, "task_history", task_id);

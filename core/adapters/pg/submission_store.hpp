@@ -10,10 +10,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/domain/task.hpp"
@@ -109,6 +111,37 @@ struct ParentRef {
 std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& user_id,
                                      const std::string& parent_id, const std::string& session_id,
                                      const std::string& idempotency_key = {});
+
+// ---- replayed dead letters (migration 0024) -----------------------------------------
+
+// A replayed dead letter that reached the store: the letter (on the dead-letter topic),
+// the replayed message that carried it back, and the task it made or found.
+struct ReplayRecord {
+  std::string letter_topic;
+  std::int32_t letter_partition = 0;
+  std::int64_t letter_offset = 0;
+  std::string replay_topic;
+  std::int32_t replay_partition = 0;
+  std::int64_t replay_offset = 0;
+  std::string task_id;
+  bool created = false;  // false: it found the task an earlier replay (or submission) made
+};
+// Written once per replayed message (a message read twice does not count twice).
+void record_replay(pqxx::connection& c, const ReplayRecord& record);
+
+// What the replays of one letter came to: the task, when the first reached the store, how
+// many did and how many of those made the task (0 or 1 when all went as keyed).
+struct LetterReplays {
+  std::string task_id;
+  std::string first_at;  // RFC 3339, UTC
+  int stored = 0;
+  int created = 0;
+};
+using LetterAt = std::pair<std::int32_t, std::int64_t>;  // partition, offset
+// Of the letters of `letter_topic` at `letters`, those some replay of reached the store.
+std::map<LetterAt, LetterReplays> letter_replays(pqxx::connection& c,
+                                                 const std::string& letter_topic,
+                                                 const std::vector<LetterAt>& letters);
 
 // ---- the API's reads and writes of a task ------------------------------------------
 

@@ -6,6 +6,8 @@ import { useEffect, useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
 import { deadLetters, replayDeadLetters, type DeadLetter, type DeadLetterFilters, type DeadLetters } from "../api.ts";
 import { AdminOnly, ErrorNote, useAsync } from "../components.tsx";
+import { shortId } from "../format.ts";
+import { href } from "../router.ts";
 
 const idOf = (d: DeadLetter) => `${d.partition}:${d.offset}`;
 const encoder = new TextEncoder();
@@ -123,6 +125,13 @@ export function DeadLettersPage({ apiKey, identity }: PageProps) {
               <td class="small">
                 {d.source_topic ? `${d.source_topic} ${d.source_partition}:${d.source_offset}` : "unknown"}
                 {d.replayed_from ? ` (replay of ${d.replayed_from})` : ""}
+                {d.replays.task_id ? (
+                  <div data-replayed-into={d.replays.task_id}>
+                    replayed into <a href={href("tasks", d.replays.task_id)} class="mono">{shortId(d.replays.task_id)}</a>
+                    {d.replays.stored > 1 ? ` (${d.replays.stored} replays, one task)` : ""}
+                  </div>
+                ) : null}
+                {d.replays.failed_again_at.length ? <div>failed again as {d.replays.failed_again_at.join(", ")}</div> : null}
               </td>
               <td class="mono small">{d.key}</td>
               <td>

@@ -261,3 +261,27 @@ WHERE user_id = $1 AND (($2 <> '' AND task_id = NULLIF($2, '')::uuid)
                         OR ($2 = '' AND session_id = $3))
   AND ($4 = '' OR idempotency_key IS DISTINCT FROM $4) AND status <> 'staged'
 ORDER BY created_at DESC LIMIT 1
+
+-- name: record_replay
+-- A replayed dead letter reached the store (migration 0024): the letter (topic $1,
+-- partition $2, offset $3), the replayed message ($4, $5, $6), the task it made ($8: true)
+-- or found (false), $7. Written once per replayed message.
+INSERT INTO dead_letter_replays (letter_topic, letter_partition, letter_offset, replay_topic,
+                                 replay_partition, replay_offset, task_id, created)
+VALUES ($1, $2::integer, $3::bigint, $4, $5::integer, $6::bigint, $7::uuid, $8::boolean)
+ON CONFLICT DO NOTHING
+
+-- name: letter_replays
+-- Of the letters of topic $1 at partitions $2 and offsets $3 (arrays, pairwise), those whose
+-- replays reached the store: the task (the first replay's; every replay of a letter is
+-- keyed alike, so they name one task), when the first arrived, how many arrived, how many
+-- made the task.
+SELECT r.letter_partition, r.letter_offset,
+       (array_agg(r.task_id::text ORDER BY r.replayed_at, r.replay_offset))[1],
+       to_char(min(r.replayed_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+       count(*), count(*) FILTER (WHERE r.created)
+FROM dead_letter_replays r
+JOIN unnest($2::integer[], $3::bigint[]) AS l(p, o)
+  ON r.letter_partition = l.p AND r.letter_offset = l.o
+WHERE r.letter_topic = $1
+GROUP BY r.letter_partition, r.letter_offset
