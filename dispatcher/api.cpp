@@ -252,7 +252,9 @@ Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wak
       waiters_(WaiterCaps{static_cast<std::size_t>(config.dispatcher.max_streams_per_caller),
                           static_cast<std::size_t>(config.dispatcher.max_streams)},
                WaiterCaps{static_cast<std::size_t>(config.dispatcher.max_long_polls_per_caller),
-                          static_cast<std::size_t>(config.dispatcher.max_long_polls)}),
+                          static_cast<std::size_t>(config.dispatcher.max_long_polls)},
+               WaiterCaps{static_cast<std::size_t>(config.dispatcher.max_batch_uploads_per_caller),
+                          static_cast<std::size_t>(config.dispatcher.max_batch_uploads)}),
       batch_pool_(std::make_unique<asio::thread_pool>(
           static_cast<std::size_t>(config.dispatcher.max_batch_uploads))),
       dead_letters_(config.kafka, kDeadLetterTimeout) {

@@ -147,7 +147,6 @@ class Api {
   TaskFeed& feed_;
   Authenticator auth_;
   codec::SubmissionDefaults defaults_;
-  int batch_uploads_ = 0;  // in progress on this replica
   // Event streams and long polls open, per caller and on this replica.
   WaiterLimits waiters_;
   // Blocking work of batch uploads (each holds a transaction on its own connection).

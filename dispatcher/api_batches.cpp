@@ -60,6 +60,18 @@ http::Response queue_full(const http::Request& head, const std::string& user, st
   return response;
 }
 
+// 429 too_many_uploads with Retry-After: `why` (the replica's or the caller's uploads under
+// way are at their cap), and what the client does about it.
+http::Response too_many_uploads(const http::Request& head, const std::string& why,
+                                bool so_far = false) {
+  auto response = http::make_error(
+      head, http::Status::too_many_requests, "too_many_uploads",
+      why + (so_far ? "; the upload was stopped and nothing was stored" : "; nothing was read") +
+          "; retry when an upload ends");
+  response.set(bhttp::field::retry_after, "5");
+  return response;
+}
+
 // 409 idempotency_conflict for batch line `line`, whose key names the request of `added`'s
 // conflicting task: a stored task, or a line of this upload (`with_line` when known), which
 // is not stored after all and so is named by its line.
@@ -169,19 +181,39 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     co_await respond(exchange, answered, forbidden(head, user_id, "/query/user_id"));
     co_return;
   }
-  if (batch_uploads_ >= config_.dispatcher.max_batch_uploads) {
-    auto response = http::make_error(head, http::Status::too_many_requests, "too_many_uploads",
-                                     "this replica is taking " + std::to_string(batch_uploads_) +
-                                         " batch uploads already; retry shortly");
-    response.set(bhttp::field::retry_after, "5");
-    co_await respond(exchange, answered, std::move(response));
+  // A place of the replica's, and one of the caller's once the caller is known (for a key
+  // that acts for any user and names none in the query, from the first line).
+  auto replica_place = waiters_.acquire(Waiter::kUpload, {});
+  if (std::holds_alternative<WaiterLimits::Refusal>(replica_place)) {
+    co_await respond(exchange, answered,
+                     too_many_uploads(head, "this replica is taking " +
+                                                std::to_string(waiters_.held(Waiter::kUpload)) +
+                                                " batch uploads already"));
     co_return;
   }
-  ++batch_uploads_;
-  struct Release {
-    int& uploads;
-    ~Release() { --uploads; }
-  } release{batch_uploads_};
+  std::optional<WaiterLimits::Ticket> caller_place;
+  std::string caller_busy;  // why the caller's place was refused
+  auto take_caller_place = [&](const std::string& user) {
+    const std::string who = upload_caller(caller.name, caller.any_user || caller.admin, user);
+    if (caller_place || who.empty())
+      return;
+    auto place = waiters_.acquire(Waiter::kCallerUpload, who);
+    if (auto* ticket = std::get_if<WaiterLimits::Ticket>(&place)) {
+      caller_place.emplace(std::move(*ticket));
+      return;
+    }
+    const std::size_t held = waiters_.held(Waiter::kCallerUpload, who);
+    caller_busy = "key '" + caller.name + "' has " + std::to_string(held) + " batch upload" +
+                  (held == 1 ? "" : "s") +
+                  (caller.any_user || caller.admin ? " for user '" + user + "'" : "") +
+                  " under way on this replica, as many as one caller may "
+                  "(dispatcher.max_batch_uploads_per_caller)";
+  };
+  take_caller_place(user_id);
+  if (!caller_busy.empty()) {
+    co_await respond(exchange, answered, too_many_uploads(head, caller_busy));
+    co_return;
+  }
   if (batch_id.empty())
     batch_id = new_task_id();
   // The user's queue is looked at before the body is read (when the query names the user;
@@ -313,17 +345,6 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     else if (!alive.value())
       store_error = "the upload of batch '" + batch_id + "' went past its deadline";
   };
-  const std::string traceparent =
-      traceparent_for(std::string(head["traceparent"]), codec::batch_span_id(batch_id));
-  auto take_line = [&](std::string_view line) {
-    auto task = checker.take(line);
-    if (!task)
-      return;
-    task->spec.task_id = new_task_id();
-    slice.push_back(pg::NewTask{std::move(task->spec), std::move(task->canonical), traceparent});
-    slice_lines.push_back(checker.lines());
-  };
-
   std::string buffer;
   bool body_failed = false;
   std::optional<std::string> too_slow;
@@ -331,6 +352,22 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   UploadPace pace(last_flush, std::chrono::seconds(config_.dispatcher.batch_upload_timeout_s),
                   std::chrono::seconds(config_.dispatcher.batch_upload_rate_window_s),
                   config_.dispatcher.batch_upload_min_bytes_per_s);
+  const std::string traceparent =
+      traceparent_for(std::string(head["traceparent"]), codec::batch_span_id(batch_id));
+  auto take_line = [&](std::string_view line) {
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos)
+      pace.blank(line.size() + 1);  // not a task: its bytes earn the upload no time
+    auto task = checker.take(line);
+    if (!task)
+      return;
+    take_caller_place(checker.user_id());
+    if (!caller_busy.empty())
+      return;
+    task->spec.task_id = new_task_id();
+    slice.push_back(pg::NewTask{std::move(task->spec), std::move(task->canonical), traceparent});
+    slice_lines.push_back(checker.lines());
+  };
+
   for (;;) {
     boost::system::error_code ec;
     const std::size_t before = buffer.size();
@@ -341,9 +378,6 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
       break;
     }
     auto now = std::chrono::steady_clock::now();
-    too_slow = pace.read(got, now - asked, now);
-    if (too_slow)
-      break;
     std::size_t start = 0;
     for (std::size_t nl = buffer.find('\n', before); nl != std::string::npos;
          nl = buffer.find('\n', start)) {
@@ -351,6 +385,10 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
       start = nl + 1;
     }
     buffer.erase(0, start);
+    // After the lines: the blank ones among them earn the upload no time.
+    too_slow = pace.read(got, now - asked, now);
+    if (too_slow)
+      break;
     if (buffer.size() > kMaxLineBytes + 1) {
       take_line(buffer);  // reports the overlong line
       buffer.clear();
@@ -381,8 +419,8 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
       co_await keep_alive();
       last_flush = std::chrono::steady_clock::now();
     }
-    if (too_slow || over_queue || !held.held_key.empty() || conflict || got == 0 ||
-        exchange.body_done())
+    if (too_slow || over_queue || !held.held_key.empty() || conflict || !caller_busy.empty() ||
+        got == 0 || exchange.body_done())
       break;
   }
   // The answer when the upload is refused; what it staged is then deleted before it goes.
@@ -392,9 +430,12 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     refusal = http::make_error(head, status, code, message, path);
   };
   if (!too_slow && !body_failed && !over_queue && held.held_key.empty() && !conflict &&
-      !buffer.empty())
+      caller_busy.empty() && !buffer.empty())
     take_line(buffer);
-  if (too_slow) {
+  if (!caller_busy.empty()) {
+    // The first line named a user whose uploads through this key are at their share.
+    refusal = too_many_uploads(head, caller_busy, true);
+  } else if (too_slow) {
     refuse_with(http::Status::request_timeout, "upload_too_slow",
                 *too_slow + "; nothing was stored", "/");
   } else if (body_failed) {

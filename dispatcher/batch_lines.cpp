@@ -1,5 +1,6 @@
 #include "dispatcher/batch_lines.hpp"
 
+#include <algorithm>
 #include <variant>
 
 #include "dispatcher/api.hpp"
@@ -81,11 +82,15 @@ std::optional<std::string> UploadPace::read(std::size_t bytes, Clock::duration w
   if (waiting_ <= window_)
     return std::nullopt;
   const double seconds = std::chrono::duration<double>(waiting_).count();
-  if (static_cast<double>(received_) / seconds >= static_cast<double>(min_bytes_per_s_))
+  const std::uint64_t counted = received_ - std::min(blank_, received_);
+  if (static_cast<double>(counted) / seconds >= static_cast<double>(min_bytes_per_s_))
     return std::nullopt;
-  return "the upload sent " + std::to_string(received_) + " bytes in " +
-         std::to_string(static_cast<long long>(seconds)) + " s of waiting for it, less than " +
-         std::to_string(min_bytes_per_s_) + " bytes a second";
+  return "the upload sent " + std::to_string(counted) + " bytes of task lines" +
+         (blank_ > 0 ? " (and " + std::to_string(std::min(blank_, received_)) +
+                           " of blank lines, which are not tasks)"
+                     : std::string()) +
+         " in " + std::to_string(static_cast<long long>(seconds)) +
+         " s of waiting for it, less than " + std::to_string(min_bytes_per_s_) + " bytes a second";
 }
 
 }  // namespace agentfleet::dispatcher

@@ -75,8 +75,11 @@ class BatchLines {
 
 // How fast a batch upload's body comes in: it must have ended by its deadline and, once
 // the server has spent `window` waiting for the client's bytes, have sent at least
-// `min_bytes_per_s` on average over that waiting (the server's own time, writing slices to
-// Postgres, is not counted against the client). Pure, like BatchLines.
+// `min_bytes_per_s` of task lines on average over that waiting (the server's own time,
+// writing slices to Postgres, is not counted against the client). Blank lines are not
+// tasks: their bytes count for nothing, so a client sending only blank lines (which holds
+// an upload slot) is cut once the window has passed, and an upload lasts at most about the
+// window plus its size over the rate. Pure, like BatchLines.
 class UploadPace {
  public:
   using Clock = std::chrono::steady_clock;
@@ -86,6 +89,8 @@ class UploadPace {
   // One read of the body: `bytes` came after waiting `waited`; `now` is after it. Why the
   // upload is cut (the 408's message), or nullopt.
   std::optional<std::string> read(std::size_t bytes, Clock::duration waited, Clock::time_point now);
+  // Of the bytes read, `bytes` were a blank line and its newline.
+  void blank(std::size_t bytes) { blank_ += bytes; }
 
  private:
   Clock::time_point deadline_;
@@ -93,6 +98,7 @@ class UploadPace {
   std::chrono::seconds window_;
   std::int64_t min_bytes_per_s_;
   std::uint64_t received_ = 0;
+  std::uint64_t blank_ = 0;
   Clock::duration waiting_{};
 };
 

@@ -2,9 +2,19 @@
 
 namespace agentfleet::dispatcher {
 
-WaiterLimits::WaiterLimits(WaiterCaps streams, WaiterCaps long_polls) {
-  streams_.caps = streams;
-  long_polls_.caps = long_polls;
+WaiterLimits::WaiterLimits(WaiterCaps streams, WaiterCaps long_polls, WaiterCaps uploads) {
+  of(Waiter::kEventStream).caps = streams;
+  of(Waiter::kLongPoll).caps = long_polls;
+  of(Waiter::kUpload).caps = WaiterCaps{0, uploads.per_replica};
+  of(Waiter::kCallerUpload).caps = WaiterCaps{uploads.per_caller, 0};
+}
+
+std::string upload_caller(const std::string& key_name, bool any_user, const std::string& user_id) {
+  if (!any_user)
+    return key_name;
+  if (user_id.empty())
+    return {};
+  return key_name + "/" + user_id;
 }
 
 WaiterLimits::Ticket::Ticket(WaiterLimits* limits, Waiter kind, std::string caller)

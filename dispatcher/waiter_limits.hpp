@@ -4,9 +4,13 @@
 // connection, a coroutine and reads of Postgres, so one caller cannot hold them all. A
 // caller at its share is refused (the API answers 429), a replica at its total too (503),
 // both with Retry-After; a 0 cap is no cap.
+// Batch uploads too, as two kinds: a place of the replica's (kUpload, taken on the
+// request's head) and one of the caller's (kCallerUpload, taken once the upload's caller is
+// known, which for a key acting for any user may be its first line: upload_caller).
 //
 // Pure bookkeeping, no I/O; thread-safe. A Ticket holds one place until it is destroyed.
 
+#include <array>
 #include <cstddef>
 #include <map>
 #include <mutex>
@@ -16,7 +20,7 @@
 
 namespace agentfleet::dispatcher {
 
-enum class Waiter { kEventStream, kLongPoll };
+enum class Waiter { kEventStream, kLongPoll, kUpload, kCallerUpload };
 
 struct WaiterCaps {
   std::size_t per_caller = 0;
@@ -25,7 +29,8 @@ struct WaiterCaps {
 
 class WaiterLimits {
  public:
-  WaiterLimits(WaiterCaps streams, WaiterCaps long_polls);
+  // `uploads`: per_replica caps kUpload, per_caller kCallerUpload.
+  WaiterLimits(WaiterCaps streams, WaiterCaps long_polls, WaiterCaps uploads = {});
   WaiterLimits(const WaiterLimits&) = delete;
   WaiterLimits& operator=(const WaiterLimits&) = delete;
 
@@ -63,15 +68,18 @@ class WaiterLimits {
     std::size_t total = 0;
     std::map<std::string, std::size_t> by_caller;  // only callers holding places
   };
-  Kind& of(Waiter kind) { return kind == Waiter::kEventStream ? streams_ : long_polls_; }
-  const Kind& of(Waiter kind) const {
-    return kind == Waiter::kEventStream ? streams_ : long_polls_;
-  }
+  Kind& of(Waiter kind) { return kinds_[static_cast<std::size_t>(kind)]; }
+  const Kind& of(Waiter kind) const { return kinds_[static_cast<std::size_t>(kind)]; }
   void give_back(Waiter kind, const std::string& caller);
 
   mutable std::mutex mutex_;
-  Kind streams_;
-  Kind long_polls_;
+  std::array<Kind, 4> kinds_;  // by Waiter
 };
+
+// Whose share of a replica's batch uploads an upload of `user_id` takes: a key that acts
+// for the users it lists (or a gateway user) is one caller whatever the user; a key that
+// acts for any user is one caller per user (an operator's or a gateway's key uploading for
+// many tenants). Empty when that is not known yet (an any-user key, no user named).
+std::string upload_caller(const std::string& key_name, bool any_user, const std::string& user_id);
 
 }  // namespace agentfleet::dispatcher

@@ -589,6 +589,7 @@ void read_dispatcher(const Section& s, DispatcherConfig& out) {
   }
   s.read("max_batch_lines", out.max_batch_lines);
   s.read("max_batch_uploads", out.max_batch_uploads);
+  s.read("max_batch_uploads_per_caller", out.max_batch_uploads_per_caller);
   s.read("stream_heartbeat_s", out.stream_heartbeat_s);
   s.read("max_streams_per_caller", out.max_streams_per_caller);
   s.read("max_streams", out.max_streams);

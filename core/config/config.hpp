@@ -114,9 +114,13 @@ struct DispatcherConfig {
   // (idle_session_timeout), releasing the scheduler lock: when the active replica's path to
   // Postgres goes silent, another replica takes over within about this plus leader_retry_ms.
   int leader_silence_s = 10;
-  // POST /v1/batches: most lines per batch, uploads at once per replica.
+  // POST /v1/batches: most lines per batch, uploads at once per replica, and of those at
+  // most max_batch_uploads_per_caller for one caller (a key that acts for the users it lists,
+  // a gateway user, or a key that acts for any user, per user): one tenant cannot hold every
+  // upload slot of a replica.
   int max_batch_lines = 1000000;
   int max_batch_uploads = 2;
+  int max_batch_uploads_per_caller = 1;
   // Server-sent events: a comment line this often keeps proxies from closing the stream.
   int stream_heartbeat_s = 15;
   // Event streams and long polls (?wait=N, POST /v1/plan) open at once on a replica, per
@@ -126,9 +130,10 @@ struct DispatcherConfig {
   int max_long_polls_per_caller = 200;
   int max_long_polls = 10000;
   // POST /v1/batches: an upload must end within this, and after its first
-  // batch_upload_rate_window_s send at least batch_upload_min_bytes_per_s on average
-  // (else 408, nothing stored): a trickling client holds neither a place nor a transaction
-  // for long.
+  // batch_upload_rate_window_s send at least batch_upload_min_bytes_per_s of task lines on
+  // average (blank lines do not count; else 408, nothing stored): a trickling client holds
+  // neither a place nor a transaction for long, and an upload lasts at most about its
+  // window plus its size over that rate.
   int batch_upload_timeout_s = 3600;
   int batch_upload_min_bytes_per_s = 8192;
   int batch_upload_rate_window_s = 30;

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <future>
 #include <map>
 #include <set>
@@ -1769,20 +1770,21 @@ std::string batch_lines_of(const std::string& u, int n, const std::string& prefi
   return lines;
 }
 
-// Starts a chunked batch upload of `lines` for user `u` as `batch` and waits (bounded) until
-// `staged` of its tasks are stored, staged; the body is left open.
+// Starts a chunked batch upload of `lines` for user `u` as `batch`, as `key`, and waits
+// (bounded) until `staged` of its tasks are stored, staged; the body is left open.
 boost::asio::ip::tcp::socket start_upload(boost::asio::io_context& io, const std::string& u,
                                           const std::string& batch, const std::string& lines,
-                                          std::int64_t staged) {
+                                          std::int64_t staged,
+                                          const std::string& key = admin_key()) {
   boost::asio::ip::tcp::socket socket = api_socket(io);
   char size[16];
   std::snprintf(size, sizeof size, "%zx\r\n", lines.size());
-  boost::asio::write(
-      socket, boost::asio::buffer("POST /v1/batches?user_id=" + u + "&batch_id=" + batch +
-                                  " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + admin_key() +
-                                  "\r\nContent-Type: application/x-ndjson\r\n"
-                                  "Transfer-Encoding: chunked\r\n\r\n" +
-                                  size + lines + "\r\n"));
+  boost::asio::write(socket,
+                     boost::asio::buffer("POST /v1/batches?user_id=" + u + "&batch_id=" + batch +
+                                         " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key +
+                                         "\r\nContent-Type: application/x-ndjson\r\n"
+                                         "Transfer-Encoding: chunked\r\n\r\n" +
+                                         size + lines + "\r\n"));
   const auto until = std::chrono::steady_clock::now() + 20s;
   while (pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'staged'", u) <
              staged &&
@@ -1902,9 +1904,14 @@ TEST(ApiBatchLimits, AKeyHeldByAnUploadUnderWayIsRefusedForNowNeverTakenForADupl
   expect_error(single, 503, "/idempotency_key", "idempotency_key_pending");
   EXPECT_FALSE(single.header("Retry-After").empty());
   EXPECT_NE(single.body.find(batch), std::string::npos) << single.body;
+  // The same caller's second upload for the user waits for its share of the replica's
+  // uploads (max_batch_uploads_per_caller, 1): refused before its lines are read. (Through
+  // another caller or replica, its held keys would answer 503 idempotency_key_pending;
+  // tests/pg/batch_pgtest.cpp holds the store's side of that.)
   auto again = post_batch("?user_id=" + u, batch_lines_of(u, 3, "held-"));
-  expect_error(again, 503, "/", "idempotency_key_pending");
-  EXPECT_FALSE(again.header("Retry-After").empty());
+  EXPECT_EQ(again.status, 429) << again.body;
+  EXPECT_EQ(str(at(parse(again.body), "error"), "code"), "too_many_uploads") << again.body;
+  EXPECT_EQ(again.header("Retry-After"), "5");
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 1000)
       << "only the first upload's staged tasks";
   EXPECT_EQ(pg_count("SELECT count(*) FROM batches WHERE user_id = $1", u), 1);
@@ -1921,10 +1928,59 @@ TEST(ApiBatchLimits, AKeyHeldByAnUploadUnderWayIsRefusedForNowNeverTakenForADupl
   EXPECT_EQ(call({bhttp::verb::post, "/v1/batches/" + batch + "/cancel", ""}).status, 200);
 }
 
-TEST(ApiBatchLimits, AnUploadBelowTheMinimumRateIsCutWithA408AndStoresNothing) {
-  // The fleet holds uploads to 8,192 bytes a second after their first 3 s
-  // (AGENTFLEET_BATCH_UPLOAD_RATE_WINDOW_S in the fixture). One line a second is far less.
-  const std::string u = user("trickle");
+// Issue 39, item 1: two uploads by u2 held both of the replica's upload slots, and every
+// upload of u1 meanwhile was answered 429. A caller now holds at most its share
+// (max_batch_uploads_per_caller, 1 by default); another tenant's upload is served.
+TEST(ApiBatchLimits, OneTenantsUploadsLeaveTheOtherSlotToAnotherTenant) {
+  boost::asio::io_context io;
+  const std::string batch =
+      "share-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  ASSERT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = 'u2' AND status = 'staged'"), 0);
+  // A full slice goes in as it arrives (its tasks staged): the upload holds its slot.
+  boost::asio::ip::tcp::socket held =
+      start_upload(io, "u2", batch, batch_lines_of("u2", 1000, batch + "-"), 1000, kU2Key);
+  ASSERT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = 'u2' AND status = 'staged'"),
+            1000);
+
+  auto second = post_batch("", batch_lines_of("u2", 1, batch + "-again-"), kU2Key);
+  EXPECT_EQ(second.status, 429) << second.body;
+  EXPECT_EQ(str(at(parse(second.body), "error"), "code"), "too_many_uploads") << second.body;
+  EXPECT_EQ(second.header("Retry-After"), "5");
+  EXPECT_NE(second.body.find("max_batch_uploads_per_caller"), std::string::npos) << second.body;
+
+  // u1's upload is read (its second line names another user: 400, nothing stored) rather
+  // than refused for want of a slot.
+  auto other = post_batch(
+      "", batch_lines_of("u1", 1, batch + "-u1-") + batch_lines_of("u2", 1, "x"), kU1Key);
+  expect_error(other, 400, "/line/2/user_id", "invalid_request");
+
+  // The held upload ends without its last chunk: nothing of it stays, and u2 may upload again.
+  held.close();
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (pg_count("SELECT count(*) FROM tasks WHERE user_id = 'u2' AND status = 'staged'") > 0 &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(20ms);  // polling a bounded wait
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = 'u2' AND status = 'staged'"), 0);
+  // Its slot is given back once its answer is done, just after the delete: asked again
+  // while 429 (Retry-After), within a bound.
+  http::ClientResponse after = post_batch("", "{ not json\n", kU2Key);
+  const auto freed_by = std::chrono::steady_clock::now() + 20s;
+  while (after.status == 429 && std::chrono::steady_clock::now() < freed_by) {
+    std::this_thread::sleep_for(50ms);  // polling a bounded wait
+    after = post_batch("", "{ not json\n", kU2Key);
+  }
+  expect_error(after, 400, "/line/1", "invalid_request");
+}
+
+// What a chunked batch upload for `u` that sends `chunk(i)` every `every` was answered, read
+// to the end of its error code, and how many seconds after its head the answer's head came
+// (at most 30 s of sending).
+struct Trickled {
+  std::string answer;
+  double took = 0;
+};
+Trickled trickle(const std::string& u, const std::function<std::string(int)>& chunk,
+                 std::chrono::milliseconds every) {
   boost::asio::io_context io;
   boost::asio::ip::tcp::socket socket = api_socket(io);
   boost::asio::write(
@@ -1936,16 +1992,16 @@ TEST(ApiBatchLimits, AnUploadBelowTheMinimumRateIsCutWithA408AndStoresNothing) {
   std::string got;
   const auto started = std::chrono::steady_clock::now();
   int sent = 0;
-  auto next_line = started;
+  auto next_chunk = started;
   while (std::chrono::steady_clock::now() < started + 30s &&
          got.find("\r\n\r\n") == std::string::npos) {
-    if (std::chrono::steady_clock::now() >= next_line) {
-      const std::string line = batch_lines_of(u, 1, "trickle-" + std::to_string(sent++));
+    if (std::chrono::steady_clock::now() >= next_chunk) {
+      const std::string data = chunk(sent++);
       char size[16];
-      std::snprintf(size, sizeof size, "%zx\r\n", line.size());
+      std::snprintf(size, sizeof size, "%zx\r\n", data.size());
       boost::system::error_code ec;
-      boost::asio::write(socket, boost::asio::buffer(std::string(size) + line + "\r\n"), ec);
-      next_line += 1s;
+      boost::asio::write(socket, boost::asio::buffer(std::string(size) + data + "\r\n"), ec);
+      next_chunk += every;
     }
     char buf[4096];
     boost::system::error_code ec;
@@ -1960,19 +2016,46 @@ TEST(ApiBatchLimits, AnUploadBelowTheMinimumRateIsCutWithA408AndStoresNothing) {
   }
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 408 Request Timeout") << got;
-  // Read a second past the window (the rate is looked at as lines arrive); well before the
-  // upload's overall bound.
-  EXPECT_LT(took, 15.0) << got;
-  EXPECT_GE(took, 3.0) << got;
   boost::system::error_code ec;
   char buf[4096];
   socket.non_blocking(false);
-  while (got.find("upload_too_slow") == std::string::npos && !ec)
+  while (got.find("\r\n\r\n") != std::string::npos &&
+         got.find("}}", got.find("\r\n\r\n")) == std::string::npos && !ec)
     got.append(buf, socket.read_some(boost::asio::buffer(buf), ec));
+  return {got, took};
+}
+
+TEST(ApiBatchLimits, AnUploadBelowTheMinimumRateIsCutWithA408AndStoresNothing) {
+  // The fleet holds uploads to 8,192 bytes a second after their first 3 s
+  // (AGENTFLEET_BATCH_UPLOAD_RATE_WINDOW_S in the fixture). One line a second is far less.
+  const std::string u = user("trickle");
+  const Trickled cut = trickle(
+      u, [&u](int i) { return batch_lines_of(u, 1, "trickle-" + std::to_string(i)); }, 1s);
+  const std::string& got = cut.answer;
+  EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 408 Request Timeout") << got;
+  // Read a second past the window (the rate is looked at as lines arrive); well before the
+  // upload's overall bound.
+  EXPECT_LT(cut.took, 15.0) << got;
+  EXPECT_GE(cut.took, 3.0) << got;
   EXPECT_NE(got.find("upload_too_slow"), std::string::npos) << got;
   EXPECT_NE(got.find("nothing was stored"), std::string::npos) << got;
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 0);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM batches WHERE user_id = $1", u), 0);
+}
+
+// Issue 39, item 1: an upload of nothing but blank lines, 8 KiB a second, met the pace (it
+// counted bytes) and held an upload slot for the hour of batch_upload_timeout_s. Blank
+// lines are not tasks and earn no time: 64 KiB a second of them is cut past the window.
+TEST(ApiBatchLimits, AnUploadOfBlankLinesIsCutPastTheWindowHoweverFastItSendsThem) {
+  const std::string u = user("blank");
+  const Trickled cut = trickle(
+      u, [](int) { return std::string(16 * 1024, '\n'); }, 250ms);
+  const std::string& got = cut.answer;
+  EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 408 Request Timeout") << got;
+  EXPECT_LT(cut.took, 15.0) << got;
+  EXPECT_GE(cut.took, 3.0) << got;
+  EXPECT_NE(got.find("upload_too_slow"), std::string::npos) << got;
+  EXPECT_NE(got.find("of blank lines, which are not tasks"), std::string::npos) << got;
   EXPECT_EQ(pg_count("SELECT count(*) FROM batches WHERE user_id = $1", u), 0);
 }
 

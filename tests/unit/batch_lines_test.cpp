@@ -145,7 +145,35 @@ TEST(UploadPace, AClientAboveTheRateIsNeverCutAndOneBelowItOnlyAfterTheWindow) {
       EXPECT_EQ(cut, std::nullopt) << "within the window, at " << i << " s";
     } else {
       ASSERT_NE(cut, std::nullopt) << "past the window, at " << i << " s";
-      EXPECT_NE(cut->find("3100 bytes in 31 s"), std::string::npos) << *cut;
+      EXPECT_NE(cut->find("3100 bytes of task lines in 31 s"), std::string::npos) << *cut;
+      break;
+    }
+  }
+}
+
+// Issue 39, item 1: two uploads of nothing but blank lines, 8 KiB a second, held both of a
+// replica's upload slots for the hour of batch_upload_timeout_s. Blank lines are not tasks:
+// their bytes earn no time, so such an upload is cut once the window has passed, while one
+// of task lines with blank lines between them is not.
+TEST(UploadPace, BlankLinesAreNotTasksAndEarnTheUploadNoTime) {
+  UploadPace blank(kStart, seconds(3600), seconds(30), 8192);
+  UploadPace spaced(kStart, seconds(3600), seconds(30), 8192);
+  for (int i = 1; i <= 120; ++i) {
+    const auto now = kStart + seconds(i);
+    // The lines of a read are taken before the pace looks at it.
+    blank.blank(8192);  // 8,192 newlines
+    auto cut = blank.read(8192, seconds(1), now);
+    // 10 KiB a second, of which 1 KiB blank lines.
+    spaced.blank(1024);
+    EXPECT_EQ(spaced.read(10240, seconds(1), now), std::nullopt) << i;
+    if (i <= 30) {
+      EXPECT_EQ(cut, std::nullopt) << "within the window, at " << i << " s";
+    } else {
+      ASSERT_NE(cut, std::nullopt) << "past the window, at " << i << " s";
+      EXPECT_NE(cut->find("0 bytes of task lines (and 253952 of blank lines, which are not "
+                          "tasks) in 31 s"),
+                std::string::npos)
+          << *cut;
       break;
     }
   }

@@ -1,4 +1,5 @@
-// Event streams and long polls per caller and per replica (dispatcher/waiter_limits.hpp).
+// Event streams, long polls and batch uploads per caller and per replica
+// (dispatcher/waiter_limits.hpp).
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -49,6 +50,46 @@ TEST(WaiterLimits, AReplicaAtItsTotalRefusesEveryCaller) {
   // Refusals hold nothing.
   EXPECT_EQ(limits.held(Waiter::kLongPoll), 3u);
   EXPECT_EQ(limits.held(Waiter::kLongPoll, "d"), 0u);
+}
+
+// Issue 39, item 1: two uploads of one tenant held both of a replica's upload places, and
+// every other tenant's upload was answered 429. A caller now holds at most its share.
+TEST(WaiterLimits, OneTenantHoldsAtMostItsShareOfAReplicasUploads) {
+  WaiterLimits limits({0, 0}, {0, 0}, {1, 2});
+  auto replica_1 = limits.acquire(Waiter::kUpload, {});
+  ASSERT_EQ(refusal_of(replica_1), std::nullopt);
+  auto mine = limits.acquire(Waiter::kCallerUpload, upload_caller("u2-key", false, "u2"));
+  ASSERT_EQ(refusal_of(mine), std::nullopt);
+  // The tenant's second upload takes a place of the replica's, but not one of its own.
+  {
+    auto replica_2 = limits.acquire(Waiter::kUpload, {});
+    ASSERT_EQ(refusal_of(replica_2), std::nullopt);
+    EXPECT_EQ(refusal_of(limits.acquire(Waiter::kCallerUpload,
+                                        upload_caller("u2-key", false, "u2-other"))),
+              Refusal::kCaller)
+        << "a key that acts for the users it lists is one caller whatever the user";
+  }
+  // Another tenant's upload goes in.
+  auto replica_2 = limits.acquire(Waiter::kUpload, {});
+  ASSERT_EQ(refusal_of(replica_2), std::nullopt);
+  EXPECT_EQ(refusal_of(limits.acquire(Waiter::kCallerUpload, upload_caller("u1-key", false, "u1"))),
+            std::nullopt);
+  EXPECT_EQ(refusal_of(limits.acquire(Waiter::kUpload, {})), Refusal::kReplica);
+  EXPECT_EQ(limits.held(Waiter::kCallerUpload, "u2-key"), 1u);
+}
+
+TEST(WaiterLimits, AnAnyUserKeyIsOneUploaderPerUserKnownFromTheQueryOrTheFirstLine) {
+  EXPECT_EQ(upload_caller("admin", true, "u1"), "admin/u1");
+  EXPECT_EQ(upload_caller("admin", true, ""), "") << "not known before the first line";
+  EXPECT_EQ(upload_caller("gateway:u7", false, "u7"), "gateway:u7");
+  EXPECT_EQ(upload_caller("u1-key", false, ""), "u1-key");
+  WaiterLimits limits({0, 0}, {0, 0}, {1, 0});
+  auto u1 = limits.acquire(Waiter::kCallerUpload, upload_caller("admin", true, "u1"));
+  EXPECT_EQ(refusal_of(u1), std::nullopt);
+  EXPECT_EQ(refusal_of(limits.acquire(Waiter::kCallerUpload, upload_caller("admin", true, "u2"))),
+            std::nullopt);
+  EXPECT_EQ(refusal_of(limits.acquire(Waiter::kCallerUpload, upload_caller("admin", true, "u1"))),
+            Refusal::kCaller);
 }
 
 TEST(WaiterLimits, APlaceIsGivenBackWhenItsTicketGoesAndAMovedTicketOnlyOnce) {
