@@ -39,6 +39,7 @@ const std::map<std::string, std::string>& pinned() {
       {"0022_submit_function.sql", "e02d6973dcb5c782"},
       {"0023_step_tool_calls.sql", "9b90524f1a5e3695"},
       {"0024_dead_letter_replays.sql", "b8aee2cdfa35dea5"},
+      {"0025_drop_running_lease_index.sql", "d256514b904d06e3"},
   };
   return kPinned;
 }
