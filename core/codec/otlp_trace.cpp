@@ -300,6 +300,10 @@ Result<std::vector<Span>> task_spans(std::string_view task_json, std::string_vie
         if (auto v = int_of(usage, "reasoning_tokens"))
           put(span, "agentfleet.usage.reasoning_tokens", *v);
       }
+      // The provider sent no usage: the tokens and the bill are the worker's estimate.
+      if (auto estimated = step.FindMember("usage_estimated");
+          estimated != step.MemberEnd() && estimated->value.IsBool())
+        put(span, "agentfleet.usage.estimated", estimated->value.GetBool());
       if (cost_it != costs.end()) {
         put(span, "agentfleet.cost", decimal_value(cost_it->second.cost));
         put_if(span, "agentfleet.currency", cost_it->second.currency);

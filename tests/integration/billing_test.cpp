@@ -62,6 +62,16 @@ TEST(Billing, AnAnswerWithoutUsageIsBilledFromTheWorkersEstimateAndFlagged) {
   EXPECT_GT(ledger[2].as<std::int64_t>(), 0) << "the request's tokens, estimated";
   EXPECT_GT(ledger[3].as<std::int64_t>(), 0) << "the answer's tokens, estimated";
   EXPECT_NE(ledger[4].as<std::string>(), "0.000000") << "billed, not free";
+  // Each step of the trace says its bill is an estimate (issue 39, item 9).
+  const auto& trace = at(task, "trace");
+  ASSERT_TRUE(trace.IsArray());
+  int estimated_steps = 0;
+  for (const auto& step : trace.GetArray()) {
+    if (step.HasMember("usage_estimated") && step["usage_estimated"].IsBool() &&
+        step["usage_estimated"].GetBool())
+      ++estimated_steps;
+  }
+  EXPECT_EQ(estimated_steps, 2) << "both model calls were billed by estimate";
   auto totals = totals_of(user);
   EXPECT_EQ(num(totals, "calls"), 2);
   EXPECT_EQ(num(totals, "estimated_calls"), 2);

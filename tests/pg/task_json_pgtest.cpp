@@ -62,6 +62,8 @@ std::string oracle_task() {
                    ELSE s.model_reply->'role' END,
       'content', s.model_reply->'content', 'reasoning', s.model_reply->'reasoning',
       'tool_calls', coalesce(s.trace, '[]'::jsonb), 'usage', s.model_reply->'usage',
+      'usage_estimated', (SELECT l.usage_estimated FROM usage_ledger l
+                          WHERE l.task_id = s.task_id AND l.step = s.step),
       'model_latency_ms', s.model_latency_ms, 'at', s.created_at) ORDER BY s.step),
       '[]'::jsonb)
     FROM task_steps s WHERE s.task_id = t.task_id))::text
@@ -269,6 +271,12 @@ TEST_F(TaskJson, AnEndedTaskWithStepsAResultAndABillIsShownAsTheStatementsShowed
               '[{"tool":"list_items","status":"ok"}]', 321),
              ($1::uuid, 1, 2, '{"kind":"tool_step","content":null}', NULL, 0))SQL",
        asked);
+  // Step 0's provider sent no usage: billed by the worker's estimate (issue 39, item 9).
+  exec(R"SQL(INSERT INTO usage_ledger (task_id, step, user_id, batch_id, model, input_tokens,
+                                       cached_input_tokens, output_tokens, cost, currency,
+                                       usage_estimated)
+      VALUES ($1::uuid, 0, $2, $3, 'sim-model', 1200, 200, 80, 0.001234, 'CNY', true))SQL",
+       asked, user, batch);
   pg::NewTask failed_line;
   failed_line.spec.batch_id = batch;
   failed_line.spec.priority = Priority::kBatch;
@@ -284,6 +292,8 @@ TEST_F(TaskJson, AnEndedTaskWithStepsAResultAndABillIsShownAsTheStatementsShowed
   EXPECT_EQ(shown["result"]["options"].Size(), 2u);
   EXPECT_EQ(shown["trace"].Size(), 2u);
   EXPECT_EQ(shown["trace"][1]["role"], "tool");
+  EXPECT_TRUE(shown["trace"][0]["usage_estimated"].IsTrue()) << "its step's bill is an estimate";
+  EXPECT_TRUE(shown["trace"][1]["usage_estimated"].IsNull()) << "a tool step made no call";
   EXPECT_EQ(shown["cost"], "0.001234");
   EXPECT_EQ(shown["text"], "把周会改到晚上8点\x1f \"引号\" \\") << "escaped and read back";
 }

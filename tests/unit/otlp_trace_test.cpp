@@ -40,14 +40,14 @@ std::string task_json(const std::string& batch_id = "") {
       {"step": 0, "attempt": 1, "role": null, "at": "2026-11-28T21:06:32.400+00:00",
        "model_latency_ms": 100,
        "usage": {"input_tokens": 1832, "output_tokens": 17, "cached_input_tokens": 0,
-                 "reasoning_tokens": 0},
+                 "reasoning_tokens": 0}, "usage_estimated": true,
        "tool_calls": [{"call_id": "call_0_0", "tool": "search_items", "status": "outcome_unknown",
                        "arguments": "{\"date\":\"2026-02-08\"}", "result": "", "http_status": 0,
                        "latency_ms": 30, "at": "2026-11-28T21:06:32.410Z"}]},
       {"step": 1, "attempt": 2, "role": null, "at": "2026-11-28T21:06:40.200+00:00",
        "model_latency_ms": 150,
        "usage": {"input_tokens": 1900, "output_tokens": 20, "cached_input_tokens": 1800,
-                 "reasoning_tokens": 4},
+                 "reasoning_tokens": 4}, "usage_estimated": false,
        "tool_calls": [{"call_id": "call_1_0", "tool": "update_item", "status": "error",
                        "arguments": "{\"id\":\"evt-1\"}", "result": "{\"error\":\"conflict\"}",
                        "http_status": 409, "latency_ms": 20, "at": "2026-11-28T21:06:40.210Z"},
@@ -164,10 +164,12 @@ TEST(OtlpTrace, EveryStepAttemptAndTheQueueIsASpanOfTheCallersTrace) {
   EXPECT_EQ(value<std::int64_t>(chat0, "gen_ai.usage.input_tokens"), 1832);
   EXPECT_EQ(value<std::int64_t>(chat0, "agentfleet.step"), 0);
   EXPECT_DOUBLE_EQ(value<double>(chat0, "agentfleet.cost"), 0.0012);
+  EXPECT_TRUE(value<bool>(chat0, "agentfleet.usage.estimated")) << "the provider sent no usage";
   const Span& chat1 = named(all, "chat sim-model-large");
   EXPECT_EQ(chat1.parent_span_id, second.span_id);
   EXPECT_EQ(value<std::int64_t>(chat1, "agentfleet.usage.cached_input_tokens"), 1800);
   EXPECT_EQ(value<std::int64_t>(chat1, "agentfleet.usage.reasoning_tokens"), 4);
+  EXPECT_FALSE(value<bool>(chat1, "agentfleet.usage.estimated"));
   EXPECT_EQ(value<std::string>(chat1, "gen_ai.request.model"), "sim-model-large");
 
   // Tool calls: arguments, result, status; a failure is an error span.

@@ -27,6 +27,8 @@ interface TraceStep {
   reasoning: string | null;
   tool_calls: ToolCall[];
   usage: { input_tokens?: number; cached_input_tokens?: number; output_tokens?: number; reasoning_tokens?: number } | null;
+  /** The provider sent no usage: the tokens and the bill are the worker's estimate. */
+  usage_estimated: boolean | null;
   model_latency_ms: number;
   at: string;
 }
@@ -103,6 +105,11 @@ function Timeline({ task }: { task: Task }) {
                 {s.kind === "model" && s.step.usage
                   ? `${count(s.step.usage.input_tokens)} / ${count(s.step.usage.cached_input_tokens)} / ${count(s.step.usage.output_tokens)}`
                   : ""}
+                {s.kind === "model" && s.step.usage_estimated ? (
+                  <span class="small muted" title="The provider sent no usage: these tokens and the bill are estimated" data-usage-estimated>
+                    {" "}estimated
+                  </span>
+                ) : null}
               </td>
               <td class="bar-col">
                 <svg class="bar" viewBox={`0 0 ${W} 12`} preserveAspectRatio="none" aria-hidden="true">

@@ -185,8 +185,10 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND status 
 
 -- name: task_json
 -- Task $1 as the API shows it: its task_row, then its trace (per step and attempt the
--- model's reply, its tool calls and their results; a JSON array), read in the caller's
--- transaction (a task inserted there is seen).
+-- model's reply, its tool calls and their results, and whether the step's bill is an
+-- estimate because the provider sent no usage: the ledger's usage_estimated, null for a
+-- step that made no model call; a JSON array), read in the caller's transaction (a task
+-- inserted there is seen).
 SELECT {{task_row}},
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
            'step', s.step, 'attempt', s.attempt,
@@ -194,6 +196,8 @@ SELECT {{task_row}},
                         ELSE s.model_reply->'role' END,
            'content', s.model_reply->'content', 'reasoning', s.model_reply->'reasoning',
            'tool_calls', coalesce(s.trace, '[]'::jsonb), 'usage', s.model_reply->'usage',
+           'usage_estimated', (SELECT l.usage_estimated FROM usage_ledger l
+                               WHERE l.task_id = s.task_id AND l.step = s.step),
            'model_latency_ms', s.model_latency_ms, 'at', s.created_at) ORDER BY s.step),
            '[]'::jsonb)
         FROM task_steps s WHERE s.task_id = t.task_id)::text
