@@ -605,10 +605,19 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::full_task_id(
 }
 
 asio::awaitable<http::Response> Api::ready(http::Request& request) {
-  const Status ping = co_await store_.ping();
-  if (!ping.ok())
-    co_return store_unavailable(request, ping.error());
-  co_return http::make_response(request, http::Status::ok, R"({"status":"ready"})");
+  // Reading the replication settings is the ping: Postgres answers.
+  auto replication = co_await replication_.check(store_.pool());
+  if (!replication.ok())
+    co_return store_unavailable(request, replication.error());
+  const pg::ReplicationState& state = replication.value();
+  if (auto refusal =
+          pg::replication_refusal(state, config_.postgres.require_synchronous_replication)) {
+    auto response =
+        http::make_error(request, http::Status::service_unavailable, "not_ready", *refusal);
+    response.set(bhttp::field::retry_after, "5");
+    co_return response;
+  }
+  co_return http::make_response(request, http::Status::ok, pg::ready_json(state));
 }
 
 asio::awaitable<void> Api::stream(http::Exchange& exchange) {

@@ -34,6 +34,7 @@
 #include "core/adapters/http/server.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
 #include "core/adapters/pg/api_store.hpp"
+#include "core/adapters/pg/replication.hpp"
 #include "core/codec/json_schema.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
@@ -65,6 +66,9 @@ class Api {
   boost::asio::awaitable<void> stream(http::Exchange& exchange);
   // At shutdown, before the I/O stops: ends a dead-letter read under way.
   void stop() { dead_letters_.stop(); }
+  // Whether commits wait for a synchronous standby, as /readyz last read it (and check(),
+  // to read it at start).
+  pg::ReplicationWatch& replication() { return replication_; }
 
  private:
   // A request that may go to its route's handler, and who sent it.
@@ -139,6 +143,7 @@ class Api {
 
   const config::Config& config_;
   pg::ApiStore store_;
+  pg::ReplicationWatch replication_{"dispatcher"};
   std::function<void()> wake_scheduler_;
   std::function<void()> wake_relay_;
   metrics::DispatcherMetrics& metrics_;

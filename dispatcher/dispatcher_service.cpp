@@ -238,6 +238,22 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
   feed.start();
   scheduler.start();
 
+  // Whether commits wait for a synchronous standby: read (and logged) at start, then at
+  // each readiness probe; its gauge shows the last reading.
+  registry.add_render_hook([&] {
+    if (auto replication = api.replication().last())
+      db_metrics.set_synchronous_replication(replication->synchronous);
+  });
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto read = co_await api.replication().check(db);
+        if (!read.ok())
+          log::warn("dispatcher",
+                    "postgres: replication not read at start: " + read.error().message);
+      },
+      asio::detached);
+
   // The slow gauges: live tasks by status and the due outbox, counted every
   // metrics.refresh_interval_s.
   asio::steady_timer refresh_wake(io);

@@ -75,7 +75,9 @@ asio::awaitable<http::Response> OpsEndpoint::handle(http::Request& request) {
       co_return http::make_error(request, http::Status::service_unavailable, "not_ready",
                                  readiness.reason);
     }
-    co_return http::make_response(request, http::Status::ok, R"({"status":"ready"})");
+    co_return http::make_response(
+        request, http::Status::ok,
+        readiness.body.empty() ? std::string(R"({"status":"ready"})") : readiness.body);
   }
   co_return http::make_error(request, http::Status::not_found, "not_found", "no route " + path);
 }

@@ -30,6 +30,7 @@ namespace agentfleet::worker {
 struct Readiness {
   bool ready = false;
   std::string reason;  // why not, when not ready
+  std::string body;    // the answer when ready; empty: {"status":"ready"}
 };
 
 struct OpsEndpointOptions {

@@ -19,6 +19,7 @@
 #include "core/adapters/otlp/span_exporter.hpp"
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/liveness_store.hpp"
+#include "core/adapters/pg/replication.hpp"
 #include "core/adapters/pg/run_store.hpp"
 #include "core/adapters/pg/trace_source.hpp"
 #include "core/adapters/pg/write_batcher.hpp"
@@ -186,7 +187,8 @@ std::unique_ptr<OpsEndpoint> start_ops(asio::any_io_executor executor, const con
                                        metrics::MetricsRegistry& registry,
                                        metrics::WorkerMetrics& worker_metrics,
                                        kafka::ConsumerSubscription& subscription, pg::DbPool& db,
-                                       LeaseKeeper& keeper, const bool& draining) {
+                                       pg::ReplicationWatch& replication, LeaseKeeper& keeper,
+                                       const bool& draining) {
   if (config.metrics.port == 0)
     return nullptr;
   auto ops = std::make_unique<OpsEndpoint>(
@@ -194,7 +196,7 @@ std::unique_ptr<OpsEndpoint> start_ops(asio::any_io_executor executor, const con
       OpsEndpointOptions{config.metrics.host, static_cast<std::uint16_t>(config.metrics.port),
                          std::chrono::seconds(config.metrics.refresh_interval_s)},
       registry,
-      [&draining, &keeper, &db]() -> asio::awaitable<Readiness> {
+      [&draining, &keeper, &db, &replication, &config]() -> asio::awaitable<Readiness> {
         Readiness readiness;
         if (draining) {
           readiness.reason = "draining";
@@ -204,10 +206,19 @@ std::unique_ptr<OpsEndpoint> start_ops(asio::any_io_executor executor, const con
           readiness.reason = "fenced: its liveness could not be renewed";
           co_return readiness;
         }
-        const Status ping = co_await db.ping();
-        readiness.ready = ping.ok();
-        if (!ping.ok())
-          readiness.reason = "postgres unreachable: " + ping.error().message;
+        // Reading the replication settings is the ping: Postgres answers.
+        auto read = co_await replication.check(db);
+        if (!read.ok()) {
+          readiness.reason = "postgres unreachable: " + read.error().message;
+          co_return readiness;
+        }
+        if (auto refusal = pg::replication_refusal(
+                read.value(), config.postgres.require_synchronous_replication)) {
+          readiness.reason = *refusal;
+          co_return readiness;
+        }
+        readiness.ready = true;
+        readiness.body = pg::ready_json(read.value());
         co_return readiness;
       },
       [&subscription, &worker_metrics] {
@@ -342,9 +353,25 @@ int run_worker(const config::Config& config) {
   asio::co_spawn(io, start_consuming(keeper, *consumer, draining, worker_id, config),
                  asio::detached);
 
+  // Whether commits wait for a synchronous standby: read (and logged) at start, then at
+  // each readiness probe; its gauge shows the last reading.
+  pg::ReplicationWatch replication("worker");
+  registry.add_render_hook([&] {
+    if (auto last = replication.last())
+      db_metrics.set_synchronous_replication(last->synchronous);
+  });
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto read = co_await replication.check(db);
+        if (!read.ok())
+          log::warn("worker", "postgres: replication not read at start: " + read.error().message);
+      },
+      asio::detached);
+
   // /metrics, /healthz, /readyz on their own port; consumer lag refreshed off the io thread.
   std::unique_ptr<OpsEndpoint> ops = start_ops(io.get_executor(), config, registry, worker_metrics,
-                                               subscription, db, keeper, draining);
+                                               subscription, db, replication, keeper, draining);
   io.run();
   if (ops)
     ops->stop();

@@ -498,6 +498,7 @@ void read_postgres(const Section& s, PostgresConfig& out) {
   s.read("pool_size", out.pool_size);
   s.read("statement_timeout_ms", out.statement_timeout_ms);
   s.read("connect_timeout_s", out.connect_timeout_s);
+  s.read("require_synchronous_replication", out.require_synchronous_replication);
 }
 
 // librdkafka properties: strings, integers and booleans, passed on as text.

@@ -30,6 +30,9 @@ struct PostgresConfig {
   int pool_size = 8;  // connections (and threads) per process
   int statement_timeout_ms = 5000;
   int connect_timeout_s = 5;
+  // Readiness (/readyz of both processes) fails while commits do not wait for a synchronous
+  // standby (pg::judge_replication): a failover could then lose committed steps.
+  bool require_synchronous_replication = false;
 
   bool operator==(const PostgresConfig&) const = default;
 };

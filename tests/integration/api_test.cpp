@@ -922,6 +922,9 @@ TEST(ApiOps, ReadinessAndMetricsAreOnTheOperationsPortOnlyAndLivenessOnBoth) {
   auto ready = ops_get("/readyz");
   EXPECT_EQ(ready.status, 200) << ready.body;
   EXPECT_EQ(str(parse(ready.body), "status"), "ready");
+  // It says whether commits wait for a synchronous standby: the fleet's Postgres has none.
+  EXPECT_NE(ready.body.find(R"("synchronous_replication":false)"), std::string::npos) << ready.body;
+  EXPECT_NE(ready.body.find("synchronous_standby_names is empty"), std::string::npos) << ready.body;
   // Nobody on the API's network reads the metrics or makes the dispatcher ping Postgres.
   for (const std::string path : {"/readyz", "/metrics"}) {
     auto refused = get(path, "");

@@ -111,6 +111,16 @@ TEST(Metrics, EveryProcessAnswersHealthAndReadiness) {
       auto response = call(bhttp::verb::get, base + path);
       EXPECT_EQ(response.status, 200) << base << path << ": " << response.body;
     }
+    // Each reports whether its commits wait for a synchronous standby (none here): in its
+    // readiness, and as a gauge once it has read it (the readiness probe above did).
+    EXPECT_NE(
+        call(bhttp::verb::get, base + "/readyz").body.find(R"("synchronous_replication":false)"),
+        std::string::npos)
+        << base;
+    EXPECT_NE(call(bhttp::verb::get, base + "/metrics")
+                  .body.find("\nagentfleet_postgres_synchronous_replication 0\n"),
+              std::string::npos)
+        << base;
   }
   // With an operations port, the API port answers liveness only.
   EXPECT_EQ(call(bhttp::verb::get, env["AGENTFLEET_URL"] + "/healthz").status, 200);

@@ -15,11 +15,16 @@ struct DbPoolMetrics::Families {
                  .Add({})),
         queue_wait(detail::histogram(r, "agentfleet_db_queue_wait_seconds",
                                      "Time a Postgres job waited for a pool thread.")
-                       .Add({}, buckets::kDbQueueWait)) {}
+                       .Add({}, buckets::kDbQueueWait)),
+        synchronous(detail::gauge(r, "agentfleet_postgres_synchronous_replication",
+                                  "1 while this process's commits wait for a synchronous "
+                                  "standby, as its last readiness check read it.")
+                        .Add({})) {}
 
   prometheus::Gauge& in_use;
   prometheus::Gauge& size;
   prometheus::Histogram& queue_wait;
+  prometheus::Gauge& synchronous;
 };
 
 DbPoolMetrics::DbPoolMetrics(MetricsRegistry& registry)
@@ -30,6 +35,10 @@ DbPoolMetrics::~DbPoolMetrics() = default;
 void DbPoolMetrics::set_pool(int in_use, int size) {
   f_->in_use.Set(in_use);
   f_->size.Set(size);
+}
+
+void DbPoolMetrics::set_synchronous_replication(bool synchronous) {
+  f_->synchronous.Set(synchronous ? 1 : 0);
 }
 
 void DbPoolMetrics::queue_wait(double seconds) {

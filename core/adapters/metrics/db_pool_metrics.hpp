@@ -20,6 +20,8 @@ class DbPoolMetrics {
   DbPoolMetrics& operator=(const DbPoolMetrics&) = delete;
 
   void set_pool(int in_use, int size);
+  // 1 while the process's commits wait for a synchronous standby (pg::ReplicationWatch).
+  void set_synchronous_replication(bool synchronous);
   // Time a Postgres job waited for a pool thread.
   void queue_wait(double seconds);
 

@@ -102,6 +102,7 @@ class ApiStore {
   // Gauges and readiness.
   Awaitable<FleetCounts> fleet_counts();
   boost::asio::awaitable<Status> ping() { return db_.ping(); }
+  DbPool& pool() { return db_; }
 
  private:
   DbPool& db_;
