@@ -43,9 +43,10 @@ fi
 integration_filter="SampleTasks.*:Cancel.*:Deadline.*:Recovery.*:DeadLetters.*:ModelFaults.*"
 integration_filter+=":ProgressEvents.*:ApiLongPoll.*:ApiEvents.*:ApiBatches.*:SubmitTopic.*"
 integration_filter+=":SchedulerConcurrency.*:SchedulerLimits.*:Metrics.*"
-# The unit tests that run code on several threads or on an io_context (the rest are pure
+# Every unit test the ThreadSanitizer tree builds: tests/CMakeLists.txt builds there only the
+# files whose tests run code on several threads or on an io_context (the rest are pure
 # functions on one thread, which ThreadSanitizer has nothing to say about).
-unit_filter="JsonSchemaTest.*:ModelClientTest.*:*Concurrent*:*Thread*"
+unit_filter="*"
 
 mkdir -p "$run_dir"
 rm -rf "$reports" "$run_dir/out"
@@ -92,8 +93,22 @@ run_step() {
   fi
 }
 
+# Each pattern of a filter must name at least one test of the binary: a pattern that matches
+# none (a suite renamed, a file the tree no longer builds) would quietly test nothing.
+check_filter() {  # BINARY FILTER
+  local binary=$1 pattern patterns
+  IFS=: read -ra patterns <<<"$2"
+  for pattern in "${patterns[@]}"; do
+    if ! "$binary" --gtest_list_tests "--gtest_filter=$pattern" 2>/dev/null | grep -q '^  '; then
+      failed+=("the filter pattern '$pattern' matches no test of ${binary##*/}")
+      af_log "the filter pattern '$pattern' matches no test of ${binary##*/}"
+    fi
+  done
+}
+
 # ---- 1. in-process tests -------------------------------------------------------------
 step "unit tests"
+check_filter "$build_dir/tests/agentfleet_unit_tests" "$unit_filter"
 run_step unit_tests "$build_dir/tests/agentfleet_unit_tests" --gtest_brief=1 \
   "--gtest_filter=$unit_filter"
 step "HTTP server and client tests (in-process servers on their own threads)"
@@ -130,6 +145,7 @@ else
     --key-prefix tsan-load --limit-s 400
 
   step "integration tests against the fleet: $integration_filter"
+  check_filter "$build_dir/tests/integration/agentfleet_integration_tests" "$integration_filter"
   AGENTFLEET_TEST_RUN_DIR="$run_dir" run_step integration_tests \
     "$build_dir/tests/integration/agentfleet_integration_tests" --gtest_brief=1 \
     "--gtest_filter=$integration_filter"
