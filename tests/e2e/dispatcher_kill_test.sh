@@ -121,9 +121,7 @@ e2e_check_ledger 2
 # Every result event is on the topic once the outbox (the worker's unconfirmed publishes,
 # the relay's) is empty.
 e2e_wait_outbox_empty "the dispatcher kill"
-events=$(timeout 30 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.results -e -q -f '%s\n' |
-  grep -o '"task_id":"[0-9a-f-]*"' | sort -u | wc -l)
-((events == 100)) || fail "result events for $events of 100 tasks"
+e2e_check_result_events 100
 echo "dispatcher kill: the other replica took the scheduler over in ${takeover_ms} ms, with $queued" \
   "tasks queued; all 100 tasks succeeded once, with one result event each and one ledger row" \
   "per model call; no user ever had more than 1 task dispatched or running"

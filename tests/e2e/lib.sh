@@ -87,6 +87,31 @@ e2e_wait_outbox_empty() {
   done
 }
 
+# e2e_check_result_events TASKS: the results topic holds an event for exactly TASKS tasks,
+# and a task announced more than once (the relay may send a result again after a kill:
+# at-least-once) was announced alike each time: two different results for one task are
+# a violation, not a duplicate. Read once the outbox is empty (e2e_wait_outbox_empty).
+e2e_check_result_events() {
+  local verdict
+  verdict=$(timeout 30 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.results -e -q \
+    -f '%s\n' | python3 -c '
+import json, sys
+seen = {}
+for line in sys.stdin:
+    line = line.strip()
+    if not line:
+        continue
+    event = json.loads(line)
+    seen.setdefault(event["task_id"], set()).add(json.dumps(event, sort_keys=True))
+differ = [t for t, events in seen.items() if len(events) > 1]
+print(len(seen), len(differ), " ".join(differ[:3]))
+')
+  local tasks differ which
+  read -r tasks differ which <<<"$verdict"
+  ((differ == 0)) || fail "$differ tasks have result events that differ (e.g. $which)"
+  ((tasks == $1)) || fail "result events for $tasks of $1 tasks"
+}
+
 # e2e_check_ledger MODEL_CALLS: invariant 3 for every task: step rows numbered 0..n-1, one
 # ledger row for each step row of a model call and none for the others (plan_execute's tool
 # steps), totals equal to the ledger, MODEL_CALLS model calls each.

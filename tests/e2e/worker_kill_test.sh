@@ -130,9 +130,7 @@ twice=$(curl -sS --max-time 10 "$TOOL_SIM_URL/records" | grep -o '"idempotency_k
 # result the victim committed but had not published is sent by the relay 10 s later: read
 # the topic once the outbox is empty.
 e2e_wait_outbox_empty "the kill"
-events=$(timeout 30 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -C -t agent.tasks.results -e -q -f '%s\n' |
-  grep -o '"task_id":"[0-9a-f-]*"' | sort -u | wc -l)
-((events == tasks)) || fail "result events for $events of $tasks tasks"
+e2e_check_result_events "$tasks"
 
 if [[ "$mode" == tool ]]; then
   # Every step the victim left in its calls resumed without sending its create again.
