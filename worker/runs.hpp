@@ -55,6 +55,8 @@ class Runs {
   virtual boost::asio::awaitable<RunOutcome> execute(std::shared_ptr<ClaimedRun> run) = 0;
   // (task_id, attempt) of every run going on.
   virtual std::vector<ports::HeldTask> held() const = 0;
+  // The runs going on and the claims under way: a drain waits for both, since a claim that
+  // commits while the worker stops makes a task this worker's that no run would hand back.
   virtual std::size_t running() const = 0;
   // Stops the run of `task_id` at once, ending it cancelled. Unknown ids are ignored.
   virtual void cancel(const std::string& task_id) = 0;

@@ -98,8 +98,14 @@ std::vector<ports::HeldTask> TaskRunner::held() const {
 }
 
 std::size_t TaskRunner::running() const {
+  std::size_t claims = 0;
+  {
+    std::lock_guard lock(claiming_->mutex);
+    for (const auto& [task_id, n] : claiming_->tasks)
+      claims += static_cast<std::size_t>(n);
+  }
   std::lock_guard lock(leases_mutex_);
-  return leases_.size();
+  return leases_.size() + claims;
 }
 
 void TaskRunner::cancel(const std::string& task_id) {

@@ -205,5 +205,27 @@ TEST(TaskRunner, ADrainHandsTheTaskBackAtTheNextCheckpoint) {
   EXPECT_FALSE(h.store.ended);
 }
 
+// A claim that commits while the worker drains makes the task this worker's. The drain ended
+// when no run was left, while such claims were still under way: the worker retired, no run
+// handed their tasks back, and the scheduler recovered them from a worker that had not died,
+// charging an attempt (found by the chaos run: nine tasks claimed 0.1 s before a SIGTERM,
+// each at attempt 2 with no worker death). A claim under way counts as running until its
+// answer is acted on, and the run it starts hands the task back.
+TEST(TaskRunner, AClaimUnderWayCountsAsRunningAndADrainMeanwhileHandsItsTaskBack) {
+  Harness h;
+  std::size_t running_while_claiming = 0;
+  h.store.on_claim = [&h, &running_while_claiming] {
+    running_while_claiming = h.runner.running();
+    h.runner.drain();  // SIGTERM while the claim commits
+  };
+  EXPECT_EQ(h.runner.running(), 0u);
+  EXPECT_EQ(h.run(), RunOutcome::kReleased);
+  EXPECT_EQ(running_while_claiming, 1u) << "a drain would not have waited for the claim";
+  EXPECT_EQ(h.runner.running(), 0u);
+  EXPECT_EQ(h.store.status, "queued");
+  EXPECT_EQ(h.store.releases, 1) << "handed back: the attempt does not count";
+  EXPECT_EQ(h.model.calls, 0) << "stopped before its first call";
+}
+
 }  // namespace
 }  // namespace agentfleet::worker::runner_test
