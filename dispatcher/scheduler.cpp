@@ -132,6 +132,9 @@ bool Scheduler::round() {
   try {
     const bool more = lead_and_pass();
     last_ok_ = clock_.now();
+    // When the next round is due: at once when this one left work, else after its wait (a
+    // NOTIFY may wake it sooner, never later).
+    next_due_ = *last_ok_ + (more ? std::chrono::milliseconds(0) : wait_after());
     return more;
   } catch (...) {
     // The lock lives and dies with the session, which the caller resets: the term is over.
@@ -176,8 +179,29 @@ bool Scheduler::lead_and_pass() {
                      std::to_string(config_.worker.lease_s) +
                      " s: their workers hand back what they hold first");
     }
+  } else if (next_due_ && clock_.now() - *next_due_ >= stall_bound()) {
+    // This replica (or its whole machine) was stalled long enough for a renewing worker's
+    // lease to lapse: a paused process, a VM that was frozen. Whether the workers stalled
+    // with it is not known, so the leases that lapsed meanwhile say nothing yet: as after an
+    // outage, each worker gets one lease to renew or hand back before recovery takes its
+    // tasks over.
+    const auto late = clock_.now() - *next_due_;
+    lapsed_trusted_at_ = clock_.now() + std::chrono::seconds(config_.worker.lease_s);
+    log::write(
+        "warn", "scheduler",
+        "this scheduler ran " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(late).count()) +
+            " ms late (a stall): no lapsed worker's running tasks are taken over for " +
+            std::to_string(config_.worker.lease_s) + " s");
   }
   return pass();
+}
+
+std::chrono::seconds Scheduler::stall_bound() const {
+  // A worker renews every heartbeat_s and its lease runs lease_s from the last renewal: a
+  // stall shorter than the difference lapses no lease of a worker that stalled with it.
+  return std::chrono::seconds(
+      std::max(config_.worker.heartbeat_s, config_.worker.lease_s - config_.worker.heartbeat_s));
 }
 
 void Scheduler::run() {

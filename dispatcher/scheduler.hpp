@@ -176,6 +176,12 @@ class Scheduler {
   // term (a statement timeout under load) holds nothing.
   bool store_failed_ = false;
   std::optional<std::chrono::steady_clock::time_point> last_ok_;
+  // When the round after the last one that succeeded was due. A round that begins
+  // stall_bound() or more after it found this replica stalled (paused, or its machine
+  // frozen) long enough for a lease to lapse, with the workers perhaps stalled too: it holds
+  // recovery back like an outage.
+  std::optional<std::chrono::steady_clock::time_point> next_due_;
+  std::chrono::seconds stall_bound() const;
   // The last failed round ended a term (for run()'s log line).
   bool lost_term_ = false;
   std::chrono::steady_clock::time_point lapsed_trusted_at_{};
