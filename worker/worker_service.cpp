@@ -182,13 +182,28 @@ void log_stopped(const pg::WriteBatcher::Stats& batches, const limits::Concurren
 }
 
 // The ops endpoint (none when metrics.port is 0): ready while the worker holds its liveness,
-// is not draining and reaches Postgres.
+// is not draining and reaches Postgres (and, when the configuration requires it, its commits
+// wait for a synchronous standby). Whether they do is read (and logged) at start either way,
+// then at each readiness probe; the gauge shows the last reading.
 std::unique_ptr<OpsEndpoint> start_ops(asio::any_io_executor executor, const config::Config& config,
                                        metrics::MetricsRegistry& registry,
                                        metrics::WorkerMetrics& worker_metrics,
+                                       metrics::DbPoolMetrics& db_metrics,
                                        kafka::ConsumerSubscription& subscription, pg::DbPool& db,
-                                       pg::ReplicationWatch& replication, LeaseKeeper& keeper,
-                                       const bool& draining) {
+                                       LeaseKeeper& keeper, const bool& draining) {
+  auto replication = std::make_shared<pg::ReplicationWatch>("worker");
+  registry.add_render_hook([replication, &db_metrics] {
+    if (auto last = replication->last())
+      db_metrics.set_synchronous_replication(last->synchronous);
+  });
+  asio::co_spawn(
+      executor,
+      [replication, &db]() -> asio::awaitable<void> {
+        auto read = co_await replication->check(db);
+        if (!read.ok())
+          log::warn("worker", "postgres: replication not read at start: " + read.error().message);
+      },
+      asio::detached);
   if (config.metrics.port == 0)
     return nullptr;
   auto ops = std::make_unique<OpsEndpoint>(
@@ -196,7 +211,7 @@ std::unique_ptr<OpsEndpoint> start_ops(asio::any_io_executor executor, const con
       OpsEndpointOptions{config.metrics.host, static_cast<std::uint16_t>(config.metrics.port),
                          std::chrono::seconds(config.metrics.refresh_interval_s)},
       registry,
-      [&draining, &keeper, &db, &replication, &config]() -> asio::awaitable<Readiness> {
+      [&draining, &keeper, &db, replication, &config]() -> asio::awaitable<Readiness> {
         Readiness readiness;
         if (draining) {
           readiness.reason = "draining";
@@ -207,7 +222,7 @@ std::unique_ptr<OpsEndpoint> start_ops(asio::any_io_executor executor, const con
           co_return readiness;
         }
         // Reading the replication settings is the ping: Postgres answers.
-        auto read = co_await replication.check(db);
+        auto read = co_await replication->check(db);
         if (!read.ok()) {
           readiness.reason = "postgres unreachable: " + read.error().message;
           co_return readiness;
@@ -353,25 +368,9 @@ int run_worker(const config::Config& config) {
   asio::co_spawn(io, start_consuming(keeper, *consumer, draining, worker_id, config),
                  asio::detached);
 
-  // Whether commits wait for a synchronous standby: read (and logged) at start, then at
-  // each readiness probe; its gauge shows the last reading.
-  pg::ReplicationWatch replication("worker");
-  registry.add_render_hook([&] {
-    if (auto last = replication.last())
-      db_metrics.set_synchronous_replication(last->synchronous);
-  });
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        auto read = co_await replication.check(db);
-        if (!read.ok())
-          log::warn("worker", "postgres: replication not read at start: " + read.error().message);
-      },
-      asio::detached);
-
   // /metrics, /healthz, /readyz on their own port; consumer lag refreshed off the io thread.
   std::unique_ptr<OpsEndpoint> ops = start_ops(io.get_executor(), config, registry, worker_metrics,
-                                               subscription, db, replication, keeper, draining);
+                                               db_metrics, subscription, db, keeper, draining);
   io.run();
   if (ops)
     ops->stop();
