@@ -177,6 +177,18 @@ struct Harness {
                           handed.push_back(std::move(m));
                       }};
 
+  // Rounds on time (each after the wait the last one asked for) until `until`, the last at
+  // `until` itself; whether each let recovery take lapsed workers' tasks over.
+  std::vector<bool> rounds_on_time_until(limits::Clock::time_point until) {
+    std::vector<bool> recovered;
+    while (clock.now() < until) {
+      clock.advance(std::min<limits::Clock::duration>(scheduler.wait_after(), until - clock.now()));
+      scheduler.round();
+      recovered.push_back(store.recover_lapsed.back());
+    }
+    return recovered;
+  }
+
   void queue(std::vector<ports::BacklogUser> users, std::int64_t capacity = 100) {
     store.backlog.users = std::move(users);
     store.backlog.fleet_capacity = capacity;
@@ -363,16 +375,13 @@ TEST(SchedulerRounds, AfterTheStoreWasAwayLapsedWorkersGetALeaseBeforeTheirTasks
       << "no worker could renew while the store was away: their leases say nothing yet";
   // Rounds on time (one late by a lease less a heartbeat is a stall: the test below) until
   // one lease later.
-  const auto back = after.clock.now();
-  const auto lease = std::chrono::seconds(after.config.worker.lease_s);
-  while (after.clock.now() + after.scheduler.wait_after() < back + lease) {
-    after.clock.advance(after.scheduler.wait_after());
-    after.scheduler.round();
-    EXPECT_FALSE(after.store.recover_lapsed.back());
-  }
-  after.clock.advance(back + lease - after.clock.now());
-  after.scheduler.round();
-  EXPECT_TRUE(after.store.recover_lapsed.back()) << "one lease later, a lapsed lease means gone";
+  auto held = after.rounds_on_time_until(after.clock.now() +
+                                         std::chrono::seconds(after.config.worker.lease_s));
+  ASSERT_FALSE(held.empty());
+  EXPECT_TRUE(held.back()) << "one lease later, a lapsed lease means gone";
+  held.pop_back();
+  for (bool recovered : held)
+    EXPECT_FALSE(recovered);
   for (int i = 0; i < 10; ++i) {
     after.clock.advance(after.scheduler.wait_after());
     after.scheduler.round();
@@ -405,16 +414,12 @@ TEST(SchedulerRounds, AReplicaThatResumesFromAStallGivesLapsedWorkersALeaseFirst
   EXPECT_FALSE(h.store.recover_lapsed.back())
       << "the workers may have stalled too: their lapsed leases say nothing yet";
   // Then rounds on time: held until one lease after the stall, and not after.
-  const auto resumed = h.clock.now();
-  const auto lease = std::chrono::seconds(h.config.worker.lease_s);
-  while (h.clock.now() + h.scheduler.wait_after() < resumed + lease) {
-    h.clock.advance(h.scheduler.wait_after());
-    h.scheduler.round();
-    EXPECT_FALSE(h.store.recover_lapsed.back());
-  }
-  h.clock.advance(resumed + lease - h.clock.now());
-  h.scheduler.round();
-  EXPECT_TRUE(h.store.recover_lapsed.back()) << "one lease later, a lapsed lease means gone";
+  auto held = h.rounds_on_time_until(h.clock.now() + std::chrono::seconds(h.config.worker.lease_s));
+  ASSERT_FALSE(held.empty());
+  EXPECT_TRUE(held.back()) << "one lease later, a lapsed lease means gone";
+  held.pop_back();
+  for (bool recovered : held)
+    EXPECT_FALSE(recovered);
 }
 
 TEST(SchedulerRounds, ARoundThatFailsAndANewTermAtOnceHoldNoRecovery) {
