@@ -220,16 +220,24 @@ asio::awaitable<RunOutcome> TaskRunner::execute(std::shared_ptr<ClaimedRun> clai
                  std::string("could not settle the record of a call never sent: ") + e.what());
     }
   }
+  bool refused = false;
   {
     // Only our own attempt: a newer attempt of the same task may run on this worker too.
     std::lock_guard lock(leases_mutex_);
     auto held = leases_.find(run.task_id);
     if (held != leases_.end() && held->second.attempt == run.claimed.attempt)
       leases_.erase(held);
+    // A write the store refused, not a stop at the fence (the keeper collected the fenced
+    // runs when it raised it; read under the lock the fence takes): this incarnation's lease
+    // lapsed while the worker was stalled, or another attempt owns the task.
+    refused = outcome == RunOutcome::kLeaseLost && !run.control->lease_lost;
   }
   // Still this worker's in the store, and nobody runs it: the lease keeper hands it back.
-  if (outcome == RunOutcome::kStoreUnavailable && abandoned_)
-    abandoned_(ports::HeldTask{run.task_id, run.claimed.attempt});
+  // So is a refused run's attempt: the worker did not die, so the keeper hands it back under
+  // the incarnation that claimed it, and the store does not charge it (a task another
+  // incarnation runs at that attempt, or one that ended, is left alone).
+  if ((outcome == RunOutcome::kStoreUnavailable || refused) && abandoned_)
+    abandoned_(ports::HeldTask{run.task_id, run.claimed.attempt, run.incarnation});
   co_return outcome;
 }
 

@@ -177,6 +177,38 @@ TEST(TaskRunner, AFenceThatFailsAtACheckpointStopsTheRunBeforeItsToolsRun) {
   EXPECT_FALSE(h.store.ended);
 }
 
+// A worker stopped (SIGSTOP, a VM paused) longer than its lease comes back to find the task
+// taken over: its next write is refused. It did not die, so the attempt it ran is handed back
+// under the incarnation that claimed it and not charged (issue: repeated stalls ended tasks
+// attempts_exhausted with every worker alive).
+TEST(TaskRunner, ARunWhoseWriteIsRefusedAfterAStallHandsBackItsAttemptUnderItsIncarnation) {
+  Harness h;
+  h.store.incarnation = 41;
+  std::vector<ports::HeldTask> abandoned;
+  h.runner.set_abandoned_handler([&](ports::HeldTask task) { abandoned.push_back(task); });
+  h.model.then(calls_reply({call("c1", "create_item", R"({"title":"x"})")}));
+  h.model.on_call = [&h] { h.store.take_over(); };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  EXPECT_TRUE(h.tools.invocations.empty());
+  ASSERT_EQ(abandoned.size(), 1u);
+  EXPECT_EQ(abandoned[0].task_id, kTaskId);
+  EXPECT_EQ(abandoned[0].attempt, 1) << "the attempt this run held, not the new owner's";
+  EXPECT_EQ(abandoned[0].incarnation, 41) << "the incarnation that claimed it";
+  EXPECT_TRUE(h.runner.held().empty());
+}
+
+// A run the fence stopped is in what the keeper collected when it raised the fence: reported
+// again, a task taken over meanwhile would count two releases for one attempt.
+TEST(TaskRunner, ARunStoppedByTheFenceIsLeftToTheKeeperNotReportedAgain) {
+  Harness h;
+  std::vector<ports::HeldTask> abandoned;
+  h.runner.set_abandoned_handler([&](ports::HeldTask task) { abandoned.push_back(task); });
+  h.model.then_hang();
+  h.model.on_call = [&h] { asio::post(h.io, [&h] { h.runner.fence(); }); };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  EXPECT_TRUE(abandoned.empty());
+}
+
 TEST(TaskRunner, AStoreOutageAtACheckpointStopsBeforeTheToolsAndReportsTheTaskAbandoned) {
   Harness h;
   std::vector<ports::HeldTask> abandoned;
