@@ -103,6 +103,41 @@ TEST(FollowUp, TheSecondOptionOfAClarificationIsTheOneChangedByParentOrBySession
   EXPECT_EQ(start_of(u, "晨会"), "09:00");
 }
 
+// Issue: a batch of two lines of one session, the question and then "改第二个": the second
+// task had no parent (a row of one INSERT cannot see another) and answered error. Lines of
+// one session now chain in line order.
+TEST(FollowUp, TheLinesOfOneSessionInABatchChainInLineOrder) {
+  const std::string u = "follow-b-" + run_tag();
+  seed_meetings(u);
+  const std::string s = "s-" + run_tag();
+  const std::string lines =
+      R"({"user_id":")" + u + R"(","text":"2月8日的会议改到晚上8点","session_id":")" + s +
+      R"(","idempotency_key":"b1"})" + "\n" + R"({"user_id":")" + u +
+      R"(","text":"改第二个","session_id":")" + s + R"(","idempotency_key":"b2"})" + "\n";
+  auto created = fetch(env()["AGENTFLEET_URL"] + "/v1/batches?batch_id=" + s, bhttp::verb::post,
+                       lines, {{"Authorization", std::string("Bearer ") + kAdminKey}},
+                       std::chrono::seconds(15), "application/x-ndjson");
+  ASSERT_EQ(created.status, 201) << created.body;
+  auto results = api(bhttp::verb::get, "/v1/tasks?user_id=" + u + "&limit=10", kAdminKey);
+  ASSERT_EQ(results.status, 200) << results.body;
+  std::string ask, pick;
+  const auto listed = parse(results.body);
+  for (const auto& task : at(listed, "tasks").GetArray()) {
+    (str(task, "text") == "改第二个" ? pick : ask) = str(task, "task_id");
+  }
+  ASSERT_FALSE(ask.empty()) << results.body;
+  ASSERT_FALSE(pick.empty()) << results.body;
+  auto asked = test::wait_terminal(ask);
+  EXPECT_EQ(str(at(asked, "result"), "type"), "need_clarification") << str(asked, "error");
+  auto picked = test::wait_terminal(pick);
+  EXPECT_EQ(str(picked, "parent_task_id"), ask);
+  ASSERT_EQ(str(picked, "status"), "succeeded") << str(picked, "error");
+  EXPECT_EQ(str(at(picked, "result"), "type"), "action_completed")
+      << str(at(picked, "result"), "message");
+  EXPECT_EQ(start_of(u, "团队会议"), "20:00");
+  EXPECT_EQ(start_of(u, "晨会"), "09:00");
+}
+
 TEST(FollowUp, OnlyAnEndedTaskOfTheSameUserIsAParent) {
   const std::string u = "follow-a-" + run_tag();
   const std::string other = "follow-b-" + run_tag();

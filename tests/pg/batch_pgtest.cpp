@@ -462,6 +462,72 @@ TEST_F(Batches, AFollowUpWaitsForAParentStillStagedAndSessionsSkipOtherUploadsSt
             "queued");
 }
 
+// Issue: a batch of two lines of one session ("今天下午去买东西", then "改第二个") ran the second
+// without its parent, because a row of one INSERT cannot see another; across slices the
+// parent depended on where a slice broke, and after the move into the queue "the session's
+// latest task" was any task of the batch (they share created_at).
+TEST_F(Batches, LinesOfOneSessionChainInLineOrderAcrossSlicesAndThroughDuplicates) {
+  const std::string user = "batch-u12", batch = "batch-" + next_id(), session = "s-" + batch;
+  // A task of the session before the upload, and one whose key a line repeats.
+  auto before = tasks_of(user, "", 2);
+  before[0].spec.session_id = session;
+  before[1].spec.idempotency_key = "dup-" + batch;
+  for (const auto& task : before)
+    ASSERT_EQ(pg::insert_task(db_, task, queue_limit).outcome, pg::InsertOutcome::kCreated);
+  auto upload = writer(user, batch);
+  ASSERT_TRUE(upload->create());
+  // Slice 1: three lines of the session, the last a duplicate; a line of another session.
+  auto first = tasks_of(user, batch, 4);
+  for (int i : {0, 1, 3})
+    first[static_cast<std::size_t>(i)].spec.session_id = session;
+  first[2].spec.session_id = "other-" + batch;
+  first[3].spec.idempotency_key = "dup-" + batch;
+  EXPECT_EQ(upload->add(first).inserted, 3);
+  // Slice 2: the session goes on after the duplicate; then a line that follows it.
+  auto second = tasks_of(user, batch, 2);
+  second[0].spec.session_id = session;
+  second[1].spec.session_id = session;
+  EXPECT_EQ(upload->add(second).inserted, 2);
+  auto parent_of = [&](const pg::NewTask& task) {
+    return text("SELECT coalesce(parent_task_id::text, '') FROM tasks WHERE task_id = $1::uuid",
+                task.spec.task_id);
+  };
+  EXPECT_EQ(parent_of(first[0]), before[0].spec.task_id) << "the session's latest before";
+  EXPECT_EQ(parent_of(first[1]), first[0].spec.task_id) << "a row of the same insert";
+  EXPECT_EQ(parent_of(first[2]), "") << "another session";
+  EXPECT_EQ(parent_of(second[0]), before[1].spec.task_id)
+      << "the previous line was a duplicate: the task its key names";
+  EXPECT_EQ(parent_of(second[1]), second[0].spec.task_id);
+
+  // Moved into the queue, the session's latest task is its last line, whatever the ids.
+  ASSERT_EQ(upload->seal(queue_limit, 6).outcome, pg::SealOutcome::kSealed);
+  while (upload->promote(2) == 2) {
+  }
+  auto after = tasks_of(user, "", 1);
+  after[0].spec.session_id = session;
+  ASSERT_EQ(pg::insert_task(db_, after[0], queue_limit).outcome, pg::InsertOutcome::kCreated);
+  EXPECT_EQ(parent_of(after[0]), second[1].spec.task_id);
+  pqxx::connection c(pg_url());
+  auto found = pg::find_parent(c, user, "", session, "");
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->task_id, after[0].spec.task_id);
+}
+
+// Two sessions' lines interleaved in one insert, and a line naming its parent: each session
+// chains on its own, and a named parent is kept.
+TEST(ChainedParents, EachSessionFollowsItsOwnPreviousTaskAndANamedParentIsKept) {
+  auto tasks = tasks_of("u", "b", 5);
+  tasks[0].spec.session_id = "a";
+  tasks[1].spec.session_id = "b";
+  tasks[2].spec.session_id = "a";
+  tasks[3].spec.session_id = "a";
+  tasks[3].spec.parent_task_id = "named";
+  tasks[4].spec.session_id = "a";
+  EXPECT_EQ(pg::chained_parents(tasks), (std::vector<int>{-1, -1, 0, -1, 3}));
+  tasks[4].spec.user_id = "v";  // another user's session of the same name
+  EXPECT_EQ(pg::chained_parents(tasks)[4], -1);
+}
+
 TEST_F(Batches, EachSliceOfAMoveGoesOnFromTheLastWithoutReReadingTheMovedRows) {
   const std::string user = "batch-u9", batch = "batch-" + next_id();
   auto upload = sealed_upload(user, batch, 7);

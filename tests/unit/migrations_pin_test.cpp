@@ -40,6 +40,8 @@ const std::map<std::string, std::string>& pinned() {
       {"0023_step_tool_calls.sql", "9b90524f1a5e3695"},
       {"0024_dead_letter_replays.sql", "b8aee2cdfa35dea5"},
       {"0025_drop_running_lease_index.sql", "d256514b904d06e3"},
+      {"0026_task_sequence.sql", "5ca2bf958849fc33"},
+      {"0027_session_sequence_index.sql", "cbf811ca3ca4b581"},
   };
   return kPinned;
 }

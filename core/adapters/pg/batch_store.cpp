@@ -3,6 +3,9 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <string_view>
+#include <unordered_set>
+
 #include "core/adapters/pg/prepared.hpp"
 
 #include "core/adapters/pg/db_pool.hpp"
@@ -176,6 +179,22 @@ Added BatchWriter::add(std::vector<NewTask>& tasks) {
                              "' went longer than its deadline without a slice");
   for (NewTask& task : tasks)
     task.staged = true;
+  // A session's first line of this slice follows its previous line of the upload; the
+  // others are chained by insert_tasks.
+  std::unordered_map<std::string_view, std::size_t> last_here;  // session -> last index
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    TaskSpec& spec = tasks[i].spec;
+    if (spec.session_id.empty())
+      continue;
+    auto [at, first] = last_here.try_emplace(spec.session_id, i);
+    if (!first) {
+      at->second = i;
+      continue;
+    }
+    if (auto before = session_last_.find(spec.session_id);
+        before != session_last_.end() && spec.parent_task_id.empty())
+      spec.parent_task_id = before->second;
+  }
   const std::vector<std::string> ids = insert_tasks(tx, tasks);
   Added added;
   added.inserted = static_cast<int>(ids.size());
@@ -247,7 +266,28 @@ ORDER BY r.at LIMIT 1)SQL",
       return added;  // rolls back
     }
   }
+  // Where each session of the slice stands now: its last line's task, or for a duplicate
+  // the task its key names.
+  std::unordered_set<std::string_view> inserted(ids.begin(), ids.end());
+  std::vector<std::pair<std::string, std::string>> last;
+  for (const auto& [session, i] : last_here) {
+    if (session_last_.size() >= kMaxSessions && !session_last_.count(std::string(session)))
+      continue;
+    const TaskSpec& spec = tasks[i].spec;
+    std::string task_id = spec.task_id;
+    if (!inserted.count(spec.task_id)) {
+      auto named = tx.exec_params(
+          "SELECT task_id::text FROM tasks WHERE user_id = $1 AND idempotency_key = $2",
+          spec.user_id, spec.idempotency_key);
+      if (named.empty())
+        continue;
+      task_id = named[0][0].as<std::string>();
+    }
+    last.emplace_back(std::string(session), std::move(task_id));
+  }
   tx.commit();
+  for (auto& [session, task_id] : last)
+    session_last_[session] = std::move(task_id);
   return added;
 }
 

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/adapters/pg/submission_store.hpp"
@@ -82,6 +83,9 @@ class BatchWriter {
   // One transaction: renews the upload, inserts tasks (their ids set) staged; a task whose
   // (user, idempotency key) exists already is skipped and counted as a duplicate, unless
   // that task is staged by another upload (see Added). Throws when the upload expired.
+  // Lines of one session chain in the order they are added, across slices: each follows the
+  // session's previous line of the upload (through the task its key names, when that line
+  // was a duplicate), the first the session's latest task before the upload.
   Added add(std::vector<NewTask>& tasks);
   // One transaction under the user's queue lock: when their queued tasks, this batch's and
   // those of their sealed batches still moving fit `limit`, marks the batch sealed with
@@ -104,6 +108,11 @@ class BatchWriter {
   std::unique_ptr<pqxx::connection> connection_;
   bool created_ = false;
   bool sealed_ = false;
+  // Session -> the task its last line added so far is (stored, or the one its duplicate's key
+  // names). Bounded: past kMaxSessions a new session's lines chain within each slice and to
+  // the session's latest stored task, which is its last line unless that was a duplicate.
+  static constexpr std::size_t kMaxSessions = 100000;
+  std::unordered_map<std::string, std::string> session_last_;
 };
 
 // The batch row, or nullopt.

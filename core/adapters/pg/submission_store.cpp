@@ -10,6 +10,9 @@
 #include <rapidjson/writer.h>
 
 #include <stdexcept>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace agentfleet::pg {
 
@@ -21,12 +24,15 @@ void key_string(Writer& w, const char* key, std::string_view value) {
   w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
 }
 
-// The tasks of a slice as a JSON array of objects, the input of jsonb_to_recordset.
-std::string tasks_json(const std::vector<NewTask>& tasks) {
+// The tasks of a slice as a JSON array of objects, the input of jsonb_to_recordset; a task's
+// parent is `parents[i]` when that is not empty (chained_parents), else its own.
+std::string tasks_json(const std::vector<NewTask>& tasks,
+                       const std::vector<std::string>& parents = {}) {
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
   w.StartArray();
-  for (const NewTask& t : tasks) {
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const NewTask& t = tasks[i];
     const TaskSpec& s = t.spec;
     w.StartObject();
     key_string(w, "task_id", s.task_id);
@@ -60,7 +66,8 @@ std::string tasks_json(const std::vector<NewTask>& tasks) {
     w.EndObject();
     key_string(w, "traceparent", t.traceparent);
     key_string(w, "strategy", s.strategy ? to_string(*s.strategy) : std::string_view());
-    key_string(w, "parent_task_id", s.parent_task_id);
+    key_string(w, "parent_task_id",
+               i < parents.size() && !parents[i].empty() ? parents[i] : s.parent_task_id);
     key_string(w, "session_id", s.session_id);
     key_string(w, "retry_of", t.retry_of);
     w.Key("max_tokens");
@@ -97,14 +104,63 @@ std::string task_json_in(pqxx::transaction_base& tx, const std::string& task_id)
 }
 }  // namespace
 
+std::vector<int> chained_parents(const std::vector<NewTask>& tasks) {
+  std::vector<int> parents(tasks.size(), -1);
+  std::unordered_map<std::string_view, int> last;  // (user, session) -> the task's index
+  std::vector<std::string> keys(tasks.size());
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const TaskSpec& s = tasks[i].spec;
+    if (s.session_id.empty())
+      continue;
+    // The user and the session, unambiguous (a user id holds no NUL).
+    keys[i] = s.user_id + '\0' + s.session_id;
+    auto found = last.find(keys[i]);
+    if (found != last.end() && s.parent_task_id.empty())
+      parents[i] = found->second;
+    last[keys[i]] = static_cast<int>(i);
+  }
+  return parents;
+}
+
 std::vector<std::string> insert_tasks(pqxx::work& tx, const std::vector<NewTask>& tasks) {
   std::vector<std::string> ids;
   if (tasks.empty())
     return ids;
-  auto rows = exec_named(tx, "insert_tasks", tasks_json(tasks));
+  const std::vector<int> chained = chained_parents(tasks);
+  std::vector<std::string> parents(tasks.size());
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    if (chained[i] >= 0)
+      parents[i] = tasks[static_cast<std::size_t>(chained[i])].spec.task_id;
+  }
+  auto rows = exec_named(tx, "insert_tasks", tasks_json(tasks, parents));
   ids.reserve(rows.size());
   for (const auto& row : rows)
     ids.push_back(row[0].as<std::string>());
+  if (ids.size() == tasks.size())
+    return ids;
+  // A task chained to one the insert skipped (its idempotency key names a task already, a
+  // duplicate) follows the task that key names instead.
+  std::unordered_set<std::string_view> inserted(ids.begin(), ids.end());
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartArray();
+  bool any = false;
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    if (chained[i] < 0 || !inserted.count(tasks[i].spec.task_id))
+      continue;
+    const NewTask& parent = tasks[static_cast<std::size_t>(chained[i])];
+    if (inserted.count(parent.spec.task_id) || parent.spec.idempotency_key.empty())
+      continue;
+    w.StartObject();
+    key_string(w, "child", tasks[i].spec.task_id);
+    key_string(w, "key", parent.spec.idempotency_key);
+    w.EndObject();
+    any = true;
+  }
+  w.EndArray();
+  if (any)
+    exec_named(tx, "follow_duplicates", tasks.front().spec.user_id,
+               std::string(buffer.GetString(), buffer.GetSize()));
   return ids;
 }
 

@@ -91,7 +91,15 @@ InsertResult insert_task(pqxx::connection& c, const NewTask& task, const QueueLi
 
 // Inserts tasks (their ids set) in one statement; a task whose (user, idempotency key) is
 // taken is skipped. Returns the ids inserted. Used by batch uploads.
+// Sessions chain in the order of `tasks`: a task that names its session and no parent follows
+// the session's previous task of the same call (chained_parents; a row of the statement
+// cannot see another), or, when it is the session's first here, the session's latest task
+// inserted before (the statement's own lookup). One chained to a task the insert skipped as
+// a duplicate follows the task that duplicate's key names.
 std::vector<std::string> insert_tasks(pqxx::work& tx, const std::vector<NewTask>& tasks);
+// For each task, the index of the task of `tasks` it follows in its session (a task naming
+// its session and no parent, after another of the same user and session), else -1.
+std::vector<int> chained_parents(const std::vector<NewTask>& tasks);
 
 // Serializes one user's submissions until the transaction ends (advisory lock).
 void lock_user_queue(pqxx::work& tx, const std::string& user_id);

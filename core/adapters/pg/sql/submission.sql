@@ -124,7 +124,9 @@ LEFT JOIN LATERAL (SELECT (s.o_task).*) t ON true
 -- Tasks from the JSON array $1 (one object per task, ids set; see tasks_json() in
 -- submission_store.cpp), any number in one statement; the queue deadline is set by a
 -- trigger, and a task whose (user, idempotency key) is taken is skipped. The ids inserted.
--- A session's latest task is never one staged by another upload (it may yet be deleted).
+-- A session's latest task is the one inserted last (migration 0026: by seq, which the rows
+-- of one insert take in their order), never one staged by another upload (it may yet be
+-- deleted). It cannot be a row of the same statement: a caller chains those itself.
 INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                    max_steps, priority, idempotency_key, request_canonical, batch_id,
                    metadata, traceparent, strategy, parent_task_id, session_id,
@@ -140,7 +142,7 @@ SELECT r.task_id, r.user_id, r.text, r.model,
                  WHERE r.session_id <> '' AND p.user_id = r.user_id
                    AND p.session_id = r.session_id
                    AND (p.status <> 'staged' OR p.batch_id = NULLIF(r.batch_id, ''))
-                 ORDER BY p.created_at DESC LIMIT 1)),
+                 ORDER BY p.seq DESC NULLS LAST, p.created_at DESC LIMIT 1)),
        NULLIF(r.session_id, ''), r.max_tokens, r.max_cost, coalesce(r.status, 'queued'),
        NULLIF(r.retry_of, '')::uuid
 FROM jsonb_to_recordset($1::jsonb) AS r(
@@ -151,6 +153,14 @@ FROM jsonb_to_recordset($1::jsonb) AS r(
   retry_of text)
 ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING task_id::text
+
+-- name: follow_duplicates
+-- Tasks of user $1 chained to a task an insert skipped as a duplicate (insert_tasks): each
+-- ($2, JSON [{child, key}]) follows the task its parent's idempotency key names instead.
+UPDATE tasks c SET parent_task_id = e.task_id
+FROM jsonb_to_recordset($2::jsonb) AS r(child uuid, key text)
+JOIN tasks e ON e.user_id = $1 AND e.idempotency_key = r.key
+WHERE c.task_id = r.child AND c.user_id = $1
 
 -- name: queue_lock
 -- Serializes user $1's submissions until the transaction ends: the lock agentfleet_submit takes.
@@ -258,13 +268,13 @@ FROM tasks WHERE task_id = $1::uuid AND status <> 'staged'
 
 -- name: find_parent
 -- The parent a submission of user $1 names: task $2, or (when $2 is '') session $3's latest
--- task. A task with idempotency key $4 (the submission itself, sent again) is not its own
+-- task (the one inserted last: migration 0026). A task with idempotency key $4 (the submission itself, sent again) is not its own
 -- parent. Its id and status.
 SELECT task_id::text, status FROM tasks
 WHERE user_id = $1 AND (($2 <> '' AND task_id = NULLIF($2, '')::uuid)
                         OR ($2 = '' AND session_id = $3))
   AND ($4 = '' OR idempotency_key IS DISTINCT FROM $4) AND status <> 'staged'
-ORDER BY created_at DESC LIMIT 1
+ORDER BY seq DESC NULLS LAST, created_at DESC LIMIT 1
 
 -- name: record_replay
 -- A replayed dead letter reached the store (migration 0024): the letter (topic $1,
