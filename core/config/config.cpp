@@ -760,9 +760,11 @@ void read_models(const Section& root, std::vector<ModelConfig>& out) {
     s.read("text_tool_calls", m.text_tool_calls);
     for (std::size_t i = 0; i < m.text_tool_calls.size(); ++i) {
       if (!codec::parse_text_call_format(m.text_tool_calls[i])) {
+        std::string names;
+        for (codec::TextCallFormat format : codec::all_text_call_formats())
+          names += (names.empty() ? "" : ", ") + std::string(codec::to_string(format));
         throw Problem(s.path("text_tool_calls") + "/" + std::to_string(i),
-                      "unknown format '" + m.text_tool_calls[i] +
-                          "'; the formats are hermes, llama, mistral and json");
+                      "unknown format '" + m.text_tool_calls[i] + "'; the formats are " + names);
       }
     }
     s.read("stream", m.stream);

@@ -248,7 +248,11 @@ struct ModelConfig {
   int max_output_tokens = 1024;
   // function_calling: the formats in which tool calls written as text (a model served
   // without a tool-call parser) are read as calls (codec/text_tool_calls.hpp); [] reads none.
-  std::vector<std::string> text_tool_calls = {"hermes", "llama", "mistral", "json"};
+  // By default every format but pythonic (codec::default_text_call_formats).
+  std::vector<std::string> text_tool_calls = {
+      "hermes",      "llama",     "mistral",     "json",         "granite",
+      "jamba",       "internlm",  "qwen3_coder", "glm45",        "deepseek",
+      "functionary", "command_r", "nemotron",    "firefunction", "fenced"};
   // function_calling: which assistant turns carry their reasoning back as
   // `reasoning_content`: none, tool_turns (DeepSeek's thinking mode requires it there) or
   // all.
