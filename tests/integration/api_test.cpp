@@ -747,10 +747,15 @@ TEST(ApiBatches, FiftyLinesInCountsAddUpAndTheResultsListEachTaskOnce) {
   EXPECT_EQ(num(at(batch, "result_types"), "action_completed"), 25);
   EXPECT_EQ(num(at(batch, "result_types"), "error"), 25) << "2月30日 does not exist";
   EXPECT_TRUE(at(batch, "cancelled").IsFalse());
-  std::int64_t calls = 0;
-  for (const auto& m : array_of(at(batch, "usage")))
+  std::int64_t calls = 0, estimated = 0;
+  for (const auto& m : array_of(at(batch, "usage"))) {
     calls += num(m, "calls");
+    estimated += num(m, "estimated_calls");
+  }
   EXPECT_EQ(calls, pg_count("SELECT count(*) FROM usage_ledger WHERE batch_id = $1", batch_id));
+  EXPECT_EQ(estimated, pg_count("SELECT count(*) FROM usage_ledger WHERE batch_id = $1 AND "
+                                "usage_estimated",
+                                batch_id));
 
   // The results: one JSON object a line, every task of the batch exactly once, ended.
   auto results = get("/v1/batches/" + batch_id + "/results");

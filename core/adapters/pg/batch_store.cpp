@@ -388,7 +388,7 @@ by_type AS (SELECT result_type, count(*) AS n FROM t WHERE result_type IS NOT NU
 calls AS (
   SELECT model, currency, count(*) AS calls, sum(input_tokens) AS input_tokens,
          sum(cached_input_tokens) AS cached_input_tokens, sum(output_tokens) AS output_tokens,
-         sum(cost) AS cost
+         sum(cost) AS cost, count(*) FILTER (WHERE usage_estimated) AS estimated_calls
   FROM usage_ledger WHERE batch_id = $1 AND user_id = (SELECT user_id FROM b)
   GROUP BY model, currency)
 SELECT jsonb_build_object(
@@ -416,7 +416,8 @@ SELECT jsonb_build_object(
   'usage', coalesce((SELECT jsonb_agg(jsonb_build_object(
       'model', model, 'currency', currency, 'calls', calls, 'input_tokens', input_tokens,
       'cached_input_tokens', cached_input_tokens, 'output_tokens', output_tokens,
-      'cost', to_char(cost, 'FM999999999999990.000000')) ORDER BY model) FROM calls),
+      'cost', to_char(cost, 'FM999999999999990.000000'),
+      'estimated_calls', estimated_calls) ORDER BY model) FROM calls),
     '[]'::jsonb))::text
 FROM b)SQL",
                              batch_id);
