@@ -11,6 +11,10 @@
 //   2  codec::parse_provider_error, the error body of a refused call; the status comes from
 //      the second byte (a table of the statuses providers use, or 400 + the byte)
 //   3  codec::parse_finish_arguments, the arguments of a `finish` call
+//   4  codec::read_text_tool_calls on the raw body, and codec::with_text_tool_calls on a
+//      reply without native calls whose content is the body (sanitized, as a reply's is): the
+//      calls an open model wrote as text, in every format (odd second byte) or the default
+//      ones (even); a reply read so must be as clean as one the provider sent
 // None of these throws on input: any exception, crash, leak or UB is a finding.
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +31,7 @@
 #include "core/codec/openai_codec.hpp"
 #include "core/codec/provider_error.hpp"
 #include "core/codec/react_json_codec.hpp"
+#include "core/codec/text_tool_calls.hpp"
 
 namespace {
 
@@ -103,7 +108,7 @@ constexpr int kStatuses[] = {400, 401, 402, 403, 404, 408, 409, 413, 422, 429, 5
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2)
     return 0;
-  const unsigned mode = data[0] % 4;
+  const unsigned mode = data[0] % 5;
   const unsigned arg = data[1];
   const std::string_view body(reinterpret_cast<const char*>(data) + 2, size - 2);
   switch (mode) {
@@ -146,6 +151,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const agentfleet::FinishCall finish = codec::parse_finish_arguments(body);
       if (finish.problem.empty())
         require(finish.result.options.size() <= 5, "more than five finish options");
+      break;
+    }
+    case 4: {
+      const std::set<codec::TextCallFormat> formats =
+          arg % 2 ? codec::all_text_call_formats() : codec::default_text_call_formats();
+      if (auto calls = codec::read_text_tool_calls(body, formats)) {
+        std::set<std::string> ids;
+        for (const auto& call : calls->calls)
+          require(!call.id.empty() && ids.insert(call.id).second, "a text call id missing or twice");
+      }
+      ModelReply reply;
+      reply.content = codec::sanitize_text(body);
+      const ModelReply read = codec::with_text_tool_calls(reply, formats);
+      check_reply(read);
+      send_back(read);
       break;
     }
   }
