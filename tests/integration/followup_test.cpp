@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "tests/integration/fleet_client.hpp"
 
@@ -118,15 +119,22 @@ TEST(FollowUp, TheLinesOfOneSessionInABatchChainInLineOrder) {
                        lines, {{"Authorization", std::string("Bearer ") + kAdminKey}},
                        std::chrono::seconds(15), "application/x-ndjson");
   ASSERT_EQ(created.status, 201) << created.body;
-  auto results = api(bhttp::verb::get, "/v1/tasks?user_id=" + u + "&limit=10", kAdminKey);
-  ASSERT_EQ(results.status, 200) << results.body;
-  std::string ask, pick;
-  const auto listed = parse(results.body);
-  for (const auto& task : at(listed, "tasks").GetArray()) {
-    (str(task, "text") == "改第二个" ? pick : ask) = str(task, "task_id");
+  // Both tasks, once listed: the upload moves them into the queue before it answers, unless
+  // the move failed and the scheduler finishes it (bounded wait).
+  std::string ask, pick, body;
+  for (const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       (ask.empty() || pick.empty()) && std::chrono::steady_clock::now() < give_up;) {
+    auto results = api(bhttp::verb::get, "/v1/tasks?user_id=" + u + "&limit=10", kAdminKey);
+    ASSERT_EQ(results.status, 200) << results.body;
+    body = results.body;
+    const auto listed = parse(body);
+    for (const auto& task : at(listed, "tasks").GetArray())
+      (str(task, "text") == "改第二个" ? pick : ask) = str(task, "task_id");
+    if (ask.empty() || pick.empty())
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  ASSERT_FALSE(ask.empty()) << results.body;
-  ASSERT_FALSE(pick.empty()) << results.body;
+  ASSERT_FALSE(ask.empty()) << body;
+  ASSERT_FALSE(pick.empty()) << body;
   auto asked = test::wait_terminal(ask);
   EXPECT_EQ(str(at(asked, "result"), "type"), "need_clarification") << str(asked, "error");
   auto picked = test::wait_terminal(pick);
