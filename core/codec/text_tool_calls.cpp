@@ -113,35 +113,6 @@ bool read_calls(std::string_view json, std::vector<ToolCall>& out, bool require_
   return true;
 }
 
-// Text between `open` and `close` tags, each a call; a last one without its closing tag
-// runs to the end. nullopt when there is no tag, or a tagged call does not read.
-std::optional<TextCalls> read_hermes(std::string_view content) {
-  constexpr std::string_view kOpen = "<tool_call>";
-  constexpr std::string_view kClose = "</tool_call>";
-  if (content.find(kOpen) == std::string_view::npos)
-    return std::nullopt;
-  TextCalls found;
-  std::string text;
-  std::size_t at = 0;
-  while (at < content.size()) {
-    const auto open = content.find(kOpen, at);
-    if (open == std::string_view::npos) {
-      text += content.substr(at);
-      break;
-    }
-    text += content.substr(at, open - at);
-    const auto body_start = open + kOpen.size();
-    const auto close = content.find(kClose, body_start);
-    const std::string_view body = content.substr(
-        body_start, close == std::string_view::npos ? std::string_view::npos : close - body_start);
-    if (!read_calls(trim(body), found.calls))
-      return std::nullopt;
-    at = close == std::string_view::npos ? content.size() : close + kClose.size();
-  }
-  found.text = std::string(trim(text));
-  return found;
-}
-
 std::optional<TextCalls> read_llama(std::string_view content) {
   constexpr std::string_view kFunction = "<function=";
   constexpr std::string_view kFunctionEnd = "</function>";
@@ -272,6 +243,15 @@ std::optional<TextCalls> read_tagged(std::string_view content, std::string_view 
   }
   found.text = std::string(trim(text));
   return found;
+}
+
+// <tool_call>...</tool_call>, each a call; a last one without its closing tag runs to the
+// end. nullopt when there is no tag, or a tagged call does not read.
+std::optional<TextCalls> read_hermes(std::string_view content) {
+  return read_tagged(content, "<tool_call>", "</tool_call>", true,
+                     [](std::string_view body, std::vector<ToolCall>& calls) {
+                       return read_calls(trim(body), calls);
+                     });
 }
 
 // One or more JSON values (each a call or an array of calls) separated by blanks, the whole
