@@ -79,8 +79,15 @@ def read_ccache(path):
     return stats
 
 
+# The slots of the resource `machine` (tests/ctest-resources.json): a test that needs them all
+# runs with no other test but the unit tests.
+MACHINE_ALL = 64
+
+
 def read_tests(path):
-    """Each test's labels, and the names of the tests ctest runs alone (RUN_SERIAL)."""
+    """Each test's labels, and the names of the tests ctest runs alone: those that hold every
+    slot of the resource `machine` (tests/CMakeLists.txt; only the unit tests, on idle cores,
+    run beside them), or RUN_SERIAL."""
     labels, alone = {}, set()
     try:
         with open(path, encoding="utf-8") as f:
@@ -93,6 +100,11 @@ def read_tests(path):
                 labels[test.get("name")] = list(prop.get("value") or [])
             elif prop.get("name") == "RUN_SERIAL" and prop.get("value"):
                 alone.add(test.get("name"))
+            elif prop.get("name") == "RESOURCE_GROUPS":
+                for group in prop.get("value") or []:
+                    for need in group.get("requirements", []):
+                        if need.get(".type") == "machine" and need.get("slots", 0) >= MACHINE_ALL:
+                            alone.add(test.get("name"))
     return labels, alone
 
 
@@ -202,7 +214,7 @@ def main():
             out.append(f"  {tier:<14} {count:>5} {mmss(total):>7} {failures:>6}")
         alone_s = sum(seconds for name, seconds, _ in tests if name in alone)
         if alone_s:
-            out.append(f"  run alone (RUN_SERIAL): {sum(1 for t in tests if t[0] in alone)} tests, "
+            out.append(f"  run alone (the whole machine): {sum(1 for t in tests if t[0] in alone)} tests, "
                        f"{mmss(alone_s)}: ctest's wall time can be no shorter")
         out.append("")
         out.append(f"slowest {args.slowest} tests:")
