@@ -44,6 +44,7 @@
 #include "dispatcher/console.hpp"
 #include "dispatcher/dead_letters.hpp"
 #include "dispatcher/routes.hpp"
+#include "dispatcher/submission_rules.hpp"
 #include "dispatcher/task_feed.hpp"
 #include "dispatcher/waiter_limits.hpp"
 
@@ -151,7 +152,7 @@ class Api {
   const CompletionRate* completions_;
   TaskFeed& feed_;
   Authenticator auth_;
-  codec::SubmissionDefaults defaults_;
+  SubmissionRules rules_;
   // Event streams and long polls open, per caller and on this replica.
   WaiterLimits waiters_;
   // Blocking work of batch uploads (each holds a transaction on its own connection).
@@ -170,31 +171,7 @@ class Api {
 std::string tool_registry_json(const config::Config& config,
                                std::optional<config::Permission> user_permission);
 
-// The defaults a submission gets from configuration, and the checks beyond its schema
-// (the model and tools must exist): shared by the HTTP API and the submit topic.
-codec::SubmissionDefaults submission_defaults(const config::Config& config);
-std::optional<codec::SchemaViolation> check_references(const config::Config& config,
-                                                       const TaskSpec& spec);
-
-// What is wrong with an id a URL names (a user or a batch), or nothing. Ids are stored only
-// as task_submission.schema.json allows them: 1 to `max_chars` characters of UTF-8 without
-// control characters. Anything else names nothing stored, would make Postgres refuse the
-// query (not UTF-8) and must never reach a header (CR, LF).
-std::optional<std::string> id_problem(std::string_view id, std::size_t max_chars);
-// The most characters of a user id (task_submission.schema.json).
-inline constexpr std::size_t kMaxUserIdChars = 128;
-// The most bytes of a batch id (an upload's ?batch_id=).
-inline constexpr std::size_t kMaxBatchIdBytes = 200;
-
 // GET /v1/whoami's answer: {"key_name", "admin", "any_user", "user_ids"}.
 std::string whoami_json(const Caller& caller);
-// A random (version 4) UUID.
-std::string new_task_id();
-// A W3C traceparent: the incoming one's trace, parent and flags as version 00 when it is
-// valid, else a new trace whose parent id is `own_span_id` (16 hex digits; random when
-// empty): the span the trace exporter makes the root of the task's trace (the task's
-// codec::task_span_id, a batch's codec::batch_span_id), so no span names a parent that was
-// never exported.
-std::string traceparent_for(std::string_view incoming, std::string_view own_span_id = {});
 
 }  // namespace agentfleet::dispatcher

@@ -221,7 +221,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   // refused early, not inserted and then rolled back. The end checks again, exactly.
   std::optional<pg::QueueRoom> room_at_start;
   if (!user_id.empty()) {
-    auto room = co_await store_.queue_room(user_id, queue_limit(config_));
+    auto room = co_await store_.queue_room(user_id, rules_.queue_limit());
     if (!room.ok()) {
       co_await respond(exchange, answered, store_unavailable(head, room.error()));
       co_return;
@@ -234,7 +234,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     }
   }
 
-  codec::SubmissionDefaults defaults = defaults_;
+  codec::SubmissionDefaults defaults = rules_.defaults();
   defaults.priority = priority;
   std::unique_ptr<pg::BatchWriter> writer;
   // Blocking store work runs on the batch pool, one call at a time for this upload.
@@ -258,7 +258,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   line_options.max_lines = config_.dispatcher.max_batch_lines;
   line_options.max_line_bytes = kMaxLineBytes;
   line_options.max_reported = kMaxReportedErrors;
-  BatchLines checker(config_, std::move(line_options),
+  BatchLines checker(rules_, std::move(line_options),
                      [&caller](const std::string& user) { return caller.may_act_for(user); });
   std::string store_error;
   bool batch_exists = false;
@@ -279,7 +279,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
         !held.held_key.empty() || conflict)
       co_return;
     if (!room_at_start) {
-      auto room = co_await store_.queue_room(checker.user_id(), queue_limit(config_));
+      auto room = co_await store_.queue_room(checker.user_id(), rules_.queue_limit());
       if (!room.ok()) {
         store_error = room.error().message;
         co_return;
@@ -353,7 +353,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
                   std::chrono::seconds(config_.dispatcher.batch_upload_rate_window_s),
                   config_.dispatcher.batch_upload_min_bytes_per_s);
   const std::string traceparent =
-      traceparent_for(std::string(head["traceparent"]), codec::batch_span_id(batch_id));
+      SubmissionRules::batch_traceparent(std::string(head["traceparent"]), batch_id);
   auto take_line = [&](std::string_view line) {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos)
       pace.blank(line.size() + 1);  // not a task: its bytes earn the upload no time
@@ -363,8 +363,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     take_caller_place(checker.user_id());
     if (!caller_busy.empty())
       return;
-    task->spec.task_id = new_task_id();
-    slice.push_back(pg::NewTask{std::move(task->spec), std::move(task->canonical), traceparent});
+    slice.push_back(rules_.batch_task(std::move(*task), traceparent));
     slice_lines.push_back(checker.lines());
   };
 
@@ -489,7 +488,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     refusal = store_unavailable(head, Error{ErrorKind::kTransient, "the batch was not created"});
   // The commit point: under the user's queue lock, with the exact room check.
   if (!refusal) {
-    auto sealed = co_await on_pool([&] { return writer->seal(queue_limit(config_), accepted); });
+    auto sealed = co_await on_pool([&] { return writer->seal(rules_.queue_limit(), accepted); });
     if (!sealed.ok()) {
       refusal = store_unavailable(head, sealed.error());
     } else if (sealed.value().outcome == pg::SealOutcome::kQueueFull) {

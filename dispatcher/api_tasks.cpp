@@ -70,14 +70,10 @@ TaskView view_of(const std::string& task_json) {
 
 asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submission(
     http::Request& request, const codec::Submission& submission, const std::string& retry_of) {
-  const std::string task_id = new_task_id();
-  pg::NewTask task{
-      submission.spec, submission.canonical,
-      traceparent_for(std::string(request["traceparent"]), codec::task_span_id(task_id))};
+  pg::NewTask task = rules_.new_task(submission, std::string(request["traceparent"]));
   task.retry_of = retry_of;
-  task.spec.task_id = task_id;
-  const pg::QueueLimit limit = queue_limit(config_);
-  const pg::ModelCheck models = model_check(config_);
+  const pg::QueueLimit limit = rules_.queue_limit();
+  const pg::ModelCheck models = rules_.model_check();
   auto inserted = co_await store_.insert_task(task, limit, true, models);
   if (!inserted.ok())
     co_return store_unavailable(request, inserted.error());
@@ -134,7 +130,7 @@ asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submi
 }
 
 asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller& caller) {
-  auto parsed = codec::parse_submission(request.body(), defaults_);
+  auto parsed = rules_.parse(request.body());
   if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
     metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
     co_return invalid_request(request, *violation);
@@ -144,7 +140,7 @@ asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller
     metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
     co_return forbidden(request, submission.spec.user_id, "/user_id");
   }
-  if (auto problem = check_references(config_, submission.spec)) {
+  if (auto problem = rules_.check(submission.spec)) {
     metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kRejected);
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
                                problem->message, problem->path);
@@ -367,7 +363,7 @@ asio::awaitable<http::Response> Api::retry_task(http::Request& request, const Ca
                                "/path/task_id");
   }
   const auto body = codec::submission_from_canonical(first.canonical, key);
-  auto parsed = body ? codec::parse_submission(*body, defaults_)
+  auto parsed = body ? rules_.parse(*body)
                      : std::variant<codec::Submission, codec::SchemaViolation>(
                            codec::SchemaViolation{"", "the stored request cannot be read"});
   if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
@@ -388,7 +384,7 @@ asio::awaitable<http::Response> Api::retry_task(http::Request& request, const Ca
   submission.spec.parent_task_id = first.parent_task_id;
   if (first.parent_task_id.empty())
     submission.spec.session_id.clear();
-  if (auto problem = check_references(config_, submission.spec)) {
+  if (auto problem = rules_.check(submission.spec)) {
     co_return http::make_error(
         request, http::Status::unprocessable_entity, "cannot_retry",
         "task " + task_id + "'s request cannot be submitted again: " + problem->message,

@@ -295,15 +295,14 @@ asio::awaitable<http::Response> Api::plan(http::Request& request, const Caller& 
   rapidjson::StringBuffer text;
   Writer w(text);
   fields.Accept(w);
-  auto parsed =
-      codec::parse_submission(std::string_view(text.GetString(), text.GetSize()), defaults_);
+  auto parsed = rules_.parse(std::string_view(text.GetString(), text.GetSize()));
   if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
     co_return invalid_request(request, *violation);
   }
   auto& submission = std::get<codec::Submission>(parsed);
   submission.spec.strategy = AgentStrategy::kPlanOnly;
   submission.canonical.insert(submission.canonical.size() - 1, R"(,"strategy":"plan_only")");
-  if (auto problem = check_references(config_, submission.spec)) {
+  if (auto problem = rules_.check(submission.spec)) {
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
                                problem->message, problem->path);
   }

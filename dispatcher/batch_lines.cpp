@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <variant>
 
-#include "dispatcher/api.hpp"
+#include "dispatcher/submission_rules.hpp"
 
 namespace agentfleet::dispatcher {
 
-BatchLines::BatchLines(const config::Config& config, BatchLineOptions options,
+BatchLines::BatchLines(const SubmissionRules& rules, BatchLineOptions options,
                        std::function<bool(const std::string&)> may_act_for)
-    : config_(config), options_(std::move(options)), may_act_for_(std::move(may_act_for)) {
+    : rules_(rules), options_(std::move(options)), may_act_for_(std::move(may_act_for)) {
   // The upload named its user: a line without one is that user's.
   options_.defaults.user_id = options_.user_id;
 }
@@ -32,7 +32,7 @@ std::optional<codec::Submission> BatchLines::take(std::string_view line) {
     fail("/", "the line is longer than " + std::to_string(options_.max_line_bytes) + " bytes");
     return std::nullopt;
   }
-  auto parsed = codec::parse_submission(line, options_.defaults);
+  auto parsed = rules_.parse(line, options_.defaults);
   if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
     fail(violation->path.empty() ? "/" : violation->path, violation->message);
     return std::nullopt;
@@ -56,7 +56,7 @@ std::optional<codec::Submission> BatchLines::take(std::string_view line) {
                           options_.batch_id + "'");
     return std::nullopt;
   }
-  if (auto problem = check_references(config_, spec)) {
+  if (auto problem = rules_.check(spec)) {
     fail(problem->path, problem->message);
     return std::nullopt;
   }

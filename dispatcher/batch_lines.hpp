@@ -22,6 +22,7 @@
 
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
+#include "dispatcher/submission_rules.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -42,7 +43,8 @@ struct BatchLineOptions {
 class BatchLines {
  public:
   // `may_act_for(user)`: whether the caller may submit for that user.
-  BatchLines(const config::Config& config, BatchLineOptions options,
+  // `rules` must outlive the lines.
+  BatchLines(const SubmissionRules& rules, BatchLineOptions options,
              std::function<bool(const std::string&)> may_act_for);
 
   // One line, without its newline. The task to store (its batch set, no task id yet), or
@@ -63,7 +65,7 @@ class BatchLines {
  private:
   void fail(const std::string& at, const std::string& message);
 
-  const config::Config& config_;
+  const SubmissionRules& rules_;
   BatchLineOptions options_;
   std::function<bool(const std::string&)> may_act_for_;
   std::vector<BatchLineError> errors_;

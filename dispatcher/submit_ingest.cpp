@@ -11,8 +11,7 @@
 #include "core/adapters/pg/submission_store.hpp"
 #include "core/codec/dead_letter.hpp"
 #include "core/codec/otlp_trace.hpp"
-#include "dispatcher/api.hpp"
-#include "dispatcher/user_limits.hpp"
+#include "dispatcher/submission_rules.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -37,7 +36,7 @@ SubmitIngest::SubmitIngest(asio::io_context& io, const config::Config& config, p
       producer_(producer),
       metrics_(metrics),
       wake_scheduler_(std::move(wake_scheduler)),
-      defaults_(submission_defaults(config)) {}
+      rules_(config) {}
 
 void SubmitIngest::start() {
   consumer_ = std::make_unique<kafka::Consumer>(
@@ -159,7 +158,7 @@ asio::awaitable<bool> SubmitIngest::dead_letter(const kafka::InMessage& message,
 }
 
 asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
-  auto parsed = codec::parse_submission(message.value, defaults_);
+  auto parsed = rules_.parse(message.value);
   if (auto* violation = std::get_if<codec::SchemaViolation>(&parsed)) {
     const bool sent = co_await dead_letter(
         message, "invalid submission at '" + violation->path + "': " + violation->message);
@@ -167,35 +166,29 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
     co_return;
   }
   auto& submission = std::get<codec::Submission>(parsed);
-  if (auto problem = check_references(config_, submission.spec)) {
+  if (auto problem = rules_.check(submission.spec)) {
     const bool sent = co_await dead_letter(
         message, "invalid submission at '" + problem->path + "': " + problem->message,
         submission.spec.user_id);
     done(message, sent);
     co_return;
   }
-  const std::string task_id = new_task_id();
-  pg::NewTask task{
-      submission.spec, submission.canonical,
-      traceparent_for(header_value(message.headers, "traceparent"), codec::task_span_id(task_id))};
-  // Without a key of its own, a submission is keyed by where it was first read: a dead
-  // letter replayed (once or twice) carries that origin, so it makes one task.
-  if (task.spec.idempotency_key.empty()) {
-    task.spec.idempotency_key = "kafka:" + codec::message_origin(message.headers, message.topic,
-                                                                 message.partition, message.offset);
-  }
+  pg::NewTask task =
+      rules_.new_task(std::move(submission), header_value(message.headers, "traceparent"));
+  SubmissionRules::key_by_origin(
+      task.spec,
+      codec::message_origin(message.headers, message.topic, message.partition, message.offset));
   const auto replayed_from =
       codec::parse_partition_offset(header_value(message.headers, "dlq-replayed-from"));
   bool created = false;  // by this message, in an earlier try of the loop below
-  task.spec.task_id = task_id;
   // A store outage, or a key held by a batch upload under way: tried again with backoff
   // (0.2 s, doubling to 2 s) for up to ten minutes, so the message is stored within seconds
   // of the store's return or the upload's end (later messages of its key wait behind it;
   // the consumer pauses once kMaxInFlight wait). Only then, or on shutdown, is it left
   // uncommitted for the next read.
   for (int attempt = 0;; ++attempt) {
-    const pg::QueueLimit limit = queue_limit(config_);
-    const pg::ModelCheck models = model_check(config_);
+    const pg::QueueLimit limit = rules_.queue_limit();
+    const pg::ModelCheck models = rules_.model_check();
     auto inserted = co_await store_.insert_task(task, limit, false, models);
     const bool pending = inserted.ok() && inserted.value().outcome == pg::InsertOutcome::kPending;
     if (inserted.ok() && !pending) {

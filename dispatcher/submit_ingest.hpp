@@ -35,6 +35,7 @@
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
 #include "core/domain/offset_tracker.hpp"
+#include "dispatcher/submission_rules.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -67,7 +68,7 @@ class SubmitIngest {
   kafka::Producer& producer_;
   metrics::DispatcherMetrics& metrics_;
   std::function<void()> wake_scheduler_;
-  codec::SubmissionDefaults defaults_;
+  SubmissionRules rules_;
   OffsetTracker offsets_;
   std::set<std::pair<std::string, int>> owned_;
   // Messages per key, the first one being ingested; a key is here while any are.

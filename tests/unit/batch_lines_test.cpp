@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/config/config.hpp"
-#include "dispatcher/api.hpp"
 #include "dispatcher/batch_lines.hpp"
+#include "dispatcher/submission_rules.hpp"
 
 namespace agentfleet::dispatcher {
 namespace {
@@ -42,7 +42,8 @@ std::string line(const std::string& user, const std::string& extra = "") {
 
 TEST(BatchLines, GoodLinesBecomeTasksOfTheBatchAndBlankLinesAreNotCounted) {
   const auto config = test_config();
-  BatchLines lines(config, options("u1"), [](const std::string&) { return true; });
+  const SubmissionRules rules(config);
+  BatchLines lines(rules, options("u1"), [](const std::string&) { return true; });
   auto first = lines.take(line("u1"));
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->spec.batch_id, "b-1");
@@ -58,7 +59,8 @@ TEST(BatchLines, GoodLinesBecomeTasksOfTheBatchAndBlankLinesAreNotCounted) {
 
 TEST(BatchLines, TheFirstLineNamesTheUserWhenTheQueryDoesNotAndMustBeOneTheCallerMayActFor) {
   const auto config = test_config();
-  BatchLines allowed(config, options(), [](const std::string& u) { return u == "u1"; });
+  const SubmissionRules rules(config);
+  BatchLines allowed(rules, options(), [](const std::string& u) { return u == "u1"; });
   EXPECT_TRUE(allowed.take(line("u1")).has_value());
   EXPECT_EQ(allowed.user_id(), "u1");
   EXPECT_FALSE(allowed.take(line("u2")).has_value()) << "every task belongs to the batch's user";
@@ -66,7 +68,7 @@ TEST(BatchLines, TheFirstLineNamesTheUserWhenTheQueryDoesNotAndMustBeOneTheCalle
   EXPECT_EQ(allowed.errors()[0].path, "/line/2/user_id");
   EXPECT_FALSE(allowed.not_permitted());
 
-  BatchLines refused(config, options(), [](const std::string& u) { return u == "u1"; });
+  BatchLines refused(rules, options(), [](const std::string& u) { return u == "u1"; });
   EXPECT_FALSE(refused.take(line("u2")).has_value());
   EXPECT_TRUE(refused.not_permitted());
   EXPECT_EQ(refused.errors()[0].path, "/line/1/user_id");
@@ -74,7 +76,8 @@ TEST(BatchLines, TheFirstLineNamesTheUserWhenTheQueryDoesNotAndMustBeOneTheCalle
 
 TEST(BatchLines, WhenTheUploadNamesItsUserALineWithoutOneIsThatUsers) {
   const auto config = test_config();
-  BatchLines named(config, options("u1"), [](const std::string&) { return true; });
+  const SubmissionRules rules(config);
+  BatchLines named(rules, options("u1"), [](const std::string&) { return true; });
   auto task = named.take(R"({"text":"完成报告提交"})");
   ASSERT_TRUE(task.has_value());
   EXPECT_EQ(task->spec.user_id, "u1");
@@ -84,7 +87,7 @@ TEST(BatchLines, WhenTheUploadNamesItsUserALineWithoutOneIsThatUsers) {
   EXPECT_EQ(named.errors().at(0).path, "/line/3/user_id");
 
   // Without a user in the query, every line must name one.
-  BatchLines unnamed(config, options(), [](const std::string&) { return true; });
+  BatchLines unnamed(rules, options(), [](const std::string&) { return true; });
   EXPECT_FALSE(unnamed.take(R"({"text":"完成报告提交"})").has_value());
   ASSERT_EQ(unnamed.errors().size(), 1u);
   EXPECT_NE(unnamed.errors()[0].message.find("user_id"), std::string::npos)
@@ -93,7 +96,8 @@ TEST(BatchLines, WhenTheUploadNamesItsUserALineWithoutOneIsThatUsers) {
 
 TEST(BatchLines, AfterAnErrorNothingIsHandedOutButTheFirstProblemsAreNamed) {
   const auto config = test_config();
-  BatchLines lines(config, options("u1"), [](const std::string&) { return true; });
+  const SubmissionRules rules(config);
+  BatchLines lines(rules, options("u1"), [](const std::string&) { return true; });
   EXPECT_TRUE(lines.take(line("u1")).has_value());
   EXPECT_FALSE(lines.take("not json").has_value());
   EXPECT_FALSE(lines.take(line("u1")).has_value()) << "a good line after a bad one is not stored";
@@ -110,7 +114,8 @@ TEST(BatchLines, AfterAnErrorNothingIsHandedOutButTheFirstProblemsAreNamed) {
 
 TEST(BatchLines, ALineOverTheLimitIsAnErrorOfItsOwnLine) {
   const auto config = test_config();
-  BatchLines lines(config, options("u1"), [](const std::string&) { return true; });
+  const SubmissionRules rules(config);
+  BatchLines lines(rules, options("u1"), [](const std::string&) { return true; });
   EXPECT_FALSE(
       lines.take(line("u1", R"(,"metadata":{"x":")" + std::string(300, 'a') + "\"}")).has_value());
   ASSERT_EQ(lines.errors().size(), 1u);
@@ -120,7 +125,8 @@ TEST(BatchLines, ALineOverTheLimitIsAnErrorOfItsOwnLine) {
 
 TEST(BatchLines, PastTheMostLinesTheUploadIsTooBig) {
   const auto config = test_config();
-  BatchLines lines(config, options("u1", 2), [](const std::string&) { return true; });
+  const SubmissionRules rules(config);
+  BatchLines lines(rules, options("u1", 2), [](const std::string&) { return true; });
   EXPECT_TRUE(lines.take(line("u1")).has_value());
   EXPECT_TRUE(lines.take(line("u1")).has_value());
   EXPECT_FALSE(lines.too_many());
