@@ -270,6 +270,15 @@ bool read_call_sequence(std::string_view body, std::vector<ToolCall>& out,
   return true;
 }
 
+// Tagged bodies (read_tagged, a last one cut off read to the end), each a call sequence.
+std::optional<TextCalls> read_tagged_sequence(std::string_view content, std::string_view open,
+                                              std::string_view close) {
+  return read_tagged(content, open, close, true,
+                     [](std::string_view body, std::vector<ToolCall>& calls) {
+                       return read_call_sequence(body, calls);
+                     });
+}
+
 // A value as the XML formats write it: JSON when it reads as JSON, else the string, less
 // one newline either side.
 void add_xml_value(rapidjson::Document& arguments, std::string_view key, std::string_view value) {
@@ -306,17 +315,11 @@ std::optional<TextCalls> read_granite(std::string_view content) {
 
 std::optional<TextCalls> read_jamba(std::string_view content) {
   // An array (Jamba) or one object a line (MiniMax).
-  return read_tagged(content, "<tool_calls>", "</tool_calls>", true,
-                     [](std::string_view body, std::vector<ToolCall>& calls) {
-                       return read_call_sequence(body, calls);
-                     });
+  return read_tagged_sequence(content, "<tool_calls>", "</tool_calls>");
 }
 
 std::optional<TextCalls> read_internlm(std::string_view content) {
-  return read_tagged(content, "<|action_start|><|plugin|>", "<|action_end|>", true,
-                     [](std::string_view body, std::vector<ToolCall>& calls) {
-                       return read_call_sequence(body, calls);
-                     });
+  return read_tagged_sequence(content, "<|action_start|><|plugin|>", "<|action_end|>");
 }
 
 std::optional<TextCalls> read_command_r(std::string_view content) {
@@ -337,10 +340,7 @@ std::optional<TextCalls> read_command_r(std::string_view content) {
 }
 
 std::optional<TextCalls> read_nemotron(std::string_view content) {
-  return read_tagged(content, "<TOOLCALL>", "</TOOLCALL>", true,
-                     [](std::string_view body, std::vector<ToolCall>& calls) {
-                       return read_call_sequence(body, calls);
-                     });
+  return read_tagged_sequence(content, "<TOOLCALL>", "</TOOLCALL>");
 }
 
 std::optional<TextCalls> read_firefunction(std::string_view content) {
