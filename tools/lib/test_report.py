@@ -161,7 +161,9 @@ def main():
     out.append("")
     out.append("== tools/test: where the time went (docs/testing.md) ==")
     out.append(f"{'phase':<14} {'wall':>7}  notes")
-    phases = read_phases(os.path.join(args.report_dir, "phases.tsv"))
+    # In the order they began: the tsan and fuzz builds run beside ctest (tools/test).
+    phases = sorted(read_phases(os.path.join(args.report_dir, "phases.tsv")), key=lambda p: p[2])
+    ctest_span = next(((start, end) for name, _, start, end in phases if name == "ctest"), None)
     compiles = []
     for name, tree, start, end in phases:
         note = ""
@@ -170,6 +172,8 @@ def main():
             objects = [s for s in steps if s[1].endswith(".o")]
             cpu = sum(s[0] for s in objects)
             note = f"{len(objects)} compiles, {cpu:.0f} s of compiler time, {len(steps) - len(objects)} other steps"
+            if ctest_span and start < ctest_span[1] and end > ctest_span[0]:
+                note += ", beside ctest on idle cores"
             compiles += [(s[0], tree, s[1]) for s in objects]
         if name == "ctest":
             note = f"-j {args.jobs}"
