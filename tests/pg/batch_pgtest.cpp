@@ -9,6 +9,7 @@
 
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -428,12 +429,12 @@ TEST_F(Batches, AFollowUpWaitsForAParentStillStagedAndSessionsSkipOtherUploadsSt
   const std::string user = "batch-u8", batch = "batch-" + next_id();
   auto upload = writer(user, batch);
   ASSERT_TRUE(upload->create());
-  // The child's id sorts before its parent's: it moves into the queue first.
+  // The child's line comes before its parent's: it moves into the queue first (the move
+  // goes in line order; a parent still staged when its child is queued is also what a move
+  // that skipped a row another mover held leaves).
   auto lines = tasks_of(user, batch, 2);
-  lines[0].spec.task_id = "ffffffff-ffff-4fff-8fff-" + next_id().substr(24);
-  lines[1].spec.task_id = "00000000-0000-4000-8000-" + next_id().substr(24);
-  lines[1].spec.parent_task_id = lines[0].spec.task_id;
-  lines[0].spec.session_id = "s-" + batch;
+  lines[0].spec.parent_task_id = lines[1].spec.task_id;
+  lines[1].spec.session_id = "s-" + batch;
   EXPECT_EQ(upload->add(lines).inserted, 2);
   // A later line of the same upload in that session follows its staged task.
   auto later = tasks_of(user, batch, 1);
@@ -441,7 +442,7 @@ TEST_F(Batches, AFollowUpWaitsForAParentStillStagedAndSessionsSkipOtherUploadsSt
   EXPECT_EQ(upload->add(later).inserted, 1);
   EXPECT_EQ(text("SELECT parent_task_id::text FROM tasks WHERE task_id = $1::uuid",
                  later[0].spec.task_id),
-            lines[0].spec.task_id);
+            lines[1].spec.task_id);
   // A submission in the same session meanwhile: not the follow-up of a task that may never
   // exist.
   auto single = tasks_of(user, "", 1);
@@ -454,11 +455,11 @@ TEST_F(Batches, AFollowUpWaitsForAParentStillStagedAndSessionsSkipOtherUploadsSt
   ASSERT_EQ(upload->seal(queue_limit, 3).outcome, pg::SealOutcome::kSealed);
   EXPECT_EQ(upload->promote(1), 1);
   EXPECT_EQ(tasks_with(batch, "queued"), 1);
-  EXPECT_EQ(text("SELECT status FROM tasks WHERE task_id = $1::uuid", lines[1].spec.task_id),
+  EXPECT_EQ(text("SELECT status FROM tasks WHERE task_id = $1::uuid", lines[0].spec.task_id),
             "queued");
   // The single submission (no parent) goes; the child waits for its staged parent.
   EXPECT_EQ(dispatch(user), 1);
-  EXPECT_EQ(text("SELECT status FROM tasks WHERE task_id = $1::uuid", lines[1].spec.task_id),
+  EXPECT_EQ(text("SELECT status FROM tasks WHERE task_id = $1::uuid", lines[0].spec.task_id),
             "queued");
 }
 
@@ -534,14 +535,14 @@ TEST_F(Batches, EachSliceOfAMoveGoesOnFromTheLastWithoutReReadingTheMovedRows) {
   ASSERT_TRUE(upload);
   EXPECT_EQ(upload->promote(3), 3);
   const std::string through =
-      text("SELECT settled_through::text FROM batches WHERE batch_id = $1", batch);
+      text("SELECT settled_through_seq::text FROM batches WHERE batch_id = $1", batch);
   EXPECT_EQ(count("SELECT count(*) FROM tasks WHERE batch_id = $1 AND status = 'queued' "
-                  "AND task_id > (SELECT settled_through FROM batches WHERE batch_id = $1)",
+                  "AND seq > (SELECT settled_through_seq FROM batches WHERE batch_id = $1)",
                   batch),
             0)
-      << "the slice took the first tasks in id order, and the batch row says where it stopped";
+      << "the slice took the first lines, and the batch row says where it stopped";
   EXPECT_EQ(count("SELECT count(*) FROM tasks WHERE batch_id = $1 AND status = 'staged' "
-                  "AND task_id <= (SELECT settled_through FROM batches WHERE batch_id = $1)",
+                  "AND seq <= (SELECT settled_through_seq FROM batches WHERE batch_id = $1)",
                   batch),
             0);
   // The uploader dies; the sweep goes on from the same place.
@@ -549,22 +550,68 @@ TEST_F(Batches, EachSliceOfAMoveGoesOnFromTheLastWithoutReReadingTheMovedRows) {
   exec("UPDATE batches SET upload_deadline = now() - interval '1 second' WHERE batch_id = $1",
        batch);
   EXPECT_EQ(sweep(3), 3);
-  EXPECT_NE(text("SELECT settled_through::text FROM batches WHERE batch_id = $1", batch), through);
+  EXPECT_NE(text("SELECT settled_through_seq::text FROM batches WHERE batch_id = $1", batch),
+            through);
   EXPECT_EQ(sweep(3), 1);
   EXPECT_EQ(tasks_with(batch, "queued"), 7);
   EXPECT_TRUE(pg::find_batch(db_, batch));
-  // The move reads the batch's tasks by an index, in order, starting at the cursor: the
-  // rows moved before it are not read again, and nothing is sorted.
+  // The move reads the batch's staged tasks by an index, in line order, starting at the
+  // cursor: the rows moved before it are not read again, and nothing is sorted.
   pqxx::work tx(db_);
   std::string plan;
   for (const auto& row : tx.exec_params(
            "EXPLAIN SELECT s.task_id FROM tasks s WHERE s.batch_id = $1 AND s.status = 'staged' "
-           "AND s.user_id = $2 AND s.task_id > $3::uuid ORDER BY s.task_id LIMIT 1000",
+           "AND s.user_id = $2 AND s.seq > $3::bigint ORDER BY s.seq LIMIT 1000",
            batch, user, through))
     plan += row[0].as<std::string>() + "\n";
-  EXPECT_NE(plan.find("Index Cond: ((batch_id = "), std::string::npos) << plan;
-  EXPECT_NE(plan.find("AND (task_id > '" + through + "'::uuid))"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("tasks_staged_batch_seq"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("AND (seq > '" + through + "'::bigint))"), std::string::npos) << plan;
   EXPECT_EQ(plan.find("Sort"), std::string::npos) << plan;
+}
+
+// The lines of a sealed batch reach the queue, and leave it, in the order they were sent,
+// whatever their task ids: the move goes a slice at a time in line order, each line
+// submitted a microsecond after the one before it, and the scheduler admits a user's tasks
+// oldest first.
+TEST_F(Batches, ASealedBatchIsQueuedAndAdmittedInLineOrderWhateverItsTaskIds) {
+  const std::string user = "batch-u10", batch = "batch-" + next_id();
+  auto upload = writer(user, batch);
+  ASSERT_TRUE(upload->create());
+  auto lines = tasks_of(user, batch, 7);
+  std::vector<std::string> ids;
+  for (const auto& line : lines)
+    ids.push_back(line.spec.task_id);
+  std::sort(ids.rbegin(), ids.rend());  // the first line has the highest task id
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    lines[i].spec.task_id = ids[i];
+  std::vector<pg::NewTask> first(lines.begin(), lines.begin() + 4);
+  std::vector<pg::NewTask> second(lines.begin() + 4, lines.end());
+  ASSERT_EQ(upload->add(first).inserted, 4);
+  ASSERT_EQ(upload->add(second).inserted, 3);
+  ASSERT_EQ(upload->seal(queue_limit, 7).outcome, pg::SealOutcome::kSealed);
+  while (upload->promote(3) == 3) {
+  }
+  ASSERT_EQ(tasks_with(batch, "queued"), 7);
+  pqxx::work tx(db_);
+  std::vector<std::string> queued;
+  for (const auto& row : tx.exec_params(
+           "SELECT task_id::text FROM tasks WHERE batch_id = $1 ORDER BY created_at", batch))
+    queued.push_back(row[0].as<std::string>());
+  EXPECT_EQ(queued, ids) << "queued in line order, three slices of the move";
+  // Admitted three at a time: the first three lines, then the next three.
+  const Priority priority = lines[0].spec.priority;
+  std::vector<std::string> admitted;
+  for (const auto& sent :
+       pg::dispatch_grants(tx, {ports::DispatchGrant{user, priority, 3}}, "b-dispatch"))
+    admitted.push_back(sent.task_id);
+  std::sort(admitted.rbegin(), admitted.rend());
+  EXPECT_EQ(admitted, std::vector<std::string>(ids.begin(), ids.begin() + 3));
+  admitted.clear();
+  for (const auto& sent :
+       pg::dispatch_grants(tx, {ports::DispatchGrant{user, priority, 3}}, "b-dispatch"))
+    admitted.push_back(sent.task_id);
+  std::sort(admitted.rbegin(), admitted.rend());
+  EXPECT_EQ(admitted, std::vector<std::string>(ids.begin() + 3, ids.begin() + 6));
 }
 
 }  // namespace

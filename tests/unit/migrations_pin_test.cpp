@@ -42,6 +42,7 @@ const std::map<std::string, std::string>& pinned() {
       {"0025_drop_running_lease_index.sql", "d256514b904d06e3"},
       {"0026_task_sequence.sql", "5ca2bf958849fc33"},
       {"0027_session_sequence_index.sql", "cbf811ca3ca4b581"},
+      {"0028_batch_line_order.sql", "c630f52d80cddd98"},
   };
   return kPinned;
 }

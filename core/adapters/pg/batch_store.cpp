@@ -21,69 +21,73 @@ namespace {
 // scheduler takes over, renewed by each slice it moves.
 constexpr int kPromoteWithinS = 60;
 
-// What one slice of a move or a delete did: how many tasks, and the last task id.
+// What one slice of a move or a delete did: how many tasks, and the last task's seq (0: none).
 struct Slice {
   int done = 0;
-  std::string last;
+  std::int64_t last = 0;
 };
 
-// Moves up to `limit` staged tasks of the batch into the queue, in task id order after
-// `after` (empty: from the first): they are submitted now (created_at, and the queue
-// deadline from it). Rows another mover holds are skipped (it moves them).
+// Moves up to `limit` staged tasks of the batch into the queue, in line order (seq, through
+// tasks_staged_batch_seq) after the seq `after` (0: from the first): they are submitted now,
+// each a microsecond after the line before it (created_at, and the queue deadline from it),
+// so the scheduler, which admits a user's tasks oldest first, starts them in line order too.
+// Rows another mover holds are skipped (it moves them).
 Slice move_staged(pqxx::work& tx, const std::string& batch_id, const std::string& user_id,
-                  const std::string& after, int limit) {
+                  std::int64_t after, int limit) {
   auto moved = tx.exec_params(R"SQL(
 WITH picked AS MATERIALIZED (
-  SELECT s.task_id FROM tasks s
-  WHERE s.batch_id = $1 AND s.status = 'staged' AND s.user_id = $2
-    AND ($4 = '' OR s.task_id > NULLIF($4, '')::uuid)
-  ORDER BY s.task_id LIMIT $3 FOR UPDATE SKIP LOCKED
+  SELECT s.task_id, s.seq FROM tasks s
+  WHERE s.batch_id = $1 AND s.status = 'staged' AND s.user_id = $2 AND s.seq > $4
+  ORDER BY s.seq LIMIT $3 FOR UPDATE SKIP LOCKED
+), numbered AS (
+  SELECT p.task_id, row_number() OVER (ORDER BY p.seq) - 1 AS line FROM picked p
 ), moved AS (
-  UPDATE tasks t SET status = 'queued', created_at = statement_timestamp(),
-         queue_deadline_at = statement_timestamp() + make_interval(secs => t.schedule_timeout_s)
-  FROM picked p
-  WHERE t.task_id = p.task_id AND t.status = 'staged'
+  UPDATE tasks t SET status = 'queued',
+         created_at = statement_timestamp() + make_interval(secs => n.line / 1000000.0),
+         queue_deadline_at = statement_timestamp()
+                             + make_interval(secs => n.line / 1000000.0 + t.schedule_timeout_s)
+  FROM numbered n
+  WHERE t.task_id = n.task_id AND t.status = 'staged'
   RETURNING t.task_id
 ), woken AS (SELECT pg_notify('agentfleet_work', '') WHERE EXISTS (SELECT 1 FROM moved))
-SELECT (SELECT count(*) FROM moved), (SELECT task_id::text FROM picked ORDER BY task_id DESC LIMIT 1),
+SELECT (SELECT count(*) FROM moved), (SELECT max(seq) FROM picked),
        (SELECT count(*) FROM woken))SQL",
                               batch_id, user_id, limit, after);
   Slice slice;
   slice.done = moved[0][0].as<int>();
   if (!moved[0][1].is_null())
-    slice.last = moved[0][1].as<std::string>();
+    slice.last = moved[0][1].as<std::int64_t>();
   return slice;
 }
 
-// Deletes up to `limit` staged tasks of the batch, in task id order after `after`.
+// Deletes up to `limit` staged tasks of the batch, in line order after the seq `after`.
 Slice delete_staged(pqxx::work& tx, const std::string& batch_id, const std::string& user_id,
-                    const std::string& after, int limit) {
+                    std::int64_t after, int limit) {
   auto deleted = tx.exec_params(R"SQL(
 WITH picked AS MATERIALIZED (
-  SELECT s.task_id FROM tasks s
-  WHERE s.batch_id = $1 AND s.status = 'staged' AND s.user_id = $2
-    AND ($4 = '' OR s.task_id > NULLIF($4, '')::uuid)
-  ORDER BY s.task_id LIMIT $3 FOR UPDATE SKIP LOCKED
+  SELECT s.task_id, s.seq FROM tasks s
+  WHERE s.batch_id = $1 AND s.status = 'staged' AND s.user_id = $2 AND s.seq > $4
+  ORDER BY s.seq LIMIT $3 FOR UPDATE SKIP LOCKED
 ), gone AS (
   DELETE FROM tasks t USING picked p
   WHERE t.task_id = p.task_id AND t.status = 'staged'
   RETURNING 1
 )
-SELECT (SELECT count(*) FROM gone), (SELECT task_id::text FROM picked ORDER BY task_id DESC LIMIT 1))SQL",
+SELECT (SELECT count(*) FROM gone), (SELECT max(seq) FROM picked))SQL",
                                 batch_id, user_id, limit, after);
   Slice slice;
   slice.done = deleted[0][0].as<int>();
   if (!deleted[0][1].is_null())
-    slice.last = deleted[0][1].as<std::string>();
+    slice.last = deleted[0][1].as<std::int64_t>();
   return slice;
 }
 
-// Whether the batch has a staged task after the cursor `after`: one probe of tasks_batch
-// (batch_id, task_id) from there.
-bool any_staged_after(pqxx::work& tx, const std::string& batch_id, const std::string& after) {
+// Whether the batch has a staged task after the cursor `after`: one probe of
+// tasks_staged_batch_seq (batch_id, seq) from there.
+bool any_staged_after(pqxx::work& tx, const std::string& batch_id, std::int64_t after) {
   return !tx.exec_params(
-                "SELECT 1 FROM tasks WHERE batch_id = $1 AND status = 'staged' "
-                "AND task_id > $2::uuid LIMIT 1",
+                "SELECT 1 FROM tasks WHERE batch_id = $1 AND status = 'staged' AND seq > $2 "
+                "LIMIT 1",
                 batch_id, after)
               .empty();
 }
@@ -108,17 +112,17 @@ bool any_staged_left(pqxx::work& tx, const std::string& batch_id, const std::str
 void settle(pqxx::work& tx, const std::string& batch_id, const std::string& user_id, bool sealed,
             const Slice& slice, int limit) {
   if (slice.done >= limit && any_staged_after(tx, batch_id, slice.last)) {
-    tx.exec_params0("UPDATE batches SET settled_through = $2::uuid WHERE batch_id = $1", batch_id,
+    tx.exec_params0("UPDATE batches SET settled_through_seq = $2 WHERE batch_id = $1", batch_id,
                     slice.last);
     return;
   }
   if (any_staged_left(tx, batch_id, user_id)) {
-    tx.exec_params0("UPDATE batches SET settled_through = NULL WHERE batch_id = $1", batch_id);
+    tx.exec_params0("UPDATE batches SET settled_through_seq = NULL WHERE batch_id = $1", batch_id);
     return;
   }
   if (sealed) {
     tx.exec_params0(
-        "UPDATE batches SET upload_deadline = NULL, settled_through = NULL "
+        "UPDATE batches SET upload_deadline = NULL, settled_through_seq = NULL "
         "WHERE batch_id = $1 AND sealed",
         batch_id);
   } else {
@@ -306,7 +310,7 @@ Seal BatchWriter::seal(const QueueLimit& limit, std::int64_t total) {
   // clock_timestamp(): re-evaluated after a wait for the sweep's lock, so a batch the
   // sweep took is never sealed.
   auto sealed = tx.exec_params(
-      "UPDATE batches SET sealed = true, total = $2, settled_through = NULL, "
+      "UPDATE batches SET sealed = true, total = $2, settled_through_seq = NULL, "
       "upload_deadline = clock_timestamp() + make_interval(secs => $3) "
       "WHERE batch_id = $1 AND NOT sealed AND upload_deadline > clock_timestamp() RETURNING 1",
       header_.batch_id, total, kPromoteWithinS);
@@ -328,12 +332,12 @@ int BatchWriter::promote(int slice) {
   auto row = tx.exec_params(
       "UPDATE batches SET upload_deadline = clock_timestamp() + make_interval(secs => $2) "
       "WHERE batch_id = $1 AND sealed AND upload_deadline IS NOT NULL "
-      "RETURNING coalesce(settled_through::text, '')",
+      "RETURNING coalesce(settled_through_seq, 0)",
       header_.batch_id, kPromoteWithinS);
   if (row.empty())
     return 0;
   const Slice moved =
-      move_staged(tx, header_.batch_id, header_.user_id, row[0][0].as<std::string>(), slice);
+      move_staged(tx, header_.batch_id, header_.user_id, row[0][0].as<std::int64_t>(), slice);
   settle(tx, header_.batch_id, header_.user_id, /*sealed=*/true, moved, slice);
   tx.commit();
   return moved.done;
@@ -345,13 +349,13 @@ void BatchWriter::discard(int slice) {
   for (;;) {
     pqxx::work tx(*connection_);
     auto row = tx.exec_params(
-        "SELECT coalesce(settled_through::text, '') FROM batches "
+        "SELECT coalesce(settled_through_seq, 0) FROM batches "
         "WHERE batch_id = $1 AND NOT sealed FOR UPDATE",
         header_.batch_id);
     if (row.empty())
       return;  // deleted (by the scheduler's sweep)
     const Slice deleted =
-        delete_staged(tx, header_.batch_id, header_.user_id, row[0][0].as<std::string>(), slice);
+        delete_staged(tx, header_.batch_id, header_.user_id, row[0][0].as<std::int64_t>(), slice);
     settle(tx, header_.batch_id, header_.user_id, /*sealed=*/false, deleted, slice);
     tx.commit();
     if (deleted.done < slice)
@@ -513,7 +517,7 @@ int sweep_staged_batches(pqxx::work& tx, int limit) {
   // Only uploads past their deadline, which the partial index batches_uploading holds.
   auto batches = exec_prepared(tx, "af_sched_staged_batches",
                                "SELECT batch_id, user_id, sealed, "
-                               "coalesce(settled_through::text, '') FROM batches "
+                               "coalesce(settled_through_seq, 0) FROM batches "
                                "WHERE upload_deadline < now() ORDER BY upload_deadline LIMIT 5 "
                                "FOR UPDATE SKIP LOCKED");
   int done = 0;
@@ -521,7 +525,7 @@ int sweep_staged_batches(pqxx::work& tx, int limit) {
     const std::string batch_id = b[0].as<std::string>();
     const std::string user_id = b[1].as<std::string>();
     const bool sealed = b[2].as<bool>();
-    const std::string after = b[3].as<std::string>();
+    const std::int64_t after = b[3].as<std::int64_t>();
     const int room = limit - done;
     if (room <= 0)
       break;

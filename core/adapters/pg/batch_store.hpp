@@ -92,8 +92,9 @@ class BatchWriter {
   // `total` tasks and commits. (Their other uploads under way are checked at their own
   // seal: two that fit one after the other do not refuse each other.)
   Seal seal(const QueueLimit& limit, std::int64_t total);
-  // One transaction: moves up to `slice` staged tasks into the queue from where the last
-  // slice stopped (their created_at and queue deadline from now) and wakes the scheduler;
+  // One transaction: moves up to `slice` staged tasks into the queue in line order from where
+  // the last slice stopped (their created_at and queue deadline from now, a microsecond a
+  // line apart, so the scheduler starts them in line order) and wakes the scheduler;
   // the last marks the batch complete. Returns how many moved: call until it returns less
   // than `slice`. Only after a seal.
   int promote(int slice);
@@ -140,7 +141,8 @@ int cancel_batch_slice(pqxx::connection& c, const BatchHeader& batch, std::strin
 // did not move all its staged tasks into the queue by its upload_deadline has them moved;
 // an unsealed batch past its upload_deadline (its replica died) has its staged tasks and
 // then its row deleted. Either goes on from where the last slice stopped
-// (batches.settled_through). At most `limit` tasks; returns how many were moved or deleted.
+// (batches.settled_through_seq), in line order. At most `limit` tasks; returns how many were
+// moved or deleted.
 int sweep_staged_batches(pqxx::work& tx, int limit);
 
 // For the scheduler: tasks of cancelled batches not yet drained (a cancel cut short by a
