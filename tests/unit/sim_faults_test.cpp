@@ -177,7 +177,35 @@ TEST(SimFaultScheduleTest, ADurationBoundEndsTheFaultOnTheInjectedClock) {
   EXPECT_NE(schedule.list_json().find("\"remaining_count\":98"), std::string::npos);
   clock.now += 1ms;
   EXPECT_FALSE(schedule.next(std::nullopt));
-  EXPECT_EQ(schedule.list_json(), R"({"faults":[]})");
+  // Gone, and still listed with what it did.
+  EXPECT_EQ(schedule.list_json(),
+            R"({"faults":[],"ended":[{"id":1,"origin":"runtime","mode":"http_503","served":2,)"
+            R"("seen":2}]})");
+}
+
+// What a fault did can be asked after it ended (its bound reached, or cleared): the checker of
+// the chaos run counts a fault as fired only when it answered a request. The record is
+// bounded: the oldest of more than kEndedKept ended faults are forgotten.
+TEST(SimFaultScheduleTest, EndedFaultsAreListedWithWhatTheyServedUpToABound) {
+  RandomSource random(1);
+  FaultSchedule schedule(random, {}, "tool");
+  schedule.add(spec(R"({"mode":"http_500","count":1})"));
+  schedule.add(spec(R"({"mode":"http_429","probability":0,"count":1})"));
+  EXPECT_TRUE(schedule.next(std::nullopt));  // the first, which ends at once
+  EXPECT_FALSE(schedule.next(std::nullopt));
+  EXPECT_EQ(schedule.clear(), 1u);  // the second, never served
+  EXPECT_EQ(schedule.list_json(),
+            R"({"faults":[],"ended":[{"id":1,"origin":"runtime","mode":"http_500","served":1,)"
+            R"("seen":1},{"id":2,"origin":"runtime","mode":"http_429","served":0,"seen":1}]})");
+  for (std::size_t i = 0; i < FaultSchedule::kEndedKept; ++i) {
+    schedule.add(spec(R"({"mode":"http_503","count":1})"));
+    EXPECT_TRUE(schedule.next(std::nullopt));
+  }
+  const std::string listed = schedule.list_json();
+  EXPECT_EQ(listed.find("\"id\":2,"), std::string::npos) << "the oldest forgotten";
+  EXPECT_NE(listed.find("\"id\":3,"), std::string::npos);
+  EXPECT_NE(listed.find("\"id\":" + std::to_string(FaultSchedule::kEndedKept + 2) + ","),
+            std::string::npos);
 }
 
 TEST(SimFaultScheduleTest, ProbabilityFollowsTheSeededSource) {

@@ -237,9 +237,20 @@ bool FaultSchedule::expired(const Entry& entry, std::chrono::steady_clock::time_
   return false;
 }
 
+void FaultSchedule::record_ended(const Entry& entry) {
+  if (ended_.size() == kEndedKept)
+    ended_.pop_front();
+  ended_.push_back(entry);
+}
+
 void FaultSchedule::drop_expired(std::chrono::steady_clock::time_point now) {
   entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
-                                [&](const Entry& entry) { return expired(entry, now); }),
+                                [&](const Entry& entry) {
+                                  if (!expired(entry, now))
+                                    return false;
+                                  record_ended(entry);
+                                  return true;
+                                }),
                  entries_.end());
 }
 
@@ -277,7 +288,10 @@ std::size_t FaultSchedule::clear(bool include_startup) {
   const std::size_t before = entries_.size();
   entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
                                 [&](const Entry& entry) {
-                                  return include_startup || entry.origin == Origin::kRuntime;
+                                  if (!include_startup && entry.origin != Origin::kRuntime)
+                                    return false;
+                                  record_ended(entry);
+                                  return true;
                                 }),
                  entries_.end());
   return before - entries_.size();
@@ -353,6 +367,23 @@ std::string FaultSchedule::list_json() {
       key("step");
       writer.Int64(*spec.step);
     }
+    key("served");
+    writer.Uint64(entry.served);
+    key("seen");
+    writer.Uint64(entry.seen);
+    writer.EndObject();
+  }
+  writer.EndArray();
+  key("ended");
+  writer.StartArray();
+  for (const Entry& entry : ended_) {
+    writer.StartObject();
+    key("id");
+    writer.Uint64(entry.id);
+    key("origin");
+    text(entry.origin == Origin::kRuntime ? "runtime" : "startup");
+    key("mode");
+    text(fault_mode_name(entry.spec.mode));
     key("served");
     writer.Uint64(entry.served);
     key("seen");

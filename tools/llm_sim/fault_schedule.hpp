@@ -111,8 +111,13 @@ class FaultSchedule {
   // Removes runtime faults (and start-up ones too when asked); returns how many.
   std::size_t clear(bool include_startup = false);
   // {"faults":[{"id","origin","mode","probability",<bounds and parameters>,
-  //   "served","seen","remaining_count","remaining_s"}]} of the active faults.
+  //   "served","seen","remaining_count","remaining_s"}],
+  //  "ended":[{"id","origin","mode","served","seen"}]}: the active faults, then the last
+  // kEndedKept that ended (their bound reached, or cleared), oldest first: what a fault did
+  // can be asked after it is gone (tools/check-invariants: a fault took effect only if it
+  // answered a request).
   std::string list_json();
+  static constexpr std::size_t kEndedKept = 256;
   std::size_t active();
 
  private:
@@ -126,6 +131,7 @@ class FaultSchedule {
   };
   bool expired(const Entry& entry, std::chrono::steady_clock::time_point now) const;
   void drop_expired(std::chrono::steady_clock::time_point now);
+  void record_ended(const Entry& entry);
 
   RandomSource& random_;
   SteadyClock clock_;
@@ -133,6 +139,7 @@ class FaultSchedule {
   std::mutex mutex_;
   std::uint64_t next_id_ = 1;
   std::deque<Entry> entries_;
+  std::deque<Entry> ended_;  // at most kEndedKept, oldest first
 };
 
 }  // namespace agentfleet::sim
