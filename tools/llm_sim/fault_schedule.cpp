@@ -316,18 +316,28 @@ std::string FaultSchedule::list_json() {
   const auto text = [&](std::string_view value) {
     writer.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
   };
+  // What every listed fault says, active or ended: who it is, then what it did.
+  const auto identity = [&](const Entry& entry) {
+    key("id");
+    writer.Uint64(entry.id);
+    key("origin");
+    text(entry.origin == Origin::kRuntime ? "runtime" : "startup");
+    key("mode");
+    text(fault_mode_name(entry.spec.mode));
+  };
+  const auto counts = [&](const Entry& entry) {
+    key("served");
+    writer.Uint64(entry.served);
+    key("seen");
+    writer.Uint64(entry.seen);
+  };
   writer.StartObject();
   key("faults");
   writer.StartArray();
   for (const Entry& entry : entries_) {
     const FaultSpec& spec = entry.spec;
     writer.StartObject();
-    key("id");
-    writer.Uint64(entry.id);
-    key("origin");
-    text(entry.origin == Origin::kRuntime ? "runtime" : "startup");
-    key("mode");
-    text(fault_mode_name(spec.mode));
+    identity(entry);
     key("probability");
     writer.Double(spec.probability);
     if (spec.count) {
@@ -367,10 +377,7 @@ std::string FaultSchedule::list_json() {
       key("step");
       writer.Int64(*spec.step);
     }
-    key("served");
-    writer.Uint64(entry.served);
-    key("seen");
-    writer.Uint64(entry.seen);
+    counts(entry);
     writer.EndObject();
   }
   writer.EndArray();
@@ -378,16 +385,8 @@ std::string FaultSchedule::list_json() {
   writer.StartArray();
   for (const Entry& entry : ended_) {
     writer.StartObject();
-    key("id");
-    writer.Uint64(entry.id);
-    key("origin");
-    text(entry.origin == Origin::kRuntime ? "runtime" : "startup");
-    key("mode");
-    text(fault_mode_name(entry.spec.mode));
-    key("served");
-    writer.Uint64(entry.served);
-    key("seen");
-    writer.Uint64(entry.seen);
+    identity(entry);
+    counts(entry);
     writer.EndObject();
   }
   writer.EndArray();
