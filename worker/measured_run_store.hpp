@@ -22,9 +22,10 @@ class MeasuredRunStore final : public ports::RunStore {
   MeasuredRunStore(ports::RunStore& inner, const limits::Clock& clock, Observer observe)
       : inner_(inner), clock_(clock), observe_(std::move(observe)) {}
 
-  boost::asio::awaitable<Result<ports::Claim>> claim(std::string task_id) override {
+  boost::asio::awaitable<Result<ports::Claim>> claim(
+      std::string task_id, std::shared_ptr<const ports::FirstCallEstimates> first_calls) override {
     const auto started = clock_.now();
-    auto result = co_await inner_.claim(std::move(task_id));
+    auto result = co_await inner_.claim(std::move(task_id), std::move(first_calls));
     observe(started, result.ok());
     co_return result;
   }

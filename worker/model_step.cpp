@@ -118,10 +118,11 @@ asio::awaitable<std::optional<RunOutcome>> TaskRunner::model_step(Run& run, Loop
   // record when the spend check let the call through).
   PreparedCall prepared = loop.prepared ? std::move(*loop.prepared) : prepare_call(run, loop);
   loop.prepared.reset();
+  if (run.step == 0)
+    learn_first_call(run, prepared.input.tokens);  // what the next claims record it at
   CallInput& input = prepared.input;
   billing::SpendDecision& spend = prepared.spend;
-  if (spend.stop) {
-    co_await settle_unsent_call(run);
+  if (spend.stop) {  // the end removes the record of the call not sent, if one was written
     const ErrorCode code = *spend.stop == billing::SpendStop::kMaxTokens ? ErrorCode::kMaxTokens
                            : *spend.stop == billing::SpendStop::kMaxCost
                                ? ErrorCode::kMaxCost

@@ -6,6 +6,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "core/adapters/log.hpp"
+#include "core/react/context_budget.hpp"
 #include "worker/run_state.hpp"
 #include "worker/task_runner.hpp"
 
@@ -117,13 +118,45 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
     metrics_.claim(metrics::ClaimOutcome::kSkipped);
     co_return ClaimResult{nullptr, RunOutcome::kSkipped};  // terminal, or owned elsewhere
   }
-  co_return take_claim(std::move(run), std::move(claim.value()), fences_before);
+  ClaimResult taken = take_claim(run, std::move(claim.value()), fences_before);
+  if (!taken.run)  // not run after all: the first call's record, if the claim wrote one, goes
+    co_await settle_unsent_call(*run);
+  co_return taken;
+}
+
+std::shared_ptr<const ports::FirstCallEstimates> TaskRunner::first_call_estimates() const {
+  std::lock_guard lock(first_calls_mutex_);
+  if (first_call_prompts_.empty())
+    return nullptr;
+  const auto now = clock_.wall_now();
+  auto estimates = std::make_shared<ports::FirstCallEstimates>();
+  for (const auto& [of, prompt_tokens] : first_call_prompts_) {
+    ports::FirstCallEstimate estimate{of.first, of.second, prompt_tokens, 0,
+                                      prices_.cost(of.first, TokenUsage{}, now).currency};
+    // As billing::PriceTable::cost prices input tokens (no price: they cost nothing).
+    if (const billing::Price* price = prices_.find(of.first, now))
+      estimate.rate = price->input_per_million_micros * prices_.multiplier_micros(*price, now);
+    estimates->push_back(std::move(estimate));
+  }
+  return estimates;
+}
+
+void TaskRunner::learn_first_call(const Run& run, std::int64_t input_tokens) {
+  const TaskSpec& spec = run.claimed.spec;
+  if (run.claimed.attempt != 1 || !spec.parent_task_id.empty() || !run.claimed.steps.empty())
+    return;
+  const std::int64_t prompt_tokens = input_tokens - react::estimate_tokens(spec.text);
+  if (prompt_tokens < 0 || !config_.find_model(spec.model))
+    return;
+  const std::string strategy = spec.strategy ? std::string(to_string(*spec.strategy)) : "";
+  std::lock_guard lock(first_calls_mutex_);
+  first_call_prompts_[{spec.model, strategy}] = prompt_tokens;
 }
 
 asio::awaitable<std::optional<Result<ports::Claim>>> TaskRunner::claim_in_store(
     Run& run, std::uint64_t lifted, std::uint64_t& fences_before, bool& in_doubt) {
   auto executor = co_await asio::this_coro::executor;
-  auto claim = co_await store_.claim(run.task_id);
+  auto claim = co_await store_.claim(run.task_id, first_call_estimates());
   if (claim.ok() && claim.value().outcome == ports::ClaimOutcome::kNotLive) {
     // The claim ran after this incarnation's liveness lapsed (it waited in a silent
     // connection): it took nothing. Once the lease keeper holds a new incarnation, once more.
@@ -135,7 +168,7 @@ asio::awaitable<std::optional<Result<ports::Claim>>> TaskRunner::claim_in_store(
       co_return std::nullopt;
     }
     fences_before = fence_count();
-    claim = co_await store_.claim(run.task_id);
+    claim = co_await store_.claim(run.task_id, first_call_estimates());
   }
   // A claim that failed on a store outage (a Postgres restart) is tried again for a few
   // seconds: left alone, the task would wait in `dispatched` for the scheduler's
@@ -152,7 +185,7 @@ asio::awaitable<std::optional<Result<ports::Claim>>> TaskRunner::claim_in_store(
     boost::system::error_code ec;
     co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     fences_before = fence_count();
-    claim = co_await store_.claim(run.task_id);
+    claim = co_await store_.claim(run.task_id, first_call_estimates());
   }
   co_return claim;
 }
@@ -192,6 +225,8 @@ ClaimResult TaskRunner::take_claim(std::shared_ptr<Run> run, ports::Claim claim,
   run->attempt = run->claimed.attempt;
   run->totals = run->claimed.totals;
   run->claimed_at = clock_.now();
+  if (run->claimed.first_call_recorded)
+    run->unsent_call_step = 0;  // the claim recorded the first call (step 0)
   metrics_.claim(metrics::ClaimOutcome::kClaimed);
   if (run->claimed.attempt == 1)
     metrics_.queue_wait(run->claimed.spec.priority, run->claimed.queued_ms / 1000.0);

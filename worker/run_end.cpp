@@ -51,6 +51,9 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
     last_step = run.final_step;
     end.last_step = std::exchange(run.final_step, std::nullopt);
   }
+  // A call recorded for this attempt but never sent: its record goes with the end. Should
+  // the end not be stored, the run settles it (TaskRunner::execute).
+  end.unsent_call_step = run.unsent_call_step;
   auto finished = co_await store_.finish(std::move(end));
   if (!finished.ok()) {
     // The last step, if any, was not written either: its call's record stays, billed when
@@ -70,6 +73,7 @@ asio::awaitable<RunOutcome> TaskRunner::finish(Run& run, TaskStatus status,
     co_return RunOutcome::kLeaseLost;
   }
   const std::int64_t outbox_id = finished.value().value();
+  run.unsent_call_step.reset();  // the end removed its record
   if (ended_)
     ended_(run.task_id, run.traceparent);
   metrics_.task_finished(status, result ? std::optional(result->type) : std::nullopt, code,

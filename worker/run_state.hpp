@@ -93,8 +93,10 @@ struct TaskRunner::Run : ClaimedRun {
   // Set when the last model call was not sent because it could not be recorded first (the
   // store's answer: an error, or the fence).
   std::optional<Result<Status>> call_unrecorded;
-  // The step of a model call whose record the tool round before it wrote, while the call is
-  // not sent yet: should the run stop first (or throw), the record is settled, nothing billed.
+  // The step of a model call whose record was written before the run sent it (by the claim,
+  // for the first call, or by the tool round before it), while the call is not sent yet:
+  // should the run stop first (or throw), the record goes with its end or is settled,
+  // nothing billed.
   std::optional<int> unsent_call_step;
   // The checkpoint of a model call whose answer ends the task: written with the end, in its
   // commit (ports::TaskEnd::last_step), not in one of its own.

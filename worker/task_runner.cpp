@@ -295,13 +295,13 @@ asio::awaitable<RunOutcome> TaskRunner::run_strategy(Run& run) {
         pending_tools != nullptr && !loop.replayed_calls &&
         std::any_of(pending_tools->calls.begin(), pending_tools->calls.end(),
                     [this](const ToolCall& c) { return not_idempotent_.count(c.name) > 0; });
-    // A stop here leaves the next call unsent: a record its tool round wrote for it goes.
+    // A stop here leaves the next call unsent: a record written for it goes (with the end, or
+    // settled when the run stops without one).
     if (auto stop = co_await stop_requested(run, !own_unsent_once_only)) {
       co_await settle_unsent_call(run);
       co_return *stop;
     }
-    if (clock_.now() >= run.deadline) {
-      co_await settle_unsent_call(run);
+    if (clock_.now() >= run.deadline) {  // the end removes the record of the next call
       co_return co_await finish(
           run, TaskStatus::kTimedOut, std::nullopt,
           "deadline of " + std::to_string(run.claimed.spec.timeout_s) + " s passed",

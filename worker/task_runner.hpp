@@ -189,6 +189,13 @@ class TaskRunner final : public Runs {
   // fences raised before the last try was sent.
   boost::asio::awaitable<std::optional<Result<ports::Claim>>> claim_in_store(
       Run& run, std::uint64_t lifted, std::uint64_t& fences_before, bool& in_doubt);
+  // What a claim needs to record a task's first model call with itself: the prompt tokens
+  // learned per model and strategy (learn_first_call), each priced now; null before the
+  // first was learned.
+  std::shared_ptr<const ports::FirstCallEstimates> first_call_estimates() const;
+  // Learns from the first call of attempt 1 of a task with no parent, as prepared, what its
+  // request adds to the task's text (ports::FirstCallEstimate::prompt_tokens).
+  void learn_first_call(const Run& run, std::int64_t input_tokens);
   // Tells the lease keeper of a task a claim in doubt may have made this worker's.
   void report_claim_in_doubt(const Run& run, const Result<ports::Claim>& claim);
   // The run of a claimed task, held by this worker (or handed back at once, when a fence
@@ -281,6 +288,10 @@ class TaskRunner final : public Runs {
     std::map<std::string, int> tasks;
   };
   std::shared_ptr<Claiming> claiming_ = std::make_shared<Claiming>();
+  // The prompt tokens of a first call, by (model, strategy as the task row names it): only
+  // configured models and the strategies there are, so bounded by the configuration.
+  mutable std::mutex first_calls_mutex_;
+  std::map<std::pair<std::string, std::string>, std::int64_t> first_call_prompts_;
 };
 
 }  // namespace agentfleet::worker

@@ -16,6 +16,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,7 +58,31 @@ struct ClaimedTask {
   // The user's own monthly budget (user_limits), in micro-units of the budget currency;
   // nullopt: their tier's.
   std::optional<std::int64_t> user_monthly_budget_micros;
+  // The claim recorded the run's first model call (step 0) as CallSent would, at its
+  // FirstCallEstimate: the call needs no record of its own, and a run that does not send it
+  // settles the record.
+  bool first_call_recorded = false;
 };
+
+// How a claim records a task's first model call with itself, so that the call needs no
+// commit of its own before it is sent: for a task of `model` run by `strategy` (as the task
+// row names it; empty: its tier's), the tokens the first request adds to the task's text
+// (the system prompt, the tools offered, the messages' framing), and the input price in
+// force now. The claim estimates the call's input as prompt_tokens plus the text's
+// estimate (react::estimate_tokens) and records it for attempt 1 of a task with no parent
+// only; every other first call is recorded by the run. The worker learns prompt_tokens from
+// the first calls it prepares (TaskRunner::learn_first_call).
+struct FirstCallEstimate {
+  std::string model;
+  std::string strategy;
+  std::int64_t prompt_tokens = 0;
+  // Micro-units per million input tokens, times the price window's multiplier in micro-units
+  // (billing::PriceTable::cost): the record's cost is rate x tokens / 10^12 micro-units,
+  // rounded half up.
+  std::int64_t rate = 0;
+  std::string currency;
+};
+using FirstCallEstimates = std::vector<FirstCallEstimate>;
 
 // kBusyOrDone: the task is terminal, queued, or owned by another live attempt; kUnknown: no
 // such task exists.
@@ -181,6 +206,9 @@ struct TaskEnd {
   std::optional<ErrorCode> error_code;  // set for every end but succeeded
   std::int64_t incarnation = 0;         // the fence, as in ModelStep
   std::optional<ModelStep> last_step;   // the checkpoint written with the end, if any
+  // The step of a model call recorded for this attempt but never sent (its record written by
+  // the claim or a tool round): the end removes that record, billing nothing.
+  std::optional<int> unsent_call_step;
 };
 
 // A follow-up's parent as the worker rebuilds its conversation.
@@ -199,7 +227,10 @@ class RunStore {
   virtual ~RunStore() = default;
 
   // Claims a dispatched task (or one whose owner is gone): a new attempt of it is this run's.
-  virtual boost::asio::awaitable<Result<Claim>> claim(std::string task_id) = 0;
+  // With `first_calls` (may be null), the first model call of attempt 1 of a task with no
+  // parent is recorded by the claim (ClaimedTask::first_call_recorded).
+  virtual boost::asio::awaitable<Result<Claim>> claim(
+      std::string task_id, std::shared_ptr<const FirstCallEstimates> first_calls) = 0;
 
   virtual boost::asio::awaitable<Result<Status>> save_model_step(ModelStep step) = 0;
   virtual boost::asio::awaitable<Result<Status>> save_tool_results(ToolResults results) = 0;

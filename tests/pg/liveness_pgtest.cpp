@@ -20,7 +20,9 @@
 #include "core/adapters/pg/run_store.hpp"
 #include "core/adapters/pg/scheduler_session.hpp"
 #include "core/adapters/pg/sql.hpp"
+#include "core/billing/money.hpp"
 #include "core/codec/task_codec.hpp"
+#include "core/react/context_budget.hpp"
 #include "tests/pg/pg_url.hpp"
 
 namespace agentfleet {
@@ -269,6 +271,96 @@ TEST_F(Liveness, ATaskOfAVersion7WorkerIsTakenOverOnceItsOwnLeaseExpired) {
     tx.commit();
   }
   EXPECT_EQ(claim(old_style).outcome, ports::ClaimOutcome::kClaimed);
+}
+
+TEST_F(Liveness, AClaimRecordsTheFirstCallOfANewTaskAtItsPromptAndTextAndNoOtherCall) {
+  const std::int64_t me = insert_worker(db_, -30);
+  const std::int64_t dead = insert_worker(db_, 1);
+  // Hangul, full-width forms, an ideograph of extension B and an emoji (not CJK) besides.
+  const std::string text = "把周会改到晚上8点 ok 한국어 ｆｕｌｌ 𠀀 😀 tail";
+  // 1.5 CNY a million tokens at a window's half price; plan_execute tasks at full price.
+  constexpr std::int64_t kHalfRate = 1'500'000LL * 500'000;
+  constexpr std::int64_t kFullRate = 1'500'000LL * 1'000'000;
+  auto estimates = std::make_shared<ports::FirstCallEstimates>(
+      ports::FirstCallEstimates{{"sim-model", "", 121, kHalfRate, "CNY"},
+                                {"sim-model", "plan_execute", 300, kFullRate, "USD"}});
+  auto claim = [&](const std::string& id,
+                   std::shared_ptr<const ports::FirstCallEstimates> with = nullptr) {
+    pqxx::work tx(db_);
+    auto claims = pg::claim_tasks(tx, {{id, "worker-me", me, 5, with ? with : estimates}});
+    tx.commit();
+    return claims.at(0);
+  };
+  auto set = [&](const std::string& id, const std::string& assignment, const std::string& value) {
+    pqxx::work tx(db_);
+    tx.exec_params0("UPDATE tasks SET " + assignment + " WHERE task_id = $1::uuid", id, value);
+    tx.commit();
+  };
+  auto records = [&](const std::string& id) {
+    pqxx::work tx(db_);
+    return tx.exec_params(
+        "SELECT attempt, step, incarnation, input_tokens, cost::text, currency, user_id, model "
+        "FROM model_calls_in_flight WHERE task_id = $1::uuid",
+        id);
+  };
+  // As billing::PriceTable::cost prices it: rate x tokens / 10^12 micro-units, half up.
+  auto priced = [](std::int64_t tokens, std::int64_t rate) {
+    __extension__ using Wide = __int128;
+    const Wide wide = static_cast<Wide>(tokens) * rate;
+    return billing::format_micros(
+        static_cast<std::int64_t>((wide * 2 + 1'000'000'000'000) / 2'000'000'000'000));
+  };
+
+  const std::string plain = insert_task(db_, "first-u1", "dispatched", 0, 0);
+  set(plain, "text = $2", text);
+  auto c = claim(plain);
+  ASSERT_EQ(c.outcome, ports::ClaimOutcome::kClaimed);
+  EXPECT_TRUE(c.task->first_call_recorded);
+  auto r = records(plain);
+  ASSERT_EQ(r.size(), 1u);
+  const std::int64_t input = 121 + react::estimate_tokens(text);
+  EXPECT_EQ(r[0][0].as<int>(), 1);
+  EXPECT_EQ(r[0][1].as<int>(), 0) << "the first call's step";
+  EXPECT_EQ(r[0][2].as<std::int64_t>(), me);
+  EXPECT_EQ(r[0][3].as<std::int64_t>(), input) << "the prompt's tokens and the text's, "
+                                                  "counted as the worker counts them";
+  EXPECT_EQ(r[0][4].as<std::string>(), priced(input, kHalfRate));
+  EXPECT_EQ(r[0][5].as<std::string>(), "CNY");
+  EXPECT_EQ(r[0][6].as<std::string>(), "first-u1");
+  EXPECT_EQ(r[0][7].as<std::string>(), "sim-model");
+
+  const std::string planned = insert_task(db_, "first-u1", "dispatched", 0, 0);
+  set(planned, "strategy = $2", "plan_execute");
+  c = claim(planned);
+  EXPECT_TRUE(c.task->first_call_recorded);
+  r = records(planned);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0][3].as<std::int64_t>(), 300 + react::estimate_tokens("x"))
+      << "the prompt of the task's own strategy";
+  EXPECT_EQ(r[0][4].as<std::string>(), priced(300 + react::estimate_tokens("x"), kFullRate));
+  EXPECT_EQ(r[0][5].as<std::string>(), "USD");
+
+  // No record where the run's first call is not the claim's to estimate, or none is made.
+  const std::string follow_up = insert_task(db_, "first-u1", "dispatched", 0, 0);
+  set(follow_up, "parent_task_id = $2::uuid", plain);
+  const std::string other_model = insert_task(db_, "first-u1", "dispatched", 0, 0);
+  set(other_model, "model = $2", "another-model");
+  const std::string cancelled = insert_task(db_, "first-u1", "dispatched", 0, 0);
+  set(cancelled, "cancel_requested = $2::boolean", "true");
+  const std::string expired = insert_task(db_, "first-u1", "dispatched", 0, 0);
+  set(expired, "created_at = now() - make_interval(secs => $2::integer)", "7200");
+  const std::string resumed = insert_task(db_, "first-u1", "running", 1, dead);
+  const std::string unpriced = insert_task(db_, "first-u1", "dispatched", 0, 0);
+  for (const std::string& id : {follow_up, other_model, cancelled, expired, resumed}) {
+    c = claim(id);
+    ASSERT_EQ(c.outcome, ports::ClaimOutcome::kClaimed) << id;
+    EXPECT_FALSE(c.task->first_call_recorded) << id;
+    EXPECT_EQ(records(id).size(), 0u) << id;
+  }
+  EXPECT_EQ(c.task->attempt, 2) << "a resumed task's first call is its run's to record";
+  c = claim(unpriced, std::make_shared<ports::FirstCallEstimates>());
+  EXPECT_FALSE(c.task->first_call_recorded) << "a worker that knows no prompt yet";
+  EXPECT_EQ(records(unpriced).size(), 0u);
 }
 
 // ---- the scheduler: recovery, capacity, upkeep -------------------------------------------

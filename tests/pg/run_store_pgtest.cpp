@@ -627,6 +627,42 @@ TEST(RunStore, AnEndCarriesTheCheckpointOfTheAnswerThatEndedItInTheSameStatement
   EXPECT_EQ(refused[3].as<int>(), 1) << "its record is left for that bill";
 }
 
+TEST(RunStore, AnEndRemovesTheRecordOfACallItsRunNeverSentAndBillsNothing) {
+  Harness h;
+  const std::string unsent = running_task(h.db, "rs-u5");
+  const std::string fenced = running_task(h.db, "rs-u5", 2);
+  for (const std::string& id : {unsent, fenced}) {  // each recorded by its claim, say
+    pqxx::work tx(h.db);
+    tx.exec_params0(
+        "INSERT INTO model_calls_in_flight (task_id, attempt, step, incarnation, user_id, model, "
+        "input_tokens, cost, currency) VALUES ($1::uuid, 1, 0, 7, 'rs-u5', 'sim-model', 90, "
+        "0.00018, 'CNY')",
+        id);
+    tx.commit();
+  }
+  auto end = [](const std::string& id) {
+    ports::TaskEnd e;
+    e.task_id = id;
+    e.attempt = 1;
+    e.incarnation = kIncarnation;
+    e.status = TaskStatus::kFailed;
+    e.error = "the monthly budget is used up";
+    e.error_code = ErrorCode::kQuotaExceeded;
+    e.user_id = "rs-u5";
+    e.result_event = "{}";
+    e.unsent_call_step = 0;
+    return e;
+  };
+  auto ended = h.run(h.store.finish(end(unsent)));
+  ASSERT_TRUE(ended.ok() && ended.value().ok());
+  EXPECT_EQ(count_of(h.db, kInFlight, unsent), 0) << "the record went with the end";
+  EXPECT_EQ(count_of(h.db, kUnreconciled, unsent), 0) << "a call never sent costs nothing";
+  auto refused = h.run(h.store.finish(end(fenced)));  // attempt 1 of a task at attempt 2
+  ASSERT_TRUE(refused.ok());
+  ASSERT_FALSE(refused.value().ok());
+  EXPECT_EQ(count_of(h.db, kInFlight, fenced), 1) << "a fenced end leaves it to its run";
+}
+
 TEST(RunStore, ATaskAskedForTwiceInOneBatchIsClaimedOnceAndAResumedClaimBringsItsPast) {
   Harness h;
   std::string dispatched, resumed;
@@ -669,9 +705,9 @@ TEST(RunStore, ATaskAskedForTwiceInOneBatchIsClaimedOnceAndAResumedClaimBringsIt
   }
   h.store.set_incarnation(me);
   h.hold_the_batcher(3);
-  auto f1 = h.spawn(h.store.claim(dispatched));
-  auto f2 = h.spawn(h.store.claim(dispatched));
-  auto f3 = h.spawn(h.store.claim(resumed));
+  auto f1 = h.spawn(h.store.claim(dispatched, nullptr));
+  auto f2 = h.spawn(h.store.claim(dispatched, nullptr));
+  auto f3 = h.spawn(h.store.claim(resumed, nullptr));
   h.io.run();
   const auto c1 = f1.get(), c2 = f2.get(), c3 = f3.get();
   ASSERT_TRUE(c1.ok() && c2.ok() && c3.ok());
@@ -719,7 +755,7 @@ TEST(RunStore, AClaimRunAfterTheClaimersLivenessLapsedTakesNothing) {
     tx.commit();
   }
   h.store.set_incarnation(lapsed);
-  auto f = h.spawn(h.store.claim(dispatched));
+  auto f = h.spawn(h.store.claim(dispatched, nullptr));
   h.io.run();
   const auto c = f.get();
   ASSERT_TRUE(c.ok()) << c.error().message;
@@ -754,8 +790,8 @@ TEST(RunStore, AClaimOfATaskItsOwnIncarnationRunsSaysAtWhichAttempt) {
     tx.commit();
   }
   h.store.set_incarnation(me);
-  auto f1 = h.spawn(h.store.claim(mine));
-  auto f2 = h.spawn(h.store.claim(theirs));
+  auto f1 = h.spawn(h.store.claim(mine, nullptr));
+  auto f2 = h.spawn(h.store.claim(theirs, nullptr));
   h.io.run();
   const auto c1 = f1.get(), c2 = f2.get();
   ASSERT_TRUE(c1.ok() && c2.ok());

@@ -184,13 +184,15 @@ TEST(TaskRunner, ARecordWrittenWithToolResultsIsSettledUnbilledWhenTheRunStopsBe
     std::function<void(Harness&)> now;
     RunOutcome outcome;
     const char* status;
+    bool by_the_end;  // the task's end removes the record; else a write of its own settles it
   };
   const std::vector<Stop> stops{
-      {"cancel", [](Harness& h) { h.runner.cancel(kTaskId); }, RunOutcome::kFinished, "cancelled"},
-      {"drain", [](Harness& h) { h.runner.drain(); }, RunOutcome::kReleased, "queued"},
+      {"cancel", [](Harness& h) { h.runner.cancel(kTaskId); }, RunOutcome::kFinished, "cancelled",
+       true},
+      {"drain", [](Harness& h) { h.runner.drain(); }, RunOutcome::kReleased, "queued", false},
       {"deadline", [](Harness& h) { h.clock.advance(std::chrono::hours(1)); },
-       RunOutcome::kFinished, "timed_out"},
-      {"fence", [](Harness& h) { h.runner.fence(); }, RunOutcome::kLeaseLost, "running"},
+       RunOutcome::kFinished, "timed_out", true},
+      {"fence", [](Harness& h) { h.runner.fence(); }, RunOutcome::kLeaseLost, "running", false},
   };
   for (const Stop& stop : stops) {
     SCOPED_TRACE(stop.name);
@@ -203,7 +205,8 @@ TEST(TaskRunner, ARecordWrittenWithToolResultsIsSettledUnbilledWhenTheRunStopsBe
     EXPECT_EQ(h.model.tries_sent, 1) << "the second call was not sent";
     ASSERT_EQ(h.store.calls_carried.size(), 1u) << "its record rode on the tool results";
     EXPECT_TRUE(h.store.in_flight.empty()) << "and went when the run stopped";
-    EXPECT_EQ(h.store.settled, 1);
+    EXPECT_EQ(h.store.unsent_ended, stop.by_the_end ? 1 : 0);
+    EXPECT_EQ(h.store.settled, stop.by_the_end ? 0 : 1);
     EXPECT_TRUE(h.store.charges.empty()) << "nothing billed for a call never sent";
     EXPECT_EQ(h.store.ledger.size(), 1u);
   }
@@ -223,7 +226,7 @@ TEST(TaskRunner, ARecordWrittenWithToolResultsIsSettledWhenTheRunThrowsBeforeThe
   EXPECT_EQ(h.model.tries_sent, 1);
   ASSERT_EQ(h.store.calls_carried.size(), 1u);
   EXPECT_TRUE(h.store.in_flight.empty()) << "the record of the call never sent went";
-  EXPECT_EQ(h.store.settled, 1);
+  EXPECT_EQ(h.store.unsent_ended, 1) << "with the backstop's end";
   EXPECT_TRUE(h.store.charges.empty());
 }
 
@@ -252,6 +255,112 @@ TEST(TaskRunner, AnAbandonedCallTheSchedulerBilledFirstIsNotBilledAgain) {
                                      "reason=\"abandoned\"} 1"),
             std::string::npos)
       << "nor counted twice";
+}
+
+// Runs one task whose first call the worker prepares, so that it learns the first request's
+// prompt for m1; then the store holds a new task (text `next_text`), not claimed yet.
+// A task's model calls: one tool round, then the answer.
+void script_task(Harness& h) {
+  h.model.then(calls_reply({call("c1", "search_items", R"({"keyword":"周会"})")}));
+  h.model.then(finish_reply("done"));
+}
+
+void learn_first_prompt(Harness& h, const std::string& next_text) {
+  script_task(h);
+  ASSERT_EQ(h.run(), RunOutcome::kFinished);
+  ASSERT_EQ(h.store.status, "succeeded");
+  ASSERT_EQ(h.store.calls_sent.size(), 1u) << "the first task's first call: a record of its own";
+  ASSERT_TRUE(h.store.calls_claimed.empty()) << "the worker knew no prompt to claim it with";
+  h.store.next_task();
+  h.store.spec.text = next_text;
+  h.io.restart();
+}
+
+TEST(TaskRunner, OnceTheWorkerKnowsTheFirstPromptTheClaimRecordsTheFirstCall) {
+  // The first call's record rides on the claim's commit: the call is sent with no write of
+  // its own, billed (should the worker die) at the prompt's tokens plus the text's.
+  Harness h;
+  const std::string short_text = "把周会改到晚上8点";
+  const std::string long_text = "把周会改到晚上8点, and tell everyone on the team about it";
+  learn_first_prompt(h, short_text);
+  std::vector<std::size_t> recorded_at_send;
+  h.model.on_call = [&h, &recorded_at_send] {
+    recorded_at_send.push_back(h.store.in_flight.size());
+  };
+  script_task(h);
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.store.status, "succeeded");
+  ASSERT_EQ(h.store.calls_claimed.size(), 1u);
+  EXPECT_EQ(recorded_at_send, (std::vector<std::size_t>{1, 1})) << "each recorded before it";
+  EXPECT_EQ(h.store.calls_sent.size(), 1u) << "the first by the claim: no record of its own";
+  EXPECT_EQ(h.store.calls_carried.size(), 2u) << "the second by the tool round, as before";
+  EXPECT_TRUE(h.store.in_flight.empty()) << "their checkpoints settled the records";
+  EXPECT_EQ(h.store.ledger.size(), 4u);
+  const ports::CallSent first = h.store.calls_claimed[0];
+  EXPECT_EQ(first.attempt, 1);
+  EXPECT_EQ(first.step, 0);
+  EXPECT_EQ(first.model, "m1");
+  EXPECT_EQ(first.incarnation, h.store.incarnation);
+  EXPECT_GT(first.input_tokens, react::estimate_tokens(short_text)) << "the prompt counted";
+  EXPECT_EQ(first.cost, billing::format_micros(2 * first.input_tokens)) << "m1: 2 CNY a million";
+  EXPECT_EQ(first.currency, "CNY");
+
+  // The same prompt, a longer text: the estimate grows by the text's tokens only.
+  h.store.next_task();
+  h.store.spec.text = long_text;
+  h.io.restart();
+  script_task(h);
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  ASSERT_EQ(h.store.calls_claimed.size(), 2u);
+  EXPECT_EQ(h.store.calls_claimed[1].input_tokens - first.input_tokens,
+            react::estimate_tokens(long_text) - react::estimate_tokens(short_text));
+  EXPECT_EQ(h.store.calls_sent.size(), 1u);
+}
+
+TEST(TaskRunner, AFirstCallTheClaimRecordedButTheRunNeverSentGoesWithTheEnd) {
+  Harness h;
+  learn_first_prompt(h, "把周会改到晚上8点");
+  const int calls_before = h.model.calls;
+  h.store.user_budget_micros = 1'000'000;  // 0.995 of 1 CNY spent: the call could pass it
+  h.store.month_spent = {{"CNY", 995'000}};
+  EXPECT_EQ(h.run(), RunOutcome::kFinished);
+  EXPECT_EQ(h.model.calls, calls_before) << "stopped before the call";
+  ASSERT_EQ(h.store.calls_claimed.size(), 1u);
+  expect_ended_with(h, ErrorCode::kQuotaExceeded);
+  EXPECT_EQ(h.store.unsent_ended, 1) << "the end removed the record";
+  EXPECT_EQ(h.store.settled, 0) << "no write of its own";
+  EXPECT_TRUE(h.store.in_flight.empty()) << "the scheduler has nothing to bill";
+  EXPECT_TRUE(h.store.charges.empty());
+}
+
+TEST(TaskRunner, AWorkerThatDiesDuringAFirstCallTheClaimRecordedLeavesItForTheScheduler) {
+  Harness h;
+  learn_first_prompt(h, "把周会改到晚上8点");
+  h.model.then_hang();
+  h.model.on_call = [&h] { asio::post(h.io, [&h] { h.io.stop(); }); };  // the worker dies
+  asio::co_spawn(h.io, h.runner.run(kTaskId, kUser, ""), asio::detached);
+  h.io.run();
+  ASSERT_EQ(h.store.calls_claimed.size(), 1u);
+  const std::vector<ports::CallSent> billed = h.store.settle_lost_calls();
+  ASSERT_EQ(billed.size(), 1u) << "the claim's record is durable";
+  EXPECT_EQ(billed[0].step, 0);
+  EXPECT_EQ(billed[0].input_tokens, h.store.calls_claimed[0].input_tokens);
+  EXPECT_EQ(billed[0].cost, h.store.calls_claimed[0].cost);
+}
+
+TEST(TaskRunner, AClaimNotRunAfterAllSettlesTheFirstCallItRecorded) {
+  Harness h;
+  learn_first_prompt(h, "把周会改到晚上8点");
+  const int calls_before = h.model.calls;
+  h.store.on_claim = [&h] {  // a fence went up while the claim was on its way
+    h.runner.fence();
+    h.runner.unfence();
+  };
+  EXPECT_EQ(h.run(), RunOutcome::kLeaseLost);
+  EXPECT_EQ(h.model.calls, calls_before);
+  ASSERT_EQ(h.store.calls_claimed.size(), 1u);
+  EXPECT_TRUE(h.store.in_flight.empty()) << "settled: nothing for the scheduler to bill";
+  EXPECT_TRUE(h.store.charges.empty());
 }
 
 TEST(TaskRunner, AnAnswerWithoutUsageIsBilledFromItsEstimateAndFlagged) {

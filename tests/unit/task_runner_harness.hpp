@@ -272,7 +272,8 @@ class MemoryRunStore final : public ports::RunStore {
     spec.timeout_s = 30;
   }
 
-  asio::awaitable<Result<ports::Claim>> claim(std::string task_id) override {
+  asio::awaitable<Result<ports::Claim>> claim(
+      std::string task_id, std::shared_ptr<const ports::FirstCallEstimates> first_calls) override {
     ++claims;
     if (not_live_claims > 0) {
       --not_live_claims;
@@ -305,6 +306,7 @@ class MemoryRunStore final : public ports::RunStore {
     claimed.user_tier = user_tier;
     for (const auto& [step, row] : steps)
       claimed.steps.push_back(row.record);
+    claimed.first_call_recorded = record_first_call(first_calls.get());
     if (on_claim)
       on_claim();
     co_return ports::Claim{ports::ClaimOutcome::kClaimed, std::move(claimed), incarnation};
@@ -379,6 +381,8 @@ class MemoryRunStore final : public ports::RunStore {
       co_return *store_error;
     if (end.attempt != attempt || end.incarnation != owner || status != "running")
       co_return Result<std::int64_t>(Error{ErrorKind::kLeaseLost, "not ours"});
+    if (end.unsent_call_step && in_flight.erase({end.attempt, *end.unsent_call_step}) > 0)
+      ++unsent_ended;     // the record of a call never sent goes with the end
     if (end.last_step) {  // the checkpoint of the answer that ended the task, in the end's write
       const ports::ModelStep& step = *end.last_step;
       steps[step.step] = Row{ports::StepRecord{step.step, step.reply_json, {}}, {}};
@@ -419,6 +423,14 @@ class MemoryRunStore final : public ports::RunStore {
   }
   // Another worker's attempt takes the task over: this run's fence fails from now on.
   void take_over() { ++attempt; }
+  // The store holds a new task under the same id, not claimed yet (the last one's rows gone).
+  void next_task() {
+    status = "dispatched";
+    attempt = 0;
+    owner = 0;
+    steps.clear();
+    ended.reset();
+  }
 
   TaskSpec spec;
   std::string status = "dispatched";
@@ -447,6 +459,8 @@ class MemoryRunStore final : public ports::RunStore {
   // attempt and step).
   std::vector<ports::CallSent> calls_sent;
   std::vector<ports::CallSent> calls_carried;  // records written with the tool results
+  std::vector<ports::CallSent> calls_claimed;  // first calls recorded by their claims
+  int unsent_ended = 0;                        // records of calls never sent, gone with an end
   bool finish_throws_once = false;             // the next finish() throws (a runner bug)
   std::map<std::pair<int, int>, ports::CallSent> in_flight;
   int settled = 0;                    // records removed by the calls' ends (settles_call)
@@ -458,6 +472,36 @@ class MemoryRunStore final : public ports::RunStore {
   std::optional<Error> store_error;  // every write fails with it (an outage)
 
  private:
+  // As the claim statement does (sql/run.sql claim_tasks): attempt 1 of a task with no
+  // parent, of a model and strategy the estimates name, its input the prompt's tokens and
+  // the text's, priced at the estimate's rate.
+  bool record_first_call(const ports::FirstCallEstimates* estimates) {
+    if (estimates == nullptr || attempt != 1 || !spec.parent_task_id.empty())
+      return false;
+    const std::string strategy = spec.strategy ? std::string(to_string(*spec.strategy)) : "";
+    for (const ports::FirstCallEstimate& e : *estimates) {
+      if (e.model != spec.model || e.strategy != strategy)
+        continue;
+      const std::int64_t input = e.prompt_tokens + react::estimate_tokens(spec.text);
+      __extension__ using Wide = __int128;
+      const Wide wide = static_cast<Wide>(input) * e.rate;
+      const Wide micros = (wide * 2 + 1'000'000'000'000) / 2'000'000'000'000;
+      ports::CallSent call{kTaskId,
+                           attempt,
+                           0,
+                           spec.user_id,
+                           spec.batch_id,
+                           spec.model,
+                           input,
+                           billing::format_micros(static_cast<std::int64_t>(micros)),
+                           e.currency,
+                           incarnation};
+      calls_claimed.push_back(call);
+      in_flight.emplace(std::make_pair(attempt, 0), std::move(call));
+      return true;
+    }
+    return false;
+  }
   std::optional<Result<Status>> refuse(int write_attempt, std::int64_t write_incarnation) const {
     if (store_error)
       return Result<Status>(*store_error);

@@ -669,7 +669,10 @@ TEST(DispatchConsumer, AFenceOrADrainPausesItAndADrainLeavesTheGroup) {
 
 class NullRunStore final : public ports::RunStore {
  public:
-  asio::awaitable<Result<ports::Claim>> claim(std::string) override { co_return ports::Claim{}; }
+  asio::awaitable<Result<ports::Claim>> claim(
+      std::string, std::shared_ptr<const ports::FirstCallEstimates>) override {
+    co_return ports::Claim{};
+  }
   asio::awaitable<Result<Status>> save_model_step(ports::ModelStep) override {
     co_return Status(ok_status());
   }

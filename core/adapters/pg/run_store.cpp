@@ -203,6 +203,7 @@ ports::Claim read_claim(const pqxx::row& r) {
     s.max_tokens = r[35].as<std::int64_t>();
   if (!r[36].is_null())
     s.max_cost_micros = r[36].as<std::int64_t>();
+  claimed.first_call_recorded = r[37].as<bool>();
   return ports::Claim{ports::ClaimOutcome::kClaimed, std::move(claimed)};
 }
 
@@ -231,7 +232,25 @@ std::vector<ports::Claim> claim_tasks(pqxx::transaction_base& tx,
     w.EndObject();
   }
   w.EndArray();
-  for (const auto& row : exec_named(tx, "claim_tasks", text_of(buffer))) {
+  rapidjson::StringBuffer estimates_buffer;
+  Writer e(estimates_buffer);
+  e.StartArray();
+  if (!requests.empty() && requests.back().first_calls) {
+    for (const ports::FirstCallEstimate& estimate : *requests.back().first_calls) {
+      e.StartObject();
+      key_string(e, "model", estimate.model);
+      key_string(e, "strategy", estimate.strategy);
+      e.Key("prompt");
+      e.Int64(estimate.prompt_tokens);
+      e.Key("rate");
+      e.Int64(estimate.rate);
+      key_string(e, "currency", estimate.currency);
+      e.EndObject();
+    }
+  }
+  e.EndArray();
+  for (const auto& row :
+       exec_named(tx, "claim_tasks", text_of(buffer), text_of(estimates_buffer))) {
     auto it = first.find(row[0].as<std::string>());
     if (it != first.end())
       out[it->second] = read_claim(row);
@@ -448,6 +467,10 @@ class FinishKind final : public WriteBatcher::Kind<FinishItem, Result<std::int64
       w.Int(f->relay_delay_s);
       if (e.last_step)
         step_fields(w, *e.last_step);
+      if (e.unsent_call_step) {
+        w.Key("unsent_step");
+        w.Int(*e.unsent_call_step);
+      }
       w.EndObject();
     }
     w.EndArray();
@@ -509,11 +532,13 @@ RunStore::RunStore(asio::any_io_executor executor, WriteBatcher& writes, RunStor
 
 RunStore::~RunStore() = default;
 
-asio::awaitable<Result<ports::Claim>> RunStore::claim(std::string task_id) {
+asio::awaitable<Result<ports::Claim>> RunStore::claim(
+    std::string task_id, std::shared_ptr<const ports::FirstCallEstimates> first_calls) {
   const std::int64_t incarnation = incarnation_;
   if (incarnation == 0)
     co_return Error{ErrorKind::kTransient, "this worker holds no liveness to claim under"};
-  ClaimRequest request{task_id, options_.worker_id, incarnation, options_.max_attempts};
+  ClaimRequest request{task_id, options_.worker_id, incarnation, options_.max_attempts,
+                       std::move(first_calls)};
   auto claim = co_await writes_.run(std::move(task_id), kinds_->claims, std::move(request));
   if (claim.ok())
     claim.value().incarnation = incarnation;

@@ -28,6 +28,10 @@ struct ClaimRequest {
   std::string worker_id;
   std::int64_t incarnation = 0;
   int max_attempts = 5;
+  // How the claim records the task's first model call (ports::FirstCallEstimate); null: it
+  // records none. A batch of claims uses the last request's (they are the same worker's,
+  // made within a commit's time of each other).
+  std::shared_ptr<const ports::FirstCallEstimates> first_calls;
 };
 // Claims the requested tasks in one statement (claim_tasks in sql/run.sql): one answer per
 // request, in order. A task asked for twice is claimed once; the other request finds it
@@ -60,7 +64,8 @@ class RunStore final : public ports::RunStore {
   RunStore(boost::asio::any_io_executor executor, WriteBatcher& writes, RunStoreOptions options);
   ~RunStore() override;
 
-  boost::asio::awaitable<Result<ports::Claim>> claim(std::string task_id) override;
+  boost::asio::awaitable<Result<ports::Claim>> claim(
+      std::string task_id, std::shared_ptr<const ports::FirstCallEstimates> first_calls) override;
   boost::asio::awaitable<Result<Status>> save_model_step(ports::ModelStep step) override;
   boost::asio::awaitable<Result<Status>> save_tool_results(ports::ToolResults results) override;
   boost::asio::awaitable<Result<Status>> save_tool_step(ports::ToolStep step) override;

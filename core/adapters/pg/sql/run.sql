@@ -39,7 +39,15 @@
 -- only once the task ended), whether the claimer was live, and,
 -- for a task not claimed, the attempt at which the claimer's own incarnation runs it already
 -- (an earlier claim of it that committed though its answer was lost; NULL otherwise), and
--- the user's monthly budget override and the task's own spending limits (NULL: none).
+-- the user's monthly budget override and the task's own spending limits (NULL: none), and
+-- whether the claim recorded the run's first model call.
+-- The first model call (step 0) of attempt 1 of a task with no parent is recorded here, in
+-- the claim's commit, as record_calls records a call ($2: ports::FirstCallEstimate per model
+-- and strategy): its input estimated as the prompt's tokens plus the text's, counted as
+-- react::estimate_tokens counts them (a CJK code point a token, four other characters a
+-- token), its cost rate x tokens / 10^12 micro-units rounded half up (billing::PriceTable).
+-- Not for a task that ends before any call (cancel requested, waited past its schedule
+-- timeout), nor for a model or strategy $2 does not name.
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, worker_id text, incarnation bigint, max_attempts integer)
@@ -70,6 +78,25 @@ WITH req AS (
 ), known AS (
   SELECT r.task_id FROM req r
   CROSS JOIN LATERAL (SELECT 1 FROM tasks x WHERE x.task_id = r.task_id OFFSET 0) e
+), first_calls AS (
+  INSERT INTO model_calls_in_flight (task_id, attempt, step, incarnation, user_id, batch_id,
+                                     model, input_tokens, cost, currency)
+  SELECT c.task_id, c.attempt, 0, c.worker_incarnation, c.user_id, c.batch_id, c.model, n.input,
+         round(n.input * f.rate / 1e12) / 1e6, f.currency
+  FROM claimed c
+  JOIN jsonb_to_recordset($2::jsonb)
+    AS f(model text, strategy text, prompt bigint, rate numeric, currency text)
+    ON f.model = c.model AND f.strategy = coalesce(c.strategy, '')
+  CROSS JOIN LATERAL (
+    SELECT length(regexp_replace(c.text, '[^\u1100-\u11FF\u2E80-\u9FFF\uAC00-\uD7AF\uF900-\uFAFF\uFE30-\uFE4F\uFF00-\uFFEF\U00020000-\U0003FFFF]', '', 'g')) AS cjk
+  ) cj
+  CROSS JOIN LATERAL (
+    SELECT f.prompt + cj.cjk + (length(c.text) - cj.cjk + 3) / 4 AS input
+  ) n
+  WHERE c.attempt = 1 AND c.parent_task_id IS NULL AND NOT c.cancel_requested
+    AND now() - c.created_at <= make_interval(secs => c.schedule_timeout_s)
+  ON CONFLICT (task_id, attempt, step) DO NOTHING
+  RETURNING task_id
 )
 SELECT r.task_id::text, c.task_id IS NOT NULL, k.task_id IS NOT NULL,
        c.user_id, c.text, c.model, array_to_json(c.tools)::text, c.timeout_s,
@@ -96,10 +123,12 @@ SELECT r.task_id::text, c.task_id IS NOT NULL, k.task_id IS NOT NULL,
         FROM (SELECT x.attempt, x.status, x.worker_incarnation FROM tasks x
               WHERE x.task_id = r.task_id OFFSET 0) t
         WHERE t.status = 'running' AND t.worker_incarnation = r.incarnation),
-       (u.monthly_budget * 1000000)::bigint, c.max_tokens, (c.max_cost * 1000000)::bigint
+       (u.monthly_budget * 1000000)::bigint, c.max_tokens, (c.max_cost * 1000000)::bigint,
+       fc.task_id IS NOT NULL
 FROM req r
 LEFT JOIN claimed c ON c.task_id = r.task_id
 LEFT JOIN known k ON k.task_id = r.task_id
+LEFT JOIN first_calls fc ON fc.task_id = r.task_id
 LEFT JOIN user_limits u ON u.user_id = c.user_id
 LEFT JOIN LATERAL (
   SELECT sum(l.input_tokens) AS input, sum(l.cached_input_tokens) AS cached,
@@ -256,6 +285,8 @@ SELECT task_id::text FROM ours
 -- statement: its step row and ledger row, its in-flight record gone. The one update of the
 -- task's row folds its running totals in (as fold_totals does in submission.sql), adding
 -- the step this statement writes, which its own reads of the steps and ledger do not see.
+-- The record of a call the run never sent (unsent_step not null: ports::TaskEnd::
+-- unsent_call_step) goes with the end, billing nothing.
 WITH req AS (
   SELECT * FROM jsonb_to_recordset($1::jsonb)
     AS r(task_id uuid, attempt integer, incarnation bigint, status text, result_type text,
@@ -263,7 +294,7 @@ WITH req AS (
          payload text, traceparent text, relay_delay_s integer, step integer, reply jsonb,
          latency_ms integer, user_id text, batch_id text, model text, input bigint,
          cached bigint, output bigint, reasoning bigint, cost numeric, currency text,
-         estimated boolean)
+         estimated boolean, unsent_step integer)
 ), ours AS (
 {{ours_locked}}
 ), step_rows AS (
@@ -281,7 +312,7 @@ WITH req AS (
 ), settled AS (
   DELETE FROM model_calls_in_flight c USING req r
   WHERE c.task_id = ANY (ARRAY(SELECT task_id FROM ours)) AND c.task_id = r.task_id
-    AND c.attempt = r.attempt AND c.step = r.step
+    AND c.attempt = r.attempt AND c.step IN (r.step, r.unsent_step)
 ), ended AS (
   UPDATE tasks t SET status = r.status, result_type = r.result_type,
          result_message = r.message, result_options = r.options, error = NULLIF(r.error, ''),
