@@ -8,6 +8,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 
@@ -25,8 +27,16 @@ namespace {
 
 using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 
-// How long published result events' rows are gathered before one statement removes them.
-constexpr auto kGatherAnnounced = std::chrono::milliseconds(100);
+// How long published result events' rows are gathered before one statement removes them: a
+// second (a quarter of the relay's delay when that is shorter, so that the relay does not
+// find them due). The removal is on no task's path; gathered longer, it is a commit of its
+// own (or a kind more in another batch's transaction) once a second instead of ten times.
+constexpr auto kGatherAnnounced = std::chrono::milliseconds(1000);
+
+std::chrono::milliseconds gather_announced(int relay_delay_s) {
+  return std::max(std::chrono::milliseconds(10),
+                  std::min(kGatherAnnounced, std::chrono::milliseconds(relay_delay_s * 250)));
+}
 
 // The order kinds are written in within a batch.
 enum Rank {
@@ -646,8 +656,8 @@ void RunStore::announced(std::int64_t id) {
       executor_,
       [this]() -> asio::awaitable<void> {
         // A published event's row is not due for relay_delay_s: the rows published in the
-        // next tenth of a second go with it, one statement for all of them.
-        asio::steady_timer gather(executor_, kGatherAnnounced);
+        // next second go with it, one statement for all of them.
+        asio::steady_timer gather(executor_, gather_announced(options_.relay_delay_s));
         boost::system::error_code ec;
         co_await gather.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         while (!announced_.empty()) {

@@ -4,7 +4,7 @@
 // the writes of one kind in a batch (claims, model checkpoints, tool checkpoints, plan tool
 // steps, ends) are one statement (core/adapters/pg/sql/run.sql); the rows of result
 // announcements the run published itself are removed together in the background, those
-// published within a tenth of a second by one statement (settling() until they are gone).
+// published within a second by one statement (settling() until they are gone).
 //
 // Lifecycle: lives as long as the worker's io_context and the WriteBatcher it writes
 // through. Thread-safety: called on the io thread (the executor given); writes run on the
