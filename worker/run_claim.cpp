@@ -5,6 +5,8 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
+
 #include "core/adapters/log.hpp"
 #include "core/react/context_budget.hpp"
 #include "worker/run_state.hpp"
@@ -97,7 +99,19 @@ asio::awaitable<ClaimResult> TaskRunner::claim(std::string task_id, std::string 
   Result<ports::Claim>& claim = *answer;
   if (in_doubt && abandoned_ &&
       (!claim.ok() || claim.value().outcome != ports::ClaimOutcome::kClaimed)) {
-    report_claim_in_doubt(*run, claim);
+    if (const int attempt = report_claim_in_doubt(*run, claim); attempt == 1) {
+      // That claim may have recorded the task's first call, which no run of it will send:
+      // the record goes (nothing billed; none there, nothing happens).
+      ports::Charges unsent;
+      unsent.task_id = run->task_id;
+      unsent.attempt = attempt;
+      unsent.step = 0;
+      unsent.user_id = run->user_id;
+      unsent.traceparent = run->traceparent;
+      unsent.settles_call = true;
+      std::vector<LostCharge> nothing;
+      co_await bill_unreconciled(std::move(unsent), std::move(nothing));
+    }
   }
   if (!claim.ok()) {
     log::error("worker", run->log_context(), "claim failed: " + claim.error().message);
@@ -190,7 +204,7 @@ asio::awaitable<std::optional<Result<ports::Claim>>> TaskRunner::claim_in_store(
   co_return claim;
 }
 
-void TaskRunner::report_claim_in_doubt(const Run& run, const Result<ports::Claim>& claim) {
+int TaskRunner::report_claim_in_doubt(const Run& run, const Result<ports::Claim>& claim) {
   // A claim whose commit was in doubt may have made the task this worker's without anyone
   // running it: such a task is reported abandoned, and the lease keeper hands it back if
   // this worker holds it. A retry that finds it run by this incarnation already (and by no
@@ -214,8 +228,11 @@ void TaskRunner::report_claim_in_doubt(const Run& run, const Result<ports::Claim
       doubtful.incarnation = claim.value().incarnation;
     }
   }
-  if (report)
-    abandoned_(std::move(doubtful));
+  if (!report)
+    return 0;
+  const int attempt = doubtful.attempt;
+  abandoned_(std::move(doubtful));
+  return std::max(attempt, 0);
 }
 
 ClaimResult TaskRunner::take_claim(std::shared_ptr<Run> run, ports::Claim claim,

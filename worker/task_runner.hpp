@@ -196,8 +196,9 @@ class TaskRunner final : public Runs {
   // Learns from the first call of attempt 1 of a task with no parent, as prepared, what its
   // request adds to the task's text (ports::FirstCallEstimate::prompt_tokens).
   void learn_first_call(const Run& run, std::int64_t input_tokens);
-  // Tells the lease keeper of a task a claim in doubt may have made this worker's.
-  void report_claim_in_doubt(const Run& run, const Result<ports::Claim>& claim);
+  // Tells the lease keeper of a task a claim in doubt may have made this worker's; the
+  // attempt it is handed back at, 0 when unknown or not handed back.
+  int report_claim_in_doubt(const Run& run, const Result<ports::Claim>& claim);
   // The run of a claimed task, held by this worker (or handed back at once, when a fence
   // went up while the claim was under way).
   ClaimResult take_claim(std::shared_ptr<Run> run, ports::Claim claim, std::uint64_t fences_before);

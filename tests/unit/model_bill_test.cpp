@@ -363,6 +363,23 @@ TEST(TaskRunner, AClaimNotRunAfterAllSettlesTheFirstCallItRecorded) {
   EXPECT_TRUE(h.store.charges.empty());
 }
 
+TEST(TaskRunner, AClaimInDoubtThatRecordedTheFirstCallSettlesTheRecordItsRunNeverSends) {
+  // The claim committed (recording the first call) and its answer was lost: no run of this
+  // worker sends that call, so its record must not wait for the scheduler to bill it.
+  Harness h;
+  learn_first_prompt(h, "把周会改到晚上8点");
+  std::vector<ports::HeldTask> abandoned;
+  h.runner.set_abandoned_handler([&](ports::HeldTask task) { abandoned.push_back(task); });
+  h.store.lost_claim_answers = 1;
+  EXPECT_EQ(h.run(), RunOutcome::kSkipped);
+  ASSERT_EQ(h.store.calls_claimed.size(), 1u) << "the lost claim recorded it";
+  ASSERT_EQ(abandoned.size(), 1u);
+  EXPECT_EQ(abandoned[0].attempt, 1) << "handed back at the attempt it made";
+  EXPECT_TRUE(h.store.in_flight.empty()) << "settled: nothing for the scheduler to bill";
+  EXPECT_EQ(h.store.settled, 1);
+  EXPECT_TRUE(h.store.charges.empty());
+}
+
 TEST(TaskRunner, AnAnswerWithoutUsageIsBilledFromItsEstimateAndFlagged) {
   Harness h;
   ModelReply estimated = finish_reply("done", 70, 9);

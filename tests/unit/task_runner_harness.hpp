@@ -292,6 +292,7 @@ class MemoryRunStore final : public ports::RunStore {
     status = "running";
     owner = incarnation;
     ++attempt;
+    const bool first_call_recorded = record_first_call(first_calls.get());
     if (lost_claim_answers > 0) {
       // Committed, but the answer never came (a connection lost at COMMIT).
       --lost_claim_answers;
@@ -306,7 +307,7 @@ class MemoryRunStore final : public ports::RunStore {
     claimed.user_tier = user_tier;
     for (const auto& [step, row] : steps)
       claimed.steps.push_back(row.record);
-    claimed.first_call_recorded = record_first_call(first_calls.get());
+    claimed.first_call_recorded = first_call_recorded;
     if (on_claim)
       on_claim();
     co_return ports::Claim{ports::ClaimOutcome::kClaimed, std::move(claimed), incarnation};
