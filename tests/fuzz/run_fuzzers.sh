@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
-# tests/fuzz/run_fuzzers.sh [SECONDS] [BUILD_DIR]: builds the fuzzers if needed (tools/build
-# fuzz, the fuzz targets only), replays every committed input of tests/fuzz/regressions/,
-# then gives each fuzzer SECONDS (default 60) of one core on its seed corpus: all at once,
-# for as long as that takes on the machine's cores (below). New
-# inputs go to a temporary folder, never into the repository. Fails on any crash, leak,
-# timeout, out-of-memory or broken invariant, printing the reproducer's path (kept under
-# BUILD_DIR/fuzz-artifacts/) and its bytes in base64. BUILD_DIR defaults to build/fuzz.
+# tests/fuzz/run_fuzzers.sh [--idle] [SECONDS] [BUILD_DIR]: builds the fuzzers if needed
+# (tools/build fuzz, the fuzz targets only), replays every committed input of
+# tests/fuzz/regressions/, then gives each fuzzer SECONDS (default 60) of one core's time on
+# its seed corpus, all at once: each fuzzer's own CPU time is read from /proc, and once it
+# has had SECONDS it is asked to stop (SIGUSR1, libFuzzer's graceful exit: its final stats,
+# and the exit's leak check, as at -max_total_time). New inputs go to a temporary folder,
+# never into the repository. Fails on any crash, leak, timeout, out-of-memory or broken
+# invariant, printing the reproducer's path (kept under BUILD_DIR/fuzz-artifacts/) and its
+# bytes in base64, and when a fuzzer did not get its SECONDS within the wall-time bound.
+# BUILD_DIR defaults to build/fuzz.
+#   --idle  the whole run (its build too) under the idle scheduling class (tests/run_idle.sh):
+#           the fuzzers take only the cores no other process wants, so ctest runs them
+#           beside the tests that hold the machine (tests/fuzz/ci.cmake); they get their
+#           SECONDS of a core however long the wait for idle cores takes.
 #
 # One fuzzer by hand: build/fuzz/tests/fuzz/config_fuzz -max_len=16384 NEW_DIR tests/fuzz/corpus/config_fuzz
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+if [[ "${1:-}" == --idle ]]; then
+  shift
+  # Once: the idle class is inherited by the build and the fuzzers.
+  [[ -n "${AGENTFLEET_FUZZ_IDLE:-}" ]] || AGENTFLEET_FUZZ_IDLE=1 exec "$root/tests/run_idle.sh" "$0" --idle "$@"
+fi
 seconds=${1:-60}
 build_dir=${2:-$root/build/fuzz}
 # Cores the fuzzers share (AGENTFLEET_FUZZ_JOBS, else every core).
@@ -72,23 +84,38 @@ for target in "${targets[@]}"; do
 done
 ((status == 0)) || exit 1
 
-# 2. Fuzzing, every fuzzer at once, each given SECONDS of one core: N fuzzers sharing P cores
-# each get P/N of one, so each runs N*SECONDS/P seconds of wall time, and its per-input
-# timeout (10 s of one core) is stretched alike. Five fuzzers for 60 s on two cores: 150 s,
-# where rounds of two took 180 s with a core idle in the last. Each runs in an empty folder
-# of its own (the
-# configuration loader resolves relative file names there) on a fresh corpus folder, first
-# so that libFuzzer writes only there, and the committed seeds.
+# 2. Fuzzing, every fuzzer at once, each until it has had SECONDS of one core's time (utime
+# plus stime of /proc/PID/stat, every thread of the process). N fuzzers sharing P cores each
+# get P/N of one when nothing else runs: five fuzzers for 60 s on two cores take 150 s of
+# wall time, where rounds of two took 180 s with a core idle in the last. Under --idle they
+# take what the other tests leave. libFuzzer's own bounds are wall time: -max_total_time
+# bounds the wait for a core (a fuzzer that reaches it short of its SECONDS fails), and the
+# per-input -timeout is 10 s of one core stretched by the fuzzers' share of the cores, or,
+# under --idle, where a core may be taken from them for a while, 120 s.
+# Each runs in an empty folder of its own (the configuration loader resolves relative file
+# names there) on a fresh corpus folder, first so that libFuzzer writes only there, and the
+# committed seeds.
 run_one() {
   local target=$1 dir=$work/$1
   mkdir -p "$dir/corpus" "$dir/run" "$dir/artifacts"
-  (cd "$dir/run" && "$bin_dir/$target" -max_total_time="$wall_seconds" -rss_limit_mb=2048 \
-      -timeout="$input_timeout" -print_final_stats=1 -max_len="${max_len[$target]}" \
-      -artifact_prefix="$dir/artifacts/" "$dir/corpus" "$root/tests/fuzz/corpus/$target") \
+  cd "$dir/run"
+  exec "$bin_dir/$target" -max_total_time="$wall_limit" -rss_limit_mb=2048 \
+    -timeout="$input_timeout" -print_final_stats=1 -max_len="${max_len[$target]}" \
+    -artifact_prefix="$dir/artifacts/" "$dir/corpus" "$root/tests/fuzz/corpus/$target" \
     >"$dir/log" 2>&1
 }
 
-declare -A pid_of=()
+# cpu_seconds PID: the process's CPU time so far, in whole seconds (0 once it is gone).
+ticks=$(getconf CLK_TCK)
+cpu_seconds() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
+  # The fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+  read -r -a fields <<<"${stat##*) }"
+  echo $(((fields[11] + fields[12]) / ticks))
+}
+
+declare -A pid_of=() used=()
 failed=()
 finish() {
   local target=$1 pid=$2
@@ -96,7 +123,13 @@ finish() {
     local execs speed
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$target/log" | tail -1)
     speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/$target/log" | tail -1)
-    echo "run_fuzzers.sh: $target: clean for ${seconds}s of one core, ${execs:-?} runs, ${speed:-?} exec/s"
+    if ((${used[$target]:-0} < seconds)); then
+      echo "run_fuzzers.sh: $target had ${used[$target]:-0}s of a core, not ${seconds}s, within" \
+        "its ${wall_limit}s of wall time (the machine was busy throughout)"
+      failed+=("$target")
+      return
+    fi
+    echo "run_fuzzers.sh: $target: clean for ${used[$target]}s of one core, ${execs:-?} runs, ${speed:-?} exec/s"
   else
     tail -n 60 "$work/$target/log"
     report "$target" "$work/$target/artifacts"
@@ -110,16 +143,37 @@ stretch() {
   local n=$(((${#targets[@]} * $1 + cores - 1) / cores))
   echo $((n > $1 ? n : $1))
 }
-wall_seconds=$(stretch "$seconds")
-input_timeout=$(stretch 10)
-echo "run_fuzzers.sh: ${#targets[@]} fuzzers at once on $cores cores, ${wall_seconds}s each:" \
-  "${seconds}s of one core"
+if [[ -n "${AGENTFLEET_FUZZ_IDLE:-}" ]]; then
+  input_timeout=120
+  wall_limit=$((20 * seconds))
+else
+  input_timeout=$(stretch 10)
+  wall_limit=$((2 * $(stretch "$seconds")))
+fi
+echo "run_fuzzers.sh: ${#targets[@]} fuzzers at once on $cores cores${AGENTFLEET_FUZZ_IDLE:+ (idle class)}," \
+  "each until it has had ${seconds}s of one core (at most ${wall_limit}s of wall time)"
 for target in "${targets[@]}"; do
   run_one "$target" &
   pid_of[$target]=$!
 done
-for t in "${!pid_of[@]}"; do
-  finish "$t" "${pid_of[$t]}"
+# Each fuzzer stops once it has had its time; the loop ends when every one has exited.
+running=${#targets[@]}
+while ((running > 0)); do
+  running=0
+  for target in "${!pid_of[@]}"; do
+    pid=${pid_of[$target]}
+    kill -0 "$pid" 2>/dev/null || continue
+    running=$((running + 1))
+    cpu=$(cpu_seconds "$pid")
+    ((cpu > ${used[$target]:-0})) && used[$target]=$cpu
+    if ((${used[$target]:-0} >= seconds)); then
+      kill -USR1 "$pid" 2>/dev/null || true
+    fi
+  done
+  sleep 0.5
+done
+for target in "${!pid_of[@]}"; do
+  finish "$target" "${pid_of[$target]}"
 done
 
 if ((${#failed[@]})); then
