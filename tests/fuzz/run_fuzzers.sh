@@ -156,13 +156,16 @@ for target in "${targets[@]}"; do
   run_one "$target" &
   pid_of[$target]=$!
 done
-# Each fuzzer stops once it has had its time; the loop ends when every one has exited.
+# Each fuzzer stops once it has had its time; the loop ends when every one has exited. A
+# fuzzer is asked only while this shell still counts it among its running jobs, never by a
+# process id that, once it exited, may name another process.
 running=${#targets[@]}
 while ((running > 0)); do
   running=0
+  alive=" $(jobs -pr | tr '\n' ' ') "
   for target in "${!pid_of[@]}"; do
     pid=${pid_of[$target]}
-    kill -0 "$pid" 2>/dev/null || continue
+    [[ "$alive" == *" $pid "* ]] || continue
     running=$((running + 1))
     cpu=$(cpu_seconds "$pid")
     ((cpu > ${used[$target]:-0})) && used[$target]=$cpu
