@@ -108,7 +108,7 @@ run_one() {
 # cpu_seconds PID: the process's CPU time so far, in whole seconds (0 once it is gone).
 ticks=$(getconf CLK_TCK)
 cpu_seconds() {
-  local stat
+  local stat fields
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
   # The fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
   read -r -a fields <<<"${stat##*) }"
@@ -156,7 +156,8 @@ for target in "${targets[@]}"; do
   run_one "$target" &
   pid_of[$target]=$!
 done
-# Each fuzzer stops once it has had its time; the loop ends when every one has exited. A
+# Each fuzzer stops once it has had its time; the loop ends when every one has exited, at the
+# latest at its -max_total_time (or its -timeout, should it hang in one input). A
 # fuzzer is asked only while this shell still counts it among its running jobs, never by a
 # process id that, once it exited, may name another process.
 running=${#targets[@]}
