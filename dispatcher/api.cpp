@@ -158,12 +158,11 @@ std::string whoami_json(const Caller& caller) {
   return std::string(buffer.GetString(), buffer.GetSize());
 }
 
-Api::Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
-         metrics::DispatcherMetrics& metrics, TaskFeed& feed, ConsoleFiles console,
-         const CompletionRate* completions, std::function<void()> wake_relay)
+Api::Api(const config::Config& config, pg::DbPool& db, metrics::DispatcherMetrics& metrics,
+         TaskFeed& feed, ConsoleFiles console, const CompletionRate* completions,
+         std::function<void()> wake_relay)
     : config_(config),
       store_(db),
-      wake_scheduler_(std::move(wake_scheduler)),
       wake_relay_(std::move(wake_relay)),
       metrics_(metrics),
       console_(console),

@@ -55,9 +55,9 @@ class Api {
   // `console`: the web console's files (name, contents) served at /ui/; none: 404 there.
   // `completions`: the ends the task feed saw, for GET /v1/fleet (none: 0 per second).
   // `wake_relay`: the API wrote outbox rows (the result events of tasks a cancel ended).
-  Api(const config::Config& config, pg::DbPool& db, std::function<void()> wake_scheduler,
-      metrics::DispatcherMetrics& metrics, TaskFeed& feed, ConsoleFiles console = {},
-      const CompletionRate* completions = nullptr, std::function<void()> wake_relay = {});
+  Api(const config::Config& config, pg::DbPool& db, metrics::DispatcherMetrics& metrics,
+      TaskFeed& feed, ConsoleFiles console = {}, const CompletionRate* completions = nullptr,
+      std::function<void()> wake_relay = {});
   ~Api();
   // The server's head route: refuses, streams, or reads the body whole with the route's
   // limit. Refusals are counted in the request metrics here.
@@ -145,7 +145,6 @@ class Api {
   const config::Config& config_;
   pg::ApiStore store_;
   pg::ReplicationWatch replication_{"dispatcher"};
-  std::function<void()> wake_scheduler_;
   std::function<void()> wake_relay_;
   metrics::DispatcherMetrics& metrics_;
   ConsoleFiles console_;

@@ -536,7 +536,6 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   }
   for (std::int64_t i = 0; i < accepted; ++i)
     metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kAccepted);
-  wake_scheduler_();
   const std::string& batch_user = checker.user_id();
   rapidjson::StringBuffer out;
   rapidjson::Writer<rapidjson::StringBuffer> w(out);

@@ -122,10 +122,8 @@ asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submi
         "idempotency_key was used with a different request for task " + result.task_id,
         "/idempotency_key");
   }
-  if (result.outcome == pg::InsertOutcome::kCreated) {
+  if (result.outcome == pg::InsertOutcome::kCreated)
     log::info("api", logged, "accepted");
-    wake_scheduler_();
-  }
   co_return result;
 }
 

@@ -67,7 +67,6 @@ asio::awaitable<http::Response> Api::limits(http::Request& request, const Caller
     auto put = co_await store_.put_user_overrides(overrides);
     if (!put.ok())
       co_return store_unavailable(request, put.error());
-    wake_scheduler_();
   } else if (!caller.may_act_for(user_id)) {
     co_return forbidden(request, user_id, "/path/user_id");
   }

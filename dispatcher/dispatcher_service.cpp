@@ -190,11 +190,13 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
                   completions.record(CompletionRate::Clock::now());
                   scheduler.task_ended(user, task, tokens);
                 });
-  Api api(
-      config, db, [&] { scheduler.wake(); }, metrics, feed, console, &completions, wake_relay);
+  // The scheduler hears of new work from the commits that made it (NOTIFY agentfleet_work:
+  // a submission, a moved batch, a limits change), on whichever replica they were made: a
+  // wake-up of its own here too would cost every submission a second pass.
+  Api api(config, db, metrics, feed, console, &completions, wake_relay);
 
   // Submissions from upstream services over Kafka, validated and stored like the API's.
-  SubmitIngest ingest(io, config, db, producer, metrics, [&] { scheduler.wake(); });
+  SubmitIngest ingest(io, config, db, producer, metrics);
 
   // Bind first: a port in use is a start-up error reported before any thread runs.
   const config::HttpListen& listen = config.dispatcher.http;

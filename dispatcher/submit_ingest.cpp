@@ -28,14 +28,12 @@ std::string header_value(const kafka::Headers& headers, const std::string& name)
 }  // namespace
 
 SubmitIngest::SubmitIngest(asio::io_context& io, const config::Config& config, pg::DbPool& db,
-                           kafka::Producer& producer, metrics::DispatcherMetrics& metrics,
-                           std::function<void()> wake_scheduler)
+                           kafka::Producer& producer, metrics::DispatcherMetrics& metrics)
     : io_(io),
       config_(config),
       store_(db),
       producer_(producer),
       metrics_(metrics),
-      wake_scheduler_(std::move(wake_scheduler)),
       rules_(config) {}
 
 void SubmitIngest::start() {
@@ -252,7 +250,6 @@ asio::awaitable<void> SubmitIngest::ingest(kafka::InMessage message) {
         context.batch_id = task.spec.batch_id;
         context.trace_id = log::trace_id_of(task.traceparent);
         log::info("dispatcher", context, "accepted from the submit topic");
-        wake_scheduler_();
       }
       done(message, true);
       co_return;

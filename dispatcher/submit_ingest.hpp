@@ -1,21 +1,20 @@
 #pragma once
 // The submit topic: upstream services produce task submissions (the same JSON as the HTTP
 // body, key = user_id) to kafka.topics.submit; the dispatcher validates each, stores it
-// de-duplicated by (user_id, idempotency_key) and wakes the scheduler. A submission without
-// an idempotency key gets "kafka:<topic>:<partition>:<offset>", so a message read twice
-// (after a restart or a rebalance) is still one task; a replayed dead letter gets the one
-// of where it was first read (its dlq-origin header), so a letter replayed twice is one
-// task too, and the replay is recorded with the task it made or found (pg::record_replay,
-// which GET /v1/dead-letters shows). Bad messages (not JSON, schema,
-// unknown model or tool, a key reused with another body) go to the dead-letter topic with
-// the reason and their origin in headers; the partition moves on. A store outage is
-// retried with backoff (at most 2 s apart) for up to ten minutes, so nothing is abandoned
-// and the message is stored within seconds of the store's return; at most kMaxInFlight
-// messages are under way at once (the consumer pauses beyond), so a flood or an outage waits
-// in Kafka. A message still not stored is left uncommitted, so the group reads it again. Messages
-// of one key (one user) are stored one after the other, in the order they were sent, so the first
-// of two submissions with the same idempotency key is the task and the second the duplicate or the
-// conflict; messages of different keys are stored concurrently.
+// de-duplicated by (user_id, idempotency_key); its commit wakes the scheduler (NOTIFY). A
+// submission without an idempotency key gets "kafka:<topic>:<partition>:<offset>", so a message
+// read twice (after a restart or a rebalance) is still one task; a replayed dead letter gets the
+// one of where it was first read (its dlq-origin header), so a letter replayed twice is one task
+// too, and the replay is recorded with the task it made or found (pg::record_replay, which GET
+// /v1/dead-letters shows). Bad messages (not JSON, schema, unknown model or tool, a key reused with
+// another body) go to the dead-letter topic with the reason and their origin in headers; the
+// partition moves on. A store outage is retried with backoff (at most 2 s apart) for up to ten
+// minutes, so nothing is abandoned and the message is stored within seconds of the store's return;
+// at most kMaxInFlight messages are under way at once (the consumer pauses beyond), so a flood or
+// an outage waits in Kafka. A message still not stored is left uncommitted, so the group reads it
+// again. Messages of one key (one user) are stored one after the other, in the order they were
+// sent, so the first of two submissions with the same idempotency key is the task and the second
+// the duplicate or the conflict; messages of different keys are stored concurrently.
 //
 // Lifecycle: start() after construction, stop() before the io_context goes away.
 // Thread-safety: runs on the io_context's thread; librdkafka's poll thread only posts.
@@ -42,8 +41,7 @@ namespace agentfleet::dispatcher {
 class SubmitIngest {
  public:
   SubmitIngest(boost::asio::io_context& io, const config::Config& config, pg::DbPool& db,
-               kafka::Producer& producer, metrics::DispatcherMetrics& metrics,
-               std::function<void()> wake_scheduler);
+               kafka::Producer& producer, metrics::DispatcherMetrics& metrics);
   void start();
   void stop();
 
@@ -67,7 +65,6 @@ class SubmitIngest {
   pg::ApiStore store_;
   kafka::Producer& producer_;
   metrics::DispatcherMetrics& metrics_;
-  std::function<void()> wake_scheduler_;
   SubmissionRules rules_;
   OffsetTracker offsets_;
   std::set<std::pair<std::string, int>> owned_;

@@ -120,8 +120,7 @@ Fixture* make_fixture() {
   f->metrics = std::make_unique<agentfleet::metrics::DispatcherMetrics>(*f->registry, f->api_keys);
   f->db = std::make_unique<agentfleet::pg::DbPool>(f->api_keys.postgres.url, 1, 1000, 1);
   f->feed = std::make_unique<dispatcher::TaskFeed>(f->io, f->none, nullptr);
-  f->api = std::make_unique<dispatcher::Api>(
-      f->none, *f->db, [] {}, *f->metrics, *f->feed);
+  f->api = std::make_unique<dispatcher::Api>(f->none, *f->db, *f->metrics, *f->feed);
   return f;
 }
 
