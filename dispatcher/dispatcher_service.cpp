@@ -39,7 +39,9 @@ namespace asio = boost::asio;
 
 namespace {
 // The relay: its own thread and connection (see pg::OutboxRelay). It publishes the dispatch
-// messages the scheduler hands over as soon as they arrive, and looks for due rows at once
+// messages the scheduler hands over as soon as they arrive (their rows are removed together,
+// those published within kGatherHanded by one statement: at 25 tasks/s a statement and a
+// commit a second instead of one a task), and looks for due rows at once
 // when this replica's scheduler or API has committed some; otherwise again after
 // relay_interval_ms when its last pass published rows (more may be coming), and after
 // relay_idle_ms when it found nothing due (the rows nothing here wakes it for: a worker's
@@ -47,6 +49,10 @@ namespace {
 // Thread-safety: wake(), hand() and stop() from any thread; run() on the relay's thread.
 class Relay {
  public:
+  // Well inside the hand-off (the rows are due kHandoffS after they were written).
+  static constexpr auto kGatherHanded =
+      std::chrono::milliseconds(std::min(1000, Scheduler::kHandoffS * 250));
+
   Relay(const config::Config& config, kafka::Producer& producer,
         metrics::DispatcherMetrics& metrics)
       : config_(config),
@@ -83,7 +89,7 @@ class Relay {
     pg::OutboxRelay outbox(
         config_.postgres.url,
         config_.postgres.statement_timeout_ms + config_.kafka.delivery_timeout_ms,
-        config_.postgres.connect_timeout_s);
+        config_.postgres.connect_timeout_s, kGatherHanded);
     const pg::OutboxRelay::Send send = [&](std::vector<ports::OutMessage> messages) {
       return producer_.produce_and_wait(
           std::move(messages), std::chrono::milliseconds(config_.kafka.delivery_timeout_ms));
@@ -104,24 +110,35 @@ class Relay {
         else
           log::write("warn", "dispatcher", "relay: " + sent.error().message);
       }
+      remove_published(outbox, false);
       if (std::chrono::steady_clock::now() >= look_at)
         look_at = look_for_due(outbox, send, failures);
       // Handed messages wake it without a look for due rows: those wait for their own wake,
       // or for look_at.
       std::unique_lock lock(mutex_);
-      wake_.wait_until(lock, look_at, [&] {
+      wake_.wait_until(lock, std::min(look_at, outbox.removal_due()), [&] {
         return stopping.load() || (failures == 0 && (due_ || !handed_.empty()));
       });
       if (due_ && failures == 0)
         look_at = std::chrono::steady_clock::now();
       due_ = false;
     }
+    remove_published(outbox, true);
   }
 
  private:
   void count(const pg::RelayedBatch& sent) {
     for (const auto& [topic, published] : sent.by_topic)
       metrics_.outbox_published(topic, published);
+  }
+
+  // The rows of the handed messages published, once gathered long enough (`all`: now).
+  static void remove_published(pg::OutboxRelay& outbox, bool all) {
+    auto removed = outbox.remove_published(std::chrono::steady_clock::now(), all);
+    if (!removed.ok())
+      log::write(
+          "warn", "dispatcher",
+          "relay: published dispatch messages' rows stay until due: " + removed.error().message);
   }
 
   // One batch of due rows published; when to look again.

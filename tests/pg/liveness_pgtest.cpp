@@ -712,7 +712,8 @@ TEST_F(Liveness, ADispatchMessageNamesTheStrategyItsTaskAskedForAndAParentItFoll
 // The dispatch statement writes each message itself (the fragment dispatch_marked): what it
 // writes is what the worker reads, with the needs header the worker checks. A pass's
 // messages handed to its relay are not due to any relay for the hand-off's seconds, and go
-// once the relay that was handed them deleted their rows.
+// once the relay that was handed them removed their rows: together with the others it
+// published within its gathering time, in one statement.
 TEST_F(Liveness, WhatTheSchedulerWritesIsWhatTheWorkerReadsAndAHandedMessageWaitsForItsRelay) {
   const std::string user = "handoff-\"用户\\1";
   const std::string limited = insert_task(db_, user, "queued", 0, 0);
@@ -754,22 +755,75 @@ TEST_F(Liveness, WhatTheSchedulerWritesIsWhatTheWorkerReadsAndAHandedMessageWait
   EXPECT_TRUE(codec::unmet_needs("feature:spend_limits").empty()) << "this worker meets it";
   EXPECT_TRUE(relay("handoff-dispatch").empty()) << "no relay takes a handed row before it is due";
 
-  pg::OutboxRelay relay_of_the_pass(pg_url(), 5000, 5);
+  const auto gather = std::chrono::milliseconds(1000);
+  pg::OutboxRelay relay_of_the_pass(pg_url(), 5000, 5, gather);
+  EXPECT_EQ(relay_of_the_pass.removal_due(), pg::OutboxRelay::Clock::time_point::max());
   std::vector<ports::OutMessage> sent;
-  const auto published =
-      relay_of_the_pass.publish_handed({ports::OutboxMessage{task.outbox_id, task.message}},
-                                       [&](std::vector<ports::OutMessage> messages) {
-                                         sent = messages;
-                                         return std::vector<Status>(messages.size(), ok_status());
-                                       });
+  const auto at = pg::OutboxRelay::Clock::now();
+  const auto published = relay_of_the_pass.publish_handed(
+      {ports::OutboxMessage{task.outbox_id, task.message}},
+      [&](std::vector<ports::OutMessage> messages) {
+        sent = messages;
+        return std::vector<Status>(messages.size(), ok_status());
+      },
+      at);
   ASSERT_TRUE(published.ok()) << published.error().message;
   EXPECT_EQ(published.value().published, 1);
   ASSERT_EQ(sent.size(), 1u);
   EXPECT_EQ(sent[0].value, task.message.value);
+  const auto rows = [&] {
+    pqxx::work tx(db_);
+    return tx.exec_params1("SELECT count(*) FROM outbox WHERE id = $1", task.outbox_id)[0]
+        .as<int>();
+  };
+  EXPECT_EQ(relay_of_the_pass.removal_due(), at + gather);
+  const auto early = relay_of_the_pass.remove_published(at + gather / 2);
+  ASSERT_TRUE(early.ok()) << early.error().message;
+  EXPECT_EQ(early.value(), 0) << "gathered until the first has waited `gather`";
+  EXPECT_EQ(rows(), 1) << "published, its row waits to be removed with the next ones";
+  EXPECT_TRUE(relay("handoff-dispatch").empty()) << "and is not due meanwhile";
+  const auto removed = relay_of_the_pass.remove_published(at + gather);
+  ASSERT_TRUE(removed.ok()) << removed.error().message;
+  EXPECT_EQ(removed.value(), 1);
+  EXPECT_EQ(rows(), 0) << "published: its row is gone";
+  EXPECT_EQ(relay_of_the_pass.removal_due(), pg::OutboxRelay::Clock::time_point::max());
+}
+
+TEST_F(Liveness, HandedRowsPublishedAreRemovedAllAtOnceWhenAsked) {
+  const std::string user = "handoff-all-u1";
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i)
+    ids.push_back(insert_task(db_, user, "queued", 0, 0));
+  std::vector<pg::DispatchedTask> dispatched;
+  {
+    pqxx::nontransaction tx(db_);
+    dispatched = pg::dispatch_grants(tx, {ports::DispatchGrant{user, Priority::kInteractive, 3}},
+                                     "handoff-all", /*handoff_s=*/10);
+  }
+  ASSERT_EQ(dispatched.size(), 3u);
+  pg::OutboxRelay relay_of_the_pass(pg_url(), 5000, 5, std::chrono::milliseconds(1000));
+  std::vector<ports::OutboxMessage> handed;
+  for (const pg::DispatchedTask& task : dispatched)
+    handed.push_back(ports::OutboxMessage{task.outbox_id, task.message});
+  const auto at = pg::OutboxRelay::Clock::now();
+  // The broker refuses the second: its row stays, to be published once it falls due.
+  const auto published = relay_of_the_pass.publish_handed(
+      std::move(handed),
+      [&](std::vector<ports::OutMessage> messages) {
+        std::vector<Status> results(messages.size(), ok_status());
+        results[1] = Status{Error{ErrorKind::kTransient, "broker down"}};
+        return results;
+      },
+      at);
+  ASSERT_TRUE(published.ok()) << published.error().message;
+  EXPECT_EQ(published.value().published, 2);
+  const auto removed = relay_of_the_pass.remove_published(at, /*all=*/true);
+  ASSERT_TRUE(removed.ok()) << removed.error().message;
+  EXPECT_EQ(removed.value(), 2) << "a stopping relay removes what it published";
   pqxx::work tx(db_);
-  EXPECT_EQ(
-      tx.exec_params1("SELECT count(*) FROM outbox WHERE id = $1", task.outbox_id)[0].as<int>(), 0)
-      << "published: its row is gone";
+  EXPECT_EQ(tx.exec_params1("SELECT count(*) FROM outbox WHERE topic = 'handoff-all'")[0].as<int>(),
+            1)
+      << "the message the broker refused keeps its row";
 }
 
 TEST_F(Liveness, RowsOfLongLapsedWorkersGoOnceTheyOwnNothing) {

@@ -76,7 +76,7 @@ Result<RelayedBatch> OutboxRelay::once(int batch, const std::string& dispatch_to
 }
 
 Result<RelayedBatch> OutboxRelay::publish_handed(std::vector<ports::OutboxMessage> handed,
-                                                 const Send& send) {
+                                                 const Send& send, Clock::time_point now) {
   RelayedBatch relayed;
   if (handed.empty())
     return relayed;
@@ -89,24 +89,39 @@ Result<RelayedBatch> OutboxRelay::publish_handed(std::vector<ports::OutboxMessag
   for (const ports::OutMessage& m : messages)
     topics.push_back(m.topic);
   const std::vector<Status> results = send(std::move(messages));
-  std::vector<std::int64_t> delivered;
   for (std::size_t i = 0; i < results.size() && i < handed.size(); ++i) {
     if (!results[i].ok())
       continue;
-    delivered.push_back(handed[i].outbox_id);
+    if (published_.empty())
+      gathered_since_ = now;
+    published_.push_back(handed[i].outbox_id);
+    ++relayed.published;
     ++relayed.by_topic[topics[i]];
   }
-  relayed.published = static_cast<int>(delivered.size());
-  if (delivered.empty())
-    return relayed;
+  return relayed;
+}
+
+OutboxRelay::Clock::time_point OutboxRelay::removal_due() const {
+  if (published_.empty())
+    return Clock::time_point::max();
+  if (published_.size() >= kGatherBound)
+    return gathered_since_;
+  return gathered_since_ + gather_;
+}
+
+Result<int> OutboxRelay::remove_published(Clock::time_point now, bool all) {
+  if (published_.empty() || (!all && now < removal_due()))
+    return 0;
+  std::vector<std::int64_t> ids;
+  ids.swap(published_);
   auto deleted = db_.run_blocking([&](pqxx::connection& c) {
     pqxx::nontransaction tx(c);
-    delete_outbox_rows(tx, delivered);
-    return true;
+    delete_outbox_rows(tx, ids);
+    return static_cast<int>(ids.size());
   });
   if (!deleted.ok())
-    return deleted.error();  // published; the rows fall due and go again (harmless)
-  return relayed;
+    return deleted.error();
+  return deleted.value();
 }
 
 }  // namespace agentfleet::pg
