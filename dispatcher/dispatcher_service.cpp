@@ -43,9 +43,11 @@ namespace {
 // those published within kGatherHanded by one statement: at 25 tasks/s a statement and a
 // commit a second instead of one a task), and looks for due rows at once
 // when this replica's scheduler or API has committed some; otherwise again after
-// relay_interval_ms when its last pass published rows (more may be coming), and after
-// relay_idle_ms when it found nothing due (the rows nothing here wakes it for: a worker's
-// fallback, due 10 s after it was written; another replica's).
+// relay_interval_ms when its last pass published rows (more may be coming), and, when it found
+// nothing due, once the earliest row falls due or after relay_idle_ms (at most
+// Scheduler::kHandoffS), whichever comes first: the rows nothing here wakes it for (a worker's
+// fallback, due as long after it was written; a stopped replica's) are then published when
+// due, and an idle fleet's relay asks once in relay_idle_ms.
 // Thread-safety: wake(), hand() and stop() from any thread; run() on the relay's thread.
 class Relay {
  public:
@@ -58,7 +60,9 @@ class Relay {
       : config_(config),
         producer_(producer),
         metrics_(metrics),
-        handed_bound_(20 * static_cast<std::size_t>(config.dispatcher.relay_batch)) {}
+        handed_bound_(20 * static_cast<std::size_t>(config.dispatcher.relay_batch)),
+        idle_wait_(
+            std::max(1, std::min(config.dispatcher.relay_idle_ms, 1000 * Scheduler::kHandoffS))) {}
 
   // Outbox rows due now were committed.
   void wake() {
@@ -155,18 +159,27 @@ class Relay {
                        2000, config_.dispatcher.relay_interval_ms << std::min(++failures, 7)));
     }
     failures = 0;
-    count(sent.value());
-    if (sent.value().published >= config_.dispatcher.relay_batch)
+    const pg::RelayedBatch& relayed = sent.value();
+    count(relayed);
+    if (relayed.published >= config_.dispatcher.relay_batch)
       return now;  // more are due
-    return now + std::chrono::milliseconds(sent.value().published == 0
-                                               ? config_.dispatcher.relay_idle_ms
-                                               : config_.dispatcher.relay_interval_ms);
+    if (relayed.published > 0)
+      return now + std::chrono::milliseconds(config_.dispatcher.relay_interval_ms);
+    if (!relayed.next_due_in)
+      return now + idle_wait_;  // the outbox is empty
+    // Rows the broker refused, or due rows another relay holds: again in a second.
+    if (relayed.undelivered > 0 || *relayed.next_due_in <= std::chrono::milliseconds(0))
+      return now + std::min(idle_wait_, kLookAgain);
+    return now + std::min(idle_wait_, *relayed.next_due_in);
   }
 
   const config::Config& config_;
   kafka::Producer& producer_;
   metrics::DispatcherMetrics& metrics_;
+  // After a look whose due rows were refused by the broker or held by another relay.
+  static constexpr std::chrono::milliseconds kLookAgain{1000};
   const std::size_t handed_bound_;
+  const std::chrono::milliseconds idle_wait_;  // relay_idle_ms, at most kHandoffS
   std::mutex mutex_;
   std::condition_variable wake_;
   bool due_ = false;                          // guarded by mutex_

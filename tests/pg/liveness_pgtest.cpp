@@ -826,6 +826,64 @@ TEST_F(Liveness, HandedRowsPublishedAreRemovedAllAtOnceWhenAsked) {
       << "the message the broker refused keeps its row";
 }
 
+// A look that finds nothing due says when the earliest row falls due, so that an idle relay
+// sleeps until then (or relay_idle_ms) instead of asking every second; a row due now is
+// published and removed as before, and one the broker refuses stays, counted.
+TEST_F(Liveness, ALookThatFindsNothingDueSaysWhenTheEarliestRowFallsDue) {
+  pg::OutboxRelay outbox(pg_url(), 5000, 5);
+  std::vector<std::string> sent;
+  bool refuse = false;
+  const auto send = [&](std::vector<ports::OutMessage> messages) {
+    for (const ports::OutMessage& m : messages)
+      sent.push_back(m.key);
+    return std::vector<Status>(
+        messages.size(),
+        refuse ? Status{Error{ErrorKind::kTransient, "broker down"}} : ok_status());
+  };
+  const auto look = [&] {
+    auto relayed = outbox.once(100, "look-dispatch", send);
+    EXPECT_TRUE(relayed.ok()) << relayed.error().message;
+    return relayed.ok() ? relayed.value() : pg::RelayedBatch{};
+  };
+  const auto insert = [&](const std::string& key, int due_in_s) {
+    pqxx::work tx(db_);
+    tx.exec_params0(
+        "INSERT INTO outbox (topic, message_key, payload, publish_after) "
+        "VALUES ('look-results', $1, '{}', now() + make_interval(secs => $2))",
+        key, due_in_s);
+    tx.commit();
+  };
+
+  pg::RelayedBatch relayed = look();
+  EXPECT_FALSE(relayed.next_due_in.has_value()) << "an empty outbox";
+  EXPECT_EQ(relayed.published, 0);
+
+  insert("later", 5);
+  relayed = look();
+  ASSERT_TRUE(relayed.next_due_in.has_value());
+  EXPECT_GT(*relayed.next_due_in, std::chrono::milliseconds(3000));
+  EXPECT_LE(*relayed.next_due_in, std::chrono::milliseconds(5000));
+  EXPECT_TRUE(sent.empty()) << "nothing was due";
+
+  insert("now", 0);
+  relayed = look();
+  EXPECT_EQ(relayed.published, 1);
+  EXPECT_EQ(sent, std::vector<std::string>{"now"});
+
+  insert("refused", 0);
+  refuse = true;
+  relayed = look();
+  EXPECT_EQ(relayed.published, 0);
+  EXPECT_EQ(relayed.undelivered, 1);
+  ASSERT_TRUE(relayed.next_due_in.has_value());
+  EXPECT_EQ(*relayed.next_due_in, std::chrono::milliseconds(0)) << "a row is due";
+  pqxx::work tx(db_);
+  EXPECT_EQ(tx.exec1("SELECT string_agg(message_key, ',' ORDER BY message_key) FROM outbox")[0]
+                .as<std::string>(),
+            "later,refused")
+      << "the published row is gone; the refused and the later one stay";
+}
+
 TEST_F(Liveness, RowsOfLongLapsedWorkersGoOnceTheyOwnNothing) {
   const std::int64_t empty = insert_worker(db_, 120);
   const std::int64_t holding = insert_worker(db_, 120);

@@ -43,6 +43,17 @@ Result<RelayedBatch> OutboxRelay::once(int batch, const std::string& dispatch_to
                                        const Send& send) {
   return db_.run_blocking([&](pqxx::connection& c) {
     RelayedBatch relayed;
+    {
+      pqxx::nontransaction read(c);
+      const auto next = exec_named1(read, "relay_next_due");
+      if (next[0].is_null())
+        return relayed;  // empty
+      if (const auto in = next[0].as<std::int64_t>(); in > 0) {
+        relayed.next_due_in = std::chrono::milliseconds(in);
+        return relayed;
+      }
+    }
+    relayed.next_due_in = std::chrono::milliseconds(0);
     pqxx::work tx(c);
     auto rows = exec_named(tx, "relay_due", batch, dispatch_topic);
     if (rows.empty())
@@ -68,6 +79,7 @@ Result<RelayedBatch> OutboxRelay::once(int batch, const std::string& dispatch_to
       delivered.push_back(ids[i]);
       ++relayed.by_topic[topics[i]];
     }
+    relayed.undelivered = static_cast<int>(ids.size() - delivered.size());
     delete_outbox_rows(tx, delivered);
     tx.commit();
     relayed.published = static_cast<int>(delivered.size());

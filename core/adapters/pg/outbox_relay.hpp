@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,10 @@ namespace agentfleet::pg {
 struct RelayedBatch {
   int published = 0;                    // rows confirmed by the broker and deleted
   std::map<std::string, int> by_topic;  // of those, per topic
+  int undelivered = 0;                  // rows sent that the broker did not confirm
+  // In how long the earliest row falls due: set when none was published, 0 when rows were due
+  // (all held by another relay, or refused: `undelivered`); none: the outbox is empty.
+  std::optional<std::chrono::milliseconds> next_due_in;
 };
 
 // Removes published outbox rows, in one statement; skips rows another transaction holds
@@ -52,7 +57,8 @@ class OutboxRelay {
 
   // Up to `batch` due rows of `dispatch_topic` and up to `batch` due rows of the other
   // topics, each in publish order (dispatch messages never wait behind a flood of result
-  // events); the counts of those published, once their deletion committed.
+  // events); the counts of those published, once their deletion committed. With none due,
+  // one statement, which says when the earliest row falls due.
   Result<RelayedBatch> once(int batch, const std::string& dispatch_topic, const Send& send);
 
   // Messages handed over by the one who wrote their rows, not yet due (the scheduler's

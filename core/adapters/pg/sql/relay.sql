@@ -3,6 +3,14 @@
 -- published rows (by the relay, and by the worker's run store for the result events it
 -- published itself).
 
+-- name: relay_next_due
+-- In how many milliseconds the earliest outbox row falls due (0: one is due now; NULL: the
+-- outbox is empty). Autocommitted, before relay_due's transaction: a look that finds nothing
+-- due is one statement, and tells the relay when to look again.
+SELECT CASE WHEN m.due IS NOT NULL
+            THEN greatest(0, ceil(extract(epoch FROM m.due - now()) * 1000))::bigint END
+FROM (SELECT min(publish_after) AS due FROM outbox) m
+
 -- name: relay_due
 -- Up to $1 due dispatch messages (topic $2) and up to $1 due other rows, each in id order:
 -- dispatch messages never wait behind a flood of result events.
