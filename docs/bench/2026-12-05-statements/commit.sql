@@ -1,0 +1,3 @@
+BEGIN;
+UPDATE t0 SET attempt=attempt+1 WHERE task_id='11111111-1111-1111-1111-111111111111'::uuid;
+COMMIT;
