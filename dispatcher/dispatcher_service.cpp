@@ -140,9 +140,9 @@ class Relay {
   static void remove_published(pg::OutboxRelay& outbox, bool all) {
     auto removed = outbox.remove_published(std::chrono::steady_clock::now(), all);
     if (!removed.ok())
-      log::write(
-          "warn", "dispatcher",
-          "relay: published dispatch messages' rows stay until due: " + removed.error().message);
+      log::write("warn", "dispatcher",
+                 "relay: the rows of published dispatch messages stay; they go again once due: " +
+                     removed.error().message);
   }
 
   // One batch of due rows published; when to look again.
