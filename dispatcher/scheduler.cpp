@@ -86,6 +86,7 @@ void Scheduler::stop() {
 }
 
 void Scheduler::wake() {
+  woken_ = true;
   const std::uint64_t one = 1;
   // A full counter already means "wake": nothing to do when the write would block.
   [[maybe_unused]] auto written = ::write(wake_fd_, &one, sizeof one);
@@ -154,6 +155,7 @@ bool Scheduler::lead_and_pass() {
     // A new term: fresh buckets, seeded from the ledger as users show up.
     leader_ = true;
     housekeeping_backlog_ = true;
+    quiet_ = false;
     fair_ = std::make_unique<limits::FairScheduler>(
         limits::FairSchedulerOptions{
             config_.dispatcher.scheduler_batch, config_.dispatcher.max_active_tasks,
@@ -194,6 +196,16 @@ bool Scheduler::lead_and_pass() {
             " ms late (a stall): no lapsed worker's running tasks are taken over for " +
             std::to_string(config_.worker.lease_s) + " s");
   }
+  if (quiet_ && !woken_ && clock_.now() - housekeeping_at_ < kIdleHousekeepingEvery)
+    return look_while_idle();
+  return pass();
+}
+
+bool Scheduler::look_while_idle() {
+  const ports::Backlog backlog =
+      store_.read_backlog(config_.dispatcher.scheduler_batch, config_.dispatcher.max_active_tasks);
+  if (backlog.users.empty() && backlog.fleet_active == 0)
+    return false;
   return pass();
 }
 
@@ -215,8 +227,8 @@ void Scheduler::run() {
         idle(config_.dispatcher.leader_retry_ms);
         continue;
       }
-      if (!more)
-        store_.wait(wait_after(), wake_fd_);
+      if (!more && store_.wait(wait_after(), wake_fd_))
+        woken_ = true;
       // Passes woken by every submission and every result are coalesced: at most one per
       // scheduler_min_gap_ms, so a burst of wake-ups costs one pass, not one each.
       const auto gap = std::chrono::milliseconds(config_.dispatcher.scheduler_min_gap_ms) -
@@ -468,6 +480,8 @@ Scheduler::Admitted Scheduler::admit(const limits::PassPlan& plan,
 
 bool Scheduler::pass() {
   const auto started = clock_.now();
+  // Cleared before the pass reads: a wake-up from here on runs the next round as a pass.
+  woken_ = false;
   reconcile_ended();
   const ports::SchedulerPass spec{config_.kafka.topics.dispatch,
                                   config_.kafka.topics.results,
@@ -500,6 +514,7 @@ bool Scheduler::pass() {
   const Admitted admitted = admit(plan, users, spec);
   // Under way now: what was, and what this pass dispatched.
   fleet_active_ = backlog.fleet_active + admitted.total;
+  quiet_ = !backlog_left_ && fleet_active_ == 0 && !housekeeping_backlog_;
   try {
     record_waiting(plan.waiting);
   } catch (const std::exception& e) {

@@ -23,7 +23,10 @@
 // (wait_after()): dispatcher.scheduler_interval_ms while queued work waits for a limit or
 // a slot; housekeeping_interval_ms while only tasks under way may need recovering; and
 // scheduler_idle_ms when nothing is queued or under way, so that an idle fleet's scheduler
-// asks Postgres nothing more often than it must to keep its lock.
+// asks Postgres nothing more often than it must to keep its lock. Such a round that nothing
+// woke is not a pass: one read of the backlog keeps the session alive (and finds work that
+// came without a notification, which then gets its pass at once); an idle fleet housekeeps
+// once per kIdleHousekeepingEvery.
 //
 // After a pass commits outbox rows (dispatch messages, or the results of tasks it ended),
 // it calls the `outbox_written` callback, so the relay publishes them at once instead of at
@@ -71,6 +74,10 @@ class Scheduler {
   // How long the outbox rows of handed-over dispatch messages wait before the relay may
   // publish them itself (the worker's result events wait as long).
   static constexpr int kHandoffS = 10;
+  // How often an idle fleet's scheduler housekeeps (staged uploads whose replica stopped,
+  // calls left in flight, forgotten workers): nothing else of it is about time while nothing
+  // is queued or under way.
+  static constexpr std::chrono::seconds kIdleHousekeepingEvery{60};
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -119,6 +126,10 @@ class Scheduler {
   };
   // One pass; returns true when it used every slot (more may be waiting).
   bool pass();
+  // The round of an idle fleet's scheduler that nothing woke: one read of the backlog keeps
+  // the session (and the lock) alive; a full pass follows only when it finds work (one that
+  // arrived without a notification).
+  bool look_while_idle();
   // Recovery, deadlines, sweeps, when their interval has passed (or the last found a full
   // pass); nothing otherwise.
   Housekept housekeep_if_due(const ports::SchedulerPass& spec, limits::Clock::time_point started);
@@ -159,6 +170,11 @@ class Scheduler {
   std::atomic<bool> backlog_left_{true};
   // Tasks dispatched or running at the last pass (recovery may need to look at them).
   std::int64_t fleet_active_ = 0;
+  // The last round found nothing queued, nothing under way and no housekeeping left: until
+  // something wakes the scheduler, its timed rounds only look (look_while_idle()).
+  bool quiet_ = false;
+  // Something woke the scheduler since its last pass (wake(), or work heard by the store).
+  std::atomic<bool> woken_{false};
   std::atomic<bool> stopping_{false};
   int wake_fd_ = -1;
   // Budgets are kept in the budget currency; spend in others is converted at fixed rates.

@@ -205,8 +205,9 @@ class SchedulerStore {
   virtual void reset() = 0;
   // Waits up to `timeout` for work to arrive (a submission on any replica, a limits change,
   // heard on the session) or for `wake_fd` to become readable (a wake-up from this process),
-  // whichever comes first. Without a session only `wake_fd` is watched.
-  virtual void wait(std::chrono::milliseconds timeout, int wake_fd) = 0;
+  // whichever comes first. Without a session only `wake_fd` is watched. True when it was
+  // woken (work heard, or `wake_fd`), false when the timeout passed.
+  virtual bool wait(std::chrono::milliseconds timeout, int wake_fd) = 0;
   // Work that arrived while a pass ran is not waited for: forgets what was heard so far.
   virtual void forget_heard() = 0;
   // Drops cached statement plans, so that the next ones follow the tables' current sizes.

@@ -52,7 +52,7 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
     return lock_free;
   }
   void reset() override { ++resets; }
-  void wait(std::chrono::milliseconds, int) override {}
+  bool wait(std::chrono::milliseconds, int) override { return false; }
   void forget_heard() override {}
   void refresh_plans() override { ++plan_refreshes; }
   ports::Housekeeping housekeep(const ports::SchedulerPass& pass) override {
@@ -308,7 +308,7 @@ TEST(SchedulerRounds, SpendInAnotherCurrencyCountsAgainstTheBudgetAtItsRate) {
 
 TEST(SchedulerRounds, HousekeepingRunsOncePerIntervalNotOncePerWakeUp) {
   Harness h;
-  h.queue({});
+  h.queue({waiting("a", 0, /*active=*/3)});  // tasks under way: their leases are about time
   h.scheduler.round();
   EXPECT_EQ(h.store.housekeepings, 1) << "a new term looks at once";
   h.scheduler.round();
@@ -351,21 +351,93 @@ TEST(SchedulerRounds, AnIdleFleetsSchedulerWaitsLongAndQueuedWorkIsLookedAtOften
       << "the session is never silent long enough to lose the lock";
   // Housekeeping that found a full pass of work looks again soon, idle or not.
   h.store.housekeeping.recovery.lease_expired = d.scheduler_batch;
-  h.clock.advance(milliseconds(d.housekeeping_interval_ms));
-  h.scheduler.round();
+  h.rounds_on_time_until(h.clock.now() + Scheduler::kIdleHousekeepingEvery);
   EXPECT_EQ(h.scheduler.wait_after(), milliseconds(d.scheduler_interval_ms));
+}
+
+TEST(SchedulerRounds, AnIdleFleetsTimedRoundIsOneReadAndHousekeepingComesOncePerIdleInterval) {
+  using std::chrono::milliseconds;
+  Harness h;
+  const auto& d = h.config.dispatcher;
+  h.queue({});
+  h.scheduler.round();  // a new term: a whole pass
+  ASSERT_EQ(h.store.housekeepings, 1);
+  const auto housekept_at = h.clock.now();
+  const auto reads = h.store.count_caps.size();
+  const int refreshes = h.store.plan_refreshes, writes = h.store.writes;
+  // Rounds nothing woke, each after the long wait, until housekeeping comes again: each
+  // reads the backlog once (the session, and so the lock, stays alive) and does nothing else.
+  int rounds = 0;
+  while (h.store.housekeepings == 1 && rounds < 1000) {
+    h.clock.advance(h.scheduler.wait_after());
+    EXPECT_FALSE(h.scheduler.round());
+    ++rounds;
+    if (h.store.housekeepings == 1) {
+      EXPECT_EQ(h.store.count_caps.size(), reads + rounds) << "one read a round";
+      EXPECT_EQ(h.store.plan_refreshes, refreshes) << "no plans are dropped while nothing runs";
+      EXPECT_EQ(h.store.writes, writes);
+      EXPECT_EQ(h.scheduler.wait_after(), milliseconds(d.scheduler_idle_ms));
+    }
+  }
+  ASSERT_EQ(h.store.housekeepings, 2);
+  EXPECT_GE(h.clock.now() - housekept_at, Scheduler::kIdleHousekeepingEvery);
+  EXPECT_LT(h.clock.now() - housekept_at,
+            Scheduler::kIdleHousekeepingEvery + milliseconds(d.scheduler_idle_ms))
+      << "housekeeping comes with the first round once the idle interval has passed";
+  h.clock.advance(h.scheduler.wait_after());
+  h.scheduler.round();
+  EXPECT_EQ(h.store.housekeepings, 2);
+}
+
+TEST(SchedulerRounds, AnIdleFleetsSchedulerAdmitsWorkThatCameWithoutAWakeUpInTheRoundThatSawIt) {
+  Harness h;
+  h.queue({});
+  h.scheduler.round();
+  h.clock.advance(h.scheduler.wait_after());
+  h.scheduler.round();
+  ASSERT_EQ(h.store.housekeepings, 1);
+  // A task queued whose notification was lost: the idle round's read finds it and the same
+  // round admits it.
+  h.queue({waiting("a", 1)});
+  h.clock.advance(h.scheduler.wait_after());
+  h.scheduler.round();
+  EXPECT_EQ(h.store.granted_to("a"), 1);
+  EXPECT_EQ(h.store.housekeepings, 2) << "a whole pass, its housekeeping due";
+  // Under way now: the rounds are passes again, housekeeping at its interval.
+  h.queue({waiting("a", 0, /*active=*/1)});
+  h.clock.advance(h.scheduler.wait_after());
+  h.scheduler.round();
+  EXPECT_EQ(h.store.housekeepings, 3);
+}
+
+TEST(SchedulerRounds, AWakeUpMakesAnIdleFleetsNextRoundAPass) {
+  using std::chrono::milliseconds;
+  Harness h;
+  h.queue({});
+  h.scheduler.round();
+  h.clock.advance(milliseconds(h.config.dispatcher.housekeeping_interval_ms));
+  h.scheduler.round();
+  ASSERT_EQ(h.store.housekeepings, 1) << "idle and not woken: no pass";
+  const auto reads = h.store.count_caps.size();
+  h.scheduler.wake();  // as a submission's NOTIFY heard by the store does
+  h.scheduler.round();
+  EXPECT_EQ(h.store.housekeepings, 2) << "a pass, its housekeeping due";
+  EXPECT_EQ(h.store.count_caps.size(), reads + 1) << "the pass reads the backlog once";
+  h.scheduler.round();
+  EXPECT_EQ(h.store.count_caps.size(), reads + 2);
+  EXPECT_EQ(h.store.housekeepings, 2) << "the wake-up was used by one pass";
 }
 
 TEST(SchedulerRounds, AfterTheStoreWasAwayLapsedWorkersGetALeaseBeforeTheirTasksAreTakenOver) {
   Harness h;
-  h.queue({});
+  h.queue({waiting("a", 0, /*active=*/3)});  // tasks under way, their workers' leases lapsed
   h.scheduler.round();
   ASSERT_EQ(h.store.recover_lapsed.size(), 1u);
   EXPECT_TRUE(h.store.recover_lapsed[0]) << "a term that saw no failure recovers at once";
 
   // Postgres goes away: this replica's session breaks and it competes for the lock again.
   Harness after;
-  after.queue({});
+  after.queue({waiting("a", 0, /*active=*/3)});
   after.store.store_away = true;
   EXPECT_THROW(after.scheduler.round(), std::runtime_error);
   after.store.store_away = false;

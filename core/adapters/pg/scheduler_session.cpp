@@ -69,20 +69,23 @@ void SchedulerSession::reset() {
   leads_ = false;
 }
 
-void SchedulerSession::wait(std::chrono::milliseconds timeout, int wake_fd) {
+bool SchedulerSession::wait(std::chrono::milliseconds timeout, int wake_fd) {
   pqxx::connection* c = connection_.get();
   // A notification libpq already read during the last pass would not wake poll().
   if (c != nullptr && c->get_notifs() > 0)
-    return;
+    return true;
   pollfd fds[2] = {{wake_fd, POLLIN, 0}, {c ? c->sock() : -1, POLLIN, 0}};
   const int ready = ::poll(fds, c && fds[1].fd >= 0 ? 2 : 1, static_cast<int>(timeout.count()));
+  bool woken = false;
   if (ready > 0 && (fds[0].revents & POLLIN)) {
     std::uint64_t count = 0;
     [[maybe_unused]] auto read = ::read(wake_fd, &count, sizeof count);
+    woken = true;
   }
   // Consumes the notifications that arrived; what they say does not matter.
   if (c != nullptr && ready > 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)))
-    c->get_notifs();
+    woken = c->get_notifs() > 0 || woken;
+  return woken;
 }
 
 void SchedulerSession::forget_heard() {

@@ -41,7 +41,7 @@ class SchedulerSession final : public ports::SchedulerStore {
 
   bool try_lead() override;
   void reset() override;
-  void wait(std::chrono::milliseconds timeout, int wake_fd) override;
+  bool wait(std::chrono::milliseconds timeout, int wake_fd) override;
   void forget_heard() override;
   void refresh_plans() override;
   ports::Housekeeping housekeep(const ports::SchedulerPass& pass) override;
