@@ -33,6 +33,7 @@
 
 #include "core/adapters/http/server.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
+#include "core/adapters/metrics/scrape_refresh.hpp"
 #include "core/adapters/pg/api_store.hpp"
 #include "core/adapters/pg/replication.hpp"
 #include "core/codec/json_schema.hpp"
@@ -81,6 +82,8 @@ class Api {
   std::variant<http::Response, Routed> resolve(const http::Request& head) const;
   boost::asio::awaitable<http::Response> route(http::Request& request, const Routed& routed);
   // Answers /metrics, /healthz and /readyz; nullopt for any other path.
+  // Counts the slow gauges under `claim` (see gauges_).
+  boost::asio::awaitable<void> count_gauges(metrics::ScrapeRefresh::Claim claim);
   boost::asio::awaitable<std::optional<http::Response>> ops(http::Request& request,
                                                             const std::string& path);
   boost::asio::awaitable<http::Response> submit(http::Request& request, const Caller& caller);
@@ -147,6 +150,10 @@ class Api {
   pg::ReplicationWatch replication_{"dispatcher"};
   std::function<void()> wake_relay_;
   metrics::DispatcherMetrics& metrics_;
+  // The slow gauges (live tasks by status, the due outbox): a scrape that finds their last
+  // count older than metrics.refresh_interval_s starts count_gauges() and answers with the
+  // last count; nobody scraping, nothing is counted.
+  metrics::ScrapeRefresh gauges_;
   ConsoleFiles console_;
   const CompletionRate* completions_;
   TaskFeed& feed_;

@@ -5,7 +5,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
@@ -24,7 +23,6 @@
 #include "core/adapters/log.hpp"
 #include "core/adapters/metrics/db_pool_metrics.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
-#include "core/adapters/pg/api_store.hpp"
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/adapters/pg/outbox_relay.hpp"
 #include "core/adapters/pg/scheduler_session.hpp"
@@ -191,7 +189,6 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
   asio::io_context io(1);
   pg::DbPool db(config.postgres.url, config.postgres.pool_size,
                 config.postgres.statement_timeout_ms, config.postgres.connect_timeout_s);
-  pg::ApiStore store(db);
   kafka::Producer producer(config.kafka);
   metrics::MetricsRegistry registry;
   metrics::DispatcherMetrics metrics(registry, config);
@@ -286,30 +283,6 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
       },
       asio::detached);
 
-  // The slow gauges: live tasks by status and the due outbox, counted every
-  // metrics.refresh_interval_s.
-  asio::steady_timer refresh_wake(io);
-  asio::co_spawn(
-      io,
-      [&]() -> asio::awaitable<void> {
-        while (!stopping) {
-          auto counts = co_await store.fleet_counts();
-          if (counts.ok()) {
-            const auto& [live, outbox] = counts.value();
-            metrics.set_tasks(TaskStatus::kQueued, live.queued_interactive + live.queued_batch);
-            metrics.set_tasks(TaskStatus::kDispatched, live.dispatched);
-            metrics.set_tasks(TaskStatus::kRunning, live.running);
-            metrics.set_outbox_backlog(outbox);
-            metrics.set_queue_depth(Priority::kInteractive, live.queued_interactive);
-            metrics.set_queue_depth(Priority::kBatch, live.queued_batch);
-          }
-          refresh_wake.expires_after(std::chrono::seconds(config.metrics.refresh_interval_s));
-          boost::system::error_code ec;
-          co_await refresh_wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-        }
-      },
-      asio::detached);
-
   std::thread relay_thread([&] { relay.run(stopping); });
 
   asio::signal_set signals(io, SIGINT, SIGTERM);
@@ -323,7 +296,6 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
       ops_server->stop();
     api.stop();
     feed.stop();
-    refresh_wake.cancel();
     io.stop();
   });
   io.run();

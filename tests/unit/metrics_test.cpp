@@ -8,9 +8,11 @@
 #include "core/adapters/metrics/db_pool_metrics.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
 #include "core/adapters/metrics/metrics_registry.hpp"
+#include "core/adapters/metrics/scrape_refresh.hpp"
 #include "core/adapters/metrics/trace_export_metrics.hpp"
 #include "core/adapters/metrics/worker_metrics.hpp"
 #include "core/domain/build_info.hpp"
+#include "core/limits/clock.hpp"
 
 namespace agentfleet::metrics {
 namespace {
@@ -378,6 +380,40 @@ TEST(EndpointLabel, IsHostAndPortWithoutCredentials) {
   EXPECT_EQ(endpoint_label("https://api.example.com/v1/chat/completions"), "api.example.com");
   EXPECT_EQ(endpoint_label("http://u:p@127.0.0.1:8090/v1/chat/completions?x=1"), "127.0.0.1:8090");
   EXPECT_EQ(endpoint_label("api.example.com:8443"), "api.example.com:8443");
+}
+
+TEST(ScrapeRefresh, AScrapeReadsOncePerIntervalAndNothingIsReadUnscraped) {
+  limits::ManualClock clock;
+  ScrapeRefresh refresh(clock, std::chrono::seconds(15));
+  {
+    auto claim = refresh.claim();
+    ASSERT_TRUE(claim) << "the first scrape reads";
+    EXPECT_FALSE(refresh.claim()) << "one reading at a time: the others serve the last";
+    claim.succeeded();
+  }
+  clock.advance(std::chrono::seconds(14));
+  EXPECT_FALSE(refresh.claim()) << "within the interval the last reading is served";
+  // However long nobody scrapes, the next scrape reads once.
+  clock.advance(std::chrono::hours(1));
+  auto claim = refresh.claim();
+  ASSERT_TRUE(claim);
+  claim.succeeded();
+  EXPECT_FALSE(refresh.claim());
+}
+
+TEST(ScrapeRefresh, AReadingThatFailedOrWasAbandonedIsTakenAgainByTheNextScrape) {
+  limits::ManualClock clock;
+  ScrapeRefresh refresh(clock, std::chrono::seconds(15));
+  {
+    auto claim = refresh.claim();
+    ASSERT_TRUE(claim);
+    // Not succeeded: Postgres did not answer, or the reading threw.
+  }
+  auto again = refresh.claim();
+  ASSERT_TRUE(again) << "no time has passed, yet nothing was read";
+  again.succeeded();
+  clock.advance(std::chrono::seconds(15));
+  EXPECT_TRUE(refresh.claim());
 }
 
 }  // namespace
