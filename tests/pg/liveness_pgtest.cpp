@@ -460,6 +460,50 @@ TEST_F(Liveness, ATaskTheSchedulerEndsKeepsWhatItsAttemptsRanAndBilled) {
   EXPECT_EQ(totals_and_event(db_, late), "1 2 100 0.000100 | 1 2 100 0.000100");
 }
 
+// With statistics taken before the queue filled (autovacuum takes the next up to a minute
+// later, and may have taken the last while a batch was still staged), the queue's own index
+// looks empty to the planner, and the expiry read every queued task, sorted, to find the few
+// handed back: 100,000 at each housekeeping (twice a second) after a flood of that size.
+TEST_F(Liveness, TheExpiryReadsNoQueuedTaskItDoesNotEndWhateverTheStatisticsSay) {
+  {
+    // A batch of 5,000 uploaded, counted by ANALYZE while staged, then moved into the queue.
+    pqxx::work tx(db_);
+    tx.exec0(R"SQL(INSERT INTO tasks (task_id, user_id, text, model, timeout_s, schedule_timeout_s,
+                                     max_steps, priority, request_canonical, status, batch_id)
+                   SELECT gen_random_uuid(), 'deep-u1', 'x', 'sim-model', 30, 3600, 10, 'batch',
+                          '{}', 'staged', 'deep-b1'
+                   FROM generate_series(1, 5000))SQL");
+    tx.exec0("ANALYZE tasks");
+    tx.exec0("UPDATE tasks SET status = 'queued' WHERE batch_id = 'deep-b1'");
+    tx.commit();
+  }
+  // Handed back to the queue after it started, past its deadline.
+  const std::string late = insert_task(db_, "deep-u2", "queued", 1, 0);
+  {
+    pqxx::work tx(db_);
+    tx.exec_params0(
+        "UPDATE tasks SET deadline_at = now() - interval '1 s' WHERE task_id = $1::uuid", late);
+    tx.commit();
+  }
+  // What this session's scans have returned so far (not yet reported, so read within one
+  // transaction, before and after): entries of the queue's index, rows of the table scanned.
+  const std::string read_so_far =
+      "SELECT pg_stat_get_xact_tuples_returned('tasks_queued_user'::regclass), "
+      "pg_stat_get_xact_tuples_returned('tasks'::regclass)";
+  pqxx::work tx(db_);
+  const auto before = tx.exec1(read_so_far);
+  const pg::Expired expired = pg::expire_queued(tx, 100, "agent.tasks.results");
+  const auto after = tx.exec1(read_so_far);
+  tx.commit();
+  EXPECT_EQ(expired.deadline, 1);
+  EXPECT_EQ(expired.schedule_timeout, 0);
+  EXPECT_EQ(after[0].as<std::int64_t>() - before[0].as<std::int64_t>(), 0)
+      << "entries of the queue's index read";
+  EXPECT_EQ(after[1].as<std::int64_t>() - before[1].as<std::int64_t>(), 0)
+      << "rows read by scanning the table";
+  EXPECT_EQ(task_row(db_, late)[5].as<std::string>(), "deadline");
+}
+
 TEST_F(Liveness, AfterAnOutageALapsedIncarnationHandsBackItsClaimInDoubtBeforeRecoveryCounts) {
   // Postgres was away longer than a lease: the worker's lease lapsed, and a claim it made as
   // the store went away had committed without the worker learning so.
