@@ -15,7 +15,8 @@ OpsEndpoint::OpsEndpoint(asio::any_io_executor executor, OpsEndpointOptions opti
       readiness_(std::move(readiness)),
       refresh_(std::move(refresh)),
       server_(executor, http::ServerOptions{options_.host, options_.port},
-              [this](http::Request& request) { return handle(request); }) {}
+              [this](http::Request& request) { return handle(request); }),
+      readings_(limits::SteadyClock::instance(), options_.refresh_interval) {}
 
 OpsEndpoint::~OpsEndpoint() {
   stop();
@@ -28,17 +29,28 @@ void OpsEndpoint::start() {
       "metrics on http://" + options_.host + ":" + std::to_string(server_.port()) + "/metrics");
   if (!refresh_)
     return;
+  // A first reading at start, so that the first scrape finds every series.
+  {
+    std::lock_guard lock(mutex_);
+    if (auto claim = readings_.claim(); claim && !asked_)
+      asked_.emplace(std::move(claim));
+  }
   refresher_ = std::thread([this] {
     std::unique_lock lock(mutex_);
-    while (!stopping_) {
+    while (true) {
+      wake_.wait(lock, [this] { return stopping_ || asked_.has_value(); });
+      if (stopping_)
+        return;
+      metrics::ScrapeRefresh::Claim claim = std::move(*asked_);
+      asked_.reset();
       lock.unlock();
       try {
         refresh_();
+        claim.succeeded();
       } catch (const std::exception& e) {
         log::warn("worker", std::string("metrics refresh: ") + e.what());
       }
       lock.lock();
-      wake_.wait_for(lock, options_.refresh_interval, [this] { return stopping_; });
     }
   });
 }
@@ -62,6 +74,17 @@ asio::awaitable<http::Response> OpsEndpoint::handle(http::Request& request) {
                                "use GET");
   }
   if (path == "/metrics") {
+    // A reading older than the interval is taken on the refresher's thread, beside this
+    // answer, which carries the last one.
+    if (refresh_) {
+      if (auto claim = readings_.claim()) {
+        {
+          std::lock_guard lock(mutex_);
+          asked_.emplace(std::move(claim));
+        }
+        wake_.notify_all();
+      }
+    }
     co_return http::make_response(request, http::Status::ok, registry_.render(),
                                   std::string(metrics::kContentType));
   }

@@ -2,9 +2,12 @@
 // The worker's operations listener on metrics.host:metrics.port: GET /metrics (the
 // Prometheus text format), /healthz and /readyz. It runs on the worker's io_context, so a
 // /healthz answer itself shows the I/O loop is responsive; /readyz asks a readiness check
-// the worker supplies (consumer started, Postgres reachable, not draining). A background
-// thread calls `refresh` every metrics.refresh_interval_s for the gauges that need a
-// blocking round trip (consumer lag).
+// the worker supplies (consumer started, Postgres reachable, not draining). The gauges that
+// need a blocking round trip (consumer lag) are read by `refresh` on a thread of the
+// endpoint's own at start, then when a scrape finds the last reading older than
+// metrics.refresh_interval_s;
+// the scrape answers with the last reading (metrics::ScrapeRefresh), and a worker nobody
+// scrapes asks the broker nothing for them.
 //
 // Lifecycle: construct, start() binds (throws on bind failure), stop() or the destructor
 // closes the listener and joins the refresh thread; stop it before the objects the
@@ -19,11 +22,13 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "core/adapters/http/server.hpp"
 #include "core/adapters/metrics/metrics_registry.hpp"
+#include "core/adapters/metrics/scrape_refresh.hpp"
 
 namespace agentfleet::worker {
 
@@ -65,6 +70,9 @@ class OpsEndpoint {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  // When the last reading was taken; a scrape's claim to a new one, for the refresher.
+  metrics::ScrapeRefresh readings_;
+  std::optional<metrics::ScrapeRefresh::Claim> asked_;
   std::thread refresher_;
 };
 

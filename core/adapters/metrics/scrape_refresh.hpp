@@ -1,6 +1,6 @@
 #pragma once
-// Gauges that cost a round trip (a query) are read when /metrics is scraped, not on a timer:
-// a replica nobody scrapes asks nothing for them. A scrape that finds the last reading older
+// Gauges that cost a round trip (a query, a broker request) are read when /metrics is
+// scraped, not on a timer: a process nobody scrapes asks nothing for them. A scrape that finds the last reading older
 // than `interval` (or none) claims the refresh and reads; the scrapes meanwhile, and those
 // within `interval` of the last reading, serve what was read last. A refresh that failed is
 // tried again by the next scrape.
