@@ -320,6 +320,11 @@ asio::awaitable<void> Api::count_gauges(metrics::ScrapeRefresh::Claim claim) {
   claim.succeeded();
 }
 
+asio::awaitable<void> Api::count_gauges_now() {
+  if (auto claim = gauges_.claim())
+    co_await count_gauges(std::move(claim));
+}
+
 asio::awaitable<std::optional<http::Response>> Api::ops(http::Request& request,
                                                         const std::string& path) {
   if (path == "/healthz") {

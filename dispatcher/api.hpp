@@ -66,6 +66,9 @@ class Api {
   boost::asio::awaitable<http::Response> handle(http::Request& request);
   boost::asio::awaitable<http::Response> handle_ops(http::Request& request);
   boost::asio::awaitable<void> stream(http::Exchange& exchange);
+  // Counts the slow gauges now (at start, so that the first scrape finds the fleet's counts,
+  // not zeros), unless a count is under way or fresh.
+  boost::asio::awaitable<void> count_gauges_now();
   // At shutdown, before the I/O stops: ends a dead-letter read under way.
   void stop() { dead_letters_.stop(); }
   // Whether commits wait for a synchronous standby, as /readyz last read it (and check(),

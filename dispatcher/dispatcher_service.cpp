@@ -273,6 +273,7 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
     if (auto replication = api.replication().last())
       db_metrics.set_synchronous_replication(replication->synchronous);
   });
+  asio::co_spawn(io, api.count_gauges_now(), asio::detached);
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
