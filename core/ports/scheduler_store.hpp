@@ -94,7 +94,7 @@ struct UserOverrides {
 
 // Every user with queued work: queued counts per priority (each up to a cap), the exact
 // count of dispatched + running tasks, the overrides; the capacity the live workers report
-// and the fleet's active total.
+// and the fleet's active total (read whether or not anyone's work is queued).
 struct BacklogUser {
   std::string user_id;
   std::int64_t queued_interactive = 0;

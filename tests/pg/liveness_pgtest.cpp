@@ -644,6 +644,19 @@ TEST_F(Liveness, TheBacklogCarriesWhatTheLiveWorkersThatTakeWorkCanRunAndWhatIsA
   ASSERT_EQ(capped.users.size(), 1u);
   EXPECT_EQ(capped.count_cap, 3) << "max_active_tasks 4, 2 active: 2 could start, and one more";
   EXPECT_EQ(capped.users[0].queued_interactive + capped.users[0].queued_batch, 3);
+  again.commit();
+  // Nothing queued, tasks under way: no user, and the fleet's active total all the same (the
+  // scheduler's rounds look after their leases by it; an idle fleet's rounds only read).
+  {
+    pqxx::work tx(db_);
+    tx.exec0("DELETE FROM tasks WHERE status = 'queued'");
+    tx.commit();
+  }
+  pqxx::nontransaction under_way(db_);
+  const auto running = pg::read_backlog(under_way, 200, 0);
+  EXPECT_TRUE(running.users.empty());
+  EXPECT_EQ(running.fleet_active, 2);
+  EXPECT_EQ(running.fleet_capacity, 64);
 }
 
 TEST_F(Liveness, ATaskOfACancelledBatchHandedBackAfterTheCancelIsDispatchedToBeEndedCancelled) {

@@ -281,6 +281,8 @@ Backlog read_backlog(pqxx::transaction_base& tx, int limit, int max_active) {
   Backlog backlog;
   backlog.users.reserve(rows.size());
   for (const auto& r : rows) {
+    if (r[0].is_null())
+      continue;  // nobody's work is queued: the row carries only the fleet's figures
     BacklogUser user;
     user.user_id = r[0].as<std::string>();
     user.queued_interactive = r[1].as<std::int64_t>();

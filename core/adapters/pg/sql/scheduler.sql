@@ -179,8 +179,9 @@ SELECT count(*)::integer FROM billed
 -- take work, the capacity they report, every user's dispatched and running tasks, and the
 -- cap the queued counts stop at, one more than a pass could admit: the least of $1 (the
 -- scheduler batch), the capacity reported (when a worker reports) and $2 (max_active_tasks,
--- when above 0), each less the active tasks; at least 1 (ports::backlog_count_cap). A skip
--- scan of tasks_queued_user finds each user in one index probe.
+-- when above 0), each less the active tasks; at least 1 (ports::backlog_count_cap). With no
+-- user's work queued, one row whose user is NULL carries those figures (tasks may be under
+-- way). A skip scan of tasks_queued_user finds each user in one index probe.
 WITH RECURSIVE room AS (
   SELECT (SELECT count(*) FROM workers WHERE lease_until > now() AND NOT draining) AS live,
          (SELECT coalesce(sum(capacity), 0) FROM workers
@@ -209,8 +210,9 @@ SELECT u.user_id,
   coalesce(l.tier, ''), l.max_concurrency, l.requests_per_minute, l.tokens_per_minute,
   l.max_queued, l.monthly_budget::text, l.tool_permission,
   r.live, r.capacity, r.active, c.n
-FROM users u CROSS JOIN room r CROSS JOIN cap c LEFT JOIN user_limits l ON l.user_id = u.user_id
-WHERE u.user_id IS NOT NULL
+FROM room r CROSS JOIN cap c
+LEFT JOIN users u ON u.user_id IS NOT NULL
+LEFT JOIN user_limits l ON l.user_id = u.user_id
 ORDER BY u.user_id
 
 -- name: sched_month_spend
