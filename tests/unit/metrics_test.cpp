@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -399,6 +400,19 @@ TEST(ScrapeRefresh, AScrapeReadsOncePerIntervalAndNothingIsReadUnscraped) {
   ASSERT_TRUE(claim);
   claim.succeeded();
   EXPECT_FALSE(refresh.claim());
+}
+
+TEST(ScrapeRefresh, AClaimMayOutliveItsRefresh) {
+  // A reading left suspended when its process stops is destroyed after the object that
+  // handed it out (AddressSanitizer would catch a claim that gave itself back to freed memory).
+  limits::ManualClock clock;
+  auto refresh = std::make_unique<ScrapeRefresh>(clock, std::chrono::seconds(15));
+  auto claim = refresh->claim();
+  ASSERT_TRUE(claim);
+  refresh.reset();
+  claim.succeeded();
+  auto abandoned = std::make_unique<ScrapeRefresh>(clock, std::chrono::seconds(15))->claim();
+  EXPECT_TRUE(abandoned);
 }
 
 TEST(ScrapeRefresh, AReadingThatFailedOrWasAbandonedIsTakenAgainByTheNextScrape) {
