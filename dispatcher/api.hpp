@@ -84,9 +84,9 @@ class Api {
   // The route of a request and its caller, or the answer that refuses it; by the head.
   std::variant<http::Response, Routed> resolve(const http::Request& head) const;
   boost::asio::awaitable<http::Response> route(http::Request& request, const Routed& routed);
-  // Answers /metrics, /healthz and /readyz; nullopt for any other path.
   // Counts the slow gauges under `claim` (see gauges_).
   boost::asio::awaitable<void> count_gauges(metrics::ScrapeRefresh::Claim claim);
+  // Answers /metrics, /healthz and /readyz; nullopt for any other path.
   boost::asio::awaitable<std::optional<http::Response>> ops(http::Request& request,
                                                             const std::string& path);
   boost::asio::awaitable<http::Response> submit(http::Request& request, const Caller& caller);

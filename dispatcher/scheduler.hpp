@@ -170,7 +170,7 @@ class Scheduler {
   std::atomic<bool> backlog_left_{true};
   // Tasks dispatched or running at the last pass (recovery may need to look at them).
   std::int64_t fleet_active_ = 0;
-  // The last round found nothing queued, nothing under way and no housekeeping left: until
+  // The last pass found nothing queued, nothing under way and no housekeeping left: until
   // something wakes the scheduler, its timed rounds only look (look_while_idle()).
   bool quiet_ = false;
   // Something woke the scheduler since its last pass (wake(), or work heard by the store).

@@ -5,9 +5,8 @@
 // the worker supplies (consumer started, Postgres reachable, not draining). The gauges that
 // need a blocking round trip (consumer lag) are read by `refresh` on a thread of the
 // endpoint's own at start, then when a scrape finds the last reading older than
-// metrics.refresh_interval_s;
-// the scrape answers with the last reading (metrics::ScrapeRefresh), and a worker nobody
-// scrapes asks the broker nothing for them.
+// metrics.refresh_interval_s; the scrape answers with the last reading
+// (metrics::ScrapeRefresh), and a worker nobody scrapes asks the broker nothing for them.
 //
 // Lifecycle: construct, start() binds (throws on bind failure), stop() or the destructor
 // closes the listener and joins the refresh thread; stop it before the objects the
