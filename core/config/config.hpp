@@ -391,9 +391,9 @@ struct PlanExecuteConfig {
 struct MetricsConfig {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: no metrics listener
-  // The least time between two readings of the slow gauges, each started by a scrape: the
-  // dispatcher's task and outbox counts (queries), the worker's consumer lag (a broker round
-  // trip).
+  // The least time between two readings of the slow gauges, read once at start and then
+  // when a scrape finds the last reading older: the dispatcher's task and outbox counts
+  // (queries), the worker's consumer lag (a broker round trip).
   int refresh_interval_s = 15;
 
   bool operator==(const MetricsConfig&) const = default;
