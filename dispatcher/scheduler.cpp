@@ -21,6 +21,9 @@ namespace {
 constexpr auto kForgetIdleAfter = std::chrono::minutes(10);
 // How often a pass drops the connection's cached plans (see pass()).
 constexpr auto kReplanEvery = std::chrono::seconds(1);
+// Tasks dispatched this term whose results are followed (Known): a bound, should results
+// stop coming (a task left out keeps its place in what is known until a read).
+constexpr std::size_t kMaxKnownDispatched = 100000;
 // Waiting reasons are written at most this often (a term's first write at once): a busy
 // fleet's users go in and out of waiting from pass to pass, and what they wait for may
 // show a second late.
@@ -86,6 +89,7 @@ void Scheduler::stop() {
 }
 
 void Scheduler::wake() {
+  poked_ = true;
   woken_ = true;
   const std::uint64_t one = 1;
   // A full counter already means "wake": nothing to do when the write would block.
@@ -163,6 +167,7 @@ bool Scheduler::lead_and_pass() {
         clock_);
     seeded_.clear();
     estimates_.clear();
+    known_ = Known{};
     waiting_written_.clear();
     waiting_replace_ = true;
     metrics_.set_leader(true);
@@ -196,9 +201,72 @@ bool Scheduler::lead_and_pass() {
             " ms late (a stall): no lapsed worker's running tasks are taken over for " +
             std::to_string(config_.worker.lease_s) + " s");
   }
-  if (quiet_ && !woken_ && clock_.now() - housekeeping_at_ < kIdleHousekeepingEvery)
+  const ports::Heard heard = store_.take_heard();
+  if (quiet_ && !woken_ && heard.empty() &&
+      clock_.now() - housekeeping_at_ < kIdleHousekeepingEvery)
     return look_while_idle();
+  if (admit_heard(heard)) {
+    // All that was heard is dispatched; a pass follows only when its time-driven part is due.
+    const auto now = clock_.now();
+    if (!housekeeping_backlog_ &&
+        now - housekeeping_at_ <
+            std::chrono::milliseconds(config_.dispatcher.housekeeping_interval_ms))
+      return false;
+  }
   return pass();
+}
+
+bool Scheduler::admit_heard(const ports::Heard& heard) {
+  const auto started = clock_.now();
+  if (heard.other)
+    known_.users.clear();  // a limits change among what it may be
+  if (heard.submitted.empty() || heard.other || poked_ || known_.generation == 0 || backlog_left_ ||
+      housekeeping_backlog_ || started - known_.read_at >= kHeardTrustFor)
+    return false;
+  reconcile_ended();
+  std::map<std::string, limits::UserBacklog> by_user;
+  for (const auto& [user_id, priority] : heard.submitted) {
+    const auto it = known_.users.find(user_id);
+    // A user no read listed lately, or whose budget needs this month's spend read.
+    if (it == known_.users.end() || started - it->second.read_at >= kUserKnownFor ||
+        it->second.limits.monthly_budget_micros > 0 || !seeded_.count(user_id))
+      return false;
+    limits::UserBacklog& u = by_user[user_id];
+    u.user_id = user_id;
+    u.limits = it->second.limits;
+    u.active = it->second.active;
+    ++(priority == Priority::kBatch ? u.queued_batch : u.queued_interactive);
+  }
+  std::vector<limits::UserBacklog> users;
+  users.reserve(by_user.size());
+  for (auto& [user_id, u] : by_user)
+    users.push_back(std::move(u));
+  const limits::PassPlan plan = fair_->plan(users, known_.fleet_active, known_.fleet_capacity);
+  std::int64_t granted = 0, heard_count = 0;
+  for (const limits::Grant& grant : plan.grants)
+    granted += grant.tasks;
+  for (const limits::UserBacklog& u : users)
+    heard_count += u.queued_interactive + u.queued_batch;
+  if (granted < heard_count || !plan.over_budget.empty()) {
+    // Something heard would wait: the pass reads the backlog and says why.
+    for (const limits::Grant& grant : plan.grants)
+      fair_->dispatched(grant, 0);
+    return false;
+  }
+  const ports::SchedulerPass spec{config_.kafka.topics.dispatch,
+                                  config_.kafka.topics.results,
+                                  config_.dispatcher.scheduler_batch,
+                                  config_.dispatcher.redispatch_after_s,
+                                  config_.dispatcher.max_attempts,
+                                  /*recover_lapsed=*/started >= lapsed_trusted_at_,
+                                  /*handoff_s=*/handoff_ ? kHandoffS : 0};
+  const Admitted admitted = admit(plan, users, spec);
+  fleet_active_ += admitted.total;
+  quiet_ = false;
+  metrics_.scheduler_pass(std::chrono::duration<double>(clock_.now() - started).count());
+  // Fewer dispatched than heard (a task the last pass dispatched already, rows locked by a
+  // cancel): a pass reads the backlog now.
+  return admitted.total >= heard_count;
 }
 
 bool Scheduler::look_while_idle() {
@@ -281,6 +349,16 @@ void Scheduler::reconcile_ended() {
   // term's tasks were not carried over (the buckets were seeded from the ledger), and a
   // repeated result event finds nothing left to correct.
   for (const Ended& e : ended) {
+    // A task dispatched since the read that last counted its user (or the fleet) frees its
+    // place in what is known of them.
+    if (auto sent = known_.dispatched.find(e.task_id); sent != known_.dispatched.end()) {
+      const auto user = known_.users.find(sent->second.user_id);
+      if (user != known_.users.end() && sent->second.generation >= user->second.generation)
+        user->second.active = std::max(0, user->second.active - 1);
+      if (sent->second.generation == known_.generation)
+        known_.fleet_active = std::max<std::int64_t>(0, known_.fleet_active - 1);
+      known_.dispatched.erase(sent);
+    }
     auto it = estimates_.find(e.task_id);
     if (it == estimates_.end())
       continue;
@@ -377,6 +455,13 @@ std::vector<limits::UserBacklog> Scheduler::read_users(const ports::SchedulerPas
   // priority, not the scheduler batch each (measured at twice the peak: 4.6 ms a pass, 71
   // passes a second, a third of a CPU of Postgres).
   backlog = store_.read_backlog(spec.limit, config_.dispatcher.max_active_tasks);
+  const auto read_at = clock_.now();
+  ++known_.generation;
+  known_.read_at = read_at;
+  known_.fleet_active = backlog.fleet_active;
+  known_.fleet_capacity = backlog.fleet_capacity;
+  std::erase_if(known_.users,
+                [&](const auto& user) { return read_at - user.second.read_at >= kUserKnownFor; });
   std::vector<limits::UserBacklog> users;
   users.reserve(backlog.users.size());
   std::vector<std::string> with_budget, unseeded;
@@ -391,6 +476,7 @@ std::vector<limits::UserBacklog> Scheduler::read_users(const ports::SchedulerPas
       with_budget.push_back(u.user_id);
     if (!seeded_.count(u.user_id))
       unseeded.push_back(u.user_id);
+    known_.users[u.user_id] = Known::User{u.limits, u.active, known_.generation, read_at};
     users.push_back(std::move(u));
   }
   std::map<std::string, ports::SpendByCurrency> spent =
@@ -459,7 +545,15 @@ Scheduler::Admitted Scheduler::admit(const limits::PassPlan& plan,
     for (const limits::Grant& grant : plan.grants) {
       const auto& tasks = by_grant[{grant.user_id, grant.priority}];
       const std::int64_t estimate = fair_->dispatched(grant, static_cast<int>(tasks.size()));
+      const auto known = known_.users.find(grant.user_id);
       for (const ports::DispatchedTask* task : tasks) {
+        // Under way now, in what is known; followed to its result while the bound allows
+        // (past it, its place stays taken until a read lists its user again).
+        if (known != known_.users.end())
+          ++known->second.active;
+        ++known_.fleet_active;
+        if (known_.dispatched.size() < kMaxKnownDispatched)
+          known_.dispatched.emplace(task->task_id, Known::Sent{grant.user_id, known_.generation});
         estimates_[task->task_id] = estimate;
         if (task->first)
           metrics_.queue_wait(task->priority, task->queued_s);
@@ -482,6 +576,7 @@ bool Scheduler::pass() {
   const auto started = clock_.now();
   // Cleared before the pass reads: a wake-up from here on runs the next round as a pass.
   woken_ = false;
+  poked_ = false;
   reconcile_ended();
   const ports::SchedulerPass spec{config_.kafka.topics.dispatch,
                                   config_.kafka.topics.results,

@@ -28,6 +28,20 @@
 // came without a notification, which then gets its pass at once); an idle fleet housekeeps
 // once per kIdleHousekeepingEvery.
 //
+// Admitting what was heard: a submission's notification names its user and priority. When
+// all a round heard is submissions of users a read of the backlog listed this term (within
+// kUserKnownFor; the last read, which gives the fleet's figures, within kHeardTrustFor and
+// leaving nothing waiting; no budget to read), the round plans them from what the reads
+// said and what this scheduler did since (known_) and dispatches them in the admission's
+// statement alone: no read first, one round trip to Postgres instead of two on the task's
+// way. What it knows of each user's tasks under way is an upper bound: the count of the read
+// that last listed them, plus every task dispatched to them since, less those of them whose
+// result came (only this scheduler dispatches; a result of a task dispatched before that
+// read subtracts nothing, the read counted it as under way or not). So it never admits past
+// a limit a read would have enforced; when the plan would leave anything heard waiting, or
+// anything else woke the scheduler (a hand-back, a limits change, a moved batch, wake()),
+// the round is a full pass. Housekeeping that falls due runs after such an admission.
+//
 // After a pass commits outbox rows (dispatch messages, or the results of tasks it ended),
 // it calls the `outbox_written` callback, so the relay publishes them at once instead of at
 // its next poll. Given a `handoff` callback, a pass's admissions skip the relay's read: their
@@ -78,6 +92,12 @@ class Scheduler {
   // calls left in flight, forgotten workers): nothing else of it is about time while nothing
   // is queued or under way.
   static constexpr std::chrono::seconds kIdleHousekeepingEvery{60};
+  // How long after a read of the backlog a round may admit what it heard from that read
+  // (see "Admitting what was heard"): the fleet's capacity and users' limits it gives.
+  static constexpr std::chrono::seconds kHeardTrustFor{1};
+  // How long what a read said of a user may admit their submissions (their limits; a change
+  // made through the API is heard at once).
+  static constexpr std::chrono::seconds kUserKnownFor{10};
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -126,6 +146,10 @@ class Scheduler {
   };
   // One pass; returns true when it used every slot (more may be waiting).
   bool pass();
+  // Admits the submissions heard from what the last read said (see "Admitting what was
+  // heard"). True when all were dispatched; false when that read cannot admit them all
+  // (nothing written), or the write dispatched fewer (a pass must read the backlog).
+  bool admit_heard(const ports::Heard& heard);
   // The round of an idle fleet's scheduler that nothing woke: one read of the backlog keeps
   // the session (and the lock) alive; a full pass follows only when it finds work (one that
   // arrived without a notification).
@@ -175,6 +199,35 @@ class Scheduler {
   bool quiet_ = false;
   // Something woke the scheduler since its last pass (wake(), or work heard by the store).
   std::atomic<bool> woken_{false};
+  // wake() was called since the last pass: the next round is a full pass.
+  std::atomic<bool> poked_{false};
+  // What this term's reads of the backlog said, kept up to date with what this scheduler
+  // did since (see "Admitting what was heard"). Each read is a generation: it gives the
+  // fleet's figures, and each user it lists their limits and tasks under way; a user keeps
+  // what the last read that listed them said (for kUserKnownFor) plus the tasks dispatched
+  // to them since, less those of them whose result came. Empty in a new term, and forgotten
+  // whenever other work is heard (a limits change among it).
+  struct Known {
+    std::uint64_t generation = 0;  // reads this term; 0: none yet
+    std::chrono::steady_clock::time_point read_at{};
+    std::int64_t fleet_active = 0;
+    std::int64_t fleet_capacity = -1;
+    struct User {
+      limits::UserLimits limits;
+      int active = 0;
+      std::uint64_t generation = 0;  // of the read that last listed them
+      std::chrono::steady_clock::time_point read_at{};
+    };
+    std::unordered_map<std::string, User> users;
+    // A task dispatched this term, until its result: its user and the generation of the last
+    // read before its dispatch (which did not count it).
+    struct Sent {
+      std::string user_id;
+      std::uint64_t generation = 0;
+    };
+    std::unordered_map<std::string, Sent> dispatched;
+  };
+  Known known_;
   std::atomic<bool> stopping_{false};
   int wake_fd_ = -1;
   // Budgets are kept in the budget currency; spend in others is converted at fixed rates.

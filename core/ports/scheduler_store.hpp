@@ -192,6 +192,17 @@ struct WaitingChanges {
   std::vector<std::pair<std::string, Priority>> cleared;
 };
 
+// What the store heard since it was last asked: each submission by its user and priority
+// (a submission's NOTIFY names them), and whether anything else came (a notification that
+// names no submission: a hand-back, a limits change, a batch moved into the queue, a
+// submission by an older version).
+struct Heard {
+  std::vector<std::pair<std::string, Priority>> submitted;
+  bool other = false;
+
+  bool empty() const { return submitted.empty() && !other; }
+};
+
 using SpendByCurrency = billing::SpendByCurrency;  // currency -> micro-units spent in it
 
 class SchedulerStore {
@@ -208,8 +219,9 @@ class SchedulerStore {
   // whichever comes first. Without a session only `wake_fd` is watched. True when it was
   // woken (work heard, or `wake_fd`), false when the timeout passed.
   virtual bool wait(std::chrono::milliseconds timeout, int wake_fd) = 0;
-  // Work that arrived while a pass ran is not waited for: forgets what was heard so far.
-  virtual void forget_heard() = 0;
+  // Takes what was heard since the last call (what wait() woke for, and what came during
+  // the calls since): nothing is kept across reset() or a try_lead() that took the lock.
+  virtual Heard take_heard() = 0;
   // Drops cached statement plans, so that the next ones follow the tables' current sizes.
   virtual void refresh_plans() = 0;
 

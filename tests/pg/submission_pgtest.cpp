@@ -9,14 +9,18 @@
 
 #include <pqxx/pqxx>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "core/adapters/pg/scheduler_session.hpp"
 #include "core/adapters/pg/submission_store.hpp"
 #include "core/adapters/pg/usage_store.hpp"
 #include "tests/pg/pg_url.hpp"
@@ -288,6 +292,61 @@ TEST_F(Submission, ALettersReplaysAreRecordedOncePerMessageAndNameTheirTask) {
   EXPECT_EQ(r.created, 1);
   EXPECT_EQ(r.first_at.size(), 24u) << r.first_at;  // 2026-12-03T12:00:00.000Z
   EXPECT_TRUE(pg::letter_replays(db_, topic, {}).empty());
+}
+
+// The scheduler's session hears each submission by its user and priority (migration 0029),
+// and anything else on the channel as other work. Other tests' submissions may be heard too:
+// the test looks for its own.
+TEST_F(Submission, ASubmissionWakesTheSchedulerNamingItsUserAndPriority) {
+  pg::SchedulerSession session{pg::SchedulerSessionOptions{pg_url()}};
+  // Opens the session (LISTEN) without the scheduler's lock, which the tests of
+  // tests/pg/waiting_pgtest.cpp running beside this one need.
+  session.refresh_plans();
+  pg::NewTask batch = task_of("sub-heard two words");
+  batch.spec.priority = Priority::kBatch;
+  ASSERT_EQ(pg::insert_task(db_, task_of("sub-heard"), queue_limit).outcome,
+            pg::InsertOutcome::kCreated);
+  ASSERT_EQ(pg::insert_task(db_, batch, queue_limit).outcome, pg::InsertOutcome::kCreated);
+  {
+    pqxx::nontransaction tx(db_);
+    tx.exec0("NOTIFY agentfleet_work, ''");  // as a hand-back or a version-28 replica
+  }
+  std::vector<std::pair<std::string, Priority>> heard;
+  bool other = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto ours = [&] {
+    return std::count(heard.begin(), heard.end(),
+                      std::make_pair(std::string("sub-heard"), Priority::kInteractive)) == 1 &&
+           std::count(heard.begin(), heard.end(),
+                      std::make_pair(std::string("sub-heard two words"), Priority::kBatch)) == 1;
+  };
+  while (!(ours() && other) && std::chrono::steady_clock::now() < until) {
+    session.wait(std::chrono::milliseconds(200), /*wake_fd=*/-1);
+    ports::Heard got = session.take_heard();
+    heard.insert(heard.end(), got.submitted.begin(), got.submitted.end());
+    other = other || got.other;
+  }
+  EXPECT_TRUE(ours()) << heard.size() << " submissions heard";
+  EXPECT_TRUE(other) << "an empty notification is other work";
+  session.reset();
+  EXPECT_TRUE(session.take_heard().empty()) << "nothing is kept across a new session";
+}
+
+TEST(SchedulerSessionHears, ASubmissionsPayloadAndNothingElse) {
+  ports::Heard heard;
+  pg::hear("queued interactive u1", heard);
+  pg::hear("queued batch user with spaces", heard);
+  ASSERT_EQ(heard.submitted.size(), 2u);
+  EXPECT_EQ(heard.submitted[0], std::make_pair(std::string("u1"), Priority::kInteractive));
+  EXPECT_EQ(heard.submitted[1], std::make_pair(std::string("user with spaces"), Priority::kBatch));
+  EXPECT_FALSE(heard.other);
+  for (const char* payload : {"", "queued", "queued interactive", "queued interactive ",
+                              "queued urgent u1", "something else"}) {
+    ports::Heard one;
+    pg::hear(payload, one);
+    EXPECT_TRUE(one.submitted.empty()) << payload;
+    EXPECT_TRUE(one.other) << payload;
+  }
 }
 
 TEST(KnownOverrides, KeepsOnlyUsersWithOverridesAndAtMostItsCapacity) {

@@ -7,10 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
@@ -53,10 +56,11 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
   }
   void reset() override { ++resets; }
   bool wait(std::chrono::milliseconds, int) override { return false; }
-  void forget_heard() override {}
+  ports::Heard take_heard() override { return std::exchange(heard, {}); }
   void refresh_plans() override { ++plan_refreshes; }
   ports::Housekeeping housekeep(const ports::SchedulerPass& pass) override {
     ++housekeepings;
+    calls.push_back("housekeep");
     recover_lapsed.push_back(pass.recover_lapsed);
     return housekeeping;
   }
@@ -66,6 +70,7 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
     capped.count_cap =
         ports::backlog_count_cap(limit, max_active, backlog.fleet_capacity, backlog.fleet_active);
     count_caps.push_back(capped.count_cap);
+    calls.push_back("read");
     for (auto& u : capped.users) {
       u.queued_interactive = std::min(u.queued_interactive, capped.count_cap);
       u.queued_batch = std::min(u.queued_batch, capped.count_cap);
@@ -90,6 +95,7 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
     if (fail_writes)
       throw std::runtime_error("postgres connection: connection reset");
     ++writes;
+    calls.push_back("write");
     handoffs.push_back(pass.handoff_s);
     ended.insert(ended.end(), end_queued.begin(), end_queued.end());
     granted.insert(granted.end(), grants.begin(), grants.end());
@@ -130,6 +136,8 @@ class FakeSchedulerStore final : public ports::SchedulerStore {
     return n;
   }
 
+  ports::Heard heard;              // what the next take_heard() answers
+  std::vector<std::string> calls;  // housekeep, read, write: in the order made
   bool lock_free = true;
   bool store_away = false;
   bool fail_writes = false;
@@ -621,6 +629,189 @@ TEST(SchedulerRounds, AFailedWriteOfWhyTasksWaitNeitherStopsAdmissionNorEndsTheT
   ASSERT_EQ(h.store.waiting_writes.size(), 2u);
   EXPECT_TRUE(h.store.waiting_writes.back().replace) << "the next write starts the table over";
   EXPECT_EQ(h.store.waiting.size(), 2u);
+}
+
+// Admitting what was heard (dispatcher/scheduler.hpp): a submission's notification names its
+// user, and a user the last read listed is admitted from what that read said.
+ports::Heard heard_from(std::vector<std::string> users) {
+  ports::Heard heard;
+  for (auto& user : users)
+    heard.submitted.emplace_back(std::move(user), Priority::kInteractive);
+  return heard;
+}
+
+TEST(SchedulerHeard, ASubmissionOfAUserTheLastReadListedIsAdmittedWithoutAReadOfTheBacklog) {
+  Harness h;
+  h.queue({waiting("a", 1)});
+  h.scheduler.round();
+  ASSERT_EQ(h.store.granted_to("a"), 1);
+  h.store.calls.clear();
+  // Submissions heard from here on come one at a time; the store's backlog is left as the
+  // test set it: a read would show it.
+  for (int i = 0; i < 2; ++i) {
+    h.clock.advance(std::chrono::milliseconds(40));
+    h.store.heard = heard_from({"a"});
+    EXPECT_FALSE(h.scheduler.round());
+  }
+  EXPECT_EQ(h.store.calls, (std::vector<std::string>{"write", "write"}))
+      << "each admitted by the admission's statement alone";
+  EXPECT_EQ(h.store.granted_to("a"), 3);
+  EXPECT_EQ(h.handed.size(), 3u) << "their messages handed to the relay as before";
+}
+
+TEST(SchedulerHeard, WhatIsKnownOfTasksUnderWayNeverAdmitsPastALimitAReadWouldHold) {
+  // The standard tier runs 3 at once; the read says 1 is under way.
+  Harness h;
+  h.queue({waiting("a", 1, /*active=*/1)});
+  h.scheduler.round();
+  ASSERT_EQ(h.store.granted_to("a"), 1) << "2 under way now";
+  h.clock.advance(std::chrono::milliseconds(20));
+  h.store.heard = heard_from({"a"});
+  h.scheduler.round();
+  ASSERT_EQ(h.store.granted_to("a"), 2) << "3 under way now";
+  // The task under way before the read ended: its result cannot tell whether the read
+  // counted it, so it frees nothing of what is known, and the next submission is read for.
+  h.scheduler.task_ended("a", "a-before-the-read", 10);
+  h.store.calls.clear();
+  h.queue({waiting("a", 1, /*active=*/2)});
+  h.clock.advance(std::chrono::milliseconds(20));
+  h.store.heard = heard_from({"a"});
+  h.scheduler.round();
+  EXPECT_EQ(h.store.calls, (std::vector<std::string>{"read", "write"}))
+      << "at its limit by what is known: the round reads the backlog";
+  EXPECT_EQ(h.store.granted_to("a"), 3) << "the read found the place its end freed";
+}
+
+TEST(SchedulerHeard, AResultOfATaskDispatchedSinceTheReadFreesItsPlace) {
+  Harness h;
+  h.queue({waiting("a", 1, /*active=*/2)});
+  h.scheduler.round();
+  ASSERT_EQ(h.store.granted_to("a"), 1);
+  ASSERT_EQ(h.store.granted.size(), 1u);
+  // The task that pass dispatched ended (the fake names tasks user-number, from 0).
+  h.scheduler.task_ended("a", "a-0", 10);
+  h.store.calls.clear();
+  h.clock.advance(std::chrono::milliseconds(20));
+  h.store.heard = heard_from({"a"});
+  h.scheduler.round();
+  EXPECT_EQ(h.store.calls, (std::vector<std::string>{"write"}));
+  EXPECT_EQ(h.store.granted_to("a"), 2);
+  // And only once: a result heard again frees nothing more.
+  h.scheduler.task_ended("a", "a-0", 10);
+  h.store.calls.clear();
+  h.clock.advance(std::chrono::milliseconds(20));
+  h.store.heard = heard_from({"a"});
+  h.scheduler.round();
+  EXPECT_EQ(h.store.calls.front(), "read") << "3 under way by what is known";
+}
+
+TEST(SchedulerHeard, AUserAnEarlierReadListedIsKnownUntilOtherWorkIsHeardOrTheirReadIsOld) {
+  Harness h;
+  h.queue({waiting("a", 1, /*active=*/2)});
+  h.scheduler.round();
+  ASSERT_EQ(h.store.granted_to("a"), 1) << "3 under way, a's limit";
+  // A later read lists only b: what is known of a stays (3 under way), and a's task of
+  // before that read ends: it was dispatched after the read that counted a, so it frees a
+  // place.
+  h.queue({waiting("b", 1)});
+  h.clock.advance(std::chrono::milliseconds(h.config.dispatcher.housekeeping_interval_ms));
+  h.scheduler.round();
+  h.scheduler.task_ended("a", "a-0", 10);
+  h.store.calls.clear();
+  h.clock.advance(std::chrono::milliseconds(20));
+  h.store.heard = heard_from({"a"});
+  h.scheduler.round();
+  EXPECT_EQ(h.store.calls, (std::vector<std::string>{"write"}));
+  EXPECT_EQ(h.store.granted_to("a"), 2);
+
+  // Other work heard (a limits change among what it may be) forgets every user.
+  h.queue({});
+  h.store.heard.other = true;
+  h.clock.advance(std::chrono::milliseconds(20));
+  h.scheduler.round();
+  h.store.calls.clear();
+  h.clock.advance(std::chrono::milliseconds(20));
+  h.store.heard = heard_from({"b"});
+  h.scheduler.round();
+  EXPECT_EQ(h.store.calls, (std::vector<std::string>{"read", "write"}))
+      << "b was listed before the other work, not since";
+
+  // A user listed only longer ago than kUserKnownFor is read for, fresh reads of the fleet
+  // in between.
+  h.queue({waiting("c", 1)});
+  h.clock.advance(std::chrono::milliseconds(20));
+  h.store.heard.other = true;
+  h.scheduler.round();  // lists c
+  h.queue({waiting("d", 0, /*active=*/1)});  // a task under way: every round a pass, a read
+  const auto c_listed = h.clock.now();
+  while (h.clock.now() - c_listed < Scheduler::kUserKnownFor) {
+    h.clock.advance(std::chrono::milliseconds(h.config.dispatcher.housekeeping_interval_ms));
+    h.scheduler.round();
+  }
+  h.store.calls.clear();
+  h.store.heard = heard_from({"c"});
+  h.scheduler.round();
+  const auto& calls = h.store.calls;
+  EXPECT_LT(std::find(calls.begin(), calls.end(), "read"),
+            std::find(calls.begin(), calls.end(), "write"));
+}
+
+TEST(SchedulerHeard, AnythingElseHeardOrNotKnownMakesTheRoundAPassThatReads) {
+  // Whether the round after a change reads the backlog before it writes anything.
+  const auto reads_first = [](const std::function<void(Harness&)>& change) {
+    Harness h;
+    h.queue({waiting("a", 1), waiting("capped-user", 1, 0, "capped")});
+    h.store.spent["capped-user"]["CNY"] = 0;
+    h.scheduler.round();
+    h.store.calls.clear();
+    h.clock.advance(std::chrono::milliseconds(20));
+    h.store.heard = heard_from({"a"});
+    change(h);
+    h.scheduler.round();
+    const auto& calls = h.store.calls;
+    return std::find(calls.begin(), calls.end(), "read") <
+           std::find(calls.begin(), calls.end(), "write");
+  };
+  EXPECT_FALSE(reads_first([](Harness&) {})) << "the case the others differ from";
+  EXPECT_TRUE(reads_first([](Harness& h) { h.store.heard.other = true; }))
+      << "a hand-back, a limits change, a moved batch";
+  EXPECT_TRUE(reads_first([](Harness& h) { h.store.heard = heard_from({"b"}); }))
+      << "a user the last read did not list";
+  EXPECT_TRUE(reads_first([](Harness& h) { h.store.heard = heard_from({"capped-user"}); }))
+      << "a user with a budget: this month's spend is read";
+  EXPECT_TRUE(reads_first([](Harness& h) { h.scheduler.wake(); })) << "a wake-up of this process";
+  EXPECT_TRUE(reads_first([](Harness& h) { h.clock.advance(Scheduler::kHeardTrustFor); }))
+      << "a read too old to trust (the fleet's capacity, the users' limits)";
+}
+
+TEST(SchedulerHeard, AHeardSubmissionGoesBeforeHousekeepingThatFellDue) {
+  Harness h;
+  h.queue({waiting("a", 1)});
+  h.scheduler.round();
+  h.store.calls.clear();
+  h.clock.advance(std::chrono::milliseconds(h.config.dispatcher.housekeeping_interval_ms));
+  h.store.heard = heard_from({"a"});
+  h.scheduler.round();
+  EXPECT_EQ(h.store.calls, (std::vector<std::string>{"write", "housekeep", "read", "write"}))
+      << "the admission first; then the pass, its housekeeping and a new read";
+}
+
+TEST(SchedulerHeard, ANewTermReadsBeforeItAdmitsAnything) {
+  Harness h;
+  h.queue({waiting("a", 1)});
+  h.scheduler.round();
+  h.store.fail_writes = true;
+  h.clock.advance(std::chrono::milliseconds(20));
+  h.store.heard = heard_from({"a"});
+  EXPECT_THROW(h.scheduler.round(), std::runtime_error);
+  h.store.fail_writes = false;
+  h.store.calls.clear();
+  h.clock.advance(std::chrono::milliseconds(20));
+  h.store.heard = heard_from({"a"});
+  h.scheduler.round();
+  ASSERT_FALSE(h.store.calls.empty());
+  EXPECT_EQ(h.store.calls[0], "housekeep") << "a new term starts with a full pass";
+  EXPECT_NE(std::find(h.store.calls.begin(), h.store.calls.end(), "read"), h.store.calls.end());
 }
 
 }  // namespace

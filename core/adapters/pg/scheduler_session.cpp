@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include <rapidjson/stringbuffer.h>
@@ -22,7 +24,39 @@ namespace agentfleet::pg {
 namespace {
 // The session advisory lock that makes one replica the active scheduler.
 constexpr const char* kTryLeader = "SELECT pg_try_advisory_lock(7311001)";
+// What the scheduler hears work on, and the prefix of a submission's notification.
+constexpr const char* kWorkChannel = "agentfleet_work";
+constexpr std::string_view kQueued = "queued ";
+// Submissions heard between two passes beyond this are only "other work": the pass reads
+// the backlog anyway.
+constexpr std::size_t kMaxHeard = 1000;
 }  // namespace
+
+void hear(std::string_view payload, ports::Heard& heard) {
+  if (payload.substr(0, kQueued.size()) == kQueued) {
+    payload.remove_prefix(kQueued.size());
+    const std::size_t space = payload.find(' ');
+    const std::optional<Priority> priority =
+        space == std::string_view::npos ? std::nullopt : parse_priority(payload.substr(0, space));
+    if (priority && space + 1 < payload.size() && heard.submitted.size() < kMaxHeard) {
+      heard.submitted.emplace_back(std::string(payload.substr(space + 1)), *priority);
+      return;
+    }
+  }
+  heard.other = true;
+}
+
+// Collects what the session hears into SchedulerSession::heard_ (libpq hands notifications
+// over when the connection reads, during any call or get_notifs()).
+class SchedulerSession::Listener final : public pqxx::notification_receiver {
+ public:
+  Listener(pqxx::connection_base& c, ports::Heard& heard)
+      : pqxx::notification_receiver(c, kWorkChannel), heard_(heard) {}
+  void operator()(const std::string& payload, int) override { hear(payload, heard_); }
+
+ private:
+  ports::Heard& heard_;
+};
 
 SchedulerSession::SchedulerSession(SchedulerSessionOptions options)
     : options_(std::move(options)) {}
@@ -38,8 +72,10 @@ pqxx::connection& SchedulerSession::session() {
         std::chrono::steady_clock::now() +
             std::chrono::milliseconds(
                 std::max(2 * options_.statement_timeout_ms, options_.statement_timeout_ms + 5000)));
-    pqxx::nontransaction(*opened).exec0("LISTEN agentfleet_work; SET idle_session_timeout = " +
+    pqxx::nontransaction(*opened).exec0("SET idle_session_timeout = " +
                                         std::to_string(options_.leader_silence_s * 1000));
+    heard_ = {};
+    listener_ = std::make_unique<Listener>(*opened, heard_);  // LISTEN agentfleet_work
     connection_ = std::move(opened);
     leads_ = false;
   }
@@ -59,20 +95,24 @@ bool SchedulerSession::try_lead() {
     return true;
   const auto armed = arm();
   leads_ = pqxx::nontransaction(c).exec1(kTryLeader)[0].as<bool>();
-  // A standby hears every submission's NOTIFY too; libpq keeps them until consumed.
+  // A standby hears every submission's NOTIFY too; libpq keeps them until consumed. A new
+  // term starts from a read of the backlog, not from what was heard.
   c.get_notifs();
+  heard_ = {};
   return leads_;
 }
 
 void SchedulerSession::reset() {
+  listener_.reset();
   connection_.reset();
+  heard_ = {};
   leads_ = false;
 }
 
 bool SchedulerSession::wait(std::chrono::milliseconds timeout, int wake_fd) {
   pqxx::connection* c = connection_.get();
   // A notification libpq already read during the last pass would not wake poll().
-  if (c != nullptr && c->get_notifs() > 0)
+  if (c != nullptr && (c->get_notifs() > 0 || !heard_.empty()))
     return true;
   pollfd fds[2] = {{wake_fd, POLLIN, 0}, {c ? c->sock() : -1, POLLIN, 0}};
   const int ready = ::poll(fds, c && fds[1].fd >= 0 ? 2 : 1, static_cast<int>(timeout.count()));
@@ -82,15 +122,16 @@ bool SchedulerSession::wait(std::chrono::milliseconds timeout, int wake_fd) {
     [[maybe_unused]] auto read = ::read(wake_fd, &count, sizeof count);
     woken = true;
   }
-  // Consumes the notifications that arrived; what they say does not matter.
+  // Takes in the notifications that arrived (the listener keeps what they say).
   if (c != nullptr && ready > 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)))
     woken = c->get_notifs() > 0 || woken;
   return woken;
 }
 
-void SchedulerSession::forget_heard() {
+ports::Heard SchedulerSession::take_heard() {
   if (connection_)
     connection_->get_notifs();
+  return std::exchange(heard_, {});
 }
 
 void SchedulerSession::refresh_plans() {

@@ -2,10 +2,11 @@
 // The scheduler's store on Postgres (ports::SchedulerStore): one connection of its own,
 // opened when needed, on which the scheduler lock is a session advisory lock (it lives and
 // dies with the connection), LISTEN agentfleet_work hears submissions and limits changes
-// from every replica, and idle_session_timeout = leader_silence_s lets Postgres end the
-// session when its path goes silent (another replica then takes the lock). Every call has
-// a client-side deadline too (twice the statement timeout, at least five seconds more): a
-// call the server never answers is cut by a CallWatchdog and fails.
+// from every replica (a submission's notification names its user and priority: "queued
+// PRIORITY USER", migration 0029; any other payload is other work), and idle_session_timeout =
+// leader_silence_s lets Postgres end the session when its path goes silent (another replica then
+// takes the lock). Every call has a client-side deadline too (twice the statement timeout, at least
+// five seconds more): a call the server never answers is cut by a CallWatchdog and fails.
 //
 // Its statements (sql/scheduler.sql) are also free functions of a transaction, below,
 // exposed for the Postgres tests.
@@ -20,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/adapters/pg/call_watchdog.hpp"
@@ -42,7 +44,7 @@ class SchedulerSession final : public ports::SchedulerStore {
   bool try_lead() override;
   void reset() override;
   bool wait(std::chrono::milliseconds timeout, int wake_fd) override;
-  void forget_heard() override;
+  ports::Heard take_heard() override;
   void refresh_plans() override;
   ports::Housekeeping housekeep(const ports::SchedulerPass& pass) override;
   ports::Backlog read_backlog(int limit, int max_active) override;
@@ -61,11 +63,19 @@ class SchedulerSession final : public ports::SchedulerStore {
   // The client-side deadline of one call on the session.
   CallWatchdog::Armed arm();
 
+  class Listener;
+
   SchedulerSessionOptions options_;
   std::unique_ptr<pqxx::connection> connection_;
-  bool leads_ = false;  // this session holds the lock
+  std::unique_ptr<Listener> listener_;  // on connection_, gone before it
+  bool leads_ = false;                  // this session holds the lock
+  ports::Heard heard_;                  // what listener_ heard since take_heard()
   CallWatchdog watchdog_;
 };
+
+// What a notification on agentfleet_work says: a submission's ("queued PRIORITY USER"), or
+// other work (Heard::other) for any other payload, an older version's empty one included.
+void hear(std::string_view payload, ports::Heard& heard);
 
 // ---- the statements of a pass, each in the caller's transaction --------------------
 
