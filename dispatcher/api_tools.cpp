@@ -85,7 +85,7 @@ asio::awaitable<Result<config::Permission>> Api::permission_of(const std::string
     co_return row.error();
   // The rule the worker applies to a task's tool calls.
   const pg::UserOverrides overrides = row.value().value_or(pg::UserOverrides{user_id});
-  co_return config_.tool_permission_for(overrides.tier, overrides.tool_permission.value_or(""));
+  co_return config_.limits_for(overrides).tool_permission;
 }
 
 asio::awaitable<http::Response> Api::list_tools(http::Request& request, const Caller& caller) {

@@ -468,7 +468,7 @@ std::vector<limits::UserBacklog> Scheduler::read_users(const ports::SchedulerPas
   for (const ports::BacklogUser& b : backlog.users) {
     limits::UserBacklog u;
     u.user_id = b.user_id;
-    u.limits = effective_limits(config_, b.overrides).for_scheduler();
+    u.limits = config_.limits_for(b.overrides);
     u.active = b.active;
     u.queued_interactive = b.queued_interactive;
     u.queued_batch = b.queued_batch;

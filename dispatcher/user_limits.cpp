@@ -17,41 +17,11 @@ void key_string(Writer& w, const char* key, std::string_view value) {
   w.Key(key);
   w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
 }
-
-const config::UserTierLimits* tier_of(const config::Config& config, const std::string& name) {
-  if (!name.empty()) {
-    if (const auto* tier = config.find_tier(name))
-      return tier;
-  }
-  return config.find_tier(config.task_defaults.tier);
-}
 }  // namespace
 
-limits::UserLimits EffectiveLimits::for_scheduler() const {
-  limits::UserLimits out;
-  out.max_concurrency = max_concurrency;
-  out.requests_per_minute = requests_per_minute;
-  out.tokens_per_minute = tokens_per_minute;
-  out.monthly_budget_micros = monthly_budget_micros;
-  out.weight = weight;
-  return out;
-}
-
 EffectiveLimits effective_limits(const config::Config& config, const pg::UserOverrides& o) {
-  EffectiveLimits e;
-  const config::UserTierLimits defaults;  // built-in values when no tier is configured
-  const config::UserTierLimits* tier = tier_of(config, o.tier);
-  const config::UserTierLimits& t = tier ? *tier : defaults;
-  e.tier = tier ? tier->tier : config.task_defaults.tier;
-  e.max_concurrency = o.max_concurrency.value_or(t.max_concurrency);
-  e.requests_per_minute = o.requests_per_minute.value_or(t.requests_per_minute);
-  e.tokens_per_minute = o.tokens_per_minute.value_or(t.tokens_per_minute);
-  e.max_queued = o.max_queued.value_or(t.max_queued);
-  e.monthly_budget_micros =
-      billing::parse_decimal_micros(o.monthly_budget.value_or(t.monthly_budget)).value_or(0);
-  e.tool_permission = o.tool_permission.value_or(config::to_string(t.tool_permission));
-  e.weight = t.weight;
-  return e;
+  const config::UserTierLimits* tier = config.tier_for(o.tier);
+  return EffectiveLimits{tier ? tier->tier : config.task_defaults.tier, config.limits_for(o)};
 }
 
 pg::QueueLimit queue_limit(const config::Config& config) {
@@ -59,7 +29,7 @@ pg::QueueLimit queue_limit(const config::Config& config) {
     pg::UserOverrides o;
     o.tier = tier;
     o.max_queued = max_queued;
-    return effective_limits(config, o).max_queued;
+    return config.limits_for(o).max_queued;
   };
 }
 
@@ -79,17 +49,17 @@ std::string limits_json(const std::string& user_id, const EffectiveLimits& e,
   w.Key("effective");
   w.StartObject();
   w.Key("max_concurrency");
-  w.Int(e.max_concurrency);
+  w.Int(e.limits.max_concurrency);
   w.Key("requests_per_minute");
-  w.Int(e.requests_per_minute);
+  w.Int(e.limits.requests_per_minute);
   w.Key("tokens_per_minute");
-  w.Int64(e.tokens_per_minute);
+  w.Int64(e.limits.tokens_per_minute);
   w.Key("max_queued");
-  w.Int(e.max_queued);
-  key_string(w, "monthly_budget", billing::format_micros(e.monthly_budget_micros));
-  key_string(w, "tool_permission", e.tool_permission);
+  w.Int(e.limits.max_queued);
+  key_string(w, "monthly_budget", billing::format_micros(e.limits.monthly_budget_micros));
+  key_string(w, "tool_permission", to_string(e.limits.tool_permission));
   w.Key("weight");
-  w.Int(e.weight);
+  w.Int(e.limits.weight);
   w.EndObject();
   w.Key("overrides");
   w.StartObject();
@@ -113,13 +83,10 @@ std::string limits_json(const std::string& user_id, const EffectiveLimits& e,
       w.Key("max_queued");
       w.Int(*o.max_queued);
     }
-    if (o.monthly_budget) {
-      key_string(
-          w, "monthly_budget",
-          billing::format_micros(billing::parse_decimal_micros(*o.monthly_budget).value_or(0)));
-    }
+    if (o.monthly_budget_micros)
+      key_string(w, "monthly_budget", billing::format_micros(*o.monthly_budget_micros));
     if (o.tool_permission)
-      key_string(w, "tool_permission", *o.tool_permission);
+      key_string(w, "tool_permission", to_string(*o.tool_permission));
   }
   w.EndObject();
   w.EndObject();
@@ -171,11 +138,14 @@ std::variant<pg::UserOverrides, codec::SchemaViolation> parse_limits_body(
             path,
             "must be a decimal string with at most 6 decimals, e.g. \"100.50\" (\"0\": unlimited)"};
       }
-      o.monthly_budget = billing::format_micros(*micros);
+      o.monthly_budget_micros = *micros;
     } else if (key == "tool_permission") {
-      if (!v.IsString() || !config::parse_permission(v.GetString()))
+      const auto permission =
+          v.IsString() ? parse_permission(std::string_view(v.GetString(), v.GetStringLength()))
+                       : std::nullopt;
+      if (!permission)
         return codec::SchemaViolation{path, "must be one of read, write, execute, admin"};
-      o.tool_permission = v.GetString();
+      o.tool_permission = *permission;
     } else {
       return codec::SchemaViolation{
           path, "unknown field '" + key +

@@ -1,8 +1,8 @@
 #pragma once
-// A user's effective limits: the tier's defaults from configuration (the user's own tier
-// when their override names a known one, else task_defaults.tier) with the user's
-// overrides from Postgres applied field by field. Used by the scheduler every pass and by
-// GET/PUT /v1/users/{id}/limits. Pure functions of their arguments; thread-safe.
+// A user's limits as the API shows and takes them (GET/PUT /v1/users/{id}/limits): the tier
+// whose defaults apply with the limits that result (config::Config::limits_for: the tier's
+// UserLimits with the user's overrides from Postgres, field by field; the scheduler applies
+// the same), and the overrides a PUT sets. Pure functions of their arguments; thread-safe.
 
 #include <optional>
 #include <string>
@@ -13,21 +13,13 @@
 #include "core/adapters/pg/usage_store.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
-#include "core/limits/fair_scheduler.hpp"
+#include "core/domain/user_limits.hpp"
 
 namespace agentfleet::dispatcher {
 
 struct EffectiveLimits {
   std::string tier;  // the tier whose defaults apply
-  int max_concurrency = 5;
-  int requests_per_minute = 100;
-  std::int64_t tokens_per_minute = 200000;
-  int max_queued = 10000;
-  std::int64_t monthly_budget_micros = 0;  // 0 = unlimited
-  std::string tool_permission = "write";
-  int weight = 1;
-
-  limits::UserLimits for_scheduler() const;
+  UserLimits limits;  // what applies
 };
 
 EffectiveLimits effective_limits(const config::Config& config, const pg::UserOverrides& overrides);

@@ -1029,20 +1029,27 @@ void read_tiers(const Section& root, const std::vector<ModelConfig>& models,
   root.each("tiers", [&](const Section& s) {
     UserTierLimits t;
     s.read("tier", t.tier);
-    s.read("max_concurrency", t.max_concurrency);
-    s.read("requests_per_minute", t.requests_per_minute);
-    s.read("tokens_per_minute", t.tokens_per_minute);
-    s.read("max_queued", t.max_queued);
-    s.read("monthly_budget", t.monthly_budget);
-    s.read("weight", t.weight);
-    std::string permission = to_string(t.tool_permission);
+    s.read("max_concurrency", t.limits.max_concurrency);
+    s.read("requests_per_minute", t.limits.requests_per_minute);
+    s.read("tokens_per_minute", t.limits.tokens_per_minute);
+    s.read("max_queued", t.limits.max_queued);
+    std::string budget = "0";
+    s.read("monthly_budget", budget);
+    const auto micros = billing::parse_decimal_micros(budget);
+    if (!micros || *micros < 0) {
+      throw Problem(s.path("monthly_budget"),
+                    "must be a decimal with at most 6 decimals (got '" + budget + "')");
+    }
+    t.limits.monthly_budget_micros = *micros;
+    s.read("weight", t.limits.weight);
+    std::string permission = to_string(t.limits.tool_permission);
     s.read("tool_permission", permission);
     auto parsed = parse_permission(permission);
     if (!parsed) {
       throw Problem(s.path("tool_permission"),
                     "must be one of read, write, execute, admin (got '" + permission + "')");
     }
-    t.tool_permission = *parsed;
+    t.limits.tool_permission = *parsed;
     s.read("strategy", t.strategy);
     s.read("allowed_models", t.allowed_models);
     for (std::size_t i = 0; i < t.allowed_models.size(); ++i) {
@@ -1263,20 +1270,26 @@ const UserTierLimits* Config::find_tier(const std::string& name) const {
   return nullptr;
 }
 
+const UserTierLimits* Config::tier_for(const std::string& user_tier) const {
+  const UserTierLimits* tier = user_tier.empty() ? nullptr : find_tier(user_tier);
+  return tier != nullptr ? tier : find_tier(task_defaults.tier);
+}
+
+UserLimits Config::limits_for(const UserLimitOverrides& overrides) const {
+  const UserTierLimits* tier = tier_for(overrides.tier);
+  return with_overrides(tier != nullptr ? tier->limits : UserLimits{}, overrides);
+}
+
 Permission Config::tool_permission_for(const std::string& user_tier,
                                        const std::string& user_override) const {
   if (auto own = parse_permission(user_override))
     return *own;
-  const UserTierLimits* tier = user_tier.empty() ? nullptr : find_tier(user_tier);
-  if (tier == nullptr)
-    tier = find_tier(task_defaults.tier);
-  return tier ? tier->tool_permission : Permission::kWrite;
+  const UserTierLimits* tier = tier_for(user_tier);
+  return tier ? tier->limits.tool_permission : Permission::kWrite;
 }
 
 std::string Config::model_refusal(const std::string& user_tier, const std::string& model) const {
-  const UserTierLimits* tier = user_tier.empty() ? nullptr : find_tier(user_tier);
-  if (tier == nullptr)
-    tier = find_tier(task_defaults.tier);
+  const UserTierLimits* tier = tier_for(user_tier);
   if (tier == nullptr || tier->allowed_models.empty() ||
       std::find(tier->allowed_models.begin(), tier->allowed_models.end(), model) !=
           tier->allowed_models.end()) {
@@ -1293,16 +1306,12 @@ std::int64_t Config::monthly_budget_micros_for(const std::string& user_tier,
                                                std::optional<std::int64_t> user_override) const {
   if (user_override)
     return *user_override;
-  const UserTierLimits* tier = user_tier.empty() ? nullptr : find_tier(user_tier);
-  if (tier == nullptr)
-    tier = find_tier(task_defaults.tier);
-  return tier == nullptr ? 0 : billing::parse_decimal_micros(tier->monthly_budget).value_or(0);
+  const UserTierLimits* tier = tier_for(user_tier);
+  return tier == nullptr ? 0 : tier->limits.monthly_budget_micros;
 }
 
 const std::string& Config::strategy_for(const std::string& user_tier) const {
-  const UserTierLimits* tier = user_tier.empty() ? nullptr : find_tier(user_tier);
-  if (tier == nullptr)
-    tier = find_tier(task_defaults.tier);
+  const UserTierLimits* tier = tier_for(user_tier);
   return tier != nullptr && !tier->strategy.empty() ? tier->strategy : task_defaults.strategy;
 }
 
@@ -1387,36 +1396,6 @@ Config load_config_file(const std::string& path, EnvLookup lookup) {
     throw ConfigError(path + ": cannot read: " + std::strerror(errno));
   }
   return load_config_text(buffer.str(), path, lookup);
-}
-
-std::string to_string(Permission p) {
-  switch (p) {
-    case Permission::kRead:
-      return "read";
-    case Permission::kWrite:
-      return "write";
-    case Permission::kExecute:
-      return "execute";
-    case Permission::kAdmin:
-      return "admin";
-  }
-  return "read";
-}
-
-std::optional<Permission> parse_permission(const std::string& text) {
-  if (text == "read") {
-    return Permission::kRead;
-  }
-  if (text == "write") {
-    return Permission::kWrite;
-  }
-  if (text == "execute") {
-    return Permission::kExecute;
-  }
-  if (text == "admin") {
-    return Permission::kAdmin;
-  }
-  return std::nullopt;
 }
 
 }  // namespace agentfleet::config

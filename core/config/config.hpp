@@ -15,6 +15,7 @@
 #include "core/billing/money.hpp"
 #include "core/billing/price_table.hpp"
 #include "core/domain/conversation.hpp"
+#include "core/domain/user_limits.hpp"
 
 namespace agentfleet::config {
 
@@ -267,7 +268,7 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
-enum class Permission { kRead, kWrite, kExecute, kAdmin };
+using agentfleet::Permission;  // core/domain/user_limits.hpp
 
 struct ToolConfig {
   std::string name;
@@ -361,13 +362,8 @@ struct ReactConfig {
 
 struct UserTierLimits {
   std::string tier;
-  int max_concurrency = 5;
-  int requests_per_minute = 100;
-  std::int64_t tokens_per_minute = 200000;
-  int max_queued = 10000;
-  std::string monthly_budget = "0";  // decimal; "0" means unlimited
-  int weight = 1;  // share of scarce capacity relative to other tiers (round-robin weight)
-  Permission tool_permission = Permission::kWrite;  // highest tool level the user may call
+  // The limits of the tier's users (monthly_budget is read as a decimal, "0": unlimited).
+  UserLimits limits;
   std::string strategy;  // "react" or "plan_execute" for tasks that name none; empty: default
   // The models the tier's users may run (names of models[]); empty: every model.
   std::vector<std::string> allowed_models;
@@ -441,8 +437,14 @@ struct Config {
   const ModelConfig* find_model(const std::string& name) const;
   const ToolConfig* find_tool(const std::string& name) const;
   const UserTierLimits* find_tier(const std::string& name) const;
+  // A user's tier: the one named (their override) when known, else task_defaults.tier's;
+  // nullptr when neither is configured.
+  const UserTierLimits* tier_for(const std::string& user_tier) const;
+  // The limits that apply to a user: their tier's (as tier_for finds it; the built-in
+  // UserLimits when none is configured) with their overrides.
+  UserLimits limits_for(const UserLimitOverrides& overrides) const;
   // The highest tool level a user may call: their own override when set (a level name),
-  // else their tier's (their tier when set and known, else task_defaults.tier), else write.
+  // else their tier's (as tier_for finds it), else write.
   Permission tool_permission_for(const std::string& user_tier,
                                  const std::string& user_override) const;
   // Why a user of tier `user_tier` (their own override; empty: task_defaults.tier) may not
@@ -476,7 +478,7 @@ Config load_config_file(const std::string& path, EnvLookup lookup = process_envi
 Config load_config_text(const std::string& yaml_text, const std::string& source_name,
                         EnvLookup lookup = process_environment);
 
-std::string to_string(Permission p);
-std::optional<Permission> parse_permission(const std::string& text);
+using agentfleet::parse_permission;
+using agentfleet::to_string;
 
 }  // namespace agentfleet::config

@@ -44,19 +44,16 @@
 #include <vector>
 
 #include "core/domain/task.hpp"
+#include "core/domain/user_limits.hpp"
 #include "core/limits/clock.hpp"
 #include "core/limits/token_bucket.hpp"
 
 namespace agentfleet::limits {
 
-// A user's effective limits: the tier's defaults with the user's overrides applied.
-struct UserLimits {
-  int max_concurrency = 5;
-  int requests_per_minute = 100;           // admissions per minute; 0 = unlimited
-  std::int64_t tokens_per_minute = 0;      // 0 = unlimited
-  std::int64_t monthly_budget_micros = 0;  // 0 = unlimited
-  int weight = 1;                          // round-robin weight (of the tier), >= 1
-};
+// A user's effective limits: the tier's defaults with the user's overrides applied
+// (config::Config::limits_for). The plan reads max_concurrency, requests_per_minute,
+// tokens_per_minute, monthly_budget_micros and weight.
+using agentfleet::UserLimits;
 
 // One user with queued work, as the store read it at the start of the pass.
 struct UserBacklog {

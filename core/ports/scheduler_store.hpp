@@ -22,6 +22,7 @@
 
 #include "core/billing/money.hpp"
 #include "core/domain/task.hpp"
+#include "core/domain/user_limits.hpp"
 #include "core/ports/publisher.hpp"
 
 namespace agentfleet::ports {
@@ -81,16 +82,7 @@ struct Housekeeping {
 };
 
 // A user's overrides in user_limits (nullopt / empty: the tier's value applies).
-struct UserOverrides {
-  std::string user_id;
-  std::string tier;
-  std::optional<int> max_concurrency;
-  std::optional<int> requests_per_minute;
-  std::optional<std::int64_t> tokens_per_minute;
-  std::optional<int> max_queued;
-  std::optional<std::string> monthly_budget;  // decimal text
-  std::optional<std::string> tool_permission;
-};
+using UserOverrides = UserLimitOverrides;
 
 // Every user with queued work: queued counts per priority (each up to a cap), the exact
 // count of dispatched + running tasks, the overrides; the capacity the live workers report

@@ -155,23 +155,23 @@ TEST_F(ConfigTest, DefaultFileLoadsWithExpectedValues) {
 
   ASSERT_EQ(c.tiers.size(), 5u);
   EXPECT_EQ(c.tiers[0].tier, "free");
-  EXPECT_EQ(c.tiers[0].max_concurrency, 2);
-  EXPECT_EQ(c.tiers[0].requests_per_minute, 20);
+  EXPECT_EQ(c.tiers[0].limits.max_concurrency, 2);
+  EXPECT_EQ(c.tiers[0].limits.requests_per_minute, 20);
   EXPECT_EQ(c.tiers[1].tier, "standard");
-  EXPECT_EQ(c.tiers[1].max_concurrency, 5);
-  EXPECT_EQ(c.tiers[1].requests_per_minute, 100);
+  EXPECT_EQ(c.tiers[1].limits.max_concurrency, 5);
+  EXPECT_EQ(c.tiers[1].limits.requests_per_minute, 100);
   EXPECT_EQ(c.tiers[2].tier, "batch");
-  EXPECT_EQ(c.tiers[2].max_concurrency, 10);
-  EXPECT_EQ(c.tiers[2].requests_per_minute, 600);
+  EXPECT_EQ(c.tiers[2].limits.max_concurrency, 10);
+  EXPECT_EQ(c.tiers[2].limits.requests_per_minute, 600);
   EXPECT_EQ(c.tiers[3].tier, "readonly");
-  EXPECT_EQ(c.tiers[3].tool_permission, Permission::kRead);
+  EXPECT_EQ(c.tiers[3].limits.tool_permission, Permission::kRead);
   EXPECT_EQ(c.tiers[4].tier, "trial");
   EXPECT_EQ(c.tiers[4].allowed_models, std::vector<std::string>{"sim-model"});
-  EXPECT_EQ(c.tiers[2].tokens_per_minute, 2000000);
-  EXPECT_EQ(c.tiers[3].tokens_per_minute, 200000);  // default
-  EXPECT_EQ(c.tiers[3].monthly_budget, "0");
-  EXPECT_EQ(c.tiers[3].weight, 1);  // default
-  EXPECT_EQ(c.tiers[1].weight, 2);
+  EXPECT_EQ(c.tiers[2].limits.tokens_per_minute, 2000000);
+  EXPECT_EQ(c.tiers[3].limits.tokens_per_minute, 200000);  // default
+  EXPECT_EQ(c.tiers[3].limits.monthly_budget_micros, 0);
+  EXPECT_EQ(c.tiers[3].limits.weight, 1);  // default
+  EXPECT_EQ(c.tiers[1].limits.weight, 2);
 
   // The development keys, by hash only.
   EXPECT_EQ(c.auth.mode, "api_keys");
@@ -253,8 +253,8 @@ TEST_F(ConfigTest, ProductionExampleLoadsWithItsEnvironment) {
   EXPECT_EQ(search->headers[0].first, "Authorization");
   EXPECT_EQ(search->headers[0].second, "Bearer tok-tools");
   ASSERT_NE(c.find_tier("free"), nullptr);
-  EXPECT_EQ(c.find_tier("free")->tool_permission, Permission::kRead);
-  EXPECT_EQ(c.find_tier("standard")->tool_permission, Permission::kWrite);
+  EXPECT_EQ(c.find_tier("free")->limits.tool_permission, Permission::kRead);
+  EXPECT_EQ(c.find_tier("standard")->limits.tool_permission, Permission::kWrite);
   EXPECT_EQ(c.task_defaults.tier, "standard");
   EXPECT_EQ(c.postgres.url, "postgresql://agentfleet@pg:5432/agentfleet");
   EXPECT_EQ(c.kafka.bootstrap_servers, "b1:9093,b2:9093");
@@ -948,7 +948,7 @@ TEST_F(ConfigTest, SchedulerSettingsAndTierWeights) {
   EXPECT_EQ(c.dispatcher.batch_share_percent, 35);
   EXPECT_EQ(c.dispatcher.task_token_estimate, 900);
   EXPECT_EQ(c.dispatcher.leader_retry_ms, 250);
-  EXPECT_EQ(c.tiers[0].weight, 3);
+  EXPECT_EQ(c.tiers[0].limits.weight, 3);
   EXPECT_CONTAINS(error_of(kMinimal + "dispatcher: {batch_share_percent: 101}\n"),
                   "/dispatcher/batch_share_percent");
   EXPECT_CONTAINS(error_of(kMinimal + "tiers: [{tier: standard, weight: 0}]\n"), "/tiers/0/weight");
@@ -1029,8 +1029,8 @@ TEST_F(ConfigTest, ToolMethodAndServiceHeaders) {
 TEST_F(ConfigTest, TierToolPermissionAndDefaultTier) {
   Config c =
       load(kMinimal + "tiers:\n  - {tier: standard}\n  - {tier: ro, tool_permission: read}\n");
-  EXPECT_EQ(c.find_tier("standard")->tool_permission, Permission::kWrite);
-  EXPECT_EQ(c.find_tier("ro")->tool_permission, Permission::kRead);
+  EXPECT_EQ(c.find_tier("standard")->limits.tool_permission, Permission::kWrite);
+  EXPECT_EQ(c.find_tier("ro")->limits.tool_permission, Permission::kRead);
   EXPECT_EQ(c.task_defaults.tier, "standard");
   EXPECT_EQ(c.tool_permission_for("", ""), Permission::kWrite);
   EXPECT_EQ(c.tool_permission_for("ro", ""), Permission::kRead);

@@ -150,20 +150,20 @@ TEST(UserLimits, TierDefaultsWithTheUsersOverridesFieldByField) {
   pg::UserOverrides none;
   auto standard = effective_limits(config, none);
   EXPECT_EQ(standard.tier, "standard");
-  EXPECT_EQ(standard.max_concurrency, 5);
-  EXPECT_EQ(standard.weight, 2);
-  EXPECT_EQ(standard.monthly_budget_micros, 0);
+  EXPECT_EQ(standard.limits.max_concurrency, 5);
+  EXPECT_EQ(standard.limits.weight, 2);
+  EXPECT_EQ(standard.limits.monthly_budget_micros, 0);
 
   pg::UserOverrides free_user;
   free_user.tier = "free";
   free_user.requests_per_minute = 60;
   auto free_limits = effective_limits(config, free_user);
   EXPECT_EQ(free_limits.tier, "free");
-  EXPECT_EQ(free_limits.max_concurrency, 1);       // the tier's
-  EXPECT_EQ(free_limits.requests_per_minute, 60);  // the override
-  EXPECT_EQ(free_limits.monthly_budget_micros, 2500000);
-  EXPECT_EQ(free_limits.tool_permission, "read");
-  EXPECT_EQ(free_limits.for_scheduler().monthly_budget_micros, 2500000);
+  EXPECT_EQ(free_limits.limits.max_concurrency, 1);       // the tier's
+  EXPECT_EQ(free_limits.limits.requests_per_minute, 60);  // the override
+  EXPECT_EQ(free_limits.limits.monthly_budget_micros, 2500000);
+  EXPECT_EQ(free_limits.limits.tool_permission, Permission::kRead);
+  EXPECT_EQ(free_limits.limits, config.limits_for(free_user)) << "what the scheduler applies";
 
   // A tier the configuration no longer has falls back to the default tier.
   pg::UserOverrides gone;
@@ -186,8 +186,8 @@ TEST(UserLimits, TheLimitsBodyIsCheckedFieldByFieldWithItsPath) {
   EXPECT_EQ(o.tier, "free");
   EXPECT_EQ(o.max_concurrency, 3);
   EXPECT_EQ(o.tokens_per_minute, 5000000000);
-  EXPECT_EQ(o.monthly_budget, "12.500000");
-  EXPECT_EQ(o.tool_permission, "execute");
+  EXPECT_EQ(o.monthly_budget_micros, 12500000);
+  EXPECT_EQ(o.tool_permission, Permission::kExecute);
   EXPECT_FALSE(o.max_queued.has_value());
   EXPECT_FALSE(o.requests_per_minute.has_value());
 

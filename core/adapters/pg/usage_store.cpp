@@ -1,6 +1,7 @@
 #include "core/adapters/pg/usage_store.hpp"
 
 #include "core/adapters/pg/sql.hpp"
+#include "core/billing/money.hpp"
 
 namespace agentfleet::pg {
 
@@ -15,10 +16,11 @@ UserOverrides read_overrides(const pqxx::row& r, int first) {
     o.tokens_per_minute = r[first + 3].as<std::int64_t>();
   if (!r[first + 4].is_null())
     o.max_queued = r[first + 4].as<int>();
+  // numeric(20, 6) and a text the table checks: what they hold parses.
   if (!r[first + 5].is_null())
-    o.monthly_budget = r[first + 5].as<std::string>();
+    o.monthly_budget_micros = billing::parse_decimal_micros(r[first + 5].as<std::string>());
   if (!r[first + 6].is_null())
-    o.tool_permission = r[first + 6].as<std::string>();
+    o.tool_permission = parse_permission(r[first + 6].as<std::string>());
   return o;
 }
 
@@ -34,8 +36,13 @@ std::optional<UserOverrides> get_user_overrides(pqxx::connection& c, const std::
 
 void put_user_overrides(pqxx::connection& c, const UserOverrides& o, KnownOverrides* known) {
   pqxx::work tx(c);
+  std::optional<std::string> budget, permission;
+  if (o.monthly_budget_micros)
+    budget = billing::format_micros(*o.monthly_budget_micros);
+  if (o.tool_permission)
+    permission = to_string(*o.tool_permission);
   exec_text0(tx, "put_user_overrides", o.user_id, o.tier, o.max_concurrency, o.requests_per_minute,
-             o.tokens_per_minute, o.max_queued, o.monthly_budget, o.tool_permission);
+             o.tokens_per_minute, o.max_queued, budget, permission);
   // The active scheduler reads limits every pass; wake it so a raise applies at once.
   exec_text(tx, "wake_scheduler");
   tx.commit();
