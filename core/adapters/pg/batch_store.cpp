@@ -165,6 +165,10 @@ bool renew_upload(pqxx::work& tx, const std::string& batch_id, int renew_s) {
 }
 }  // namespace
 
+QueueRoom BatchWriter::queue_room(const QueueLimit& limit) {
+  return queue_room_now(*connection_, header_.user_id, limit);
+}
+
 bool BatchWriter::renew() {
   if (!created_ || sealed_)
     return false;
@@ -302,7 +306,7 @@ Seal BatchWriter::seal(const QueueLimit& limit, std::int64_t total) {
   // The user's other submissions wait only for this count and the seal.
   lock_user_queue(tx, header_.user_id);
   Seal seal;
-  seal.room = queue_room(tx, header_.user_id, limit, header_.batch_id);
+  seal.room = pg::queue_room(tx, header_.user_id, limit, header_.batch_id);
   if (seal.room.max_queued > 0 && seal.room.queued > seal.room.max_queued) {
     seal.outcome = SealOutcome::kQueueFull;
     return seal;  // rolls back

@@ -77,6 +77,9 @@ class BatchWriter {
   // Commits the batch row, its upload under way. False when a batch with this id exists
   // already (for any user); the writer then acts on nothing.
   bool create();
+  // The batch's user's queue room (queue_room_now), read on this writer's connection: before
+  // create(), for an upload whose user its first line named.
+  QueueRoom queue_room(const QueueLimit& limit);
   // Keeps the upload alive while its client sends without a slice to add (one long line
   // trickling in). False when it expired (the scheduler deletes it).
   bool renew();
