@@ -520,6 +520,13 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::full_task_id(
     const http::Request& request, const Caller& caller, const std::string& id) {
   if (is_uuid(id))
     co_return id;
+  if (too_short_task_id_prefix(id)) {
+    co_return http::make_error(
+        request, http::Status::not_found, "not_found",
+        "no task " + id + ": give a task id, or at least " + std::to_string(kMinTaskIdPrefix) +
+            " characters of one (this has " + std::to_string(id.size()) + ")",
+        "/path/task_id");
+  }
   const auto range = task_id_range(id);
   if (!range)
     co_return not_found(request, "task", id);

@@ -1,5 +1,6 @@
 #include "dispatcher/task_id_prefix.hpp"
 
+#include <algorithm>
 #include <cctype>
 
 namespace agentfleet::dispatcher {
@@ -23,6 +24,12 @@ std::optional<TaskIdRange> task_id_range(std::string_view prefix) {
     }
   }
   return range;
+}
+
+bool too_short_task_id_prefix(std::string_view text) {
+  return !text.empty() && text.size() < kMinTaskIdPrefix &&
+         std::all_of(text.begin(), text.end(),
+                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
 }
 
 }  // namespace agentfleet::dispatcher

@@ -23,6 +23,10 @@ struct TaskIdRange {
   std::string last;
 };
 std::optional<TaskIdRange> task_id_range(std::string_view prefix);
+// Whether `text` could begin a task id but is shorter than kMinTaskIdPrefix (hex digits
+// only): the answer then says how many characters a prefix needs, not only that no task has
+// that id.
+bool too_short_task_id_prefix(std::string_view text);
 
 // What a prefix stands for, of `candidates` (the tasks found in its range, in id order,
 // each with `task_id` and `user_id`; those the caller may see: `visible(user_id)`): the one

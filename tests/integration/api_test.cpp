@@ -309,6 +309,10 @@ TEST(ApiTasks, AShortIdPrefixStandsForTheOneTaskOfTheCallersThatBeginsWithIt) {
 
   // Another user's task is not found by its prefix; too short a prefix is no id.
   expect_error(get("/v1/tasks/" + prefix, kU1Key), 404, "/path/task_id", "not_found");
+  auto too_short = get("/v1/tasks/" + first.substr(0, 4));
+  expect_error(too_short, 404, "/path/task_id", "not_found");
+  EXPECT_NE(too_short.body.find("at least 8 characters of one (this has 4)"), std::string::npos)
+      << too_short.body;
   expect_error(get("/v1/tasks/" + first.substr(0, 7)), 404, "/path/task_id", "not_found");
 
   // A second task of the user's beginning alike (a copy of the first under another id):

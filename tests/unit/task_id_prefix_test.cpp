@@ -26,6 +26,13 @@ TEST(TaskIdPrefix, APrefixCoversTheIdsThatBeginWithItInLowerCase) {
   EXPECT_EQ(range->last, "55d85415-0a74-48d0-98f7-671c6af3b48f");
 }
 
+TEST(TaskIdPrefix, TooShortIsHexDigitsFewerThanEight) {
+  for (const char* text : {"f", "fb2b", "FB2B", "55d8541"})
+    EXPECT_TRUE(too_short_task_id_prefix(text)) << text;
+  for (const char* text : {"", "55d85415", "fb2b-", "fb2g", "task", "55d85415-0a7"})
+    EXPECT_FALSE(too_short_task_id_prefix(text)) << text;
+}
+
 TEST(TaskIdPrefix, WhatIsNotTheStartOfAUuidOrIsTooShortCoversNothing) {
   for (const char* text :
        {"", "55d8541", "55d85415x", "55d854150a74", "55d85415-0a74-", "55d85415_0a7", "g5d85415",
