@@ -174,6 +174,13 @@ has "$err" "401"
 lacks "$err" "wrong-$run"
 ctl 4 --api-key af-dev-u1-key list --user "$u1"
 has "$err" "403 forbidden"
+# Without --user: a key that acts for one user lists that user's tasks; the admin's key must
+# name one.
+ctl 0 --json --api-key af-dev-u1-key list --limit 1
+[[ "$out" != *'"user_id":'* || "$out" == *'"user_id":"u1"'* ]] || fail "u1's key listed another user: $out"
+ctl 2 list --limit 1
+one_error_line
+has "$err" "--user is required: this API key acts for any user"
 ctl 5 submit --user "$u1" --model no-such-model "x"
 one_error_line
 has "$err" "(at /model)"

@@ -37,6 +37,11 @@ void note(const std::string& text);
 // the ids agentctl makes up itself (a batch id, an idempotency key, a consumer group).
 std::string new_uuid();
 
+// The user a command acts for: --user, else the one user the API key acts for (GET
+// /v1/whoami). A key that acts for several users, for any user or as an admin's must name
+// one: UsageError, saying which users it may name.
+std::string user_for(Context& ctx);
+
 // The function of a command ("batch submit"), or null.
 using CommandFunction = std::function<int(Context&)>;
 CommandFunction command_function(const std::string& name);

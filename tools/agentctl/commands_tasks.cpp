@@ -145,9 +145,38 @@ int post_task(Context& ctx, const std::string& target, const std::string& body,
 }
 }  // namespace
 
+std::string user_for(Context& ctx) {
+  if (ctx.inv.has("--user"))
+    return ctx.inv.required("--user");
+  const std::string target = "/v1/whoami";
+  auto response = ctx.api.get(target);
+  ctx.api.check(response, "GET", target);
+  const auto doc = ApiClient::parse(response, target);
+  std::vector<std::string> users;
+  if (const auto& ids = json::at(doc, "user_ids"); ids.IsArray()) {
+    for (const auto& id : ids.GetArray()) {
+      if (id.IsString())
+        users.emplace_back(id.GetString(), id.GetStringLength());
+    }
+  }
+  const bool any = json::flag(doc, "admin") || json::flag(doc, "any_user");
+  if (!any && users.size() == 1)
+    return users.front();
+  const std::string command = ctx.inv.command ? ctx.inv.command->name + ": " : std::string();
+  if (any) {
+    throw UsageError(command + "--user is required: this API key acts for any user");
+  }
+  std::string names;
+  for (const std::string& u : users)
+    names += (names.empty() ? "" : ", ") + u;
+  throw UsageError(command + "--user is required: this API key acts for " +
+                   std::to_string(users.size()) + " users" +
+                   (users.empty() ? std::string() : " (" + names + ")"));
+}
+
 int cmd_submit(Context& ctx) {
   const Invocation& inv = ctx.inv;
-  const std::string user = inv.required("--user");
+  const std::string user = user_for(ctx);
   const std::string text = text_argument(inv, "submit");
   const std::string priority = choice(inv, "--priority", {"interactive", "batch"});
 
@@ -247,7 +276,7 @@ int cmd_retry(Context& ctx) {
 
 int cmd_plan(Context& ctx) {
   const Invocation& inv = ctx.inv;
-  const std::string user = inv.required("--user");
+  const std::string user = user_for(ctx);
   const std::string text = text_argument(inv, "plan");
   const std::int64_t wait_s = inv.integer("--wait-s", 30, 0, 30);
   const std::string idempotency_key =
@@ -280,7 +309,7 @@ int cmd_plan(Context& ctx) {
 
 int cmd_list(Context& ctx) {
   const Invocation& inv = ctx.inv;
-  const std::string user = inv.required("--user");
+  const std::string user = user_for(ctx);
   const std::string status = inv.value("--status");
   if (!status.empty() &&
       std::find(std::begin(kStatuses), std::end(kStatuses), status) == std::end(kStatuses)) {

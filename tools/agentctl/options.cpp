@@ -12,6 +12,10 @@ namespace agentfleet::agentctl {
 
 namespace {
 const OptionSpec kUser{"--user", "U", "the user the tasks belong to"};
+// For the commands that take it from the API key when it acts for one user (user_for()).
+const OptionSpec kUserOrKeys{"--user", "U",
+                             "the user the tasks belong to (default: the one user the API key "
+                             "acts for)"};
 const OptionSpec kWaitTimeout{"--wait-timeout-s", "N",
                               "give up waiting after N seconds (default 300; 0: no bound)"};
 }  // namespace
@@ -50,7 +54,7 @@ const std::vector<CommandSpec>& command_specs() {
        "came, the error names it, and the same submit with it is stored only once.",
        0,
        1,
-       {kUser,
+       {kUserOrKeys,
         {"--text", "TEXT", "the instruction (instead of the argument)"},
         {"--model", "M", "a configured model (default: the fleet's)"},
         {"--priority", "P", "interactive (default) or batch"},
@@ -114,7 +118,7 @@ const std::vector<CommandSpec>& command_specs() {
        "(502 plan_failed) or it timed out (504).",
        0,
        1,
-       {kUser,
+       {kUserOrKeys,
         {"--text", "TEXT", "the instruction (instead of the argument)"},
         {"--model", "M", "a configured model (default: the fleet's)"},
         {"--tool", "NAME", "a tool the plan may use (repeatable; default: every tool)", true},
@@ -128,7 +132,7 @@ const std::vector<CommandSpec>& command_specs() {
        "Follows the API's pages (before=<task id>) until --limit tasks are shown.",
        0,
        0,
-       {kUser,
+       {kUserOrKeys,
         {"--status", "S",
          "only tasks in this status (queued, dispatched, running, succeeded, "
          "failed, timed_out, cancelled)"},
