@@ -29,6 +29,17 @@ constexpr std::size_t kMaxKnownDispatched = 100000;
 // show a second late.
 constexpr auto kWaitingEvery = std::chrono::seconds(1);
 
+// What a plan grants in all, and what its users have queued (as read, or as heard).
+std::pair<std::int64_t, std::int64_t> granted_and_queued(
+    const limits::PassPlan& plan, const std::vector<limits::UserBacklog>& users) {
+  std::int64_t granted = 0, queued = 0;
+  for (const limits::Grant& grant : plan.grants)
+    granted += grant.tasks;
+  for (const limits::UserBacklog& u : users)
+    queued += u.queued_interactive + u.queued_batch;
+  return {granted, queued};
+}
+
 metrics::ThrottleReason throttle_reason(int cause) {
   switch (static_cast<limits::ThrottleCause>(cause)) {
     case limits::ThrottleCause::kConcurrency:
@@ -242,24 +253,14 @@ bool Scheduler::admit_heard(const ports::Heard& heard) {
   for (auto& [user_id, u] : by_user)
     users.push_back(std::move(u));
   const limits::PassPlan plan = fair_->plan(users, known_.fleet_active, known_.fleet_capacity);
-  std::int64_t granted = 0, heard_count = 0;
-  for (const limits::Grant& grant : plan.grants)
-    granted += grant.tasks;
-  for (const limits::UserBacklog& u : users)
-    heard_count += u.queued_interactive + u.queued_batch;
+  const auto [granted, heard_count] = granted_and_queued(plan, users);
   if (granted < heard_count || !plan.over_budget.empty()) {
     // Something heard would wait: the pass reads the backlog and says why.
     for (const limits::Grant& grant : plan.grants)
       fair_->dispatched(grant, 0);
     return false;
   }
-  const ports::SchedulerPass spec{config_.kafka.topics.dispatch,
-                                  config_.kafka.topics.results,
-                                  config_.dispatcher.scheduler_batch,
-                                  config_.dispatcher.redispatch_after_s,
-                                  config_.dispatcher.max_attempts,
-                                  /*recover_lapsed=*/started >= lapsed_trusted_at_,
-                                  /*handoff_s=*/handoff_ ? kHandoffS : 0};
+  const ports::SchedulerPass spec = pass_spec(started);
   const Admitted admitted = admit(plan, users, spec);
   fleet_active_ += admitted.total;
   quiet_ = false;
@@ -275,6 +276,16 @@ bool Scheduler::look_while_idle() {
   if (backlog.users.empty() && backlog.fleet_active == 0)
     return false;
   return pass();
+}
+
+ports::SchedulerPass Scheduler::pass_spec(limits::Clock::time_point started) const {
+  return ports::SchedulerPass{config_.kafka.topics.dispatch,
+                              config_.kafka.topics.results,
+                              config_.dispatcher.scheduler_batch,
+                              config_.dispatcher.redispatch_after_s,
+                              config_.dispatcher.max_attempts,
+                              /*recover_lapsed=*/started >= lapsed_trusted_at_,
+                              /*handoff_s=*/handoff_ ? kHandoffS : 0};
 }
 
 std::chrono::seconds Scheduler::stall_bound() const {
@@ -578,13 +589,7 @@ bool Scheduler::pass() {
   woken_ = false;
   poked_ = false;
   reconcile_ended();
-  const ports::SchedulerPass spec{config_.kafka.topics.dispatch,
-                                  config_.kafka.topics.results,
-                                  config_.dispatcher.scheduler_batch,
-                                  config_.dispatcher.redispatch_after_s,
-                                  config_.dispatcher.max_attempts,
-                                  /*recover_lapsed=*/started >= lapsed_trusted_at_,
-                                  /*handoff_s=*/handoff_ ? kHandoffS : 0};
+  const ports::SchedulerPass spec = pass_spec(started);
   // A generic plan is costed with the table sizes of the moment it was built: one cached
   // while tasks was small (a fresh fleet, then a flood of 100,000) joins it by a sequential
   // scan in every pass until autovacuum analyzes it. Dropped every second, the plans are
@@ -599,11 +604,7 @@ bool Scheduler::pass() {
   const limits::PassPlan plan = fair_->plan(users, backlog.fleet_active, backlog.fleet_capacity);
   {
     // Queued work this pass does not admit waits for a slot: results wake the next pass.
-    std::int64_t granted = 0, queued = 0;
-    for (const limits::Grant& grant : plan.grants)
-      granted += grant.tasks;
-    for (const limits::UserBacklog& u : users)
-      queued += u.queued_interactive + u.queued_batch;
+    const auto [granted, queued] = granted_and_queued(plan, users);
     backlog_left_ = queued > granted;
   }
   const Admitted admitted = admit(plan, users, spec);

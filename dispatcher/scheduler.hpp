@@ -144,6 +144,8 @@ class Scheduler {
     int over_budget = 0;  // queued tasks ended quota_exceeded
     std::vector<std::pair<std::string, std::size_t>> over_budget_users;
   };
+  // What a pass that starts at `started` asks of the store.
+  ports::SchedulerPass pass_spec(limits::Clock::time_point started) const;
   // One pass; returns true when it used every slot (more may be waiting).
   bool pass();
   // Admits the submissions heard from what the last read said (see "Admitting what was
