@@ -3,8 +3,10 @@
 // per idempotency key and audited, and the success statistics of a user's tasks.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include "tests/integration/fleet_client.hpp"
 
@@ -280,12 +282,42 @@ TEST(PlanApi, ThePlannerAloneAnswersWithThePlanAndItsTimeBilledAsATaskOfItsOwn) 
                                  .body);
   EXPECT_TRUE(records.IsArray() && records.Empty()) << "planning called a tool";
 
-  // Not waiting: 202 with the task to poll.
+  // Not waiting: 202 with the task to poll. The plan must not be able to end before it is
+  // read (a plan of the simulator's ends within milliseconds once admitted): the user runs
+  // one task at a time, and a slow one (20 answers of 600 ms) holds that place until the
+  // test cancels it.
+  const auto verb_put = boost::beast::http::verb::put;
+  const auto verb_post = boost::beast::http::verb::post;
+  ASSERT_EQ(
+      test::api(verb_put, "/v1/users/" + u + "/limits", test::kAdminKey, R"({"max_concurrency":1})")
+          .status,
+      200);
+  const std::string blocker = test::submit(
+      R"({"user_id":")" + u + R"(","text":"slow: steps=20","idempotency_key":"blocker"})");
+  for (int i = 0; i < 600; ++i) {  // until it runs: 30 s at most
+    auto row = test::parse(
+        test::api(boost::beast::http::verb::get, "/v1/tasks/" + blocker, test::kAdminKey).body);
+    if (test::str(row, "status") == "running")
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   auto later =
-      test::api(boost::beast::http::verb::post, "/v1/plan", test::kAdminKey,
+      test::api(verb_post, "/v1/plan", test::kAdminKey,
                 R"({"user_id":")" + u + R"(","text":"计划：创建待办「月报」","wait_s":0})");
   EXPECT_EQ(later.status, 202) << later.body;
-  EXPECT_FALSE(test::str(test::parse(later.body), "task_id").empty());
+  const std::string waiting = test::str(test::parse(later.body), "task_id");
+  EXPECT_FALSE(waiting.empty());
+  EXPECT_EQ(test::str(test::parse(later.body), "status"), "queued") << later.body;
+  // Both end, and the user's limits are as they were.
+  for (const std::string& t : {blocker, waiting}) {
+    if (!t.empty())
+      test::api(verb_post, "/v1/tasks/" + t + "/cancel", test::kAdminKey);
+  }
+  EXPECT_EQ(test::api(verb_put, "/v1/users/" + u + "/limits", test::kAdminKey, "{}").status, 200);
+  for (const std::string& t : {blocker, waiting}) {
+    if (!t.empty())
+      test::wait_terminal(t);
+  }
   EXPECT_EQ(test::api(boost::beast::http::verb::post, "/v1/plan", test::kAdminKey,
                       R"({"user_id":")" + u + R"("})")
                 .status,
