@@ -294,13 +294,16 @@ TEST(PlanApi, ThePlannerAloneAnswersWithThePlanAndItsTimeBilledAsATaskOfItsOwn) 
       200);
   const std::string blocker = test::submit(
       R"({"user_id":")" + u + R"(","text":"slow: steps=20","idempotency_key":"blocker"})");
-  for (int i = 0; i < 600; ++i) {  // until it runs: 30 s at most
-    auto row = test::parse(
-        test::api(boost::beast::http::verb::get, "/v1/tasks/" + blocker, test::kAdminKey).body);
-    if (test::str(row, "status") == "running")
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::string blocker_status;
+  for (int i = 0; i < 600 && blocker_status != "running"; ++i) {  // until it runs: 30 s at most
+    if (i > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    blocker_status = test::str(
+        test::parse(
+            test::api(boost::beast::http::verb::get, "/v1/tasks/" + blocker, test::kAdminKey).body),
+        "status");
   }
+  ASSERT_EQ(blocker_status, "running") << "the slow task never ran: nothing holds the plan back";
   auto later =
       test::api(verb_post, "/v1/plan", test::kAdminKey,
                 R"({"user_id":")" + u + R"(","text":"计划：创建待办「月报」","wait_s":0})");
