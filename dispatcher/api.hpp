@@ -125,6 +125,10 @@ class Api {
                                                   std::optional<std::string> user_id);
   boost::asio::awaitable<http::Response> limits(http::Request& request, const Caller& caller,
                                                 std::string user_id);
+  // The batch a route's {id} names for this caller (batch_names.hpp; ?user_id= may name its
+  // user); the 404, 403, 409 ambiguous_id or 503 answer instead.
+  boost::asio::awaitable<std::variant<http::Response, pg::BatchHeader>> find_caller_batch(
+      const http::Request& request, const Caller& caller, const std::string& name);
   boost::asio::awaitable<http::Response> get_batch(http::Request& request, const Caller& caller,
                                                    std::string batch_id);
   boost::asio::awaitable<http::Response> cancel_batch(http::Request& request, const Caller& caller,

@@ -28,6 +28,7 @@
 #include "core/codec/task_codec.hpp"
 #include "dispatcher/api_responses.hpp"
 #include "dispatcher/batch_lines.hpp"
+#include "dispatcher/batch_names.hpp"
 #include "dispatcher/batch_upload.hpp"
 #include "dispatcher/user_limits.hpp"
 
@@ -232,16 +233,46 @@ class UploadWriter final : public BatchUploadStore {
 };
 }  // namespace
 
+asio::awaitable<std::variant<http::Response, pg::BatchHeader>> Api::find_caller_batch(
+    const http::Request& request, const Caller& caller, const std::string& name) {
+  if (id_problem(name, kMaxBatchIdBytes))
+    co_return not_found(request, "batch", name);
+  const std::string requested =
+      http::query_param(std::string(request.target()), "user_id").value_or("");
+  if (!requested.empty() && !caller.may_act_for(requested))
+    co_return forbidden(request, requested, "/query/user_id");
+  const std::string owner = batch_owner_to_find(caller, requested);
+  // A few more than one: enough to tell one of the caller's from several among users'
+  // batches of one name.
+  constexpr int kCandidates = 64;
+  auto found = co_await store_.find_batches(name, owner, kCandidates);
+  if (!found.ok())
+    co_return store_unavailable(request, found.error());
+  const auto choice =
+      choose_batch(found.value(), found.value().size() < static_cast<std::size_t>(kCandidates),
+                   [&](const std::string& user_id) { return caller.may_act_for(user_id); });
+  if (choice.batch)
+    co_return *choice.batch;
+  if (choice.users.empty() && !choice.more)
+    co_return not_found(request, "batch", name);
+  std::string users;
+  for (const auto& user : choice.users)
+    users += (users.empty() ? "" : ", ") + user;
+  co_return http::make_error(
+      request, http::Status::conflict, "ambiguous_id",
+      choice.users.empty()
+          ? "too many users have a batch '" + name + "' to tell; name its user with ?user_id="
+          : "users you act for have each a batch '" + name + "' (" + users +
+                (choice.more ? ", ..." : "") + "); name its user with ?user_id=",
+      "/query/user_id");
+}
+
 asio::awaitable<http::Response> Api::get_batch(http::Request& request, const Caller& caller,
                                                std::string batch_id) {
-  if (id_problem(batch_id, kMaxBatchIdBytes))
-    co_return not_found(request, "batch", batch_id);
-  auto batch = co_await store_.find_batch(batch_id);
-  if (!batch.ok())
-    co_return store_unavailable(request, batch.error());
-  if (!batch.value() || !caller.may_act_for(batch.value()->user_id))
-    co_return not_found(request, "batch", batch_id);
-  auto body = co_await store_.batch_json(batch_id);
+  auto batch = co_await find_caller_batch(request, caller, batch_id);
+  if (auto* answer = std::get_if<http::Response>(&batch))
+    co_return std::move(*answer);
+  auto body = co_await store_.batch_json(std::get<pg::BatchHeader>(batch).batch_id);
   if (!body.ok())
     co_return store_unavailable(request, body.error());
   if (!body.value())
@@ -251,14 +282,10 @@ asio::awaitable<http::Response> Api::get_batch(http::Request& request, const Cal
 
 asio::awaitable<http::Response> Api::cancel_batch(http::Request& request, const Caller& caller,
                                                   std::string batch_id) {
-  if (id_problem(batch_id, kMaxBatchIdBytes))
-    co_return not_found(request, "batch", batch_id);
-  auto batch = co_await store_.find_batch(batch_id);
-  if (!batch.ok())
-    co_return store_unavailable(request, batch.error());
-  if (!batch.value() || !caller.may_act_for(batch.value()->user_id))
-    co_return not_found(request, "batch", batch_id);
-  const pg::BatchHeader header = *batch.value();
+  auto batch = co_await find_caller_batch(request, caller, batch_id);
+  if (auto* answer = std::get_if<http::Response>(&batch))
+    co_return std::move(*answer);
+  const pg::BatchHeader header = std::get<pg::BatchHeader>(batch);
   // Slices of a few thousand tasks, each one transaction, until none is left; the batch is
   // marked cancelled by the first, so the scheduler admits none of the rest meanwhile.
   constexpr int kSlice = 5000;
@@ -274,7 +301,7 @@ asio::awaitable<http::Response> Api::cancel_batch(http::Request& request, const 
     if (ended.value().taken < kSlice)
       break;
   }
-  auto body = co_await store_.batch_json(batch_id);
+  auto body = co_await store_.batch_json(header.batch_id);
   if (!body.ok() || !body.value()) {
     co_return store_unavailable(
         request, body.ok() ? Error{ErrorKind::kTransient, "batch vanished"} : body.error());
@@ -451,27 +478,24 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   w.EndObject();
   auto response =
       http::make_response(head, http::Status::created, std::string(out.GetString(), out.GetSize()));
-  response.set(bhttp::field::location, "/v1/batches/" + batch_id);
+  // Its user named unless the caller acts for one user only: a caller acting for several may
+  // find that more than one of them has a batch of this name.
+  std::string location = "/v1/batches/" + http::percent_encode(batch_id);
+  if (batch_owner_to_find(caller, {}).empty())
+    location += "?user_id=" + http::percent_encode(upload.user_id());
+  response.set(bhttp::field::location, location);
   co_await respond(exchange, answered, std::move(response));
 }
 
 asio::awaitable<void> Api::batch_results(http::Exchange& exchange, const Caller& caller,
                                          int& answered, std::string batch_id) {
   const http::Request& head = exchange.head();
-  if (id_problem(batch_id, kMaxBatchIdBytes)) {
-    co_await respond(exchange, answered, not_found(head, "batch", batch_id));
+  auto batch = co_await find_caller_batch(head, caller, batch_id);
+  if (auto* answer = std::get_if<http::Response>(&batch)) {
+    co_await respond(exchange, answered, std::move(*answer));
     co_return;
   }
-  auto batch = co_await store_.find_batch(batch_id);
-  if (!batch.ok()) {
-    co_await respond(exchange, answered, store_unavailable(head, batch.error()));
-    co_return;
-  }
-  if (!batch.value() || !caller.may_act_for(batch.value()->user_id)) {
-    co_await respond(exchange, answered, not_found(head, "batch", batch_id));
-    co_return;
-  }
-  const pg::BatchHeader header = *batch.value();
+  const pg::BatchHeader header = std::get<pg::BatchHeader>(batch);
   http::Response start{http::Status::ok, head.version()};
   start.set(bhttp::field::content_type, "application/x-ndjson");
   if (!co_await exchange.begin(std::move(start)))

@@ -304,7 +304,7 @@ std::string result_event_json(const ResultEvent& event) {
   key_string(w, "task_id", event.task_id);
   key_string(w, "user_id", event.user_id);
   if (!event.batch_id.empty())
-    key_string(w, "batch_id", event.batch_id);
+    key_string(w, "batch_id", batch_name(event.batch_id));  // as its user names it
   key_string(w, "status", to_string(event.status));
   if (event.result) {
     w.Key("result");

@@ -15,6 +15,15 @@ void key_optional(JsonWriter& w, const char* key, const std::optional<std::strin
     w.Null();
 }
 
+// A task's batch as its user names it (the batches row's key up to its separator).
+void key_batch(JsonWriter& w, const std::optional<std::string>& key) {
+  w.Key("batch_id");
+  if (key)
+    write_string(w, batch_name(*key));
+  else
+    w.Null();
+}
+
 // JSON text Postgres wrote (a timestamp literal, an array, an object), as it is.
 void key_raw(JsonWriter& w, const char* key, std::string_view json, rapidjson::Type type) {
   w.Key(key);
@@ -132,7 +141,7 @@ std::string task_json(const TaskRow& row, std::string_view trace_json) {
   key_int(w, "max_steps", row.max_steps);
   key_optional(w, "strategy", row.strategy);
   key_optional(w, "idempotency_key", row.idempotency_key);
-  key_optional(w, "batch_id", row.batch_id);
+  key_batch(w, row.batch_id);
   key_optional(w, "parent_task_id", row.parent_task_id);
   key_optional(w, "session_id", row.session_id);
   key_optional(w, "retry_of", row.retry_of);
@@ -168,7 +177,7 @@ void write_task_summary(JsonWriter& w, const TaskRow& row) {
   key_string(w, "model", row.model);
   key_string(w, "priority", row.priority);
   key_string(w, "status", row.status);
-  key_optional(w, "batch_id", row.batch_id);
+  key_batch(w, row.batch_id);
   key_ending(w, row);
   key_counts(w, row);
   key_waiting_reason(w, row);

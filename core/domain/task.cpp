@@ -237,4 +237,15 @@ bool is_terminal(TaskStatus status) {
          status == TaskStatus::kTimedOut || status == TaskStatus::kCancelled;
 }
 
+std::string_view batch_name(std::string_view key) {
+  return key.substr(0, key.find(kBatchKeySeparator));
+}
+
+std::string batch_key_of_user(std::string_view name, std::string_view user_id) {
+  std::string key(name);
+  key += kBatchKeySeparator;
+  key += user_id;
+  return key;
+}
+
 }  // namespace agentfleet

@@ -95,6 +95,17 @@ struct TokenUsage {
   }
 };
 
+// A batch's id is its user's: two users may each name a batch "nightly". The batches row's
+// key (what a task's batch_id, its ledger rows and its calls hold) stays unique across users:
+// the name itself when no batch had that key yet, else the name, kBatchKeySeparator (which no
+// batch id may hold: ids refuse control characters) and the user id (migration 0030). Every
+// answer shows the name.
+inline constexpr char kBatchKeySeparator = '\x1f';
+// The name a batch's key stands for: the key up to the separator (all of it when none).
+std::string_view batch_name(std::string_view key);
+// The key of user `user_id`'s batch `name` when another user's batch holds the name itself.
+std::string batch_key_of_user(std::string_view name, std::string_view user_id);
+
 // Why a model call the provider may have charged for has no step to bill it with: its answer
 // is lost to the task (docs/billing.md, "Unreconciled charges").
 enum class ChargeLoss {

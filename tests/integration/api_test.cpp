@@ -732,7 +732,8 @@ TEST(ApiBatches, FiftyLinesInCountsAddUpAndTheResultsListEachTaskOnce) {
   }
   auto created = post_batch("?batch_id=" + batch_id, body);
   ASSERT_EQ(created.status, 201) << created.body;
-  EXPECT_EQ(created.header("Location"), "/v1/batches/" + batch_id);
+  EXPECT_EQ(created.header("Location"), "/v1/batches/" + batch_id + "?user_id=" + u)
+      << "a key acting for several users is told whose batch";
   auto answer = parse(created.body);
   EXPECT_EQ(str(answer, "batch_id"), batch_id);
   EXPECT_EQ(str(answer, "user_id"), u);
@@ -829,6 +830,66 @@ TEST(ApiBatches, ALineWhoseKeyNamesAnotherRequestRefusesTheBatchWithA409) {
   ASSERT_EQ(duplicate.status, 201) << duplicate.body;
   EXPECT_EQ(num(parse(duplicate.body), "accepted"), 1);
   EXPECT_EQ(num(parse(duplicate.body), "duplicates"), 1);
+}
+
+// A batch id is its user's (issue: a client-chosen id another tenant used answered 409
+// batch_exists, which told the caller it exists). Two users each have a batch of one name,
+// each key sees its own; a caller acting for both names the user, and is told to when it
+// does not.
+TEST(ApiBatches, TwoUsersEachHaveABatchOfOneNameAndEachKeySeesItsOwn) {
+  const std::string name = user("nightly");
+  auto ones = post_batch("?batch_id=" + name,
+                         submission("u1", "删除2月30日的日程", name + "-1") + "\n", kU1Key);
+  ASSERT_EQ(ones.status, 201) << ones.body;
+  EXPECT_EQ(ones.header("Location"), "/v1/batches/" + name) << "a key of one user";
+  auto twos = post_batch("?batch_id=" + name,
+                         submission("u2", "删除2月30日的日程", name + "-2") + "\n" +
+                             submission("u2", "把周会改到晚上8点", name + "-3") + "\n",
+                         kU2Key);
+  ASSERT_EQ(twos.status, 201) << twos.body;
+  EXPECT_EQ(str(parse(twos.body), "batch_id"), name);
+  expect_error(post_batch("?batch_id=" + name,
+                          submission("u2", "今天下午去买东西", name + "-4") + "\n", kU2Key),
+               409, "/query/batch_id", "batch_exists");
+
+  auto one = get("/v1/batches/" + name, kU1Key);
+  ASSERT_EQ(one.status, 200) << one.body;
+  EXPECT_EQ(str(parse(one.body), "user_id"), "u1");
+  EXPECT_EQ(str(parse(one.body), "batch_id"), name);
+  EXPECT_EQ(num(parse(one.body), "total"), 1);
+  auto two = get("/v1/batches/" + name, kU2Key);
+  ASSERT_EQ(two.status, 200) << two.body;
+  EXPECT_EQ(str(parse(two.body), "user_id"), "u2");
+  EXPECT_EQ(num(parse(two.body), "total"), 2);
+  auto results = get("/v1/batches/" + name + "/results", kU2Key);
+  ASSERT_EQ(results.status, 200) << results.body;
+  EXPECT_EQ(std::count(results.body.begin(), results.body.end(), '\n'), 2) << results.body;
+  EXPECT_EQ(results.body.find("u1"), std::string::npos) << results.body;
+  const std::string a_task = results.body.substr(results.body.find("\"task_id\":\"") + 11, 36);
+  EXPECT_EQ(str(parse(get("/v1/tasks/" + a_task, kU2Key).body), "batch_id"), name)
+      << "its tasks name the batch as its user did";
+  expect_error(get("/v1/batches/" + name + "?user_id=u2", kU1Key), 403, "/query/user_id",
+               "forbidden");
+
+  // The admin's key acts for both: the name alone is ambiguous, its user tells.
+  auto ambiguous = get("/v1/batches/" + name);
+  expect_error(ambiguous, 409, "/query/user_id", "ambiguous_id");
+  EXPECT_NE(str(at(parse(ambiguous.body), "error"), "message").find("u1, u2"), std::string::npos)
+      << ambiguous.body;
+  auto named = get("/v1/batches/" + name + "?user_id=u2");
+  ASSERT_EQ(named.status, 200) << named.body;
+  EXPECT_EQ(num(parse(named.body), "total"), 2);
+  auto third = post_batch("?batch_id=" + name,
+                          submission(user("nightly-u3"), "删除2月30日的日程", name + "-5") + "\n");
+  ASSERT_EQ(third.status, 201) << third.body;
+  EXPECT_EQ(third.header("Location"), "/v1/batches/" + name + "?user_id=" + user("nightly-u3"))
+      << "a key acting for several users is told whose";
+
+  // u2 cancels theirs; u1's batch of the name is not touched.
+  auto cancelled = call({bhttp::verb::post, "/v1/batches/" + name + "/cancel", "", kU2Key});
+  ASSERT_EQ(cancelled.status, 200) << cancelled.body;
+  EXPECT_EQ(str(parse(cancelled.body), "user_id"), "u2");
+  EXPECT_TRUE(at(parse(get("/v1/batches/" + name, kU1Key).body), "cancelled").IsFalse());
 }
 
 TEST(ApiBatches, ACancelledBatchStartsNoTaskAfterwardsAndEveryTaskEnds) {
@@ -1743,7 +1804,8 @@ TEST(ApiBadInput, EachIsAClear4xxOfTheErrorShapeAndNothingIsStored) {
   EXPECT_EQ(our_tasks(), tasks_before + 2) << "only ok_user's two";
   EXPECT_EQ(pg_count("SELECT count(*) FROM batches"), batches_before);
 
-  // A batch id used before: 409, the first batch as it was, nothing added.
+  // A batch id the user used before: 409, the first batch as it was, nothing added. Another
+  // user's batch of that id is theirs (batch ids are each user's).
   const std::string reused = u + "-reused";
   const std::string good_user = user("bad-batch");
   auto first =
@@ -1752,12 +1814,15 @@ TEST(ApiBadInput, EachIsAClear4xxOfTheErrorShapeAndNothingIsStored) {
   expect_error(
       post_batch("?batch_id=" + reused, submission(good_user, "删除2月30日的日程", "br-2") + "\n"),
       409, "/query/batch_id", "batch_exists");
-  expect_error(post_batch("?batch_id=" + reused,
-                          submission(user("bad-thief"), "删除2月30日的日程", "br-3") + "\n"),
-               409, "/query/batch_id", "batch_exists");
+  const std::string other_user = user("bad-other");
+  auto theirs =
+      post_batch("?batch_id=" + reused, submission(other_user, "删除2月30日的日程", "br-3") + "\n");
+  ASSERT_EQ(theirs.status, 201) << theirs.body;
+  EXPECT_EQ(str(parse(theirs.body), "batch_id"), reused);
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE batch_id = $1", reused), 1);
   EXPECT_EQ(pg_count("SELECT total FROM batches WHERE batch_id = $1", reused), 1);
-  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE idempotency_key IN ('br-2', 'br-3')"), 0);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE idempotency_key = 'br-2'"), 0);
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", other_user), 1);
 }
 
 // ---------------------------------------------------------------------------------------

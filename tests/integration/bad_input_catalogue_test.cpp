@@ -628,7 +628,12 @@ TEST(BadInputCatalogue, InjectionStringsAreStoredVerbatimOrRefusedAndNeverExecut
             submission(user("sql-b"), "删除2月30日的日程", "b-1") + "\n", "application/x-ndjson"});
   ASSERT_EQ(uploaded.status, 201) << uploaded.body;
   EXPECT_EQ(str(parse(uploaded.body), "batch_id"), batch_id);
-  EXPECT_EQ(uploaded.header("Location"), "/v1/batches/" + batch_id);
+  // Its Location is percent-encoded, and leads to it.
+  const std::string location = uploaded.header("Location");
+  EXPECT_EQ(location.find_first_of("' ;"), std::string::npos) << location;
+  auto led_to = call({bhttp::verb::get, location});
+  ASSERT_EQ(led_to.status, 200) << location << ": " << led_to.body;
+  EXPECT_EQ(str(parse(led_to.body), "batch_id"), batch_id);
   auto found = call({bhttp::verb::get, "/v1/batches/" + url_encode(batch_id)});
   ASSERT_EQ(found.status, 200) << found.body;
   EXPECT_EQ(str(parse(found.body), "batch_id"), batch_id);

@@ -40,6 +40,14 @@ std::vector<pg::NewTask> tasks_of(const std::string& user, const std::string& ba
   return tasks;
 }
 
+// The one batch of a name there to read, of any user.
+std::optional<pg::BatchHeader> find_batch(pqxx::connection& c, const std::string& name) {
+  auto found = pg::find_batches(c, name, "", 2);
+  if (found.size() > 1)
+    throw std::logic_error("batch '" + name + "' is more than one user's");
+  return found.empty() ? std::nullopt : std::optional<pg::BatchHeader>(found.front());
+}
+
 // Every user may queue 1000 tasks, unless their own max_queued says otherwise.
 int queue_limit(const std::string&, std::optional<int> max_queued) {
   return max_queued.value_or(1000);
@@ -141,7 +149,7 @@ TEST_F(Batches, SlicesAreCommittedAsTheyComeHiddenUntilSealedThenQueued) {
   // Not the scheduler's, not the API's: no queued task, no task, no batch to show.
   EXPECT_EQ(tasks_with(batch, "queued"), 0);
   EXPECT_FALSE(pg::task_json(db_, first[0].spec.task_id));
-  EXPECT_FALSE(pg::find_batch(db_, batch));
+  EXPECT_FALSE(find_batch(db_, batch));
   EXPECT_FALSE(pg::batch_json(db_, batch));
   // But they hold room in the user's queue.
   EXPECT_EQ(pg::queue_room_now(db_, user, queue_limit).queued, 5);
@@ -150,7 +158,7 @@ TEST_F(Batches, SlicesAreCommittedAsTheyComeHiddenUntilSealedThenQueued) {
   ASSERT_EQ(seal.outcome, pg::SealOutcome::kSealed);
   EXPECT_EQ(seal.room.queued, 5);
   // Stored once sealed: shown while its tasks move into the queue, the staged ones as queued.
-  ASSERT_TRUE(pg::find_batch(db_, batch)) << "a sealed batch is there";
+  ASSERT_TRUE(find_batch(db_, batch)) << "a sealed batch is there";
   const auto moving = pg::batch_json(db_, batch);
   ASSERT_TRUE(moving);
   EXPECT_NE(moving->find(R"("queued": 5)"), std::string::npos) << *moving;
@@ -159,7 +167,7 @@ TEST_F(Batches, SlicesAreCommittedAsTheyComeHiddenUntilSealedThenQueued) {
   EXPECT_EQ(upload->promote(2), 1);
   EXPECT_EQ(tasks_with(batch, "queued"), 5);
   EXPECT_EQ(tasks_with(batch, "staged"), 0);
-  ASSERT_TRUE(pg::find_batch(db_, batch));
+  ASSERT_TRUE(find_batch(db_, batch));
   const auto shown = pg::batch_json(db_, batch);
   ASSERT_TRUE(shown);
   EXPECT_NE(shown->find(R"("total": 5)"), std::string::npos) << *shown;
@@ -237,10 +245,10 @@ TEST_F(Batches, TheSweepFinishesTheMoveOfASealedBatchItsUploaderDidNotFinish) {
        batch);
   // A pass at a time, without waiting for another deadline between them.
   EXPECT_EQ(sweep(1), 1);
-  EXPECT_TRUE(pg::find_batch(db_, batch)) << "sealed: there while its tasks move";
+  EXPECT_TRUE(find_batch(db_, batch)) << "sealed: there while its tasks move";
   EXPECT_EQ(sweep(1), 1);
   EXPECT_EQ(tasks_with(batch, "queued"), 3);
-  ASSERT_TRUE(pg::find_batch(db_, batch));
+  ASSERT_TRUE(find_batch(db_, batch));
   EXPECT_EQ(sweep(100), 0);
 }
 
@@ -254,7 +262,7 @@ TEST_F(Batches, ACancelWhileTheTasksMoveIntoTheQueueEndsTheStagedOnesToo) {
   EXPECT_EQ(upload->promote(2), 2);
   ASSERT_EQ(tasks_with(batch, "staged"), 3);
 
-  const auto header = pg::find_batch(db_, batch);
+  const auto header = find_batch(db_, batch);
   ASSERT_TRUE(header) << "the batch is there to cancel";
   std::string after;
   EXPECT_EQ(pg::cancel_batch_slice(db_, *header, after, 100, "agent.results"), 5);
@@ -288,7 +296,7 @@ TEST_F(Batches, TheSweepLeavesABatchWhoseCancelIsUnderWayAndFinishesOneCutShort)
   ASSERT_EQ(tasks_with(batch, "queued"), 6);
 
   // The cancel's first slice has ended two tasks and committed; its second is under way.
-  const auto header = pg::find_batch(db_, batch);
+  const auto header = find_batch(db_, batch);
   ASSERT_TRUE(header);
   std::string after;
   ASSERT_EQ(pg::cancel_batch_slice(db_, *header, after, 2, "agent.results"), 2);
@@ -554,7 +562,7 @@ TEST_F(Batches, EachSliceOfAMoveGoesOnFromTheLastWithoutReReadingTheMovedRows) {
             through);
   EXPECT_EQ(sweep(3), 1);
   EXPECT_EQ(tasks_with(batch, "queued"), 7);
-  EXPECT_TRUE(pg::find_batch(db_, batch));
+  EXPECT_TRUE(find_batch(db_, batch));
   // The move reads the batch's staged tasks by an index, in line order, starting at the
   // cursor: the rows moved before it are not read again, and nothing is sorted.
   pqxx::work tx(db_);
@@ -612,6 +620,63 @@ TEST_F(Batches, ASealedBatchIsQueuedAndAdmittedInLineOrderWhateverItsTaskIds) {
     admitted.push_back(sent.task_id);
   std::sort(admitted.rbegin(), admitted.rend());
   EXPECT_EQ(admitted, std::vector<std::string>(ids.begin() + 3, ids.begin() + 6));
+}
+
+// A batch's id is its user's (migration 0030): a second user naming a batch as another did
+// gets a batch of their own under that name, not 409 batch_exists (which told them it
+// exists); the same user naming it twice is refused. Each batch's tasks, its progress, its
+// cancel and the scheduler's view of that cancel are its own.
+TEST_F(Batches, TwoUsersEachHaveABatchOfOneNameAndOneUserHasOne) {
+  const std::string name = "nightly-" + next_id(), first = "batch-name-u1",
+                    second = "batch-name-u2";
+  auto a = sealed_upload(first, name, 2);
+  ASSERT_TRUE(a);
+  auto b = sealed_upload(second, name, 3);
+  ASSERT_TRUE(b) << "another user's batch of the name does not refuse it";
+  EXPECT_EQ(a->header().batch_id, name) << "the first keeps the name as its key";
+  EXPECT_EQ(b->header().batch_id, batch_key_of_user(name, second));
+  EXPECT_EQ(batch_name(b->header().batch_id), name);
+  EXPECT_FALSE(writer(second, name)->create()) << "one user, one batch of a name";
+  EXPECT_FALSE(writer(first, name)->create());
+  EXPECT_EQ(a->promote(10), 2);
+  EXPECT_EQ(b->promote(10), 3);
+
+  // Found by name for a user, or both for a caller acting for any user, the oldest first.
+  const auto all = pg::find_batches(db_, name, "", 10);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].user_id, first);
+  EXPECT_EQ(all[1].user_id, second);
+  const auto seconds = pg::find_batches(db_, name, second, 10);
+  ASSERT_EQ(seconds.size(), 1u);
+  EXPECT_EQ(seconds[0].batch_id, b->header().batch_id);
+  EXPECT_TRUE(pg::find_batches(db_, name, "batch-name-u3", 10).empty());
+  // Each shows its name and its own tasks.
+  const auto shown = pg::batch_json(db_, seconds[0].batch_id);
+  ASSERT_TRUE(shown);
+  EXPECT_NE(shown->find(R"("batch_id": ")" + name + R"(")"), std::string::npos) << *shown;
+  EXPECT_NE(shown->find(R"("total": 3)"), std::string::npos) << *shown;
+  EXPECT_NE(shown->find(R"("queued": 3)"), std::string::npos) << *shown;
+  std::string last;
+  const std::string lines = pg::batch_results_page(db_, seconds[0], "", 10, last);
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 3);
+  const auto task = pg::task_json(db_, lines.substr(lines.find(R"("task_id":")") + 11, 36));
+  ASSERT_TRUE(task);
+  EXPECT_NE(task->find(R"("batch_id":")" + name + R"(")"), std::string::npos)
+      << "its tasks show the name: " << *task;
+  EXPECT_EQ(task->find("\\u001f"), std::string::npos) << *task;
+
+  // The second user's cancelled (a cancel cut short after its mark): the scheduler admits
+  // none of its tasks, and the first user's batch of the name runs.
+  {
+    pqxx::work tx(db_);
+    tx.exec_params0("UPDATE batches SET cancelled = true WHERE batch_id = $1", seconds[0].batch_id);
+    tx.commit();
+  }
+  EXPECT_EQ(dispatch(second), 0);
+  EXPECT_EQ(dispatch(first), 2);
+  std::string after;
+  EXPECT_EQ(pg::cancel_batch_slice(db_, seconds[0], after, 100, "agent.results"), 3);
+  EXPECT_EQ(tasks_with(b->header().batch_id, "cancelled"), 3);
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ const std::map<std::string, std::string>& pinned() {
       {"0027_session_sequence_index.sql", "cbf811ca3ca4b581"},
       {"0028_batch_line_order.sql", "c630f52d80cddd98"},
       {"0029_submission_names_its_user.sql", "eedfea7d96f9f126"},
+      {"0030_batch_ids_per_user.sql", "21bd8c610030daaa"},
   };
   return kPinned;
 }

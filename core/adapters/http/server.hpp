@@ -278,5 +278,8 @@ std::optional<std::string> query_param(std::string_view target, std::string_view
 // One segment of a path (split at '/' first), percent-decoded ('+' stays '+'): an id with
 // characters a URL cannot carry as they are arrives as the client encoded it.
 std::string decode_path_segment(std::string_view segment);
+// `text` percent-encoded for a path segment or a query value: every byte but the unreserved
+// ones (RFC 3986: letters, digits, '-', '.', '_', '~').
+std::string percent_encode(std::string_view text);
 
 }  // namespace agentfleet::http

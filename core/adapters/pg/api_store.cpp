@@ -87,8 +87,10 @@ Awaitable<bool> ApiStore::put_user_overrides(const UserOverrides& overrides) {
   });
 }
 
-Awaitable<std::optional<BatchHeader>> ApiStore::find_batch(const std::string& batch_id) {
-  co_return co_await db_.run([&](pqxx::connection& c) { return pg::find_batch(c, batch_id); });
+Awaitable<std::vector<BatchHeader>> ApiStore::find_batches(const std::string& name,
+                                                           const std::string& user_id, int limit) {
+  co_return co_await db_.run(
+      [&](pqxx::connection& c) { return pg::find_batches(c, name, user_id, limit); });
 }
 
 Awaitable<std::optional<std::string>> ApiStore::batch_json(const std::string& batch_id) {

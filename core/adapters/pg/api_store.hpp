@@ -84,7 +84,9 @@ class ApiStore {
   Awaitable<bool> put_user_overrides(const UserOverrides& overrides);
 
   // Batches.
-  Awaitable<std::optional<BatchHeader>> find_batch(const std::string& batch_id);
+  // The batches named `name` there to be read (find_batches).
+  Awaitable<std::vector<BatchHeader>> find_batches(const std::string& name,
+                                                   const std::string& user_id, int limit);
   Awaitable<std::optional<std::string>> batch_json(const std::string& batch_id);
   // The page of up to `limit` results after task id `after` (empty: from the first).
   Awaitable<ResultsPage> batch_results_page(const BatchHeader& batch, const std::string& after,

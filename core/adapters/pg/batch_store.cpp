@@ -140,15 +140,35 @@ BatchWriter::BatchWriter(const std::string& url, int statement_timeout_ms, int c
 BatchWriter::~BatchWriter() = default;
 
 bool BatchWriter::create() {
-  pqxx::work tx(*connection_);
-  auto rows = tx.exec_params(
-      "INSERT INTO batches (batch_id, user_id, priority, upload_deadline) "
-      "VALUES ($1, $2, $3, clock_timestamp() + make_interval(secs => $4)) "
-      "ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id",
-      header_.batch_id, header_.user_id, std::string(to_string(header_.priority)), renew_s_);
-  tx.commit();
-  created_ = !rows.empty();
-  return created_;
+  // Under the name itself when no batch has that key, else under the user's key (migration
+  // 0030); either conflicts with a batch of this user and name (batches_name_user). Another
+  // user taking the name itself in between conflicts too: then it is tried again, once more
+  // than such races can follow one another (each needs a new batch of that name).
+  const std::string name = header_.batch_id;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    pqxx::work tx(*connection_);
+    auto rows = tx.exec_params(
+        R"SQL(
+INSERT INTO batches (batch_id, user_id, priority, upload_deadline)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM batches WHERE batch_id = $1) THEN $5 ELSE $1 END,
+       $2, $3, clock_timestamp() + make_interval(secs => $4)
+ON CONFLICT DO NOTHING RETURNING batch_id)SQL",
+        name, header_.user_id, std::string(to_string(header_.priority)), renew_s_,
+        batch_key_of_user(name, header_.user_id));
+    if (!rows.empty()) {
+      tx.commit();
+      header_.batch_id = rows[0][0].as<std::string>();
+      created_ = true;
+      return true;
+    }
+    auto own = tx.exec_params(
+        R"SQL(SELECT 1 FROM batches WHERE split_part(batch_id, E'\x1f', 1) = $1 AND user_id = $2)SQL",
+        name, header_.user_id);
+    tx.commit();
+    if (!own.empty())
+      return false;
+  }
+  return false;
 }
 
 namespace {
@@ -185,8 +205,10 @@ Added BatchWriter::add(std::vector<NewTask>& tasks) {
   if (!renew_upload(tx, header_.batch_id, renew_s_))
     throw std::runtime_error("the upload of batch '" + header_.batch_id +
                              "' went longer than its deadline without a slice");
-  for (NewTask& task : tasks)
+  for (NewTask& task : tasks) {
     task.staged = true;
+    task.spec.batch_id = header_.batch_id;  // the batch's key (its name when no other's)
+  }
   // A session's first line of this slice follows its previous line of the upload; the
   // others are chained by insert_tasks.
   std::unordered_map<std::string_view, std::size_t> last_here;  // session -> last index
@@ -224,7 +246,7 @@ Added BatchWriter::add(std::vector<NewTask>& tasks) {
     if (!held.empty()) {
       added.inserted = 0;
       added.held_key = held[0][0].as<std::string>();
-      added.held_by_batch = held[0][1].as<std::string>();
+      added.held_by_batch = std::string(batch_name(held[0][1].as<std::string>()));
       return added;  // rolls back
     }
     // A skipped line is a duplicate only when its key names the same request: the canonical
@@ -367,20 +389,28 @@ void BatchWriter::discard(int slice) {
   }
 }
 
-std::optional<BatchHeader> find_batch(pqxx::connection& c, const std::string& batch_id) {
+std::vector<BatchHeader> find_batches(pqxx::connection& c, const std::string& name,
+                                      const std::string& user_id, int limit) {
   pqxx::read_transaction tx(c);
   // A batch whose upload is under way is not there yet: nothing of it is committed until the
   // seal. A sealed one is, also while its tasks are still moving into the queue (its
   // uploader may have answered and left the rest of the move to the scheduler's sweep).
   // Batches made before uploads were staged (migration 0017) are unsealed with no deadline.
-  auto rows = tx.exec_params(
-      "SELECT user_id, priority FROM batches WHERE batch_id = $1 "
-      "AND (sealed OR upload_deadline IS NULL)",
-      batch_id);
-  if (rows.empty())
-    return std::nullopt;
-  return BatchHeader{batch_id, rows[0][0].as<std::string>(),
-                     parse_priority(rows[0][1].as<std::string>()).value_or(Priority::kBatch)};
+  // By batches_name_user: a user has one batch of a name.
+  auto rows = tx.exec_params(R"SQL(
+SELECT batch_id, user_id, priority FROM batches
+WHERE split_part(batch_id, E'\x1f', 1) = $1 AND ($2 = '' OR user_id = $2)
+  AND (sealed OR upload_deadline IS NULL)
+ORDER BY created_at, user_id
+LIMIT $3)SQL",
+                             name, user_id, limit);
+  std::vector<BatchHeader> found;
+  for (const auto& row : rows) {
+    found.push_back(
+        BatchHeader{row[0].as<std::string>(), row[1].as<std::string>(),
+                    parse_priority(row[2].as<std::string>()).value_or(Priority::kBatch)});
+  }
+  return found;
 }
 
 std::optional<std::string> batch_json(pqxx::connection& c, const std::string& batch_id) {
@@ -400,7 +430,7 @@ calls AS (
   FROM usage_ledger WHERE batch_id = $1 AND user_id = (SELECT user_id FROM b)
   GROUP BY model, currency)
 SELECT jsonb_build_object(
-  'batch_id', b.batch_id, 'user_id', b.user_id, 'priority', b.priority, 'total', b.total,
+  'batch_id', split_part(b.batch_id, E'\x1f', 1), 'user_id', b.user_id, 'priority', b.priority, 'total', b.total,
   'cancelled', b.cancelled, 'created_at', b.created_at, 'cancelled_at', b.cancelled_at,
   'counts', (SELECT jsonb_build_object(
       'queued', coalesce(sum(n) FILTER (WHERE status = 'queued'), 0),

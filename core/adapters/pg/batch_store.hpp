@@ -29,7 +29,7 @@
 namespace agentfleet::pg {
 
 struct BatchHeader {
-  std::string batch_id;
+  std::string batch_id;  // the batches row's key (batch_name() of it is what a user sees)
   std::string user_id;
   Priority priority = Priority::kBatch;
 };
@@ -74,9 +74,13 @@ class BatchWriter {
   BatchWriter(const BatchWriter&) = delete;
   BatchWriter& operator=(const BatchWriter&) = delete;
 
-  // Commits the batch row, its upload under way. False when a batch with this id exists
-  // already (for any user); the writer then acts on nothing.
+  // Commits the batch row, its upload under way, under the header's batch_id as its name:
+  // the row's key is the name, or the name and the user when another user's batch has that
+  // key (batch_key_of_user); header() holds it from then on, and every task add() stores
+  // carries it. False when the user has a batch of this name already; the writer then acts
+  // on nothing.
   bool create();
+  const BatchHeader& header() const { return header_; }
   // The batch's user's queue room (queue_room_now), read on this writer's connection: before
   // create(), for an upload whose user its first line named.
   QueueRoom queue_room(const QueueLimit& limit);
@@ -119,11 +123,15 @@ class BatchWriter {
   std::unordered_map<std::string, std::string> session_last_;
 };
 
-// The batch row, or nullopt.
-std::optional<BatchHeader> find_batch(pqxx::connection& c, const std::string& batch_id);
+// The batches named `name` that are there to be read (sealed, or made before uploads were
+// staged): user `user_id`'s (at most one), or when it is empty any user's, at most `limit`,
+// the oldest first.
+std::vector<BatchHeader> find_batches(pqxx::connection& c, const std::string& name,
+                                      const std::string& user_id, int limit);
 
-// GET /v1/batches/{id}: the batch with counts per status and result type, progress, and
-// usage per model, as JSON; nullopt when there is no such batch.
+// GET /v1/batches/{id}: the batch of key `batch_id` with counts per status and result type,
+// progress, and usage per model, as JSON (its batch_id the name); nullopt when there is no
+// such batch.
 std::optional<std::string> batch_json(pqxx::connection& c, const std::string& batch_id);
 
 // One page of GET /v1/batches/{id}/results: each task as one JSON line (with "\n"), in

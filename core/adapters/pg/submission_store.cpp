@@ -236,7 +236,7 @@ std::optional<InsertResult> existing_task(pqxx::connection& c, const pqxx::row& 
     // Held by a batch upload under way: whether the key names a task is known when the
     // upload ends (sealed, or refused and deleted). Nothing is stored meanwhile.
     result.outcome = InsertOutcome::kPending;
-    result.held_by_batch = row[7].as<std::string>();
+    result.held_by_batch = std::string(batch_name(row[7].as<std::string>()));
     return result;
   }
   result.task_id = row[4].as<std::string>();
