@@ -272,6 +272,19 @@ ctl 0 --json batch results "$batch"
 ctl 5 batch submit "$tmp/batch.jsonl" --user "$ub" --batch-id "$batch" --no-follow
 has "$err" "409 batch_exists"
 has "$err" "agentctl batch status $batch"
+# Batch ids are each user's: another user's batch of this id is theirs, and the admin's key,
+# acting for both, names whose with --user.
+printf '{"text":"bench: steps=1 calls=1"}\n' >"$tmp/theirs.jsonl"
+ctl 0 batch submit "$tmp/theirs.jsonl" --user "$ub-2" --batch-id "$batch" --no-follow
+ctl 5 batch status "$batch"
+has "$err" "409 ambiguous_id"
+has "$err" "?user_id="
+ctl 0 batch status "$batch" --user "$ub"
+has "$out" "ended      5 of 5"
+ctl 0 --json batch status "$batch" --user "$ub-2"
+has "$out" "\"user_id\":\"$ub-2\""
+ctl 0 batch results "$batch" --user "$ub"
+[[ $(grep -c "^[0-9a-f]\{8\}-" <<<"$out") == 5 ]] || fail "batch results --user: $out"
 # Without --batch-id agentctl makes a UUID up and sends it.
 # (a line without its user_id is --user's)
 printf '{"text":"bench: steps=1 calls=1","idempotency_key":"own-id"}\n' >"$tmp/own.jsonl"
@@ -306,7 +319,7 @@ has "$out" "sim-model"
 has "$out" "TOTAL"
 ctl 0 usage --user "$u1" --json
 has "$out" "\"user_id\":\"$u1\""
-ctl 0 usage --batch "$batch"
+ctl 0 usage --batch "$batch" --user "$ub"  # another user has a batch of this id (above)
 has "$out" "usage of batch $batch (user $ub)"
 has "$out" "TOTAL"
 yesterday=$(date -u -d yesterday +%F)

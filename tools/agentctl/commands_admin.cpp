@@ -29,7 +29,9 @@ std::vector<std::pair<std::string, std::string>> period_query(const Invocation& 
 
 int cmd_usage(Context& ctx) {
   const Invocation& inv = ctx.inv;
-  const int scopes = inv.has("--user") + inv.has("--batch") + inv.has("--all");
+  // --user beside --batch names the batch's user.
+  const int scopes =
+      (inv.has("--user") && !inv.has("--batch")) + inv.has("--batch") + inv.has("--all");
   if (scopes != 1)
     throw UsageError("usage needs exactly one of --user U, --batch ID or --all");
   const auto period = period_query(inv);
@@ -39,6 +41,8 @@ int cmd_usage(Context& ctx) {
   std::string title;
   if (inv.has("--batch")) {
     target = "/v1/batches/" + path_segment(inv.required("--batch"));
+    if (inv.has("--user"))
+      target += "?" + query_string({{"user_id", inv.required("--user")}});
   } else {
     target = inv.has("--all") ? std::string("/v1/usage")
                               : "/v1/users/" + path_segment(inv.required("--user")) + "/usage";

@@ -17,8 +17,14 @@ namespace agentfleet::agentctl {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-std::string batch_path(const std::string& id) {
-  return "/v1/batches/" + path_segment(id);
+// A batch's route; `user` (may be empty) names its user: batch ids are each user's, and a
+// key acting for several users who each have a batch of the id must say whose.
+std::string batch_path(const std::string& id, const std::string& user,
+                       const std::string& suffix = "") {
+  std::string path = "/v1/batches/" + path_segment(id) + suffix;
+  if (!user.empty())
+    path += "?" + query_string({{"user_id", user}});
+  return path;
 }
 
 double seconds_since(Clock::time_point start) {
@@ -28,13 +34,13 @@ double seconds_since(Clock::time_point start) {
 // Polls the batch every second until every task ended, showing the progress: one line
 // redrawn on a terminal, else a line every `interval`; then the summary line. Exit 0 when
 // every task succeeded, 1 otherwise, 7 when `limit_s` (> 0) passed first.
-int follow_batch(const Context& ctx, const std::string& id, std::int64_t limit_s,
-                 std::chrono::seconds interval) {
+int follow_batch(const Context& ctx, const std::string& id, const std::string& user,
+                 std::int64_t limit_s, std::chrono::seconds interval) {
   const auto started = Clock::now();
   const bool tty = ctx.stdout_is_tty && !ctx.settings.json;
   ProgressMeter meter;
   auto last_line = started;
-  const std::string target = batch_path(id);
+  const std::string target = batch_path(id, user);
   for (;;) {
     auto response = ctx.api.get(target);
     ctx.api.check(response, "GET", target);
@@ -153,11 +159,11 @@ int cmd_batch_submit(Context& ctx) {
     return kExitOk;
   }
   print(ctx.settings.json ? response.body + "\n" : summary + "\n");
-  return follow_batch(ctx, id, limit_s, interval);
+  return follow_batch(ctx, id, user, limit_s, interval);
 }
 
 int cmd_batch_status(Context& ctx) {
-  const std::string target = batch_path(ctx.inv.args[0]);
+  const std::string target = batch_path(ctx.inv.args[0], ctx.inv.value("--user"));
   auto response = ctx.api.get(target);
   ctx.api.check(response, "GET", target);
   auto doc = ApiClient::parse(response, target);
@@ -166,7 +172,7 @@ int cmd_batch_status(Context& ctx) {
 }
 
 int cmd_batch_results(Context& ctx) {
-  const std::string target = batch_path(ctx.inv.args[0]) + "/results";
+  const std::string target = batch_path(ctx.inv.args[0], ctx.inv.value("--user"), "/results");
   std::string pending;
   bool header_shown = false;
   auto sink = [&](std::string_view piece) {
@@ -202,7 +208,7 @@ int cmd_batch_results(Context& ctx) {
 
 int cmd_batch_cancel(Context& ctx) {
   const std::string& id = ctx.inv.args[0];
-  const std::string target = batch_path(id) + "/cancel";
+  const std::string target = batch_path(id, ctx.inv.value("--user"), "/cancel");
   auto response = ctx.api.post(target, "");
   ctx.api.check(response, "POST", target);
   auto doc = ApiClient::parse(response, target);

@@ -12,6 +12,9 @@ namespace agentfleet::agentctl {
 
 namespace {
 const OptionSpec kUser{"--user", "U", "the user the tasks belong to"};
+const OptionSpec kBatchUser{"--user", "U",
+                            "the batch's user: needed only by a key acting for several users "
+                            "who each have a batch of this id (batch ids are each user's)"};
 // For the commands that take it from the API key when it acts for one user (user_for()).
 const OptionSpec kUserOrKeys{"--user", "U",
                              "the user the tasks belong to (default: the one user the API key "
@@ -181,29 +184,30 @@ const std::vector<CommandSpec>& command_specs() {
        "",
        1,
        1,
-       {}},
+       {kBatchUser}},
       {"batch results",
        "ID",
        "stream a batch's results (a table, or JSON Lines with --json)",
        "",
        1,
        1,
-       {}},
+       {kBatchUser}},
       {"batch cancel",
        "ID",
        "cancel a batch: its tasks not yet running end cancelled, running ones stop",
        "",
        1,
        1,
-       {}},
+       {kBatchUser}},
       {"usage",
        "",
        "the bill per model: calls, tokens, cost, totals per currency",
-       "One of --user, --batch or --all (an admin key). --from and --to take a date\n"
+       "One of --user, --batch or --all (an admin key); --batch with --user names the\n"
+       "batch's user (batch ids are each user's). --from and --to take a date\n"
        "(2026-11-01) or an RFC 3339 time; they do not apply to a batch.",
        0,
        0,
-       {{"--user", "U", "the bill of this user"},
+       {{"--user", "U", "the bill of this user (with --batch: the batch's user)"},
         {"--batch", "ID", "the bill of this batch"},
         {"--all", "", "the bill of every user (admin)"},
         {"--from", "TIME", "from this date or time (inclusive)"},

@@ -107,7 +107,10 @@ function Console({ session, signOut }: { session: Session; signOut: () => void }
 
   let body;
   if (page === "tasks" && id) body = <TaskPage {...props} taskId={id} key={id} />;
-  else if (page === "batches") body = <BatchesPage {...props} batchId={id} key={id ?? ""} />;
+  else if (page === "batches") {
+    const batchUser = route.query.get("user_id") ?? undefined;
+    body = <BatchesPage {...props} batchId={id} batchUser={batchUser} key={`${id ?? ""}\n${batchUser ?? ""}`} />;
+  }
   else if (page === "usage") body = <UsagePage {...props} />;
   else if (page === "limits") body = <LimitsPage {...props} />;
   else if (page === "dead-letters") body = <DeadLettersPage {...props} />;

@@ -25,17 +25,34 @@ export function saveSession(session: Session | null): void {
   else sessionStorage.removeItem(SESSION);
 }
 
-export function recentBatches(): string[] {
+/** A batch as the console names it: its id, and its user (batch ids are each user's; a key
+ * acting for several users needs the user when more than one has a batch of the id). */
+export interface BatchRef {
+  id: string;
+  user?: string | undefined;
+}
+
+export function recentBatches(): BatchRef[] {
   try {
     const list: unknown = JSON.parse(sessionStorage.getItem(BATCHES) ?? "[]");
-    return Array.isArray(list) ? list.filter((x): x is string => typeof x === "string") : [];
+    if (!Array.isArray(list)) return [];
+    return list.flatMap((x): BatchRef[] => {
+      if (typeof x === "string") return [{ id: x }];
+      if (x && typeof x === "object" && typeof (x as BatchRef).id === "string") {
+        const user = (x as BatchRef).user;
+        return [{ id: (x as BatchRef).id, user: typeof user === "string" ? user : undefined }];
+      }
+      return [];
+    });
   } catch {
     return [];
   }
 }
 
-/** Puts `batchId` first in the recent list (at most 20 kept). */
-export function rememberBatch(batchId: string): void {
-  const list = [batchId, ...recentBatches().filter((b) => b !== batchId)].slice(0, 20);
+const sameBatch = (a: BatchRef, b: BatchRef) => a.id === b.id && (a.user ?? "") === (b.user ?? "");
+
+/** Puts `batch` first in the recent list (at most 20 kept). */
+export function rememberBatch(batch: BatchRef): void {
+  const list = [batch, ...recentBatches().filter((b) => !sameBatch(b, batch))].slice(0, 20);
   sessionStorage.setItem(BATCHES, JSON.stringify(list));
 }

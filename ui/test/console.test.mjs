@@ -197,7 +197,10 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       await page.getByLabel(/JSON Lines file/).setInputFiles(file);
       await page.getByRole("button", { name: "Upload" }).click();
       await until("the batch's page", async () => /#\/batches\/.+/.test(page.url()));
-      batchId = decodeURIComponent(page.url().split("/").pop());
+      // #/batches/ID?user_id=U: the batch's user rides along (batch ids are each user's).
+      const opened = /#\/batches\/([^?]+)\?user_id=(.+)$/.exec(page.url());
+      assert.ok(opened, page.url());
+      batchId = decodeURIComponent(opened[1]);
       await expectText(page.locator("label[for='batch-progress']"), /3 of 3 tasks ended/, 30_000);
       await expectText(page.getByRole("navigation", { name: "Recent batches" }), new RegExp(batchId));
       const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: /Download results/ }).click()]);
@@ -216,7 +219,7 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       await nav("Batches").click();
       await page.getByLabel(/JSON Lines file/).setInputFiles(file);
       await page.getByRole("button", { name: "Upload" }).click();
-      await until("the batch's page", async () => /#\/batches\/.+/.test(page.url()) && !page.url().endsWith(encodeURIComponent(batchId)));
+      await until("the batch's page", async () => /#\/batches\/.+/.test(page.url()) && !page.url().includes(`/batches/${encodeURIComponent(batchId)}?`));
       await page.getByRole("button", { name: "Cancel batch" }).click();
       await expectText(page.locator("#batch-title"), /cancelled/);
       await expectText(page.getByRole("status").filter({ hasText: "Batch cancelled" }), /no task of it starts/);

@@ -49,6 +49,15 @@ def _quote(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
 
+def _batch_path(batch_id: str, user_id: Optional[str], suffix: str = "") -> str:
+    """A batch's route; ``user_id`` names its user (batch ids are each user's), needed only
+    by a key that acts for several users who each have a batch of that id."""
+    path = f"/v1/batches/{_quote(batch_id)}{suffix}"
+    if user_id:
+        path += "?" + urllib.parse.urlencode({"user_id": user_id})
+    return path
+
+
 def _retry_after(value: Optional[str]) -> Optional[float]:
     if value is None:
         return None
@@ -207,7 +216,8 @@ class Client:
         "lines"}``; a bad line is BadRequest naming ``/line/N/...`` and nothing is stored.
         Not sent again on failure (a cut upload stores nothing): lines with their own
         ``idempotency_key`` can be sent again safely, those already stored counting as
-        ``duplicates``; a ``batch_id`` used before is Conflict ``batch_exists``."""
+        ``duplicates``; a ``batch_id`` the user used before is Conflict ``batch_exists``
+        (another user's batch of that id is theirs)."""
         total = len(lines) if hasattr(lines, "__len__") else None  # type: ignore[arg-type]
         query = {"user_id": user_id, "batch_id": batch_id, "priority": priority}
         gen = _PieceBuffer(lines, chunk_bytes, on_progress, total)
@@ -221,10 +231,12 @@ class Client:
             retries=0,
         )
 
-    def batch(self, batch_id: str) -> Json:
+    def batch(self, batch_id: str, user_id: Optional[str] = None) -> Json:
         """GET /v1/batches/{id}: counts per status and result type, ``ended`` of
-        ``total``, usage per model, ``waiting_reason``."""
-        return self._call("GET", f"/v1/batches/{_quote(batch_id)}")
+        ``total``, usage per model, ``waiting_reason``. Batch ids are each user's:
+        ``user_id`` tells whose when the key acts for several (else Conflict
+        ``ambiguous_id``)."""
+        return self._call("GET", _batch_path(batch_id, user_id))
 
     def wait_batch(
         self,
@@ -233,12 +245,13 @@ class Client:
         timeout: float = 3600.0,
         interval: float = 1.0,
         on_progress: Optional[Callable[[Json], None]] = None,
+        user_id: Optional[str] = None,
     ) -> Json:
         """The batch once every task of it has ended (polled every ``interval`` s,
         ``on_progress`` called with each answer); WaitTimeout past ``timeout``."""
         deadline = time.monotonic() + timeout
         while True:
-            batch = self.batch(batch_id)
+            batch = self.batch(batch_id, user_id)
             if on_progress:
                 on_progress(batch)
             if batch["ended"] >= batch["total"]:
@@ -252,10 +265,12 @@ class Client:
                 )
             time.sleep(min(interval, left))
 
-    def batch_results(self, batch_id: str, *, idle_timeout: float = 60.0) -> Iterator[Json]:
+    def batch_results(
+        self, batch_id: str, *, idle_timeout: float = 60.0, user_id: Optional[str] = None
+    ) -> Iterator[Json]:
         """GET /v1/batches/{id}/results: one object per task, read as they stream in."""
         response, conn = self._open(
-            "GET", f"/v1/batches/{_quote(batch_id)}/results", None, idle_timeout
+            "GET", _batch_path(batch_id, user_id, "/results"), None, idle_timeout
         )
         try:
             for line in _lines(response):
@@ -264,10 +279,10 @@ class Client:
         finally:
             conn.close()
 
-    def cancel_batch(self, batch_id: str) -> Json:
+    def cancel_batch(self, batch_id: str, user_id: Optional[str] = None) -> Json:
         """POST /v1/batches/{id}/cancel: the batch's tasks not yet running end cancelled,
         running ones are stopped, none starts afterwards."""
-        return self._call("POST", f"/v1/batches/{_quote(batch_id)}/cancel")
+        return self._call("POST", _batch_path(batch_id, user_id, "/cancel"))
 
     # ---- usage, limits, tools, stats, plans ------------------------------------------
 

@@ -151,6 +151,14 @@ class Batches(unittest.TestCase):
         with self.assertRaises(Conflict) as raised:
             c.submit_batch(lines, user_id=user, batch_id=answer["batch_id"])
         self.assertEqual(raised.exception.code, "batch_exists")
+        # Another user's batch of that id is theirs; the admin's key then names whose.
+        other = f"py-b2-{RUN}"
+        c.submit_batch(lines[:2], user_id=other, batch_id=answer["batch_id"])
+        with self.assertRaises(Conflict) as raised:
+            c.batch(answer["batch_id"])
+        self.assertEqual(raised.exception.code, "ambiguous_id")
+        self.assertEqual(c.batch(answer["batch_id"], user_id=other)["total"], 2)
+        self.assertEqual(len(list(c.batch_results(answer["batch_id"], user_id=user))), 30)
 
     def test_a_bad_line_names_its_number_and_nothing_is_stored(self):
         c, user, batch_id = admin(), f"py-bb-{RUN}", str(uuid.uuid4())

@@ -188,6 +188,12 @@ async function newKey(): Promise<string> {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
+/** A batch's route; `userId` names its user (batch ids are each user's). */
+function batchPath(batchId: string, userId?: string, suffix = ""): string {
+  const path = `/v1/batches/${encodeURIComponent(batchId)}${suffix}`;
+  return userId ? `${path}?user_id=${encodeURIComponent(userId)}` : path;
+}
+
 /**
  * A client of one fleet. A call safe to send again (every call but a batch upload) is sent
  * again after a failed connection, a 503, or a 429 with `Retry-After`, at most `maxRetries`
@@ -383,21 +389,28 @@ export class Client {
     });
   }
 
-  /** GET /v1/batches/{id}: counts per status and result type, `ended` of `total`. */
-  batch(batchId: string): Promise<Batch> {
-    return this.call("GET", `/v1/batches/${encodeURIComponent(batchId)}`);
+  /** GET /v1/batches/{id}: counts per status and result type, `ended` of `total`. Batch ids
+   * are each user's: `userId` tells whose when the key acts for several (else Conflict
+   * `ambiguous_id`). */
+  batch(batchId: string, userId?: string): Promise<Batch> {
+    return this.call("GET", batchPath(batchId, userId));
   }
 
   /** The batch once all its tasks ended (polled every `intervalS`); WaitTimeout past
    * `timeoutS`. */
   async waitBatch(
     batchId: string,
-    options: { timeoutS?: number; intervalS?: number; onProgress?: (batch: Batch) => void } = {},
+    options: {
+      timeoutS?: number;
+      intervalS?: number;
+      onProgress?: (batch: Batch) => void;
+      userId?: string;
+    } = {},
   ): Promise<Batch> {
     const timeoutS = options.timeoutS ?? 3600;
     const deadline = Date.now() + timeoutS * 1000;
     for (;;) {
-      const batch = await this.batch(batchId);
+      const batch = await this.batch(batchId, options.userId);
       options.onProgress?.(batch);
       if (batch.ended >= batch.total) return batch;
       const left = deadline - Date.now();
@@ -412,8 +425,12 @@ export class Client {
   }
 
   /** GET /v1/batches/{id}/results: one object per task, as they stream in. */
-  async *batchResults(batchId: string, idleTimeoutS = 60): AsyncGenerator<Record<string, unknown>> {
-    const opened = await this.open(`/v1/batches/${encodeURIComponent(batchId)}/results`, {}, idleTimeoutS);
+  async *batchResults(
+    batchId: string,
+    idleTimeoutS = 60,
+    userId?: string,
+  ): AsyncGenerator<Record<string, unknown>> {
+    const opened = await this.open(batchPath(batchId, userId, "/results"), {}, idleTimeoutS);
     let rest = "";
     for await (const text of this.texts(opened)) {
       rest += text;
@@ -429,8 +446,8 @@ export class Client {
   }
 
   /** POST /v1/batches/{id}/cancel: tasks not yet running end cancelled, none starts after. */
-  cancelBatch(batchId: string): Promise<Record<string, unknown>> {
-    return this.call("POST", `/v1/batches/${encodeURIComponent(batchId)}/cancel`);
+  cancelBatch(batchId: string, userId?: string): Promise<Record<string, unknown>> {
+    return this.call("POST", batchPath(batchId, userId, "/cancel"));
   }
 
   // ---- usage, limits, tools, stats, plans -------------------------------------------------

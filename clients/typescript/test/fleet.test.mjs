@@ -137,6 +137,14 @@ describe("batches", () => {
     const sentAgain = await c.submitBatch(lines, { userId: user });
     assert.deepEqual([sentAgain.accepted, sentAgain.duplicates], [0, 30]);
     await rejectsWith(c.submitBatch(lines, { userId: user, batchId: answer.batch_id }), Conflict, (e) => e.code === "batch_exists");
+    // Another user's batch of that id is theirs; the admin's key then names whose.
+    const other = `ts-b2-${RUN}`;
+    await c.submitBatch(lines.slice(0, 2), { userId: other, batchId: answer.batch_id });
+    await rejectsWith(c.batch(answer.batch_id), Conflict, (e) => e.code === "ambiguous_id");
+    assert.equal((await c.batch(answer.batch_id, other)).total, 2);
+    let theirs = 0;
+    for await (const r of c.batchResults(answer.batch_id, 60, user)) theirs += r ? 1 : 0;
+    assert.equal(theirs, 30);
   });
 
   test("a bad line names its number and nothing is stored", async () => {

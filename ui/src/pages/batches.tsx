@@ -7,9 +7,18 @@ import type { PageProps } from "../main.tsx";
 import type { Batch, BatchAccepted, BatchProgress, Client } from "../api.ts";
 import { ErrorNote, ResultBadge, StatusBadge, useAsync, usePoll } from "../components.tsx";
 import { RESULT_TYPES, TASK_STATUSES, count, money, waitingText, when } from "../format.ts";
-import { href, navigate } from "../router.ts";
-import { recentBatches, rememberBatch } from "../session.ts";
+import { href } from "../router.ts";
+import { type BatchRef, recentBatches, rememberBatch } from "../session.ts";
 import { UserField, defaultUser } from "./user_field.tsx";
+
+/** The console's address of a batch: its user in the query when known. */
+function batchHref(batch: BatchRef): string {
+  return href("batches", batch.id) + (batch.user ? `?user_id=${encodeURIComponent(batch.user)}` : "");
+}
+
+function openBatch(batch: BatchRef): void {
+  location.hash = batchHref(batch).slice(1);
+}
 
 function Upload({ client, identity }: Pick<PageProps, "client" | "identity">) {
   const [file, setFile] = useState<File | null>(null);
@@ -36,8 +45,9 @@ function Upload({ client, identity }: Pick<PageProps, "client" | "identity">) {
       }),
     );
     if (accepted) {
-      rememberBatch(accepted.batch_id);
-      navigate("batches", accepted.batch_id);
+      const batch = { id: accepted.batch_id, user: accepted.user_id };
+      rememberBatch(batch);
+      openBatch(batch);
     }
   };
 
@@ -78,9 +88,9 @@ function Upload({ client, identity }: Pick<PageProps, "client" | "identity">) {
   );
 }
 
-async function downloadResults(client: Client, batchId: string): Promise<number> {
+async function downloadResults(client: Client, batchId: string, user?: string): Promise<number> {
   const lines: string[] = [];
-  for await (const line of client.batchResults(batchId)) lines.push(JSON.stringify(line));
+  for await (const line of client.batchResults(batchId, 60, user)) lines.push(JSON.stringify(line));
   const blob = new Blob([lines.join("\n") + (lines.length ? "\n" : "")], { type: "application/x-ndjson" });
   const url = URL.createObjectURL(blob);
   const a = document.createElement("a");
@@ -93,7 +103,7 @@ async function downloadResults(client: Client, batchId: string): Promise<number>
   return lines.length;
 }
 
-function BatchView({ client, batchId }: { client: Client; batchId: string }) {
+function BatchView({ client, batchId, user }: { client: Client; batchId: string; user?: string | undefined }) {
   const batch = useAsync<Batch>();
   const action = useAsync<unknown>();
   const [note, setNote] = useState("");
@@ -101,11 +111,11 @@ function BatchView({ client, batchId }: { client: Client; batchId: string }) {
   const done = b ? b.ended >= b.total : false;
   usePoll(
     async () => {
-      const got = await batch.run(() => client.batch(batchId));
-      if (got) rememberBatch(batchId);
+      const got = await batch.run(() => client.batch(batchId, user));
+      if (got) rememberBatch({ id: batchId, user: got.user_id });
     },
     3000,
-    [batchId],
+    [batchId, user],
     !done,
   );
 
@@ -138,7 +148,7 @@ function BatchView({ client, batchId }: { client: Client; batchId: string }) {
         <button
           type="button"
           onClick={async () => {
-            const n = await action.run(() => downloadResults(client, batchId));
+            const n = await action.run(() => downloadResults(client, batchId, b.user_id));
             if (n !== null) setNote(`Downloaded ${n} result lines.`);
           }}
           disabled={action.busy}
@@ -151,7 +161,7 @@ function BatchView({ client, batchId }: { client: Client; batchId: string }) {
           class="secondary"
           disabled={done || b.cancelled || action.busy}
           onClick={async () => {
-            const after = await action.run(() => client.cancelBatch(batchId));
+            const after = await action.run(() => client.cancelBatch(batchId, b.user_id));
             if (after) {
               setNote("Batch cancelled: no task of it starts any more.");
               batch.setValue(() => after as Batch);
@@ -232,8 +242,14 @@ function BatchView({ client, batchId }: { client: Client; batchId: string }) {
   );
 }
 
-export function BatchesPage({ client, identity, batchId }: PageProps & { batchId?: string | undefined }) {
+export function BatchesPage({
+  client,
+  identity,
+  batchId,
+  batchUser,
+}: PageProps & { batchId?: string | undefined; batchUser?: string | undefined }) {
   const [typed, setTyped] = useState("");
+  const [typedUser, setTypedUser] = useState("");
   const recent = recentBatches();
   return (
     <section aria-labelledby="batches-title">
@@ -243,7 +259,7 @@ export function BatchesPage({ client, identity, batchId }: PageProps & { batchId
           class="open-batch"
           onSubmit={(e) => {
             e.preventDefault();
-            if (typed.trim()) navigate("batches", typed.trim());
+            if (typed.trim()) openBatch({ id: typed.trim(), user: typedUser.trim() || undefined });
           }}
         >
           <label for="open-batch-id">Batch id</label>
@@ -251,6 +267,8 @@ export function BatchesPage({ client, identity, batchId }: PageProps & { batchId
             <input id="open-batch-id" name="batch_id" required value={typed} onInput={(e) => setTyped(e.currentTarget.value)} />
             <button type="submit">Open</button>
           </div>
+          <label for="open-batch-user">Its user (needed when several users you act for have a batch of this id)</label>
+          <input id="open-batch-user" name="user_id" value={typedUser} onInput={(e) => setTypedUser(e.currentTarget.value)} />
         </form>
         <nav aria-label="Recent batches" class="recent">
           <h2 class="small-heading">Seen in this session</h2>
@@ -258,9 +276,10 @@ export function BatchesPage({ client, identity, batchId }: PageProps & { batchId
             <ul>
               {recent.map((b) => (
                 <li>
-                  <a href={href("batches", b)} aria-current={b === batchId ? "page" : undefined} class="mono">
-                    {b}
+                  <a href={batchHref(b)} aria-current={b.id === batchId && (!batchUser || b.user === batchUser) ? "page" : undefined} class="mono">
+                    {b.id}
                   </a>
+                  {b.user ? <span class="muted"> · {b.user}</span> : null}
                 </li>
               ))}
             </ul>
@@ -269,7 +288,7 @@ export function BatchesPage({ client, identity, batchId }: PageProps & { batchId
           )}
         </nav>
       </div>
-      {batchId ? <BatchView client={client} batchId={batchId} key={batchId} /> : null}
+      {batchId ? <BatchView client={client} batchId={batchId} user={batchUser} key={`${batchId}\n${batchUser ?? ""}`} /> : null}
       <Upload client={client} identity={identity} />
     </section>
   );
