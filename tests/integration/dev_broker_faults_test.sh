@@ -3,13 +3,16 @@
 # (kcat), on a broker of its own (faults on the shared fleet would disturb other tests):
 # a moved partition leader shows in the metadata; a broker taken down refuses clients and
 # is back by itself when its time is up; added latency slows its answers; queued request
-# errors fail a produce until cleared; bad commands get an error line.
+# errors fail a produce until cleared; bad commands get an error line. Each fault is named
+# in its reply, and `faults` says what each did, read from the broker's own log.
 #   dev_broker_faults_test.sh DEV_BROKER_BINARY
 set -euo pipefail
 broker_bin=${1:?usage: dev_broker_faults_test.sh DEV_BROKER_BINARY}
 dir=$(mktemp -d)
 pid=""
+consumer=""
 cleanup() {
+  [[ -n $consumer ]] && kill "$consumer" 2>/dev/null
   [[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
   rm -rf "$dir"
 }
@@ -44,18 +47,38 @@ say() {
 
 say "brokers"
 [[ $reply == "ok 1 2 3" ]] || fail "brokers: $reply"
+effect() {  # effect ID FIELD: the fault's count in the last `faults` reply
+  python3 -c 'import json,sys; f={x["id"]: x for x in json.loads(sys.argv[1][3:])["faults"]}[int(sys.argv[2])]; print(f[sys.argv[3]])' \
+    "$reply" "$1" "$2"
+}
 
 # A moved leader is what clients see.
 say "leader faults.test 1 3"
-[[ $reply == ok* ]] || fail "leader: $reply"
+[[ $reply =~ ^ok\ .*\(fault\ ([0-9]+)\)$ ]] || fail "leader: $reply"
+leader_fault=${BASH_REMATCH[1]}
 timeout 20 kcat -b "$bootstrap" -L -t faults.test | grep -q "partition 1, leader 3" ||
   fail "partition 1 of faults.test is not led by broker 3"
+# A consumer of partition 1 fetches from broker 3: the move's effect, and a connection for
+# the broker going down below to close.
+timeout 60 kcat -b "$bootstrap" -C -t faults.test -p 1 -o end -q >/dev/null 2>&1 &
+consumer=$!
+fetched=""
+for _ in $(seq 1 100); do
+  say "faults"
+  if (($(effect "$leader_fault" served) >= 1)); then
+    fetched=yes
+    break
+  fi
+  sleep 0.2
+done
+[[ -n $fetched ]] || fail "the new leader served no fetch in 20 s: $reply"
 
 # A broker taken down refuses clients, and is up again when its time is up. Down long
 # enough (8 s) that the probe below, a kcat started on a busy machine, surely runs while it
 # is down.
 say "broker-down 3 8"
-[[ $reply == "ok broker 3 down for 8 s" ]] || fail "broker-down: $reply"
+[[ $reply =~ ^ok\ broker\ 3\ down\ for\ 8\ s\ \(fault\ ([0-9]+)\)$ ]] || fail "broker-down: $reply"
+down_fault=${BASH_REMATCH[1]}
 if timeout 20 kcat -b "$broker3" -L -m 1 >/dev/null 2>&1; then
   fail "broker 3 answered metadata while down"
 fi
@@ -68,6 +91,9 @@ for _ in $(seq 1 40); do
   sleep 0.25
 done
 [[ -n $up ]] || fail "broker 3 is not back up 10 s after its 8 s were over"
+kill "$consumer" 2>/dev/null || true
+wait "$consumer" 2>/dev/null || true
+consumer=""
 grep -q "broker 3 up again" "$dir/broker.log" || fail "the broker did not log bringing broker 3 up"
 
 # Added latency: each answer of broker 1 waits 600 ms, so a metadata round trip (API
@@ -83,7 +109,9 @@ say "rtt 1 0"
 
 # Queued request errors fail produces until cleared.
 say "request-errors Produce NOT_ENOUGH_REPLICAS 10000"
-[[ $reply == "ok next 10000 requests of API 0 fail with NOT_ENOUGH_REPLICAS" ]] || fail "request-errors: $reply"
+[[ $reply =~ ^ok\ next\ 10000\ requests\ of\ API\ 0\ fail\ with\ NOT_ENOUGH_REPLICAS\ \(fault\ ([0-9]+)\)$ ]] ||
+  fail "request-errors: $reply"
+errors_fault=${BASH_REMATCH[1]}
 if echo "k:v" | timeout 20 kcat -b "$bootstrap" -P -t faults.test -K: -X message.timeout.ms=2000 \
   >"$dir/produce.log" 2>&1; then
   fail "a produce succeeded while every Produce request failed: $(cat "$dir/produce.log")"
@@ -92,6 +120,19 @@ say "clear-errors Produce"
 [[ $reply == ok* ]] || fail "clear-errors: $reply"
 echo "k:v" | timeout 20 kcat -b "$bootstrap" -P -t faults.test -K: -X message.timeout.ms=10000 ||
   fail "a produce failed after the errors were cleared"
+# What each fault did: the refused produce met errors; an idle Heartbeat fault met nothing.
+say "request-errors Heartbeat NOT_COORDINATOR 3"
+[[ $reply =~ \(fault\ ([0-9]+)\)$ ]] || fail "request-errors Heartbeat: $reply"
+idle_fault=${BASH_REMATCH[1]}
+say "faults"
+[[ $reply == "ok {\"faults\":["* ]] || fail "faults: $reply"
+(($(effect "$errors_fault" served) >= 1)) || fail "the Produce errors met no request: $reply"
+[[ $(effect "$errors_fault" active) == False ]] || fail "cleared errors are still active: $reply"
+(($(effect "$down_fault" served) >= 1)) || fail "broker 3 going down closed no connection: $reply"
+[[ $(effect "$down_fault" active) == False ]] || fail "broker 3 is up, its fault active: $reply"
+[[ $(effect "$idle_fault" served) == 0 ]] || fail "a Heartbeat fault met a request: $reply"
+[[ $(effect "$idle_fault" active) == True ]] || fail "the Heartbeat fault ended: $reply"
+say "clear-errors Heartbeat"
 
 # Bad commands get an error line and the connection stays usable.
 say "broker-down 9"

@@ -75,8 +75,12 @@ TEST(DevBrokerControl, LeaderMovesNameTopicPartitionAndBroker) {
 TEST(DevBrokerControl, AnythingElseIsRefusedWithTheCommandList) {
   command_of<Help>("help");
   command_of<ListBrokers>("brokers");
-  for (std::string_view line :
-       {"", "   ", "shutdown", "broker-down", "broker-down 1 2 3", "brokers now", "rtt 1"}) {
+  command_of<ListFaults>("faults");
+  EXPECT_EQ(api_name(0), "Produce");
+  EXPECT_EQ(api_name(8), "OffsetCommit");
+  EXPECT_EQ(api_name(66), "66");
+  for (std::string_view line : {"", "   ", "shutdown", "broker-down", "broker-down 1 2 3",
+                                "brokers now", "rtt 1", "faults all"}) {
     std::string error = error_of(line);
     EXPECT_FALSE(error.empty()) << line;
   }

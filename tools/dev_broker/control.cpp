@@ -105,7 +105,8 @@ bool write_all(int fd, std::string_view text) {
 
 const char kControlHelp[] =
     "commands: brokers | broker-down ID [SECONDS] | broker-up ID | rtt ID MS [SECONDS] | "
-    "request-errors API ERROR COUNT | clear-errors API | leader TOPIC PARTITION BROKER | help";
+    "request-errors API ERROR COUNT | clear-errors API | leader TOPIC PARTITION BROKER | faults | "
+    "help";
 
 std::optional<int> api_key_by_name(std::string_view name) {
   for (const auto& [api, key] : kApiKeys) {
@@ -114,6 +115,14 @@ std::optional<int> api_key_by_name(std::string_view name) {
     }
   }
   return parse_int(name, 0, 67);
+}
+
+std::string api_name(int api_key) {
+  for (const auto& [api, key] : kApiKeys) {
+    if (key == api_key)
+      return std::string(api);
+  }
+  return std::to_string(api_key);
 }
 
 std::optional<int> error_by_name(std::string_view name) {
@@ -162,6 +171,9 @@ Parsed parse_control_command(std::string_view line, int brokers) {
   }
   if (verb == "brokers" && arity(1, 1)) {
     return {ListBrokers{}, {}};
+  }
+  if (verb == "faults" && arity(1, 1)) {
+    return {ListFaults{}, {}};
   }
   if (verb == "broker-down" && arity(2, 3)) {
     auto id = broker_at(1, error);
@@ -227,8 +239,8 @@ Parsed parse_control_command(std::string_view line, int brokers) {
           "cannot read '" + std::string(line.substr(0, 80)) + "'; " + std::string(kControlHelp)};
 }
 
-ControlServer::ControlServer(rd_kafka_mock_cluster_t* cluster, int brokers)
-    : cluster_(cluster), brokers_(brokers) {}
+ControlServer::ControlServer(rd_kafka_mock_cluster_t* cluster, int brokers, FaultEffects& effects)
+    : cluster_(cluster), brokers_(brokers), effects_(effects) {}
 
 ControlServer::~ControlServer() {
   stop();
@@ -283,11 +295,23 @@ std::string ControlServer::apply(const ControlCommand& command) {
     return err == RD_KAFKA_RESP_ERR_NO_ERROR ? "ok " + done
                                              : "error " + std::string(rd_kafka_err2str(err));
   };
+  auto named = [](int fault) { return " (fault " + std::to_string(fault) + ")"; };
+  // Ends the faults a restore of `broker` would have ended (a broker up, its latency 0).
+  auto end_restores = [&](int broker, bool up) {
+    std::erase_if(restores_, [&](const Restore& r) {
+      if (r.broker != broker || (up ? !r.up : !r.rtt))
+        return false;
+      effects_.end(r.fault);
+      return true;
+    });
+  };
   return std::visit(
       [&](const auto& c) -> std::string {
         using C = std::decay_t<decltype(c)>;
         if constexpr (std::is_same_v<C, Help>) {
           return std::string("ok ") + kControlHelp;
+        } else if constexpr (std::is_same_v<C, ListFaults>) {
+          return "ok " + effects_.listing_json();
         } else if constexpr (std::is_same_v<C, ListBrokers>) {
           std::string ids;
           for (int id = 1; id <= brokers_; ++id) {
@@ -295,43 +319,70 @@ std::string ControlServer::apply(const ControlCommand& command) {
           }
           return "ok " + ids;
         } else if constexpr (std::is_same_v<C, BrokerDown>) {
+          // Counted from before the call: the connections close as the broker goes down.
+          const int fault = effects_.add_broker_down(c.broker);
           auto err = rd_kafka_mock_broker_set_down(cluster_, c.broker);
-          if (!err) {
-            restores_.push_back({now + std::chrono::seconds(c.seconds), c.broker, true, false});
+          if (err) {
+            effects_.end(fault);
+            return result(err, "");
           }
+          restores_.push_back(
+              {now + std::chrono::seconds(c.seconds), c.broker, true, false, fault});
           return result(err, "broker " + std::to_string(c.broker) + " down for " +
-                                 std::to_string(c.seconds) + " s");
+                                 std::to_string(c.seconds) + " s" + named(fault));
         } else if constexpr (std::is_same_v<C, BrokerUp>) {
-          std::erase_if(restores_, [&](const Restore& r) { return r.up && r.broker == c.broker; });
+          end_restores(c.broker, true);
           return result(rd_kafka_mock_broker_set_up(cluster_, c.broker),
                         "broker " + std::to_string(c.broker) + " up");
         } else if constexpr (std::is_same_v<C, SetRtt>) {
-          std::erase_if(restores_, [&](const Restore& r) { return r.rtt && r.broker == c.broker; });
+          end_restores(c.broker, false);
+          const int fault = c.ms > 0 ? effects_.add_rtt(c.broker, c.ms) : 0;
           auto err = rd_kafka_mock_broker_set_rtt(cluster_, c.broker, c.ms);
-          if (!err && c.ms > 0) {
-            restores_.push_back({now + std::chrono::seconds(c.seconds), c.broker, false, true});
+          if (err) {
+            effects_.end(fault);
+            return result(err, "");
           }
           if (c.ms == 0) {
             return result(err, "broker " + std::to_string(c.broker) + " rtt back to 0");
           }
+          restores_.push_back(
+              {now + std::chrono::seconds(c.seconds), c.broker, false, true, fault});
           return result(err, "broker " + std::to_string(c.broker) + " rtt " + std::to_string(c.ms) +
-                                 " ms for " + std::to_string(c.seconds) + " s");
+                                 " ms for " + std::to_string(c.seconds) + " s" + named(fault));
         } else if constexpr (std::is_same_v<C, RequestErrors>) {
-          std::vector<rd_kafka_resp_err_t> errors(static_cast<std::size_t>(c.count),
-                                                  static_cast<rd_kafka_resp_err_t>(c.error));
+          const auto error = static_cast<rd_kafka_resp_err_t>(c.error);
+          std::vector<rd_kafka_resp_err_t> errors(static_cast<std::size_t>(c.count), error);
+          const int fault =
+              effects_.add_request_errors(api_name(c.api_key), rd_kafka_err2name(error), c.count);
           rd_kafka_mock_push_request_errors_array(cluster_, static_cast<std::int16_t>(c.api_key),
                                                   errors.size(), errors.data());
           return "ok next " + std::to_string(c.count) + " requests of API " +
-                 std::to_string(c.api_key) + " fail with " +
-                 rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(c.error));
+                 std::to_string(c.api_key) + " fail with " + rd_kafka_err2name(error) +
+                 named(fault);
         } else if constexpr (std::is_same_v<C, ClearErrors>) {
           rd_kafka_mock_clear_request_errors(cluster_, static_cast<std::int16_t>(c.api_key));
+          effects_.clear(api_name(c.api_key));
           return "ok errors of API " + std::to_string(c.api_key) + " cleared";
         } else {
-          return result(
-              rd_kafka_mock_partition_set_leader(cluster_, c.topic.c_str(), c.partition, c.broker),
-              c.topic + " [" + std::to_string(c.partition) + "] led by broker " +
-                  std::to_string(c.broker));
+          auto err =
+              rd_kafka_mock_partition_set_leader(cluster_, c.topic.c_str(), c.partition, c.broker);
+          if (err)
+            return result(err, "");
+          // The partition's earlier move ends: its leader is this one now.
+          const std::string where = c.topic + "/" + std::to_string(c.partition);
+          for (auto it = leader_faults_.begin(); it != leader_faults_.end(); ++it) {
+            if (it->first == where) {
+              effects_.end(it->second);
+              leader_faults_.erase(it);
+              break;
+            }
+          }
+          const int fault = effects_.add_leader_move(c.topic, c.partition, c.broker);
+          leader_faults_.emplace_back(where, fault);
+          if (leader_faults_.size() > FaultEffects::kMaxKept)
+            leader_faults_.erase(leader_faults_.begin());
+          return result(err, c.topic + " [" + std::to_string(c.partition) + "] led by broker " +
+                                 std::to_string(c.broker) + named(fault));
         }
       },
       command);
@@ -353,6 +404,7 @@ void ControlServer::restore_due(bool all) {
       rd_kafka_mock_broker_set_rtt(cluster_, r.broker, 0);
       std::fprintf(stderr, "dev-broker: control: broker %d rtt back to 0\n", r.broker);
     }
+    effects_.end(r.fault);
   }
   restores_ = std::move(keep);
 }

@@ -14,7 +14,12 @@
 //                                            NOT_LEADER_FOR_PARTITION, REQUEST_TIMED_OUT)
 //   clear-errors API                         drop the errors still queued for API
 //   leader TOPIC PARTITION BROKER            move a partition's leader
+//   faults                                   what each fault did so far (fault_effects.hpp),
+//                                            as one line of JSON
 //   help                                     the commands
+//
+// A command that starts a fault names it in its reply, "... (fault N)", N as `faults` lists
+// it.
 //
 // Every fault is bounded: SECONDS is 1..600 (default 30), after which the broker is up
 // again or its latency back to 0; MS is 0..10000; COUNT is 1..10000. The port listens on
@@ -38,6 +43,8 @@
 #include <variant>
 #include <vector>
 
+#include "tools/dev_broker/fault_effects.hpp"
+
 namespace agentfleet::dev_broker {
 
 inline constexpr int kDefaultFaultSeconds = 30;
@@ -47,6 +54,7 @@ inline constexpr int kMaxErrorCount = 10000;
 
 struct ListBrokers {};
 struct Help {};
+struct ListFaults {};
 struct BrokerDown {
   int broker = 0;
   int seconds = kDefaultFaultSeconds;
@@ -73,8 +81,8 @@ struct MoveLeader {
   int broker = 0;
 };
 
-using ControlCommand = std::variant<ListBrokers, Help, BrokerDown, BrokerUp, SetRtt, RequestErrors,
-                                    ClearErrors, MoveLeader>;
+using ControlCommand = std::variant<ListBrokers, Help, ListFaults, BrokerDown, BrokerUp, SetRtt,
+                                    RequestErrors, ClearErrors, MoveLeader>;
 
 // A parsed command, or the message of an `error` reply.
 struct Parsed {
@@ -88,6 +96,9 @@ Parsed parse_control_command(std::string_view line, int brokers);
 
 // The Kafka API key of a request name (Produce, Fetch, Metadata, ...) or a number 0..67.
 std::optional<int> api_key_by_name(std::string_view name);
+// The name of an API key as librdkafka names its requests (Produce, Fetch, ...), else the
+// number.
+std::string api_name(int api_key);
 
 // A Kafka error code by librdkafka's name (NOT_LEADER_FOR_PARTITION, with or without an
 // ERR_ prefix) or a number.
@@ -97,10 +108,10 @@ extern const char kControlHelp[];
 
 // Accepts connections on 127.0.0.1 and applies their commands to `cluster`. Brokers taken
 // down and latencies added are restored when their time is up, and all of them when the
-// server stops.
+// server stops. Each fault is recorded in `effects`, which the mock's log feeds.
 class ControlServer {
  public:
-  ControlServer(rd_kafka_mock_cluster_t* cluster, int brokers);
+  ControlServer(rd_kafka_mock_cluster_t* cluster, int brokers, FaultEffects& effects);
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -120,6 +131,7 @@ class ControlServer {
     int broker = 0;
     bool up = false;   // bring the broker up
     bool rtt = false;  // set its latency back to 0
+    int fault = 0;     // the fault it ends (FaultEffects)
   };
 
   void run();
@@ -129,6 +141,8 @@ class ControlServer {
 
   rd_kafka_mock_cluster_t* cluster_;
   int brokers_;
+  FaultEffects& effects_;
+  std::vector<std::pair<std::string, int>> leader_faults_;  // "topic/partition" -> fault
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};

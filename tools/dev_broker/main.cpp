@@ -274,14 +274,32 @@ int WaitForStopSignal(const sigset_t& stop_signals) {
   }
 }
 
+// The hosting handle's log: the mock cluster's debug lines feed the faults' effects
+// (fault_effects.hpp); warnings and errors reach stderr as librdkafka writes them.
+void OnLog(const rd_kafka_t* rk, int level, const char* facility, const char* line) {
+  if (level <= 4) {
+    std::fprintf(stderr, "%%%d|%s|%s\n", level, facility, line);
+    return;
+  }
+  if (std::strcmp(facility, "MOCK") == 0) {
+    if (auto* effects = static_cast<agentfleet::dev_broker::FaultEffects*>(rd_kafka_opaque(rk)))
+      effects->on_log_line(line);
+  }
+}
+
 int Run(const Options& opts, const sigset_t& stop_signals) {
   char errstr[512];
+  agentfleet::dev_broker::FaultEffects effects;
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
-  // The handle only hosts the cluster; it never connects anywhere itself. Warnings and
-  // errors still reach stderr; the notice about the missing bootstrap.servers does not.
-  if (rd_kafka_conf_set(conf, "log_level", "4", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
-    std::fprintf(stderr, "dev-broker: log_level: %s\n", errstr);
+  // The handle only hosts the cluster; it never connects anywhere itself. Its "mock" debug
+  // lines (a line a request) go to OnLog only; the notice about the missing
+  // bootstrap.servers goes nowhere.
+  for (const auto& [name, value] : {std::pair{"log_level", "7"}, std::pair{"debug", "mock"}}) {
+    if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+      std::fprintf(stderr, "dev-broker: %s: %s\n", name, errstr);
   }
+  rd_kafka_conf_set_log_cb(conf, OnLog);
+  rd_kafka_conf_set_opaque(conf, &effects);
   rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
   if (rk == nullptr) {
     std::fprintf(stderr, "dev-broker: rd_kafka_new: %s\n", errstr);
@@ -317,7 +335,7 @@ int Run(const Options& opts, const sigset_t& stop_signals) {
     }
     std::fflush(stdout);
   }
-  agentfleet::dev_broker::ControlServer control(mcluster, opts.brokers);
+  agentfleet::dev_broker::ControlServer control(mcluster, opts.brokers, effects);
   if (rc == 0 && opts.control_port) {
     std::string error;
     if (auto port = control.start(*opts.control_port, error)) {
