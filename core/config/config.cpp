@@ -20,6 +20,7 @@
 
 #include "core/codec/json_schema.hpp"
 #include "core/codec/text_tool_calls.hpp"
+#include "core/config/config_reader.hpp"
 #include "core/config/time_zone_loader.hpp"
 #include "core/config/yaml_json.hpp"
 
@@ -29,6 +30,7 @@ namespace {
 using rapidjson::SizeType;
 using rapidjson::Value;
 using Allocator = rapidjson::Document::AllocatorType;
+using namespace detail;  // Problem, Section and the tables (config_reader.hpp)
 
 constexpr std::string_view kSchemaFile = "config.schema.json";
 constexpr int kMaxYamlDepth = 64;
@@ -37,16 +39,6 @@ constexpr int kMaxYamlDepth = 64;
 // values and hung the loader: tests/fuzz/regressions/config_fuzz); a real configuration has a
 // few thousand.
 constexpr std::size_t kMaxYamlValues = 100000;
-
-// A problem found while converting or reading the document: a JSON pointer and what is
-// wrong there. load_config_text adds the source name and the YAML line: `line` when the
-// problem knows it more exactly than the node at `path` does, else the node's.
-struct Problem : std::runtime_error {
-  Problem(std::string where, const std::string& what, int at_line = 0)
-      : std::runtime_error(what), path(std::move(where)), line(at_line) {}
-  std::string path;
-  int line;
-};
 
 // ---- Environment references ----
 
@@ -368,111 +360,6 @@ void yaml_to_json(const YAML::Node& node, Value& out, Allocator& alloc, const st
 
 // ---- Reading the validated document into the structs ----
 
-// A view of one JSON object of the document with its path; absent members keep the
-// defaults. The schema has already checked the types; a mismatch here means the schema and
-// this code disagree, which is reported like any other problem.
-class Section {
- public:
-  Section(const Value* value, std::string where) : value_(value), path_(std::move(where)) {}
-
-  const std::string& path() const { return path_; }
-  std::string path(std::string_view key) const {
-    return path_ + "/" + codec::json_pointer_token(key);
-  }
-
-  const Value* get(const char* key) const {
-    if (value_ == nullptr || !value_->IsObject()) {
-      return nullptr;
-    }
-    auto it = value_->FindMember(key);
-    if (it == value_->MemberEnd() || it->value.IsNull()) {
-      return nullptr;
-    }
-    return &it->value;
-  }
-
-  Section child(const char* key) const { return Section(get(key), path(key)); }
-
-  void read(const char* key, std::string& out) const {
-    if (const Value* v = get(key)) {
-      if (!v->IsString()) {
-        throw Problem(path(key), "expected string");
-      }
-      out.assign(v->GetString(), v->GetStringLength());
-    }
-  }
-
-  void read(const char* key, int& out) const {
-    if (const Value* v = get(key)) {
-      if (!v->IsInt()) {
-        throw Problem(path(key), "expected an integer that fits in 32 bits");
-      }
-      out = v->GetInt();
-    }
-  }
-
-  void read(const char* key, std::int64_t& out) const {
-    if (const Value* v = get(key)) {
-      if (!v->IsInt64()) {
-        throw Problem(path(key), "expected integer");
-      }
-      out = v->GetInt64();
-    }
-  }
-
-  void read(const char* key, double& out) const {
-    if (const Value* v = get(key)) {
-      if (!v->IsNumber()) {
-        throw Problem(path(key), "expected number");
-      }
-      out = v->GetDouble();
-    }
-  }
-
-  void read(const char* key, bool& out) const {
-    if (const Value* v = get(key)) {
-      if (!v->IsBool()) {
-        throw Problem(path(key), "expected boolean");
-      }
-      out = v->GetBool();
-    }
-  }
-
-  void read(const char* key, std::vector<std::string>& out) const {
-    if (const Value* v = get(key)) {
-      if (!v->IsArray()) {
-        throw Problem(path(key), "expected array");
-      }
-      out.clear();
-      for (SizeType i = 0; i < v->Size(); ++i) {
-        if (!(*v)[i].IsString()) {
-          throw Problem(path(key) + "/" + std::to_string(i), "expected string");
-        }
-        out.emplace_back((*v)[i].GetString(), (*v)[i].GetStringLength());
-      }
-    }
-  }
-
-  // Calls `fn(Section item)` for every element of the array `key`.
-  template <typename Fn>
-  void each(const char* key, Fn&& fn) const {
-    const Value* v = get(key);
-    if (v == nullptr) {
-      return;
-    }
-    if (!v->IsArray()) {
-      throw Problem(path(key), "expected array");
-    }
-    for (SizeType i = 0; i < v->Size(); ++i) {
-      fn(Section(&(*v)[i], path(key) + "/" + std::to_string(i)));
-    }
-  }
-
- private:
-  const Value* value_;
-  std::string path_;
-};
-
 std::string json_text(const Value& v) {
   rapidjson::StringBuffer sb;
   rapidjson::Writer<rapidjson::StringBuffer> writer(sb);
@@ -491,14 +378,6 @@ std::optional<int> minutes_of(std::string_view s) {
     return std::nullopt;
   }
   return static_cast<int>(*h * 60 + *m);
-}
-
-void read_postgres(const Section& s, PostgresConfig& out) {
-  s.read("url", out.url);
-  s.read("pool_size", out.pool_size);
-  s.read("statement_timeout_ms", out.statement_timeout_ms);
-  s.read("connect_timeout_s", out.connect_timeout_s);
-  s.read("require_synchronous_replication", out.require_synchronous_replication);
 }
 
 // librdkafka properties: strings, integers and booleans, passed on as text.
@@ -525,17 +404,8 @@ void read_properties(const Section& s, const char* name, std::map<std::string, s
 }
 
 void read_kafka(const Section& s, KafkaConfig& out) {
-  s.read("bootstrap_servers", out.bootstrap_servers);
-  s.read("client_id", out.client_id);
-  s.read("worker_group", out.worker_group);
-  s.read("dispatcher_group", out.dispatcher_group);
-  Section topics = s.child("topics");
-  topics.read("submit", out.topics.submit);
-  topics.read("dispatch", out.topics.dispatch);
-  topics.read("results", out.topics.results);
-  topics.read("events", out.topics.events);
-  topics.read("dlq", out.topics.dlq);
-  s.read("delivery_timeout_ms", out.delivery_timeout_ms);
+  read_fields(s, out, kKafkaFields);
+  read_fields(s.child("topics"), out.topics, kTopicFields);
   read_properties(s, "properties", out.properties);
   read_properties(s, "consumer_properties", out.consumer_properties);
   std::vector<std::pair<std::string, const std::string*>> names = {
@@ -556,30 +426,8 @@ void read_kafka(const Section& s, KafkaConfig& out) {
 }
 
 void read_dispatcher(const Section& s, DispatcherConfig& out) {
-  Section http = s.child("http");
-  http.read("host", out.http.host);
-  http.read("port", out.http.port);
-  http.read("max_connections", out.http.max_connections);
-  http.read("max_connections_per_address", out.http.max_connections_per_address);
-  http.read("idle_timeout_s", out.http.idle_timeout_s);
-  http.read("header_timeout_s", out.http.header_timeout_s);
-  http.read("request_timeout_s", out.http.request_timeout_s);
-  s.read("scheduler_interval_ms", out.scheduler_interval_ms);
-  s.read("scheduler_min_gap_ms", out.scheduler_min_gap_ms);
-  s.read("housekeeping_interval_ms", out.housekeeping_interval_ms);
-  s.read("scheduler_idle_ms", out.scheduler_idle_ms);
-  s.read("scheduler_batch", out.scheduler_batch);
-  s.read("redispatch_after_s", out.redispatch_after_s);
-  s.read("max_attempts", out.max_attempts);
-  s.read("relay_interval_ms", out.relay_interval_ms);
-  s.read("relay_idle_ms", out.relay_idle_ms);
-  s.read("relay_batch", out.relay_batch);
-  s.read("max_text_chars", out.max_text_chars);
-  s.read("max_active_tasks", out.max_active_tasks);
-  s.read("batch_share_percent", out.batch_share_percent);
-  s.read("task_token_estimate", out.task_token_estimate);
-  s.read("leader_retry_ms", out.leader_retry_ms);
-  s.read("leader_silence_s", out.leader_silence_s);
+  read_fields(s.child("http"), out.http, kHttpFields);
+  read_fields(s, out, kDispatcherFields);
   if (out.leader_silence_s * 1000 <=
       2 * std::max({out.leader_retry_ms, out.scheduler_interval_ms, out.housekeeping_interval_ms,
                     out.scheduler_idle_ms})) {
@@ -588,17 +436,6 @@ void read_dispatcher(const Section& s, DispatcherConfig& out) {
                   "housekeeping_interval_ms and scheduler_idle_ms: a scheduler connection is "
                   "idle that long between its statements");
   }
-  s.read("max_batch_lines", out.max_batch_lines);
-  s.read("max_batch_uploads", out.max_batch_uploads);
-  s.read("max_batch_uploads_per_caller", out.max_batch_uploads_per_caller);
-  s.read("stream_heartbeat_s", out.stream_heartbeat_s);
-  s.read("max_streams_per_caller", out.max_streams_per_caller);
-  s.read("max_streams", out.max_streams);
-  s.read("max_long_polls_per_caller", out.max_long_polls_per_caller);
-  s.read("max_long_polls", out.max_long_polls);
-  s.read("batch_upload_timeout_s", out.batch_upload_timeout_s);
-  s.read("batch_upload_min_bytes_per_s", out.batch_upload_min_bytes_per_s);
-  s.read("batch_upload_rate_window_s", out.batch_upload_rate_window_s);
 }
 
 bool is_sha256_hex(const std::string& text) {
@@ -608,14 +445,10 @@ bool is_sha256_hex(const std::string& text) {
 }
 
 void read_auth(const Section& s, AuthConfig& out) {
-  s.read("mode", out.mode);
-  s.read("user_header", out.user_header);
-  s.read("admin_header", out.admin_header);
-  s.read("gateway_key_header", out.gateway_key_header);
+  read_fields(s, out, kAuthFields);
   s.each("gateway_keys", [&](const Section& k) {
     ApiKey key;
-    k.read("name", key.name);
-    k.read("sha256", key.sha256);
+    read_fields(k, key, kGatewayKeyFields);
     if (!is_sha256_hex(key.sha256)) {
       throw Problem(k.path("sha256"),
                     "must be the gateway secret's SHA-256 as 64 lower-case hex digits (e.g. printf "
@@ -634,10 +467,7 @@ void read_auth(const Section& s, AuthConfig& out) {
   }
   s.each("api_keys", [&](const Section& k) {
     ApiKey key;
-    k.read("name", key.name);
-    k.read("sha256", key.sha256);
-    k.read("admin", key.admin);
-    k.read("users", key.users);
+    read_fields(k, key, kApiKeyFields);
     if (!is_sha256_hex(key.sha256)) {
       throw Problem(k.path("sha256"),
                     "must be the key's SHA-256 as 64 lower-case hex digits (e.g. printf %s KEY | "
@@ -662,19 +492,7 @@ void read_auth(const Section& s, AuthConfig& out) {
 }
 
 void read_worker(const Section& s, WorkerConfig& out) {
-  s.read("id", out.id);
-  s.read("max_in_flight", out.max_in_flight);
-  s.read("lease_s", out.lease_s);
-  s.read("heartbeat_s", out.heartbeat_s);
-  s.read("db_threads", out.db_threads);
-  s.read("max_tool_calls_per_step", out.max_tool_calls_per_step);
-  s.read("trace_result_chars", out.trace_result_chars);
-  s.read("shutdown_grace_s", out.shutdown_grace_s);
-  s.read("cancel_poll_ms", out.cancel_poll_ms);
-  s.read("in_flight_initial", out.in_flight_initial);
-  s.read("in_flight_min", out.in_flight_min);
-  s.read("round_trip_target_ms", out.round_trip_target_ms);
-  s.read("heartbeat_timeout_ms", out.heartbeat_timeout_ms);
+  read_fields(s, out, kWorkerFields);
   if (out.in_flight_min > out.max_in_flight) {
     throw Problem(s.path("in_flight_min"),
                   "must not exceed max_in_flight (" + std::to_string(out.max_in_flight) + ")");
@@ -688,18 +506,6 @@ void read_worker(const Section& s, WorkerConfig& out) {
                                              std::to_string(out.lease_s) +
                                              ") so a live worker keeps its leases");
   }
-}
-
-void read_task_defaults(const Section& s, TaskDefaults& out) {
-  s.read("model", out.model);
-  s.read("timeout_s", out.timeout_s);
-  s.read("schedule_timeout_s", out.schedule_timeout_s);
-  s.read("max_steps", out.max_steps);
-  s.read("priority", out.priority);
-  s.read("tier", out.tier);
-  s.read("time_zone", out.time_zone);
-  s.read("locale", out.locale);
-  s.read("strategy", out.strategy);
 }
 
 // Host of an http(s) URL (the schema has checked its shape), without port or brackets.
@@ -717,16 +523,10 @@ std::string url_host(std::string_view url) {
 void read_models(const Section& root, std::vector<ModelConfig>& out) {
   root.each("models", [&](const Section& s) {
     ModelConfig m;
-    s.read("name", m.name);
-    s.read("provider_model", m.provider_model);
-    s.read("protocol", m.protocol);
+    read_fields(s, m, kModelFields);
     s.each("endpoints", [&](const Section& e) {
       ModelEndpoint endpoint;
-      e.read("name", endpoint.name);
-      e.read("url", endpoint.url);
-      e.read("api_key", endpoint.api_key);
-      e.read("requests_per_minute", endpoint.requests_per_minute);
-      e.read("tokens_per_minute", endpoint.tokens_per_minute);
+      read_fields(e, endpoint, kEndpointFields);
       const bool named = !endpoint.name.empty();
       if (!named)
         endpoint.name = url_host(endpoint.url);
@@ -742,22 +542,13 @@ void read_models(const Section& root, std::vector<ModelConfig>& out) {
       }
       m.endpoints.push_back(std::move(endpoint));
     });
-    s.read("call_timeout_s", m.call_timeout_s);
-    s.read("max_retries", m.max_retries);
     Section retry = s.child("retry");
-    retry.read("base_ms", m.retry.base_ms);
-    retry.read("max_ms", m.retry.max_ms);
+    read_fields(retry, m.retry, kRetryFields);
     if (m.retry.max_ms < m.retry.base_ms) {
       throw Problem(retry.path("max_ms"),
                     "must be at least base_ms (" + std::to_string(m.retry.base_ms) + ")");
     }
-    Section breaker = s.child("circuit_breaker");
-    breaker.read("failure_threshold", m.circuit_breaker.failure_threshold);
-    breaker.read("open_s", m.circuit_breaker.open_s);
-    s.read("quota_cooloff_s", m.quota_cooloff_s);
-    s.read("context_window_tokens", m.context_window_tokens);
-    s.read("max_output_tokens", m.max_output_tokens);
-    s.read("text_tool_calls", m.text_tool_calls);
+    read_fields(s.child("circuit_breaker"), m.circuit_breaker, kBreakerFields);
     for (std::size_t i = 0; i < m.text_tool_calls.size(); ++i) {
       if (!codec::parse_text_call_format(m.text_tool_calls[i])) {
         std::string names;
@@ -767,7 +558,6 @@ void read_models(const Section& root, std::vector<ModelConfig>& out) {
                       "unknown format '" + m.text_tool_calls[i] + "'; the formats are " + names);
       }
     }
-    s.read("stream", m.stream);
     std::string echo(to_string(m.reasoning_echo));
     s.read("reasoning_echo", echo);
     if (auto parsed = parse_reasoning_echo(echo)) {
@@ -798,11 +588,7 @@ void read_models(const Section& root, std::vector<ModelConfig>& out) {
 void read_tools(const Section& root, std::vector<ToolConfig>& out) {
   root.each("tools", [&](const Section& s) {
     ToolConfig t;
-    s.read("name", t.name);
-    s.read("description", t.description);
-    s.read("category", t.category);
-    s.read("url", t.url);
-    s.read("method", t.method);
+    read_fields(s, t, kToolFields);
     std::map<std::string, std::string> headers;
     read_properties(s, "headers", headers);
     for (auto& [name, value] : headers) {
@@ -818,8 +604,6 @@ void read_tools(const Section& root, std::vector<ToolConfig>& out) {
       }
       t.headers.emplace_back(name, value);
     }
-    s.read("timeout_s", t.timeout_s);
-    s.read("idempotent", t.idempotent);
     std::string permission = to_string(t.permission);
     s.read("permission", permission);
     auto parsed = parse_permission(permission);
@@ -863,9 +647,8 @@ TimeZone known_zone(const std::string& name, const std::string& path) {
 }
 
 void read_billing(const Section& s, const std::vector<ModelConfig>& models, BillingConfig& out) {
-  s.read("time_zone", out.time_zone);
+  read_fields(s, out, kBillingFields);
   const TimeZone billing_zone = known_zone(out.time_zone, s.path("time_zone"));
-  s.read("holidays", out.holidays);
   for (std::size_t i = 0; i < out.holidays.size(); ++i) {
     const std::string path = s.path("holidays") + "/" + std::to_string(i);
     if (!billing::parse_date(out.holidays[i]))
@@ -880,20 +663,12 @@ void read_billing(const Section& s, const std::vector<ModelConfig>& models, Bill
   std::vector<std::chrono::sys_seconds> starts;
   s.each("prices", [&](const Section& p) {
     PriceConfig price;
-    p.read("model", price.model);
-    p.read("currency", price.currency);
-    p.read("effective_from", price.effective_from);
-    p.read("time_zone", price.time_zone);
+    read_fields(p, price, kPriceFields);
     const TimeZone zone =
         price.time_zone.empty() ? billing_zone : known_zone(price.time_zone, p.path("time_zone"));
-    p.read("input_per_million", price.input_per_million);
-    p.read("cached_input_per_million", price.cached_input_per_million);
-    p.read("output_per_million", price.output_per_million);
     p.each("windows", [&](const Section& w) {
       PriceWindow window;
-      w.read("from", window.from);
-      w.read("to", window.to);
-      w.read("multiplier", window.multiplier);
+      read_fields(w, window, kWindowFields);
       if (const auto m = billing::parse_decimal_micros(window.multiplier); !m || *m < 0) {
         throw Problem(w.path("multiplier"),
                       "'" + window.multiplier +
@@ -911,7 +686,6 @@ void read_billing(const Section& s, const std::vector<ModelConfig>& models, Bill
       if (*from == *to) {  // 00:00 to 24:00 is the whole day
         throw Problem(w.path("to"), "a window must not be empty (from equals to)");
       }
-      w.read("days", window.days);
       if (w.get("days") != nullptr && window.days.empty())
         throw Problem(w.path("days"), "name at least one day (leave it out for every day)");
       for (std::size_t i = 0; i < window.days.size(); ++i) {
@@ -959,7 +733,6 @@ void read_billing(const Section& s, const std::vector<ModelConfig>& models, Bill
     starts.push_back(*start);
     out.prices.push_back(std::move(price));
   });
-  s.read("budget_currency", out.budget_currency);
   if (out.budget_currency.empty())
     out.budget_currency = out.prices.empty() ? "CNY" : out.prices.front().currency;
   if (!is_currency_code(out.budget_currency)) {
@@ -995,32 +768,19 @@ void read_billing(const Section& s, const std::vector<ModelConfig>& models, Bill
 }
 
 void read_react(const Section& s, ReactConfig& out) {
-  s.read("system_prompt", out.system_prompt);
-  s.read("system_prompt_file", out.system_prompt_file);
-  s.read("tool_result_context_chars", out.tool_result_context_chars);
+  read_fields(s, out, kReactFields);
   if (!out.system_prompt.empty() && !out.system_prompt_file.empty()) {
     throw Problem(s.path("system_prompt_file"),
                   "give system_prompt or system_prompt_file, not both");
   }
-  Section markers = s.child("markers");
-  markers.read("action_completed", out.markers.action_completed);
-  markers.read("need_clarification", out.markers.need_clarification);
-  markers.read("error", out.markers.error);
-  markers.read("fallback", out.markers.fallback);
+  read_fields(s.child("markers"), out.markers, kMarkerFields);
 }
 
 void read_plan_execute(const Section& s, PlanExecuteConfig& out) {
-  s.read("reflection", out.reflection);
-  s.read("pass_confidence", out.pass_confidence);
-  s.read("max_corrections", out.max_corrections);
-  Section weights = s.child("weights");
-  weights.read("accuracy", out.weight_accuracy);
-  weights.read("completeness", out.weight_completeness);
-  weights.read("relevance", out.weight_relevance);
-  weights.read("logic", out.weight_logic);
+  read_fields(s, out, kPlanExecuteFields);
   if (out.weight_accuracy + out.weight_completeness + out.weight_relevance + out.weight_logic <=
       0) {
-    throw Problem(weights.path(), "at least one weight must be above 0");
+    throw Problem(s.path("weights"), "at least one weight must be above 0");
   }
 }
 
@@ -1028,11 +788,8 @@ void read_tiers(const Section& root, const std::vector<ModelConfig>& models,
                 std::vector<UserTierLimits>& out) {
   root.each("tiers", [&](const Section& s) {
     UserTierLimits t;
-    s.read("tier", t.tier);
-    s.read("max_concurrency", t.limits.max_concurrency);
-    s.read("requests_per_minute", t.limits.requests_per_minute);
-    s.read("tokens_per_minute", t.limits.tokens_per_minute);
-    s.read("max_queued", t.limits.max_queued);
+    read_fields(s, t, kTierFields);
+    read_fields(s, t.limits, kTierLimitFields);
     std::string budget = "0";
     s.read("monthly_budget", budget);
     const auto micros = billing::parse_decimal_micros(budget);
@@ -1041,7 +798,6 @@ void read_tiers(const Section& root, const std::vector<ModelConfig>& models,
                     "must be a decimal with at most 6 decimals (got '" + budget + "')");
     }
     t.limits.monthly_budget_micros = *micros;
-    s.read("weight", t.limits.weight);
     std::string permission = to_string(t.limits.tool_permission);
     s.read("tool_permission", permission);
     auto parsed = parse_permission(permission);
@@ -1050,8 +806,6 @@ void read_tiers(const Section& root, const std::vector<ModelConfig>& models,
                     "must be one of read, write, execute, admin (got '" + permission + "')");
     }
     t.limits.tool_permission = *parsed;
-    s.read("strategy", t.strategy);
-    s.read("allowed_models", t.allowed_models);
     for (std::size_t i = 0; i < t.allowed_models.size(); ++i) {
       const std::string& name = t.allowed_models[i];
       if (std::none_of(models.begin(), models.end(),
@@ -1121,30 +875,23 @@ billing::Exchange budget_exchange(const BillingConfig& billing) {
 namespace {
 
 void read_otlp(const Section& s, OtlpConfig& out) {
-  s.read("endpoint", out.endpoint);
+  read_fields(s, out, kOtlpFields);
   if (!out.endpoint.empty() && out.endpoint.rfind("http://", 0) != 0 &&
       out.endpoint.rfind("https://", 0) != 0) {
     throw Problem(s.path("endpoint"),
                   "expected an http:// or https:// URL, not '" + out.endpoint + "'");
   }
   read_properties(s, "headers", out.headers);
-  s.read("service_name", out.service_name);
-  s.read("timeout_ms", out.timeout_ms);
-  s.read("queue_tasks", out.queue_tasks);
-  s.read("batch_spans", out.batch_spans);
-  s.read("flush_interval_ms", out.flush_interval_ms);
-  s.read("max_attempts", out.max_attempts);
-  s.read("max_attribute_chars", out.max_attribute_chars);
 }
 
 Config read_config(const Value& doc) {
   Config c;
   Section root(&doc, "");
-  read_postgres(root.child("postgres"), c.postgres);
+  read_fields(root.child("postgres"), c.postgres, kPostgresFields);
   read_kafka(root.child("kafka"), c.kafka);
   read_dispatcher(root.child("dispatcher"), c.dispatcher);
   read_worker(root.child("worker"), c.worker);
-  read_task_defaults(root.child("task_defaults"), c.task_defaults);
+  read_fields(root.child("task_defaults"), c.task_defaults, kTaskDefaultFields);
   read_models(root, c.models);
   read_tools(root, c.tools);
   read_billing(root.child("billing"), c.models, c.billing);
@@ -1160,10 +907,7 @@ Config read_config(const Value& doc) {
   read_react(root.child("react"), c.react);
   read_plan_execute(root.child("plan_execute"), c.plan_execute);
   read_tiers(root, c.models, c.tiers);
-  Section metrics = root.child("metrics");
-  metrics.read("host", c.metrics.host);
-  metrics.read("port", c.metrics.port);
-  metrics.read("refresh_interval_s", c.metrics.refresh_interval_s);
+  read_fields(root.child("metrics"), c.metrics, kMetricsFields);
   read_otlp(root.child("telemetry").child("otlp"), c.telemetry.otlp);
   // Without an auth section every API request is refused (401): closed by default.
   if (root.get("auth") != nullptr)
