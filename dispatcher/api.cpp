@@ -102,6 +102,20 @@ std::optional<http::Response> check_query_user(const http::Request& request, con
   return std::nullopt;
 }
 
+std::variant<std::nullopt_t, int, std::string> int_param(std::string_view target,
+                                                         std::string_view name, int lo, int hi) {
+  auto text = http::query_param(target, name);
+  if (!text)
+    return std::nullopt;
+  int value = 0;
+  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc() || end != text->data() + text->size() || value < lo || value > hi) {
+    return std::string(name) + " must be an integer from " + std::to_string(lo) + " to " +
+           std::to_string(hi);
+  }
+  return value;
+}
+
 std::optional<http::Response> read_time_window(const http::Request& request, std::string* from,
                                                std::string* to) {
   const std::string target(request.target());
@@ -371,6 +385,8 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Routed&
         co_return co_await cancel_task(request, caller, std::move(task_id));
       co_return co_await retry_task(request, caller, std::move(task_id));
     }
+    case RouteId::kListBatches:
+      co_return co_await list_batches(request, caller);
     case RouteId::kGetBatch:
       co_return co_await get_batch(request, caller, params[0]);
     case RouteId::kCancelBatch:

@@ -129,6 +129,9 @@ class Api {
   // user); the 404, 403, 409 ambiguous_id or 503 answer instead.
   boost::asio::awaitable<std::variant<http::Response, pg::BatchHeader>> find_caller_batch(
       const http::Request& request, const Caller& caller, const std::string& name);
+  // GET /v1/batches: the batches of ?user_id=, else of the caller's users (every user's for
+  // a key acting for any), newest first, a page of ?limit= (20) created ?before= a time.
+  boost::asio::awaitable<http::Response> list_batches(http::Request& request, const Caller& caller);
   boost::asio::awaitable<http::Response> get_batch(http::Request& request, const Caller& caller,
                                                    std::string batch_id);
   boost::asio::awaitable<http::Response> cancel_batch(http::Request& request, const Caller& caller,

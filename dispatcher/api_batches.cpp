@@ -1,5 +1,6 @@
-// The API's batch routes: POST /v1/batches (JSON Lines, streamed in), GET /v1/batches/{id},
-// GET /v1/batches/{id}/results (JSON Lines, streamed out) and POST /v1/batches/{id}/cancel.
+// The API's batch routes: POST /v1/batches (JSON Lines, streamed in), GET /v1/batches (the
+// list), GET /v1/batches/{id}, GET /v1/batches/{id}/results (JSON Lines, streamed out) and
+// POST /v1/batches/{id}/cancel.
 #include "dispatcher/api.hpp"
 
 #include <rapidjson/stringbuffer.h>
@@ -265,6 +266,46 @@ asio::awaitable<std::variant<http::Response, pg::BatchHeader>> Api::find_caller_
           : "users you act for have each a batch '" + name + "' (" + users +
                 (choice.more ? ", ..." : "") + "); name its user with ?user_id=",
       "/query/user_id");
+}
+
+asio::awaitable<http::Response> Api::list_batches(http::Request& request, const Caller& caller) {
+  const std::string target(request.target());
+  pg::BatchListQuery query;
+  if (auto user = http::query_param(target, "user_id"); user && !user->empty()) {
+    if (auto refused = check_query_user(request, caller, *user))
+      co_return std::move(*refused);
+    query.users = {*user};
+  } else if (!caller.admin && !caller.any_user) {
+    query.users = caller.users;
+    if (query.users.empty())
+      co_return http::make_response(request, http::Status::ok, R"({"batches":[]})");
+  }
+  auto limit = int_param(target, "limit", 1, 100);
+  if (auto* problem = std::get_if<std::string>(&limit)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request", *problem,
+                               "/query/limit");
+  }
+  if (auto* value = std::get_if<int>(&limit))
+    query.limit = *value;
+  if (auto before = http::query_param(target, "before")) {
+    if (!codec::looks_like_timestamp(*before)) {
+      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                                 "before must be a date (2026-11-01) or an RFC 3339 time",
+                                 "/query/before");
+    }
+    query.before = *before;
+  }
+  auto page = co_await store_.list_batches(query);
+  if (!page.ok()) {
+    // A time Postgres cannot read (a 30th of February) is the caller's mistake.
+    if (page.error().kind == ErrorKind::kInvalid ||
+        page.error().message.find("out of range") != std::string::npos) {
+      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                                 "before is not a valid time", "/query/before");
+    }
+    co_return store_unavailable(request, page.error());
+  }
+  co_return http::make_response(request, http::Status::ok, "{\"batches\":" + page.value() + "}");
 }
 
 asio::awaitable<http::Response> Api::get_batch(http::Request& request, const Caller& caller,

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 
 #include "core/adapters/http/server.hpp"
 #include "core/codec/json_schema.hpp"
@@ -33,6 +34,10 @@ http::Response forbidden(const http::Request& request, const std::string& user_i
 // the caller's users; nothing when it may be read.
 std::optional<http::Response> check_query_user(const http::Request& request, const Caller& caller,
                                                const std::string& user_id);
+// A query parameter that must be an integer in [lo, hi]; nullopt when absent, an error
+// response's message when malformed.
+std::variant<std::nullopt_t, int, std::string> int_param(std::string_view target,
+                                                         std::string_view name, int lo, int hi);
 // Reads ?from=&to= (a date or an RFC 3339 time each) into `from` and `to`; the 400 answer
 // when one is neither.
 std::optional<http::Response> read_time_window(const http::Request& request, std::string* from,

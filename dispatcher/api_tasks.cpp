@@ -22,22 +22,6 @@ namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
 
 namespace {
-// A query parameter that must be an integer in [lo, hi]; nullopt when absent, an error
-// response's message when malformed.
-std::variant<std::nullopt_t, int, std::string> int_param(std::string_view target,
-                                                         std::string_view name, int lo, int hi) {
-  auto text = http::query_param(target, name);
-  if (!text)
-    return std::nullopt;
-  int value = 0;
-  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
-  if (ec != std::errc() || end != text->data() + text->size() || value < lo || value > hi) {
-    return std::string(name) + " must be an integer from " + std::to_string(lo) + " to " +
-           std::to_string(hi);
-  }
-  return value;
-}
-
 // The owner and status of a task's JSON (as task_json gives it).
 struct TaskView {
   std::string user_id;
@@ -277,6 +261,15 @@ asio::awaitable<http::Response> Api::list_tasks(http::Request& request, const Ca
                                  "before must be a task id", "/query/before");
     }
     query.before = *before;
+  }
+  if (auto batch = http::query_param(target, "batch_id"); batch && !batch->empty()) {
+    // The user's batch of that id (ids are each user's): its tasks carry its key.
+    auto found = co_await store_.find_batches(*batch, query.user_id, 1);
+    if (!found.ok())
+      co_return store_unavailable(request, found.error());
+    if (found.value().empty())
+      co_return http::make_response(request, http::Status::ok, R"({"tasks":[]})");
+    query.batch_key = found.value().front().batch_id;
   }
   auto page = co_await store_.list_tasks(query);
   if (!page.ok())

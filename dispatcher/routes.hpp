@@ -32,6 +32,7 @@ enum class RouteId {
   kRetryTask,
   kTaskEvents,
   kSubmitBatch,
+  kListBatches,
   kGetBatch,
   kBatchResults,
   kCancelBatch,

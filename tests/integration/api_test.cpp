@@ -870,6 +870,16 @@ TEST(ApiBatches, TwoUsersEachHaveABatchOfOneNameAndEachKeySeesItsOwn) {
       << "its tasks name the batch as its user did";
   expect_error(get("/v1/batches/" + name + "?user_id=u2", kU1Key), 403, "/query/user_id",
                "forbidden");
+  // A user's tasks of their batch, filtered by the server.
+  auto listed = parse(get("/v1/tasks?user_id=u2&batch_id=" + name, kU2Key).body);
+  EXPECT_EQ(size_of(at(listed, "tasks")), 2u);
+  for (const auto& t : array_of(at(listed, "tasks")))
+    EXPECT_EQ(str(t, "batch_id"), name);
+  EXPECT_EQ(size_of(at(parse(get("/v1/tasks?user_id=u1&batch_id=" + name, kU1Key).body), "tasks")),
+            1u);
+  EXPECT_EQ(size_of(at(parse(get("/v1/tasks?user_id=u1&batch_id=" + name + "-none", kU1Key).body),
+                       "tasks")),
+            0u);
 
   // The admin's key acts for both: the name alone is ambiguous, its user tells.
   auto ambiguous = get("/v1/batches/" + name);
@@ -890,6 +900,60 @@ TEST(ApiBatches, TwoUsersEachHaveABatchOfOneNameAndEachKeySeesItsOwn) {
   ASSERT_EQ(cancelled.status, 200) << cancelled.body;
   EXPECT_EQ(str(parse(cancelled.body), "user_id"), "u2");
   EXPECT_TRUE(at(parse(get("/v1/batches/" + name, kU1Key).body), "cancelled").IsFalse());
+}
+
+// GET /v1/batches: an admin finds any user's batches, newest first with their progress, and
+// pages through them; a key of one user sees only its own.
+TEST(ApiBatches, TheListShowsEveryUsersBatchesToAnAdminAndItsOwnToAUsersKey) {
+  const std::string name = user("listed");
+  for (const auto& [key, owner] : {std::pair{kU1Key, "u1"}, std::pair{kU2Key, "u2"}}) {
+    auto created =
+        post_batch("?batch_id=" + name,
+                   submission(owner, "删除2月30日的日程", name + "-" + owner) + "\n", key);
+    ASSERT_EQ(created.status, 201) << created.body;
+  }
+  // Every user's, page by page (other tests upload meanwhile) until both are found.
+  std::vector<std::string> users;
+  std::string previous;
+  for (int pages = 0; pages < 50 && users.size() < 2; ++pages) {
+    auto all = get("/v1/batches?limit=100" +
+                   (previous.empty() ? "" : "&before=" + test::url_encode(previous)));
+    ASSERT_EQ(all.status, 200) << all.body;
+    auto doc = parse(all.body);
+    if (size_of(at(doc, "batches")) == 0)
+      break;
+    for (const auto& b : array_of(at(doc, "batches"))) {
+      const std::string created = str(b, "created_at");
+      if (!previous.empty()) {
+        EXPECT_LE(created, previous) << "newest first";
+      }
+      previous = created;
+      if (str(b, "batch_id") == name) {
+        users.push_back(str(b, "user_id"));
+        EXPECT_EQ(num(b, "total"), 1);
+        EXPECT_EQ(sum_of(at(b, "counts")), 1) << all.body;
+      }
+    }
+  }
+  EXPECT_EQ(users, (std::vector<std::string>{"u2", "u1"})) << "newest first";
+
+  auto own = get("/v1/batches", kU1Key);
+  ASSERT_EQ(own.status, 200) << own.body;
+  const auto own_doc = parse(own.body);
+  for (const auto& b : array_of(at(own_doc, "batches")))
+    EXPECT_EQ(str(b, "user_id"), "u1") << own.body;
+  expect_error(get("/v1/batches?user_id=u2", kU1Key), 403, "/query/user_id", "forbidden");
+
+  // A page of one, then the next from the last one's time.
+  auto first = parse(get("/v1/batches?user_id=u2&limit=1").body);
+  ASSERT_EQ(size_of(at(first, "batches")), 1u);
+  const std::string newest = str(item(at(first, "batches"), 0), "created_at");
+  auto next = parse(get("/v1/batches?user_id=u2&limit=1&before=" + test::url_encode(newest)).body);
+  for (const auto& b : array_of(at(next, "batches")))
+    EXPECT_LT(str(b, "created_at"), newest);
+  expect_error(get("/v1/batches?limit=0"), 400, "/query/limit", "invalid_request");
+  expect_error(get("/v1/batches?before=yesterday"), 400, "/query/before", "invalid_request");
+  expect_error(get("/v1/batches?before=2026-02-30"), 400, "/query/before", "invalid_request");
 }
 
 TEST(ApiBatches, ACancelledBatchStartsNoTaskAfterwardsAndEveryTaskEnds) {

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <rapidjson/document.h>
 #include <pqxx/pqxx>
 
 #include <algorithm>
@@ -677,6 +678,51 @@ TEST_F(Batches, TwoUsersEachHaveABatchOfOneNameAndOneUserHasOne) {
   std::string after;
   EXPECT_EQ(pg::cancel_batch_slice(db_, seconds[0], after, 100, "agent.results"), 3);
   EXPECT_EQ(tasks_with(b->header().batch_id, "cancelled"), 3);
+}
+
+// GET /v1/batches: a user's batches, or several users', newest first, a page at a time, each
+// with its counts; an upload under way is not listed.
+TEST_F(Batches, TheListShowsBatchesNewestFirstWithTheirCountsAPageAtATime) {
+  const std::string name = "list-" + next_id(), first = "batch-list-u1-" + next_id(),
+                    second = "batch-list-u2-" + next_id();
+  auto older = sealed_upload(first, name + "-a", 2);
+  ASSERT_TRUE(older);
+  auto newer = sealed_upload(first, name + "-b", 3);
+  ASSERT_TRUE(newer);
+  auto theirs = sealed_upload(second, name + "-a", 1);
+  ASSERT_TRUE(theirs);
+  EXPECT_EQ(newer->promote(10), 3);
+  auto uploading = writer(first, name + "-c");
+  ASSERT_TRUE(uploading->create());
+
+  rapidjson::Document page;
+  const auto list = [&](pg::BatchListQuery query) {
+    page.Parse(pg::list_batches(db_, query).c_str());
+    EXPECT_TRUE(page.IsArray());
+    std::vector<std::string> ids;
+    for (const auto& b : page.GetArray())
+      ids.push_back(std::string(b["user_id"].GetString()) + ":" + b["batch_id"].GetString());
+    return ids;
+  };
+  EXPECT_EQ(list({{first}, 20, ""}),
+            (std::vector<std::string>{first + ":" + name + "-b", first + ":" + name + "-a"}))
+      << "newest first, the upload under way left out";
+  ASSERT_EQ(page.Size(), 2u);
+  EXPECT_EQ(page[0]["total"].GetInt(), 3);
+  EXPECT_EQ(page[0]["counts"]["queued"].GetInt(), 3);
+  EXPECT_EQ(page[0]["ended"].GetInt(), 0);
+  EXPECT_EQ(page[1]["counts"]["queued"].GetInt(), 2) << "staged tasks wait as queued ones";
+  EXPECT_EQ(page[1]["result_types"]["error"].GetInt(), 0);
+
+  EXPECT_EQ(list({{first, second}, 20, ""}),
+            (std::vector<std::string>{second + ":" + name + "-a", first + ":" + name + "-b",
+                                      first + ":" + name + "-a"}));
+  EXPECT_EQ(list({{first, second}, 2, ""}).size(), 2u);
+  const std::string last = page[1]["created_at"].GetString();
+  EXPECT_EQ(list({{first, second}, 2, last}), std::vector<std::string>{first + ":" + name + "-a"})
+      << "the next page: those created before the last shown";
+  EXPECT_TRUE(list({{"batch-list-nobody"}, 20, ""}).empty());
+  EXPECT_GE(list({{}, 100, ""}).size(), 3u) << "every user's";
 }
 
 }  // namespace

@@ -87,6 +87,10 @@ Awaitable<bool> ApiStore::put_user_overrides(const UserOverrides& overrides) {
   });
 }
 
+Awaitable<std::string> ApiStore::list_batches(const BatchListQuery& query) {
+  co_return co_await db_.run([&](pqxx::connection& c) { return pg::list_batches(c, query); });
+}
+
 Awaitable<std::vector<BatchHeader>> ApiStore::find_batches(const std::string& name,
                                                            const std::string& user_id, int limit) {
   co_return co_await db_.run(

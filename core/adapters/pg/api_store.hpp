@@ -84,6 +84,8 @@ class ApiStore {
   Awaitable<bool> put_user_overrides(const UserOverrides& overrides);
 
   // Batches.
+  // GET /v1/batches: the page as a JSON array (list_batches).
+  Awaitable<std::string> list_batches(const BatchListQuery& query);
   // The batches named `name` there to be read (find_batches).
   Awaitable<std::vector<BatchHeader>> find_batches(const std::string& name,
                                                    const std::string& user_id, int limit);

@@ -464,6 +464,49 @@ FROM b)SQL",
   return rows[0][0].as<std::string>();
 }
 
+std::string list_batches(pqxx::connection& c, const BatchListQuery& query) {
+  pqxx::read_transaction tx(c);
+  // Each batch's counts from the tasks_batch index (batch_id, task_id) INCLUDE (user_id,
+  // status, result_type): an index-only scan of its tasks, so a page costs the tasks of its
+  // batches (batches_user serves one user's, newest first).
+  auto rows = tx.exec_params(R"SQL(
+SELECT coalesce(jsonb_agg(jsonb_build_object(
+  'batch_id', split_part(b.batch_id, E'\x1f', 1), 'user_id', b.user_id, 'priority', b.priority,
+  'total', b.total, 'cancelled', b.cancelled, 'created_at', b.created_at,
+  'cancelled_at', b.cancelled_at,
+  'counts', jsonb_build_object(
+      'queued', n.queued, 'dispatched', n.dispatched, 'running', n.running,
+      'succeeded', n.succeeded, 'failed', n.failed, 'timed_out', n.timed_out,
+      'cancelled', n.cancelled),
+  'result_types', jsonb_build_object(
+      'action_completed', n.action_completed, 'need_clarification', n.need_clarification,
+      'error', n.error),
+  'ended', n.succeeded + n.failed + n.timed_out + n.cancelled) ORDER BY b.created_at DESC,
+                                                                        b.batch_id DESC),
+  '[]'::jsonb)::text
+FROM (SELECT * FROM batches
+      WHERE (sealed OR upload_deadline IS NULL)
+        AND ($1::jsonb = '[]'::jsonb
+             OR user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb))))
+        AND ($2 = '' OR created_at < NULLIF($2, '')::timestamptz)
+      ORDER BY created_at DESC, batch_id DESC
+      LIMIT $3) b
+CROSS JOIN LATERAL (
+  SELECT count(*) FILTER (WHERE status IN ('queued', 'staged')) AS queued,
+         count(*) FILTER (WHERE status = 'dispatched') AS dispatched,
+         count(*) FILTER (WHERE status = 'running') AS running,
+         count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+         count(*) FILTER (WHERE status = 'failed') AS failed,
+         count(*) FILTER (WHERE status = 'timed_out') AS timed_out,
+         count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+         count(*) FILTER (WHERE result_type = 'action_completed') AS action_completed,
+         count(*) FILTER (WHERE result_type = 'need_clarification') AS need_clarification,
+         count(*) FILTER (WHERE result_type = 'error') AS error
+  FROM tasks t WHERE t.batch_id = b.batch_id AND t.user_id = b.user_id) n)SQL",
+                             json_string_array(query.users), query.before, query.limit);
+  return rows[0][0].as<std::string>();
+}
+
 std::string batch_results_page(pqxx::connection& c, const BatchHeader& batch,
                                const std::string& after, int limit, std::string& last) {
   pqxx::read_transaction tx(c);

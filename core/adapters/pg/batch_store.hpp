@@ -129,6 +129,17 @@ class BatchWriter {
 std::vector<BatchHeader> find_batches(pqxx::connection& c, const std::string& name,
                                       const std::string& user_id, int limit);
 
+// GET /v1/batches: batches there to be read, the newest first.
+struct BatchListQuery {
+  std::vector<std::string> users;  // of these users; empty: of every user
+  int limit = 20;
+  std::string before;  // an RFC 3339 time: only batches created before it; empty: the newest
+};
+// The page as a JSON array: each batch as GET /v1/batches/{id} shows it but its usage and
+// waiting reason (its id, user, priority, total, created and cancelled times, counts per
+// status and per result type, ended).
+std::string list_batches(pqxx::connection& c, const BatchListQuery& query);
+
 // GET /v1/batches/{id}: the batch of key `batch_id` with counts per status and result type,
 // progress, and usage per model, as JSON (its batch_id the name); nullopt when there is no
 // such batch.

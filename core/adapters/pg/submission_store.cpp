@@ -417,8 +417,8 @@ std::optional<std::string> task_history_json(pqxx::connection& c, const std::str
 std::string list_tasks(pqxx::connection& c, const TaskListQuery& query) {
   pqxx::read_transaction tx(c);
   std::vector<codec::TaskRow> page;
-  for (const auto& row :
-       exec_text(tx, "list_tasks", query.user_id, query.status, query.limit, query.before))
+  for (const auto& row : exec_text(tx, "list_tasks", query.user_id, query.status, query.limit,
+                                   query.before, query.batch_key))
     page.push_back(read_task_row(row));
   return codec::task_summaries_json(page);
 }

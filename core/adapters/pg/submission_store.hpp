@@ -193,7 +193,8 @@ struct TaskListQuery {
   std::string user_id;
   std::string status;  // empty: any
   int limit = 50;
-  std::string before;  // task id; empty: from the newest
+  std::string before;     // task id; empty: from the newest
+  std::string batch_key;  // the tasks of this batch (its key: BatchHeader::batch_id); empty: any
 };
 std::string list_tasks(pqxx::connection& c, const TaskListQuery& query);
 

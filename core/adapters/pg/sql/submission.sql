@@ -234,12 +234,13 @@ WHERE task_id = ANY(ARRAY(SELECT jsonb_array_elements_text($2::jsonb))::uuid[])
 
 -- name: list_tasks
 -- GET /v1/tasks: user $1's tasks, newest first, of status $2 ('': any), at most $3, created
--- before task $4 (a cursor: the last id of the previous page; '': from the newest). The
--- task_row of each; the API shows its summary (no trace).
+-- before task $4 (a cursor: the last id of the previous page; '': from the newest), of the
+-- batch of key $5 ('': any). The task_row of each; the API shows its summary (no trace).
 SELECT {{task_row}}
 FROM tasks t
 WHERE t.user_id = $1
   AND ($2 = '' OR t.status = $2) AND t.status <> 'staged'
+  AND ($5 = '' OR t.batch_id = $5)
   AND ($4 = '' OR (t.created_at, t.task_id) <
        (SELECT b.created_at, b.task_id FROM tasks b WHERE b.task_id = NULLIF($4, '')::uuid))
 ORDER BY t.created_at DESC, t.task_id DESC
