@@ -285,6 +285,14 @@ ctl 0 --json batch status "$batch" --user "$ub-2"
 has "$out" "\"user_id\":\"$ub-2\""
 ctl 0 batch results "$batch" --user "$ub"
 [[ $(grep -c "^[0-9a-f]\{8\}-" <<<"$out") == 5 ]] || fail "batch results --user: $out"
+# The list, a user's batches with --user (every user's without it: the API's tests).
+ctl 0 batch list --user "$ub"
+has "$out" "NOT SUCCEEDED"
+[[ $(grep -c "^$batch " <<<"$out") == 1 ]] || fail "batch list: $out"
+has "$out" "action_completed 4, need_clarification 0, error 0"
+lacks "$out" "$ub-2"
+ctl 0 --json batch list --user "$ub-2" --limit 1
+has "$out" "\"user_id\":\"$ub-2\""
 # Without --batch-id agentctl makes a UUID up and sends it.
 # (a line without its user_id is --user's)
 printf '{"text":"bench: steps=1 calls=1","idempotency_key":"own-id"}\n' >"$tmp/own.jsonl"

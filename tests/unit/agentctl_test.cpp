@@ -101,7 +101,7 @@ TEST(AgentctlOptions, BadCommandLinesAreUsageErrorsNamingTheProblem) {
     return std::string("no error");
   };
   EXPECT_NE(message_of({"frobnicate"}).find("unknown command 'frobnicate'"), std::string::npos);
-  EXPECT_NE(message_of({"batch", "explode"}).find("submit, status, results, cancel"),
+  EXPECT_NE(message_of({"batch", "explode"}).find("submit, list, status, results, cancel"),
             std::string::npos);
   EXPECT_NE(message_of({"batch"}).find("needs a command"), std::string::npos);
   EXPECT_NE(message_of({}).find("a command is needed"), std::string::npos);

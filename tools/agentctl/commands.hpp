@@ -56,6 +56,7 @@ int cmd_list(Context& ctx);
 int cmd_tail(Context& ctx);  // --task here, the results topic in commands_kafka.cpp
 int cmd_tail_results(Context& ctx);
 int cmd_batch_submit(Context& ctx);
+int cmd_batch_list(Context& ctx);
 int cmd_batch_status(Context& ctx);
 int cmd_batch_results(Context& ctx);
 int cmd_batch_cancel(Context& ctx);

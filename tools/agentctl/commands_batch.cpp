@@ -162,6 +162,37 @@ int cmd_batch_submit(Context& ctx) {
   return follow_batch(ctx, id, user, limit_s, interval);
 }
 
+int cmd_batch_list(Context& ctx) {
+  const Invocation& inv = ctx.inv;
+  std::int64_t left = inv.integer("--limit", 20, 1, 100000);
+  rapidjson::Document all;
+  all.SetObject();
+  rapidjson::Value batches(rapidjson::kArrayType);
+  std::string before;
+  while (left > 0) {
+    const std::int64_t page = std::min<std::int64_t>(left, 100);
+    std::vector<std::pair<std::string, std::string>> query = {{"limit", std::to_string(page)}};
+    if (inv.has("--user"))
+      query.emplace_back("user_id", inv.required("--user"));
+    if (!before.empty())
+      query.emplace_back("before", before);
+    auto doc = ctx.api.get_json("/v1/batches?" + query_string(query));
+    const auto& got = json::at(doc, "batches");
+    if (!got.IsArray())
+      break;
+    for (const auto& b : got.GetArray()) {
+      batches.PushBack(rapidjson::Value(b, all.GetAllocator()), all.GetAllocator());
+      before = json::str(b, "created_at");
+    }
+    left -= got.Size();
+    if (static_cast<std::int64_t>(got.Size()) < page || before.empty())
+      break;
+  }
+  all.AddMember("batches", batches, all.GetAllocator());
+  print(ctx.settings.json ? json::text_of(all) + "\n" : format_batch_list(all["batches"]));
+  return kExitOk;
+}
+
 int cmd_batch_status(Context& ctx) {
   const std::string target = batch_path(ctx.inv.args[0], ctx.inv.value("--user"));
   auto response = ctx.api.get(target);

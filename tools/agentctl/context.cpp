@@ -106,6 +106,7 @@ CommandFunction command_function(const std::string& name) {
       {"list", cmd_list},
       {"tail", cmd_tail},
       {"batch submit", cmd_batch_submit},
+      {"batch list", cmd_batch_list},
       {"batch status", cmd_batch_status},
       {"batch results", cmd_batch_results},
       {"batch cancel", cmd_batch_cancel},

@@ -178,6 +178,16 @@ const std::vector<CommandSpec>& command_specs() {
         {"--wait-timeout-s", "N", "stop following after N seconds (default: no bound)"},
         {"--interval-s", "N",
          "seconds between progress lines when not on a terminal (default 5)"}}},
+      {"batch list",
+       "",
+       "list batches, newest first, with their progress",
+       "The batches of --user, else of every user the key acts for (every user's for an\n"
+       "admin key): id, user, created, ended of total, succeeded, not succeeded (failed,\n"
+       "timed_out or cancelled) and the result types (a task can succeed with an error).",
+       0,
+       0,
+       {{"--user", "U", "the batches of this user"},
+        {"--limit", "N", "at most N batches (default 20)"}}},
       {"batch status",
        "ID",
        "show a batch's counts per status and result type, and usage",

@@ -208,6 +208,36 @@ std::string format_task_list(const rapidjson::Value& tasks) {
   return table.render();
 }
 
+std::string format_batch_list(const rapidjson::Value& batches) {
+  Table table({{"BATCH", false, 40},
+               {"USER"},
+               {"CREATED"},
+               {"ENDED", true},
+               {"TOTAL", true},
+               {"SUCCEEDED", true},
+               {"NOT SUCCEEDED", true},
+               {"RESULTS"}});
+  if (batches.IsArray()) {
+    for (const auto& b : batches.GetArray()) {
+      const auto& counts = json::at(b, "counts");
+      const auto& types = json::at(b, "result_types");
+      const std::int64_t not_succeeded = json::num(counts, "failed", 0) +
+                                         json::num(counts, "timed_out", 0) +
+                                         json::num(counts, "cancelled", 0);
+      // A task that succeeded may have answered with an error or a question: the result
+      // types say so beside the counts.
+      table.add_row(
+          {json::str(b, "batch_id") + (json::at(b, "cancelled").IsTrue() ? " (cancelled)" : ""),
+           json::str(b, "user_id"), json::str(b, "created_at"), number_text(b, "ended"),
+           number_text(b, "total"), number_text(counts, "succeeded"), std::to_string(not_succeeded),
+           "action_completed " + number_text(types, "action_completed") + ", need_clarification " +
+               number_text(types, "need_clarification") + ", error " +
+               number_text(types, "error")});
+    }
+  }
+  return table.render();
+}
+
 std::string format_result_event(std::string_view text) {
   rapidjson::Document doc;
   if (!codec::parse_json(doc, text) || !doc.IsObject() || !doc.HasMember("task_id") ||

@@ -41,6 +41,9 @@ std::string limits_put_body(const rapidjson::Value& current,
                             const std::map<std::string, std::string>& set,
                             const std::vector<std::string>& unset, bool replace);
 
+// GET /v1/batches: one row a batch (id, user, created, ended of total, succeeded, failed,
+// result types), newest first.
+std::string format_batch_list(const rapidjson::Value& batches);
 // GET /v1/batches/{id}: counts per status and result type, progress, usage.
 std::string format_batch(const rapidjson::Value& batch);
 

@@ -202,7 +202,13 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       assert.ok(opened, page.url());
       batchId = decodeURIComponent(opened[1]);
       await expectText(page.locator("label[for='batch-progress']"), /3 of 3 tasks ended/, 30_000);
-      await expectText(page.getByRole("navigation", { name: "Recent batches" }), new RegExp(batchId));
+      // The list shows it with its progress, and opens it.
+      const listed = page.getByRole("region", { name: "Batches, newest first" });
+      await expectText(listed, new RegExp(batchId));
+      await expectText(listed.getByRole("row").filter({ hasText: batchId }), /3 of 3/);
+      await listed.scrollIntoViewIfNeeded();
+      await shot("05b-batch-list");
+      await page.evaluate(() => window.scrollTo(0, 0));
       const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: /Download results/ }).click()]);
       const saved = join(profile, "results.jsonl");
       await download.saveAs(saved);

@@ -156,9 +156,17 @@ class Client:
         status: Optional[str] = None,
         limit: Optional[int] = None,
         before: Optional[str] = None,
+        batch_id: Optional[str] = None,
     ) -> List[Json]:
-        """GET /v1/tasks: one page of the user's tasks, newest first (summaries)."""
-        query = {"user_id": user_id, "status": status, "limit": limit, "before": before}
+        """GET /v1/tasks: one page of the user's tasks, newest first (summaries); of their
+        batch ``batch_id`` when given."""
+        query = {
+            "user_id": user_id,
+            "status": status,
+            "limit": limit,
+            "before": before,
+            "batch_id": batch_id,
+        }
         return self._call("GET", "/v1/tasks", query=query)["tasks"]
 
     def iter_tasks(
@@ -230,6 +238,20 @@ class Client:
             timeout=timeout,
             retries=0,
         )
+
+    def list_batches(
+        self,
+        user_id: Optional[str] = None,
+        *,
+        limit: Optional[int] = None,
+        before: Optional[str] = None,
+    ) -> List[Json]:
+        """GET /v1/batches: one page of batches, newest first, each with its counts per
+        status and result type and ``ended`` of ``total``: of ``user_id``, else of every
+        user the key acts for. ``before``: the ``created_at`` of the last of the previous
+        page."""
+        query = {"user_id": user_id, "limit": limit, "before": before}
+        return self._call("GET", "/v1/batches", query=query)["batches"]
 
     def batch(self, batch_id: str, user_id: Optional[str] = None) -> Json:
         """GET /v1/batches/{id}: counts per status and result type, ``ended`` of

@@ -159,6 +159,8 @@ class Batches(unittest.TestCase):
         self.assertEqual(raised.exception.code, "ambiguous_id")
         self.assertEqual(c.batch(answer["batch_id"], user_id=other)["total"], 2)
         self.assertEqual(len(list(c.batch_results(answer["batch_id"], user_id=user))), 30)
+        listed = c.list_batches(other, limit=5)
+        self.assertEqual([(b["batch_id"], b["total"]) for b in listed], [(answer["batch_id"], 2)])
 
     def test_a_bad_line_names_its_number_and_nothing_is_stored(self):
         c, user, batch_id = admin(), f"py-bb-{RUN}", str(uuid.uuid4())

@@ -96,6 +96,20 @@ export interface BatchAccepted {
   duplicates: number;
 }
 
+/** A batch in GET /v1/batches: its progress without its usage and waiting reason. */
+export interface BatchSummary {
+  batch_id: string;
+  user_id: string;
+  priority: string;
+  total: number;
+  ended: number;
+  counts: Record<TaskStatus, number>;
+  result_types: Record<TaskResult["type"], number>;
+  cancelled: boolean;
+  created_at: string;
+  cancelled_at: string | null;
+}
+
 export interface Batch {
   batch_id: string;
   user_id: string;
@@ -261,10 +275,11 @@ export class Client {
   /** GET /v1/tasks: one page of the user's tasks, newest first (summaries). */
   async listTasks(
     userId: string,
-    options: { status?: TaskStatus; limit?: number; before?: string } = {},
+    options: { status?: TaskStatus; limit?: number; before?: string; batchId?: string } = {},
   ): Promise<Task[]> {
+    const { batchId, ...rest } = options;
     const answer = await this.call<{ tasks: Task[] }>("GET", "/v1/tasks", {
-      query: { user_id: userId, ...options },
+      query: { user_id: userId, ...rest, batch_id: batchId },
     });
     return answer.tasks;
   }
@@ -387,6 +402,18 @@ export class Client {
       timeoutS: options.timeoutS ?? 3600,
       retries: 0,
     });
+  }
+
+  /** GET /v1/batches: one page of batches, newest first, with their progress: of `userId`,
+   * else of every user the key acts for. `before`: the `created_at` of the last of the
+   * previous page. */
+  async listBatches(
+    options: { userId?: string; limit?: number; before?: string } = {},
+  ): Promise<BatchSummary[]> {
+    const answer = await this.call<{ batches: BatchSummary[] }>("GET", "/v1/batches", {
+      query: { user_id: options.userId, limit: options.limit, before: options.before },
+    });
+    return answer.batches;
   }
 
   /** GET /v1/batches/{id}: counts per status and result type, `ended` of `total`. Batch ids

@@ -145,6 +145,8 @@ describe("batches", () => {
     let theirs = 0;
     for await (const r of c.batchResults(answer.batch_id, 60, user)) theirs += r ? 1 : 0;
     assert.equal(theirs, 30);
+    const listed = await c.listBatches({ userId: other, limit: 5 });
+    assert.deepEqual(listed.map((b) => [b.batch_id, b.total]), [[answer.batch_id, 2]]);
   });
 
   test("a bad line names its number and nothing is stored", async () => {

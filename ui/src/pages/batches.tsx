@@ -1,15 +1,21 @@
-/** Batches: open one by id (the ids seen lately are kept, as no route lists batches), its
- * progress, counts, waiting reason, results download and cancel; upload a JSON Lines file
- * as a new batch. */
+/** Batches: the list of the key's batches (every user's for an admin), newest first with
+ * their progress, a page at a time; open one by id; its progress, counts, waiting reason,
+ * results download and cancel; upload a JSON Lines file as a new batch. */
 
 import { useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
-import type { Batch, BatchAccepted, BatchProgress, Client } from "../api.ts";
+import type { Batch, BatchAccepted, BatchProgress, BatchSummary, Client } from "../api.ts";
 import { ErrorNote, ResultBadge, StatusBadge, useAsync, usePoll } from "../components.tsx";
 import { RESULT_TYPES, TASK_STATUSES, count, money, waitingText, when } from "../format.ts";
 import { href } from "../router.ts";
-import { type BatchRef, recentBatches, rememberBatch } from "../session.ts";
 import { UserField, defaultUser } from "./user_field.tsx";
+
+/** A batch as the console names it: its id, and its user (batch ids are each user's; a key
+ * acting for several users needs the user when more than one has a batch of the id). */
+interface BatchRef {
+  id: string;
+  user?: string | undefined;
+}
 
 /** The console's address of a batch: its user in the query when known. */
 function batchHref(batch: BatchRef): string {
@@ -45,9 +51,7 @@ function Upload({ client, identity }: Pick<PageProps, "client" | "identity">) {
       }),
     );
     if (accepted) {
-      const batch = { id: accepted.batch_id, user: accepted.user_id };
-      rememberBatch(batch);
-      openBatch(batch);
+      openBatch({ id: accepted.batch_id, user: accepted.user_id });
     }
   };
 
@@ -111,8 +115,7 @@ function BatchView({ client, batchId, user }: { client: Client; batchId: string;
   const done = b ? b.ended >= b.total : false;
   usePoll(
     async () => {
-      const got = await batch.run(() => client.batch(batchId, user));
-      if (got) rememberBatch({ id: batchId, user: got.user_id });
+      await batch.run(() => client.batch(batchId, user));
     },
     3000,
     [batchId, user],
@@ -242,6 +245,100 @@ function BatchView({ client, batchId, user }: { client: Client; batchId: string;
   );
 }
 
+const PAGE = 20;
+
+/** The batches the key may see, newest first, each with its progress; "More" reads the next
+ * page (those created before the last shown). Polled while the page is open. */
+function BatchList({ client, current }: { client: Client; current?: BatchRef | undefined }) {
+  const [more, setMore] = useState<BatchSummary[]>([]);
+  const first = useAsync<BatchSummary[]>();
+  const next = useAsync<BatchSummary[]>();
+  const [exhausted, setExhausted] = useState(false);
+  usePoll(
+    async () => {
+      await first.run(() => client.listBatches({ limit: PAGE }));
+    },
+    5000,
+    [],
+  );
+  const shown = [...(first.value ?? []), ...more.filter((b) => !(first.value ?? []).some((f) => f.batch_id === b.batch_id && f.user_id === b.user_id))];
+  const last = more.length ? more[more.length - 1] : first.value?.[first.value.length - 1];
+  return (
+    <section aria-labelledby="batch-list-title" class="batch-list">
+      <h2 id="batch-list-title" class="small-heading">
+        Batches, newest first
+      </h2>
+      {shown.length ? (
+        <table class="compact">
+          <thead>
+            <tr>
+              <th scope="col">Batch</th>
+              <th scope="col">User</th>
+              <th scope="col">Created</th>
+              <th scope="col" class="num">Ended</th>
+              <th scope="col" class="num">Succeeded</th>
+              <th scope="col" class="num">Not succeeded</th>
+              <th scope="col">Results</th>
+            </tr>
+          </thead>
+          <tbody>
+            {shown.map((b) => {
+              const notSucceeded = b.counts.failed + b.counts.timed_out + b.counts.cancelled;
+              const isCurrent = current && current.id === b.batch_id && (!current.user || current.user === b.user_id);
+              return (
+                <tr aria-current={isCurrent ? "page" : undefined}>
+                  <th scope="row">
+                    <a href={batchHref({ id: b.batch_id, user: b.user_id })} class="mono">
+                      {b.batch_id}
+                    </a>
+                    {b.cancelled ? <StatusBadge status="cancelled" /> : null}
+                  </th>
+                  <td>{b.user_id}</td>
+                  <td>{when(b.created_at)}</td>
+                  <td class="num">
+                    {count(b.ended)} of {count(b.total)}
+                  </td>
+                  <td class="num">{count(b.counts.succeeded)}</td>
+                  <td class="num">{count(notSucceeded)}</td>
+                  <td>
+                    {RESULT_TYPES.filter((r) => b.result_types[r] > 0).map((r) => (
+                      <span class="result-count">
+                        <ResultBadge type={r} /> {count(b.result_types[r])}
+                      </span>
+                    ))}
+                  </td>
+                </tr>
+              );
+            })}
+          </tbody>
+        </table>
+      ) : first.value ? (
+        <p class="muted">No batches yet: upload one below.</p>
+      ) : first.error ? null : (
+        <p aria-busy="true">Loading…</p>
+      )}
+      {first.value && first.value.length === PAGE && !exhausted && last ? (
+        <button
+          type="button"
+          class="secondary"
+          disabled={next.busy}
+          aria-busy={next.busy}
+          onClick={async () => {
+            const page = await next.run(() => client.listBatches({ limit: PAGE, before: last.created_at }));
+            if (page) {
+              setMore((m) => [...m, ...page]);
+              if (page.length < PAGE) setExhausted(true);
+            }
+          }}
+        >
+          More
+        </button>
+      ) : null}
+      <ErrorNote error={first.error ?? next.error} what="Could not list the batches" />
+    </section>
+  );
+}
+
 export function BatchesPage({
   client,
   identity,
@@ -250,7 +347,6 @@ export function BatchesPage({
 }: PageProps & { batchId?: string | undefined; batchUser?: string | undefined }) {
   const [typed, setTyped] = useState("");
   const [typedUser, setTypedUser] = useState("");
-  const recent = recentBatches();
   return (
     <section aria-labelledby="batches-title">
       <h1 id="batches-title">Batches</h1>
@@ -270,25 +366,9 @@ export function BatchesPage({
           <label for="open-batch-user">Its user (needed when several users you act for have a batch of this id)</label>
           <input id="open-batch-user" name="user_id" value={typedUser} onInput={(e) => setTypedUser(e.currentTarget.value)} />
         </form>
-        <nav aria-label="Recent batches" class="recent">
-          <h2 class="small-heading">Seen in this session</h2>
-          {recent.length ? (
-            <ul>
-              {recent.map((b) => (
-                <li>
-                  <a href={batchHref(b)} aria-current={b.id === batchId && (!batchUser || b.user === batchUser) ? "page" : undefined} class="mono">
-                    {b.id}
-                  </a>
-                  {b.user ? <span class="muted"> · {b.user}</span> : null}
-                </li>
-              ))}
-            </ul>
-          ) : (
-            <p class="muted">None yet: open one by id or upload one.</p>
-          )}
-        </nav>
       </div>
       {batchId ? <BatchView client={client} batchId={batchId} user={batchUser} key={`${batchId}\n${batchUser ?? ""}`} /> : null}
+      <BatchList client={client} current={batchId ? { id: batchId, user: batchUser } : undefined} />
       <Upload client={client} identity={identity} />
     </section>
   );

@@ -39,7 +39,6 @@ async function strategiesOf(client: Client, tasks: Task[]): Promise<void> {
 
 function matches(t: Task, f: Filters): boolean {
   if (f.resultType && t.result?.type !== f.resultType) return false;
-  if (f.batchId && t.batch_id !== f.batchId.trim()) return false;
   if (f.from && new Date(t.created_at) < new Date(f.from)) return false;
   if (f.to && new Date(t.created_at) >= new Date(f.to)) return false;
   if (f.strategy && strategies.get(t.task_id) !== f.strategy) return false;
@@ -127,6 +126,7 @@ export function TasksPage({ client, identity }: PageProps) {
           status: (filters.status || undefined) as TaskStatus | undefined,
           limit: PAGE_SIZE,
           before,
+          batchId: filters.batchId.trim() || undefined,
         });
         if (filters.strategy) await strategiesOf(client, page);
         return page;
@@ -134,12 +134,12 @@ export function TasksPage({ client, identity }: PageProps) {
       if (tasks) setUpdated(new Date());
     },
     POLL_MS,
-    [filters.user, filters.status, filters.strategy, before, tick],
+    [filters.user, filters.status, filters.batchId, filters.strategy, before, tick],
   );
 
   const page = list.value ?? [];
   const shown = page.filter((t) => matches(t, filters));
-  const clientSide = filters.resultType || filters.batchId || filters.from || filters.to || filters.strategy;
+  const clientSide = filters.resultType || filters.from || filters.to || filters.strategy;
 
   return (
     <section aria-labelledby="tasks-title">
@@ -193,7 +193,7 @@ export function TasksPage({ client, identity }: PageProps) {
         {filters.user ? (
           <>
             {shown.length} of {page.length} tasks on this page
-            {clientSide ? " match (result type, batch, strategy and dates are filtered in the console, a page at a time)" : ""}
+            {clientSide ? " match (result type, strategy and dates are filtered in the console, a page at a time)" : ""}
             {updated ? ` · updated ${when(updated.toISOString()).slice(11)}` : ""}
           </>
         ) : (
