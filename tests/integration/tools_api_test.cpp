@@ -216,6 +216,8 @@ TEST(StatsApi, AUsersTasksCountSucceedByResultTypeWithDurationsStepsTokensAndCos
   EXPECT_EQ(num(stats, "tasks"), 2);
   EXPECT_EQ(num(stats, "ended"), 2);
   EXPECT_DOUBLE_EQ(real(stats, "success_rate"), 1.0);
+  EXPECT_DOUBLE_EQ(real(stats, "action_completed_rate"), 0.5)
+      << "the impossible one succeeded with an error answer";
   EXPECT_EQ(num(at(stats, "by_result_type"), "action_completed"), 1);
   EXPECT_EQ(num(at(stats, "by_result_type"), "error"), 1);
   EXPECT_EQ(num(at(stats, "by_strategy"), "default"), 2);
@@ -240,6 +242,7 @@ TEST(StatsApi, AUsersTasksCountSucceedByResultTypeWithDurationsStepsTokensAndCos
       parse(api(bhttp::verb::get, "/v1/stats?user_id=" + u + "&to=2020-01-01", kAdminKey).body);
   EXPECT_EQ(num(empty, "tasks"), 0);
   EXPECT_TRUE(at(empty, "success_rate").IsNull());
+  EXPECT_TRUE(at(empty, "action_completed_rate").IsNull());
   EXPECT_EQ(api(bhttp::verb::get, "/v1/stats", kU1Key).status, 403);  // everyone's: admin only
   EXPECT_EQ(api(bhttp::verb::get, "/v1/stats?user_id=" + u, kU1Key).status, 403);
   EXPECT_EQ(api(bhttp::verb::get, "/v1/stats?user_id=u1&from=yesterday", kU1Key).status, 400);

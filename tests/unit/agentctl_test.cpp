@@ -644,6 +644,15 @@ TEST(AgentctlViews, AQueuedTaskSaysWhyItWaitsInItsViewTheListAndItsBatch) {
   const std::string table = format_task_list(list);
   EXPECT_NE(table.find("queued (concurrency)"), std::string::npos) << table;
   EXPECT_EQ(table.find("succeeded ("), std::string::npos) << table;
+  // How it ended and what it cost: the error code of one that failed, each one's bill.
+  list.Parse(R"([{"task_id":"t3","status":"failed","error_code":"max_steps",)"
+             R"("cost":"0.012345","currency":"CNY","created_at":"c","text":"z"},)"
+             R"({"task_id":"t4","status":"queued","cost":"0.000000","currency":null,)"
+             R"("created_at":"c","text":"w"}])");
+  const std::string ended = format_task_list(list);
+  EXPECT_NE(ended.find("ERROR"), std::string::npos) << ended;
+  EXPECT_NE(ended.find("max_steps"), std::string::npos) << ended;
+  EXPECT_NE(ended.find("0.012345 CNY"), std::string::npos) << ended;
   rapidjson::Document batch;
   batch.Parse(R"({"batch_id":"b1","waiting_reason":"fleet_capacity","counts":{},)"
               R"("result_types":{}})");
@@ -660,6 +669,7 @@ TEST(AgentctlViews, StatisticsShowRatesDurationsAndCostsAndTheWindow) {
   stats.Parse(
       R"({"user_id":"u1","from":"2026-11-01","to":null,"tasks":10,"ended":9,)"
       R"("by_status":{"succeeded":6,"failed":3},"success_rate":0.6667,)"
+      R"("action_completed_rate":0.5556,)"
       R"("by_result_type":{"action_completed":5,"error":1},"by_strategy":{"default":9},)"
       R"("duration_s":{"avg":1.5,"p95":4.25},"avg_steps":2,"avg_tool_calls":1.25,)"
       R"("tokens":{"input":100,"output":20,"cached_input":40},)"
@@ -667,10 +677,10 @@ TEST(AgentctlViews, StatisticsShowRatesDurationsAndCostsAndTheWindow) {
   const std::string text = format_stats(stats);
   for (const char* line :
        {"user       u1\n", "window     2026-11-01\n", "tasks      10 (9 ended)\n",
-        "succeeded  0.6667 of those ended\n", "status     succeeded 6, failed 3\n",
-        "results    action_completed 5, error 1\n", "duration   avg 1.500 s, p95 4.250 s\n",
-        "steps      avg 2.00, tool calls avg 1.25\n", "tokens     100 in (40 cached), 20 out\n",
-        "cost       0.100000 CNY, 0.010000 USD\n"}) {
+        "succeeded  0.6667 of those ended\n", "done       0.5556 of those ended did as asked\n",
+        "status     succeeded 6, failed 3\n", "results    action_completed 5, error 1\n",
+        "duration   avg 1.500 s, p95 4.250 s\n", "steps      avg 2.00, tool calls avg 1.25\n",
+        "tokens     100 in (40 cached), 20 out\n", "cost       0.100000 CNY, 0.010000 USD\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   }
   // No task ended: no rate; every user's when the answer names none.
@@ -678,6 +688,7 @@ TEST(AgentctlViews, StatisticsShowRatesDurationsAndCostsAndTheWindow) {
   const std::string empty = format_stats(stats);
   EXPECT_NE(empty.find("user       every user\n"), std::string::npos) << empty;
   EXPECT_NE(empty.find("succeeded  -\n"), std::string::npos) << empty;
+  EXPECT_NE(empty.find("done       -\n"), std::string::npos) << empty;
   EXPECT_NE(empty.find("cost       -\n"), std::string::npos) << empty;
 }
 

@@ -226,8 +226,10 @@ const std::vector<CommandSpec>& command_specs() {
        "",
        "success statistics of the tasks created in a window",
        "Tasks, how many ended, per status, result type and strategy, the success rate\n"
-       "(succeeded / ended), durations (started to finished), steps, tool calls, tokens and\n"
-       "cost. --user U, else every user's (an admin key). --from and --to take a date\n"
+       "(succeeded / ended), how many did as asked (succeeded with action_completed /\n"
+       "ended: a task can succeed with an error answer), durations (started to finished),\n"
+       "steps, tool calls, tokens and cost. --user U, else every user's (an admin key).\n"
+       "--from and --to take a date\n"
        "(2026-11-01) or an RFC 3339 time.",
        0,
        0,

@@ -195,14 +195,22 @@ std::string format_task(const rapidjson::Value& task, bool with_trace) {
 }
 
 std::string format_task_list(const rapidjson::Value& tasks) {
-  Table table({{"TASK"}, {"STATUS"}, {"RESULT"}, {"CREATED"}, {"TEXT", false, 50}});
+  Table table({{"TASK"},
+               {"STATUS"},
+               {"RESULT"},
+               {"ERROR"},
+               {"COST", true},
+               {"CREATED"},
+               {"TEXT", false, 50}});
   if (tasks.IsArray()) {
     for (const auto& t : tasks.GetArray()) {
       const std::string waiting = json::str(t, "waiting_reason");
+      const std::string currency = json::str(t, "currency");
       table.add_row({json::str(t, "task_id"),
                      json::str(t, "status") + (waiting.empty() ? "" : " (" + waiting + ")"),
-                     json::str(json::at(t, "result"), "type"), json::str(t, "created_at"),
-                     json::str(t, "text")});
+                     json::str(json::at(t, "result"), "type"), json::str(t, "error_code"),
+                     currency.empty() ? std::string("-") : json::str(t, "cost") + " " + currency,
+                     json::str(t, "created_at"), json::str(t, "text")});
     }
   }
   return table.render();
@@ -488,6 +496,12 @@ std::string format_stats(const rapidjson::Value& stats) {
   const auto& rate = json::at(stats, "success_rate");
   field(out, "succeeded",
         rate.IsNumber() ? real_text(stats, "success_rate", 4) + " of those ended" : "-");
+  // A task can succeed with an error answer or a question back: done as asked says so.
+  const auto& done = json::at(stats, "action_completed_rate");
+  field(out, "done",
+        done.IsNumber()
+            ? real_text(stats, "action_completed_rate", 4) + " of those ended did as asked"
+            : "-");
   field(out, "status", counts_text(json::at(stats, "by_status")));
   field(out, "results", counts_text(json::at(stats, "by_result_type")));
   field(out, "strategy", counts_text(json::at(stats, "by_strategy")));

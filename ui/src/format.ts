@@ -62,3 +62,8 @@ export const utcDate = (d: Date) => d.toISOString().slice(0, 10);
 
 /** A batch id short enough for a table cell (a made-up one is a UUID). */
 export const shortBatch = (id: string) => (id.length > 12 ? `${id.slice(0, 8)}…` : id);
+
+/** A rate of 0 to 1 as a percentage with one decimal; "—" for none. */
+export function percent(rate: number | null | undefined): string {
+  return rate === null || rate === undefined ? "—" : `${(rate * 100).toFixed(1)}%`;
+}

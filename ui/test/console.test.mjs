@@ -237,6 +237,12 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       assert.equal(await page.locator("figure.chart").count(), 2);
       await expectText(page.locator("table caption", { hasText: "Per model" }).locator(".."), /sim/);
       await expectText(page.locator("[data-stat='tasks']"), /^[1-9][\d,]*$/);
+      // A task that succeeded with an error answer (the batch's third line) is not done as
+      // asked: the two rates tell them apart.
+      await expectText(page.locator("[data-stat='action_completed_rate']"), /^\d+\.\d%$/);
+      const done = parseFloat(await page.locator("[data-stat='action_completed_rate']").innerText());
+      const succeeded = parseFloat(await page.locator("[data-stat='success_rate']").innerText());
+      assert.ok(done < succeeded, `done as asked ${done}% is not below succeeded ${succeeded}%`);
       await shot("06-usage");
     });
 
@@ -282,6 +288,8 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       await page.getByRole("button", { name: "Save overrides" }).click();
       await page.getByText("Saved: takes effect at the next scheduler pass.").waitFor();
       await expectText(page.locator("table caption", { hasText: "Effective limits" }).locator(".."), /max queued\s+4,321\s+override/);
+      // A budget of 0 is none: it says so instead of a 0 that reads as nothing left.
+      await expectText(page.locator("table caption", { hasText: "Effective limits" }).locator(".."), /monthly budget\s+unlimited\s+tier/);
       await shot("08-limits-admin");
     });
 

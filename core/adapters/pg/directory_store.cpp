@@ -36,6 +36,11 @@ SELECT jsonb_build_object(
   'success_rate', (SELECT CASE WHEN count(*) = 0 THEN NULL
                           ELSE round(count(*) FILTER (WHERE status = 'succeeded')::numeric
                                      / count(*), 4) END FROM ended),
+  -- Done as asked: a task can succeed with an error answer or a question back.
+  'action_completed_rate', (SELECT CASE WHEN count(*) = 0 THEN NULL
+                                   ELSE round(count(*) FILTER (WHERE status = 'succeeded'
+                                                AND result_type = 'action_completed')::numeric
+                                              / count(*), 4) END FROM ended),
   'by_result_type', coalesce((SELECT jsonb_object_agg(result_type, n)
                               FROM (SELECT result_type, count(*) AS n FROM ended
                                     WHERE result_type IS NOT NULL GROUP BY result_type) r), '{}'),

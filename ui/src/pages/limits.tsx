@@ -27,6 +27,14 @@ const FIELDS: Array<{ name: string; label: string; kind: "int" | "text" | "decim
   { name: "tool_permission", label: "Tool permission", kind: "permission", help: "read < write < execute < admin" },
 ];
 
+/** The limits whose 0 means none: shown as "unlimited", not as a 0 that reads as "nothing". */
+const ZERO_IS_UNLIMITED = new Set(["monthly_budget", "requests_per_minute", "tokens_per_minute"]);
+
+function limitText(name: string, value: string | number): string {
+  if (ZERO_IS_UNLIMITED.has(name) && Number(value) === 0) return "unlimited";
+  return typeof value === "number" ? count(value) : value;
+}
+
 export function LimitsPage({ client, identity }: PageProps) {
   const [user, setUser] = useState(defaultUser(identity));
   const limits = useAsync<Limits>();
@@ -82,7 +90,7 @@ export function LimitsPage({ client, identity }: PageProps) {
               {Object.entries(l.effective).map(([k, v]) => (
                 <tr>
                   <th scope="row">{k.replace(/_/g, " ")}</th>
-                  <td class="num">{typeof v === "number" ? count(v) : v}</td>
+                  <td class="num">{limitText(k, v)}</td>
                   <td class="muted small">{l.overrides[k] !== undefined ? "override" : "tier"}</td>
                 </tr>
               ))}

@@ -6,7 +6,7 @@ import { useEffect, useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
 import type { Client } from "../api.ts";
 import { Chart, ErrorNote, useAsync, type Series } from "../components.tsx";
-import { count, duration, money, utcDate, words } from "../format.ts";
+import { count, duration, money, percent, utcDate, words } from "../format.ts";
 import { UserField, defaultUser } from "./user_field.tsx";
 
 interface ModelUsage {
@@ -33,6 +33,7 @@ interface Stats {
   ended: number;
   by_status: Record<string, number>;
   success_rate: number | null;
+  action_completed_rate: number | null;
   by_result_type: Record<string, number>;
   by_strategy: Record<string, number>;
   duration_s: { avg: number | null; p95: number | null } | null;
@@ -207,9 +208,17 @@ export function UsagePage({ client, identity }: PageProps) {
               <small>{count(r.stats.ended)} ended</small>
             </article>
             <article>
-              <h3>Success rate</h3>
-              <p class="figure" data-stat="success_rate">{r.stats.success_rate === null ? "—" : `${(r.stats.success_rate * 100).toFixed(1)}%`}</p>
-              <small>succeeded of ended</small>
+              <h3>Done as asked</h3>
+              <p class="figure" data-stat="action_completed_rate">{percent(r.stats.action_completed_rate)}</p>
+              <small>action completed, of ended</small>
+            </article>
+            <article>
+              <h3>Succeeded</h3>
+              <p class="figure" data-stat="success_rate">{percent(r.stats.success_rate)}</p>
+              <small>
+                of ended; {count(r.stats.by_result_type?.error ?? 0)} ended with an error answer,{" "}
+                {count(r.stats.by_result_type?.need_clarification ?? 0)} with a question
+              </small>
             </article>
             <article>
               <h3>Duration</h3>
