@@ -394,10 +394,16 @@ TEST(AgentctlProgress, TheProgressLineAndTheSummaryLine) {
             "ETA -");
   // Why the queued tasks wait, when the answer says.
   auto held = counts(10, 10, 0, 0, 0);
+  held.waiting_reason = "concurrency";
+  EXPECT_EQ(format_progress_line(held, 2.0, 5.0),
+            "[....................] 0%  accepted 10  queued 10 (concurrency)  running 0  "
+            "done 0  failed 0  2.0/s  ETA 5s")
+      << "a steady limit: the rate foretells the rest";
+  // Throttled by a rate limit: the last minute's rate says nothing of the rest, so no ETA.
   held.waiting_reason = "tokens_per_minute";
-  EXPECT_EQ(format_progress_line(held, std::nullopt, std::nullopt),
+  EXPECT_EQ(format_progress_line(held, 9.4, 1.0),
             "[....................] 0%  accepted 10  queued 10 (tokens_per_minute)  running 0  "
-            "done 0  failed 0  -  ETA -");
+            "done 0  failed 0  9.4/s  ETA - (held by tokens_per_minute)");
   auto done = counts(5, 0, 0, 4, 1);
   EXPECT_TRUE(done.finished());
   EXPECT_EQ(done.unsuccessful(), 1);

@@ -84,8 +84,17 @@ std::string progress_bar(std::int64_t done, std::int64_t total, int width) {
          std::string(static_cast<std::size_t>(width - filled), '.') + "]";
 }
 
+namespace {
+// A limit that throttles the user's rate: the rate measured over the last minute does not
+// foretell what is left, so no ETA is shown then.
+bool throttling(const std::string& reason) {
+  return reason == "requests_per_minute" || reason == "tokens_per_minute" || reason == "budget";
+}
+}  // namespace
+
 std::string format_progress_line(const BatchCounts& c, std::optional<double> rate,
                                  std::optional<double> eta_s) {
+  const bool held = c.queued > 0 && throttling(c.waiting_reason);
   const std::int64_t percent = c.total > 0 ? c.ended * 100 / c.total : 100;
   char rate_text[32] = "-";
   if (rate)
@@ -95,7 +104,10 @@ std::string format_progress_line(const BatchCounts& c, std::optional<double> rat
          (c.queued > 0 && !c.waiting_reason.empty() ? " (" + c.waiting_reason + ")" : "") +
          "  running " + std::to_string(c.dispatched + c.running) + "  done " +
          std::to_string(c.succeeded) + "  failed " + std::to_string(c.unsuccessful()) + "  " +
-         rate_text + "  ETA " + (eta_s ? format_duration(*eta_s) : std::string("-"));
+         rate_text + "  ETA " +
+         (held    ? "- (held by " + c.waiting_reason + ")"
+          : eta_s ? format_duration(*eta_s)
+                  : std::string("-"));
 }
 
 std::string format_batch_summary(const BatchCounts& c, double elapsed_s) {

@@ -69,7 +69,8 @@ std::string progress_bar(std::int64_t done, std::int64_t total, int width);
 // "[##..................] 12%  accepted 1000  queued 800 (tokens_per_minute)  running 80
 // done 110  failed 10  12.5/s  ETA 1m10s" on one line (the queued tasks' waiting reason in
 // brackets; running counts dispatched ones too; failed counts failed, timed_out and
-// cancelled).
+// cancelled). While queued tasks are held by a rate limit or the budget, no ETA: "ETA -
+// (held by tokens_per_minute)".
 std::string format_progress_line(const BatchCounts& counts, std::optional<double> rate,
                                  std::optional<double> eta_s);
 
