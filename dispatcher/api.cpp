@@ -116,6 +116,17 @@ std::variant<std::nullopt_t, int, std::string> int_param(std::string_view target
   return value;
 }
 
+std::optional<http::Response> read_limit(const http::Request& request, int most, int& out) {
+  auto limit = int_param(std::string(request.target()), "limit", 1, most);
+  if (auto* problem = std::get_if<std::string>(&limit)) {
+    return http::make_error(request, http::Status::bad_request, "invalid_request", *problem,
+                            "/query/limit");
+  }
+  if (auto* value = std::get_if<int>(&limit))
+    out = *value;
+  return std::nullopt;
+}
+
 std::optional<http::Response> read_time_window(const http::Request& request, std::string* from,
                                                std::string* to) {
   const std::string target(request.target());

@@ -240,8 +240,10 @@ asio::awaitable<std::variant<http::Response, pg::BatchHeader>> Api::find_caller_
     co_return not_found(request, "batch", name);
   const std::string requested =
       http::query_param(std::string(request.target()), "user_id").value_or("");
-  if (!requested.empty() && !caller.may_act_for(requested))
-    co_return forbidden(request, requested, "/query/user_id");
+  if (!requested.empty()) {
+    if (auto refused = check_query_user(request, caller, requested))
+      co_return std::move(*refused);
+  }
   const std::string owner = batch_owner_to_find(caller, requested);
   // A few more than one: enough to tell one of the caller's from several among users'
   // batches of one name.
@@ -280,13 +282,8 @@ asio::awaitable<http::Response> Api::list_batches(http::Request& request, const 
     if (query.users.empty())
       co_return http::make_response(request, http::Status::ok, R"({"batches":[]})");
   }
-  auto limit = int_param(target, "limit", 1, 100);
-  if (auto* problem = std::get_if<std::string>(&limit)) {
-    co_return http::make_error(request, http::Status::bad_request, "invalid_request", *problem,
-                               "/query/limit");
-  }
-  if (auto* value = std::get_if<int>(&limit))
-    query.limit = *value;
+  if (auto refused = read_limit(request, 100, query.limit))
+    co_return std::move(*refused);
   if (auto before = http::query_param(target, "before")) {
     if (!codec::looks_like_timestamp(*before)) {
       co_return http::make_error(request, http::Status::bad_request, "invalid_request",

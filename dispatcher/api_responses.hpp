@@ -38,6 +38,9 @@ std::optional<http::Response> check_query_user(const http::Request& request, con
 // response's message when malformed.
 std::variant<std::nullopt_t, int, std::string> int_param(std::string_view target,
                                                          std::string_view name, int lo, int hi);
+// Reads ?limit= (1 to `most`) into `out` when given; the 400 answer when it is not such an
+// integer.
+std::optional<http::Response> read_limit(const http::Request& request, int most, int& out);
 // Reads ?from=&to= (a date or an RFC 3339 time each) into `from` and `to`; the 400 answer
 // when one is neither.
 std::optional<http::Response> read_time_window(const http::Request& request, std::string* from,

@@ -248,13 +248,8 @@ asio::awaitable<http::Response> Api::list_tasks(http::Request& request, const Ca
     }
     query.status = *status;
   }
-  auto limit = int_param(target, "limit", 1, 500);
-  if (auto* problem = std::get_if<std::string>(&limit)) {
-    co_return http::make_error(request, http::Status::bad_request, "invalid_request", *problem,
-                               "/query/limit");
-  }
-  if (auto* value = std::get_if<int>(&limit))
-    query.limit = *value;
+  if (auto refused = read_limit(request, 500, query.limit))
+    co_return std::move(*refused);
   if (auto before = http::query_param(target, "before")) {
     if (!is_uuid(*before)) {
       co_return http::make_error(request, http::Status::bad_request, "invalid_request",

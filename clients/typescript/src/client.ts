@@ -110,15 +110,8 @@ export interface BatchSummary {
   cancelled_at: string | null;
 }
 
-export interface Batch {
-  batch_id: string;
-  user_id: string;
-  priority: string;
-  total: number;
-  ended: number;
-  counts: Record<TaskStatus, number>;
-  result_types: Record<TaskResult["type"], number>;
-  cancelled: boolean;
+/** GET /v1/batches/{id}: a batch's progress, why its queued tasks wait, its usage. */
+export interface Batch extends BatchSummary {
   waiting_reason: WaitingReason | null;
   usage: Array<Record<string, unknown>>;
   [member: string]: unknown;
