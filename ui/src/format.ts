@@ -26,13 +26,18 @@ export function waitingText(reason: WaitingReason | null | undefined): string {
 
 export const words = (code: string) => code.replace(/_/g, " ");
 
-/** A timestamp as local date and time to the second ("2026-11-28 21:06:32"). */
+/** A timestamp as local date and time to the second, with the zone ("2026-11-28 21:06:32 UTC+08:00"). */
 export function when(ts: string | null | undefined): string {
   if (!ts) return "—";
   const d = new Date(ts);
   if (Number.isNaN(d.getTime())) return ts;
   const pad = (n: number) => String(n).padStart(2, "0");
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  // The browser's zone, named: a time without one is read in whatever zone the reader
+  // assumes.
+  const offset = -d.getTimezoneOffset();
+  const zone =
+    offset === 0 ? "UTC" : `UTC${offset > 0 ? "+" : "-"}${pad(Math.floor(Math.abs(offset) / 60))}:${pad(Math.abs(offset) % 60)}`;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${zone}`;
 }
 
 export function duration(ms: number | null | undefined): string {

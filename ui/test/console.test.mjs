@@ -107,6 +107,12 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
   mkdirSync(SHOTS, { recursive: true });
   const { profile, context, page, problems } = await openBrowser();
   const shot = (name) => page.screenshot({ path: join(SHOTS, `${name}.png`) });
+  // A cancel asks first: each question is kept, and answered yes.
+  const asked = [];
+  page.on("dialog", (d) => {
+    asked.push(d.message());
+    void d.accept();
+  });
   const nav = (name) => page.getByRole("navigation", { name: "Main" }).getByRole("link", { name, exact: true });
 
   async function signIn(key, userId) {
@@ -185,8 +191,14 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       await expectText(page.locator("#live-title"), /streaming/);
       await shot("04-task-live");
       await page.getByRole("button", { name: "Cancel" }).click();
+      assert.match(asked.at(-1) ?? "", /^Cancel task /, "the cancel asked first");
       await expectText(page.locator("#task-title"), /cancelled/, 30_000);
       await page.locator("ol.events li[data-event='done'], ol.events li[data-event='error']").first().waitFor();
+      // The end is in view in the events' box, and no note of a cancel still on its way.
+      const scrolled = await page.locator("ol.events").evaluate((ol) => ol.scrollTop + ol.clientHeight >= ol.scrollHeight - 2);
+      assert.ok(scrolled, "the events box shows its last line");
+      await until("no cancel-requested note", async () => !/Cancel requested/.test(await page.locator(".actions").innerText()));
+      await expectText(page.locator("table[aria-label='Times and options']"), /\d\d:\d\d:\d\d (UTC|UTC[+-]\d\d:\d\d)/);
     });
 
     let batchId;
@@ -227,6 +239,7 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       await page.getByRole("button", { name: "Upload" }).click();
       await until("the batch's page", async () => /#\/batches\/.+/.test(page.url()) && !page.url().includes(`/batches/${encodeURIComponent(batchId)}?`));
       await page.getByRole("button", { name: "Cancel batch" }).click();
+      assert.match(asked.at(-1) ?? "", /^Cancel batch /, "the batch's cancel asked first");
       await expectText(page.locator("#batch-title"), /cancelled/);
       await expectText(page.getByRole("status").filter({ hasText: "Batch cancelled" }), /no task of it starts/);
     });
@@ -305,6 +318,33 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       await user.fill(EDIT_USER);
       await user.press("Tab");
       await page.locator(`tr[data-task-id="${own.body.task_id}"]`).waitFor();
+    });
+
+    await t.test("a task's question answered from its page, as a follow-up of it", async () => {
+      // Three meetings on 8 February (of this year, in the tools' zone) for this run's own
+      // user: changing "the meeting" asks which.
+      const year = new Intl.DateTimeFormat("en", { timeZone: "Asia/Shanghai", year: "numeric" }).format(new Date());
+      for (const [title, start, end] of [["晨会", "09:00", "10:00"], ["团队会议", "14:00", "15:00"], ["项目评审", "16:00", "17:00"]]) {
+        const made = await api(ADMIN_KEY, "POST", "/v1/tools/create_item:call", {
+          user_id: EDIT_USER,
+          arguments: { item_type: "event", title, date: `${year}-02-08`, start_time: start, end_time: end },
+        });
+        assert.equal(made.status, 200, JSON.stringify(made.body));
+      }
+      const question = await api(ADMIN_KEY, "POST", "/v1/tasks", { user_id: EDIT_USER, text: "2月8日的会议改到晚上8点" });
+      assert.equal(question.status, 201, JSON.stringify(question.body));
+      await page.goto(`${BASE}#/tasks/${question.body.task_id}`);
+      await expectText(page.locator("table.fields").first(), /need clarification/, 30_000);
+      await expectText(page.locator("#task-title"), /succeeded[\s\S]*need clarification/);
+      const form = page.getByRole("form", { name: "Answer its question" });
+      await expectText(form.getByRole("group", { name: "Its options" }), /团队会议/);
+      await form.getByLabel("Your answer").fill("改第二个");
+      await shot("03b-task-question");
+      await form.getByRole("button", { name: "Send answer" }).click();
+      await until("the answer's page", async () => !page.url().includes(question.body.task_id) && /#\/tasks\/[0-9a-f-]{36}$/.test(page.url()));
+      await expectText(page.locator("table.fields").first(), new RegExp(`Follows\\s+${question.body.task_id.slice(0, 8)}`));
+      await expectText(page.locator("#task-title"), /succeeded/, 30_000);
+      await expectText(page.locator("table.fields").first(), /action completed[\s\S]*团队会议/);
     });
 
     await t.test("fleet: the live workers, the queue, tasks in flight, completions per second", async () => {

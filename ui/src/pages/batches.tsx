@@ -164,6 +164,7 @@ function BatchView({ client, batchId, user }: { client: Client; batchId: string;
           class="secondary"
           disabled={done || b.cancelled || action.busy}
           onClick={async () => {
+            if (!confirm(`Cancel batch ${b.batch_id}? Its tasks not yet running end cancelled; running ones are stopped.`)) return;
             const after = await action.run(() => client.cancelBatch(batchId, b.user_id));
             if (after) {
               setNote("Batch cancelled: no task of it starts any more.");

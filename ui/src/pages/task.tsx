@@ -1,9 +1,10 @@
 /** A task: its fields in words, its trace as a timeline, its live events while it runs,
- * Cancel and Retry. */
+ * Cancel (after a confirmation) and Retry; a question the task asked back is answered here
+ * by a follow-up that continues its conversation. */
 
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
-import { TERMINAL_STATUSES, clientFor, type StreamEvent, type Task } from "../api.ts";
+import { TERMINAL_STATUSES, clientFor, type Client, type StreamEvent, type Task } from "../api.ts";
 import { ErrorNote, ResultBadge, StatusBadge, useAsync, usePoll } from "../components.tsx";
 import { between, count, duration, money, shortId, waitingText, when, words } from "../format.ts";
 import { href, navigate } from "../router.ts";
@@ -158,6 +159,11 @@ function LiveEvents({ apiKey, taskId, onEnd }: { apiKey: string; taskId: string;
   const [lines, setLines] = useState<LiveLine[]>([]);
   const [state, setState] = useState<"connecting" | "open" | "ended" | "failed">("connecting");
   const [error, setError] = useState<unknown>(null);
+  // The newest event stays in view (the list scrolls within its box): the end is not hidden.
+  const list = useRef<HTMLOListElement>(null);
+  useEffect(() => {
+    if (list.current) list.current.scrollTop = list.current.scrollHeight;
+  }, [lines]);
 
   useEffect(() => {
     const stop = new AbortController();
@@ -178,9 +184,14 @@ function LiveEvents({ apiKey, taskId, onEnd }: { apiKey: string; taskId: string;
           return [...prev, { key: n++, kind: "delta", step, text }];
         }
         let text = "";
-        if (e.event === "step") text = `step ${step ?? "?"}: the model is called`;
+        if (e.event === "step") text = `${step ?? "?"}: the model is called`;
         else if (e.event === "action") text = `${tool} called with ${JSON.stringify(data.arguments ?? data)}`;
-        else if (e.event === "execution") text = `${tool}: ${data.ok === false ? "failed" : "ok"}${data.status ? ` (${String(data.status)})` : ""}`;
+        else if (e.event === "execution") {
+          const outcome = data.ok === false ? "failed" : "ok";
+          // The status in brackets only when it says more than the outcome.
+          const status = data.status && String(data.status) !== outcome ? ` (${String(data.status)})` : "";
+          text = `${tool}: ${outcome}${status}`;
+        }
         else if (e.event === "error") text = `error ${String(d.error_code ?? data.error_code ?? d.code ?? "")}: ${String(data.text ?? d.message ?? d.text ?? "")}`;
         else if (e.event === "done") text = `done: ${String(d.status ?? data.status ?? "")} ${String(((data.result ?? d.result) as { type?: string } | null)?.type ?? "")}`.trim();
         else text = e.event;
@@ -213,7 +224,7 @@ function LiveEvents({ apiKey, taskId, onEnd }: { apiKey: string; taskId: string;
         Live events <small class="muted">({state === "open" ? "streaming" : state})</small>
       </h2>
       <ErrorNote error={error} what="The event stream stopped" />
-      <ol class="events" aria-live="polite" aria-relevant="additions text">
+      <ol class="events" ref={list} aria-live="polite" aria-relevant="additions text">
         {lines.map((l) => (
           <li key={l.key} class={`event-${l.kind}`} data-event={l.kind}>
             <span class="event-name">{l.kind}</span> <span class="event-text">{l.text}</span>
@@ -233,6 +244,49 @@ function Row({ name, children }: { name: string; children: preact.ComponentChild
   );
 }
 
+/** The answer to a task that asked a question back (result need_clarification): a follow-up
+ * of the user's with the task as its parent, so the model sees the conversation (the options
+ * it offered among it). An option's button puts it in the answer; the page of the new task
+ * opens once it is submitted. */
+function AnswerQuestion({ client, task }: { client: Client; task: Task }) {
+  const [answer, setAnswer] = useState("");
+  const sent = useAsync<Task>();
+  const options = task.result?.options ?? [];
+  return (
+    <form
+      class="answer"
+      aria-labelledby="answer-title"
+      onSubmit={async (e) => {
+        e.preventDefault();
+        const text = answer.trim();
+        if (!text) return;
+        const next = await sent.run(() => client.submit(task.user_id, text, { parent_task_id: task.task_id }));
+        if (next) navigate("tasks", next.task_id);
+      }}
+    >
+      <h2 id="answer-title" class="small-heading">
+        Answer its question
+      </h2>
+      {options.length ? (
+        <div class="option-choices" role="group" aria-label="Its options">
+          {options.map((o, i) => (
+            <button type="button" class="outline" onClick={() => setAnswer(o)} title="Use this option as the answer">
+              {i + 1}. {o}
+            </button>
+          ))}
+        </div>
+      ) : null}
+      <div role="group">
+        <input name="answer" aria-label="Your answer" placeholder="Your answer (a follow-up of this task)" value={answer} onInput={(e) => setAnswer(e.currentTarget.value)} />
+        <button type="submit" disabled={!answer.trim() || sent.busy} aria-busy={sent.busy}>
+          Send answer
+        </button>
+      </div>
+      <ErrorNote error={sent.error} what="The answer was not submitted" />
+    </form>
+  );
+}
+
 export function TaskPage({ client, apiKey, taskId }: PageProps & { taskId: string }) {
   const task = useAsync<Task>();
   const action = useAsync<Task>();
@@ -248,9 +302,14 @@ export function TaskPage({ client, apiKey, taskId }: PageProps & { taskId: strin
   const load = async () => {
     await task.run(() => client.task(taskId));
   };
+  // A cancel asked of a running task is news only until the task ends.
+  useEffect(() => {
+    if (ended) setActionNote((note) => (note.startsWith("Cancel requested") ? "" : note));
+  }, [ended]);
   usePoll(load, 2000, [taskId], !ended);
 
   const cancel = async () => {
+    if (!confirm(`Cancel task ${shortId(taskId)}? A task not yet running ends cancelled; a running one is stopped.`)) return;
     const after = await action.run(() => client.cancel(taskId));
     if (after) {
       setActionNote(after.status === "cancelled" ? "Cancelled." : "Cancel requested: its worker stops it shortly.");
@@ -290,6 +349,8 @@ export function TaskPage({ client, apiKey, taskId }: PageProps & { taskId: strin
       </p>
       <h1 id="task-title">
         Task {shortId(t.task_id)} <StatusBadge status={t.status} />
+        {/* Succeeded with an error answer or a question back says so beside its status. */}
+        {t.result && t.result.type !== "action_completed" ? <ResultBadge type={t.result.type} /> : null}
       </h1>
       <div class="actions">
         <button type="button" class="secondary" onClick={cancel} disabled={ended || action.busy}>
@@ -303,6 +364,7 @@ export function TaskPage({ client, apiKey, taskId }: PageProps & { taskId: strin
       <ErrorNote error={action.error} what="Not done" />
       <ErrorNote error={task.error} what="Could not refresh the task" />
       {live ? <LiveEvents apiKey={apiKey} taskId={t.task_id} onEnd={load} /> : null}
+      {ended && t.result?.type === "need_clarification" ? <AnswerQuestion client={client} task={t} /> : null}
       <div class="columns">
         <table class="compact fields" aria-label="Task">
           <tbody>
@@ -342,7 +404,7 @@ export function TaskPage({ client, apiKey, taskId }: PageProps & { taskId: strin
             <Row name="Attempts">{t.attempt as number}</Row>
             {t.batch_id ? (
               <Row name="Batch">
-                <a href={href("batches", t.batch_id)}>{t.batch_id}</a>
+                <a href={`${href("batches", t.batch_id)}?user_id=${encodeURIComponent(t.user_id)}`}>{t.batch_id}</a>
               </Row>
             ) : null}
             {t.parent_task_id ? (
