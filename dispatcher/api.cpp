@@ -145,12 +145,13 @@ std::optional<http::Response> read_time_window(const http::Request& request, std
   return std::nullopt;
 }
 
-http::Response window_query_failed(const http::Request& request, const Error& error) {
+http::Response window_query_failed(const http::Request& request, const Error& error,
+                                   std::string_view what, std::string_view path) {
   // A timestamp Postgres cannot read (a 30th of February) is the caller's mistake.
   if (error.kind == ErrorKind::kInvalid ||
       error.message.find("out of range") != std::string::npos) {
     return http::make_error(request, http::Status::bad_request, "invalid_request",
-                            "from or to is not a valid time", "/query");
+                            std::string(what) + " is not a valid time", path);
   }
   return store_unavailable(request, error);
 }

@@ -49,6 +49,37 @@ constexpr int kMaxReportedErrors = 10;
 constexpr auto kSliceEvery = std::chrono::seconds(1);   // a partial slice goes in this often
 constexpr auto kRenewEvery = std::chrono::seconds(10);  // an upload without a slice is renewed
 
+// The answer to a stored upload (201): the batch, its user and what its lines came to, and
+// its Location, with its user unless the caller acts for one user only (a caller acting for
+// several may find that more than one of them has a batch of this name).
+http::Response accepted_response(const http::Request& head, const Caller& caller,
+                                 const BatchUpload& upload) {
+  const std::string& batch_id = upload.batch_id();
+  rapidjson::StringBuffer out;
+  rapidjson::Writer<rapidjson::StringBuffer> w(out);
+  w.StartObject();
+  w.Key("batch_id");
+  w.String(batch_id.c_str());
+  w.Key("user_id");
+  w.String(upload.user_id().c_str());
+  w.Key("priority");
+  w.String(std::string(to_string(upload.priority())).c_str());
+  w.Key("lines");
+  w.Int64(upload.lines());
+  w.Key("accepted");
+  w.Int64(upload.accepted());
+  w.Key("duplicates");
+  w.Int64(upload.duplicates());
+  w.EndObject();
+  auto response =
+      http::make_response(head, http::Status::created, std::string(out.GetString(), out.GetSize()));
+  std::string location = "/v1/batches/" + http::percent_encode(batch_id);
+  if (batch_owner_to_find(caller, {}).empty())
+    location += "?user_id=" + http::percent_encode(upload.user_id());
+  response.set(bhttp::field::location, location);
+  return response;
+}
+
 // The answer to a refused upload.
 http::Response refusal_response(const http::Request& head, const UploadRefusal& refusal) {
   if (refusal.store)
@@ -293,15 +324,8 @@ asio::awaitable<http::Response> Api::list_batches(http::Request& request, const 
     query.before = *before;
   }
   auto page = co_await store_.list_batches(query);
-  if (!page.ok()) {
-    // A time Postgres cannot read (a 30th of February) is the caller's mistake.
-    if (page.error().kind == ErrorKind::kInvalid ||
-        page.error().message.find("out of range") != std::string::npos) {
-      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
-                                 "before is not a valid time", "/query/before");
-    }
-    co_return store_unavailable(request, page.error());
-  }
+  if (!page.ok())
+    co_return window_query_failed(request, page.error(), "before", "/query/before");
   co_return http::make_response(request, http::Status::ok, "{\"batches\":" + page.value() + "}");
 }
 
@@ -498,31 +522,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   }
   for (std::int64_t i = 0; i < upload.accepted(); ++i)
     metrics_.task_submitted(metrics::SubmitSource::kHttp, metrics::SubmitOutcome::kAccepted);
-  rapidjson::StringBuffer out;
-  rapidjson::Writer<rapidjson::StringBuffer> w(out);
-  w.StartObject();
-  w.Key("batch_id");
-  w.String(batch_id.c_str());
-  w.Key("user_id");
-  w.String(upload.user_id().c_str());
-  w.Key("priority");
-  w.String(std::string(to_string(priority)).c_str());
-  w.Key("lines");
-  w.Int64(upload.lines());
-  w.Key("accepted");
-  w.Int64(upload.accepted());
-  w.Key("duplicates");
-  w.Int64(upload.duplicates());
-  w.EndObject();
-  auto response =
-      http::make_response(head, http::Status::created, std::string(out.GetString(), out.GetSize()));
-  // Its user named unless the caller acts for one user only: a caller acting for several may
-  // find that more than one of them has a batch of this name.
-  std::string location = "/v1/batches/" + http::percent_encode(batch_id);
-  if (batch_owner_to_find(caller, {}).empty())
-    location += "?user_id=" + http::percent_encode(upload.user_id());
-  response.set(bhttp::field::location, location);
-  co_await respond(exchange, answered, std::move(response));
+  co_await respond(exchange, answered, accepted_response(head, caller, upload));
 }
 
 asio::awaitable<void> Api::batch_results(http::Exchange& exchange, const Caller& caller,

@@ -63,7 +63,9 @@ bool is_uuid(std::string_view text);
 std::string string_member(const rapidjson::Value& doc, const char* name);
 
 // The answer to a failed query over such a window: 400 for a time Postgres cannot read (a
-// 30th of February), else 503.
-http::Response window_query_failed(const http::Request& request, const Error& error);
+// 30th of February), else 503. `what` and `path` name the times the query was given.
+http::Response window_query_failed(const http::Request& request, const Error& error,
+                                   std::string_view what = "from or to",
+                                   std::string_view path = "/query");
 
 }  // namespace agentfleet::dispatcher
