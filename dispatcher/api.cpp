@@ -168,7 +168,7 @@ http::Response forbidden(const http::Request& request, const std::string& user_i
                           "this key may not act for user '" + user_id + "'", path);
 }
 
-std::string whoami_json(const Caller& caller) {
+std::string whoami_json(const Caller& caller, const std::string& trace_link) {
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   w.StartObject();
@@ -183,6 +183,12 @@ std::string whoami_json(const Caller& caller) {
   for (const auto& user : caller.users)
     w.String(user.c_str(), static_cast<rapidjson::SizeType>(user.size()));
   w.EndArray();
+  // Where a trace id links to (telemetry.trace_link): the same for every caller.
+  w.Key("trace_link");
+  if (trace_link.empty())
+    w.Null();
+  else
+    w.String(trace_link.c_str(), static_cast<rapidjson::SizeType>(trace_link.size()));
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize());
 }
@@ -403,6 +409,8 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Routed&
       co_return co_await get_batch(request, caller, params[0]);
     case RouteId::kCancelBatch:
       co_return co_await cancel_batch(request, caller, params[0]);
+    case RouteId::kRetryBatch:
+      co_return co_await retry_batch(request, caller, params[0]);
     case RouteId::kFleetUsage:
       co_return co_await usage_of(request, std::nullopt);
     case RouteId::kUserUsage:
@@ -421,7 +429,8 @@ asio::awaitable<http::Response> Api::route(http::Request& request, const Routed&
     case RouteId::kOpenApi:
       co_return http::make_response(request, http::Status::ok, openapi_json());
     case RouteId::kWhoAmI:
-      co_return http::make_response(request, http::Status::ok, whoami_json(caller));
+      co_return http::make_response(request, http::Status::ok,
+                                    whoami_json(caller, config_.telemetry.trace_link));
     case RouteId::kFleet:
       co_return co_await fleet(request);
     case RouteId::kDeadLetters:
@@ -456,13 +465,29 @@ asio::awaitable<http::Response> Api::fleet(const http::Request& request) {
     co_return store_unavailable(request, view.error());
   // The store's object, with this replica's count of ends added before its closing brace.
   std::string body = std::move(view.value());
-  const double rate = completions_ ? completions_->per_second(CompletionRate::Clock::now()) : 0;
+  const auto now = CompletionRate::Clock::now();
+  const double rate = completions_ ? completions_->per_second(now) : 0;
   const int window = completions_ ? completions_->window_s() : 60;
   char tail[96];
-  std::snprintf(tail, sizeof tail, ",\"completions_per_s\":%.2f,\"window_s\":%d}", rate, window);
+  std::snprintf(tail, sizeof tail, ",\"completions_per_s\":%.2f,\"window_s\":%d", rate, window);
   if (!body.empty() && body.back() == '}')
     body.pop_back();
   body += tail;
+  // The ends per bucket this replica's feed saw, oldest first; the last bucket ends now.
+  const auto unix_now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  body += ",\"history\":{\"bucket_s\":" +
+          std::to_string(completions_ ? completions_->history_bucket_s() : 10) +
+          ",\"until_unix_s\":" + std::to_string(unix_now) + ",\"ends\":[";
+  if (completions_) {
+    bool first = true;
+    for (const std::uint64_t n : completions_->history(now)) {
+      body += (first ? "" : ",") + std::to_string(n);
+      first = false;
+    }
+  }
+  body += "]}}";
   co_return http::make_response(request, http::Status::ok, std::move(body));
 }
 

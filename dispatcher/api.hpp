@@ -117,6 +117,11 @@ class Api {
   // POST /v1/tasks/{id}/retry: a new task with the ended task's request.
   boost::asio::awaitable<http::Response> retry_task(http::Request& request, const Caller& caller,
                                                     std::string task_id);
+  // The retry of `task_id` under `key` (empty: none): 201 with the new task, 200 with the one
+  // a retry under that key made before, or the refusal.
+  boost::asio::awaitable<http::Response> retry_one(http::Request& request, const Caller& caller,
+                                                   const std::string& task_id,
+                                                   const std::string& key);
   boost::asio::awaitable<http::Response> list_tasks(http::Request& request, const Caller& caller);
   boost::asio::awaitable<http::Response> usage(http::Request& request, const Caller& caller,
                                                std::string user_id);
@@ -136,6 +141,9 @@ class Api {
                                                    std::string batch_id);
   boost::asio::awaitable<http::Response> cancel_batch(http::Request& request, const Caller& caller,
                                                       std::string batch_id);
+  // POST /v1/batches/{id}/retry: retries of the batch's failed tasks, a slice at a time.
+  boost::asio::awaitable<http::Response> retry_batch(http::Request& request, const Caller& caller,
+                                                     std::string batch_id);
   boost::asio::awaitable<http::Response> ready(http::Request& request);
   // api_tools.cpp: GET /v1/tools, POST /v1/tools/{name}:call, GET /v1/stats.
   boost::asio::awaitable<http::Response> list_tools(http::Request& request, const Caller& caller);
@@ -187,7 +195,8 @@ class Api {
 std::string tool_registry_json(const config::Config& config,
                                std::optional<config::Permission> user_permission);
 
-// GET /v1/whoami's answer: {"key_name", "admin", "any_user", "user_ids"}.
-std::string whoami_json(const Caller& caller);
+// GET /v1/whoami's answer: {"key_name", "admin", "any_user", "user_ids", "trace_link"}
+// (telemetry.trace_link; null when empty).
+std::string whoami_json(const Caller& caller, const std::string& trace_link = {});
 
 }  // namespace agentfleet::dispatcher

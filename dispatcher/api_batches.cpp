@@ -30,6 +30,7 @@
 #include "dispatcher/api_responses.hpp"
 #include "dispatcher/batch_lines.hpp"
 #include "dispatcher/batch_names.hpp"
+#include "dispatcher/batch_retry.hpp"
 #include "dispatcher/batch_upload.hpp"
 #include "dispatcher/user_limits.hpp"
 
@@ -371,6 +372,37 @@ asio::awaitable<http::Response> Api::cancel_batch(http::Request& request, const 
   co_return http::make_response(request, http::Status::ok, *body.value());
 }
 
+asio::awaitable<http::Response> Api::retry_batch(http::Request& request, const Caller& caller,
+                                                 std::string batch_id) {
+  auto batch = co_await find_caller_batch(request, caller, batch_id);
+  if (auto* answer = std::get_if<http::Response>(&batch))
+    co_return std::move(*answer);
+  const pg::BatchHeader header = std::get<pg::BatchHeader>(batch);
+  const std::string target(request.target());
+  int limit = 1000;
+  if (auto refused = read_limit(request, 10000, limit))
+    co_return std::move(*refused);
+  const std::string after = http::query_param(target, "after").value_or("");
+  if (!after.empty() && !is_uuid(after)) {
+    co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                               "after must be a task id (the last answer's next_after)",
+                               "/query/after");
+  }
+  auto failed = co_await store_.batch_failed_tasks(header, after, limit);
+  if (!failed.ok())
+    co_return store_unavailable(request, failed.error());
+  BatchRetryTally tally;
+  for (const std::string& task_id : failed.value()) {
+    const http::Response answer =
+        co_await retry_one(request, caller, task_id, std::string(kBatchRetryKeyPrefix) + task_id);
+    if (!tally.add(task_id, static_cast<int>(answer.result_int()), answer.body()))
+      break;
+  }
+  if (static_cast<int>(failed.value().size()) < limit)
+    tally.reached_end();
+  co_return http::make_response(request, http::Status::ok, tally.json());
+}
+
 asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& caller,
                                         int& answered) {
   const http::Request& head = exchange.head();
@@ -538,14 +570,14 @@ asio::awaitable<void> Api::batch_results(http::Exchange& exchange, const Caller&
   start.set(bhttp::field::content_type, "application/x-ndjson");
   if (!co_await exchange.begin(std::move(start)))
     co_return;
-  std::string after;
+  pg::ResultsCursor after;
   for (;;) {
     auto page = co_await store_.batch_results_page(header, after, kResultsPage);
     if (!page.ok())
       co_return;  // the client sees the stream cut short, without the last chunk
     if (!page.value().lines.empty() && !co_await exchange.send(page.value().lines))
       co_return;
-    if (page.value().last.empty())
+    if (page.value().last.task_id.empty())
       break;
     after = page.value().last;
   }

@@ -14,6 +14,7 @@
 #include "core/domain/task.hpp"
 #include "dispatcher/api_responses.hpp"
 #include "dispatcher/feed_watch.hpp"
+#include "dispatcher/task_search.hpp"
 #include "dispatcher/user_limits.hpp"
 
 namespace agentfleet::dispatcher {
@@ -233,43 +234,34 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::read_task(
 asio::awaitable<http::Response> Api::list_tasks(http::Request& request, const Caller& caller) {
   const std::string target(request.target());
   pg::TaskListQuery query;
-  auto user = http::query_param(target, "user_id");
-  if (!user || user->empty()) {
+  // Whose: the user named, else every user the caller acts for (all, for an operator's key).
+  const std::string requested = http::query_param(target, "user_id").value_or("");
+  if (!requested.empty()) {
+    if (auto refused = check_query_user(request, caller, requested))
+      co_return std::move(*refused);
+  }
+  if (!scope_task_search(caller, requested, query))
+    co_return http::make_response(request, http::Status::ok, R"({"tasks":[],"next_before":null})");
+  if (auto problem = read_task_search(target, query)) {
     co_return http::make_error(request, http::Status::bad_request, "invalid_request",
-                               "user_id is required", "/query/user_id");
-  }
-  if (auto refused = check_query_user(request, caller, *user))
-    co_return std::move(*refused);
-  query.user_id = *user;
-  if (auto status = http::query_param(target, "status")) {
-    if (!parse_task_status(*status)) {
-      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
-                                 "unknown status '" + *status + "'", "/query/status");
-    }
-    query.status = *status;
-  }
-  if (auto refused = read_limit(request, 500, query.limit))
-    co_return std::move(*refused);
-  if (auto before = http::query_param(target, "before")) {
-    if (!is_uuid(*before)) {
-      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
-                                 "before must be a task id", "/query/before");
-    }
-    query.before = *before;
+                               problem->message, problem->path);
   }
   if (auto batch = http::query_param(target, "batch_id"); batch && !batch->empty()) {
-    // The user's batch of that id (ids are each user's): its tasks carry its key.
-    auto found = co_await store_.find_batches(*batch, query.user_id, 1);
-    if (!found.ok())
-      co_return store_unavailable(request, found.error());
-    if (found.value().empty())
-      co_return http::make_response(request, http::Status::ok, R"({"tasks":[]})");
-    query.batch_key = found.value().front().batch_id;
+    // The batch of that name the caller may read (ids are each user's): its tasks carry its
+    // key. A batch there is none of is a search that finds nothing.
+    auto found = co_await find_caller_batch(request, caller, *batch);
+    if (auto* answer = std::get_if<http::Response>(&found)) {
+      if (answer->result() != bhttp::status::not_found)
+        co_return std::move(*answer);
+      co_return http::make_response(request, http::Status::ok,
+                                    R"({"tasks":[],"next_before":null})");
+    }
+    query.batch_key = std::get<pg::BatchHeader>(found).batch_id;
   }
   auto page = co_await store_.list_tasks(query);
   if (!page.ok())
-    co_return store_unavailable(request, page.error());
-  co_return http::make_response(request, http::Status::ok, "{\"tasks\":" + page.value() + "}");
+    co_return window_query_failed(request, page.error(), "since or until", "/query/since");
+  co_return http::make_response(request, http::Status::ok, task_page_json(page.value()));
 }
 
 asio::awaitable<http::Response> Api::cancel_task(http::Request& request, const Caller& caller,
@@ -336,6 +328,11 @@ asio::awaitable<http::Response> Api::retry_task(http::Request& request, const Ca
     }
     key = string_member(doc, "idempotency_key");
   }
+  co_return co_await retry_one(request, caller, task_id, key);
+}
+
+asio::awaitable<http::Response> Api::retry_one(http::Request& request, const Caller& caller,
+                                               const std::string& task_id, const std::string& key) {
   auto source = co_await store_.retry_source(task_id);
   if (!source.ok())
     co_return store_unavailable(request, source.error());

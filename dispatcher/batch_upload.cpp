@@ -104,6 +104,7 @@ void BatchUpload::take(std::string_view line) {
   if (!caller_busy_.empty())
     return;
   slice_.push_back(rules_.batch_task(std::move(*task), options_.traceparent));
+  slice_.back().batch_line = lines_.lines();
   slice_lines_.push_back(lines_.lines());
 }
 

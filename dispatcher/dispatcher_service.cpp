@@ -211,7 +211,8 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
   Scheduler scheduler(config, scheduler_session, metrics, limits::SteadyClock::instance(),
                       wake_relay, hand_to_relay);
   std::atomic<bool> stopping{false};
-  CompletionRate completions;
+  CompletionRate completions(std::chrono::seconds(60), std::chrono::seconds(10), 180,
+                             CompletionRate::Clock::now());
   TaskFeed feed(io, config,
                 [&](const std::string& user, const std::string& task, std::int64_t tokens) {
                   completions.record(CompletionRate::Clock::now());

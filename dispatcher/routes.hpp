@@ -36,6 +36,7 @@ enum class RouteId {
   kGetBatch,
   kBatchResults,
   kCancelBatch,
+  kRetryBatch,
   kFleetUsage,
   kUserUsage,
   kGetLimits,

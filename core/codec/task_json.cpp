@@ -24,6 +24,17 @@ void key_batch(JsonWriter& w, const std::optional<std::string>& key) {
     w.Null();
 }
 
+// A task's line of its batch upload (/line/N), null for a task of no upload or of one stored
+// before lines were kept (schema version 31).
+void key_batch_line(JsonWriter& w, const std::optional<std::int64_t>& line,
+                    const char* key = "batch_line") {
+  w.Key(key);
+  if (line)
+    w.Int64(*line);
+  else
+    w.Null();
+}
+
 // JSON text Postgres wrote (a timestamp literal, an array, an object), as it is.
 void key_raw(JsonWriter& w, const char* key, std::string_view json, rapidjson::Type type) {
   w.Key(key);
@@ -142,9 +153,11 @@ std::string task_json(const TaskRow& row, std::string_view trace_json) {
   key_optional(w, "strategy", row.strategy);
   key_optional(w, "idempotency_key", row.idempotency_key);
   key_batch(w, row.batch_id);
+  key_batch_line(w, row.batch_line);
   key_optional(w, "parent_task_id", row.parent_task_id);
   key_optional(w, "session_id", row.session_id);
   key_optional(w, "retry_of", row.retry_of);
+  key_optional(w, "trace_id", row.trace_id);
   w.Key("max_tokens");
   if (row.max_tokens)
     w.Int64(*row.max_tokens);
@@ -178,6 +191,8 @@ void write_task_summary(JsonWriter& w, const TaskRow& row) {
   key_string(w, "priority", row.priority);
   key_string(w, "status", row.status);
   key_batch(w, row.batch_id);
+  key_optional(w, "session_id", row.session_id);
+  key_optional(w, "trace_id", row.trace_id);
   key_ending(w, row);
   key_counts(w, row);
   key_waiting_reason(w, row);
@@ -197,12 +212,15 @@ std::string task_summaries_json(const std::vector<TaskRow>& rows) {
   return text_of(buffer);
 }
 
-std::string batch_result_json(const TaskRow& row) {
+std::string batch_result_json(const TaskRow& row, const std::optional<RetryRef>& retry) {
   rapidjson::StringBuffer buffer;
   JsonWriter w(buffer);
   w.StartObject();
+  key_batch_line(w, row.batch_line, "line");
+  key_string(w, "text", row.text);
   key_string(w, "task_id", row.task_id);
   key_optional(w, "idempotency_key", row.idempotency_key);
+  key_optional(w, "trace_id", row.trace_id);
   key_string(w, "status", row.status);
   key_ending(w, row);
   key_counts(w, row);
@@ -210,6 +228,16 @@ std::string batch_result_json(const TaskRow& row) {
   key_bill(w, row);
   key_time(w, "created_at", row.created_at);
   key_time(w, "finished_at", row.finished_at);
+  w.Key("retried_as");
+  if (retry) {
+    w.StartObject();
+    key_string(w, "task_id", retry->task_id);
+    key_string(w, "status", retry->status);
+    key_optional(w, "result_type", retry->result_type);
+    w.EndObject();
+  } else {
+    w.Null();
+  }
   w.EndObject();
   return text_of(buffer);
 }

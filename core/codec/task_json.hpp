@@ -44,6 +44,8 @@ struct TaskRow {
   std::optional<std::string> parent_task_id;
   std::optional<std::string> session_id;
   std::optional<std::string> retry_of;
+  std::optional<std::int64_t> batch_line;  // its line of its batch upload (/line/N)
+  std::optional<std::string> trace_id;     // 32 hex digits: the trace its spans are in
   std::optional<std::int64_t> max_tokens;
   std::optional<std::string> max_cost;  // "0.500000"
   std::string metadata_json = "{}";     // a JSON object
@@ -88,8 +90,14 @@ std::string task_json(const TaskRow& row, std::string_view trace_json);
 // array in their order.
 void write_task_summary(JsonWriter& w, const TaskRow& row);
 std::string task_summaries_json(const std::vector<TaskRow>& rows);
-// A line of GET /v1/batches/{id}/results.
-std::string batch_result_json(const TaskRow& row);
+// The retry POST /v1/batches/{id}/retry made of a batch's task.
+struct RetryRef {
+  std::string task_id;
+  std::string status;
+  std::optional<std::string> result_type;
+};
+// A line of GET /v1/batches/{id}/results; `retry` the task's batch retry, if any.
+std::string batch_result_json(const TaskRow& row, const std::optional<RetryRef>& retry = {});
 // What an event stream replays of a task under way: its ending so far, and `steps_json`
 // (a JSON array: per step its model text, tool calls and their trace).
 std::string task_history_json(const TaskRow& row, std::string_view steps_json);

@@ -908,6 +908,13 @@ Config read_config(const Value& doc) {
   read_plan_execute(root.child("plan_execute"), c.plan_execute);
   read_tiers(root, c.models, c.tiers);
   read_fields(root.child("metrics"), c.metrics, kMetricsFields);
+  read_fields(root.child("telemetry"), c.telemetry, kTelemetryFields);
+  if (const std::string& link = c.telemetry.trace_link;
+      !link.empty() && ((link.rfind("http://", 0) != 0 && link.rfind("https://", 0) != 0) ||
+                        link.find("{trace_id}") == std::string::npos)) {
+    throw Problem("/telemetry/trace_link",
+                  "expected an http:// or https:// URL holding {trace_id}, not '" + link + "'");
+  }
   read_otlp(root.child("telemetry").child("otlp"), c.telemetry.otlp);
   // Without an auth section every API request is refused (401): closed by default.
   if (root.get("auth") != nullptr)

@@ -413,6 +413,10 @@ struct OtlpConfig {
 
 struct TelemetryConfig {
   OtlpConfig otlp;
+  // A task's trace in the tracing backend the spans go to: a URL with {trace_id} where the
+  // trace id goes (Jaeger: http://jaeger:16686/trace/{trace_id}). The console links each
+  // task's trace id through it (GET /v1/whoami tells it); empty: ids shown without a link.
+  std::string trace_link;
 
   bool operator==(const TelemetryConfig&) const = default;
 };

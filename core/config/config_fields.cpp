@@ -209,6 +209,9 @@ const Fields<OtlpConfig> kOtlpFields = {
     {"max_attempts", &OtlpConfig::max_attempts},
     {"max_attribute_chars", &OtlpConfig::max_attribute_chars},
 };
+const Fields<TelemetryConfig> kTelemetryFields = {
+    {"trace_link", &TelemetryConfig::trace_link},
+};
 
 }  // namespace detail
 
@@ -260,6 +263,7 @@ std::vector<DescribedField> described_fields() {
   describe(out, "/tiers/*", kTierFields);
   describe(out, "/tiers/*", kTierLimitFields);
   describe(out, "/metrics", kMetricsFields);
+  describe(out, "/telemetry", kTelemetryFields);
   describe(out, "/telemetry/otlp", kOtlpFields);
   return out;
 }

@@ -187,6 +187,7 @@ extern const Fields<PlanExecuteConfig> kPlanExecuteFields;
 extern const Fields<UserTierLimits> kTierFields;
 extern const Fields<UserLimits> kTierLimitFields;
 extern const Fields<MetricsConfig> kMetricsFields;
+extern const Fields<TelemetryConfig> kTelemetryFields;
 extern const Fields<OtlpConfig> kOtlpFields;
 
 }  // namespace agentfleet::config::detail

@@ -352,6 +352,61 @@ TEST(ApiTasks, AShortIdPrefixStandsForTheOneTaskOfTheCallersThatBeginsWithIt) {
   EXPECT_EQ(str(parse(get("/v1/tasks/" + twin.substr(0, 10)).body), "task_id"), twin);
 }
 
+// The search an operator starts from: every user's tasks for an admin key, only its own
+// user's for a user's key; each filter applied by the server; counted and paged.
+TEST(ApiTasks, TheSearchFindsAnyUsersTaskByTextAndEachFilterNarrowsIt) {
+  const std::string a = user("search-a"), b = user("search-b");
+  const std::string word = "Word" + a.substr(a.size() - 8);
+  std::string lower = word;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string bought = submit(submission(a, "今天下午去买东西 " + word, "s-1"));
+  const std::string missing = submit(submission(a, "删除2月30日的日程", "s-2"));
+  const std::string others = submit(submission(b, "今天下午去买东西 " + lower, "s-3"));
+  for (const std::string& id : {bought, missing, others})
+    ASSERT_TRUE(is_terminal_status(str(wait_terminal(id), "status"))) << id;
+
+  auto ids_of = [](const rapidjson::Document& page) {
+    std::vector<std::string> ids;
+    for (const auto& t : array_of(at(page, "tasks")))
+      ids.push_back(str(t, "task_id"));
+    return ids;
+  };
+  // By text, ignoring case, across users, newest first, counted.
+  auto found = get("/v1/tasks?q=" + lower + "&count=true");
+  ASSERT_EQ(found.status, 200) << found.body;
+  const auto page = parse(found.body);
+  EXPECT_EQ(ids_of(page), (std::vector<std::string>{others, bought}));
+  EXPECT_EQ(num(page, "total"), 2);
+  EXPECT_TRUE(at(page, "total_capped").IsFalse());
+  EXPECT_TRUE(at(page, "next_before").IsNull());
+  // A page of one names the next.
+  const auto first = parse(get("/v1/tasks?q=" + word + "&limit=1").body);
+  EXPECT_EQ(str(first, "next_before"), others);
+  const auto second =
+      parse(get("/v1/tasks?q=" + word + "&limit=1&before=" + str(first, "next_before")).body);
+  EXPECT_EQ(ids_of(second), (std::vector<std::string>{bought}));
+  // Each filter narrows it.
+  EXPECT_EQ(ids_of(parse(get("/v1/tasks?user_id=" + a + "&result_type=error").body)),
+            (std::vector<std::string>{missing}));
+  EXPECT_EQ(ids_of(parse(get("/v1/tasks?user_id=" + a + "&result_type=action_completed").body)),
+            (std::vector<std::string>{bought}));
+  EXPECT_EQ(ids_of(parse(get("/v1/tasks?q=" + word + "&model=sim-model&status=succeeded").body)),
+            (std::vector<std::string>{others, bought}));
+  EXPECT_TRUE(ids_of(parse(get("/v1/tasks?q=" + word + "&model=no-such-model").body)).empty());
+  EXPECT_TRUE(ids_of(parse(get("/v1/tasks?q=" + word + "&until=2000-01-01").body)).empty());
+  EXPECT_EQ(ids_of(parse(get("/v1/tasks?q=" + word + "&since=2000-01-01").body)).size(), 2u);
+  EXPECT_TRUE(ids_of(parse(get("/v1/tasks?q=" + word + "&session_id=none-" + a).body)).empty());
+  // A user's key finds only its user's tasks, whatever it searches for.
+  auto theirs = get("/v1/tasks?q=" + word, kU1Key);
+  ASSERT_EQ(theirs.status, 200) << theirs.body;
+  EXPECT_TRUE(ids_of(parse(theirs.body)).empty()) << theirs.body;
+  expect_error(get("/v1/tasks?user_id=" + a, kU1Key), 403, "/query/user_id", "forbidden");
+  // A time Postgres cannot read, and a filter out of bounds, are the caller's mistakes.
+  expect_error(get("/v1/tasks?since=2026-02-30"), 400, "/query/since", "invalid_request");
+  expect_error(get("/v1/tasks?result_type=fine"), 400, "/query/result_type", "invalid_request");
+}
+
 TEST(ApiTasks, SubmitReadListAndCancelAnswerWithTheTaskWhereItLives) {
   const std::string u = user("tasks");
   // One task at a time for this user, so a second one waits queued.
@@ -729,6 +784,8 @@ TEST(ApiBatches, FiftyLinesInCountsAddUpAndTheResultsListEachTaskOnce) {
     const std::string extra = i % 3 ? "" : R"(,"batch_id":")" + batch_id + "\"";
     body += submission(u, text, "b-" + std::to_string(i), extra) + "\n";
     unnamed += submission(u, text, "b-" + std::to_string(i)) + "\n";
+    if (i == 9)
+      body += "\n";  // a blank line is no task, and numbers no line
   }
   auto created = post_batch("?batch_id=" + batch_id, body);
   ASSERT_EQ(created.status, 201) << created.body;
@@ -762,12 +819,14 @@ TEST(ApiBatches, FiftyLinesInCountsAddUpAndTheResultsListEachTaskOnce) {
                                 "usage_estimated",
                                 batch_id));
 
-  // The results: one JSON object a line, every task of the batch exactly once, ended.
+  // The results: one JSON object a line, every task of the batch exactly once, ended, in
+  // the order of the upload's lines, each naming its line (as /line/N would) and its text.
   auto results = get("/v1/batches/" + batch_id + "/results");
   ASSERT_EQ(results.status, 200);
   EXPECT_EQ(results.header("Content-Type"), "application/x-ndjson");
   std::map<std::string, int> seen;
   std::set<std::string> keys;
+  std::int64_t expected_line = 1;
   for (const std::string& line : lines_of(results.body)) {
     auto doc = parse(line);
     ASSERT_TRUE(doc.IsObject()) << line;
@@ -775,6 +834,13 @@ TEST(ApiBatches, FiftyLinesInCountsAddUpAndTheResultsListEachTaskOnce) {
     keys.insert(str(doc, "idempotency_key"));
     EXPECT_TRUE(is_terminal_status(str(doc, "status"))) << line;
     EXPECT_TRUE(at(doc, "result").IsObject()) << line;
+    EXPECT_EQ(num(doc, "line"), expected_line) << line;
+    EXPECT_EQ(str(doc, "idempotency_key"), "b-" + std::to_string(expected_line - 1)) << line;
+    EXPECT_EQ(str(doc, "text"), expected_line % 2 ? "bench: steps=1 calls=1" : "删除2月30日的日程")
+        << line;
+    EXPECT_EQ(str(doc, "trace_id").size(), 32u) << line;
+    EXPECT_TRUE(at(doc, "retried_as").IsNull()) << line;
+    ++expected_line;
   }
   pqxx::connection db(pg_url());
   pqxx::work tx(db);
@@ -798,6 +864,48 @@ TEST(ApiBatches, FiftyLinesInCountsAddUpAndTheResultsListEachTaskOnce) {
   EXPECT_EQ(num(parse(again.body), "accepted"), 0);
   EXPECT_EQ(num(parse(again.body), "duplicates"), 50);
   EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1", u), 50);
+
+  // "Retry the failed ones": the 25 that ended in an error, a slice of 10 at a time, each
+  // once however often it is asked; the results then name each one's retry.
+  std::int64_t retried = 0;
+  std::string after;
+  for (int slice = 0; slice < 5; ++slice) {
+    auto sliced = post(
+        "/v1/batches/" + batch_id + "/retry?limit=10" + (after.empty() ? "" : "&after=" + after),
+        "");
+    ASSERT_EQ(sliced.status, 200) << sliced.body;
+    const auto done = parse(sliced.body);
+    EXPECT_TRUE(at(done, "stopped").IsNull()) << sliced.body;
+    retried += num(done, "retried");
+    if (at(done, "next_after").IsNull())
+      break;
+    after = str(done, "next_after");
+  }
+  EXPECT_EQ(retried, 25);
+  auto twice = post("/v1/batches/" + batch_id + "/retry", "");
+  ASSERT_EQ(twice.status, 200) << twice.body;
+  EXPECT_EQ(num(parse(twice.body), "retried"), 0) << twice.body;
+  EXPECT_EQ(num(parse(twice.body), "already_retried"), 25) << twice.body;
+  EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE user_id = $1 AND batch_id IS NULL "
+                     "AND retry_of IS NOT NULL",
+                     u),
+            25);
+  int named = 0;
+  for (const std::string& line : lines_of(get("/v1/batches/" + batch_id + "/results").body)) {
+    const auto doc = parse(line);
+    const bool failed = str(at(doc, "result"), "type") == "error";
+    EXPECT_EQ(at(doc, "retried_as").IsObject(), failed) << line;
+    if (failed) {
+      const std::string retry = str(at(doc, "retried_as"), "task_id");
+      EXPECT_EQ(pg_count("SELECT count(*) FROM tasks WHERE task_id = $1::uuid AND retry_of = "
+                         "$2::uuid",
+                         retry, str(doc, "task_id")),
+                1)
+          << line;
+      ++named;
+    }
+  }
+  EXPECT_EQ(named, 25);
 }
 
 // A line whose idempotency key names a task submitted with another request is answered as

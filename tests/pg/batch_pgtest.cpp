@@ -657,8 +657,8 @@ TEST_F(Batches, TwoUsersEachHaveABatchOfOneNameAndOneUserHasOne) {
   EXPECT_NE(shown->find(R"("batch_id": ")" + name + R"(")"), std::string::npos) << *shown;
   EXPECT_NE(shown->find(R"("total": 3)"), std::string::npos) << *shown;
   EXPECT_NE(shown->find(R"("queued": 3)"), std::string::npos) << *shown;
-  std::string last;
-  const std::string lines = pg::batch_results_page(db_, seconds[0], "", 10, last);
+  pg::ResultsCursor last;
+  const std::string lines = pg::batch_results_page(db_, seconds[0], {}, 10, last);
   EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 3);
   const auto task = pg::task_json(db_, lines.substr(lines.find(R"("task_id":")") + 11, 36));
   ASSERT_TRUE(task);
@@ -723,6 +723,52 @@ TEST_F(Batches, TheListShowsBatchesNewestFirstWithTheirCountsAPageAtATime) {
       << "the next page: those created before the last shown";
   EXPECT_TRUE(list({{"batch-list-nobody"}, 20, ""}).empty());
   EXPECT_GE(list({{}, 100, ""}).size(), 3u) << "every user's";
+}
+
+// A batch's results name each task's line of the upload and its text, and come in the order
+// of the lines, page after page (migrations 0031, 0032): a client maps each result to its
+// input. The tasks' ids run against their lines, so an order by id would show it.
+TEST_F(Batches, ResultsComeInTheOrderOfTheLinesAndNameThem) {
+  const std::string user = "batch-lines-u1", name = "lines-" + next_id();
+  auto upload = writer(user, name);
+  ASSERT_TRUE(upload->create());
+  auto slice = tasks_of(user, name, 5);
+  std::vector<std::string> ids;
+  for (const auto& task : slice)
+    ids.push_back(task.spec.task_id);
+  std::sort(ids.rbegin(), ids.rend());
+  for (std::size_t i = 0; i < slice.size(); ++i) {
+    slice[i].spec.task_id = ids[i];
+    slice[i].batch_line = static_cast<std::int64_t>(i) + 1;
+    slice[i].spec.text = "line " + std::to_string(i + 1);
+  }
+  ASSERT_EQ(upload->add(slice).inserted, 5);
+  ASSERT_EQ(upload->seal(queue_limit, 5).outcome, pg::SealOutcome::kSealed);
+  EXPECT_EQ(upload->promote(10), 5);
+
+  std::vector<std::int64_t> lines;
+  pg::ResultsCursor after;
+  for (int page = 0; page < 5; ++page) {
+    pg::ResultsCursor last;
+    const std::string text = pg::batch_results_page(db_, upload->header(), after, 2, last);
+    if (last.task_id.empty())
+      break;
+    std::size_t at = 0;
+    while (at < text.size()) {
+      const std::size_t end = text.find('\n', at);
+      rapidjson::Document line;
+      line.Parse(text.data() + at, end - at);
+      ASSERT_TRUE(line.IsObject()) << text;
+      lines.push_back(line["line"].GetInt64());
+      EXPECT_EQ(std::string(line["text"].GetString()), "line " + std::to_string(lines.back()));
+      at = end + 1;
+    }
+    after = last;
+  }
+  EXPECT_EQ(lines, (std::vector<std::int64_t>{1, 2, 3, 4, 5}));
+  const auto task = pg::task_json(db_, ids[2]);
+  ASSERT_TRUE(task);
+  EXPECT_NE(task->find(R"("batch_line":3)"), std::string::npos) << *task;
 }
 
 }  // namespace

@@ -45,6 +45,7 @@ std::string oracle_task() {
   'max_steps', t.max_steps, 'strategy', t.strategy,
   'idempotency_key', t.idempotency_key, 'batch_id', t.batch_id,
   'parent_task_id', t.parent_task_id, 'session_id', t.session_id, 'retry_of', t.retry_of,
+  'batch_line', t.batch_line, 'trace_id', NULLIF(substr(t.traceparent, 4, 32), ''),
   'max_tokens', t.max_tokens, 'max_cost', to_char(t.max_cost, 'FM999999999999990.000000'),
   'metadata', t.metadata, 'result', )SQL") +
          kResult + R"SQL(,
@@ -73,7 +74,9 @@ FROM tasks t WHERE t.task_id = $1::uuid)SQL";
 std::string oracle_summary() {
   return std::string(R"SQL(SELECT jsonb_build_object(
   'task_id', t.task_id, 'user_id', t.user_id, 'text', t.text, 'model', t.model,
-  'priority', t.priority, 'status', t.status, 'batch_id', t.batch_id, 'result', )SQL") +
+  'priority', t.priority, 'status', t.status, 'batch_id', t.batch_id,
+  'session_id', t.session_id, 'trace_id', NULLIF(substr(t.traceparent, 4, 32), ''),
+  'result', )SQL") +
          kResult + R"SQL(,
   'error', t.error, 'error_code', t.error_code, 'steps', t.steps, 'tool_calls', t.tool_calls,
   'waiting_reason', )SQL" +
@@ -85,13 +88,15 @@ FROM tasks t WHERE t.task_id = $1::uuid)SQL";
 
 std::string oracle_batch_line() {
   return std::string(R"SQL(SELECT jsonb_build_object(
-  'task_id', t.task_id, 'idempotency_key', t.idempotency_key, 'status', t.status, 'result', )SQL") +
+  'line', t.batch_line, 'text', t.text, 'task_id', t.task_id,
+  'idempotency_key', t.idempotency_key, 'trace_id', NULLIF(substr(t.traceparent, 4, 32), ''),
+  'status', t.status, 'result', )SQL") +
          kResult + R"SQL(,
   'error', t.error, 'error_code', t.error_code, 'steps', t.steps, 'tool_calls', t.tool_calls,
   'usage', )SQL" +
          kUsage + R"SQL(,
   'cost', to_char(t.cost, 'FM999999999999990.000000'), 'currency', t.currency,
-  'created_at', t.created_at, 'finished_at', t.finished_at)::text
+  'created_at', t.created_at, 'finished_at', t.finished_at, 'retried_as', NULL::jsonb)::text
 FROM tasks t WHERE t.task_id = $1::uuid)SQL";
 }
 
@@ -161,7 +166,12 @@ class TaskJson : public ::testing::Test {
     const auto expected = parsed(oracle(oracle_task(), task_id));
     EXPECT_TRUE(parsed(*shown) == expected) << *shown << "\n" << compact(expected);
 
-    const auto list = parsed(pg::list_tasks(db_, pg::TaskListQuery{user, "", 100, ""}));
+    const auto list = parsed([&] {
+      pg::TaskListQuery query;
+      query.user_id = user;
+      query.limit = 100;
+      return pg::list_tasks(db_, query).tasks;
+    }());
     ASSERT_TRUE(list.IsArray());
     const auto summary = parsed(oracle(oracle_summary(), task_id));
     bool listed = false;
@@ -179,9 +189,9 @@ class TaskJson : public ::testing::Test {
     EXPECT_TRUE(parsed(*history) == replayed) << *history << "\n" << compact(replayed);
 
     if (!batch.empty()) {
-      std::string last;
+      pg::ResultsCursor last;
       const std::string lines = pg::batch_results_page(
-          db_, pg::BatchHeader{batch, user, Priority::kBatch}, "", 100, last);
+          db_, pg::BatchHeader{batch, user, Priority::kBatch}, {}, 100, last);
       const auto line = parsed(oracle(oracle_batch_line(), task_id));
       EXPECT_NE(lines.find(compact(line["task_id"])), std::string::npos) << lines;
       std::size_t at = 0;

@@ -147,7 +147,11 @@ TEST_F(Waiting, EachUsersOwnLimitIsNamedOnItsQueuedTasksAndAFollowUpWaitsForItsP
   EXPECT_EQ(waiting_reason(db_, follow_up), "parent");
   EXPECT_EQ(waiting_reason(db_, free), "null") << "dispatched: it waits for nothing";
   // The list shows the same.
-  const std::string list = pg::list_tasks(db_, pg::TaskListQuery{"wait-rpm", "queued", 10, ""});
+  pg::TaskListQuery query;
+  query.user_id = "wait-rpm";
+  query.status = "queued";
+  query.limit = 10;
+  const std::string list = pg::list_tasks(db_, query).tasks;
   EXPECT_NE(list.find(R"("waiting_reason":"requests_per_minute")"), std::string::npos) << list;
 
   // The running task ends and its parent's follow-up, the concurrency user's next, start.

@@ -45,6 +45,8 @@ const std::map<std::string, std::string>& pinned() {
       {"0028_batch_line_order.sql", "c630f52d80cddd98"},
       {"0029_submission_names_its_user.sql", "eedfea7d96f9f126"},
       {"0030_batch_ids_per_user.sql", "21bd8c610030daaa"},
+      {"0031_batch_line.sql", "d42ce68361990c05"},
+      {"0032_task_list_indexes.sql", "8078f030a2f1e3c6"},
   };
   return kPinned;
 }

@@ -43,6 +43,7 @@ TEST(Routes, EachMethodAndPathReachesItsRouteWithItsParameters) {
       {verb::get, "/v1/batches/b-1", RouteId::kGetBatch, {"b-1"}},
       {verb::get, "/v1/batches/b-1/results", RouteId::kBatchResults, {"b-1"}},
       {verb::post, "/v1/batches/b-1/cancel", RouteId::kCancelBatch, {"b-1"}},
+      {verb::post, "/v1/batches/b-1/retry", RouteId::kRetryBatch, {"b-1"}},
       {verb::get, "/v1/usage", RouteId::kFleetUsage, {}},
       {verb::get, "/v1/users/a%20b/usage", RouteId::kUserUsage, {"a b"}},
       {verb::get, "/v1/users/a%2Fb/limits", RouteId::kGetLimits, {"a/b"}},

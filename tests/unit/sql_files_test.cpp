@@ -117,11 +117,11 @@ TEST(SqlFiles, NoPreparedStatementNameHasTwoTexts) {
 }
 
 // The insert of tasks is written twice: insert_tasks, and the function a submission calls
-// (agentfleet_submit, last replaced by migration 0029), whose statements are indented in its
+// (agentfleet_submit, last replaced by migration 0031), whose statements are indented in its
 // body.
 TEST(SqlFiles, TheSubmissionRepeatsTheInsertAlike) {
   std::ifstream in(std::filesystem::path(AGENTFLEET_SOURCE_DIR) /
-                   "core/adapters/pg/migrations/0029_submission_names_its_user.sql");
+                   "core/adapters/pg/migrations/0031_batch_line.sql");
   std::ostringstream text;
   text << in.rdbuf();
   const std::string function = squashed(text.str());

@@ -61,7 +61,7 @@ Awaitable<std::map<LetterAt, LetterReplays>> ApiStore::letter_replays(
       [&](pqxx::connection& c) { return pg::letter_replays(c, letter_topic, letters); });
 }
 
-Awaitable<std::string> ApiStore::list_tasks(const TaskListQuery& query) {
+Awaitable<TaskListPage> ApiStore::list_tasks(const TaskListQuery& query) {
   co_return co_await db_.run([&](pqxx::connection& c) { return pg::list_tasks(c, query); });
 }
 
@@ -102,12 +102,19 @@ Awaitable<std::optional<std::string>> ApiStore::batch_json(const std::string& ba
 }
 
 Awaitable<ResultsPage> ApiStore::batch_results_page(const BatchHeader& batch,
-                                                    const std::string& after, int limit) {
+                                                    const ResultsCursor& after, int limit) {
   co_return co_await db_.run([&](pqxx::connection& c) {
     ResultsPage page;
     page.lines = pg::batch_results_page(c, batch, after, limit, page.last);
     return page;
   });
+}
+
+Awaitable<std::vector<std::string>> ApiStore::batch_failed_tasks(const BatchHeader& batch,
+                                                                 const std::string& after,
+                                                                 int limit) {
+  co_return co_await db_.run(
+      [&](pqxx::connection& c) { return pg::batch_failed_tasks(c, batch, after, limit); });
 }
 
 Awaitable<CancelSlice> ApiStore::cancel_batch_slice(const BatchHeader& batch,

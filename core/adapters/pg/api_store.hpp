@@ -25,10 +25,10 @@
 
 namespace agentfleet::pg {
 
-// One page of a batch's results: JSON lines, and the last task id on it (empty: none).
+// One page of a batch's results: JSON lines, and where it ended (an empty task id: none).
 struct ResultsPage {
   std::string lines;
-  std::string last;
+  ResultsCursor last;
 };
 
 // One slice of a batch cancel: the tasks it took, and the last task id it reached.
@@ -67,7 +67,7 @@ class ApiStore {
   // Of `task_ids` (uuids), those of `user_id` that have ended.
   Awaitable<std::vector<std::string>> ended_of_user(const std::string& user_id,
                                                     std::vector<std::string> task_ids);
-  Awaitable<std::string> list_tasks(const TaskListQuery& query);
+  Awaitable<TaskListPage> list_tasks(const TaskListQuery& query);
   // Replayed dead letters (submission_store: record_replay, letter_replays).
   Awaitable<bool> record_replay(const ReplayRecord& record);
   Awaitable<std::map<LetterAt, LetterReplays>> letter_replays(const std::string& letter_topic,
@@ -90,9 +90,12 @@ class ApiStore {
   Awaitable<std::vector<BatchHeader>> find_batches(const std::string& name,
                                                    const std::string& user_id, int limit);
   Awaitable<std::optional<std::string>> batch_json(const std::string& batch_id);
-  // The page of up to `limit` results after task id `after` (empty: from the first).
-  Awaitable<ResultsPage> batch_results_page(const BatchHeader& batch, const std::string& after,
+  // The page of up to `limit` results after `after` (an empty task id: from the first).
+  Awaitable<ResultsPage> batch_results_page(const BatchHeader& batch, const ResultsCursor& after,
                                             int limit);
+  // Up to `limit` of the batch's failed tasks after task id `after` (batch_failed_tasks).
+  Awaitable<std::vector<std::string>> batch_failed_tasks(const BatchHeader& batch,
+                                                         const std::string& after, int limit);
   // One cancel slice of up to `limit` tasks after task id `after` (empty: from the first).
   Awaitable<CancelSlice> cancel_batch_slice(const BatchHeader& batch, const std::string& after,
                                             int limit, const std::string& results_topic);

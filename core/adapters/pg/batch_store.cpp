@@ -508,27 +508,57 @@ CROSS JOIN LATERAL (
 }
 
 std::string batch_results_page(pqxx::connection& c, const BatchHeader& batch,
-                               const std::string& after, int limit, std::string& last) {
+                               const ResultsCursor& after, int limit, ResultsCursor& last) {
   pqxx::read_transaction tx(c);
-  // The tasks' rows as every read of a task selects them (the fragment task_row); the codec
-  // writes each line.
+  // The tasks' rows as every read of a task selects them (the fragment task_row), then the
+  // retry POST /v1/batches/{id}/retry made of each (found by its key, on the unique index of
+  // keys); the codec writes each line. In line order from the index tasks_batch_line
+  // (migration 0032).
   static const std::string kPage = std::string("SELECT ") + sql::fragment("task_row") +
-                                   R"SQL(
+                                   R"SQL(,
+       r.task_id::text, r.status, r.result_type
 FROM tasks t
-WHERE t.batch_id = $1 AND t.user_id = $2 AND ($3 = '' OR t.task_id > NULLIF($3, '')::uuid)
+LEFT JOIN tasks r ON r.user_id = t.user_id AND r.idempotency_key = 'batch-retry:' || t.task_id
+                 AND r.status <> 'staged'
+WHERE t.batch_id = $1 AND t.user_id = $2
+  AND ($3 = '' OR (coalesce(t.batch_line, 0), t.task_id) > ($4::bigint, NULLIF($3, '')::uuid))
   AND t.status <> 'staged'  -- still moving into the queue: no task read shows it yet
-ORDER BY t.task_id
-LIMIT $4)SQL";
-  auto rows = tx.exec_params(kPage, batch.batch_id, batch.user_id, after, limit);
+ORDER BY coalesce(t.batch_line, 0), t.task_id
+LIMIT $5)SQL";
+  auto rows =
+      tx.exec_params(kPage, batch.batch_id, batch.user_id, after.task_id, after.line, limit);
   std::string out;
-  last.clear();
+  last = ResultsCursor{};
   for (const auto& row : rows) {
-    const codec::TaskRow task = read_task_row(row);
-    out += codec::batch_result_json(task);
+    codec::TaskRow task;
+    const int at = read_task_row(row, 0, task);
+    std::optional<codec::RetryRef> retry;
+    if (!row[at].is_null()) {
+      retry = codec::RetryRef{
+          row[at].as<std::string>(), row[at + 1].as<std::string>(),
+          row[at + 2].is_null() ? std::optional<std::string>() : row[at + 2].as<std::string>()};
+    }
+    out += codec::batch_result_json(task, retry);
     out += '\n';
-    last = task.task_id;
+    last = ResultsCursor{task.batch_line.value_or(0), task.task_id};
   }
   return out;
+}
+
+std::vector<std::string> batch_failed_tasks(pqxx::connection& c, const BatchHeader& batch,
+                                            const std::string& after, int limit) {
+  pqxx::read_transaction tx(c);
+  auto rows = tx.exec_params(R"SQL(
+SELECT task_id::text FROM tasks
+WHERE batch_id = $1 AND user_id = $2 AND ($3 = '' OR task_id > NULLIF($3, '')::uuid)
+  AND (status IN ('failed', 'timed_out') OR (status = 'succeeded' AND result_type = 'error'))
+ORDER BY task_id LIMIT $4)SQL",
+                             batch.batch_id, batch.user_id, after, limit);
+  std::vector<std::string> ids;
+  ids.reserve(rows.size());
+  for (const auto& row : rows)
+    ids.push_back(row[0].as<std::string>());
+  return ids;
 }
 
 namespace {

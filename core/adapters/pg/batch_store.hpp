@@ -145,11 +145,25 @@ std::string list_batches(pqxx::connection& c, const BatchListQuery& query);
 // such batch.
 std::optional<std::string> batch_json(pqxx::connection& c, const std::string& batch_id);
 
-// One page of GET /v1/batches/{id}/results: each task as one JSON line (with "\n"), in
-// task id order after `after` (empty: from the start); at most `limit`. The last task id
-// of the page is returned in `last` (empty when the page is empty).
+// Where a page of a batch's results starts: after the task of this line and id (an upload's
+// task stored before schema version 31 has no line: 0). Empty task id: from the start.
+struct ResultsCursor {
+  std::int64_t line = 0;
+  std::string task_id;
+};
+
+// One page of GET /v1/batches/{id}/results: each task as one JSON line (with "\n"), in the
+// order of the upload's lines (then of task ids: the tasks stored without a line come
+// first) after `after`; at most `limit`. Where the page ended is returned in `last` (an
+// empty task id when the page is empty).
 std::string batch_results_page(pqxx::connection& c, const BatchHeader& batch,
-                               const std::string& after, int limit, std::string& last);
+                               const ResultsCursor& after, int limit, ResultsCursor& last);
+
+// POST /v1/batches/{id}/retry, one slice: the ids of up to `limit` of the batch's tasks that
+// failed (failed, timed_out, or succeeded with an error result), after task id `after`
+// (empty: from the first), in task id order; read from the index tasks_batch alone.
+std::vector<std::string> batch_failed_tasks(pqxx::connection& c, const BatchHeader& batch,
+                                            const std::string& after, int limit);
 
 // POST /v1/batches/{id}/cancel, one slice: marks the batch cancelled (the scheduler admits
 // none of its tasks from then on), then takes up to `limit` of its live tasks after the

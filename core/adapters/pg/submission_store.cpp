@@ -70,6 +70,10 @@ std::string tasks_json(const std::vector<NewTask>& tasks,
                i < parents.size() && !parents[i].empty() ? parents[i] : s.parent_task_id);
     key_string(w, "session_id", s.session_id);
     key_string(w, "retry_of", t.retry_of);
+    if (t.batch_line > 0) {
+      w.Key("batch_line");
+      w.Int64(t.batch_line);
+    }
     w.Key("max_tokens");
     if (s.max_tokens)
       w.Int64(*s.max_tokens);
@@ -414,13 +418,26 @@ std::optional<std::string> task_history_json(pqxx::connection& c, const std::str
   return codec::task_history_json(task, rows[0][steps].as<std::string>());
 }
 
-std::string list_tasks(pqxx::connection& c, const TaskListQuery& query) {
+TaskListPage list_tasks(pqxx::connection& c, const TaskListQuery& query) {
   pqxx::read_transaction tx(c);
+  const std::string users = json_string_array(query.users);
   std::vector<codec::TaskRow> page;
-  for (const auto& row : exec_text(tx, "list_tasks", query.user_id, query.status, query.limit,
-                                   query.before, query.batch_key))
+  for (const auto& row :
+       exec_text(tx, "list_tasks", query.user_id, users, query.status, query.batch_key,
+                 query.result_type, query.error_code, query.model, query.session_id, query.text,
+                 query.since, query.until, query.before, query.limit))
     page.push_back(read_task_row(row));
-  return codec::task_summaries_json(page);
+  TaskListPage out;
+  if (!page.empty() && static_cast<int>(page.size()) == query.limit)
+    out.last = page.back().task_id;
+  out.tasks = codec::task_summaries_json(page);
+  if (query.count_up_to > 0) {
+    out.count = exec_text1(tx, "count_tasks", query.user_id, users, query.status, query.batch_key,
+                           query.result_type, query.error_code, query.model, query.session_id,
+                           query.text, query.since, query.until, query.count_up_to)[0]
+                    .as<std::int64_t>();
+  }
+  return out;
 }
 
 CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,

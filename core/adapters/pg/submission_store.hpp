@@ -30,6 +30,7 @@ struct NewTask {
   std::string traceparent;
   bool staged = false;   // a batch upload's task, held out of the queue until it is sealed
   std::string retry_of;  // the task this one retries (POST /v1/tasks/{id}/retry); "" for none
+  std::int64_t batch_line = 0;  // its line of a batch upload (/line/N, from 1); 0 for none
 };
 
 // A user's queue limit from their overrides in user_limits: `tier` (empty when none) and
@@ -189,14 +190,30 @@ std::optional<std::string> task_history_json(pqxx::connection& c, const std::str
 // GET /v1/tasks: a user's tasks, newest first, optionally of one status, at most `limit`,
 // created before the task `before` (a cursor: the last id of the previous page). Each item
 // is the task's summary JSON (no trace); returns the JSON array text.
+// GET /v1/tasks: the search. Each filter left empty matches every task.
 struct TaskListQuery {
-  std::string user_id;
-  std::string status;  // empty: any
+  std::string user_id;             // one user's tasks; empty: see users
+  std::vector<std::string> users;  // when user_id is empty: these users' (empty: every user's)
+  std::string status;
+  std::string batch_key;  // the tasks of this batch (its key: BatchHeader::batch_id)
+  std::string result_type;
+  std::string error_code;
+  std::string model;
+  std::string session_id;
+  std::string text;   // held in the task's text, ignoring case
+  std::string since;  // created at or after (a timestamp Postgres reads)
+  std::string until;  // created before
   int limit = 50;
-  std::string before;     // task id; empty: from the newest
-  std::string batch_key;  // the tasks of this batch (its key: BatchHeader::batch_id); empty: any
+  std::string before;   // task id; empty: from the newest
+  int count_up_to = 0;  // > 0: count the matches, up to this many
 };
-std::string list_tasks(pqxx::connection& c, const TaskListQuery& query);
+struct TaskListPage {
+  std::string tasks;        // a JSON array of summaries, newest first
+  std::string last;         // the last task id of a full page (the next page's `before`)
+  std::int64_t count = -1;  // the matches counted (up to count_up_to); -1: not counted
+};
+// Throws pqxx::data_exception (kInvalid) for a time Postgres cannot read.
+TaskListPage list_tasks(pqxx::connection& c, const TaskListQuery& query);
 
 // POST /v1/tasks/{id}/cancel, in one transaction. A task not yet running (queued, or
 // dispatched and unclaimed) ends `cancelled` at once, its result event in the outbox; a

@@ -8,7 +8,7 @@ namespace agentfleet::pg {
 int read_task_row(const pqxx::row& row, int first, codec::TaskRow& out) {
   // The fragment's width: a row narrower than it is a statement that does not select it
   // (libpqxx does not check the index).
-  constexpr int kColumns = 39;
+  constexpr int kColumns = 41;
   if (static_cast<int>(row.size()) < first + kColumns)
     throw std::logic_error("read_task_row: " + std::to_string(row.size()) + " columns, not " +
                            std::to_string(first) + " + " + std::to_string(kColumns));
@@ -39,6 +39,11 @@ int read_task_row(const pqxx::row& row, int first, codec::TaskRow& out) {
   out.parent_task_id = optional_text();
   out.session_id = optional_text();
   out.retry_of = optional_text();
+  const pqxx::field batch_line = next();
+  out.batch_line = batch_line.is_null()
+                       ? std::nullopt
+                       : std::optional<std::int64_t>(batch_line.as<std::int64_t>());
+  out.trace_id = optional_text();
   const pqxx::field max_tokens = next();
   out.max_tokens = max_tokens.is_null()
                        ? std::nullopt

@@ -71,15 +71,31 @@ UPDATE workers SET lease_until = now(), capacity = 0, draining = true, heartbeat
 WHERE incarnation = $1::bigint
 
 -- name: fleet_view
--- GET /v1/fleet: the live workers (lease held), the queued tasks by priority and the tasks
--- in flight (dispatched or running), as JSON text. Each count reads a partial index.
+-- GET /v1/fleet: the live workers (lease held), each with up to 10 of the tasks it runs (the
+-- longest running first; tasks_running_incarnation), the queued tasks by priority, the users
+-- with the most queued tasks (20) with the reason their tasks wait (the scheduler's, per user
+-- and priority; tasks_queued_user), and the tasks in flight (dispatched or running), as JSON
+-- text. Each count reads a partial index.
 SELECT jsonb_build_object(
   'workers', (SELECT coalesce(jsonb_agg(jsonb_build_object(
       'worker_id', w.worker_id, 'incarnation', w.incarnation, 'last_seen', w.heartbeat_at,
       'started_at', w.started_at, 'in_flight', w.running, 'capacity', w.capacity,
-      'dispatch_lag', w.dispatch_lag, 'draining', w.draining)
+      'dispatch_lag', w.dispatch_lag, 'draining', w.draining,
+      'tasks', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'task_id', r.task_id, 'user_id', r.user_id, 'started_at', r.started_at)
+                   ORDER BY r.started_at), '[]'::jsonb)
+                FROM (SELECT t.task_id, t.user_id, t.started_at FROM tasks t
+                      WHERE t.status = 'running' AND t.worker_incarnation = w.incarnation
+                      ORDER BY t.started_at LIMIT 10) r))
       ORDER BY w.worker_id, w.incarnation), '[]'::jsonb)
     FROM workers w WHERE w.lease_until > now()),
+  'queue_by_user', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+      'user_id', q.user_id, 'priority', q.priority, 'queued', q.n,
+      'waiting_reason', coalesce(wr.reason, 'scheduling'))
+      ORDER BY q.n DESC, q.user_id, q.priority), '[]'::jsonb)
+    FROM (SELECT user_id, priority, count(*) AS n FROM tasks WHERE status = 'queued'
+          GROUP BY user_id, priority ORDER BY count(*) DESC, user_id, priority LIMIT 20) q
+    LEFT JOIN waiting_reasons wr ON wr.user_id = q.user_id AND wr.priority = q.priority),
   'queued', jsonb_build_object(
       'interactive', (SELECT count(*) FROM tasks
                       WHERE status = 'queued' AND priority = 'interactive'),

@@ -85,10 +85,12 @@ t.steps, t.tool_calls, t.input_tokens, t.cached_input_tokens, t.output_tokens, t
 {{task_row_times}}
 
 -- fragment: task_row_head
--- task_row up to its attempt.
+-- task_row up to its attempt. Its trace id is the traceparent's (stored as version 00, whose
+-- trace id is its characters 4 to 35: SubmissionRules builds every one it stores).
 t.task_id::text, t.user_id, t.text, t.model, to_jsonb(t.tools)::text, t.priority, t.status,
 t.timeout_s, t.schedule_timeout_s, t.max_steps, t.strategy, t.idempotency_key, t.batch_id,
-t.parent_task_id::text, t.session_id, t.retry_of::text, t.max_tokens,
+t.parent_task_id::text, t.session_id, t.retry_of::text, t.batch_line,
+NULLIF(substr(t.traceparent, 4, 32), ''), t.max_tokens,
 to_char(t.max_cost, 'FM999999999999990.000000'), t.metadata::text,
 t.result_type, t.result_message, coalesce(t.result_options, '[]'::jsonb)::text,
 t.error, t.error_code, t.cancel_requested,
@@ -130,7 +132,7 @@ LEFT JOIN LATERAL (SELECT (s.o_task).*) t ON true
 INSERT INTO tasks (task_id, user_id, text, model, tools, timeout_s, schedule_timeout_s,
                    max_steps, priority, idempotency_key, request_canonical, batch_id,
                    metadata, traceparent, strategy, parent_task_id, session_id,
-                   max_tokens, max_cost, status, retry_of)
+                   max_tokens, max_cost, status, retry_of, batch_line)
 SELECT r.task_id, r.user_id, r.text, r.model,
        CASE WHEN r.tools IS NULL OR jsonb_typeof(r.tools) = 'null' THEN NULL
             ELSE ARRAY(SELECT jsonb_array_elements_text(r.tools)) END,
@@ -144,13 +146,13 @@ SELECT r.task_id, r.user_id, r.text, r.model,
                    AND (p.status <> 'staged' OR p.batch_id = NULLIF(r.batch_id, ''))
                  ORDER BY p.seq DESC NULLS LAST, p.created_at DESC LIMIT 1)),
        NULLIF(r.session_id, ''), r.max_tokens, r.max_cost, coalesce(r.status, 'queued'),
-       NULLIF(r.retry_of, '')::uuid
+       NULLIF(r.retry_of, '')::uuid, NULLIF(r.batch_line, 0)
 FROM jsonb_to_recordset($1::jsonb) AS r(
   task_id uuid, user_id text, text text, model text, tools jsonb, timeout_s integer,
   schedule_timeout_s integer, max_steps integer, priority text, idempotency_key text,
   request_canonical text, batch_id text, metadata jsonb, traceparent text, strategy text,
   parent_task_id text, session_id text, max_tokens bigint, max_cost numeric, status text,
-  retry_of text)
+  retry_of text, batch_line integer)
 ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING task_id::text
 
@@ -232,19 +234,43 @@ SELECT task_id::text FROM tasks
 WHERE task_id = ANY(ARRAY(SELECT jsonb_array_elements_text($2::jsonb))::uuid[])
   AND user_id = $1 AND status IN ('succeeded', 'failed', 'timed_out', 'cancelled')
 
+-- fragment: task_filter
+-- The tasks GET /v1/tasks searches, of the task row `t`: of user $1 ('': see $2), of the users
+-- of the JSON array $2 ('[]': every user), of status $3, of the batch of key $4, of result type
+-- $5, of error code $6, of model $7, of session $8, whose text holds $9 (ignoring case),
+-- created at or after $10 and before $11 (timestamps); each '' for any. Never a task still
+-- staged by its upload. No comment at its end: a statement goes on after it.
+($1 = '' OR t.user_id = $1)
+AND ($2::jsonb = '[]'::jsonb
+     OR t.user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($2::jsonb))))
+AND ($3 = '' OR t.status = $3) AND t.status <> 'staged'
+AND ($4 = '' OR t.batch_id = $4)
+AND ($5 = '' OR t.result_type = $5)
+AND ($6 = '' OR t.error_code = $6)
+AND ($7 = '' OR t.model = $7)
+AND ($8 = '' OR t.session_id = $8)
+AND ($9 = '' OR strpos(lower(t.text), lower($9)) > 0)
+AND ($10 = '' OR t.created_at >= NULLIF($10, '')::timestamptz)
+AND ($11 = '' OR t.created_at < NULLIF($11, '')::timestamptz)
+
 -- name: list_tasks
--- GET /v1/tasks: user $1's tasks, newest first, of status $2 ('': any), at most $3, created
--- before task $4 (a cursor: the last id of the previous page; '': from the newest), of the
--- batch of key $5 ('': any). The task_row of each; the API shows its summary (no trace).
+-- GET /v1/tasks: the tasks of the filter task_filter ($1 to $11), newest first, created
+-- before task $12 (a cursor: the last id of the previous page; '': from the newest), at most
+-- $13. The task_row of each; the API shows its summary (no trace). One user's are read from
+-- tasks_user_created, every user's from tasks_created (migration 0032); each filter is
+-- planned with its arguments (exec_text), so a filter left empty costs nothing.
 SELECT {{task_row}}
 FROM tasks t
-WHERE t.user_id = $1
-  AND ($2 = '' OR t.status = $2) AND t.status <> 'staged'
-  AND ($5 = '' OR t.batch_id = $5)
-  AND ($4 = '' OR (t.created_at, t.task_id) <
-       (SELECT b.created_at, b.task_id FROM tasks b WHERE b.task_id = NULLIF($4, '')::uuid))
+WHERE {{task_filter}}
+  AND ($12 = '' OR (t.created_at, t.task_id) <
+       (SELECT b.created_at, b.task_id FROM tasks b WHERE b.task_id = NULLIF($12, '')::uuid))
 ORDER BY t.created_at DESC, t.task_id DESC
-LIMIT $3
+LIMIT $13::int
+
+-- name: count_tasks
+-- How many tasks the filter task_filter ($1 to $11) finds, counted up to $12 (a search over
+-- millions stops there: the count is then at least that).
+SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE {{task_filter}} LIMIT $12::int) found
 
 -- name: cancel_status
 -- Task $1's status, its row locked until the cancel commits.
