@@ -169,6 +169,45 @@ class Client:
         }
         return self._call("GET", "/v1/tasks", query=query)["tasks"]
 
+    def search_tasks(
+        self,
+        *,
+        user_id: Optional[str] = None,
+        status: Optional[str] = None,
+        result_type: Optional[str] = None,
+        error_code: Optional[str] = None,
+        model: Optional[str] = None,
+        batch_id: Optional[str] = None,
+        session_id: Optional[str] = None,
+        q: Optional[str] = None,
+        since: Optional[str] = None,
+        until: Optional[str] = None,
+        limit: Optional[int] = None,
+        before: Optional[str] = None,
+        count: bool = False,
+    ) -> Json:
+        """GET /v1/tasks: one page of the tasks the filters find, newest first, across every
+        user the key acts for unless ``user_id`` names one: ``{"tasks", "next_before"}`` (the
+        ``before`` of the next page; None on the last), and with ``count`` ``"total"`` (up to
+        10,000) and ``"total_capped"``. ``q``: text the task's text holds, ignoring case;
+        ``since``/``until``: a date or RFC 3339 time."""
+        query = {
+            "user_id": user_id,
+            "status": status,
+            "result_type": result_type,
+            "error_code": error_code,
+            "model": model,
+            "batch_id": batch_id,
+            "session_id": session_id,
+            "q": q,
+            "since": since,
+            "until": until,
+            "limit": limit,
+            "before": before,
+            "count": "true" if count else None,
+        }
+        return self._call("GET", "/v1/tasks", query=query)
+
     def iter_tasks(
         self, user_id: str, *, status: Optional[str] = None, page_size: int = 100
     ) -> Iterator[Json]:
@@ -305,6 +344,26 @@ class Client:
         """POST /v1/batches/{id}/cancel: the batch's tasks not yet running end cancelled,
         running ones are stopped, none starts afterwards."""
         return self._call("POST", _batch_path(batch_id, user_id, "/cancel"))
+
+    def retry_batch(self, batch_id: str, user_id: Optional[str] = None, *, slice_size: int = 1000) -> Json:
+        """POST /v1/batches/{id}/retry, slice after slice: retries each task of the batch that
+        failed (failed, timed_out, or succeeded with an error result), each at most once
+        however often it is asked (the server's keys). The totals: ``{"retried",
+        "already_retried", "not_retried": {code: n}, "stopped"}`` (``stopped``: why it stopped
+        early, as the queue_full of a full queue; None when every failed task was seen)."""
+        totals: Json = {"retried": 0, "already_retried": 0, "not_retried": {}, "stopped": None}
+        after: Optional[str] = None
+        while True:
+            query = {"user_id": user_id, "after": after, "limit": slice_size}
+            done = self._call("POST", f"/v1/batches/{_quote(batch_id)}/retry", query=query)
+            totals["retried"] += done["retried"]
+            totals["already_retried"] += done["already_retried"]
+            for code, n in done["not_retried"].items():
+                totals["not_retried"][code] = totals["not_retried"].get(code, 0) + n
+            if done["stopped"] is not None or done["next_after"] is None:
+                totals["stopped"] = done["stopped"]
+                return totals
+            after = done["next_after"]
 
     # ---- usage, limits, tools, stats, plans ------------------------------------------
 

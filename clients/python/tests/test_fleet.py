@@ -69,6 +69,22 @@ class Tasks(unittest.TestCase):
         self.assertEqual(listed, list(reversed(ids)))
         self.assertEqual(len(c.list_tasks(user, limit=1)), 1)
 
+    def test_search_finds_tasks_by_text_across_users(self):
+        c, word = admin(), f"pysearch{RUN}"
+        mine = [c.submit(f"py-s{i}-{RUN}", f"{TODO} {word.upper()}")["task_id"] for i in range(2)]
+        c.submit(f"py-s0-{RUN}", TODO)
+        found = c.search_tasks(q=word, count=True)
+        self.assertEqual([t["task_id"] for t in found["tasks"]], list(reversed(mine)))
+        self.assertEqual((found["total"], found["total_capped"]), (2, False))
+        self.assertIsNone(found["next_before"])
+        page = c.search_tasks(q=word, limit=1)
+        self.assertEqual(page["next_before"], mine[1])
+        rest = c.search_tasks(q=word, limit=1, before=page["next_before"])
+        self.assertEqual([t["task_id"] for t in rest["tasks"]], [mine[0]])
+        one = c.search_tasks(q=word, user_id=f"py-s1-{RUN}")
+        self.assertEqual([t["task_id"] for t in one["tasks"]], [mine[1]])
+        self.assertRegex(one["tasks"][0]["trace_id"], "^[0-9a-f]{32}$")
+
     def test_errors_carry_the_api_code_and_path(self):
         c = admin()
         with self.assertRaises(BadRequest) as raised:
@@ -146,6 +162,15 @@ class Batches(unittest.TestCase):
         results = list(c.batch_results(answer["batch_id"]))
         self.assertEqual(len(results), 30)
         self.assertTrue(all(r["status"] in TERMINAL_STATUSES for r in results))
+        # In the order of the lines, each naming its line and its text.
+        self.assertEqual([r["line"] for r in results], list(range(1, 31)))
+        self.assertEqual([r["text"] for r in results], [line["text"] for line in lines])
+        failed = sum(1 for r in results
+                     if r["status"] in ("failed", "timed_out") or (r["result"] or {}).get("type") == "error")
+        retried = c.retry_batch(answer["batch_id"], slice_size=2)
+        self.assertEqual((retried["retried"], retried["stopped"]), (failed, None))
+        again = c.retry_batch(answer["batch_id"])
+        self.assertEqual((again["retried"], again["already_retried"]), (0, failed))
         sent_again = c.submit_batch(lines, user_id=user)
         self.assertEqual((sent_again["accepted"], sent_again["duplicates"]), (0, 30))
         with self.assertRaises(Conflict) as raised:

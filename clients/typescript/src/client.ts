@@ -60,6 +60,11 @@ export interface Task {
   currency: string | null;
   batch_id: string | null;
   retry_of?: string | null;
+  session_id?: string | null;
+  /** The W3C trace id of its spans (32 hex digits); null when stored without one. */
+  trace_id?: string | null;
+  /** Its line of its batch upload (from 1); null for a task of no upload. */
+  batch_line?: number | null;
   created_at: string;
   finished_at: string | null;
   trace?: unknown[];
@@ -94,6 +99,48 @@ export interface BatchAccepted {
   lines: number;
   accepted: number;
   duplicates: number;
+}
+
+/** What retrying a batch's failed tasks did (POST /v1/batches/{id}/retry, every slice). */
+export interface BatchRetryTotals {
+  retried: number;
+  already_retried: number;
+  not_retried: Record<string, number>;
+  stopped: { code: string; message: string } | null;
+}
+interface BatchRetrySlice extends BatchRetryTotals {
+  next_after: string | null;
+}
+
+/** The filters of a task search (GET /v1/tasks); each left out matches every task. */
+export interface TaskSearch {
+  /** One user's tasks; left out: every user the key acts for (all, for an operator's key). */
+  userId?: string;
+  status?: TaskStatus;
+  resultType?: TaskResult["type"];
+  errorCode?: string;
+  model?: string;
+  batchId?: string;
+  sessionId?: string;
+  /** Text the task's text holds, ignoring case. */
+  q?: string;
+  /** Created at or after this date or RFC 3339 time. */
+  since?: string;
+  /** Created before this date or RFC 3339 time. */
+  until?: string;
+  limit?: number;
+  /** The previous page's `next_before`. */
+  before?: string;
+  /** Count the matches (up to 10,000: `total_capped` says more match). */
+  count?: boolean;
+}
+
+/** A page of a task search: newest first; `next_before` asks for the next (null: the last). */
+export interface TaskPage {
+  tasks: Task[];
+  next_before: string | null;
+  total?: number;
+  total_capped?: boolean;
 }
 
 /** A batch in GET /v1/batches: its progress without its usage and waiting reason. */
@@ -275,6 +322,28 @@ export class Client {
       query: { user_id: userId, ...rest, batch_id: batchId },
     });
     return answer.tasks;
+  }
+
+  /** GET /v1/tasks: one page of the tasks the filters find, newest first (summaries), across
+   * every user the key acts for unless `userId` names one. */
+  searchTasks(search: TaskSearch = {}): Promise<TaskPage> {
+    return this.call<TaskPage>("GET", "/v1/tasks", {
+      query: {
+        user_id: search.userId,
+        status: search.status,
+        result_type: search.resultType,
+        error_code: search.errorCode,
+        model: search.model,
+        batch_id: search.batchId,
+        session_id: search.sessionId,
+        q: search.q,
+        since: search.since,
+        until: search.until,
+        limit: search.limit,
+        before: search.before,
+        count: search.count ? "true" : undefined,
+      },
+    });
   }
 
   /** Every task of the user, newest first, a page at a time. */
@@ -468,6 +537,28 @@ export class Client {
   /** POST /v1/batches/{id}/cancel: tasks not yet running end cancelled, none starts after. */
   cancelBatch(batchId: string, userId?: string): Promise<Record<string, unknown>> {
     return this.call("POST", batchPath(batchId, userId, "/cancel"));
+  }
+
+  /** POST /v1/batches/{id}/retry, slice after slice: retries each task of the batch that
+   * failed (failed, timed_out, or succeeded with an error result), each at most once however
+   * often it is asked (the server's keys). `stopped` says why it stopped early (queue_full:
+   * the user's queue is full); null when every failed task was seen. */
+  async retryBatch(batchId: string, userId?: string, sliceSize = 1000): Promise<BatchRetryTotals> {
+    const totals: BatchRetryTotals = { retried: 0, already_retried: 0, not_retried: {}, stopped: null };
+    let after: string | undefined;
+    for (;;) {
+      const done = await this.call<BatchRetrySlice>("POST", `/v1/batches/${encodeURIComponent(batchId)}/retry`, {
+        query: { user_id: userId, after, limit: sliceSize },
+      });
+      totals.retried += done.retried;
+      totals.already_retried += done.already_retried;
+      for (const [code, n] of Object.entries(done.not_retried)) totals.not_retried[code] = (totals.not_retried[code] ?? 0) + n;
+      if (done.stopped !== null || done.next_after === null) {
+        totals.stopped = done.stopped;
+        return totals;
+      }
+      after = done.next_after;
+    }
   }
 
   // ---- usage, limits, tools, stats, plans -------------------------------------------------

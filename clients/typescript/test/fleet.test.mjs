@@ -62,6 +62,26 @@ describe("tasks", () => {
     assert.equal((await c.listTasks(user, { limit: 1 })).length, 1);
   });
 
+  test("the search finds tasks by text across users", async () => {
+    const c = admin();
+    const word = `tssearch${RUN}`;
+    const mine = [];
+    for (let i = 0; i < 2; i++) mine.push((await c.submit(`ts-s${i}-${RUN}`, `${TODO} ${word.toUpperCase()}`)).task_id);
+    await c.submit(`ts-s0-${RUN}`, TODO);
+    const found = await c.searchTasks({ q: word, count: true });
+    assert.deepEqual(found.tasks.map((t) => t.task_id), [...mine].reverse());
+    assert.equal(found.total, 2);
+    assert.equal(found.total_capped, false);
+    assert.equal(found.next_before, null);
+    const page = await c.searchTasks({ q: word, limit: 1 });
+    assert.equal(page.next_before, mine[1]);
+    const rest = await c.searchTasks({ q: word, limit: 1, before: page.next_before });
+    assert.deepEqual(rest.tasks.map((t) => t.task_id), [mine[0]]);
+    const one = await c.searchTasks({ q: word, userId: `ts-s1-${RUN}` });
+    assert.deepEqual(one.tasks.map((t) => t.task_id), [mine[1]]);
+    assert.match(one.tasks[0].trace_id, /^[0-9a-f]{32}$/);
+  });
+
   test("errors carry the API's code and path", async () => {
     const c = admin();
     await rejectsWith(c.submit(`ts-e-${RUN}`, ""), BadRequest, (e) => e.path === "/text");
@@ -134,6 +154,14 @@ describe("batches", () => {
     for await (const r of c.batchResults(answer.batch_id)) results.push(r);
     assert.equal(results.length, 30);
     assert.ok(results.every((r) => TERMINAL_STATUSES.has(r.status)));
+    // In the order of the lines, each naming its line and its text.
+    assert.deepEqual(results.map((r) => r.line), Array.from({ length: 30 }, (_, i) => i + 1));
+    assert.deepEqual(results.map((r) => r.text), lines.map((l) => l.text));
+    const failed = results.filter((r) => r.status === "failed" || r.status === "timed_out" || r.result?.type === "error").length;
+    const retried = await c.retryBatch(answer.batch_id, undefined, 2);
+    assert.deepEqual([retried.retried, retried.stopped], [failed, null]);
+    const again = await c.retryBatch(answer.batch_id);
+    assert.deepEqual([again.retried, again.already_retried], [0, failed]);
     const sentAgain = await c.submitBatch(lines, { userId: user });
     assert.deepEqual([sentAgain.accepted, sentAgain.duplicates], [0, 30]);
     await rejectsWith(c.submitBatch(lines, { userId: user, batchId: answer.batch_id }), Conflict, (e) => e.code === "batch_exists");
