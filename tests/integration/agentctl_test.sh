@@ -15,7 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/agentctl_lib.sh"
 echo "== help and bad flags (exit 2)"
 ctl 0 --help
 for c in submit status wait cancel retry list tail "batch submit" "batch status" "batch results" \
-  "batch cancel" usage "limits get" "limits set" "dlq list" "dlq replay"; do
+  "batch cancel" "batch retry" usage "limits get" "limits set" "dlq list" "dlq replay"; do
   has "$out" "  $c"
   # shellcheck disable=SC2086
   bounded_ctl $c --help | grep -q "usage: agentctl $c" || fail "$c --help"
@@ -71,6 +71,7 @@ has "$out" "search_items"
 ctl 0 status "$task"
 has "$out" "status     succeeded"
 lacks "$out" "trace:"
+[[ "$out" =~ trace\ id\ +[0-9a-f]{32} ]] || fail "status shows no trace id: $out"
 ctl 0 status "$task" --trace
 has "$out" "step 1"
 ctl 0 --json status "$task"
@@ -174,13 +175,21 @@ has "$err" "401"
 lacks "$err" "wrong-$run"
 ctl 4 --api-key af-dev-u1-key list --user "$u1"
 has "$err" "403 forbidden"
-# Without --user: a key that acts for one user lists that user's tasks; the admin's key must
-# name one.
+# Without --user: a key that acts for one user lists that user's tasks; the admin's key
+# searches every user's, here by text, the server counting what it found.
 ctl 0 --json --api-key af-dev-u1-key list --limit 1
 [[ "$out" != *'"user_id":'* || "$out" == *'"user_id":"u1"'* ]] || fail "u1's key listed another user: $out"
-ctl 2 list --limit 1
-one_error_line
-has "$err" "--user is required: this API key acts for any user"
+ctl 0 submit --user "$u1" "bench: steps=1 calls=1 find-me-$run"
+found=$out
+ctl 0 list --text "FIND-ME-$run" --count
+has "$out" "$found"
+has "$out" "1 task matches"
+ctl 0 list --text "find-me-$run" --status succeeded --since 2000-01-01 --until 2000-01-02 --count
+has "$out" "0 tasks match"
+ctl 2 list --result-type fine
+has "$err" "--result-type must be one of action_completed"
+ctl 5 list --since yesterday
+has "$err" "/query/since"
 ctl 5 submit --user "$u1" --model no-such-model "x"
 one_error_line
 has "$err" "(at /model)"
@@ -269,6 +278,15 @@ has "$out" "IDEMPOTENCY KEY"
 has "$out" "b-5"
 ctl 0 --json batch results "$batch"
 [[ $(grep -c '"task_id"' <<<"$out") == 5 ]] || fail "batch results --json: $out"
+# The results in the order of the file's lines; the failed one (line 5) retried, once.
+[[ $(grep -o '"line":[0-9]*' <<<"$out" | tr -d '"line:' | tr '\n' ' ') == "1 2 3 4 5 " ]] ||
+  fail "batch results not in line order: $out"
+ctl 0 batch retry "$batch"
+has "$out" "batch $batch: 1 failed tasks retried now, 0 retried before"
+ctl 0 batch retry "$batch"
+has "$out" "0 failed tasks retried now, 1 retried before"
+ctl 0 batch results "$batch"
+has "$out" "retried as "
 ctl 5 batch submit "$tmp/batch.jsonl" --user "$ub" --batch-id "$batch" --no-follow
 has "$err" "409 batch_exists"
 has "$err" "agentctl batch status $batch"

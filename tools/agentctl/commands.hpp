@@ -60,6 +60,7 @@ int cmd_batch_list(Context& ctx);
 int cmd_batch_status(Context& ctx);
 int cmd_batch_results(Context& ctx);
 int cmd_batch_cancel(Context& ctx);
+int cmd_batch_retry(Context& ctx);
 int cmd_usage(Context& ctx);
 int cmd_limits_get(Context& ctx);
 int cmd_limits_set(Context& ctx);

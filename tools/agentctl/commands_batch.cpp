@@ -1,10 +1,16 @@
 // Batches: upload (a streamed JSON Lines body) and follow with a progress line; status,
 // results (a streamed JSON Lines download), cancel.
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tools/agentctl/batch_progress.hpp"
 #include "tools/agentctl/commands.hpp"
@@ -250,6 +256,80 @@ int cmd_batch_cancel(Context& ctx) {
           " cancelled: its tasks not yet running end cancelled, running ones "
           "stop\n" +
           format_batch(doc));
+  }
+  return kExitOk;
+}
+
+int cmd_batch_retry(Context& ctx) {
+  const std::string& id = ctx.inv.args[0];
+  const std::string user = ctx.inv.value("--user");
+  // Slice after slice (each the server's, up to 1,000 failed tasks) until every failed task
+  // was looked at or a slice stopped: the totals of all of them.
+  std::int64_t retried = 0, already = 0;
+  std::map<std::string, std::int64_t> not_retried;
+  std::string after, stopped, stopped_code;
+  for (;;) {
+    std::vector<std::pair<std::string, std::string>> query;
+    if (!user.empty())
+      query.emplace_back("user_id", user);
+    if (!after.empty())
+      query.emplace_back("after", after);
+    std::string target = "/v1/batches/" + path_segment(id) + "/retry";
+    if (!query.empty())
+      target += "?" + query_string(query);
+    auto response = ctx.api.post(target, "");
+    ctx.api.check(response, "POST", target);
+    auto doc = ApiClient::parse(response, target);
+    retried += json::num(doc, "retried", 0);
+    already += json::num(doc, "already_retried", 0);
+    if (const auto& codes = json::at(doc, "not_retried"); codes.IsObject()) {
+      for (const auto& m : codes.GetObject())
+        not_retried[m.name.GetString()] += m.value.IsInt64() ? m.value.GetInt64() : 0;
+    }
+    if (const auto& stop = json::at(doc, "stopped"); stop.IsObject()) {
+      stopped_code = json::str(stop, "code");
+      stopped = stopped_code + ": " + json::str(stop, "message");
+      break;
+    }
+    after = json::str(doc, "next_after");
+    if (after.empty())
+      break;
+  }
+  std::string others;
+  for (const auto& [code, n] : not_retried)
+    others += (others.empty() ? "" : ", ") + code + " " + std::to_string(n);
+  if (ctx.settings.json) {
+    rapidjson::StringBuffer buffer;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+    w.StartObject();
+    w.Key("retried");
+    w.Int64(retried);
+    w.Key("already_retried");
+    w.Int64(already);
+    w.Key("not_retried");
+    w.StartObject();
+    for (const auto& [code, n] : not_retried) {
+      w.Key(code.c_str());
+      w.Int64(n);
+    }
+    w.EndObject();
+    w.Key("stopped");
+    if (stopped.empty())
+      w.Null();
+    else
+      w.String(stopped.c_str());
+    w.EndObject();
+    print(std::string(buffer.GetString(), buffer.GetSize()) + "\n");
+  } else {
+    print("batch " + id + ": " + std::to_string(retried) + " failed tasks retried now, " +
+          std::to_string(already) + " retried before" +
+          (others.empty() ? std::string() : ", not retried: " + others) + "\n");
+    if (retried > 0)
+      print("their outcomes: agentctl batch results " + id + " (RETRIED AS in MESSAGE)\n");
+  }
+  if (!stopped.empty()) {
+    note("stopped early, the rest not retried yet (" + stopped + "); run it again later");
+    return stopped_code == "queue_full" ? kExitThrottled : kExitUnavailable;
   }
   return kExitOk;
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <optional>
 #include <tuple>
 
 #include "core/codec/json_text.hpp"
@@ -309,7 +310,6 @@ int cmd_plan(Context& ctx) {
 
 int cmd_list(Context& ctx) {
   const Invocation& inv = ctx.inv;
-  const std::string user = user_for(ctx);
   const std::string status = inv.value("--status");
   if (!status.empty() &&
       std::find(std::begin(kStatuses), std::end(kStatuses), status) == std::end(kStatuses)) {
@@ -318,33 +318,68 @@ int cmd_list(Context& ctx) {
         "timed_out, cancelled, not '" +
         status + "'");
   }
+  choice(inv, "--result-type", {"action_completed", "need_clarification", "error"});
+  // The search's filters, each the server's (GET /v1/tasks); empty ones are left out.
+  std::vector<std::pair<std::string, std::string>> filters;
+  for (const auto& [option, param] :
+       std::initializer_list<std::pair<const char*, const char*>>{{"--user", "user_id"},
+                                                                  {"--status", "status"},
+                                                                  {"--result-type", "result_type"},
+                                                                  {"--error-code", "error_code"},
+                                                                  {"--model", "model"},
+                                                                  {"--batch", "batch_id"},
+                                                                  {"--session", "session_id"},
+                                                                  {"--text", "q"},
+                                                                  {"--since", "since"},
+                                                                  {"--until", "until"}}) {
+    if (std::string value = inv.value(option); !value.empty())
+      filters.emplace_back(param, std::move(value));
+  }
+  const bool counted = inv.has("--count");
   std::int64_t left = inv.integer("--limit", 50, 1, 1000000);
   rapidjson::Document all;
   all.SetObject();
   rapidjson::Value tasks(rapidjson::kArrayType);
   std::string before;
+  std::optional<std::int64_t> total;
+  bool capped = false;
   while (left > 0) {
     const std::int64_t page = std::min<std::int64_t>(left, 500);
-    std::vector<std::pair<std::string, std::string>> query = {{"user_id", user},
-                                                              {"limit", std::to_string(page)}};
-    if (!status.empty())
-      query.emplace_back("status", status);
+    auto query = filters;
+    query.emplace_back("limit", std::to_string(page));
     if (!before.empty())
       query.emplace_back("before", before);
+    else if (counted)
+      query.emplace_back("count", "true");  // once, with the first page
     auto doc = ctx.api.get_json("/v1/tasks?" + query_string(query));
+    if (before.empty() && counted) {
+      total = json::num(doc, "total", 0);
+      capped = json::flag(doc, "total_capped");
+    }
     const auto& got = json::at(doc, "tasks");
     if (!got.IsArray())
       break;
-    for (const auto& t : got.GetArray()) {
+    for (const auto& t : got.GetArray())
       tasks.PushBack(rapidjson::Value(t, all.GetAllocator()), all.GetAllocator());
-      before = json::str(t, "task_id");
-    }
     left -= got.Size();
-    if (static_cast<std::int64_t>(got.Size()) < page || before.empty())
+    before = json::str(doc, "next_before");
+    if (before.empty())
       break;
   }
   all.AddMember("tasks", tasks, all.GetAllocator());
-  print(ctx.settings.json ? json::text_of(all) + "\n" : format_task_list(all["tasks"]));
+  if (total) {
+    all.AddMember("total", *total, all.GetAllocator());
+    all.AddMember("total_capped", capped, all.GetAllocator());
+  }
+  if (ctx.settings.json) {
+    print(json::text_of(all) + "\n");
+  } else {
+    print(format_task_list(all["tasks"]));
+    if (total) {
+      print((capped ? "more than " : "") + std::to_string(*total) +
+            (*total == 1 && !capped ? " task matches\n" : " tasks match\n"));
+    }
+  }
   return kExitOk;
 }
 

@@ -110,6 +110,7 @@ CommandFunction command_function(const std::string& name) {
       {"batch status", cmd_batch_status},
       {"batch results", cmd_batch_results},
       {"batch cancel", cmd_batch_cancel},
+      {"batch retry", cmd_batch_retry},
       {"usage", cmd_usage},
       {"limits get", cmd_limits_get},
       {"limits set", cmd_limits_set},

@@ -131,14 +131,27 @@ const std::vector<CommandSpec>& command_specs() {
          "asking again with the same key returns the same plan (default: one is made up)"}}},
       {"list",
        "",
-       "list a user's tasks, newest first",
-       "Follows the API's pages (before=<task id>) until --limit tasks are shown.",
+       "search tasks, newest first: every user's the key acts for, or --user's",
+       "The server filters: each option narrows the search. Without --user, the tasks of\n"
+       "every user the key acts for (every user's for an admin key). Follows the API's\n"
+       "pages until --limit tasks are shown; --count prints how many match (up to 10,000).",
        0,
        0,
-       {kUserOrKeys,
+       {{"--user", "U", "the tasks of this user only"},
         {"--status", "S",
          "only tasks in this status (queued, dispatched, running, succeeded, "
          "failed, timed_out, cancelled)"},
+        {"--result-type", "T",
+         "only tasks whose result is of this type (action_completed, need_clarification, "
+         "error)"},
+        {"--error-code", "C", "only tasks that ended with this error code"},
+        {"--model", "M", "only tasks of this model"},
+        {"--batch", "ID", "only the tasks of this batch"},
+        {"--session", "S", "only the tasks of this session"},
+        {"--text", "WORDS", "only tasks whose text holds this (ignoring case)"},
+        {"--since", "TIME", "only tasks created at or after this date or RFC 3339 time"},
+        {"--until", "TIME", "only tasks created before this date or RFC 3339 time"},
+        {"--count", "", "print how many tasks match"},
         {"--limit", "N", "at most N tasks (default 50)"}}},
       {"tail",
        "",
@@ -206,6 +219,16 @@ const std::vector<CommandSpec>& command_specs() {
        "ID",
        "cancel a batch: its tasks not yet running end cancelled, running ones stop",
        "",
+       1,
+       1,
+       {kBatchUser}},
+      {"batch retry",
+       "ID",
+       "retry a batch's failed tasks (failed, timed_out, or an error result), each once",
+       "Each failed task is retried as `agentctl retry` would, under a key of the server's:\n"
+       "running this again retries nothing twice. The retries belong to no batch;\n"
+       "`agentctl batch results ID` names each one beside the task it retries. Exit 6 when\n"
+       "the user's queue filled up before every failed task was retried (run it again).",
        1,
        1,
        {kBatchUser}},

@@ -128,8 +128,12 @@ std::string format_task(const rapidjson::Value& task, bool with_trace) {
   if (!model.empty() && !json::str(task, "priority").empty())
     model += " (" + json::str(task, "priority") + ")";
   field(out, "model", model);
-  field(out, "batch", json::str(task, "batch_id"));
+  std::string batch = json::str(task, "batch_id");
+  if (!batch.empty() && json::at(task, "batch_line").IsInt64())
+    batch += " (line " + number_text(task, "batch_line") + ")";
+  field(out, "batch", batch);
   field(out, "retry of", json::str(task, "retry_of"));
+  field(out, "trace id", json::str(task, "trace_id"));
   if (json::at(task, "steps").IsInt64()) {
     field(out, "steps",
           number_text(task, "steps") + ", tool calls " + number_text(task, "tool_calls") +
@@ -196,6 +200,7 @@ std::string format_task(const rapidjson::Value& task, bool with_trace) {
 
 std::string format_task_list(const rapidjson::Value& tasks) {
   Table table({{"TASK"},
+               {"USER"},
                {"STATUS"},
                {"RESULT"},
                {"ERROR"},
@@ -206,7 +211,7 @@ std::string format_task_list(const rapidjson::Value& tasks) {
     for (const auto& t : tasks.GetArray()) {
       const std::string waiting = json::str(t, "waiting_reason");
       const std::string currency = json::str(t, "currency");
-      table.add_row({json::str(t, "task_id"),
+      table.add_row({json::str(t, "task_id"), json::str(t, "user_id"),
                      json::str(t, "status") + (waiting.empty() ? "" : " (" + waiting + ")"),
                      json::str(json::at(t, "result"), "type"), json::str(t, "error_code"),
                      currency.empty() ? std::string("-") : json::str(t, "cost") + " " + currency,
@@ -462,13 +467,14 @@ std::string format_batch(const rapidjson::Value& batch) {
 }
 
 namespace {
-const std::vector<std::size_t> kResultWidths = {36, 24, 9, 18, 5, 16, 0};
-const std::vector<bool> kResultRight = {false, false, false, false, true, true, false};
+const std::vector<std::size_t> kResultWidths = {36, 6, 24, 9, 18, 5, 16, 0};
+const std::vector<bool> kResultRight = {false, true, false, false, false, true, true, false};
 }  // namespace
 
 std::string batch_results_header() {
-  return fixed_row({"TASK", "IDEMPOTENCY KEY", "STATUS", "RESULT", "STEPS", "COST", "MESSAGE"},
-                   kResultWidths, kResultRight);
+  return fixed_row(
+      {"TASK", "LINE", "IDEMPOTENCY KEY", "STATUS", "RESULT", "STEPS", "COST", "MESSAGE"},
+      kResultWidths, kResultRight);
 }
 
 std::string format_batch_result(std::string_view line) {
@@ -476,9 +482,15 @@ std::string format_batch_result(std::string_view line) {
   if (!codec::parse_json(doc, line) || !doc.IsObject())
     return {};
   const auto& result = json::at(doc, "result");
-  const std::string message = message_or_error(doc);
+  std::string message = message_or_error(doc);
+  // A failed task the batch's retry ran again: where its new outcome is.
+  if (const auto& retry = json::at(doc, "retried_as"); retry.IsObject()) {
+    message = "retried as " + json::str(retry, "task_id") + " (" + json::str(retry, "status") +
+              ")" + (message.empty() ? "" : "; " + message);
+  }
   const std::string cost = json::str(doc, "cost");
-  return fixed_row({json::str(doc, "task_id"), json::str(doc, "idempotency_key"),
+  const std::string line_number = json::at(doc, "line").IsInt64() ? number_text(doc, "line") : "-";
+  return fixed_row({json::str(doc, "task_id"), line_number, json::str(doc, "idempotency_key"),
                     json::str(doc, "status"), json::str(result, "type"), number_text(doc, "steps"),
                     cost.empty() ? "-" : cost + " " + json::str(doc, "currency"), message},
                    kResultWidths, kResultRight);
