@@ -2,7 +2,7 @@
  * the signed-in key, and a few calls the client does not have (whoami, fleet, dead
  * letters), made through the same error types. Every answer of 401 signs the user out. */
 
-import { Client, NotFound, errorFor } from "../../clients/typescript/src/index.ts";
+import { Client, NotFound, errorFor, type WaitingReason } from "../../clients/typescript/src/index.ts";
 
 export * from "../../clients/typescript/src/index.ts";
 
@@ -12,6 +12,8 @@ export interface Identity {
   admin: boolean;
   /** The users the key acts for; empty for an admin (every user). */
   userIds: string[];
+  /** Where a trace id links to ({trace_id} in it), when the fleet names its tracing backend. */
+  traceLink?: string | null;
 }
 
 let onUnauthorized: (reason: string) => void = () => {};
@@ -63,6 +65,7 @@ interface WhoAmI {
   admin: boolean;
   any_user: boolean;
   user_ids: string[];
+  trace_link?: string | null;
 }
 
 /** Who the key is (GET /v1/whoami). A caller that may act for any user without being an
@@ -70,12 +73,13 @@ interface WhoAmI {
  * Throws the API's error (Unauthorized for an unknown key). */
 export async function identify(apiKey: string, userIdHint: string): Promise<Identity | "needs_user_id"> {
   const me = await rawCall<WhoAmI>(apiKey, "GET", "/v1/whoami");
+  const traceLink = me.trace_link ?? null;
   if (me.admin || me.user_ids.length > 0)
-    return { keyName: me.key_name, admin: me.admin, userIds: me.user_ids };
+    return { keyName: me.key_name, admin: me.admin, userIds: me.user_ids, traceLink };
   const userId = userIdHint.trim();
   if (!userId) return "needs_user_id";
   await clientFor(apiKey).listTasks(userId, { limit: 1 }); // 403 when it may not act for them
-  return { keyName: me.key_name, admin: false, userIds: [userId] };
+  return { keyName: me.key_name, admin: false, userIds: [userId], traceLink };
 }
 
 // ---- routes the client does not have yet --------------------------------------------------
@@ -84,16 +88,22 @@ export interface FleetWorker {
   worker_id: string;
   incarnation: number;
   last_seen: string;
+  started_at: string;
   in_flight: number;
   capacity: number;
+  dispatch_lag: number;
+  draining: boolean;
+  tasks: { task_id: string; user_id: string; started_at: string | null }[];
 }
 
 export interface Fleet {
   workers: FleetWorker[];
   queued: Record<string, number>;
+  queue_by_user: { user_id: string; priority: string; queued: number; waiting_reason: WaitingReason }[];
   in_flight: number;
   completions_per_s: number;
   window_s: number;
+  history: { bucket_s: number; until_unix_s: number; ends: number[] };
 }
 
 export interface DeadLetter {

@@ -14,6 +14,7 @@ import { UsagePage } from "./pages/usage.tsx";
 import { LimitsPage } from "./pages/limits.tsx";
 import { DeadLettersPage } from "./pages/dead_letters.tsx";
 import { FleetPage } from "./pages/fleet.tsx";
+import { ApiReference } from "./pages/api_reference.tsx";
 
 /** What every page gets: the client for the key, who the key is, and its key (for the
  * calls the client does not have yet). */
@@ -77,7 +78,10 @@ function SignIn({ onSignedIn, notice }: { onSignedIn: (s: Session) => void; noti
         </form>
         <ErrorNote error={error} what="Could not sign in" />
         <footer>
-          <small>The key stays in this tab's session storage until you sign out or close the tab.</small>
+          <small>The key stays in this tab's session storage until you sign out or close the tab.</small>{" "}
+          <small>
+            <a href={href("api")}>The API reference</a> needs no key.
+          </small>
         </footer>
       </article>
     </main>
@@ -91,6 +95,7 @@ const PAGES: Array<{ path: string; label: string; admin?: boolean }> = [
   { path: "limits", label: "Limits" },
   { path: "dead-letters", label: "Dead letters", admin: true },
   { path: "fleet", label: "Fleet", admin: true },
+  { path: "api", label: "API" },
 ];
 
 function Console({ session, signOut }: { session: Session; signOut: () => void }) {
@@ -115,6 +120,7 @@ function Console({ session, signOut }: { session: Session; signOut: () => void }
   else if (page === "limits") body = <LimitsPage {...props} />;
   else if (page === "dead-letters") body = <DeadLettersPage {...props} />;
   else if (page === "fleet") body = <FleetPage {...props} />;
+  else if (page === "api") body = <ApiReference anchor={id} />;
   else body = <TasksPage {...props} />;
 
   return (
@@ -168,7 +174,18 @@ function App() {
   };
 
   useEffect(() => setUnauthorizedHandler((reason) => change(null, reason)), []);
+  const route = useRoute();
 
+  // The API reference needs no key.
+  if (!session && route.parts[0] === "api")
+    return (
+      <main class="container-fluid page">
+        <p>
+          <a href={href("tasks")}>Sign in to the console</a>
+        </p>
+        <ApiReference anchor={route.parts[1]} />
+      </main>
+    );
   if (!session) return <SignIn notice={notice} onSignedIn={(s) => change(s)} />;
   return <Console session={session} signOut={() => change(null, "You signed out.")} />;
 }

@@ -54,10 +54,16 @@ async function until(what, probe, ms = STEP_MS) {
   }
 }
 
-/** Waits for `locator`'s text to match `pattern`. */
+/** Waits for `locator`'s text to match `pattern`; a failure says what the text was. */
 async function expectText(locator, pattern, ms = STEP_MS) {
   await locator.first().waitFor({ timeout: ms });
-  return until(`text ${pattern}`, async () => pattern.test(await locator.first().innerText()), ms);
+  let seen = "";
+  try {
+    return await until(`text ${pattern}`, async () => pattern.test((seen = await locator.first().innerText())), ms);
+  } catch (e) {
+    e.message += ` (the text: ${JSON.stringify(seen.slice(0, 300))})`;
+    throw e;
+  }
 }
 
 /** Chromium with a fresh profile, a 1280x800 page, and the CSP violations, page errors and
@@ -149,7 +155,7 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
     await t.test("submit a task and find it in the list with filters", async () => {
       await nav("Tasks").click();
       await page.getByText(`Submit a task as ${USER}`).click();
-      await page.getByLabel("Text").fill("2月8日会议改到晚上8点");
+      await page.getByLabel("Text", { exact: true }).fill("2月8日会议改到晚上8点");
       await page.getByRole("button", { name: "Submit", exact: true }).click();
       const link = page.getByRole("status").getByRole("link", { name: /^task / });
       await link.waitFor();
@@ -202,9 +208,11 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
     });
 
     let batchId;
-    await t.test("upload a batch, watch it end, download its results", async () => {
+    await t.test("upload a batch, watch it end, read its results in input order, retry its failure", async () => {
       const file = join(profile, "batch.jsonl");
-      writeFileSync(file, ["2月8日会议改到晚上8点", "今天下午去买东西", "无法理解的话"].map((text) => JSON.stringify({ text })).join("\n") + "\n");
+      // Three that succeed, and one that fails (more steps than it may take).
+      const texts = ["2月8日会议改到晚上8点", "今天下午去买东西", "无法理解的话", "bench: steps=3 calls=1"];
+      writeFileSync(file, texts.map((text, i) => JSON.stringify(i === 3 ? { text, max_steps: 1 } : { text })).join("\n") + "\n");
       await nav("Batches").click();
       await page.getByLabel(/JSON Lines file/).setInputFiles(file);
       await page.getByRole("button", { name: "Upload" }).click();
@@ -213,11 +221,11 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       const opened = /#\/batches\/([^?]+)\?user_id=(.+)$/.exec(page.url());
       assert.ok(opened, page.url());
       batchId = decodeURIComponent(opened[1]);
-      await expectText(page.locator("label[for='batch-progress']"), /3 of 3 tasks ended/, 30_000);
+      await expectText(page.locator("label[for='batch-progress']"), /4 of 4 tasks ended/, 30_000);
       // The list shows it with its progress, and opens it.
       const listed = page.getByRole("region", { name: "Batches, newest first" });
       await expectText(listed, new RegExp(batchId));
-      await expectText(listed.getByRole("row").filter({ hasText: batchId }), /3 of 3/);
+      await expectText(listed.getByRole("row").filter({ hasText: batchId }), /4 of 4/);
       await listed.scrollIntoViewIfNeeded();
       await shot("05b-batch-list");
       await page.evaluate(() => window.scrollTo(0, 0));
@@ -225,10 +233,26 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       const saved = join(profile, "results.jsonl");
       await download.saveAs(saved);
       const lines = readFileSync(saved, "utf8").trim().split("\n").map((l) => JSON.parse(l));
-      assert.equal(lines.length, 3);
-      assert.ok(lines.every((l) => l.task_id && l.status === "succeeded"));
-      await expectText(page.getByRole("status").filter({ hasText: "Downloaded" }), /Downloaded 3 result lines/);
+      assert.equal(lines.length, 4);
+      assert.deepEqual(lines.map((l) => [l.line, l.text, l.status]), texts.map((text, i) => [i + 1, text, i === 3 ? "failed" : "succeeded"]));
+      await expectText(page.getByRole("status").filter({ hasText: "Downloaded" }), /Downloaded 4 result lines/);
+      // The page's results: each line in its order, with its text.
+      const results = page.locator("#batch-results tbody tr");
+      await until("the results table", async () => (await results.count()) === 4);
+      assert.deepEqual(await results.evaluateAll((rows) => rows.map((r) => r.getAttribute("data-line"))), ["1", "2", "3", "4"]);
+      await expectText(results.nth(3), /bench: steps=3 calls=1[\s\S]*max_steps/);
       await shot("05-batch");
+      // "Retry the failed ones" (line 4, and any line that ended with an error answer): asked
+      // first, then each of them names its retry.
+      const failed = lines.filter((l) => l.status !== "succeeded" || l.result?.type === "error");
+      const retry = page.getByRole("button", { name: `Retry failed (${failed.length})`, exact: true });
+      await retry.click();
+      assert.match(asked.at(-1) ?? "", new RegExp(`^Retry the ${failed.length} failed tasks of batch `));
+      await expectText(page.getByRole("status").filter({ hasText: "Retried" }), new RegExp(`Retried ${failed.length} failed tasks\\.`));
+      for (const l of failed) await expectText(page.locator(`#batch-results tbody tr[data-line='${l.line}'] td`).last(), /[0-9a-f]{8}/, 15_000);
+      await page.locator("#results-title").scrollIntoViewIfNeeded();
+      await shot("05c-batch-retried");
+      await page.evaluate(() => window.scrollTo(0, 0));
     });
 
     await t.test("cancel a batch still running", async () => {
@@ -306,18 +330,33 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       await shot("08-limits-admin");
     });
 
-    await t.test("admin tasks list for a chosen user", async () => {
+    await t.test("admin: every user's tasks, searched by user and by text, filters in the URL", async () => {
       // A task of this run's own user, whom no other test submits for: the integration tests
       // beside this one submit tasks for the shared users (u1) all the time, and any of theirs
       // may push a task off the list's first page (its 50 newest) between a look and the
       // list's answer.
-      const own = await api(ADMIN_KEY, "POST", "/v1/tasks", { user_id: EDIT_USER, text: "今天下午3点提醒我开会" });
+      const own = await api(ADMIN_KEY, "POST", "/v1/tasks", { user_id: EDIT_USER, text: `今天下午3点提醒我开会 ${EDIT_USER}` });
       assert.equal(own.status, 201, JSON.stringify(own.body));
       await nav("Tasks").click();
+      await expectText(page.locator("#tasks-count"), /tasks? match[\s\S]*every user/);
       const user = page.getByLabel("User", { exact: true });
       await user.fill(EDIT_USER);
       await user.press("Tab");
       await page.locator(`tr[data-task-id="${own.body.task_id}"]`).waitFor();
+      assert.match(page.url(), new RegExp(`[?&]user_id=${EDIT_USER}`), "the filter is in the URL");
+      // Every user's tasks again, found by a word of the text: the server's search, counted.
+      await user.fill("");
+      await user.press("Tab");
+      const text = page.getByLabel("Text contains");
+      await text.fill(EDIT_USER.toUpperCase());
+      await text.press("Tab");
+      await expectText(page.locator("#tasks-count"), /^1 task matches/);
+      await page.locator(`tr[data-task-id="${own.body.task_id}"]`).waitFor();
+      assert.match(page.url(), /[?&]q=/);
+      await shot("02b-tasks-search");
+      // A reload keeps the search.
+      await page.reload();
+      await expectText(page.locator("#tasks-count"), /^1 task matches/);
     });
 
     await t.test("a task's question answered from its page, as a follow-up of it", async () => {
@@ -347,15 +386,26 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       await expectText(page.locator("table.fields").first(), /action completed[\s\S]*团队会议/);
     });
 
-    await t.test("fleet: the live workers, the queue, tasks in flight, completions per second", async () => {
+    await t.test("fleet: each worker's state and tasks, the queue by user, the ends of the last half hour", async () => {
+      // A slow task of this run's own user: a worker runs it while the page is looked at.
+      const slow = await api(ADMIN_KEY, "POST", "/v1/tasks", { user_id: EDIT_USER, text: "slow: steps=40", model: "sim-stream-model" });
+      assert.equal(slow.status, 201, JSON.stringify(slow.body));
       const probe = await api(ADMIN_KEY, "GET", "/v1/fleet");
       assert.equal(probe.status, 200);
+      assert.ok(probe.body.history.ends.length >= 2, "the dispatcher keeps the history since it started");
       await nav("Fleet").click();
       await expectText(page.locator("[data-stat='workers']"), new RegExp(`^${probe.body.workers.length}$`));
-      await page.locator("table caption", { hasText: "Workers" }).waitFor();
-      await expectText(page.locator("table", { hasText: "Incarnation" }), new RegExp(probe.body.workers[0].worker_id));
-      await page.locator("figure.chart canvas").waitFor({ timeout: 15_000 }); // after two samples
+      const workers = page.locator("#fleet-workers");
+      await expectText(workers, new RegExp(probe.body.workers[0].worker_id));
+      await expectText(workers, /taking work|draining/);
+      // The slow task shows under the worker that runs it, and links to its page.
+      await expectText(workers, new RegExp(slow.body.task_id.slice(0, 8)), 30_000);
+      await page.locator("#fleet-queue").waitFor();
+      // The chart is the dispatcher's, drawn at once: the tests before this one ended tasks.
+      await page.locator("figure.chart canvas").waitFor();
+      await expectText(page.locator("figure.chart figcaption"), /Tasks ended per second, the last \d+ minutes/);
       await shot("09-fleet");
+      await api(ADMIN_KEY, "POST", `/v1/tasks/${slow.body.task_id}/cancel`);
     });
 
     await t.test("dead letters: a real one listed, chosen, replayed, and back as a replay of itself", async () => {
@@ -399,6 +449,22 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       await page.goto(`${BASE}#/usage`);
       await page.reload();
       await page.getByText("The API refused the key (401): sign in again.").waitFor();
+    });
+
+    await t.test("the API reference, without a key: every operation of the document, its schemas linked", async () => {
+      const document = await api(ADMIN_KEY, "GET", "/v1/openapi.json");
+      assert.equal(document.status, 200);
+      const operations = Object.values(document.body.paths).flatMap((item) => ["get", "post", "put", "delete", "patch"].filter((m) => item[m]));
+      await page.getByRole("link", { name: "The API reference" }).click();
+      await expectText(page.locator("#api-title"), /agentfleet/);
+      await until("every operation", async () => (await page.locator("article.operation").count()) === operations.length);
+      const search = page.locator("article[data-operation='listTasks']");
+      await expectText(search, /GET\s+\/v1\/tasks/);
+      await expectText(search, /result_type/);
+      await search.getByRole("link", { name: "TaskList" }).click();
+      await until("the schema's place", async () => page.url().endsWith("#/api/schema-TaskList"));
+      await expectText(page.locator("#schema-TaskList"), /next_before/);
+      await shot("11-api-reference");
     });
 
     assert.deepEqual(problems, [], "no CSP violation, page error or console error");

@@ -6,7 +6,7 @@ import { useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
 import type { Batch, BatchAccepted, BatchProgress, BatchSummary, Client } from "../api.ts";
 import { ErrorNote, ResultBadge, StatusBadge, useAsync, usePoll } from "../components.tsx";
-import { RESULT_TYPES, TASK_STATUSES, count, money, waitingText, when } from "../format.ts";
+import { RESULT_TYPES, TASK_STATUSES, count, money, shortId, waitingText, when } from "../format.ts";
 import { href } from "../router.ts";
 import { UserField, defaultUser } from "./user_field.tsx";
 
@@ -107,10 +107,106 @@ async function downloadResults(client: Client, batchId: string, user?: string): 
   return lines.length;
 }
 
+/** A line of a batch's results, as GET /v1/batches/{id}/results sends it. */
+interface ResultLine {
+  line: number | null;
+  text: string;
+  task_id: string;
+  status: string;
+  result: { type: string; message: string } | null;
+  error: string | null;
+  error_code: string | null;
+  retried_as: { task_id: string; status: string; result_type: string | null } | null;
+}
+
+const RESULTS_SHOWN = 100;
+
+/** The first results of a batch in the order of its upload's lines: each line's number, its
+ * text, how it ended and, once retried, its retry. */
+function BatchResults({ client, batchId, user, version }: { client: Client; batchId: string; user: string; version: number }) {
+  const rows = useAsync<ResultLine[]>();
+  usePoll(
+    async () => {
+      await rows.run(async () => {
+        const out: ResultLine[] = [];
+        for await (const r of client.batchResults(batchId, 60, user)) {
+          out.push(r as unknown as ResultLine);
+          if (out.length >= RESULTS_SHOWN) break;
+        }
+        return out;
+      });
+    },
+    5000,
+    [batchId, user, version],
+  );
+  const shown = rows.value ?? [];
+  return (
+    <section aria-labelledby="results-title">
+      <h3 id="results-title">Results in input order</h3>
+      <ErrorNote error={rows.error} what="Could not read the results" />
+      <p class="muted">
+        {shown.length >= RESULTS_SHOWN ? `The first ${RESULTS_SHOWN} lines; download the results for every line.` : `${shown.length} lines.`}
+      </p>
+      <table class="compact striped" id="batch-results">
+        <thead>
+          <tr>
+            <th scope="col" class="num">Line</th>
+            <th scope="col">Task</th>
+            <th scope="col">Status</th>
+            <th scope="col">Result</th>
+            <th scope="col">Text / message</th>
+            <th scope="col">Retried as</th>
+          </tr>
+        </thead>
+        <tbody>
+          {shown.map((r) => (
+            <tr key={r.task_id} data-line={r.line ?? ""}>
+              <td class="num">{r.line ?? "—"}</td>
+              <td>
+                <a href={href("tasks", r.task_id)} class="mono">
+                  {shortId(r.task_id)}
+                </a>
+              </td>
+              <td>
+                <StatusBadge status={r.status} />
+              </td>
+              <td>
+                <ResultBadge type={r.result?.type} />
+              </td>
+              <td class="text-cell">
+                <div>{r.text}</div>
+                {r.result?.message ? <div class="muted small">{r.result.message}</div> : null}
+                {r.error ? (
+                  <div class="error-text small">
+                    {r.error_code ? <code>{r.error_code}</code> : null} {r.error}
+                  </div>
+                ) : null}
+              </td>
+              <td>
+                {r.retried_as ? (
+                  <>
+                    <a href={href("tasks", r.retried_as.task_id)} class="mono">
+                      {shortId(r.retried_as.task_id)}
+                    </a>{" "}
+                    <StatusBadge status={r.retried_as.status} />
+                  </>
+                ) : (
+                  ""
+                )}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
 function BatchView({ client, batchId, user }: { client: Client; batchId: string; user?: string | undefined }) {
   const batch = useAsync<Batch>();
   const action = useAsync<unknown>();
   const [note, setNote] = useState("");
+  const [version, setVersion] = useState(0);
   const b = batch.value;
   const done = b ? b.ended >= b.total : false;
   usePoll(
@@ -126,6 +222,9 @@ function BatchView({ client, batchId, user }: { client: Client; batchId: string;
     return batch.error ? <ErrorNote error={batch.error} what={`Could not open batch ${batchId}`} /> : <p aria-busy="true">Loading…</p>;
   }
   const pct = b.total ? Math.round((b.ended / b.total) * 100) : 100;
+  // What "retry the failed ones" retries: tasks that failed or timed out, and those that
+  // succeeded with an error for an answer.
+  const failed = (b.counts.failed ?? 0) + (b.counts.timed_out ?? 0) + (b.result_types.error ?? 0);
   return (
     <article aria-labelledby="batch-title">
       <h2 id="batch-title">
@@ -173,6 +272,29 @@ function BatchView({ client, batchId, user }: { client: Client; batchId: string;
           }}
         >
           Cancel batch
+        </button>
+        <button
+          type="button"
+          class="secondary"
+          disabled={failed === 0 || action.busy}
+          onClick={async () => {
+            if (!confirm(`Retry the ${failed} failed tasks of batch ${b.batch_id}? Each runs once more as a new task.`)) return;
+            const done = await action.run(() => client.retryBatch(batchId, b.user_id));
+            if (done) {
+              const d = done as Awaited<ReturnType<Client["retryBatch"]>>;
+              const others = Object.entries(d.not_retried).map(([code, n]) => `${n} ${code}`);
+              setNote(
+                `Retried ${d.retried} failed tasks` +
+                  (d.already_retried ? `, ${d.already_retried} retried before` : "") +
+                  (others.length ? `; not retried: ${others.join(", ")}` : "") +
+                  (d.stopped ? `; stopped early: ${d.stopped.message}` : "") +
+                  ".",
+              );
+              setVersion(version + 1);
+            }
+          }}
+        >
+          Retry failed ({count(failed)})
         </button>
         <span role="status" class="muted">{note}</span>
       </div>
@@ -242,6 +364,7 @@ function BatchView({ client, batchId, user }: { client: Client; batchId: string;
           ))}
         </tbody>
       </table>
+      <BatchResults client={client} batchId={batchId} user={b.user_id} version={version} />
     </article>
   );
 }

@@ -287,7 +287,18 @@ function AnswerQuestion({ client, task }: { client: Client; task: Task }) {
   );
 }
 
-export function TaskPage({ client, apiKey, taskId }: PageProps & { taskId: string }) {
+/** A trace id, linked to the tracing backend when the fleet names one (telemetry.trace_link). */
+function TraceId({ id, link }: { id: string | null | undefined; link: string | null | undefined }) {
+  if (!id) return <span class="muted">none</span>;
+  if (!link) return <span class="mono">{id}</span>;
+  return (
+    <a class="mono" href={link.replaceAll("{trace_id}", id)} target="_blank" rel="noopener noreferrer">
+      {id}
+    </a>
+  );
+}
+
+export function TaskPage({ client, apiKey, identity, taskId }: PageProps & { taskId: string }) {
   const task = useAsync<Task>();
   const action = useAsync<Task>();
   const [actionNote, setActionNote] = useState("");
@@ -405,8 +416,12 @@ export function TaskPage({ client, apiKey, taskId }: PageProps & { taskId: strin
             {t.batch_id ? (
               <Row name="Batch">
                 <a href={`${href("batches", t.batch_id)}?user_id=${encodeURIComponent(t.user_id)}`}>{t.batch_id}</a>
+                {t.batch_line ? ` · line ${t.batch_line}` : ""}
               </Row>
             ) : null}
+            <Row name="Trace id">
+              <TraceId id={t.trace_id} link={identity.traceLink} />
+            </Row>
             {t.parent_task_id ? (
               <Row name="Follows">
                 <a href={href("tasks", t.parent_task_id as string)} class="mono">{shortId(t.parent_task_id as string)}</a>

@@ -1,48 +1,44 @@
-/** Tasks: one user's tasks, newest first, filtered, paged with the API's cursor, kept
- * fresh by polling while the page is visible; a small form to submit a task. */
+/** Tasks: the search every operator starts from. Every user's tasks (an admin's key; else
+ * every user the key acts for), newest first, filtered by the server (user, status, result
+ * type, error code, model, batch, session, text, time range), counted, paged with the API's
+ * cursor and kept fresh by polling while the page is visible; the filters live in the URL.
+ * Tasks picked on the page can be cancelled or retried together; a small form submits one. */
 
-import { useState } from "preact/hooks";
+import { useRef, useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
-import type { Client, Task, TaskStatus } from "../api.ts";
+import type { Client, Task, TaskPage, TaskSearch, TaskStatus } from "../api.ts";
 import { ErrorNote, ResultBadge, StatusBadge, useAsync, usePoll } from "../components.tsx";
-import { RESULT_TYPES, STRATEGIES, TASK_STATUSES, money, shortBatch, shortId, waitingText, when, words } from "../format.ts";
+import { RESULT_TYPES, TASK_STATUSES, count, money, shortBatch, shortId, waitingText, when, words } from "../format.ts";
 import { currentRoute, href } from "../router.ts";
-import { UserField, defaultUser } from "./user_field.tsx";
+import { UserField } from "./user_field.tsx";
 
 const PAGE_SIZE = 50;
 const POLL_MS = 3000;
 
-interface Filters {
-  user: string;
-  status: string;
-  resultType: string;
-  strategy: string;
-  batchId: string;
-  from: string;
-  to: string;
+/** The filters, as the URL's query names them (#/tasks?q=...). */
+const FILTERS = ["user_id", "status", "result_type", "error_code", "model", "batch_id", "session_id", "q", "since", "until"] as const;
+type Filters = Record<(typeof FILTERS)[number], string>;
+
+function filtersOf(query: URLSearchParams, identity: PageProps["identity"]): Filters {
+  const f = Object.fromEntries(FILTERS.map((k) => [k, query.get(k) ?? ""])) as Filters;
+  // A key of one user reads that user's; every other starts from every user it acts for.
+  if (!f.user_id && !identity.admin && identity.userIds.length === 1) f.user_id = identity.userIds[0]!;
+  return f;
 }
 
-/** A task's strategy never changes, and the list does not carry it: asked once per task. */
-const strategies = new Map<string, string>();
-
-async function strategiesOf(client: Client, tasks: Task[]): Promise<void> {
-  const missing = tasks.filter((t) => !strategies.has(t.task_id));
-  for (let i = 0; i < missing.length; i += 4) {
-    await Promise.all(
-      missing.slice(i, i + 4).map(async (t) => {
-        const full = await client.task(t.task_id);
-        strategies.set(t.task_id, (full.strategy as string | null) ?? "default");
-      }),
-    );
-  }
+/** The filters into the URL without a new history entry (a reload or a shared link keeps them). */
+function keepInUrl(f: Filters): void {
+  const query = new URLSearchParams();
+  for (const k of FILTERS) if (f[k].trim()) query.set(k, f[k].trim());
+  const text = query.toString();
+  history.replaceState(null, "", `#/tasks${text ? `?${text}` : ""}`);
 }
 
-function matches(t: Task, f: Filters): boolean {
-  if (f.resultType && t.result?.type !== f.resultType) return false;
-  if (f.from && new Date(t.created_at) < new Date(f.from)) return false;
-  if (f.to && new Date(t.created_at) >= new Date(f.to)) return false;
-  if (f.strategy && strategies.get(t.task_id) !== f.strategy) return false;
-  return true;
+/** A datetime-local value (the browser's zone) as an RFC 3339 time; "" stays "". */
+function instant(local: string): string | undefined {
+  if (!local) return undefined;
+  const t = new Date(local);
+  return Number.isNaN(t.getTime()) ? undefined : t.toISOString();
 }
 
 function SubmitTask({ client, user, onSubmitted }: { client: Client; user: string; onSubmitted: (t: Task) => void }) {
@@ -97,55 +93,110 @@ function SubmitTask({ client, user, onSubmitted }: { client: Client; user: strin
   );
 }
 
+/** What a bulk action did to the tasks picked: how many of each outcome. */
+async function onEach(ids: string[], act: (id: string) => Promise<unknown>): Promise<string> {
+  const outcomes = new Map<string, number>();
+  for (const id of ids) {
+    let outcome = "done";
+    try {
+      await act(id);
+    } catch (e) {
+      outcome = (e as { code?: string }).code ?? "failed";
+    }
+    outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
+  }
+  return [...outcomes].map(([k, n]) => `${n} ${words(k)}`).join(", ");
+}
+
 export function TasksPage({ client, identity }: PageProps) {
-  const q = currentRoute().query;
-  const [filters, setFilters] = useState<Filters>({
-    user: q.get("user_id") ?? defaultUser(identity),
-    status: q.get("status") ?? "",
-    resultType: q.get("result_type") ?? "",
-    strategy: q.get("strategy") ?? "",
-    batchId: q.get("batch_id") ?? "",
-    from: "",
-    to: "",
-  });
+  const [filters, setFilters] = useState<Filters>(() => filtersOf(currentRoute().query, identity));
   const [cursors, setCursors] = useState<string[]>([]); // the `before` of each page seen
   const [tick, setTick] = useState(0);
-  const list = useAsync<Task[]>();
+  const [picked, setPicked] = useState<Set<string>>(new Set());
+  // Each page answered is kept with the search and cursor it answers: an answer to a search
+  // changed meanwhile (its request was under way) is never shown as the new search's.
+  const list = useAsync<TaskPage & { key: string }>();
+  const bulk = useAsync<string>();
   const [updated, setUpdated] = useState<Date | null>(null);
+  // The count of a search is asked for once per search (it may read many rows), not at every
+  // refresh: the search it was counted for, and the count.
+  const counted = useRef<{ key: string; total: number; capped: boolean } | null>(null);
+  const searchKey = JSON.stringify(filters);
   const before = cursors[cursors.length - 1];
+  const pageKey = `${searchKey}\n${before ?? ""}`;
   const set = (patch: Partial<Filters>) => {
-    setFilters({ ...filters, ...patch });
+    const next = { ...filters, ...patch };
+    setFilters(next);
     setCursors([]);
+    setPicked(new Set());
+    keepInUrl(next);
   };
 
   usePoll(
     async () => {
-      if (!filters.user) return;
-      const tasks = await list.run(async () => {
-        const page = await client.listTasks(filters.user, {
+      const wantCount = counted.current?.key !== searchKey;
+      const key = pageKey;
+      const page = await list.run(async () => ({
+        key,
+        ...(await client.searchTasks({
+          userId: filters.user_id || undefined,
           status: (filters.status || undefined) as TaskStatus | undefined,
+          resultType: (filters.result_type || undefined) as TaskSearch["resultType"],
+          errorCode: filters.error_code.trim() || undefined,
+          model: filters.model.trim() || undefined,
+          batchId: filters.batch_id.trim() || undefined,
+          sessionId: filters.session_id.trim() || undefined,
+          q: filters.q.trim() || undefined,
+          since: instant(filters.since),
+          until: instant(filters.until),
           limit: PAGE_SIZE,
           before,
-          batchId: filters.batchId.trim() || undefined,
-        });
-        if (filters.strategy) await strategiesOf(client, page);
-        return page;
-      });
-      if (tasks) setUpdated(new Date());
+          count: wantCount,
+        })),
+      }));
+      if (page && wantCount && page.total !== undefined && (!counted.current || counted.current.key !== searchKey))
+        counted.current = { key: searchKey, total: page.total, capped: page.total_capped ?? false };
+      if (page) setUpdated(new Date());
     },
     POLL_MS,
-    [filters.user, filters.status, filters.batchId, filters.strategy, before, tick],
+    [JSON.stringify(filters), before, tick],
   );
 
-  const page = list.value ?? [];
-  const shown = page.filter((t) => matches(t, filters));
-  const clientSide = filters.resultType || filters.from || filters.to || filters.strategy;
+  const current = list.value?.key === pageKey ? list.value : null;
+  const page = current?.tasks ?? [];
+  const total = counted.current?.key === searchKey ? counted.current.total : undefined;
+  const capped = counted.current?.capped ?? false;
+  const pickedHere = page.filter((t) => picked.has(t.task_id)).map((t) => t.task_id);
+  const toggle = (id: string) => {
+    const next = new Set(picked);
+    if (next.has(id)) next.delete(id);
+    else next.add(id);
+    setPicked(next);
+  };
+  const act = async (what: "cancel" | "retry") => {
+    const ids = pickedHere;
+    if (!ids.length) return;
+    if (!confirm(`${what === "cancel" ? "Cancel" : "Retry"} ${ids.length} task${ids.length === 1 ? "" : "s"}?`)) return;
+    await bulk.run(async () => {
+      const done = await onEach(ids, (id) => (what === "cancel" ? client.cancel(id) : client.retry(id)));
+      return `${what === "cancel" ? "Cancel" : "Retry"} of ${ids.length}: ${done}.`;
+    });
+    setPicked(new Set());
+    setTick(tick + 1);
+  };
+  const text = (name: keyof Filters, label: string, placeholder = "") => (
+    <label>
+      {label}
+      <input name={name} value={filters[name]} placeholder={placeholder} onChange={(e) => set({ [name]: e.currentTarget.value })} />
+    </label>
+  );
 
   return (
     <section aria-labelledby="tasks-title">
       <h1 id="tasks-title">Tasks</h1>
       <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Filters">
-        <UserField identity={identity} value={filters.user} onChange={(user) => set({ user })} />
+        {text("q", "Text contains", "words of the task")}
+        <UserField identity={identity} value={filters.user_id} everyone="every user" onChange={(user) => set({ user_id: user })} />
         <label>
           Status
           <select name="status" value={filters.status} onChange={(e) => set({ status: e.currentTarget.value })}>
@@ -157,53 +208,59 @@ export function TasksPage({ client, identity }: PageProps) {
         </label>
         <label>
           Result type
-          <select name="result_type" value={filters.resultType} onChange={(e) => set({ resultType: e.currentTarget.value })}>
+          <select name="result_type" value={filters.result_type} onChange={(e) => set({ result_type: e.currentTarget.value })}>
             <option value="">any</option>
             {RESULT_TYPES.map((s) => (
               <option value={s}>{words(s)}</option>
             ))}
           </select>
         </label>
-        <label>
-          Strategy
-          <select name="strategy" value={filters.strategy} onChange={(e) => set({ strategy: e.currentTarget.value })}>
-            <option value="">any</option>
-            <option value="default">default</option>
-            {STRATEGIES.map((s) => (
-              <option value={s}>{words(s)}</option>
-            ))}
-          </select>
-        </label>
-        <label>
-          Batch id
-          <input name="batch_id" value={filters.batchId} onChange={(e) => set({ batchId: e.currentTarget.value })} />
-        </label>
+        {text("error_code", "Error code")}
+        {text("model", "Model")}
+        {text("batch_id", "Batch id")}
+        {text("session_id", "Session")}
         <label>
           Created from
-          <input name="from" type="datetime-local" value={filters.from} onChange={(e) => set({ from: e.currentTarget.value })} />
+          <input name="since" type="datetime-local" value={filters.since} onChange={(e) => set({ since: e.currentTarget.value })} />
         </label>
         <label>
           Created before
-          <input name="to" type="datetime-local" value={filters.to} onChange={(e) => set({ to: e.currentTarget.value })} />
+          <input name="until" type="datetime-local" value={filters.until} onChange={(e) => set({ until: e.currentTarget.value })} />
         </label>
       </form>
-      <SubmitTask client={client} user={filters.user} onSubmitted={() => setTick(tick + 1)} />
-      <ErrorNote error={list.error} what="Could not list tasks" />
-      <p class="muted" aria-live="polite">
-        {filters.user ? (
-          <>
-            {shown.length} of {page.length} tasks on this page
-            {clientSide ? " match (result type, strategy and dates are filtered in the console, a page at a time)" : ""}
-            {updated ? ` · updated ${when(updated.toISOString()).slice(11)}` : ""}
-          </>
-        ) : (
-          "Name a user to list their tasks."
-        )}
+      <SubmitTask client={client} user={filters.user_id} onSubmitted={() => setTick(tick + 1)} />
+      <ErrorNote error={list.error} what="Could not search tasks" />
+      <p class="muted" aria-live="polite" id="tasks-count" title="counted when the search was made; the page itself refreshes every few seconds">
+        {total === undefined
+          ? ""
+          : `${capped ? `more than ${count(total)}` : count(total)} ${total === 1 && !capped ? "task matches" : "tasks match"} · page ${cursors.length + 1}`}
+        {filters.user_id ? ` · user ${filters.user_id}` : identity.admin ? " · every user" : " · every user of this key"}
+        {updated ? ` · updated ${when(updated.toISOString()).slice(11)}` : ""}
       </p>
+      <div class="bulk" role="group" aria-label="Picked tasks">
+        <span>{pickedHere.length} picked</span>
+        <button type="button" class="secondary" disabled={!pickedHere.length || bulk.busy} onClick={() => act("cancel")}>
+          Cancel picked
+        </button>
+        <button type="button" class="secondary" disabled={!pickedHere.length || bulk.busy} onClick={() => act("retry")}>
+          Retry picked
+        </button>
+        {bulk.value ? <span role="status">{bulk.value}</span> : null}
+        <ErrorNote error={bulk.error} what="Not done" />
+      </div>
       <table class="compact striped" aria-describedby="tasks-title">
         <thead>
           <tr>
+            <th scope="col">
+              <input
+                type="checkbox"
+                aria-label="Pick every task on the page"
+                checked={page.length > 0 && pickedHere.length === page.length}
+                onChange={(e) => setPicked(e.currentTarget.checked ? new Set(page.map((t) => t.task_id)) : new Set())}
+              />
+            </th>
             <th scope="col">Task</th>
+            <th scope="col">User</th>
             <th scope="col">Created</th>
             <th scope="col">Status</th>
             <th scope="col">Result</th>
@@ -214,13 +271,17 @@ export function TasksPage({ client, identity }: PageProps) {
           </tr>
         </thead>
         <tbody>
-          {shown.map((t) => (
+          {page.map((t) => (
             <tr key={t.task_id} data-task-id={t.task_id}>
+              <td>
+                <input type="checkbox" aria-label={`Pick task ${shortId(t.task_id)}`} checked={picked.has(t.task_id)} onChange={() => toggle(t.task_id)} />
+              </td>
               <td>
                 <a href={href("tasks", t.task_id)} class="mono">
                   {shortId(t.task_id)}
                 </a>
               </td>
+              <td class="nowrap">{t.user_id}</td>
               <td class="nowrap">{when(t.created_at)}</td>
               <td>
                 <StatusBadge status={t.status} />
@@ -244,7 +305,7 @@ export function TasksPage({ client, identity }: PageProps) {
               <td class="num nowrap">{money(t.cost, t.currency)}</td>
               <td>
                 {t.batch_id ? (
-                  <a href={href("batches", t.batch_id)} title={t.batch_id} class="mono">
+                  <a href={`${href("batches", t.batch_id)}?user_id=${encodeURIComponent(t.user_id)}`} title={t.batch_id} class="mono">
                     {shortBatch(t.batch_id)}
                   </a>
                 ) : (
@@ -255,6 +316,7 @@ export function TasksPage({ client, identity }: PageProps) {
           ))}
         </tbody>
       </table>
+      {page.length === 0 && current ? <p class="muted">No task matches.</p> : null}
       <nav class="pager" aria-label="Pages">
         <button type="button" class="secondary" disabled={cursors.length === 0} onClick={() => setCursors(cursors.slice(0, -1))}>
           Newer
@@ -262,8 +324,8 @@ export function TasksPage({ client, identity }: PageProps) {
         <button
           type="button"
           class="secondary"
-          disabled={page.length < PAGE_SIZE}
-          onClick={() => setCursors([...cursors, page[page.length - 1]!.task_id])}
+          disabled={!current?.next_before}
+          onClick={() => setCursors([...cursors, current!.next_before!])}
         >
           Older
         </button>

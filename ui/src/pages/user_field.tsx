@@ -24,6 +24,7 @@ export function UserField(props: {
       <label for={id}>
         User
         <select id={id} name="user" value={value} onChange={(e) => onChange(e.currentTarget.value)}>
+          {props.everyone && identity.userIds.length > 1 ? <option value="">{props.everyone}</option> : null}
           {identity.userIds.map((u) => (
             <option value={u}>{u}</option>
           ))}
