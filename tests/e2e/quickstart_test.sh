@@ -55,6 +55,14 @@ for line in open(sys.argv[1], encoding="utf-8"):
         print(f"{width(line)} columns: {line}")
         sys.exit(1)
 PY
+# A newcomer sees the traces arrive: the spans the workers exported reached the bundled OTLP
+# receiver, and the first task's trace page (the link the console shows) holds its spans.
+grep -Eq "^  [1-9][0-9]* spans of [1-9][0-9]* traces reached the bundled OTLP receiver" "$log" ||
+  fail "no spans reached the OTLP receiver"
+trace_url=$(sed -n 's/^  curl -s \(http:[^ ]*\/traces\/[0-9a-f]\{32\}\)$/\1/p' "$log")
+[[ -n "$trace_url" ]] || fail "no trace link is printed"
+trace=$(curl -sS --max-time 10 "$trace_url") || fail "the trace link does not answer"
+grep -q '"name": "task"' <<<"$trace" || fail "the trace page holds no task span: $trace"
 # u1's key, as the README hands it out.
 grep -q "KEY='Authorization: Bearer af-dev-u1-key'" "$log" || fail "u1's key is not handed out"
 grep -q "AGENTFLEET_API_KEY=af-dev-u1-key" "$log" || fail "agentctl is not set up with u1's key"

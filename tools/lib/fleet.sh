@@ -36,7 +36,8 @@
 # SIM_TIMING_DIR (both simulators write a --timing-log there: llm-sim.timing, tool-sim.timing),
 # FLEET_OTLP_SPANS (a file: a local OTLP receiver, tools/otlp_receiver, is started and the
 # workers export each task's trace to it, one span per line; AGENTFLEET_OTLP_ENDPOINT is
-# exported).
+# exported, and AGENTFLEET_TRACE_LINK, the receiver's page of a trace, which the dispatcher
+# names as telemetry.trace_link).
 #   fleet_stop RUN_DIR                        stops everything fleet_start started
 #   fleet_reset RUN_DIR                       stops it and removes its database and logs
 #
@@ -153,6 +154,7 @@ fleet_start() {
       --port-file "$run_dir/otlp.port" --out "$FLEET_OTLP_SPANS"
     _fleet_wait_file "$run_dir/otlp.port" otlp-receiver "$run_dir"
     export AGENTFLEET_OTLP_ENDPOINT="http://127.0.0.1:$(cat "$run_dir/otlp.port")"
+    export AGENTFLEET_TRACE_LINK="$AGENTFLEET_OTLP_ENDPOINT/traces/{trace_id}"
   fi
   LLM_SIM_PORT=$(cat "$run_dir/llm-sim.port")
   TOOL_SIM_URL="http://127.0.0.1:$(cat "$run_dir/tool-sim.port")"

@@ -9,7 +9,11 @@ It listens on 127.0.0.1 (an ephemeral port unless --port), writes the port it to
 --port-file once it listens, and answers 200 with an empty ExportTraceServiceResponse. A body
 that is not OTLP JSON is 400; one over 16 MiB is 413. --fail-first N answers the first N
 requests 503 with Retry-After: 0 (a collector starting up), to watch the exporter send again.
-Standard library only.
+
+GET /traces/<trace id> shows one trace, as a tracing backend's trace page would: its spans
+received so far, oldest first, each with its name, times, duration, status and attributes
+(JSON; 404 when none arrived). The quickstart links each task's trace id here
+(telemetry.trace_link). Standard library only.
 """
 import argparse
 import json
@@ -86,6 +90,36 @@ def main():
             with lock, open(args.out, "a", encoding="utf-8") as out:
                 out.write("".join(line + "\n" for line in lines))
             return self.answer(200)
+
+        def do_GET(self):  # noqa: N802
+            prefix = "/traces/"
+            trace_id = self.path[len(prefix):] if self.path.startswith(prefix) else ""
+            if len(trace_id) != 32 or any(c not in "0123456789abcdef" for c in trace_id):
+                return self.answer(404, b'{"message":"GET /traces/<32 hex digits>"}')
+            spans = []
+            with lock:
+                try:
+                    with open(args.out, encoding="utf-8") as f:
+                        lines = f.readlines()
+                except FileNotFoundError:
+                    lines = []
+            for line in lines:
+                record = json.loads(line)
+                span = record["span"]
+                if span.get("traceId") != trace_id:
+                    continue
+                start, end = int(span.get("startTimeUnixNano", 0)), int(span.get("endTimeUnixNano", 0))
+                spans.append({"name": span.get("name"), "span_id": span.get("spanId"),
+                              "parent_span_id": span.get("parentSpanId") or None,
+                              "service": record["resource"].get("service.name"),
+                              "start_unix_nano": start, "duration_ms": (end - start) / 1e6,
+                              "status": span.get("status", {}),
+                              "attributes": attributes(span.get("attributes"))})
+            if not spans:
+                return self.answer(404, json.dumps({"message": f"no span of trace {trace_id} arrived"}).encode())
+            spans.sort(key=lambda s: s["start_unix_nano"])
+            body = json.dumps({"trace_id": trace_id, "spans": spans}, ensure_ascii=False, indent=1)
+            return self.answer(200, body.encode())
 
         def log_message(self, fmt, *a):
             sys.stderr.write("otlp-receiver: " + (fmt % a) + "\n")
