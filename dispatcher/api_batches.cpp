@@ -379,8 +379,10 @@ asio::awaitable<http::Response> Api::retry_batch(http::Request& request, const C
     co_return std::move(*answer);
   const pg::BatchHeader header = std::get<pg::BatchHeader>(batch);
   const std::string target(request.target());
-  int limit = 1000;
-  if (auto refused = read_limit(request, 10000, limit))
+  // Each retry is a commit of its own: a slice of a few hundred ends well within the
+  // request's deadline (dispatcher.http.request_timeout_s) even with Postgres slow.
+  int limit = 200;
+  if (auto refused = read_limit(request, 1000, limit))
     co_return std::move(*refused);
   const std::string after = http::query_param(target, "after").value_or("");
   if (!after.empty() && !is_uuid(after)) {

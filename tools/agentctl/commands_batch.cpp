@@ -263,7 +263,7 @@ int cmd_batch_cancel(Context& ctx) {
 int cmd_batch_retry(Context& ctx) {
   const std::string& id = ctx.inv.args[0];
   const std::string user = ctx.inv.value("--user");
-  // Slice after slice (each the server's, up to 1,000 failed tasks) until every failed task
+  // Slice after slice (each the server's, up to 200 failed tasks) until every failed task
   // was looked at or a slice stopped: the totals of all of them.
   std::int64_t retried = 0, already = 0;
   std::map<std::string, std::int64_t> not_retried;

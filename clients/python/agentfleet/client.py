@@ -345,7 +345,7 @@ class Client:
         running ones are stopped, none starts afterwards."""
         return self._call("POST", _batch_path(batch_id, user_id, "/cancel"))
 
-    def retry_batch(self, batch_id: str, user_id: Optional[str] = None, *, slice_size: int = 1000) -> Json:
+    def retry_batch(self, batch_id: str, user_id: Optional[str] = None, *, slice_size: int = 200) -> Json:
         """POST /v1/batches/{id}/retry, slice after slice: retries each task of the batch that
         failed (failed, timed_out, or succeeded with an error result), each at most once
         however often it is asked (the server's keys). The totals: ``{"retried",

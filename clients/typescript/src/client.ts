@@ -543,7 +543,7 @@ export class Client {
    * failed (failed, timed_out, or succeeded with an error result), each at most once however
    * often it is asked (the server's keys). `stopped` says why it stopped early (queue_full:
    * the user's queue is full); null when every failed task was seen. */
-  async retryBatch(batchId: string, userId?: string, sliceSize = 1000): Promise<BatchRetryTotals> {
+  async retryBatch(batchId: string, userId?: string, sliceSize = 200): Promise<BatchRetryTotals> {
     const totals: BatchRetryTotals = { retried: 0, already_retried: 0, not_retried: {}, stopped: null };
     let after: string | undefined;
     for (;;) {
