@@ -195,13 +195,13 @@ std::string whoami_json(const Caller& caller, const std::string& trace_link) {
 
 Api::Api(const config::Config& config, pg::DbPool& db, metrics::DispatcherMetrics& metrics,
          TaskFeed& feed, ConsoleFiles console, const CompletionRate* completions,
-         std::function<void()> wake_relay)
+         std::function<void()> wake_relay, const limits::Clock& clock)
     : config_(config),
+      clock_(clock),
       store_(db),
       wake_relay_(std::move(wake_relay)),
       metrics_(metrics),
-      gauges_(limits::SteadyClock::instance(),
-              std::chrono::seconds(config.metrics.refresh_interval_s)),
+      gauges_(clock, std::chrono::seconds(config.metrics.refresh_interval_s)),
       console_(console),
       completions_(completions),
       feed_(feed),
@@ -307,7 +307,7 @@ http::Admission Api::admit(const http::Request& head) {
 }
 
 asio::awaitable<http::Response> Api::handle(http::Request& request) {
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = clock_.now();
   const std::string target(request.target());
   const std::string path(http::target_path(target));
   // admit() refused the head already when the server asked it; asked again here, it finds
@@ -323,9 +323,8 @@ asio::awaitable<http::Response> Api::handle(http::Request& request) {
   } else {
     response = co_await route(request, std::get<Routed>(resolved));
   }
-  metrics_.http_request(
-      route_template(path), response.result_int(),
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  metrics_.http_request(route_template(path), response.result_int(),
+                        std::chrono::duration<double>(clock_.now() - started).count());
   co_return response;
 }
 
@@ -376,87 +375,136 @@ asio::awaitable<std::optional<http::Response>> Api::ops(http::Request& request,
   co_return std::nullopt;
 }
 
+const std::vector<Api::Binding>& Api::bindings() {
+  // The three routes of one task's id take a prefix of it: the whole id first.
+  using TaskHandler =
+      asio::awaitable<http::Response> (Api::*)(http::Request&, const Caller&, std::string);
+  static const auto of_task = [](Api& api, http::Request& request, const Routed& routed,
+                                 TaskHandler handler) -> asio::awaitable<http::Response> {
+    auto id = co_await api.full_task_id(request, routed.caller, routed.match.params[0]);
+    if (auto* refused = std::get_if<http::Response>(&id))
+      co_return std::move(*refused);
+    co_return co_await (api.*handler)(request, routed.caller, std::move(std::get<std::string>(id)));
+  };
+  static const auto ops = [](Api& api, http::Request& request,
+                             const Routed&) -> asio::awaitable<http::Response> {
+    const std::string target(request.target());
+    co_return std::move(*co_await api.ops(request, std::string(http::target_path(target))));
+  };
+  using R = http::Request;
+  using E = http::Exchange;
+  using A = asio::awaitable<http::Response>;
+  using V = asio::awaitable<void>;
+  static const std::vector<Binding> table = {
+      {RouteId::kHealthz, Whole(ops)},
+      {RouteId::kReadyz, Whole(ops)},
+      {RouteId::kMetrics, Whole(ops)},
+      {RouteId::kSubmitTask, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.submit(r, to.caller);
+       })},
+      {RouteId::kListTasks, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.list_tasks(r, to.caller);
+       })},
+      {RouteId::kGetTask, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await of_task(api, r, to, &Api::get_task);
+       })},
+      {RouteId::kCancelTask, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await of_task(api, r, to, &Api::cancel_task);
+       })},
+      {RouteId::kRetryTask, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await of_task(api, r, to, &Api::retry_task);
+       })},
+      {RouteId::kTaskEvents, Streamed([](Api& api, E& e, const Routed& to, int& code) -> V {
+         auto id = co_await api.full_task_id(e.head(), to.caller, to.match.params[0]);
+         if (auto* refused = std::get_if<http::Response>(&id))
+           co_await respond(e, code, std::move(*refused));
+         else
+           co_await api.task_events(e, to.caller, code, std::get<std::string>(id));
+       })},
+      {RouteId::kSubmitBatch, Streamed([](Api& api, E& e, const Routed& to, int& code) -> V {
+         co_await api.submit_batch(e, to.caller, code);
+       })},
+      {RouteId::kListBatches, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.list_batches(r, to.caller);
+       })},
+      {RouteId::kGetBatch, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.get_batch(r, to.caller, to.match.params[0]);
+       })},
+      {RouteId::kBatchResults, Streamed([](Api& api, E& e, const Routed& to, int& code) -> V {
+         co_await api.batch_results(e, to.caller, code, to.match.params[0]);
+       })},
+      {RouteId::kCancelBatch, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.cancel_batch(r, to.caller, to.match.params[0]);
+       })},
+      {RouteId::kRetryBatch, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.retry_batch(r, to.caller, to.match.params[0]);
+       })},
+      {RouteId::kFleetUsage, Whole([](Api& api, R& r, const Routed&) -> A {
+         co_return co_await api.usage_of(r, std::nullopt);
+       })},
+      {RouteId::kUserUsage, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.usage(r, to.caller, to.match.params[0]);
+       })},
+      {RouteId::kGetLimits, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.limits(r, to.caller, to.match.params[0]);
+       })},
+      {RouteId::kPutLimits, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.limits(r, to.caller, to.match.params[0]);
+       })},
+      {RouteId::kListTools, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.list_tools(r, to.caller);
+       })},
+      {RouteId::kCallTool, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.call_tool(r, to.caller, to.match.params[0]);
+       })},
+      {RouteId::kStats, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.stats(r, to.caller);
+       })},
+      {RouteId::kPlan, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return co_await api.plan(r, to.caller);
+       })},
+      {RouteId::kResults, Streamed([](Api& api, E& e, const Routed& to, int& code) -> V {
+         co_await api.results(e, to.caller, code);
+       })},
+      {RouteId::kOpenApi, Whole([](Api&, R& r, const Routed&) -> A {
+         co_return http::make_response(r, http::Status::ok, openapi_json());
+       })},
+      {RouteId::kWhoAmI, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return http::make_response(r, http::Status::ok,
+                                       whoami_json(to.caller, api.config_.telemetry.trace_link));
+       })},
+      {RouteId::kFleet,
+       Whole([](Api& api, R& r, const Routed&) -> A { co_return co_await api.fleet(r); })},
+      {RouteId::kDeadLetters,
+       Whole([](Api& api, R& r, const Routed&) -> A { co_return co_await api.dead_letters(r); })},
+      {RouteId::kReplayDeadLetters, Whole([](Api& api, R& r, const Routed&) -> A {
+         co_return co_await api.replay_dead_letters(r);
+       })},
+      {RouteId::kConsole, Whole([](Api& api, R& r, const Routed& to) -> A {
+         co_return console_response(r, to.match.params[0], api.console_);
+       })},
+      {RouteId::kConsoleRoot, Whole([](Api& api, R& r, const Routed&) -> A {
+         // The router takes /ui/ for /ui: the slash is the page, its absence a redirect to it.
+         const std::string target(r.target());
+         if (http::target_path(target) != "/ui")
+           co_return console_response(r, "", api.console_);
+         auto response =
+             http::make_response(r, http::Status::permanent_redirect, R"({"location":"/ui/"})");
+         response.set(bhttp::field::location, "/ui/");
+         co_return response;
+       })},
+  };
+  return table;
+}
+
 asio::awaitable<http::Response> Api::route(http::Request& request, const Routed& routed) {
-  const Caller& caller = routed.caller;
-  const auto& params = routed.match.params;
-  switch (routed.match.route->id) {
-    case RouteId::kHealthz:
-    case RouteId::kReadyz:
-    case RouteId::kMetrics: {
-      const std::string target(request.target());
-      co_return std::move(*co_await ops(request, std::string(http::target_path(target))));
-    }
-    case RouteId::kSubmitTask:
-      co_return co_await submit(request, caller);
-    case RouteId::kListTasks:
-      co_return co_await list_tasks(request, caller);
-    case RouteId::kGetTask:
-    case RouteId::kCancelTask:
-    case RouteId::kRetryTask: {
-      auto id = co_await full_task_id(request, caller, params[0]);
-      if (auto* refused = std::get_if<http::Response>(&id))
-        co_return std::move(*refused);
-      std::string task_id = std::move(std::get<std::string>(id));
-      if (routed.match.route->id == RouteId::kGetTask)
-        co_return co_await get_task(request, caller, std::move(task_id));
-      if (routed.match.route->id == RouteId::kCancelTask)
-        co_return co_await cancel_task(request, caller, std::move(task_id));
-      co_return co_await retry_task(request, caller, std::move(task_id));
-    }
-    case RouteId::kListBatches:
-      co_return co_await list_batches(request, caller);
-    case RouteId::kGetBatch:
-      co_return co_await get_batch(request, caller, params[0]);
-    case RouteId::kCancelBatch:
-      co_return co_await cancel_batch(request, caller, params[0]);
-    case RouteId::kRetryBatch:
-      co_return co_await retry_batch(request, caller, params[0]);
-    case RouteId::kFleetUsage:
-      co_return co_await usage_of(request, std::nullopt);
-    case RouteId::kUserUsage:
-      co_return co_await usage(request, caller, params[0]);
-    case RouteId::kGetLimits:
-    case RouteId::kPutLimits:
-      co_return co_await limits(request, caller, params[0]);
-    case RouteId::kListTools:
-      co_return co_await list_tools(request, caller);
-    case RouteId::kCallTool:
-      co_return co_await call_tool(request, caller, params[0]);
-    case RouteId::kStats:
-      co_return co_await stats(request, caller);
-    case RouteId::kPlan:
-      co_return co_await plan(request, caller);
-    case RouteId::kOpenApi:
-      co_return http::make_response(request, http::Status::ok, openapi_json());
-    case RouteId::kWhoAmI:
-      co_return http::make_response(request, http::Status::ok,
-                                    whoami_json(caller, config_.telemetry.trace_link));
-    case RouteId::kFleet:
-      co_return co_await fleet(request);
-    case RouteId::kDeadLetters:
-      co_return co_await dead_letters(request);
-    case RouteId::kReplayDeadLetters:
-      co_return co_await replay_dead_letters(request);
-    case RouteId::kConsole:
-      co_return console_response(request, params[0], console_);
-    case RouteId::kConsoleRoot: {
-      // The router takes /ui/ for /ui: the slash is the page, its absence a redirect to it.
-      const std::string target(request.target());
-      if (http::target_path(target) != "/ui")
-        co_return console_response(request, "", console_);
-      auto response =
-          http::make_response(request, http::Status::permanent_redirect, R"({"location":"/ui/"})");
-      response.set(bhttp::field::location, "/ui/");
-      co_return response;
-    }
-    case RouteId::kTaskEvents:
-    case RouteId::kSubmitBatch:
-    case RouteId::kBatchResults:
-    case RouteId::kResults:
-      break;  // streamed: handle() never routes them here
-  }
+  const Binding& bound = bindings()[static_cast<std::size_t>(routed.match.route->id)];
+  if (const auto* whole = std::get_if<Whole>(&bound.handler);
+      whole && bound.id == routed.match.route->id)
+    co_return co_await (*whole)(*this, request, routed);
+  // A streamed route: handle() never routes it here.
   co_return http::make_error(request, http::Status::internal_server_error, "internal",
-                             "no handler for the route");
+                             "no handler of the whole request for the route");
 }
 
 asio::awaitable<http::Response> Api::fleet(const http::Request& request) {
@@ -631,7 +679,7 @@ asio::awaitable<http::Response> Api::ready(http::Request& request) {
 }
 
 asio::awaitable<void> Api::stream(http::Exchange& exchange) {
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = clock_.now();
   const http::Request& head = exchange.head();
   const std::string target(head.target());
   const std::string path(http::target_path(target));
@@ -641,34 +689,18 @@ asio::awaitable<void> Api::stream(http::Exchange& exchange) {
     co_await respond(exchange, code, std::move(*refusal));
   } else {
     const Routed& routed = std::get<Routed>(resolved);
-    switch (routed.match.route->id) {
-      case RouteId::kSubmitBatch:
-        co_await submit_batch(exchange, routed.caller, code);
-        break;
-      case RouteId::kBatchResults:
-        co_await batch_results(exchange, routed.caller, code, routed.match.params[0]);
-        break;
-      case RouteId::kTaskEvents: {
-        auto id = co_await full_task_id(head, routed.caller, routed.match.params[0]);
-        if (auto* refused = std::get_if<http::Response>(&id))
-          co_await respond(exchange, code, std::move(*refused));
-        else
-          co_await task_events(exchange, routed.caller, code, std::get<std::string>(id));
-        break;
-      }
-      case RouteId::kResults:
-        co_await results(exchange, routed.caller, code);
-        break;
-      default:
-        co_await respond(exchange, code,
-                         http::make_error(head, http::Status::internal_server_error, "internal",
-                                          "a whole-request route reached the stream handler"));
-        break;
+    const Binding& bound = bindings()[static_cast<std::size_t>(routed.match.route->id)];
+    if (const auto* streamed = std::get_if<Streamed>(&bound.handler);
+        streamed && bound.id == routed.match.route->id) {
+      co_await (*streamed)(*this, exchange, routed, code);
+    } else {
+      co_await respond(exchange, code,
+                       http::make_error(head, http::Status::internal_server_error, "internal",
+                                        "a whole-request route reached the stream handler"));
     }
   }
-  metrics_.http_request(
-      route_template(path), code,
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  metrics_.http_request(route_template(path), code,
+                        std::chrono::duration<double>(clock_.now() - started).count());
 }
 
 }  // namespace agentfleet::dispatcher

@@ -39,6 +39,7 @@
 #include "core/codec/json_schema.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
+#include "core/limits/clock.hpp"
 #include "core/ports/tool_client.hpp"
 #include "dispatcher/auth.hpp"
 #include "dispatcher/completion_rate.hpp"
@@ -56,9 +57,12 @@ class Api {
   // `console`: the web console's files (name, contents) served at /ui/; none: 404 there.
   // `completions`: the ends the task feed saw, for GET /v1/fleet (none: 0 per second).
   // `wake_relay`: the API wrote outbox rows (the result events of tasks a cancel ended).
+  // `clock`: the time every handler reads (deadlines, waits, latencies); it must outlive
+  // the Api.
   Api(const config::Config& config, pg::DbPool& db, metrics::DispatcherMetrics& metrics,
       TaskFeed& feed, ConsoleFiles console = {}, const CompletionRate* completions = nullptr,
-      std::function<void()> wake_relay = {});
+      std::function<void()> wake_relay = {},
+      const limits::Clock& clock = limits::SteadyClock::instance());
   ~Api();
   // The server's head route: refuses, streams, or reads the body whole with the route's
   // limit. Refusals are counted in the request metrics here.
@@ -75,12 +79,25 @@ class Api {
   // to read it at start).
   pg::ReplicationWatch& replication() { return replication_; }
 
- private:
   // A request that may go to its route's handler, and who sent it.
   struct Routed {
     RouteMatch match;
     Caller caller;
   };
+  // What answers a route: a handler of the whole request (its body read first), or one of
+  // the exchange that reads the body and writes the answer itself (`answered`: the status of
+  // a whole answer it gave). Each route of routes() is bound to one, of its kind.
+  using Whole = boost::asio::awaitable<http::Response> (*)(Api&, http::Request&, const Routed&);
+  using Streamed = boost::asio::awaitable<void> (*)(Api&, http::Exchange&, const Routed&,
+                                                    int& answered);
+  struct Binding {
+    RouteId id;
+    std::variant<Whole, Streamed> handler;
+  };
+  // The handlers, one per route, in the order of RouteId.
+  static const std::vector<Binding>& bindings();
+
+ private:
   // The route of a request and its caller, or the answer that refuses it; by the head.
   std::variant<http::Response, Routed> resolve(const http::Request& head) const;
   boost::asio::awaitable<http::Response> route(http::Request& request, const Routed& routed);
@@ -164,6 +181,7 @@ class Api {
                                        int& answered);
 
   const config::Config& config_;
+  const limits::Clock& clock_;
   pg::ApiStore store_;
   pg::ReplicationWatch replication_{"dispatcher"};
   std::function<void()> wake_relay_;

@@ -144,13 +144,14 @@ struct BodyRead {
 
 // Reads an upload's body a line at a time into `upload` until it ends, the client is too
 // slow for `pace`, or what the lines met stops the upload; stores a slice when it is full or
-// a second old, and renews the upload while none goes in.
+// a second old, and renews the upload while none goes in. Time is `clock`'s.
 asio::awaitable<BodyRead> read_upload_body(http::Exchange& exchange, BatchUpload& upload,
-                                           UploadPace& pace, const Blocking& blocking) {
+                                           UploadPace& pace, const Blocking& blocking,
+                                           const limits::Clock& clock) {
   std::string buffer;
   bool body_failed = false;
   std::optional<std::string> too_slow;
-  auto last_flush = std::chrono::steady_clock::now();
+  auto last_flush = clock.now();
   auto take_line = [&](std::string_view line) {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos)
       pace.blank(line.size() + 1);  // not a task: its bytes earn the upload no time
@@ -159,13 +160,13 @@ asio::awaitable<BodyRead> read_upload_body(http::Exchange& exchange, BatchUpload
   for (;;) {
     boost::system::error_code ec;
     const std::size_t before = buffer.size();
-    auto asked = std::chrono::steady_clock::now();
+    auto asked = clock.now();
     const std::size_t got = co_await exchange.read_body(buffer, kReadChunk, ec);
     if (ec) {
       body_failed = true;
       break;
     }
-    auto now = std::chrono::steady_clock::now();
+    auto now = clock.now();
     std::size_t start = 0;
     for (std::size_t nl = buffer.find('\n', before); nl != std::string::npos;
          nl = buffer.find('\n', start)) {
@@ -182,9 +183,9 @@ asio::awaitable<BodyRead> read_upload_body(http::Exchange& exchange, BatchUpload
       buffer.clear();
       while (!exchange.body_done() && !ec) {
         std::string skip;
-        asked = std::chrono::steady_clock::now();
+        asked = clock.now();
         const std::size_t n = co_await exchange.read_body(skip, kReadChunk, ec);
-        now = std::chrono::steady_clock::now();
+        now = clock.now();
         too_slow = pace.read(n, now - asked, now);
         if (too_slow)
           break;
@@ -200,12 +201,12 @@ asio::awaitable<BodyRead> read_upload_body(http::Exchange& exchange, BatchUpload
     // A slice goes in when it is full, or a second after the last one: while lines come
     // in, the upload's transaction is never idle long (idle_in_transaction_session_timeout).
     if (upload.pending() >= kBatchSlice ||
-        (upload.pending() > 0 && std::chrono::steady_clock::now() - last_flush >= kSliceEvery)) {
+        (upload.pending() > 0 && clock.now() - last_flush >= kSliceEvery)) {
       co_await blocking([&] { upload.flush(); });
-      last_flush = std::chrono::steady_clock::now();
-    } else if (std::chrono::steady_clock::now() - last_flush >= kRenewEvery) {
+      last_flush = clock.now();
+    } else if (clock.now() - last_flush >= kRenewEvery) {
       co_await blocking([&] { upload.keep_alive(); });
-      last_flush = std::chrono::steady_clock::now();
+      last_flush = clock.now();
     }
     if (too_slow || upload.stopped() || got == 0 || exchange.body_done())
       break;
@@ -524,11 +525,10 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
     });
   };
 
-  UploadPace pace(std::chrono::steady_clock::now(),
-                  std::chrono::seconds(config_.dispatcher.batch_upload_timeout_s),
+  UploadPace pace(clock_.now(), std::chrono::seconds(config_.dispatcher.batch_upload_timeout_s),
                   std::chrono::seconds(config_.dispatcher.batch_upload_rate_window_s),
                   config_.dispatcher.batch_upload_min_bytes_per_s);
-  const BodyRead read = co_await read_upload_body(exchange, upload, pace, blocking);
+  const BodyRead read = co_await read_upload_body(exchange, upload, pace, blocking, clock_);
   co_await blocking([&] { upload.end(read.how, read.why); });
   if (upload.state() != BatchUpload::State::kSealed) {
     if (!upload.refusal()) {  // the end did not run to its end (its pool call failed)

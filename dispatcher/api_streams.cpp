@@ -260,18 +260,18 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
   // in the history too. The row is read again only when the feed brings the result, when it
   // may have missed something (a gap), or on the slow safety timer (feed_watch.hpp); what a
   // read finds that the client has not had is sent from it.
-  const auto stream_until = std::chrono::steady_clock::now() + kMaxStream;
+  const auto stream_until = clock_.now() + kMaxStream;
   const auto heartbeat = std::chrono::seconds(config_.dispatcher.stream_heartbeat_s);
   const int last = replay.steps - 1;
-  RereadSchedule rereads(std::chrono::steady_clock::now());
+  RereadSchedule rereads(clock_.now());
   // Events sent from a later read of the row: the feed's copies of them are not sent again.
   std::map<EventKey, int> filled;
   std::map<EventKey, int> skipped;
   // A comment line every heartbeat, whatever else the stream does (re-reads must not hold
   // it back: proxies close a quiet stream, and a client gone is noticed on a write).
-  auto next_heartbeat = std::chrono::steady_clock::now() + heartbeat;
-  while (std::chrono::steady_clock::now() < stream_until) {
-    const auto now = std::chrono::steady_clock::now();
+  auto next_heartbeat = clock_.now() + heartbeat;
+  while (clock_.now() < stream_until) {
+    const auto now = clock_.now();
     if (now >= next_heartbeat) {
       if (!co_await exchange.send(": keep-alive\n\n"))
         co_return;
@@ -327,7 +327,7 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
         co_return;
       continue;
     }
-    if (!item && !rereads.is_due(std::chrono::steady_clock::now()))
+    if (!item && !rereads.is_due(clock_.now()))
       continue;  // the heartbeat, or a gap: both are seen to at the top
     // A result event, a gap, or the safety timer: read the row. The task may have ended
     // without its done event reaching this replica (ended by the scheduler, or the event
@@ -337,7 +337,7 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
     rapidjson::Document fresh;
     if (!now_history.ok() || !now_history.value() ||
         !codec::parse_json(fresh, *now_history.value())) {
-      rereads.read(std::chrono::steady_clock::now(), false);
+      rereads.read(clock_.now(), false);
       continue;
     }
     const Replay read = replay_of(fresh, task_id);
@@ -346,13 +346,12 @@ asio::awaitable<void> Api::task_events(http::Exchange& exchange, const Caller& c
       const int before = id;
       if (!co_await send_missed(exchange, read, id, sent, filled))
         co_return;
-      rereads.read(std::chrono::steady_clock::now(), id != before);
+      rereads.read(clock_.now(), id != before);
       continue;
     }
     if (item && item->result) {
       // Give the worker's own done event a moment to arrive; it comes just before.
-      auto more = co_await subscription->next(std::chrono::steady_clock::now() +
-                                              std::chrono::milliseconds(200));
+      auto more = co_await subscription->next(clock_.now() + std::chrono::milliseconds(200));
       if (more && !more->result && more->event == "done") {
         if (co_await exchange.send(sse("done", more->json, id++)))
           co_await exchange.end();
@@ -395,7 +394,7 @@ asio::awaitable<void> Api::results(http::Exchange& exchange, const Caller& calle
   // A first comment: the client knows the stream is open before any result comes.
   if (!co_await exchange.send(": following\n\n"))
     co_return;
-  const auto stream_until = std::chrono::steady_clock::now() + kMaxStream;
+  const auto stream_until = clock_.now() + kMaxStream;
   const auto heartbeat = std::chrono::seconds(config_.dispatcher.stream_heartbeat_s);
   int id = 0;
   bool in_gap = false;
@@ -414,7 +413,7 @@ asio::awaitable<void> Api::results(http::Exchange& exchange, const Caller& calle
     w.EndObject();
     return sse("gap", std::string_view(b.GetString(), b.GetSize()), id++);
   };
-  while (std::chrono::steady_clock::now() < stream_until) {
+  while (clock_.now() < stream_until) {
     if (subscription->take_gap()) {
       if (!in_gap) {
         in_gap = true;
@@ -424,7 +423,7 @@ asio::awaitable<void> Api::results(http::Exchange& exchange, const Caller& calle
     } else {
       in_gap = false;
     }
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock_.now();
     auto item = co_await subscription->next(std::min(now + heartbeat, stream_until));
     if (!item) {
       if (!co_await exchange.send(": keep-alive\n\n"))
@@ -434,7 +433,7 @@ asio::awaitable<void> Api::results(http::Exchange& exchange, const Caller& calle
     // What else comes within the coalescing window is checked with it, in one read.
     std::vector<TaskFeed::Item> items;
     items.push_back(std::move(*item));
-    const auto gather_until = std::chrono::steady_clock::now() + kResultsCoalesce;
+    const auto gather_until = clock_.now() + kResultsCoalesce;
     while (items.size() < kResultsPerRead) {
       auto more = co_await subscription->next(gather_until);
       if (!more)

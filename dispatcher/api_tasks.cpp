@@ -180,7 +180,7 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::read_task(
   // seconds with it as it is. The row is the truth: it is read first, when the result
   // arrives, when the feed may have missed something, and on a slow safety timer
   // (feed_watch.hpp); a task's progress events do not make it read the row.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+  const auto until = clock_.now() + std::chrono::seconds(wait_s);
   std::unique_ptr<TaskFeed::Subscription> subscription;
   std::optional<WaiterLimits::Ticket> place;
   if (wait_s > 0) {
@@ -209,7 +209,7 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::read_task(
     const TaskView view = view_of(*body.value());
     if (!caller.may_act_for(view.user_id))
       co_return not_found(request, "task", task_id);
-    auto now = std::chrono::steady_clock::now();
+    auto now = clock_.now();
     if (view.terminal || !subscription || now >= until || feed_.stopped())
       co_return std::move(*body.value());
     if (rereads)
@@ -218,7 +218,7 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::read_task(
       rereads.emplace(now);
     // Wait for the result, a gap, the safety timer or the end of the wait.
     for (;;) {
-      now = std::chrono::steady_clock::now();
+      now = clock_.now();
       if (subscription->take_gap())
         rereads->gap(now);
       if (now >= until || rereads->is_due(now) || feed_.stopped())

@@ -185,15 +185,14 @@ asio::awaitable<http::Response> Api::call_tool(http::Request& request, const Cal
     tool_client_ =
         std::make_unique<http::HttpToolClient>(co_await asio::this_coro::executor, config_.tools);
   }
-  ports::ToolInvocation invocation{
-      new_task_id(),
-      user_id,
-      device_id,
-      tool->name,
-      arguments,
-      key,
-      std::chrono::steady_clock::now() + std::chrono::seconds(tool->timeout_s),
-      traceparent_for(std::string(request["traceparent"]))};
+  ports::ToolInvocation invocation{new_task_id(),
+                                   user_id,
+                                   device_id,
+                                   tool->name,
+                                   arguments,
+                                   key,
+                                   clock_.now() + std::chrono::seconds(tool->timeout_s),
+                                   traceparent_for(std::string(request["traceparent"]))};
   const ports::ToolOutcome outcome = co_await tool_client_->call(std::move(invocation));
   const int latency_ms = static_cast<int>(outcome.latency.count());
   const std::string result_outcome = outcome.observation.ok ? "ok" : "error";

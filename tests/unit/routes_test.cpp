@@ -13,6 +13,7 @@
 #include <utility>
 #include <variant>
 
+#include "dispatcher/api.hpp"
 #include "dispatcher/routes.hpp"
 
 namespace agentfleet::dispatcher {
@@ -171,6 +172,20 @@ TEST(Routes, TheConsoleIsServedUnderUiAndItsPageIsTheEmptyFile) {
   // Nothing deeper: the console's files all sit at its top.
   EXPECT_TRUE(std::holds_alternative<NoRoute>(match_route(verb::get, "/ui/a/b")));
   EXPECT_EQ(route_template("/ui/app-S7FLRUNZ.js"), "/ui/{file}");
+}
+
+// The API answers each route through the handler its table binds to it (Api::bindings()):
+// one per route, in the order of RouteId (routing indexes the table by it), of the route's
+// kind (a streamed route's handler reads the body itself).
+TEST(Routes, EveryRouteIsBoundToOneHandlerOfItsKind) {
+  const auto& bound = Api::bindings();
+  ASSERT_EQ(bound.size(), routes().size());
+  for (std::size_t i = 0; i < bound.size(); ++i)
+    EXPECT_EQ(static_cast<std::size_t>(bound[i].id), i) << "binding " << i << " is out of order";
+  for (const Route& route : routes()) {
+    const auto& handler = bound[static_cast<std::size_t>(route.id)].handler;
+    EXPECT_EQ(std::holds_alternative<Api::Streamed>(handler), route.streamed) << route.pattern;
+  }
 }
 
 }  // namespace
