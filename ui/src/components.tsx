@@ -168,3 +168,37 @@ export function Chart(props: {
     </figure>
   );
 }
+
+/** A text input whose value is the caller's only once it is committed (on change: leaving the
+ * field, or Enter). What is typed meanwhile is the input's own: a page re-rendered by its
+ * polling in the middle of the typing does not put the committed value back over it. */
+export function DraftInput(props: {
+  name: string;
+  value: string;
+  onCommit: (value: string) => void;
+  id?: string;
+  placeholder?: string;
+}) {
+  const [draft, setDraft] = useState(props.value);
+  const committed = useRef(props.value);
+  // A value changed from elsewhere (a link, a reset) replaces the draft.
+  useEffect(() => {
+    if (props.value !== committed.current) {
+      committed.current = props.value;
+      setDraft(props.value);
+    }
+  }, [props.value]);
+  return (
+    <input
+      id={props.id}
+      name={props.name}
+      value={draft}
+      placeholder={props.placeholder}
+      onInput={(e) => setDraft(e.currentTarget.value)}
+      onChange={(e) => {
+        committed.current = e.currentTarget.value;
+        props.onCommit(e.currentTarget.value);
+      }}
+    />
+  );
+}

@@ -7,7 +7,7 @@
 import { useRef, useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
 import type { Client, Task, TaskPage, TaskSearch, TaskStatus } from "../api.ts";
-import { ErrorNote, ResultBadge, StatusBadge, useAsync, usePoll } from "../components.tsx";
+import { DraftInput, ErrorNote, ResultBadge, StatusBadge, useAsync, usePoll } from "../components.tsx";
 import { RESULT_TYPES, TASK_STATUSES, count, money, shortBatch, shortId, waitingText, when, words } from "../format.ts";
 import { currentRoute, href } from "../router.ts";
 import { UserField } from "./user_field.tsx";
@@ -187,7 +187,7 @@ export function TasksPage({ client, identity }: PageProps) {
   const text = (name: keyof Filters, label: string, placeholder = "") => (
     <label>
       {label}
-      <input name={name} value={filters[name]} placeholder={placeholder} onChange={(e) => set({ [name]: e.currentTarget.value })} />
+      <DraftInput name={name} value={filters[name]} placeholder={placeholder} onCommit={(value) => set({ [name]: value })} />
     </label>
   );
 

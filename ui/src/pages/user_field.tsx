@@ -1,6 +1,7 @@
 /** The user a page is about: any user id for an admin key, one of its users for another. */
 
 import type { Identity } from "../api.ts";
+import { DraftInput } from "../components.tsx";
 
 const LAST_USER = "agentfleet.console.user";
 
@@ -35,13 +36,13 @@ export function UserField(props: {
   return (
     <label for={id}>
       User
-      <input
+      <DraftInput
         id={id}
         name="user"
         value={value}
         placeholder={props.everyone ?? "user id"}
-        onChange={(e) => {
-          const user = e.currentTarget.value.trim();
+        onCommit={(typed) => {
+          const user = typed.trim();
           if (user) sessionStorage.setItem(LAST_USER, user);
           onChange(user);
         }}
