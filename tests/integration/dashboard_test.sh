@@ -180,7 +180,10 @@ rpm_queued=$(submit "$user-rpm" "bench: steps=1 calls=1")          # held back b
 call POST /v1/tasks 429 "{\"user_id\":\"$user-rpm\",\"text\":\"bench: steps=1 calls=1\"}" >/dev/null
 submit "$user-tpm" "bench: steps=1 calls=1" >/dev/null
 tpm_queued=$(submit "$user-tpm" "bench: steps=1 calls=1")          # held back by tpm
-running=$(submit "$user-cancel" "slow: steps=5")
+# Long enough to be running still when the cancel comes, however loaded the machine (30
+# steps of 600 ms; it ends by the cancel): slow: steps=5 had ended first under a full
+# suite's load.
+running=$(submit "$user-cancel" "slow: steps=30" ',"max_steps":40,"timeout_s":120')
 call POST "/v1/batches?user_id=$user-batch&priority=batch" 201 \
   "$(printf '{"user_id":"%s","text":"bench: steps=1 calls=1"}\n' "$user-batch" "$user-batch" "$user-batch")" >/dev/null
 call POST /v1/tasks 400 "{\"user_id\":\"$user-bad\"}" >/dev/null
@@ -196,10 +199,12 @@ printf 'dashboard test: not json {\n' |
   timeout 20 kcat -b "$AGENTFLEET_KAFKA_BOOTSTRAP" -P -t agent.tasks.dispatch -k "$user-kafka"
 
 # A running task cancelled (202), queued ones cancelled (200).
-for _ in $(seq 200); do
-  [[ "$(sql "SELECT status FROM tasks WHERE task_id = '$running'")" == running ]] && break
+started=""
+for _ in $(seq 600); do
+  [[ "$(sql "SELECT status FROM tasks WHERE task_id = '$running'")" == running ]] && { started=1; break; }
   sleep 0.1
 done
+[[ -n "$started" ]] || fail "task $running did not start running within 60 s"
 call POST "/v1/tasks/$running/cancel" 202 >/dev/null
 call POST "/v1/tasks/$rpm_queued/cancel" 200 >/dev/null
 call POST "/v1/tasks/$tpm_queued/cancel" 200 >/dev/null
