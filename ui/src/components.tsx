@@ -202,3 +202,19 @@ export function DraftInput(props: {
     />
   );
 }
+
+/** A task's text, with under it its answer's message or its error and error code: the cell
+ * of the task lists and of a batch's results. */
+export function TaskTextCell({ task }: { task: { text: string; result?: { message: string } | null; error?: string | null; error_code?: string | null } }) {
+  return (
+    <td class="text-cell">
+      <div>{task.text}</div>
+      {task.result?.message ? <div class="muted small">{task.result.message}</div> : null}
+      {task.error ? (
+        <div class="error-text small">
+          {task.error_code ? <code>{task.error_code}</code> : null} {task.error}
+        </div>
+      ) : null}
+    </td>
+  );
+}

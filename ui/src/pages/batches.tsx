@@ -5,7 +5,7 @@
 import { useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
 import type { Batch, BatchAccepted, BatchProgress, BatchSummary, Client } from "../api.ts";
-import { ErrorNote, ResultBadge, StatusBadge, useAsync, usePoll } from "../components.tsx";
+import { ErrorNote, ResultBadge, StatusBadge, TaskTextCell, useAsync, usePoll } from "../components.tsx";
 import { RESULT_TYPES, TASK_STATUSES, count, money, shortId, waitingText, when } from "../format.ts";
 import { href } from "../router.ts";
 import { UserField, defaultUser } from "./user_field.tsx";
@@ -173,15 +173,7 @@ function BatchResults({ client, batchId, user, version }: { client: Client; batc
               <td>
                 <ResultBadge type={r.result?.type} />
               </td>
-              <td class="text-cell">
-                <div>{r.text}</div>
-                {r.result?.message ? <div class="muted small">{r.result.message}</div> : null}
-                {r.error ? (
-                  <div class="error-text small">
-                    {r.error_code ? <code>{r.error_code}</code> : null} {r.error}
-                  </div>
-                ) : null}
-              </td>
+              <TaskTextCell task={r} />
               <td>
                 {r.retried_as ? (
                   <>

@@ -7,7 +7,7 @@
 import { useRef, useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
 import type { Client, Task, TaskPage, TaskSearch, TaskStatus } from "../api.ts";
-import { DraftInput, ErrorNote, ResultBadge, StatusBadge, useAsync, usePoll } from "../components.tsx";
+import { DraftInput, ErrorNote, ResultBadge, StatusBadge, TaskTextCell, useAsync, usePoll } from "../components.tsx";
 import { RESULT_TYPES, TASK_STATUSES, count, money, shortBatch, shortId, waitingText, when, words } from "../format.ts";
 import { currentRoute, href } from "../router.ts";
 import { UserField } from "./user_field.tsx";
@@ -292,15 +292,7 @@ export function TasksPage({ client, identity }: PageProps) {
               <td>
                 <ResultBadge type={t.result?.type} />
               </td>
-              <td class="text-cell">
-                <div>{t.text}</div>
-                {t.result?.message ? <div class="muted small">{t.result.message}</div> : null}
-                {t.error ? (
-                  <div class="error-text small">
-                    {t.error_code ? <code>{t.error_code}</code> : null} {t.error}
-                  </div>
-                ) : null}
-              </td>
+              <TaskTextCell task={t} />
               <td class="num">{t.steps as number}</td>
               <td class="num nowrap">{money(t.cost, t.currency)}</td>
               <td>
