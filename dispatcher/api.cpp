@@ -13,6 +13,7 @@
 #include <variant>
 
 #include "core/adapters/log.hpp"
+#include "core/adapters/pg/replication.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/codec/task_codec.hpp"
 #include "dispatcher/api_responses.hpp"
@@ -193,12 +194,12 @@ std::string whoami_json(const Caller& caller, const std::string& trace_link) {
   return std::string(buffer.GetString(), buffer.GetSize());
 }
 
-Api::Api(const config::Config& config, pg::DbPool& db, metrics::DispatcherMetrics& metrics,
+Api::Api(const config::Config& config, ports::ApiStore& store, metrics::DispatcherMetrics& metrics,
          TaskFeed& feed, ConsoleFiles console, const CompletionRate* completions,
          std::function<void()> wake_relay, const limits::Clock& clock)
     : config_(config),
       clock_(clock),
-      store_(db),
+      store_(store),
       wake_relay_(std::move(wake_relay)),
       metrics_(metrics),
       gauges_(clock, std::chrono::seconds(config.metrics.refresh_interval_s)),
@@ -664,10 +665,10 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::full_task_id(
 
 asio::awaitable<http::Response> Api::ready(http::Request& request) {
   // Reading the replication settings is the ping: Postgres answers.
-  auto replication = co_await replication_.check(store_.pool());
+  auto replication = co_await store_.check_replication();
   if (!replication.ok())
     co_return store_unavailable(request, replication.error());
-  const pg::ReplicationState& state = replication.value();
+  const ports::ReplicationState& state = replication.value();
   if (auto refusal =
           pg::replication_refusal(state, config_.postgres.require_synchronous_replication)) {
     auto response =

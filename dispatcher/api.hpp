@@ -34,12 +34,11 @@
 #include "core/adapters/http/server.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
 #include "core/adapters/metrics/scrape_refresh.hpp"
-#include "core/adapters/pg/api_store.hpp"
-#include "core/adapters/pg/replication.hpp"
 #include "core/codec/json_schema.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
 #include "core/limits/clock.hpp"
+#include "core/ports/api_store.hpp"
 #include "core/ports/tool_client.hpp"
 #include "dispatcher/auth.hpp"
 #include "dispatcher/completion_rate.hpp"
@@ -57,9 +56,10 @@ class Api {
   // `console`: the web console's files (name, contents) served at /ui/; none: 404 there.
   // `completions`: the ends the task feed saw, for GET /v1/fleet (none: 0 per second).
   // `wake_relay`: the API wrote outbox rows (the result events of tasks a cancel ended).
-  // `clock`: the time every handler reads (deadlines, waits, latencies); it must outlive
-  // the Api.
-  Api(const config::Config& config, pg::DbPool& db, metrics::DispatcherMetrics& metrics,
+  // `store`: where every handler reads and writes (pg::ApiStore; a fake in the unit tests);
+  // it must outlive the Api, as must `clock`: the time every handler reads (deadlines,
+  // waits, latencies).
+  Api(const config::Config& config, ports::ApiStore& store, metrics::DispatcherMetrics& metrics,
       TaskFeed& feed, ConsoleFiles console = {}, const CompletionRate* completions = nullptr,
       std::function<void()> wake_relay = {},
       const limits::Clock& clock = limits::SteadyClock::instance());
@@ -75,9 +75,6 @@ class Api {
   boost::asio::awaitable<void> count_gauges_now();
   // At shutdown, before the I/O stops: ends a dead-letter read under way.
   void stop() { dead_letters_.stop(); }
-  // Whether commits wait for a synchronous standby, as /readyz last read it (and check(),
-  // to read it at start).
-  pg::ReplicationWatch& replication() { return replication_; }
 
   // A request that may go to its route's handler, and who sent it.
   struct Routed {
@@ -113,7 +110,7 @@ class Api {
   boost::asio::awaitable<http::Response> dead_letters(const http::Request& request);
   boost::asio::awaitable<http::Response> replay_dead_letters(const http::Request& request);
   // Stores a checked submission (the queue limit, idempotency); the refusal as a response.
-  boost::asio::awaitable<std::variant<http::Response, pg::InsertResult>> store_submission(
+  boost::asio::awaitable<std::variant<http::Response, ports::InsertResult>> store_submission(
       http::Request& request, const codec::Submission& submission,
       const std::string& retry_of = {});
   // POST /v1/plan (api_tools.cpp): a plan_only task, answered with its plan once made.
@@ -149,7 +146,7 @@ class Api {
                                                 std::string user_id);
   // The batch a route's {id} names for this caller (batch_names.hpp; ?user_id= may name its
   // user); the 404, 403, 409 ambiguous_id or 503 answer instead.
-  boost::asio::awaitable<std::variant<http::Response, pg::BatchHeader>> find_caller_batch(
+  boost::asio::awaitable<std::variant<http::Response, ports::BatchHeader>> find_caller_batch(
       const http::Request& request, const Caller& caller, const std::string& name);
   // GET /v1/batches: the batches of ?user_id=, else of the caller's users (every user's for
   // a key acting for any), newest first, a page of ?limit= (20) created ?before= a time.
@@ -182,8 +179,7 @@ class Api {
 
   const config::Config& config_;
   const limits::Clock& clock_;
-  pg::ApiStore store_;
-  pg::ReplicationWatch replication_{"dispatcher"};
+  ports::ApiStore& store_;
   std::function<void()> wake_relay_;
   metrics::DispatcherMetrics& metrics_;
   // The slow gauges (live tasks by status, the due outbox): a scrape that finds their last

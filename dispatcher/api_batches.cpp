@@ -24,6 +24,7 @@
 
 #include "core/adapters/log.hpp"
 #include "core/adapters/pg/batch_store.hpp"
+#include "core/adapters/pg/db_pool.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/codec/otlp_trace.hpp"
 #include "core/codec/task_codec.hpp"
@@ -224,18 +225,18 @@ asio::awaitable<BodyRead> read_upload_body(http::Exchange& exchange, BatchUpload
 class UploadWriter final : public BatchUploadStore {
  public:
   UploadWriter(const config::Config& config, std::string batch_id, Priority priority,
-               pg::QueueLimit limit)
+               ports::QueueLimit limit)
       : config_(config),
         batch_id_(std::move(batch_id)),
         priority_(priority),
         limit_(std::move(limit)) {}
 
-  pg::QueueRoom queue_room(const std::string& user_id) override {
+  ports::QueueRoom queue_room(const std::string& user_id) override {
     return open(user_id).queue_room(limit_);
   }
   bool create(const std::string& user_id) override { return open(user_id).create(); }
   bool renew() override { return opened().renew(); }
-  pg::Added add(std::vector<pg::NewTask>& tasks) override { return opened().add(tasks); }
+  pg::Added add(std::vector<ports::NewTask>& tasks) override { return opened().add(tasks); }
   pg::Seal seal(std::int64_t total) override { return opened().seal(limit_, total); }
   int promote(int slice) override { return opened().promote(slice); }
   void discard(int slice) override { opened().discard(slice); }
@@ -248,7 +249,7 @@ class UploadWriter final : public BatchUploadStore {
       const int renew_s = config_.dispatcher.batch_upload_rate_window_s + 60;
       writer_ = std::make_unique<pg::BatchWriter>(
           config_.postgres.url, config_.postgres.statement_timeout_ms,
-          config_.postgres.connect_timeout_s, pg::BatchHeader{batch_id_, user_id, priority_},
+          config_.postgres.connect_timeout_s, ports::BatchHeader{batch_id_, user_id, priority_},
           renew_s);
     }
     return *writer_;
@@ -262,12 +263,12 @@ class UploadWriter final : public BatchUploadStore {
   const config::Config& config_;
   std::string batch_id_;
   Priority priority_;
-  pg::QueueLimit limit_;
+  ports::QueueLimit limit_;
   std::unique_ptr<pg::BatchWriter> writer_;
 };
 }  // namespace
 
-asio::awaitable<std::variant<http::Response, pg::BatchHeader>> Api::find_caller_batch(
+asio::awaitable<std::variant<http::Response, ports::BatchHeader>> Api::find_caller_batch(
     const http::Request& request, const Caller& caller, const std::string& name) {
   if (id_problem(name, kMaxBatchIdBytes))
     co_return not_found(request, "batch", name);
@@ -305,7 +306,7 @@ asio::awaitable<std::variant<http::Response, pg::BatchHeader>> Api::find_caller_
 
 asio::awaitable<http::Response> Api::list_batches(http::Request& request, const Caller& caller) {
   const std::string target(request.target());
-  pg::BatchListQuery query;
+  ports::BatchListQuery query;
   if (auto user = http::query_param(target, "user_id"); user && !user->empty()) {
     if (auto refused = check_query_user(request, caller, *user))
       co_return std::move(*refused);
@@ -336,7 +337,7 @@ asio::awaitable<http::Response> Api::get_batch(http::Request& request, const Cal
   auto batch = co_await find_caller_batch(request, caller, batch_id);
   if (auto* answer = std::get_if<http::Response>(&batch))
     co_return std::move(*answer);
-  auto body = co_await store_.batch_json(std::get<pg::BatchHeader>(batch).batch_id);
+  auto body = co_await store_.batch_json(std::get<ports::BatchHeader>(batch).batch_id);
   if (!body.ok())
     co_return store_unavailable(request, body.error());
   if (!body.value())
@@ -349,7 +350,7 @@ asio::awaitable<http::Response> Api::cancel_batch(http::Request& request, const 
   auto batch = co_await find_caller_batch(request, caller, batch_id);
   if (auto* answer = std::get_if<http::Response>(&batch))
     co_return std::move(*answer);
-  const pg::BatchHeader header = std::get<pg::BatchHeader>(batch);
+  const ports::BatchHeader header = std::get<ports::BatchHeader>(batch);
   // Slices of a few thousand tasks, each one transaction, until none is left; the batch is
   // marked cancelled by the first, so the scheduler admits none of the rest meanwhile.
   constexpr int kSlice = 5000;
@@ -378,7 +379,7 @@ asio::awaitable<http::Response> Api::retry_batch(http::Request& request, const C
   auto batch = co_await find_caller_batch(request, caller, batch_id);
   if (auto* answer = std::get_if<http::Response>(&batch))
     co_return std::move(*answer);
-  const pg::BatchHeader header = std::get<pg::BatchHeader>(batch);
+  const ports::BatchHeader header = std::get<ports::BatchHeader>(batch);
   const std::string target(request.target());
   // Each retry is a commit of its own: a slice of a few hundred ends well within the
   // request's deadline (dispatcher.http.request_timeout_s) even with Postgres slow.
@@ -462,7 +463,7 @@ asio::awaitable<void> Api::submit_batch(http::Exchange& exchange, const Caller& 
   // The user's queue is looked at before the body is read (when the query names the user;
   // else once the first line does) and as the upload grows: an upload that cannot fit is
   // refused early, not inserted and then rolled back. The end checks again, exactly.
-  std::optional<pg::QueueRoom> room_at_start;
+  std::optional<ports::QueueRoom> room_at_start;
   if (!user_id.empty()) {
     auto room = co_await store_.queue_room(user_id, rules_.queue_limit());
     if (!room.ok()) {
@@ -567,12 +568,12 @@ asio::awaitable<void> Api::batch_results(http::Exchange& exchange, const Caller&
     co_await respond(exchange, answered, std::move(*answer));
     co_return;
   }
-  const pg::BatchHeader header = std::get<pg::BatchHeader>(batch);
+  const ports::BatchHeader header = std::get<ports::BatchHeader>(batch);
   http::Response start{http::Status::ok, head.version()};
   start.set(bhttp::field::content_type, "application/x-ndjson");
   if (!co_await exchange.begin(std::move(start)))
     co_return;
-  pg::ResultsCursor after;
+  ports::ResultsCursor after;
   for (;;) {
     auto page = co_await store_.batch_results_page(header, after, kResultsPage);
     if (!page.ok())

@@ -7,7 +7,6 @@
 #include <variant>
 
 #include "core/adapters/log.hpp"
-#include "core/adapters/pg/submission_store.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/codec/otlp_trace.hpp"
 #include "core/codec/task_codec.hpp"
@@ -30,12 +29,12 @@ struct TaskView {
 };
 // The answer to a submission stored or found by its key: 201 (or 200) with the task and
 // where it lives.
-http::Response stored_answer(const http::Request& request, const pg::InsertResult& result) {
+http::Response stored_answer(const http::Request& request, const ports::InsertResult& result) {
   if (result.task_json.empty())
     return store_unavailable(request, Error{ErrorKind::kTransient, "task vanished"});
   auto response = http::make_response(
       request,
-      result.outcome == pg::InsertOutcome::kCreated ? http::Status::created : http::Status::ok,
+      result.outcome == ports::InsertOutcome::kCreated ? http::Status::created : http::Status::ok,
       result.task_json);
   response.set(bhttp::field::location, "/v1/tasks/" + result.task_id);
   return response;
@@ -53,27 +52,27 @@ TaskView view_of(const std::string& task_json) {
 }
 }  // namespace
 
-asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submission(
+asio::awaitable<std::variant<http::Response, ports::InsertResult>> Api::store_submission(
     http::Request& request, const codec::Submission& submission, const std::string& retry_of) {
-  pg::NewTask task = rules_.new_task(submission, std::string(request["traceparent"]));
+  ports::NewTask task = rules_.new_task(submission, std::string(request["traceparent"]));
   task.retry_of = retry_of;
-  const pg::QueueLimit limit = rules_.queue_limit();
-  const pg::ModelCheck models = rules_.model_check();
+  const ports::QueueLimit limit = rules_.queue_limit();
+  const ports::ModelCheck models = rules_.model_check();
   auto inserted = co_await store_.insert_task(task, limit, true, models);
   if (!inserted.ok())
     co_return store_unavailable(request, inserted.error());
-  const pg::InsertResult result = inserted.value();
+  const ports::InsertResult result = inserted.value();
   metrics_.task_submitted(
       metrics::SubmitSource::kHttp,
-      result.outcome == pg::InsertOutcome::kCreated    ? metrics::SubmitOutcome::kAccepted
-      : result.outcome == pg::InsertOutcome::kExisting ? metrics::SubmitOutcome::kDuplicate
-                                                       : metrics::SubmitOutcome::kRejected);
+      result.outcome == ports::InsertOutcome::kCreated    ? metrics::SubmitOutcome::kAccepted
+      : result.outcome == ports::InsertOutcome::kExisting ? metrics::SubmitOutcome::kDuplicate
+                                                          : metrics::SubmitOutcome::kRejected);
   log::TaskContext logged;  // the task's (or the refused submission's) ids in the log
   logged.task_id = result.task_id;
   logged.user_id = task.spec.user_id;
   logged.batch_id = task.spec.batch_id;
   logged.trace_id = log::trace_id_of(task.traceparent);
-  if (result.outcome == pg::InsertOutcome::kQueueFull) {
+  if (result.outcome == ports::InsertOutcome::kQueueFull) {
     metrics_.throttled(metrics::ThrottleReason::kQueueFull, 1);
     logged.task_id = {};
     log::info("api", logged, "submission refused: queue_full");
@@ -85,13 +84,13 @@ asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submi
     response.set(bhttp::field::retry_after, "5");
     co_return response;
   }
-  if (result.outcome == pg::InsertOutcome::kModelNotAllowed) {
+  if (result.outcome == ports::InsertOutcome::kModelNotAllowed) {
     logged.task_id = {};
     log::info("api", logged, "submission refused: model_not_allowed");
     co_return http::make_error(request, http::Status::forbidden, "model_not_allowed",
                                result.refusal, "/model");
   }
-  if (result.outcome == pg::InsertOutcome::kPending) {
+  if (result.outcome == ports::InsertOutcome::kPending) {
     auto response = http::make_error(
         request, http::Status::service_unavailable, "idempotency_key_pending",
         "idempotency_key is held by a task of batch '" + result.held_by_batch +
@@ -101,13 +100,13 @@ asio::awaitable<std::variant<http::Response, pg::InsertResult>> Api::store_submi
     response.set(bhttp::field::retry_after, "5");
     co_return response;
   }
-  if (result.outcome == pg::InsertOutcome::kConflict) {
+  if (result.outcome == ports::InsertOutcome::kConflict) {
     co_return http::make_error(
         request, http::Status::conflict, "idempotency_conflict",
         "idempotency_key was used with a different request for task " + result.task_id,
         "/idempotency_key");
   }
-  if (result.outcome == pg::InsertOutcome::kCreated)
+  if (result.outcome == ports::InsertOutcome::kCreated)
     log::info("api", logged, "accepted");
   co_return result;
 }
@@ -154,7 +153,7 @@ asio::awaitable<http::Response> Api::submit(http::Request& request, const Caller
   auto stored = co_await store_submission(request, submission);
   if (auto* refused = std::get_if<http::Response>(&stored))
     co_return std::move(*refused);
-  co_return stored_answer(request, std::get<pg::InsertResult>(stored));
+  co_return stored_answer(request, std::get<ports::InsertResult>(stored));
 }
 
 asio::awaitable<http::Response> Api::get_task(http::Request& request, const Caller& caller,
@@ -233,7 +232,7 @@ asio::awaitable<std::variant<http::Response, std::string>> Api::read_task(
 
 asio::awaitable<http::Response> Api::list_tasks(http::Request& request, const Caller& caller) {
   const std::string target(request.target());
-  pg::TaskListQuery query;
+  ports::TaskListQuery query;
   // Whose: the user named, else every user the caller acts for (all, for an operator's key).
   const std::string requested = http::query_param(target, "user_id").value_or("");
   if (!requested.empty()) {
@@ -256,7 +255,7 @@ asio::awaitable<http::Response> Api::list_tasks(http::Request& request, const Ca
       co_return http::make_response(request, http::Status::ok,
                                     R"({"tasks":[],"next_before":null})");
     }
-    query.batch_key = std::get<pg::BatchHeader>(found).batch_id;
+    query.batch_key = std::get<ports::BatchHeader>(found).batch_id;
   }
   auto page = co_await store_.list_tasks(query);
   if (!page.ok())
@@ -276,10 +275,10 @@ asio::awaitable<http::Response> Api::cancel_task(http::Request& request, const C
   auto outcome = co_await store_.cancel_task(task_id, config_.kafka.topics.results);
   if (!outcome.ok())
     co_return store_unavailable(request, outcome.error());
-  if (outcome.value() == pg::CancelOutcome::kUnknown)
+  if (outcome.value() == ports::CancelOutcome::kUnknown)
     co_return not_found(request, "task", task_id);
   // Ended here (it had not started): its result event is in the outbox.
-  if (outcome.value() == pg::CancelOutcome::kCancelled && wake_relay_)
+  if (outcome.value() == ports::CancelOutcome::kCancelled && wake_relay_)
     wake_relay_();
   auto body = co_await store_.task_json(task_id);
   if (!body.ok() || !body.value()) {
@@ -287,10 +286,10 @@ asio::awaitable<http::Response> Api::cancel_task(http::Request& request, const C
         request, body.ok() ? Error{ErrorKind::kTransient, "task vanished"} : body.error());
   }
   switch (outcome.value()) {
-    case pg::CancelOutcome::kAlreadyEnded:
+    case ports::CancelOutcome::kAlreadyEnded:
       co_return http::make_error(request, http::Status::conflict, "already_ended",
                                  "the task already ended; it cannot be cancelled", "/path/task_id");
-    case pg::CancelOutcome::kRequested:
+    case ports::CancelOutcome::kRequested:
       // Running: its worker stops it within worker.cancel_poll_ms.
       co_return http::make_response(request, http::Status::accepted, *body.value());
     default:
@@ -338,7 +337,7 @@ asio::awaitable<http::Response> Api::retry_one(http::Request& request, const Cal
     co_return store_unavailable(request, source.error());
   if (!source.value() || !caller.may_act_for(source.value()->user_id))
     co_return not_found(request, "task", task_id);
-  const pg::RetrySource& first = *source.value();
+  const ports::RetrySource& first = *source.value();
   if (!is_terminal(first.status)) {
     co_return http::make_error(request, http::Status::conflict, "task_not_ended",
                                "task " + task_id + " is " + std::string(to_string(first.status)) +
@@ -376,7 +375,7 @@ asio::awaitable<http::Response> Api::retry_one(http::Request& request, const Cal
   auto stored = co_await store_submission(request, submission, task_id);
   if (auto* refused = std::get_if<http::Response>(&stored))
     co_return std::move(*refused);
-  co_return stored_answer(request, std::get<pg::InsertResult>(stored));
+  co_return stored_answer(request, std::get<ports::InsertResult>(stored));
 }
 
 }  // namespace agentfleet::dispatcher

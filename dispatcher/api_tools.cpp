@@ -10,9 +10,6 @@
 
 #include "core/adapters/http/tool_client.hpp"
 #include "core/adapters/log.hpp"
-#include "core/adapters/pg/directory_store.hpp"
-#include "core/adapters/pg/submission_store.hpp"
-#include "core/adapters/pg/usage_store.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/codec/plan_codec.hpp"
 #include "core/codec/tool_call_check.hpp"
@@ -84,7 +81,7 @@ asio::awaitable<Result<config::Permission>> Api::permission_of(const std::string
   if (!row.ok())
     co_return row.error();
   // The rule the worker applies to a task's tool calls.
-  const pg::UserOverrides overrides = row.value().value_or(pg::UserOverrides{user_id});
+  const ports::UserOverrides overrides = row.value().value_or(ports::UserOverrides{user_id});
   co_return config_.limits_for(overrides).tool_permission;
 }
 
@@ -159,7 +156,7 @@ asio::awaitable<http::Response> Api::call_tool(http::Request& request, const Cal
   auto refusal = codec::check_tool_call(
       call, permitted, schema != tool_schemas_.end() ? schema->second.get() : nullptr);
 
-  pg::ToolAuditEntry entry{
+  ports::ToolAuditEntry entry{
       caller.name,
       user_id,
       tool->name,
@@ -230,7 +227,7 @@ asio::awaitable<http::Response> Api::call_tool(http::Request& request, const Cal
 
 asio::awaitable<http::Response> Api::stats(http::Request& request, const Caller& caller) {
   const std::string target(request.target());
-  pg::StatsQuery query;
+  ports::StatsQuery query;
   if (auto user = http::query_param(target, "user_id"); user && !user->empty()) {
     if (auto refused = check_query_user(request, caller, *user))
       co_return std::move(*refused);
@@ -308,7 +305,7 @@ asio::awaitable<http::Response> Api::plan(http::Request& request, const Caller& 
   auto stored = co_await store_submission(request, submission);
   if (auto* refused = std::get_if<http::Response>(&stored))
     co_return std::move(*refused);
-  const std::string task_id = std::get<pg::InsertResult>(stored).task_id;
+  const std::string task_id = std::get<ports::InsertResult>(stored).task_id;
 
   const int wait_s = body.HasMember("wait_s") ? body["wait_s"].GetInt() : 30;
   auto read = co_await read_task(request, caller, task_id, wait_s);

@@ -5,7 +5,6 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include "core/adapters/pg/usage_store.hpp"
 #include "dispatcher/api_responses.hpp"
 #include "dispatcher/user_limits.hpp"
 
@@ -28,7 +27,7 @@ asio::awaitable<http::Response> Api::usage(http::Request& request, const Caller&
 asio::awaitable<http::Response> Api::usage_of(http::Request& request,
                                               std::optional<std::string> user_id) {
   const std::string target(request.target());
-  pg::UsageQuery query;
+  ports::UsageQuery query;
   query.user_id = user_id.value_or("");
   if (auto bad = read_time_window(request, &query.from, &query.to))
     co_return std::move(*bad);
@@ -63,7 +62,7 @@ asio::awaitable<http::Response> Api::limits(http::Request& request, const Caller
       co_return http::make_error(request, http::Status::bad_request, "invalid_request",
                                  violation->message, violation->path);
     }
-    const pg::UserOverrides overrides = std::get<pg::UserOverrides>(parsed);
+    const ports::UserOverrides overrides = std::get<ports::UserOverrides>(parsed);
     auto put = co_await store_.put_user_overrides(overrides);
     if (!put.ok())
       co_return store_unavailable(request, put.error());
@@ -73,7 +72,7 @@ asio::awaitable<http::Response> Api::limits(http::Request& request, const Caller
   auto row = co_await store_.get_user_overrides(user_id);
   if (!row.ok())
     co_return store_unavailable(request, row.error());
-  const pg::UserOverrides overrides = row.value().value_or(pg::UserOverrides{user_id});
+  const ports::UserOverrides overrides = row.value().value_or(ports::UserOverrides{user_id});
   co_return http::make_response(
       request, http::Status::ok,
       limits_json(user_id, effective_limits(config_, overrides), row.value()));

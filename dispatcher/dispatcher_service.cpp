@@ -221,7 +221,8 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
   // The scheduler hears of new work from the commits that made it (NOTIFY agentfleet_work:
   // a submission, a moved batch, a limits change), on whichever replica they were made: a
   // wake-up of its own here too would cost every submission a second pass.
-  Api api(config, db, metrics, feed, console, &completions, wake_relay);
+  pg::ApiStore store(db);
+  Api api(config, store, metrics, feed, console, &completions, wake_relay);
 
   // Submissions from upstream services over Kafka, validated and stored like the API's.
   SubmitIngest ingest(io, config, db, producer, metrics);
@@ -271,14 +272,14 @@ int run_dispatcher(const config::Config& config, ConsoleFiles console) {
   // Whether commits wait for a synchronous standby: read (and logged) at start, then at
   // each readiness probe; its gauge shows the last reading.
   registry.add_render_hook([&] {
-    if (auto replication = api.replication().last())
+    if (auto replication = store.replication().last())
       db_metrics.set_synchronous_replication(replication->synchronous);
   });
   asio::co_spawn(io, api.count_gauges_now(), asio::detached);
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        auto read = co_await api.replication().check(db);
+        auto read = co_await store.check_replication();
         if (!read.ok())
           log::warn("dispatcher",
                     "postgres: replication not read at start: " + read.error().message);

@@ -42,19 +42,20 @@ std::optional<codec::SchemaViolation> SubmissionRules::check(const TaskSpec& spe
   return check_references(config_, spec);
 }
 
-pg::NewTask SubmissionRules::new_task(codec::Submission submission,
-                                      std::string_view incoming) const {
+ports::NewTask SubmissionRules::new_task(codec::Submission submission,
+                                         std::string_view incoming) const {
   std::string task_id = new_task_id();
   std::string traceparent = traceparent_for(incoming, codec::task_span_id(task_id));
-  pg::NewTask task{std::move(submission.spec), std::move(submission.canonical),
-                   std::move(traceparent)};
+  ports::NewTask task{std::move(submission.spec), std::move(submission.canonical),
+                      std::move(traceparent)};
   task.spec.task_id = std::move(task_id);
   return task;
 }
 
-pg::NewTask SubmissionRules::batch_task(codec::Submission submission,
-                                        const std::string& batch_traceparent) const {
-  pg::NewTask task{std::move(submission.spec), std::move(submission.canonical), batch_traceparent};
+ports::NewTask SubmissionRules::batch_task(codec::Submission submission,
+                                           const std::string& batch_traceparent) const {
+  ports::NewTask task{std::move(submission.spec), std::move(submission.canonical),
+                      batch_traceparent};
   task.spec.task_id = new_task_id();
   return task;
 }
@@ -69,11 +70,11 @@ void SubmissionRules::key_by_origin(TaskSpec& spec, std::string_view origin) {
     spec.idempotency_key = "kafka:" + std::string(origin);
 }
 
-pg::QueueLimit SubmissionRules::queue_limit() const {
+ports::QueueLimit SubmissionRules::queue_limit() const {
   return dispatcher::queue_limit(config_);
 }
 
-pg::ModelCheck SubmissionRules::model_check() const {
+ports::ModelCheck SubmissionRules::model_check() const {
   return dispatcher::model_check(config_);
 }
 

@@ -14,10 +14,10 @@
 #include <string_view>
 #include <variant>
 
-#include "core/adapters/pg/submission_store.hpp"
 #include "core/codec/task_codec.hpp"
 #include "core/config/config.hpp"
 #include "core/domain/task.hpp"
+#include "core/ports/api_store.hpp"
 
 namespace agentfleet::dispatcher {
 
@@ -39,10 +39,11 @@ class SubmissionRules {
 
   // A new task to insert, with an id of its own. Its trace continues `incoming` (a caller's
   // W3C traceparent) when that is valid, else starts at the task's own span.
-  pg::NewTask new_task(codec::Submission submission, std::string_view incoming) const;
+  ports::NewTask new_task(codec::Submission submission, std::string_view incoming) const;
   // A task of a batch upload: every task of the upload carries the upload's trace context
   // (batch_traceparent).
-  pg::NewTask batch_task(codec::Submission submission, const std::string& batch_traceparent) const;
+  ports::NewTask batch_task(codec::Submission submission,
+                            const std::string& batch_traceparent) const;
   // A batch upload's trace context: `incoming` continued, else a new trace rooted at the
   // batch's span.
   static std::string batch_traceparent(std::string_view incoming, std::string_view batch_id);
@@ -53,8 +54,8 @@ class SubmissionRules {
 
   // The limits an insert is held to: the user's queue (max_queued of their tier, or their
   // override), and the models of their tier.
-  pg::QueueLimit queue_limit() const;
-  pg::ModelCheck model_check() const;
+  ports::QueueLimit queue_limit() const;
+  ports::ModelCheck model_check() const;
 
  private:
   const config::Config& config_;

@@ -27,7 +27,7 @@ std::optional<std::string> text_problem(std::string_view text, std::size_t max_b
 }  // namespace
 
 bool scope_task_search(const Caller& caller, const std::string& requested,
-                       pg::TaskListQuery& query) {
+                       ports::TaskListQuery& query) {
   query.user_id.clear();
   query.users.clear();
   if (!requested.empty()) {
@@ -44,7 +44,8 @@ bool scope_task_search(const Caller& caller, const std::string& requested,
   return !caller.users.empty();
 }
 
-std::optional<SearchProblem> read_task_search(std::string_view target, pg::TaskListQuery& query) {
+std::optional<SearchProblem> read_task_search(std::string_view target,
+                                              ports::TaskListQuery& query) {
   auto param = [&](std::string_view name) { return http::query_param(target, name).value_or(""); };
   query.status = param("status");
   if (!query.status.empty() && !parse_task_status(query.status))
@@ -95,7 +96,7 @@ std::optional<SearchProblem> read_task_search(std::string_view target, pg::TaskL
   return std::nullopt;
 }
 
-std::string task_page_json(const pg::TaskListPage& page) {
+std::string task_page_json(const ports::TaskListPage& page) {
   std::string out = "{\"tasks\":" + page.tasks + ",\"next_before\":";
   out += page.last.empty() ? "null" : "\"" + page.last + "\"";
   if (page.count >= 0) {

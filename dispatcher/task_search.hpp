@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/adapters/pg/submission_store.hpp"
+#include "core/ports/api_store.hpp"
 #include "dispatcher/auth.hpp"
 
 namespace agentfleet::dispatcher {
@@ -26,14 +26,14 @@ struct SearchProblem {
 // first that the caller acts for them), else every user the caller acts for: every user's for
 // an admin key or one acting for any user. False: nobody's (a key acting for no user).
 bool scope_task_search(const Caller& caller, const std::string& requested,
-                       pg::TaskListQuery& query);
+                       ports::TaskListQuery& query);
 
 // Reads the filters of `target` into `query`; the first problem found, or nullopt.
-std::optional<SearchProblem> read_task_search(std::string_view target, pg::TaskListQuery& query);
+std::optional<SearchProblem> read_task_search(std::string_view target, ports::TaskListQuery& query);
 
 // The answer: {"tasks": [...], "next_before": the id to ask `before` for the next page, or
 // null on the last page, and with count=true "total" (the matches, up to kCountUpTo) and
 // "total_capped" (more than that match)}.
-std::string task_page_json(const pg::TaskListPage& page);
+std::string task_page_json(const ports::TaskListPage& page);
 
 }  // namespace agentfleet::dispatcher

@@ -19,28 +19,28 @@ void key_string(Writer& w, const char* key, std::string_view value) {
 }
 }  // namespace
 
-EffectiveLimits effective_limits(const config::Config& config, const pg::UserOverrides& o) {
+EffectiveLimits effective_limits(const config::Config& config, const ports::UserOverrides& o) {
   const config::UserTierLimits* tier = config.tier_for(o.tier);
   return EffectiveLimits{tier ? tier->tier : config.task_defaults.tier, config.limits_for(o)};
 }
 
-pg::QueueLimit queue_limit(const config::Config& config) {
+ports::QueueLimit queue_limit(const config::Config& config) {
   return [&config](const std::string& tier, std::optional<int> max_queued) {
-    pg::UserOverrides o;
+    ports::UserOverrides o;
     o.tier = tier;
     o.max_queued = max_queued;
     return config.limits_for(o).max_queued;
   };
 }
 
-pg::ModelCheck model_check(const config::Config& config) {
+ports::ModelCheck model_check(const config::Config& config) {
   return [&config](const std::string& tier, const std::string& model) {
     return config.model_refusal(tier, model);
   };
 }
 
 std::string limits_json(const std::string& user_id, const EffectiveLimits& e,
-                        const std::optional<pg::UserOverrides>& overrides) {
+                        const std::optional<ports::UserOverrides>& overrides) {
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
   w.StartObject();
@@ -64,7 +64,7 @@ std::string limits_json(const std::string& user_id, const EffectiveLimits& e,
   w.Key("overrides");
   w.StartObject();
   if (overrides) {
-    const pg::UserOverrides& o = *overrides;
+    const ports::UserOverrides& o = *overrides;
     if (!o.tier.empty())
       key_string(w, "tier", o.tier);
     if (o.max_concurrency) {
@@ -93,14 +93,14 @@ std::string limits_json(const std::string& user_id, const EffectiveLimits& e,
   return std::string(buffer.GetString(), buffer.GetSize());
 }
 
-std::variant<pg::UserOverrides, codec::SchemaViolation> parse_limits_body(
+std::variant<ports::UserOverrides, codec::SchemaViolation> parse_limits_body(
     const config::Config& config, const std::string& user_id, std::string_view body) {
   rapidjson::Document doc;
   if (!codec::parse_json(doc, body))
     return codec::SchemaViolation{"/", "the body is not valid JSON (UTF-8, nesting at most 64)"};
   if (!doc.IsObject())
     return codec::SchemaViolation{"/", "expected a JSON object of limit overrides"};
-  pg::UserOverrides o;
+  ports::UserOverrides o;
   o.user_id = user_id;
   // A positive integer up to `max`, or null (no override).
   auto positive = [](const rapidjson::Value& v, std::int64_t max) -> std::optional<std::int64_t> {

@@ -41,6 +41,7 @@
 #include "core/adapters/http/server.hpp"
 #include "core/adapters/metrics/dispatcher_metrics.hpp"
 #include "core/adapters/metrics/metrics_registry.hpp"
+#include "core/adapters/pg/api_store.hpp"
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/codec/json_text.hpp"
 #include "core/config/config.hpp"
@@ -94,6 +95,7 @@ struct Fixture {
   std::unique_ptr<agentfleet::metrics::MetricsRegistry> registry;
   std::unique_ptr<agentfleet::metrics::DispatcherMetrics> metrics;
   std::unique_ptr<agentfleet::pg::DbPool> db;
+  std::unique_ptr<agentfleet::pg::ApiStore> store;
   std::unique_ptr<dispatcher::TaskFeed> feed;
   std::unique_ptr<dispatcher::Api> api;
 };
@@ -119,8 +121,9 @@ Fixture* make_fixture() {
   f->registry = std::make_unique<agentfleet::metrics::MetricsRegistry>();
   f->metrics = std::make_unique<agentfleet::metrics::DispatcherMetrics>(*f->registry, f->api_keys);
   f->db = std::make_unique<agentfleet::pg::DbPool>(f->api_keys.postgres.url, 1, 1000, 1);
+  f->store = std::make_unique<agentfleet::pg::ApiStore>(*f->db);
   f->feed = std::make_unique<dispatcher::TaskFeed>(f->io, f->none, nullptr);
-  f->api = std::make_unique<dispatcher::Api>(f->none, *f->db, *f->metrics, *f->feed);
+  f->api = std::make_unique<dispatcher::Api>(f->none, *f->store, *f->metrics, *f->feed);
   return f;
 }
 

@@ -36,7 +36,7 @@ billing:
 // The store in memory: a batch row, its staged tasks, the queue; each call can be made to fail.
 class FakeUploadStore final : public BatchUploadStore {
  public:
-  pg::QueueRoom queue_room(const std::string& user_id) override {
+  ports::QueueRoom queue_room(const std::string& user_id) override {
     calls.push_back("room " + user_id);
     maybe_fail("room");
     return room;
@@ -52,7 +52,7 @@ class FakeUploadStore final : public BatchUploadStore {
     maybe_fail("renew");
     return !expired;
   }
-  pg::Added add(std::vector<pg::NewTask>& tasks) override {
+  pg::Added add(std::vector<ports::NewTask>& tasks) override {
     calls.push_back("add " + std::to_string(tasks.size()));
     maybe_fail("add");
     if (next_added) {
@@ -61,7 +61,7 @@ class FakeUploadStore final : public BatchUploadStore {
       return a;
     }
     pg::Added a;
-    for (const pg::NewTask& t : tasks) {
+    for (const ports::NewTask& t : tasks) {
       const std::string& key = t.spec.idempotency_key;
       if (!key.empty() && keys.count(key))
         continue;
@@ -102,7 +102,7 @@ class FakeUploadStore final : public BatchUploadStore {
   }
 
   std::vector<std::string> calls;
-  pg::QueueRoom room{0, 10000};
+  ports::QueueRoom room{0, 10000};
   bool batch_taken = false, created = false, expired = false, sealed = false;
   std::string fail;  // the call that throws
   std::optional<pg::Added> next_added;
@@ -126,7 +126,7 @@ struct Harness {
   std::optional<BatchUpload> upload;
 
   BatchUpload& start(std::string user_id = "u1", std::size_t slice = 2,
-                     std::optional<pg::QueueRoom> room = std::nullopt) {
+                     std::optional<ports::QueueRoom> room = std::nullopt) {
     BatchUploadOptions o;
     o.batch_id = "b-1";
     o.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
@@ -162,7 +162,7 @@ struct Harness {
 
 TEST(BatchUpload, LinesAreStagedASliceAtATimeSealedAndMovedIntoTheQueue) {
   Harness h;
-  BatchUpload& up = h.start("u1", 2, pg::QueueRoom{0, 10000});
+  BatchUpload& up = h.start("u1", 2, ports::QueueRoom{0, 10000});
   h.send({line("u1", "一"), "", line("u1", "二"), line("u1", "三")});
   EXPECT_EQ(h.store.calls, (std::vector<std::string>{"create u1", "add 2"}))
       << "the room was read before the body (the query named the user)";
@@ -183,7 +183,7 @@ TEST(BatchUpload, LinesAreStagedASliceAtATimeSealedAndMovedIntoTheQueue) {
 
 TEST(BatchUpload, AUserNamedByTheFirstLineHasTheirRoomReadAndTheirPlaceClaimed) {
   Harness h;
-  h.store.room = pg::QueueRoom{9999, 10000};
+  h.store.room = ports::QueueRoom{9999, 10000};
   BatchUpload& up = h.start(/*user_id=*/"");
   h.send({line("u7", "一"), line("u7", "二")});
   EXPECT_EQ(h.claimed, (std::vector<std::string>{"u7"}));

@@ -147,14 +147,14 @@ TEST(DispatcherAuth, WithoutAnAuthSectionEveryRequestIsRefused) {
 
 TEST(UserLimits, TierDefaultsWithTheUsersOverridesFieldByField) {
   const auto config = config_with("");
-  pg::UserOverrides none;
+  ports::UserOverrides none;
   auto standard = effective_limits(config, none);
   EXPECT_EQ(standard.tier, "standard");
   EXPECT_EQ(standard.limits.max_concurrency, 5);
   EXPECT_EQ(standard.limits.weight, 2);
   EXPECT_EQ(standard.limits.monthly_budget_micros, 0);
 
-  pg::UserOverrides free_user;
+  ports::UserOverrides free_user;
   free_user.tier = "free";
   free_user.requests_per_minute = 60;
   auto free_limits = effective_limits(config, free_user);
@@ -166,7 +166,7 @@ TEST(UserLimits, TierDefaultsWithTheUsersOverridesFieldByField) {
   EXPECT_EQ(free_limits.limits, config.limits_for(free_user)) << "what the scheduler applies";
 
   // A tier the configuration no longer has falls back to the default tier.
-  pg::UserOverrides gone;
+  ports::UserOverrides gone;
   gone.tier = "platinum";
   EXPECT_EQ(effective_limits(config, gone).tier, "standard");
 
@@ -180,8 +180,8 @@ TEST(UserLimits, TheLimitsBodyIsCheckedFieldByFieldWithItsPath) {
   auto ok = parse_limits_body(
       config, "alice",
       R"({"tier":"free","max_concurrency":3,"tokens_per_minute":5000000000,"monthly_budget":"12.5","tool_permission":"execute","max_queued":null})");
-  ASSERT_TRUE(std::holds_alternative<pg::UserOverrides>(ok));
-  const auto& o = std::get<pg::UserOverrides>(ok);
+  ASSERT_TRUE(std::holds_alternative<ports::UserOverrides>(ok));
+  const auto& o = std::get<ports::UserOverrides>(ok);
   EXPECT_EQ(o.user_id, "alice");
   EXPECT_EQ(o.tier, "free");
   EXPECT_EQ(o.max_concurrency, 3);
@@ -216,7 +216,7 @@ TEST(UserLimits, TheLimitsBodyIsCheckedFieldByFieldWithItsPath) {
 
 TEST(UserLimits, TheLimitsJsonShowsEffectiveValuesAndOnlyTheOverridesSet) {
   const auto config = config_with("");
-  pg::UserOverrides o;
+  ports::UserOverrides o;
   o.user_id = "alice";
   o.max_concurrency = 9;
   const std::string json = limits_json("alice", effective_limits(config, o), o);

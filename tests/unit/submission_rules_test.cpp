@@ -92,13 +92,13 @@ TEST(SubmissionRules, ANewTaskHasAnIdOfItsOwnAndContinuesTheCallersTraceOrStarts
   const SubmissionRules rules(config);
   const codec::Submission s = parsed(rules, R"({"user_id":"u1","text":"x"})");
   const std::string given = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-  const pg::NewTask continued = rules.new_task(s, given);
+  const ports::NewTask continued = rules.new_task(s, given);
   EXPECT_TRUE(is_v4_uuid(continued.spec.task_id)) << continued.spec.task_id;
   EXPECT_EQ(continued.traceparent, given);
   EXPECT_EQ(continued.spec.user_id, "u1");
   EXPECT_EQ(continued.canonical, s.canonical);
 
-  const pg::NewTask started = rules.new_task(s, "not a traceparent");
+  const ports::NewTask started = rules.new_task(s, "not a traceparent");
   EXPECT_NE(started.spec.task_id, continued.spec.task_id);
   EXPECT_FALSE(log::trace_id_of(started.traceparent).empty()) << started.traceparent;
   // The new trace's parent is the span the exporter makes the root of the task's trace.
@@ -113,7 +113,7 @@ TEST(SubmissionRules, ABatchsTasksShareTheUploadsTraceEachWithAnIdOfItsOwn) {
   EXPECT_EQ(trace.substr(36, 16), codec::batch_span_id("b-1"));
   std::set<std::string> ids;
   for (int i = 0; i < 3; ++i) {
-    const pg::NewTask task =
+    const ports::NewTask task =
         rules.batch_task(parsed(rules, R"({"user_id":"u1","text":"x"})"), trace);
     EXPECT_EQ(task.traceparent, trace);
     EXPECT_TRUE(is_v4_uuid(task.spec.task_id));
@@ -137,11 +137,11 @@ TEST(SubmissionRules, ATopicSubmissionWithoutAKeyIsKeyedByWhereItWasFirstRead) {
 TEST(SubmissionRules, AnInsertIsHeldToTheUsersTierQueueAndModels) {
   const auto config = test_config();
   const SubmissionRules rules(config);
-  const pg::QueueLimit limit = rules.queue_limit();
+  const ports::QueueLimit limit = rules.queue_limit();
   EXPECT_EQ(limit("", std::nullopt), 500);  // no override: task_defaults.tier
   EXPECT_EQ(limit("free", std::nullopt), 20);
   EXPECT_EQ(limit("free", 7), 7);
-  const pg::ModelCheck models = rules.model_check();
+  const ports::ModelCheck models = rules.model_check();
   EXPECT_EQ(models("free", "m1"), "");
   EXPECT_NE(models("free", "m2"), "");
   EXPECT_EQ(models("standard", "m2"), "");

@@ -20,7 +20,7 @@ Caller acting_for(std::vector<std::string> users, bool admin = false) {
 }
 
 TEST(TaskSearch, AnOperatorSearchesEveryUserAndOthersTheirOwn) {
-  pg::TaskListQuery query;
+  ports::TaskListQuery query;
   ASSERT_TRUE(scope_task_search(acting_for({}, /*admin=*/true), "", query));
   EXPECT_EQ(query.user_id, "");
   EXPECT_TRUE(query.users.empty()) << "every user's";
@@ -41,7 +41,7 @@ TEST(TaskSearch, AnOperatorSearchesEveryUserAndOthersTheirOwn) {
 }
 
 TEST(TaskSearch, EveryFilterIsReadFromTheQuery) {
-  pg::TaskListQuery query;
+  ports::TaskListQuery query;
   const auto problem = read_task_search(
       "/v1/tasks?status=succeeded&result_type=error&error_code=model_unavailable"
       "&model=sim-model&session_id=s1&q=%E5%91%A8%E4%BC%9A&since=2026-11-01"
@@ -61,7 +61,7 @@ TEST(TaskSearch, EveryFilterIsReadFromTheQuery) {
   EXPECT_EQ(query.before, "0b7f9a0e-3f6c-4d1a-9a51-2c8d6f1e0a11");
   EXPECT_GT(query.count_up_to, kCountUpTo) << "one more than shown, to tell a capped count";
 
-  pg::TaskListQuery plain;
+  ports::TaskListQuery plain;
   ASSERT_FALSE(read_task_search("/v1/tasks", plain));
   EXPECT_EQ(plain.limit, 50);
   EXPECT_EQ(plain.count_up_to, 0) << "not counted unless asked";
@@ -84,7 +84,7 @@ TEST(TaskSearch, EachBadFilterIsRefusedByItsName) {
       {"count=yes", "/query/count"},
   };
   for (const auto& [params, path] : bad) {
-    pg::TaskListQuery query;
+    ports::TaskListQuery query;
     const auto problem = read_task_search("/v1/tasks?" + params, query);
     ASSERT_TRUE(problem) << params;
     EXPECT_EQ(problem->path, path) << params;
@@ -93,7 +93,7 @@ TEST(TaskSearch, EachBadFilterIsRefusedByItsName) {
 }
 
 TEST(TaskSearch, APageNamesItsNextCursorAndItsCount) {
-  pg::TaskListPage page;
+  ports::TaskListPage page;
   page.tasks = "[]";
   EXPECT_EQ(task_page_json(page), R"({"tasks":[],"next_before":null})");
   page.last = "0b7f9a0e-3f6c-4d1a-9a51-2c8d6f1e0a11";

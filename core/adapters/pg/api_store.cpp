@@ -155,4 +155,8 @@ Awaitable<FleetCounts> ApiStore::fleet_counts() {
   });
 }
 
+Awaitable<ReplicationState> ApiStore::check_replication() {
+  co_return co_await replication_.check(db_);
+}
+
 }  // namespace agentfleet::pg

@@ -28,11 +28,7 @@
 
 namespace agentfleet::pg {
 
-struct BatchHeader {
-  std::string batch_id;  // the batches row's key (batch_name() of it is what a user sees)
-  std::string user_id;
-  Priority priority = Priority::kBatch;
-};
+using ports::BatchHeader;
 
 // How seal() went.
 enum class SealOutcome {
@@ -129,12 +125,7 @@ class BatchWriter {
 std::vector<BatchHeader> find_batches(pqxx::connection& c, const std::string& name,
                                       const std::string& user_id, int limit);
 
-// GET /v1/batches: batches there to be read, the newest first.
-struct BatchListQuery {
-  std::vector<std::string> users;  // of these users; empty: of every user
-  int limit = 20;
-  std::string before;  // an RFC 3339 time: only batches created before it; empty: the newest
-};
+using ports::BatchListQuery;
 // The page as a JSON array: each batch as GET /v1/batches/{id} shows it but its usage and
 // waiting reason (its id, user, priority, total, created and cancelled times, counts per
 // status and per result type, ended).
@@ -145,12 +136,7 @@ std::string list_batches(pqxx::connection& c, const BatchListQuery& query);
 // such batch.
 std::optional<std::string> batch_json(pqxx::connection& c, const std::string& batch_id);
 
-// Where a page of a batch's results starts: after the task of this line and id (an upload's
-// task stored before schema version 31 has no line: 0). Empty task id: from the start.
-struct ResultsCursor {
-  std::int64_t line = 0;
-  std::string task_id;
-};
+using ports::ResultsCursor;
 
 // One page of GET /v1/batches/{id}/results: each task as one JSON line (with "\n"), in the
 // order of the upload's lines (then of task ids: the tasks stored without a line come

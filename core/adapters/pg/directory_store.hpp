@@ -9,13 +9,11 @@
 #include <optional>
 #include <string>
 
+#include "core/ports/api_store.hpp"
+
 namespace agentfleet::pg {
 
-struct StatsQuery {
-  std::string user_id;  // empty: every user
-  std::string from;     // created at or after (a date or RFC 3339 time); empty: no bound
-  std::string to;       // created before; empty: no bound
-};
+using ports::StatsQuery;
 
 // {"tasks", "ended", "by_status": {...}, "success_rate" (succeeded / ended, null when none
 // ended), "by_result_type": {...}, "by_strategy": {"react", "plan_execute", "default"},
@@ -29,15 +27,7 @@ std::string stats_json(pqxx::connection& c, const StatsQuery& query);
 // {"interactive", "batch"}, "in_flight"} (sql/liveness.sql, fleet_view).
 std::string fleet_json(pqxx::connection& c);
 
-struct ToolAuditEntry {
-  std::string caller;
-  std::string user_id;
-  std::string tool;
-  std::string arguments_json;  // the arguments as given (a JSON object)
-  std::string idempotency_key;
-  std::string outcome;  // pending, ok, error, refused, invalid_arguments
-  std::string error;
-};
+using ports::ToolAuditEntry;
 
 // Inserts the row; its id.
 std::int64_t insert_tool_audit(pqxx::connection& c, const ToolAuditEntry& entry);

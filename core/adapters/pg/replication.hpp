@@ -20,6 +20,7 @@
 
 #include "core/adapters/pg/db_pool.hpp"
 #include "core/domain/error.hpp"
+#include "core/ports/api_store.hpp"
 
 namespace agentfleet::pg {
 
@@ -33,11 +34,7 @@ struct ReplicationSettings {
   std::int64_t standbys_hidden = 0;
 };
 
-struct ReplicationState {
-  bool synchronous = false;  // the session's commits wait for a synchronous standby
-  std::string detail;        // why, in a sentence, for the log and /readyz
-  bool operator==(const ReplicationState&) const = default;
-};
+using ports::ReplicationState;
 
 ReplicationState judge_replication(const ReplicationSettings& settings);
 

@@ -19,42 +19,19 @@
 #include <vector>
 
 #include "core/domain/task.hpp"
+#include "core/ports/api_store.hpp"
 
 namespace agentfleet::pg {
 
 // ---- a submission ---------------------------------------------------------------
 
-struct NewTask {
-  TaskSpec spec;  // task_id set by the caller
-  std::string canonical;
-  std::string traceparent;
-  bool staged = false;   // a batch upload's task, held out of the queue until it is sealed
-  std::string retry_of;  // the task this one retries (POST /v1/tasks/{id}/retry); "" for none
-  std::int64_t batch_line = 0;  // its line of a batch upload (/line/N, from 1); 0 for none
-};
+using ports::InsertOutcome;
+using ports::InsertResult;
+using ports::ModelCheck;
+using ports::NewTask;
+using ports::QueueLimit;
+using ports::QueueRoom;
 
-// A user's queue limit from their overrides in user_limits: `tier` (empty when none) and
-// `max_queued` (nullopt when none). Empty function: no limit.
-using QueueLimit = std::function<int(const std::string& tier, std::optional<int> max_queued)>;
-// Why a user of `tier` (empty when they have no override) may not run `model`; empty when
-// they may. Empty function: every model.
-using ModelCheck = std::function<std::string(const std::string& tier, const std::string& model)>;
-struct QueueRoom {
-  std::int64_t queued = 0;  // counted up to max_queued + 1
-  int max_queued = 0;
-};
-
-// kPending: the idempotency key is held by a task of a batch upload under way (staged);
-// nothing is stored, and the same submission later gets kExisting, kConflict or kCreated.
-enum class InsertOutcome { kCreated, kExisting, kConflict, kQueueFull, kModelNotAllowed, kPending };
-struct InsertResult {
-  InsertOutcome outcome = InsertOutcome::kCreated;
-  std::string task_id;        // the new task, or the one the idempotency key already names
-  QueueRoom room;             // set for kQueueFull
-  std::string task_json;      // with_json: the task as the API shows it (not for kQueueFull)
-  std::string refusal;        // kModelNotAllowed: why
-  std::string held_by_batch;  // kPending: the batch whose upload holds the key
-};
 // What submissions believe of users' overrides (tier, max_queued) before they ask: a
 // submission derives its queue limit and model check from the belief, and the statement
 // that stores it checks the belief under the user's lock, storing nothing when it is wrong
@@ -113,40 +90,19 @@ QueueRoom queue_room(pqxx::work& tx, const std::string& user_id, const QueueLimi
 // The parent a submission names (`parent_id`), or its session's latest task (`session_id`,
 // when `parent_id` is empty), among `user_id`'s tasks; nullopt when there is none. A task
 // with `idempotency_key` (the submission itself, sent again) is not its own parent.
-struct ParentRef {
-  std::string task_id;
-  TaskStatus status = TaskStatus::kQueued;
-};
+using ports::ParentRef;
 std::optional<ParentRef> find_parent(pqxx::connection& c, const std::string& user_id,
                                      const std::string& parent_id, const std::string& session_id,
                                      const std::string& idempotency_key = {});
 
 // ---- replayed dead letters (migration 0024) -----------------------------------------
 
-// A replayed dead letter that reached the store: the letter (on the dead-letter topic),
-// the replayed message that carried it back, and the task it made or found.
-struct ReplayRecord {
-  std::string letter_topic;
-  std::int32_t letter_partition = 0;
-  std::int64_t letter_offset = 0;
-  std::string replay_topic;
-  std::int32_t replay_partition = 0;
-  std::int64_t replay_offset = 0;
-  std::string task_id;
-  bool created = false;  // false: it found the task an earlier replay (or submission) made
-};
+using ports::ReplayRecord;
 // Written once per replayed message (a message read twice does not count twice).
 void record_replay(pqxx::connection& c, const ReplayRecord& record);
 
-// What the replays of one letter came to: the task, when the first reached the store, how
-// many did and how many of those made the task (0 or 1 when all went as keyed).
-struct LetterReplays {
-  std::string task_id;
-  std::string first_at;  // RFC 3339, UTC
-  int stored = 0;
-  int created = 0;
-};
-using LetterAt = std::pair<std::int32_t, std::int64_t>;  // partition, offset
+using ports::LetterAt;
+using ports::LetterReplays;
 // Of the letters of `letter_topic` at `letters`, those some replay of reached the store.
 std::map<LetterAt, LetterReplays> letter_replays(pqxx::connection& c,
                                                  const std::string& letter_topic,
@@ -154,21 +110,10 @@ std::map<LetterAt, LetterReplays> letter_replays(pqxx::connection& c,
 
 // ---- the API's reads and writes of a task ------------------------------------------
 
-// What a retry copies of a task: its user and status, the canonical form of its request
-// (codec::parse_submission reads it back), the parent it followed ("" for none).
-struct RetrySource {
-  std::string user_id;
-  TaskStatus status = TaskStatus::kQueued;
-  std::string canonical;
-  std::string parent_task_id;
-};
+using ports::RetrySource;
 std::optional<RetrySource> retry_source(pqxx::connection& c, const std::string& task_id);
 
-// A task's id and user (short ids: the tasks a prefix may stand for).
-struct TaskOwner {
-  std::string task_id;
-  std::string user_id;
-};
+using ports::TaskOwner;
 // The tasks with ids from `first` to `last` (uuids), in id order, at most `limit`.
 std::vector<TaskOwner> tasks_in_id_range(pqxx::connection& c, const std::string& first,
                                          const std::string& last, int limit);
@@ -187,31 +132,8 @@ std::vector<std::string> ended_of_user(pqxx::connection& c, const std::string& u
 // they ran) their trace. JSON text, or nullopt.
 std::optional<std::string> task_history_json(pqxx::connection& c, const std::string& task_id);
 
-// GET /v1/tasks: a user's tasks, newest first, optionally of one status, at most `limit`,
-// created before the task `before` (a cursor: the last id of the previous page). Each item
-// is the task's summary JSON (no trace); returns the JSON array text.
-// GET /v1/tasks: the search. Each filter left empty matches every task.
-struct TaskListQuery {
-  std::string user_id;             // one user's tasks; empty: see users
-  std::vector<std::string> users;  // when user_id is empty: these users' (empty: every user's)
-  std::string status;
-  std::string batch_key;  // the tasks of this batch (its key: BatchHeader::batch_id)
-  std::string result_type;
-  std::string error_code;
-  std::string model;
-  std::string session_id;
-  std::string text;   // held in the task's text, ignoring case
-  std::string since;  // created at or after (a timestamp Postgres reads)
-  std::string until;  // created before
-  int limit = 50;
-  std::string before;   // task id; empty: from the newest
-  int count_up_to = 0;  // > 0: count the matches, up to this many
-};
-struct TaskListPage {
-  std::string tasks;        // a JSON array of summaries, newest first
-  std::string last;         // the last task id of a full page (the next page's `before`)
-  std::int64_t count = -1;  // the matches counted (up to count_up_to); -1: not counted
-};
+using ports::TaskListPage;
+using ports::TaskListQuery;
 // Throws pqxx::data_exception (kInvalid) for a time Postgres cannot read.
 TaskListPage list_tasks(pqxx::connection& c, const TaskListQuery& query);
 
@@ -219,7 +141,7 @@ TaskListPage list_tasks(pqxx::connection& c, const TaskListQuery& query);
 // dispatched and unclaimed) ends `cancelled` at once, its result event in the outbox; a
 // running task gets cancel_requested (its worker stops it within worker.cancel_poll_ms);
 // a task already ended is left as it is.
-enum class CancelOutcome { kCancelled, kRequested, kAlreadyCancelled, kAlreadyEnded, kUnknown };
+using ports::CancelOutcome;
 CancelOutcome cancel_task(pqxx::connection& c, const std::string& task_id,
                           const std::string& results_topic);
 

@@ -32,27 +32,10 @@ std::optional<UserOverrides> get_user_overrides(pqxx::connection& c, const std::
 void put_user_overrides(pqxx::connection& c, const UserOverrides& overrides,
                         KnownOverrides* known = nullptr);
 
-// Usage from the ledger per model and currency (calls, tasks, tokens, cost) and totals per
-// currency, as JSON {"models": [...], "totals": [...]}, for a user and/or a batch, or for
-// every user when both are empty (GET /v1/usage), over [from, to) (RFC 3339 timestamps;
-// empty: unbounded).
-struct UsageQuery {
-  std::string user_id;
-  std::string batch_id;
-  std::string from;
-  std::string to;
-};
+using ports::UsageQuery;
 std::string usage_json(pqxx::connection& c, const UsageQuery& query);
 
-// Tasks in each live status, queued ones by priority, for the metrics: the queued rows are
-// read once (with a backlog of 100,000 that read is most of the cost), the dispatched and
-// running ones through their partial index.
-struct LiveTaskCounts {
-  std::int64_t queued_interactive = 0;
-  std::int64_t queued_batch = 0;
-  std::int64_t dispatched = 0;
-  std::int64_t running = 0;
-};
+using ports::LiveTaskCounts;
 LiveTaskCounts count_live_tasks(pqxx::connection& c);
 // Outbox rows due for publishing (publish_after passed) and not yet published.
 std::int64_t count_due_outbox(pqxx::connection& c);
