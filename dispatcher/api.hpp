@@ -149,7 +149,8 @@ class Api {
   boost::asio::awaitable<std::variant<http::Response, ports::BatchHeader>> find_caller_batch(
       const http::Request& request, const Caller& caller, const std::string& name);
   // GET /v1/batches: the batches of ?user_id=, else of the caller's users (every user's for
-  // a key acting for any), newest first, a page of ?limit= (20) created ?before= a time.
+  // a key acting for any), newest first, a page of ?limit= (20) created ?before= a time,
+  // whose ids begin with ?prefix= when given.
   boost::asio::awaitable<http::Response> list_batches(http::Request& request, const Caller& caller);
   boost::asio::awaitable<http::Response> get_batch(http::Request& request, const Caller& caller,
                                                    std::string batch_id);

@@ -326,6 +326,16 @@ asio::awaitable<http::Response> Api::list_batches(http::Request& request, const 
     }
     query.before = *before;
   }
+  if (auto prefix = http::query_param(target, "prefix"); prefix && !prefix->empty()) {
+    if (prefix->size() > kMaxBatchIdBytes || id_problem(*prefix, kMaxBatchIdBytes)) {
+      co_return http::make_error(request, http::Status::bad_request, "invalid_request",
+                                 "prefix must be valid UTF-8 of at most " +
+                                     std::to_string(kMaxBatchIdBytes) +
+                                     " bytes without control characters",
+                                 "/query/prefix");
+    }
+    query.prefix = *prefix;
+  }
   auto page = co_await store_.list_batches(query);
   if (!page.ok())
     co_return window_query_failed(request, page.error(), "before", "/query/before");

@@ -150,6 +150,7 @@ struct BatchListQuery {
   std::vector<std::string> users;  // of these users; empty: of every user
   int limit = 20;
   std::string before;  // an RFC 3339 time: only batches created before it; empty: the newest
+  std::string prefix;  // only batches whose id (the name a user sees) begins with it; empty: any
 };
 
 // Where a page of a batch's results starts: after the task of this line and id (an upload's

@@ -723,6 +723,15 @@ TEST_F(Batches, TheListShowsBatchesNewestFirstWithTheirCountsAPageAtATime) {
       << "the next page: those created before the last shown";
   EXPECT_TRUE(list({{"batch-list-nobody"}, 20, ""}).empty());
   EXPECT_GE(list({{}, 100, ""}).size(), 3u) << "every user's";
+
+  // By the start of an id (agentctl's batch id prefixes), as written, any user's or one's.
+  EXPECT_EQ(list({{}, 20, "", name + "-a"}),
+            (std::vector<std::string>{second + ":" + name + "-a", first + ":" + name + "-a"}));
+  EXPECT_EQ(list({{first}, 20, "", name}),
+            (std::vector<std::string>{first + ":" + name + "-b", first + ":" + name + "-a"}));
+  EXPECT_TRUE(list({{}, 20, "", name + "-c"}).empty()) << "the upload under way";
+  EXPECT_TRUE(list({{}, 20, "", "LIST-" + name.substr(5)}).empty()) << "case counts";
+  EXPECT_TRUE(list({{}, 20, "", name.substr(1)}).empty()) << "the start, not a part";
 }
 
 // A batch's results name each task's line of the upload and its text, and come in the order

@@ -283,5 +283,26 @@ TEST_F(ApiOnFakeStore, AnotherUsersBatchIsNotFoundAndNothingIsRetried) {
   EXPECT_EQ(store_.inserted.size(), inserts);
 }
 
+TEST_F(ApiOnFakeStore, ABatchIsFoundByTheStartOfItsIdAmongTheBatchesOfTheKeysUsers) {
+  store_.batches = {{"nightly-1", "alice", Priority::kBatch},
+                    {"nightly-2", "bob", Priority::kBatch},
+                    {"nightly-3", "carol", Priority::kBatch},
+                    {"weekly-1", "alice", Priority::kBatch}};
+  auto found = get("/v1/batches?prefix=nightly", "team-secret");
+  ASSERT_EQ(found.result_int(), 200) << found.body();
+  ASSERT_EQ(store_.batch_lists.size(), 1u);
+  EXPECT_EQ(store_.batch_lists.back().prefix, "nightly");
+  EXPECT_EQ(store_.batch_lists.back().users, (std::vector<std::string>{"alice", "bob"}));
+  auto page = json(found);
+  ASSERT_EQ(page["batches"].Size(), 2u);  // carol's is not the team's; weekly does not begin so
+  EXPECT_STREQ(page["batches"][0]["batch_id"].GetString(), "nightly-1");
+  EXPECT_STREQ(page["batches"][1]["batch_id"].GetString(), "nightly-2");
+
+  auto bad = get("/v1/batches?prefix=night%0Aly", "team-secret");
+  EXPECT_EQ(bad.result_int(), 400) << bad.body();
+  EXPECT_STREQ(json(bad)["error"]["path"].GetString(), "/query/prefix");
+  EXPECT_EQ(store_.batch_lists.size(), 1u);
+}
+
 }  // namespace
 }  // namespace agentfleet::dispatcher

@@ -48,6 +48,7 @@ class FakeApiStore final : public ports::ApiStore {
   // What the API asked.
   int calls = 0;
   std::vector<ports::TaskListQuery> searches;
+  std::vector<ports::BatchListQuery> batch_lists;
   std::vector<ports::NewTask> inserted;  // each insert_task's task, stored or not
 
   Awaitable<ports::InsertResult> insert_task(const ports::NewTask& task, const ports::QueueLimit&,
@@ -184,6 +185,23 @@ class FakeApiStore final : public ports::ApiStore {
     co_return failed;
   }
 
+  // The batches of the query's users (all: none named) whose id begins with its prefix, in
+  // the order they were added, each as {"batch_id", "user_id"}.
+  Awaitable<std::string> list_batches(const ports::BatchListQuery& query) override {
+    if (auto refused = fail())
+      co_return *refused;
+    batch_lists.push_back(query);
+    std::string page = "[";
+    for (const auto& b : batches) {
+      const bool theirs = query.users.empty() || std::find(query.users.begin(), query.users.end(),
+                                                           b.user_id) != query.users.end();
+      if (theirs && b.batch_id.rfind(query.prefix, 0) == 0)
+        page += std::string(page.size() > 1 ? "," : "") + "{\"batch_id\":\"" + b.batch_id +
+                "\",\"user_id\":\"" + b.user_id + "\"}";
+    }
+    co_return page + "]";
+  }
+
   Awaitable<ports::ReplicationState> check_replication() override {
     if (auto refused = fail())
       co_return *refused;
@@ -223,9 +241,6 @@ class FakeApiStore final : public ports::ApiStore {
   }
   Awaitable<bool> put_user_overrides(const ports::UserOverrides&) override {
     co_return not_faked("put_user_overrides");
-  }
-  Awaitable<std::string> list_batches(const ports::BatchListQuery&) override {
-    co_return not_faked("list_batches");
   }
   Awaitable<std::optional<std::string>> batch_json(const std::string&) override {
     co_return not_faked("batch_json");

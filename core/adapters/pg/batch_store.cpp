@@ -468,8 +468,10 @@ std::string list_batches(pqxx::connection& c, const BatchListQuery& query) {
   pqxx::read_transaction tx(c);
   // Each batch's counts from the tasks_batch index (batch_id, task_id) INCLUDE (user_id,
   // status, result_type): an index-only scan of its tasks, so a page costs the tasks of its
-  // batches (batches_user serves one user's, newest first).
-  auto rows = tx.exec_params(R"SQL(
+  // batches (batches_user serves one user's, newest first). A prefix is a filter on the
+  // batches read newest first (no index serves it: batches is a row per upload).
+  auto rows =
+      tx.exec_params(R"SQL(
 SELECT coalesce(jsonb_agg(jsonb_build_object(
   'batch_id', split_part(b.batch_id, E'\x1f', 1), 'user_id', b.user_id, 'priority', b.priority,
   'total', b.total, 'cancelled', b.cancelled, 'created_at', b.created_at,
@@ -489,6 +491,7 @@ FROM (SELECT * FROM batches
         AND ($1::jsonb = '[]'::jsonb
              OR user_id = ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb))))
         AND ($2 = '' OR created_at < NULLIF($2, '')::timestamptz)
+        AND ($4 = '' OR starts_with(split_part(batch_id, E'\x1f', 1), $4))
       ORDER BY created_at DESC, batch_id DESC
       LIMIT $3) b
 CROSS JOIN LATERAL (
@@ -503,7 +506,7 @@ CROSS JOIN LATERAL (
          count(*) FILTER (WHERE result_type = 'need_clarification') AS need_clarification,
          count(*) FILTER (WHERE result_type = 'error') AS error
   FROM tasks t WHERE t.batch_id = b.batch_id AND t.user_id = b.user_id) n)SQL",
-                             json_string_array(query.users), query.before, query.limit);
+                     json_string_array(query.users), query.before, query.limit, query.prefix);
   return rows[0][0].as<std::string>();
 }
 
