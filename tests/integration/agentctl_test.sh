@@ -318,6 +318,13 @@ ctl 0 batch submit "$tmp/own.jsonl" --user "$ub" --no-follow
 [[ "$out" =~ ^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$ ]] ||
   fail "the made-up batch id is '$out'"
 has "$err" "batch $out uploaded: 1 tasks accepted"
+# A batch id may be given by its start (4 characters at least): the one batch it begins.
+own="$out"
+ctl 0 batch status "${own:0:8}"
+has "$err" "batch $own of $ub: the one batch whose id begins '${own:0:8}'"
+has "$out" "ended      "
+ctl 3 batch status "${own:0:3}"
+has "$err" "needs 4 characters at least"
 printf '{"user_id":"%s","text":"x"}\n{"user_id":"%s"}\n' "$ub" "$ub" >"$tmp/bad.jsonl"
 ctl 5 batch submit "$tmp/bad.jsonl" --user "$ub" --no-follow
 has "$err" "(at /line/2"
@@ -331,6 +338,10 @@ ctl 0 batch submit "$tmp/slow.jsonl" --user "$ub" --batch-id "$batch-slow" --no-
 [[ "$out" == "$batch-slow" ]] || fail "--no-follow printed '$out'"
 ctl 0 batch cancel "$batch-slow"
 has "$out" "batch $batch-slow cancelled"
+# A start several batches' ids share names them and does nothing.
+ctl 5 batch cancel "${batch%?}"
+has "$err" "the ids of 3 batches begin '${batch%?}': "
+has "$err" "$batch-slow ($ub)"
 deadline=$(($(now_ms) + 30000))
 until ctl 0 --json batch status "$batch-slow" && grep -q '"ended":3' <<<"$out"; do
   (($(now_ms) < deadline)) || fail "the cancelled batch did not end: $out"

@@ -8,12 +8,14 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/codec/task_codec.hpp"
 #include "core/domain/build_info.hpp"
+#include "tools/agentctl/batch_ids.hpp"
 #include "tools/agentctl/batch_progress.hpp"
 #include "tools/agentctl/dead_letters.hpp"
 #include "tools/agentctl/options.hpp"
@@ -351,6 +353,40 @@ BatchCounts counts(std::int64_t total, std::int64_t queued, std::int64_t running
   c.failed = failed;
   c.ended = succeeded + failed;
   return c;
+}
+
+TEST(AgentctlBatchIds, TheStartOfAnIdStandsForTheOneBatchItBeginsOrSaysWhichItCouldBe) {
+  const auto batches = [](const char* text) {
+    auto doc = std::make_shared<rapidjson::Document>();
+    doc->Parse(text);
+    return doc;
+  };
+  auto one = batches(R"([{"batch_id": "nightly-2026-12-01", "user_id": "alice"}])");
+  auto match = match_batch_prefix("nigh", *one);
+  EXPECT_EQ(match.batch_id, "nightly-2026-12-01");
+  EXPECT_EQ(match.user_id, "alice");
+  EXPECT_TRUE(match.problem.empty());
+
+  auto none = match_batch_prefix("nigh", *batches("[]"));
+  EXPECT_TRUE(none.none);
+  EXPECT_TRUE(none.batch_id.empty());
+
+  auto two = match_batch_prefix("nigh", *batches(R"([{"batch_id": "nightly-2", "user_id": "bob"},
+                           {"batch_id": "nightly-1", "user_id": "alice"}])"));
+  EXPECT_FALSE(two.none);
+  EXPECT_TRUE(two.batch_id.empty());
+  EXPECT_EQ(two.problem,
+            "the ids of 2 batches begin 'nigh': nightly-2 (bob), nightly-1 (alice); give more "
+            "of the id (or --user)");
+
+  std::string many = "[";
+  for (int i = 0; i < kBatchPrefixCandidates; ++i)
+    many += std::string(i ? "," : "") + R"({"batch_id": "b-)" + std::to_string(i) +
+            R"(", "user_id": "u"})";
+  auto six = match_batch_prefix("b-", *batches((many + "]").c_str()));
+  EXPECT_EQ(six.problem.rfind("the ids of more than 5 batches begin 'b-': b-0 (u), ", 0), 0u)
+      << six.problem;
+  EXPECT_NE(six.problem.find("b-4 (u), ...;"), std::string::npos) << "five named, then more";
 }
 
 TEST(AgentctlProgress, TheRateIsOverTheWindowAndTheEtaIsWhatIsLeftAtThatRate) {

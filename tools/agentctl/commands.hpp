@@ -42,6 +42,18 @@ std::string new_uuid();
 // one: UsageError, saying which users it may name.
 std::string user_for(Context& ctx);
 
+// The batch a command names: `given` is its id, or the start of one (batch_ids.hpp: when no
+// batch has the id `given`, the one batch of the key's users, of `user` when not empty, whose
+// id begins so, said on stderr). Its whole id, its user (`user`, or the one found) and the
+// GET /v1/batches/{id} answer. Throws CommandFailure as that GET of `given` would (404: exit
+// 3), or exit 5 when several batches' ids begin so.
+struct NamedBatch {
+  std::string id;
+  std::string user;
+  http::ClientResponse found;
+};
+NamedBatch find_batch(const Context& ctx, const std::string& given, const std::string& user);
+
 // The function of a command ("batch submit"), or null.
 using CommandFunction = std::function<int(Context&)>;
 CommandFunction command_function(const std::string& name);

@@ -39,18 +39,20 @@ int cmd_usage(Context& ctx) {
     throw UsageError("--from and --to do not apply to a batch (its usage is the whole batch)");
   std::string target;
   std::string title;
+  http::ClientResponse response;
   if (inv.has("--batch")) {
-    target = "/v1/batches/" + path_segment(inv.required("--batch"));
-    if (inv.has("--user"))
-      target += "?" + query_string({{"user_id", inv.required("--user")}});
+    // The batch's own answer carries its usage (its id may be given by its start).
+    NamedBatch batch = find_batch(ctx, inv.required("--batch"), inv.value("--user"));
+    target = "/v1/batches/" + path_segment(batch.id);
+    response = std::move(batch.found);
   } else {
     target = inv.has("--all") ? std::string("/v1/usage")
                               : "/v1/users/" + path_segment(inv.required("--user")) + "/usage";
     if (!period.empty())
       target += "?" + query_string(period);
+    response = ctx.api.get(target);
+    ctx.api.check(response, "GET", target);
   }
-  auto response = ctx.api.get(target);
-  ctx.api.check(response, "GET", target);
   auto doc = ApiClient::parse(response, target);
   if (ctx.settings.json) {
     print(response.body + "\n");

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "tools/agentctl/batch_ids.hpp"
 #include "tools/agentctl/batch_progress.hpp"
 #include "tools/agentctl/commands.hpp"
 #include "tools/agentctl/json_fields.hpp"
@@ -84,6 +85,36 @@ int follow_batch(const Context& ctx, const std::string& id, const std::string& u
   }
 }
 }  // namespace
+
+NamedBatch find_batch(const Context& ctx, const std::string& given, const std::string& user) {
+  const std::string target = batch_path(given, user);
+  auto response = ctx.api.get(target);
+  if (response.status != 404 || given.size() < kMinBatchIdPrefix) {
+    if (response.status == 404) {
+      throw CommandFailure(kExitNotFound,
+                           "no batch '" + given + "' (the start of a batch id needs " +
+                               std::to_string(kMinBatchIdPrefix) + " characters at least)");
+    }
+    ctx.api.check(response, "GET", target);
+    return NamedBatch{given, user, std::move(response)};
+  }
+  std::vector<std::pair<std::string, std::string>> query = {
+      {"prefix", given}, {"limit", std::to_string(kBatchPrefixCandidates)}};
+  if (!user.empty())
+    query.emplace_back("user_id", user);
+  auto listed = ctx.api.get_json("/v1/batches?" + query_string(query));
+  const BatchPrefixMatch match = match_batch_prefix(given, json::at(listed, "batches"));
+  if (match.none)
+    ctx.api.check(response, "GET", target);  // the 404 of the id as given
+  if (!match.problem.empty())
+    throw CommandFailure(kExitRejected, match.problem);
+  note("batch " + match.batch_id + " of " + match.user_id + ": the one batch whose id begins '" +
+       given + "'");
+  const std::string found = batch_path(match.batch_id, match.user_id);
+  auto answer = ctx.api.get(found);
+  ctx.api.check(answer, "GET", found);
+  return NamedBatch{match.batch_id, match.user_id, std::move(answer)};
+}
 
 int cmd_batch_submit(Context& ctx) {
   const Invocation& inv = ctx.inv;
@@ -200,16 +231,15 @@ int cmd_batch_list(Context& ctx) {
 }
 
 int cmd_batch_status(Context& ctx) {
-  const std::string target = batch_path(ctx.inv.args[0], ctx.inv.value("--user"));
-  auto response = ctx.api.get(target);
-  ctx.api.check(response, "GET", target);
-  auto doc = ApiClient::parse(response, target);
-  print(ctx.settings.json ? response.body + "\n" : format_batch(doc));
+  const NamedBatch batch = find_batch(ctx, ctx.inv.args[0], ctx.inv.value("--user"));
+  auto doc = ApiClient::parse(batch.found, batch_path(batch.id, batch.user));
+  print(ctx.settings.json ? batch.found.body + "\n" : format_batch(doc));
   return kExitOk;
 }
 
 int cmd_batch_results(Context& ctx) {
-  const std::string target = batch_path(ctx.inv.args[0], ctx.inv.value("--user"), "/results");
+  const NamedBatch batch = find_batch(ctx, ctx.inv.args[0], ctx.inv.value("--user"));
+  const std::string target = batch_path(batch.id, batch.user, "/results");
   std::string pending;
   bool header_shown = false;
   auto sink = [&](std::string_view piece) {
@@ -244,8 +274,9 @@ int cmd_batch_results(Context& ctx) {
 }
 
 int cmd_batch_cancel(Context& ctx) {
-  const std::string& id = ctx.inv.args[0];
-  const std::string target = batch_path(id, ctx.inv.value("--user"), "/cancel");
+  const NamedBatch batch = find_batch(ctx, ctx.inv.args[0], ctx.inv.value("--user"));
+  const std::string& id = batch.id;
+  const std::string target = batch_path(id, batch.user, "/cancel");
   auto response = ctx.api.post(target, "");
   ctx.api.check(response, "POST", target);
   auto doc = ApiClient::parse(response, target);
@@ -261,8 +292,9 @@ int cmd_batch_cancel(Context& ctx) {
 }
 
 int cmd_batch_retry(Context& ctx) {
-  const std::string& id = ctx.inv.args[0];
-  const std::string user = ctx.inv.value("--user");
+  const NamedBatch batch = find_batch(ctx, ctx.inv.args[0], ctx.inv.value("--user"));
+  const std::string& id = batch.id;
+  const std::string& user = batch.user;
   // Slice after slice (each the server's, up to 200 failed tasks) until every failed task
   // was looked at or a slice stopped: the totals of all of them.
   std::int64_t retried = 0, already = 0;

@@ -335,6 +335,16 @@ int cmd_list(Context& ctx) {
     if (std::string value = inv.value(option); !value.empty())
       filters.emplace_back(param, std::move(value));
   }
+  if (!inv.value("--batch").empty()) {
+    // The batch named by its id or the start of one: its tasks are its user's.
+    const NamedBatch batch = find_batch(ctx, inv.value("--batch"), inv.value("--user"));
+    for (auto& [param, value] : filters) {
+      if (param == "batch_id")
+        value = batch.id;
+    }
+    if (!inv.has("--user") && !batch.user.empty())
+      filters.emplace_back("user_id", batch.user);
+  }
   const bool counted = inv.has("--count");
   std::int64_t left = inv.integer("--limit", 50, 1, 1000000);
   rapidjson::Document all;

@@ -14,7 +14,8 @@ namespace {
 const OptionSpec kUser{"--user", "U", "the user the tasks belong to"};
 const OptionSpec kBatchUser{"--user", "U",
                             "the batch's user: needed only by a key acting for several users "
-                            "who each have a batch of this id (batch ids are each user's)"};
+                            "who each have a batch of this id (batch ids are each user's); "
+                            "ID may be the start of one (4 characters or more)"};
 // For the commands that take it from the API key when it acts for one user (user_for()).
 const OptionSpec kUserOrKeys{"--user", "U",
                              "the user the tasks belong to (default: the one user the API key "
