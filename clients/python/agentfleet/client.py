@@ -284,12 +284,14 @@ class Client:
         *,
         limit: Optional[int] = None,
         before: Optional[str] = None,
+        prefix: Optional[str] = None,
     ) -> List[Json]:
         """GET /v1/batches: one page of batches, newest first, each with its counts per
         status and result type and ``ended`` of ``total``: of ``user_id``, else of every
         user the key acts for. ``before``: the ``created_at`` of the last of the previous
-        page."""
-        query = {"user_id": user_id, "limit": limit, "before": before}
+        page. ``prefix``: only those whose id begins with it (a batch found by the start of
+        its id)."""
+        query = {"user_id": user_id, "limit": limit, "before": before, "prefix": prefix}
         return self._call("GET", "/v1/batches", query=query)["batches"]
 
     def batch(self, batch_id: str, user_id: Optional[str] = None) -> Json:

@@ -186,6 +186,9 @@ class Batches(unittest.TestCase):
         self.assertEqual(len(list(c.batch_results(answer["batch_id"], user_id=user))), 30)
         listed = c.list_batches(other, limit=5)
         self.assertEqual([(b["batch_id"], b["total"]) for b in listed], [(answer["batch_id"], 2)])
+        # Found by the start of its id: both users' batches of it, the newest first.
+        found = c.list_batches(prefix=answer["batch_id"][:8])
+        self.assertEqual([(b["user_id"], b["total"]) for b in found], [(other, 2), (user, 30)])
 
     def test_a_bad_line_names_its_number_and_nothing_is_stored(self):
         c, user, batch_id = admin(), f"py-bb-{RUN}", str(uuid.uuid4())

@@ -468,12 +468,18 @@ export class Client {
 
   /** GET /v1/batches: one page of batches, newest first, with their progress: of `userId`,
    * else of every user the key acts for. `before`: the `created_at` of the last of the
-   * previous page. */
+   * previous page. `prefix`: only those whose id begins with it (a batch found by the start
+   * of its id). */
   async listBatches(
-    options: { userId?: string; limit?: number; before?: string } = {},
+    options: { userId?: string; limit?: number; before?: string; prefix?: string } = {},
   ): Promise<BatchSummary[]> {
     const answer = await this.call<{ batches: BatchSummary[] }>("GET", "/v1/batches", {
-      query: { user_id: options.userId, limit: options.limit, before: options.before },
+      query: {
+        user_id: options.userId,
+        limit: options.limit,
+        before: options.before,
+        prefix: options.prefix,
+      },
     });
     return answer.batches;
   }

@@ -175,6 +175,9 @@ describe("batches", () => {
     assert.equal(theirs, 30);
     const listed = await c.listBatches({ userId: other, limit: 5 });
     assert.deepEqual(listed.map((b) => [b.batch_id, b.total]), [[answer.batch_id, 2]]);
+    // Found by the start of its id: both users' batches of it, the newest first.
+    const found = await c.listBatches({ prefix: answer.batch_id.slice(0, 8) });
+    assert.deepEqual(found.map((b) => [b.user_id, b.total]), [[other, 2], [user, 30]]);
   });
 
   test("a bad line names its number and nothing is stored", async () => {
