@@ -226,8 +226,20 @@ test("the console, clicked through against a running fleet", { timeout: TEST_MS 
       const listed = page.getByRole("region", { name: "Batches, newest first" });
       await expectText(listed, new RegExp(batchId));
       await expectText(listed.getByRole("row").filter({ hasText: batchId }), /4 of 4/);
+      // Found by the start of its id: only the batches whose ids begin so are listed.
+      const filter = listed.getByLabel("Id begins with");
+      await filter.fill(batchId.slice(0, 8));
+      await filter.press("Enter");
+      await until("the list filtered", async () => (await listed.locator("tbody tr").count()) === 1);
+      await expectText(listed.locator("tbody tr"), new RegExp(batchId));
       await listed.scrollIntoViewIfNeeded();
       await shot("05b-batch-list");
+      await filter.fill("no-such-batch-");
+      await filter.press("Enter");
+      await expectText(listed, /No batch's id begins “no-such-batch-”/);
+      await filter.fill("");
+      await filter.press("Enter");
+      await expectText(listed.getByRole("row").filter({ hasText: batchId }), /4 of 4/);
       await page.evaluate(() => window.scrollTo(0, 0));
       const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: /Download results/ }).click()]);
       const saved = join(profile, "results.jsonl");

@@ -2,10 +2,10 @@
  * their progress, a page at a time; open one by id; its progress, counts, waiting reason,
  * results download and cancel; upload a JSON Lines file as a new batch. */
 
-import { useState } from "preact/hooks";
+import { useRef, useState } from "preact/hooks";
 import type { PageProps } from "../main.tsx";
 import type { Batch, BatchAccepted, BatchProgress, BatchSummary, Client } from "../api.ts";
-import { ErrorNote, ResultBadge, StatusBadge, TaskTextCell, useAsync, usePoll } from "../components.tsx";
+import { DraftInput, ErrorNote, ResultBadge, StatusBadge, TaskTextCell, useAsync, usePoll } from "../components.tsx";
 import { RESULT_TYPES, TASK_STATUSES, count, money, shortId, waitingText, when } from "../format.ts";
 import { href } from "../router.ts";
 import { UserField, defaultUser } from "./user_field.tsx";
@@ -363,27 +363,52 @@ function BatchView({ client, batchId, user }: { client: Client; batchId: string;
 
 const PAGE = 20;
 
-/** The batches the key may see, newest first, each with its progress; "More" reads the next
- * page (those created before the last shown). Polled while the page is open. */
+/** The batches the key may see, newest first, each with its progress, those whose id begins
+ * with the filter's text when one is given; "More" reads the next page (those created before
+ * the last shown). Polled while the page is open. */
 function BatchList({ client, current }: { client: Client; current?: BatchRef | undefined }) {
+  const [prefix, setPrefix] = useState("");
+  // The filter as it is now, for answers that come back after it changed (never shown).
+  const currentPrefix = useRef(prefix);
+  currentPrefix.current = prefix;
   const [more, setMore] = useState<BatchSummary[]>([]);
-  const first = useAsync<BatchSummary[]>();
+  const first = useAsync<{ prefix: string; batches: BatchSummary[] }>();
   const next = useAsync<BatchSummary[]>();
   const [exhausted, setExhausted] = useState(false);
   usePoll(
     async () => {
-      await first.run(() => client.listBatches({ limit: PAGE }));
+      const asked = prefix;
+      await first.run(async () => ({
+        prefix: asked,
+        batches: await client.listBatches({ limit: PAGE, prefix: asked || undefined }),
+      }));
     },
     5000,
-    [],
+    [prefix],
   );
-  const shown = [...(first.value ?? []), ...more.filter((b) => !(first.value ?? []).some((f) => f.batch_id === b.batch_id && f.user_id === b.user_id))];
-  const last = more.length ? more[more.length - 1] : first.value?.[first.value.length - 1];
+  const listed = first.value && first.value.prefix === prefix ? first.value.batches : null;
+  const shown = [...(listed ?? []), ...more.filter((b) => !(listed ?? []).some((f) => f.batch_id === b.batch_id && f.user_id === b.user_id))];
+  const last = more.length ? more[more.length - 1] : listed?.[listed.length - 1];
   return (
     <section aria-labelledby="batch-list-title" class="batch-list">
       <h2 id="batch-list-title" class="small-heading">
         Batches, newest first
       </h2>
+      <form class="filters" onSubmit={(e) => e.preventDefault()} aria-label="Find a batch">
+        <label>
+          Id begins with
+          <DraftInput
+            name="prefix"
+            value={prefix}
+            placeholder="nightly-"
+            onCommit={(value) => {
+              setPrefix(value.trim());
+              setMore([]);
+              setExhausted(false);
+            }}
+          />
+        </label>
+      </form>
       {shown.length ? (
         <table class="compact">
           <thead>
@@ -428,20 +453,23 @@ function BatchList({ client, current }: { client: Client; current?: BatchRef | u
             })}
           </tbody>
         </table>
-      ) : first.value ? (
-        <p class="muted">No batches yet: upload one below.</p>
+      ) : listed ? (
+        <p class="muted">{prefix ? `No batch's id begins “${prefix}”.` : "No batches yet: upload one below."}</p>
       ) : first.error ? null : (
         <p aria-busy="true">Loading…</p>
       )}
-      {first.value && first.value.length === PAGE && !exhausted && last ? (
+      {listed && listed.length === PAGE && !exhausted && last ? (
         <button
           type="button"
           class="secondary"
           disabled={next.busy}
           aria-busy={next.busy}
           onClick={async () => {
-            const page = await next.run(() => client.listBatches({ limit: PAGE, before: last.created_at }));
-            if (page) {
+            const asked = prefix;
+            const page = await next.run(() =>
+              client.listBatches({ limit: PAGE, before: last.created_at, prefix: asked || undefined }),
+            );
+            if (page && asked === currentPrefix.current) {
               setMore((m) => [...m, ...page]);
               if (page.length < PAGE) setExhausted(true);
             }
