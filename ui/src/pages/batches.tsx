@@ -121,10 +121,26 @@ interface ResultLine {
 
 const RESULTS_SHOWN = 100;
 
+const ENDED = new Set(["succeeded", "failed", "timed_out", "cancelled"]);
+
 /** The first results of a batch in the order of its upload's lines: each line's number, its
- * text, how it ended and, once retried, its retry. */
-function BatchResults({ client, batchId, user, version }: { client: Client; batchId: string; user: string; version: number }) {
+ * text, how it ended and, once retried, its retry. Read again every 5 s until the batch has
+ * ended and every retry shown has too (`version` changes after a retry: read again). */
+function BatchResults({
+  client,
+  batchId,
+  user,
+  version,
+  ended,
+}: {
+  client: Client;
+  batchId: string;
+  user: string;
+  version: number;
+  ended: boolean;
+}) {
   const rows = useAsync<ResultLine[]>();
+  const settled = ended && rows.value !== null && rows.value.every((r) => !r.retried_as || ENDED.has(r.retried_as.status));
   usePoll(
     async () => {
       await rows.run(async () => {
@@ -138,6 +154,7 @@ function BatchResults({ client, batchId, user, version }: { client: Client; batc
     },
     5000,
     [batchId, user, version],
+    !settled,
   );
   const shown = rows.value ?? [];
   return (
@@ -356,7 +373,7 @@ function BatchView({ client, batchId, user }: { client: Client; batchId: string;
           ))}
         </tbody>
       </table>
-      <BatchResults client={client} batchId={batchId} user={b.user_id} version={version} />
+      <BatchResults client={client} batchId={batchId} user={b.user_id} version={version} ended={done} />
     </article>
   );
 }
