@@ -125,6 +125,8 @@ class BatchWriter {
 std::vector<BatchHeader> find_batches(pqxx::connection& c, const std::string& name,
                                       const std::string& user_id, int limit);
 
+// GET /v1/batches: batches there to be read, the newest first, of the query's users, created
+// before its time, whose ids begin with its prefix.
 using ports::BatchListQuery;
 // The page as a JSON array: each batch as GET /v1/batches/{id} shows it but its usage and
 // waiting reason (its id, user, priority, total, created and cancelled times, counts per
